@@ -1,0 +1,232 @@
+/*
+ * flashattn.h: the one public header of libflashattn.
+ *
+ * Exact attention (FlashAttention-style tiling with the online softmax) on CPUs.
+ * The math every call computes is fixed by SEMANTICS.md; this header fixes the
+ * C interface to it.
+ *
+ * Stability: everything here is stable within a major version. Structs that a
+ * caller fills (fa_forward_args) begin with `struct_size` and only ever grow at
+ * the end, so a program compiled against an older header keeps working with a
+ * newer library: the library reads `struct_size` bytes and gives every field
+ * beyond them its default. Settings on a context are (fa_param, value) pairs with
+ * queryable bounds, so new settings never change the ABI.
+ *
+ * Errors: every call returns an fa_status. No call aborts, exits or prints (the
+ * only output is the opt-in FLASHATTN_VERBOSE trace). A call that fails leaves
+ * its outputs untouched; fa_context_error() says in words what was wrong.
+ *
+ * Threads: a context is used by one caller thread at a time. Different
+ * contexts are independent.
+ */
+#ifndef FLASHATTN_H
+#define FLASHATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(FLASHATTN_SHARED_BUILD)
+#define FA_API __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define FA_API __attribute__((visibility("default")))
+#else
+#define FA_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define FA_VERSION_MAJOR 0
+#define FA_VERSION_MINOR 1
+#define FA_VERSION_PATCH 0
+#define FA_VERSION_NUMBER (FA_VERSION_MAJOR * 10000 + FA_VERSION_MINOR * 100 + FA_VERSION_PATCH)
+
+/* The version the library was built as; compare with FA_VERSION_NUMBER. */
+FA_API unsigned fa_version_number(void);
+FA_API const char *fa_version_string(void); /* "MAJOR.MINOR.PATCH" */
+
+/* ----------------------------------------------------------------- status */
+
+typedef enum fa_status {
+    FA_OK = 0,
+    FA_ERR_NULL_CONTEXT = 1,      /* the context argument is NULL */
+    FA_ERR_NULL_POINTER = 2,      /* a required pointer (args, q, k, v, o data) is NULL */
+    FA_ERR_STRUCT_SIZE = 3,       /* struct_size misses required fields, or a newer caller set fields this library lacks */
+    FA_ERR_INVALID_DIM = 4,       /* a dimension is zero or negative */
+    FA_ERR_SHAPE_MISMATCH = 5,    /* tensors disagree on B, S, H or D */
+    FA_ERR_HEAD_RATIO = 6,        /* Hq is not a multiple of Hk */
+    FA_ERR_DTYPE = 7,             /* mixed or unsupported dtypes */
+    FA_ERR_OVERFLOW = 8,          /* a size or byte offset does not fit in 64 bits */
+    FA_ERR_BROADCAST = 9,         /* bias or mask does not broadcast to [B, Hq, Sq, Sk] */
+    FA_ERR_INVALID_ARGUMENT = 10, /* a bad scalar: scale, softcap, window, enum value */
+    FA_ERR_UNSUPPORTED = 11,      /* the chosen algorithm cannot run this call */
+    FA_ERR_OUT_OF_MEMORY = 12,    /* a workspace could not be allocated */
+    FA_ERR_THREADS = 13,          /* worker threads could not be started */
+    FA_ERR_ISA_UNAVAILABLE = 14   /* FLASHATTN_ARCH names a path this CPU or build lacks */
+} fa_status;
+
+/* A fixed description of a status code; never NULL. */
+FA_API const char *fa_status_string(fa_status status);
+
+/* ------------------------------------------------------------------ dtype */
+
+typedef enum fa_dtype {
+    FA_DTYPE_F32 = 0,
+    FA_DTYPE_F16 = 1,  /* IEEE binary16 */
+    FA_DTYPE_BF16 = 2, /* bfloat16 */
+    FA_DTYPE_BOOL = 3  /* 1 byte, non-zero = true; only for fa_forward_args.mask */
+} fa_dtype;
+
+FA_API size_t fa_dtype_size(fa_dtype dtype); /* bytes per element; 0 if unknown */
+FA_API const char *fa_dtype_name(fa_dtype dtype);
+
+/* ----------------------------------------------------------------- tensor */
+
+/*
+ * A view of 4-d data: element (i0, i1, i2, i3) lives at
+ *   (char *)data + (i0*stride[0] + i1*stride[1] + i2*stride[2] + i3*stride[3]) * fa_dtype_size(dtype).
+ * Strides count elements, may be any value (0 broadcasts, negative walks backwards),
+ * and are combined in 64-bit arithmetic.
+ *
+ * q, k, v and o always have the logical order (batch, seq, head, dim); the memory
+ * layout is only the strides. fa_tensor_make() builds the named layouts.
+ */
+typedef struct fa_tensor {
+    void *data;
+    fa_dtype dtype;
+    int64_t shape[4];
+    int64_t stride[4];
+} fa_tensor;
+
+typedef enum fa_layout {
+    FA_LAYOUT_BSND = 0, /* [B, S, N, D] contiguous: FlashAttention's */
+    FA_LAYOUT_BNSD = 1, /* [B, N, S, D] contiguous: PyTorch's */
+    FA_LAYOUT_BSH = 2,  /* [B, S, N*D]: the same strides as BSND */
+    FA_LAYOUT_SBH = 3   /* [S, B, N*D] */
+} fa_layout;
+
+/* A (batch, seq, head, dim) view of `data` stored in `layout`. */
+FA_API fa_tensor fa_tensor_make(void *data, fa_dtype dtype, fa_layout layout,
+                                int64_t batch, int64_t seq, int64_t heads, int64_t dim);
+/* A plain row-major 4-d view: for bias, mask and lse. */
+FA_API fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype,
+                                      int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct fa_context fa_context;
+
+typedef enum fa_algo {
+    FA_ALGO_AUTO = 0,      /* flash whenever flash supports the call (today: always) */
+    FA_ALGO_FLASH = 1,     /* tiled, online softmax, O(N) memory */
+    FA_ALGO_STANDARD = 2,  /* materialises S and P per head, like eager PyTorch: the baseline */
+    FA_ALGO_REFERENCE = 3  /* plain loops in double: the oracle; slow, single-threaded */
+} fa_algo;
+
+/*
+ * Settings and read-outs of a context. Read-only ones (marked) fail with
+ * FA_ERR_INVALID_ARGUMENT on fa_context_set.
+ */
+typedef enum fa_param {
+    FA_PARAM_THREADS = 1,          /* worker threads incl. the caller; 0 = one per online CPU (default) */
+    FA_PARAM_ALGO = 2,             /* an fa_algo; default FA_ALGO_AUTO */
+    FA_PARAM_TILE_Q = 3,           /* flash query rows per tile; 0 = planned from the caches (default) */
+    FA_PARAM_TILE_KV = 4,          /* flash key/value rows per tile; 0 = planned (default) */
+    FA_PARAM_VERBOSE = 5,          /* 1 = one line per call on stderr; default from FLASHATTN_VERBOSE */
+    FA_PARAM_LAST_ALGO = 100,      /* read-only: the fa_algo the last successful call ran */
+    FA_PARAM_LAST_EXTRA_BYTES = 101 /* read-only: peak bytes the last successful call allocated */
+} fa_param;
+
+/* *out receives a new context, or NULL on failure. */
+FA_API fa_status fa_context_create(fa_context **out);
+/* Joins the worker threads and frees the context; NULL is fine. */
+FA_API void fa_context_free(fa_context *ctx);
+FA_API fa_status fa_context_set(fa_context *ctx, fa_param param, int64_t value);
+FA_API fa_status fa_context_get(const fa_context *ctx, fa_param param, int64_t *value);
+/* The values fa_context_set accepts for `param`, inclusive. */
+FA_API fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi);
+/* What the last failed call on ctx found wrong, in words; "" after a success. */
+FA_API const char *fa_context_error(const fa_context *ctx);
+/* The micro-kernel path this context runs: "ref", "avx2", "avx512", "avx512bf16"
+ * or "neon"; the best the CPU has, or the one FLASHATTN_ARCH names. */
+FA_API const char *fa_context_isa(const fa_context *ctx);
+/* The CPU features the library detected, space separated, e.g. "sse2 avx2 fma f16c". */
+FA_API const char *fa_cpu_features(void);
+FA_API const char *fa_algo_name(fa_algo algo);
+
+typedef enum fa_probe_kind {
+    FA_PROBE_FMA_PEAK = 1, /* GFLOP/s of the path's widest fp32 FMA, on the context's threads */
+    FA_PROBE_BF16_PEAK = 2 /* GFLOP/s of its bf16 dot product (FA_ERR_UNSUPPORTED where it has none) */
+} fa_probe_kind;
+
+/* Measures the machine (about 0.1-0.5 s) so that benchmarks can report % of peak. */
+FA_API fa_status fa_probe(fa_context *ctx, fa_probe_kind kind, double *value);
+
+/* ---------------------------------------------------------------- forward */
+
+typedef enum fa_causal {
+    FA_CAUSAL_NONE = 0,
+    FA_CAUSAL_BOTTOM_RIGHT = 1, /* keep j <= i + Sk - Sq (FlashAttention 2.1+) */
+    FA_CAUSAL_TOP_LEFT = 2      /* keep j <= i (PyTorch is_causal) */
+} fa_causal;
+
+#define FA_WINDOW_UNBOUNDED (-1)
+
+/*
+ * Everything one forward call needs. Initialise with FA_FORWARD_ARGS_INIT (or
+ * fa_forward_args_init()), then set what you use; untouched fields mean "off".
+ * An optional tensor is absent when its data pointer is NULL.
+ *
+ *   B = batch, Sq/Sk = query/key length, Hq/Hk = query/kv heads, D = q/k head dim,
+ *   Dv = v/o head dim. Query head h reads kv head h / (Hq/Hk): MHA, GQA, MQA.
+ *
+ * Adding a form (backward, dropout, KV cache, paged KV, variable length) appends
+ * fields after the last one below, each of which defaults to "off" when zero, and
+ * bumps nothing else; the library tells old callers apart by struct_size. Backward
+ * is its own call with its own struct that holds one of these.
+ */
+typedef struct fa_forward_args {
+    size_t struct_size;   /* sizeof(fa_forward_args) as the caller compiled it */
+
+    fa_tensor q;          /* (B, Sq, Hq, D)  f32 | f16 | bf16 */
+    fa_tensor k;          /* (B, Sk, Hk, D)  same dtype as q */
+    fa_tensor v;          /* (B, Sk, Hk, Dv) same dtype as q */
+    fa_tensor o;          /* (B, Sq, Hq, Dv) output: q's dtype or f32 */
+    fa_tensor lse;        /* optional output (B, Hq, Sq, 1) f32: natural-log sum-exp, -inf for empty rows */
+
+    float scale;          /* 0 = 1/sqrt(D); otherwise any finite value */
+    float softcap;        /* 0 = off; > 0: s = softcap * tanh(s / softcap) */
+    fa_causal causal;
+    int64_t window_left;  /* FA_WINDOW_UNBOUNDED or >= 0; bottom-right aligned */
+    int64_t window_right; /* FA_WINDOW_UNBOUNDED or >= 0 */
+
+    const float *alibi_slopes; /* optional: s += -slope * |i + Sk - Sq - j| */
+    int64_t alibi_stride_b;    /* slope(b, h) = alibi_slopes[b * alibi_stride_b + h]: 0 for [Hq], Hq for [B, Hq] */
+
+    fa_tensor bias;       /* optional additive, f32 | f16 | bf16, shape (B|1, Hq|1, Sq|1, Sk|1) */
+    fa_tensor mask;       /* optional FA_DTYPE_BOOL, same broadcast; true = attend (PyTorch's convention) */
+} fa_forward_args;
+
+#define FA_FORWARD_ARGS_INIT                                                          \
+    {                                                                                 \
+        sizeof(fa_forward_args), {0}, {0}, {0}, {0}, {0}, 0.0f, 0.0f, FA_CAUSAL_NONE, \
+            FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, {0}, {0}                  \
+    }
+
+/* The same defaults as FA_FORWARD_ARGS_INIT, for languages without the macro. */
+FA_API void fa_forward_args_init(fa_forward_args *args);
+
+/*
+ * o = softmax(mask(scale * q k^T + ...)) v, per SEMANTICS.md, with the context's
+ * algorithm and threads. On failure nothing is written to o or lse.
+ * o must not overlap q, k, v, bias or mask.
+ */
+FA_API fa_status fa_forward(fa_context *ctx, const fa_forward_args *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHATTN_H */

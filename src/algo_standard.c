@@ -1,0 +1,140 @@
+/*
+ * algo_standard.c: attention the way eager PyTorch computes it, kept as the
+ * baseline every benchmark compares against and as a fallback. Per (b, h) it
+ * materialises the whole Sk x Sq score matrix, masks it, turns it into P with a
+ * full-row softmax (normalised, as torch.softmax returns it), then multiplies
+ * by V. Memory is O(Sq*Sk) per thread; when that cannot be had the call fails
+ * with FA_ERR_OUT_OF_MEMORY before anything is written. It runs the same
+ * micro-kernels as flash, so a speed comparison measures the algorithm, not two
+ * different GEMMs.
+ */
+#include "internal.h"
+#include "convert.h"
+#include "threadpool.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+typedef struct {
+    const fa_problem *p;
+    const fa_kernels *kern;
+    int64_t sq_pad;
+    int64_t ldo;        /* Dv rounded up to FA_ROW_ALIGN */
+    float *workspace;
+    int64_t per_thread; /* floats */
+    atomic_llong next;  /* next (b, h) task */
+} standard_job;
+
+typedef struct {
+    float *st;  /* (Sk, sq_pad) S^T, then P^T */
+    float *qt;  /* (D, sq_pad) */
+    float *q;   /* (Sq, D) f32 rows when conversion is needed */
+    float *k;   /* (Sk, D) */
+    float *v;   /* (Sk, Dv) */
+    float *o;   /* (Sq, ldo) */
+    float *m, *l, *alpha; /* (sq_pad) */
+} standard_scratch;
+
+/* Sizes in floats, checked; 0 on overflow. With base, also lays the slices out. */
+static int64_t scratch_floats(const standard_job *job, standard_scratch *sc, float *base)
+{
+    const fa_problem *p = job->p;
+    const int64_t sp = job->sq_pad;
+    int64_t sizes[9];
+    int ok = fa_mul_ok(p->Sk, sp, &sizes[0]) && fa_mul_ok(p->D, sp, &sizes[1]) &&
+             fa_mul_ok(p->Sq, p->D, &sizes[2]) && fa_mul_ok(p->Sk, p->D, &sizes[3]) &&
+             fa_mul_ok(p->Sk, p->Dv, &sizes[4]) && fa_mul_ok(p->Sq, job->ldo, &sizes[5]);
+    if (!ok) return 0;
+    sizes[6] = sizes[7] = sizes[8] = sp;
+    standard_scratch unused;
+    if (!sc) sc = &unused;
+    float **slots[9] = {&sc->st, &sc->qt, &sc->q, &sc->k, &sc->v, &sc->o, &sc->m, &sc->l, &sc->alpha};
+    int64_t off = 0;
+    for (int s = 0; s < 9; s++) {
+        *slots[s] = base ? base + off : NULL;
+        if (!fa_add_ok(off, fa_pad_floats(sizes[s]), &off)) return 0;
+    }
+    return off;
+}
+
+static void standard_head(const standard_job *job, const standard_scratch *sc, int64_t b, int64_t h)
+{
+    const fa_problem *p = job->p;
+    const fa_kernels *kern = job->kern;
+    const int64_t Sq = p->Sq, Sk = p->Sk, D = p->D, Dv = p->Dv, hk = h / p->group, sp = job->sq_pad;
+    int64_t ldq, ldk, ldv;
+    const float *q = fa_rows_f32(&p->q, kern, b, 0, Sq, h, D, sc->q, &ldq);
+    const float *k = fa_rows_f32(&p->k, kern, b, 0, Sk, hk, D, sc->k, &ldk);
+    const float *v = fa_rows_f32(&p->v, kern, b, 0, Sk, hk, Dv, sc->v, &ldv);
+
+    /* 1. S = scale * Q K^T, then softcap, bias, ALiBi and masks as one more pass */
+    kern->pack_qt(Sq, D, q, ldq, p->scale, sc->qt, sp);
+    kern->qk(Sq, Sk, D, sc->qt, sp, k, ldk, sc->st, sp);
+    fa_scores_finish(p, b, h, 0, Sq, 0, Sk, sc->st, sp);
+
+    /* 2. P = softmax(S): one online step over the whole row is the exact softmax;
+     * then normalise P itself, as torch.softmax does */
+    for (int64_t i = 0; i < Sq; i++) {
+        sc->m[i] = -INFINITY;
+        sc->l[i] = 0.0f;
+    }
+    kern->softmax(Sq, Sk, sc->st, sp, NULL, NULL, sc->m, sc->l, sc->alpha);
+    for (int64_t i = 0; i < Sq; i++) sc->alpha[i] = sc->l[i] > 0.0f ? 1.0f / sc->l[i] : 0.0f;
+    for (int64_t j = 0; j < Sk; j++) {
+        float *row = sc->st + j * sp;
+        for (int64_t i = 0; i < Sq; i++) row[i] *= sc->alpha[i];
+    }
+    if (p->has_lse) {
+        float *out = p->lse.data;
+        for (int64_t i = 0; i < Sq; i++)
+            out[b * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]] =
+                sc->m[i] == -INFINITY ? -INFINITY : sc->m[i] + logf(sc->l[i]);
+    }
+
+    /* 3. O = P V (the careful reference pv when a V row is not finite: see algo_flash.c) */
+    memset(sc->o, 0, (size_t)(Sq * job->ldo) * sizeof(float));
+    int v_finite = 1;
+    for (int64_t j = 0; j < Sk && v_finite; j++)
+        for (int64_t e = 0; e < Dv; e++) v_finite &= isfinite(v[j * ldv + e]) != 0;
+    (v_finite ? kern->pv : fa_kernels_ref.pv)(Sq, Sk, Dv, sc->st, sp, v, ldv, NULL, sc->o, job->ldo);
+    fa_store_rows(&p->o, b, 0, Sq, h, Dv, sc->o, job->ldo);
+}
+
+static void standard_worker(void *arg, int ith, int nth)
+{
+    (void)nth;
+    standard_job *job = arg;
+    standard_scratch sc;
+    scratch_floats(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
+    const int64_t tasks = job->p->B * job->p->Hq;
+    for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < tasks;)
+        standard_head(job, &sc, t / job->p->Hq, t % job->p->Hq);
+}
+
+fa_status fa_run_standard(fa_context *ctx, const fa_problem *p, fa_run_info *info)
+{
+    standard_job job = {.p = p, .kern = ctx->kernels};
+    job.sq_pad = (p->Sq + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN;
+    job.ldo = (p->Dv + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN;
+    job.per_thread = scratch_floats(&job, NULL, NULL);
+    const int64_t tasks = p->B * p->Hq; /* both are dims of validated tensors */
+    const int nth = ctx->threads < tasks ? ctx->threads : (int)tasks;
+    int64_t bytes;
+    if (job.per_thread == 0 || !fa_mul_ok(job.per_thread, nth, &bytes) ||
+        !fa_mul_ok(bytes, (int64_t)sizeof(float), &bytes))
+        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "standard: the %lld x %lld score matrix does not fit in memory",
+                       (long long)p->Sq, (long long)p->Sk);
+    job.workspace = fa_workspace_alloc(bytes);
+    if (!job.workspace)
+        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY,
+                       "standard: cannot allocate %lld bytes for %d thread(s) of %lld x %lld scores",
+                       (long long)bytes, nth, (long long)p->Sq, (long long)p->Sk);
+    atomic_init(&job.next, 0);
+    fa_pool_run(ctx->pool, nth, standard_worker, &job);
+    fa_workspace_free(job.workspace);
+    info->extra_bytes = bytes;
+    info->threads = nth;
+    info->path = "f32";
+    return FA_OK;
+}

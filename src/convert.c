@@ -1,0 +1,196 @@
+/*
+ * convert.c: portable f16/bf16 <-> f32 conversion and panel packing. Written
+ * with integer bit manipulation so it is exact and needs no F16C; ISA paths
+ * may replace the hot loops later through the kernel table.
+ */
+#include "convert.h"
+
+float fa_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13); /* inf or NaN */
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else {
+        /* subnormal: value = man * 2^-24, exact in f32 */
+        float f = (float)man * (1.0f / 16777216.0f);
+        return sign ? -f : f;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+uint16_t fa_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu)); /* NaN, kept quiet */
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
+    if (ax < 0x38800000u) {
+        /* result is subnormal or zero: scale so the integer part is the f16 mantissa,
+         * and let the FPU's round-to-nearest-even do the rounding */
+        float af;
+        memcpy(&af, &ax, sizeof af);
+        float scaled = af * 16777216.0f; /* 2^24: one f16 subnormal ulp becomes 1.0 */
+        /* adding and subtracting 2^23 rounds to an integer under round-to-nearest-even */
+        volatile float t = scaled + 8388608.0f;
+        uint32_t m = (uint32_t)(t - 8388608.0f);
+        return (uint16_t)(sign | m); /* m == 0x400 is the smallest normal: still correct bits */
+    }
+    uint32_t lsb = (ax >> 13) & 1u;
+    uint32_t r = ax + 0xfffu + lsb; /* round half to even on the 13 dropped bits */
+    return (uint16_t)(sign | (((r >> 13) - (112u << 10)) & 0x7fffu));
+}
+
+float fa_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+uint16_t fa_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+    uint32_t lsb = (x >> 16) & 1u;
+    return (uint16_t)((x + 0x7fffu + lsb) >> 16);
+}
+
+void fa_pack_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
+                  float *dst, int64_t ld)
+{
+    const int64_t sd = t->stride[3];
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t base = b * t->stride[0] + (s0 + r) * t->stride[1] + h * t->stride[2];
+        float *out = dst + r * ld;
+        switch (t->dtype) {
+        case FA_DTYPE_F32: {
+            const float *src = (const float *)t->data + base;
+            if (sd == 1) {
+                memcpy(out, src, (size_t)cols * sizeof(float));
+            } else {
+                for (int64_t c = 0; c < cols; c++) out[c] = src[c * sd];
+            }
+            break;
+        }
+        case FA_DTYPE_F16: {
+            const uint16_t *src = (const uint16_t *)t->data + base;
+            for (int64_t c = 0; c < cols; c++) out[c] = fa_f16_to_f32(src[c * sd]);
+            break;
+        }
+        case FA_DTYPE_BF16: {
+            const uint16_t *src = (const uint16_t *)t->data + base;
+            for (int64_t c = 0; c < cols; c++) out[c] = fa_bf16_to_f32(src[c * sd]);
+            break;
+        }
+        default:
+            for (int64_t c = 0; c < cols; c++) out[c] = 0.0f;
+            break;
+        }
+    }
+}
+
+void fa_pack_cols(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
+                  float *dst, int64_t ld)
+{
+    const int64_t sd = t->stride[3];
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t base = b * t->stride[0] + (s0 + r) * t->stride[1] + h * t->stride[2];
+        switch (t->dtype) {
+        case FA_DTYPE_F32: {
+            const float *src = (const float *)t->data + base;
+            for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = src[c * sd];
+            break;
+        }
+        case FA_DTYPE_F16: {
+            const uint16_t *src = (const uint16_t *)t->data + base;
+            for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = fa_f16_to_f32(src[c * sd]);
+            break;
+        }
+        case FA_DTYPE_BF16: {
+            const uint16_t *src = (const uint16_t *)t->data + base;
+            for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = fa_bf16_to_f32(src[c * sd]);
+            break;
+        }
+        default:
+            for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = 0.0f;
+            break;
+        }
+    }
+}
+
+void fa_store_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
+                   const float *src, int64_t ld)
+{
+    const int64_t sd = t->stride[3];
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t base = b * t->stride[0] + (s0 + r) * t->stride[1] + h * t->stride[2];
+        const float *in = src + r * ld;
+        switch (t->dtype) {
+        case FA_DTYPE_F32: {
+            float *out = (float *)t->data + base;
+            for (int64_t c = 0; c < cols; c++) out[c * sd] = in[c];
+            break;
+        }
+        case FA_DTYPE_F16: {
+            uint16_t *out = (uint16_t *)t->data + base;
+            for (int64_t c = 0; c < cols; c++) out[c * sd] = fa_f32_to_f16(in[c]);
+            break;
+        }
+        case FA_DTYPE_BF16: {
+            uint16_t *out = (uint16_t *)t->data + base;
+            for (int64_t c = 0; c < cols; c++) out[c * sd] = fa_f32_to_bf16(in[c]);
+            break;
+        }
+        default:
+            break;
+        }
+    }
+}
+
+const float *fa_rows_f32(const fa_tensor *t, const fa_kernels *kern, int64_t b, int64_t s0, int64_t rows,
+                         int64_t h, int64_t cols, float *scratch, int64_t *ld)
+{
+    const int64_t base = b * t->stride[0] + s0 * t->stride[1] + h * t->stride[2];
+    if (t->stride[3] == 1 && t->dtype == FA_DTYPE_F32) {
+        *ld = t->stride[1];
+        return (const float *)t->data + base;
+    }
+    *ld = cols;
+    if (t->stride[3] == 1 && (t->dtype == FA_DTYPE_F16 || t->dtype == FA_DTYPE_BF16)) {
+        void (*cvt)(const uint16_t *, float *, int64_t) =
+            t->dtype == FA_DTYPE_F16 ? kern->f16_to_f32 : kern->bf16_to_f32;
+        for (int64_t r = 0; r < rows; r++)
+            cvt((const uint16_t *)t->data + base + r * t->stride[1], scratch + r * cols, cols);
+        return scratch;
+    }
+    fa_pack_rows(t, b, s0, rows, h, cols, scratch, cols);
+    return scratch;
+}
+
+const uint16_t *fa_rows_u16(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
+                            uint16_t *scratch, int64_t *ld)
+{
+    const int64_t base = b * t->stride[0] + s0 * t->stride[1] + h * t->stride[2];
+    const uint16_t *src = (const uint16_t *)t->data + base;
+    if (t->stride[3] == 1) {
+        *ld = t->stride[1];
+        return src;
+    }
+    *ld = cols;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) scratch[r * cols + c] = src[r * t->stride[1] + c * t->stride[3]];
+    return scratch;
+}

@@ -1,0 +1,59 @@
+/*
+ * convert.h: moving data between users' strided tensors of any dtype and the
+ * fp32 panels the kernels work on. All offsets are 64-bit.
+ */
+#ifndef FA_CONVERT_H
+#define FA_CONVERT_H
+
+#include "flashattn.h"
+#include "kernels/kernels.h"
+
+#include <stdint.h>
+#include <string.h>
+
+float fa_f16_to_f32(uint16_t h);
+uint16_t fa_f32_to_f16(float f);  /* round to nearest even; overflow to inf; NaN stays NaN */
+float fa_bf16_to_f32(uint16_t h);
+uint16_t fa_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
+
+/* Element (i0, i1, i2, i3) of t as f32 (bool gives 0 or 1). */
+static inline float fa_load(const fa_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
+{
+    int64_t off = i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] + i3 * t->stride[3];
+    switch (t->dtype) {
+    case FA_DTYPE_F32: return ((const float *)t->data)[off];
+    case FA_DTYPE_F16: return fa_f16_to_f32(((const uint16_t *)t->data)[off]);
+    case FA_DTYPE_BF16: return fa_bf16_to_f32(((const uint16_t *)t->data)[off]);
+    case FA_DTYPE_BOOL: return ((const unsigned char *)t->data)[off] ? 1.0f : 0.0f;
+    }
+    return 0.0f;
+}
+
+/*
+ * Rows s0 .. s0+rows-1 of (b, :, h, 0..cols-1) as f32. pack_rows writes
+ * dst[r*ld + c]; pack_cols writes the transpose, dst[c*ld + r], which is the
+ * K panel layout the QK^T kernel streams along.
+ */
+void fa_pack_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
+                  float *dst, int64_t ld);
+void fa_pack_cols(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
+                  float *dst, int64_t ld);
+/*
+ * The same rows as f32 for a kernel: a pointer into the tensor itself when it is
+ * f32 with unit stride along the last axis (no copy at all), otherwise converted
+ * into scratch (rows * cols floats) with the ISA's row converters. *ld receives
+ * the distance between rows in floats.
+ */
+const float *fa_rows_f32(const fa_tensor *t, const fa_kernels *kern, int64_t b, int64_t s0, int64_t rows,
+                         int64_t h, int64_t cols, float *scratch, int64_t *ld);
+
+/* The same for 16-bit data kept as it is (the bf16 dot-product path): a pointer
+ * into the tensor when its inner stride is 1, else gathered into scratch. */
+const uint16_t *fa_rows_u16(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
+                            uint16_t *scratch, int64_t *ld);
+
+/* The inverse of pack_rows for an output tensor: rounds to its dtype. */
+void fa_store_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
+                   const float *src, int64_t ld);
+
+#endif

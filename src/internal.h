@@ -1,0 +1,146 @@
+/*
+ * internal.h: what the portable core shares between its files: the context,
+ * the validated problem every algorithm receives, and error reporting.
+ * Nothing here knows an ISA; micro-kernels are reached through fa_kernels.
+ *
+ * Dimension legend used across src/:
+ *   B batch, Sq/Sk query/key length, Hq/Hk query/kv heads, D q/k head dim,
+ *   Dv v/o head dim, i query row, j key column, r/c row/column inside a tile.
+ */
+#ifndef FA_INTERNAL_H
+#define FA_INTERNAL_H
+
+#include "flashattn.h"
+#include "kernels/kernels.h"
+
+#include <stdint.h>
+
+typedef struct fa_pool fa_pool;
+
+struct fa_context {
+    int64_t threads_setting; /* as set: 0 = one per online CPU */
+    int threads;             /* resolved, >= 1 */
+    fa_algo algo;
+    fa_pool *pool;           /* threads - 1 workers; NULL when threads == 1 */
+    const fa_kernels *kernels;
+    int64_t tile_q, tile_kv; /* 0 = planned */
+    int verbose;             /* FLASHATTN_VERBOSE: one line per call on stderr */
+    fa_algo last_algo;
+    int64_t last_extra_bytes;
+    char error[320];
+};
+
+/*
+ * A call after validation: dimensions pulled out of the tensors, defaults
+ * resolved, and broadcast dimensions of bias/mask given stride 0 so that every
+ * algorithm indexes them as full [B, Hq, Sq, Sk] tensors.
+ */
+typedef struct fa_problem {
+    int64_t B, Hq, Hk, Sq, Sk, D, Dv;
+    int64_t group;            /* Hq / Hk: query heads per kv head */
+    fa_dtype dtype;           /* of q, k, v */
+    fa_tensor q, k, v, o;     /* (B, S, H, D) views */
+    int has_lse;
+    fa_tensor lse;            /* (B, Hq, Sq, 1) f32 */
+    float scale;              /* resolved: never 0 by default */
+    float softcap;            /* 0 = off */
+    fa_causal causal;
+    int64_t window_left, window_right;
+    const float *alibi;       /* NULL = off */
+    int64_t alibi_stride_b;
+    int has_bias, has_mask;
+    fa_tensor bias, mask;     /* broadcast dims have stride 0 */
+} fa_problem;
+
+/* Records a message on ctx (when non-NULL) and returns status. */
+fa_status fa_fail(fa_context *ctx, fa_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *args, fa_problem *p);
+
+/* Per-element work needed beyond the causal/window band: bias, mask, softcap or ALiBi. */
+static inline int fa_problem_has_elementwise(const fa_problem *p)
+{
+    return p->has_bias || p->has_mask || p->alibi != 0 || p->softcap > 0.0f;
+}
+
+/*
+ * The band of key columns row i keeps under causal and window masking:
+ * [*lo, *hi], both clamped to [0, Sk-1]; empty when *lo > *hi. Both ends are
+ * non-decreasing in i, which is what lets tile loops skip whole blocks.
+ * A new band-shaped mask is added here and nowhere else.
+ */
+static inline void fa_row_band(const fa_problem *p, int64_t i, int64_t *lo, int64_t *hi)
+{
+    int64_t diag = i + p->Sk - p->Sq; /* bottom-right diagonal */
+    int64_t a = 0, b = p->Sk - 1;
+    if (p->window_left >= 0 && diag - p->window_left > a) a = diag - p->window_left;
+    if (p->window_right >= 0 && diag + p->window_right < b) b = diag + p->window_right;
+    if (p->causal == FA_CAUSAL_BOTTOM_RIGHT && diag < b) b = diag;
+    if (p->causal == FA_CAUSAL_TOP_LEFT && i < b) b = i;
+    *lo = a;
+    *hi = b;
+}
+
+/* Softcap, bias, ALiBi and every mask applied to a transposed tile of scaled
+ * scores st[c][r] for rows i0.. and columns j0..; dropped entries become -inf.
+ * Shared by flash and standard so the rules are written once (src/scores.c). */
+void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                      int64_t j0, int64_t cols, float *st, int64_t ldst);
+/* The causal/window band of a tile for the softmax kernel; 1 when the tile is
+ * entirely inside the band (then lo/hi are not written and not needed). */
+int fa_tile_band(const fa_problem *p, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                 int32_t *lo, int32_t *hi);
+
+/* Workspace: 64-byte aligned. Fails (NULL) rather than over-commit when bytes
+ * exceed physical memory, since a successful malloc on Linux does not mean the
+ * pages exist, and touching them later would kill the process. */
+void *fa_workspace_alloc(int64_t bytes);
+void fa_workspace_free(void *ptr);
+#define FA_CACHE_LINE 64
+/* n floats rounded up to whole cache lines, so per-thread slices never share one. */
+static inline int64_t fa_pad_floats(int64_t n)
+{
+    return (n + FA_CACHE_LINE / 4 - 1) / (FA_CACHE_LINE / 4) * (FA_CACHE_LINE / 4);
+}
+
+/* Tile sizes for the flash loop (src/plan.c). */
+typedef struct fa_plan {
+    int64_t br, bc;  /* query rows and key columns per tile */
+    int64_t br_pad;  /* br rounded up to FA_ROW_ALIGN */
+} fa_plan;
+void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan);
+int64_t fa_l2_bytes(void);
+
+/* What a run allocated and chose: for FA_PARAM_LAST_EXTRA_BYTES and FLASHATTN_VERBOSE. */
+typedef struct fa_run_info {
+    int64_t extra_bytes;
+    int64_t br, bc; /* tile sizes; 0 where the algorithm has none */
+    int threads;
+    const char *path; /* compute path, e.g. "f32" or "bf16-dot" */
+} fa_run_info;
+
+/* FLASHATTN_VERBOSE lines on stderr (src/verbose.c). */
+void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, const char *fallback,
+                     const fa_run_info *info, double ms);
+void fa_verbose_error(const fa_context *ctx, fa_status st);
+
+/* Algorithms: each runs a validated problem and fills info. */
+fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *info);
+fa_status fa_run_standard(fa_context *ctx, const fa_problem *p, fa_run_info *info);
+fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info);
+
+/* Checked 64-bit arithmetic: return 0 on overflow. */
+static inline int fa_mul_ok(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline int fa_add_ok(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * kernels.h: the micro-kernel table. Each ISA directory under src/kernels/
+ * fills one fa_kernels; only those files are compiled with ISA flags. The core
+ * (tile loops, masking, the online-softmax bookkeeping around the kernels,
+ * threading) calls through this table and never sees an intrinsic. Adding an
+ * ISA = a directory with one table plus one row in registry.c.
+ *
+ * Tile layouts. A tile pairs a block of query rows r (0 <= r < rows) with a
+ * block of key columns c (0 <= c < cols). Scores are kept TRANSPOSED, st[c][r],
+ * so a SIMD vector runs along query rows: the per-row running max and sum, and
+ * the mask bounds, are then plain vertical vector operations, and K and V are
+ * read in their natural row layout (no per-tile transpose):
+ *
+ *   qt  [x][r]  x < D    Q block transposed and pre-multiplied by the scale   ld = ldqt
+ *   k   [c][x]           K rows as the user stores them (or converted to f32) ld = ldk
+ *   st  [c][r]           scores, then probabilities, in place                   ld = ldst
+ *   v   [c][e]  e < Dv   V rows                                                 ld = ldv
+ *   acc [r][e]           unnormalised output rows                               ld = ldacc
+ *   m, l, alpha  [r]     running max, running sum, last rescale factor
+ *
+ * qt, st and acc are 64-byte aligned; ldqt, ldst and ldacc are multiples of
+ * FA_ROW_ALIGN floats. Padding (rows <= r < round_up(rows, FA_ROW_ALIGN) in qt
+ * and st, dv <= e < ldacc in acc) may be read and written freely, so kernels can
+ * use whole vectors. k and v point into the caller's tensors when those are f32
+ * with unit inner stride: no alignment, and ldk/ldv may be any value (even 0 or
+ * negative). Any rows >= 1, cols >= 1, d >= 1, dv >= 1 must work.
+ * Leading dimensions count elements (floats, or uint16 for bf16 data).
+ */
+#ifndef FA_KERNELS_H
+#define FA_KERNELS_H
+
+#include <stdint.h>
+
+/* Row-block granularity: the widest vector (16 floats), so every ISA works on whole vectors along r. */
+#define FA_ROW_ALIGN 16
+
+typedef struct fa_cpu fa_cpu;
+
+typedef struct fa_kernels {
+    const char *name; /* what FLASHATTN_ARCH and fa_context_isa() call it */
+
+    /* qt[x][r] = scale * q[r][x] for r < rows; zero for rows <= r < ldqt. */
+    void (*pack_qt)(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale,
+                    float *qt, int64_t ldqt);
+
+    /* st[c][r] = sum_x qt[x][r] * k[c][x] for c < cols, r < ldqt's whole-vector cover of rows. */
+    void (*qk)(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt,
+               const float *k, int64_t ldk, float *st, int64_t ldst);
+
+    /*
+     * One online-softmax step over a tile, per row r < rows:
+     *   kept(c)  = lo == NULL || (lo[r] <= c && c <= hi[r])   (tile-relative band)
+     *   m_new    = max(m[r], max over kept c of st[c][r])      (NaN-propagating)
+     *   if m_new == -inf:  p = 0 everywhere, alpha[r] = 1      (nothing kept yet)
+     *   else:              p = exp(st - m_new) for kept c, 0 otherwise;
+     *                      alpha[r] = exp(m[r] - m_new);  l[r] = l[r]*alpha[r] + sum_c p
+     *   m[r] = m_new; st[c][r] = p.
+     * exp must be accurate to a few ulps (see the ISA's own note) and exp(-inf) = 0.
+     */
+    void (*softmax)(int64_t rows, int64_t cols, float *st, int64_t ldst, const int32_t *lo,
+                    const int32_t *hi, float *m, float *l, float *alpha);
+
+    /* acc[r][e] = alpha[r] * acc[r][e] + sum_c st[c][r] * v[c][e], for r < rows, e < dv.
+     * alpha == NULL means 1. */
+    void (*pv)(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst,
+               const float *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc);
+
+    /* Row conversions used when packing f16/bf16 tensors into fp32 panels. */
+    void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+
+    /*
+     * Optional bf16 dot-product path (NULL where the ISA has none): bf16 q, k, v
+     * are multiplied as bf16 pairs with fp32 accumulation instead of being
+     * widened to f32 first.
+     *   qt2  Q block as bf16 pairs: qt2[(x/2)*ldqt2 + 2*r + (x&1)] = q[r][x], ldqt2 = 2*ldqt
+     *        (uint16 units), x padded to even with zeros, rows padded with zeros;
+     *        NOT pre-scaled (bf16 rounding of q*scale would add error): qk_bf16 scales.
+     *   k    bf16 K rows, natural layout, ldk in uint16 units.
+     *   pv_bf16 rounds P to bf16 and repacks V tile pairs in `scratch`, which holds
+     *        at least (cols+1)*(dv+32) + (cols+1)*ldst uint16 (64-byte aligned).
+     */
+    void (*pack_qt_bf16)(int64_t rows, int64_t d, const uint16_t *q, int64_t ldq, uint16_t *qt2,
+                         int64_t ldqt2);
+    void (*qk_bf16)(int64_t rows, int64_t cols, int64_t d, const uint16_t *qt2, int64_t ldqt2,
+                    const uint16_t *k, int64_t ldk, float scale, float *st, int64_t ldst);
+    void (*pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst,
+                    const uint16_t *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc,
+                    void *scratch);
+
+    /* Peak probes: run `iters` iterations of an unrolled, dependency-free loop of
+     * the ISA's widest FMA (and bf16 dot product, where present) and return the
+     * number of FLOPs done; the core times them. NULL = not measured. */
+    double (*probe_fma)(int64_t iters);
+    double (*probe_bf16)(int64_t iters);
+} fa_kernels;
+
+/* The portable scalar table: always present, the baseline others are tested against. */
+extern const fa_kernels fa_kernels_ref;
+/* ISA tables; each exists only when its directory was built (see CMakeLists.txt). */
+extern const fa_kernels fa_kernels_avx2;
+extern const fa_kernels fa_kernels_avx512;
+extern const fa_kernels fa_kernels_avx512bf16;
+extern const fa_kernels fa_kernels_neon;
+
+/* Every table built in, best first, and whether this CPU runs it (for tests and `info`). */
+int fa_kernels_count(void);
+const fa_kernels *fa_kernels_at(int index, int *runs_here);
+
+#endif

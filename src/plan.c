@@ -1,0 +1,59 @@
+/*
+ * plan.c: tile sizes for the flash loop, from the cache sizes of this machine,
+ * the head dims and the number of tasks the threads need. The goal: the Q panel
+ * and the output accumulator of a block (reused across every K/V tile) plus one
+ * K/V tile and its score tile stay within a share of the per-core L2, while there
+ * are enough (b, h, q-block) tasks to keep threads busy to the end.
+ * The plan never depends on the thread count: tile sizes decide the order of
+ * floating-point operations, and results must be bitwise the same for any
+ * number of threads. A context setting (FA_PARAM_TILE_Q / FA_PARAM_TILE_KV) overrides either size.
+ */
+#include "internal.h"
+
+#include <unistd.h>
+
+static int64_t cache_bytes(int name, int64_t fallback)
+{
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    long v = sysconf(name);
+    if (v > 0) return v;
+#else
+    (void)name;
+#endif
+    return fallback;
+}
+
+int64_t fa_l2_bytes(void)
+{
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    return cache_bytes(_SC_LEVEL2_CACHE_SIZE, 1 << 20);
+#else
+    return cache_bytes(0, 1 << 20);
+#endif
+}
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan)
+{
+    const int64_t budget = fa_l2_bytes() / 2; /* leave the rest to K/V rows streaming through */
+    const int64_t D = p->D, Dv = p->Dv;
+    /* enough tasks for 16 threads x 4 each; a constant, not ctx->threads (see above) */
+    const int64_t tasks_wanted = 64;
+
+    /* br: the largest block whose Q panel + accumulator fit a third of the budget,
+     * while leaving tasks_wanted tasks when the shape allows it */
+    int64_t br = 256;
+    while (br > FA_ROW_ALIGN && (br * (D + Dv) * 4 > budget / 3 ||
+                                 p->B * p->Hq * ((p->Sq + br - 1) / br) < tasks_wanted))
+        br /= 2;
+    /* bc: the largest K/V tile whose rows plus its score tile fit the rest */
+    int64_t bc = 512;
+    while (bc > 16 && bc * (D + Dv + br) * 4 > budget - br * (D + Dv) * 4) bc /= 2;
+
+    if (ctx->tile_q > 0) br = ctx->tile_q;
+    if (ctx->tile_kv > 0) bc = ctx->tile_kv;
+    plan->br = br < p->Sq ? br : p->Sq;
+    plan->bc = bc < p->Sk ? bc : p->Sk;
+    plan->br_pad = round_up(plan->br, FA_ROW_ALIGN);
+}

@@ -1,0 +1,115 @@
+/*
+ * threadpool.c: pthread workers that sleep on a condition variable between
+ * jobs. A job is published by bumping a generation counter; each worker runs
+ * its share and the last one to finish wakes the caller.
+ */
+#include "threadpool.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+typedef struct fa_worker {
+    struct fa_pool *pool;
+    pthread_t thread;
+    int ith;
+} fa_worker;
+
+struct fa_pool {
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* workers wait here for a new generation */
+    pthread_cond_t done; /* the caller waits here for pending == 0 */
+    fa_worker *workers;
+    int started;
+    unsigned long generation;
+    int pending;
+    int stop;
+    int nth;
+    fa_job_fn fn;
+    void *arg;
+};
+
+static void *worker_main(void *p)
+{
+    fa_worker *self = p;
+    fa_pool *pool = self->pool;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&pool->lock);
+    for (;;) {
+        while (pool->generation == seen && !pool->stop) pthread_cond_wait(&pool->wake, &pool->lock);
+        if (pool->stop) break;
+        seen = pool->generation;
+        int nth = pool->nth;
+        fa_job_fn fn = pool->fn;
+        void *arg = pool->arg;
+        pthread_mutex_unlock(&pool->lock);
+        if (self->ith < nth) fn(arg, self->ith, nth);
+        pthread_mutex_lock(&pool->lock);
+        if (--pool->pending == 0) pthread_cond_signal(&pool->done);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return NULL;
+}
+
+fa_status fa_pool_create(int workers, fa_pool **out)
+{
+    *out = NULL;
+    fa_pool *pool = calloc(1, sizeof *pool);
+    if (!pool) return FA_ERR_OUT_OF_MEMORY;
+    pool->workers = calloc((size_t)workers, sizeof *pool->workers);
+    if (!pool->workers) {
+        free(pool);
+        return FA_ERR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_init(&pool->lock, NULL);
+    pthread_cond_init(&pool->wake, NULL);
+    pthread_cond_init(&pool->done, NULL);
+    for (int i = 0; i < workers; i++) {
+        pool->workers[i].pool = pool;
+        pool->workers[i].ith = i + 1;
+        if (pthread_create(&pool->workers[i].thread, NULL, worker_main, &pool->workers[i]) != 0) {
+            fa_pool_free(pool);
+            return FA_ERR_THREADS;
+        }
+        pool->started = i + 1;
+    }
+    *out = pool;
+    return FA_OK;
+}
+
+void fa_pool_free(fa_pool *pool)
+{
+    if (!pool) return;
+    pthread_mutex_lock(&pool->lock);
+    pool->stop = 1;
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->lock);
+    for (int i = 0; i < pool->started; i++) pthread_join(pool->workers[i].thread, NULL);
+    pthread_cond_destroy(&pool->done);
+    pthread_cond_destroy(&pool->wake);
+    pthread_mutex_destroy(&pool->lock);
+    free(pool->workers);
+    free(pool);
+}
+
+void fa_pool_run(fa_pool *pool, int nth, fa_job_fn fn, void *arg)
+{
+    if (!pool || nth <= 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    if (nth > pool->started + 1) nth = pool->started + 1;
+    pthread_mutex_lock(&pool->lock);
+    pool->fn = fn;
+    pool->arg = arg;
+    pool->nth = nth;
+    pool->pending = pool->started; /* every worker checks in, idle ones too */
+    pool->generation++;
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->lock);
+
+    fn(arg, 0, nth);
+
+    pthread_mutex_lock(&pool->lock);
+    while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->lock);
+    pthread_mutex_unlock(&pool->lock);
+}

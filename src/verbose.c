@@ -1,0 +1,40 @@
+/*
+ * verbose.c: FLASHATTN_VERBOSE=1 prints one line per call on stderr, after the
+ * convention of oneDNN's ONEDNN_VERBOSE: comma-separated, a fixed prefix, the
+ * algorithm that ran (and, for a fallback, why), the ISA path, shape, dtypes,
+ * masks, tiles, threads and the time. It is the only output the library ever
+ * makes, and only when asked: it lets a user confirm that the fused kernel ran.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+
+static const char *causal_name(fa_causal c)
+{
+    return c == FA_CAUSAL_BOTTOM_RIGHT ? "bottom-right" : c == FA_CAUSAL_TOP_LEFT ? "top-left" : "none";
+}
+
+void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, const char *fallback,
+                     const fa_run_info *info, double ms)
+{
+    char algo[160];
+    if (fallback)
+        snprintf(algo, sizeof algo, "%s(fallback:%s)", fa_algo_name(ran), fallback);
+    else
+        snprintf(algo, sizeof algo, "%s(%s)", fa_algo_name(ran), ctx->algo == FA_ALGO_AUTO ? "auto" : "forced");
+    fprintf(stderr,
+            "flashattn_verbose,exec,%s,isa:%s,path:%s,dtype:%s,out:%s,B:%lld,Hq:%lld,Hk:%lld,Sq:%lld,Sk:%lld,"
+            "D:%lld,Dv:%lld,causal:%s,window:%lld:%lld,softcap:%g,alibi:%d,bias:%d,mask:%d,lse:%d,"
+            "tiles:%lldx%lld,threads:%d,extra_bytes:%lld,%.3f\n",
+            algo, ctx->kernels->name, info->path, fa_dtype_name(p->dtype), fa_dtype_name(p->o.dtype),
+            (long long)p->B, (long long)p->Hq, (long long)p->Hk, (long long)p->Sq, (long long)p->Sk,
+            (long long)p->D, (long long)p->Dv, causal_name(p->causal), (long long)p->window_left,
+            (long long)p->window_right, (double)p->softcap, p->alibi != NULL, p->has_bias, p->has_mask,
+            p->has_lse, (long long)info->br, (long long)info->bc, info->threads,
+            (long long)info->extra_bytes, ms);
+}
+
+void fa_verbose_error(const fa_context *ctx, fa_status st)
+{
+    fprintf(stderr, "flashattn_verbose,error,%s,%s\n", fa_status_string(st), ctx->error);
+}

@@ -1,0 +1,194 @@
+/*
+ * cmd_check.c: `flashattn check`: runs one algorithm on random inputs and
+ * compares its output and LSE with FA_ALGO_REFERENCE (plain loops in double)
+ * on the very same inputs. A quick "is this build/CPU computing the right
+ * thing" test; the thorough accuracy tests live in tests/.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flashattn.h"
+#include "shape.h"
+
+int cmd_check(int argc, char **argv);
+
+/* The reference is single-threaded fp64, so check defaults to a shape it
+ * finishes in well under a second instead of bench's LLaMA-7B shape. */
+static cli_shape check_defaults(void)
+{
+    cli_shape s = cli_shape_defaults();
+    s.heads = 4;
+    s.seq = 256;
+    s.dim = 64;
+    s.algo = FA_ALGO_FLASH;
+    return s;
+}
+
+static void check_usage(FILE *f)
+{
+    cli_shape d = check_defaults();
+    fprintf(f, "usage: flashattn check [shape flags]\n\n"
+               "Runs --algo (default flash) on random inputs, with o in --dtype, and compares\n"
+               "o and the LSE with the fp64 reference (o in f32). Prints the largest errors and\n"
+               "PASS or FAIL; exit status 1 on FAIL. Tolerance on max|o - o_ref| and on\n"
+               "max|lse - lse_ref|, each times max(1, largest |reference value|):\n"
+               "f32 1e-4, f16 2e-3, bf16 1.6e-2.\n"
+               "The defaults are small (B=1 H=4 S=256 D=64) because the reference is slow;\n"
+               "--runs is accepted and ignored.\n\n");
+    cli_shape_usage(f, &d);
+}
+
+/*
+ * Why these tolerances. Every algorithm accumulates in fp32 on the same
+ * (already rounded) inputs as the reference, so what separates them is:
+ *  - f32: fp32 accumulation and exp() over a few thousand terms: around 1e-6
+ *    relative in practice; 1e-4 leaves room for long rows and still catches
+ *    any real bug (a wrong mask column or tile edge is off by ~1e-2 or more).
+ *  - f16: o is rounded to f16 (half an ulp at 1.0 is 2^-11 = 4.9e-4), and a
+ *    kernel may round P to f16 before P*V as GPU FlashAttention does; 2e-3 is
+ *    two f16 ulps at 1.0.
+ *  - bf16: the same with an 8-bit significand: half an ulp at 1.0 is 2^-8 =
+ *    3.9e-3; 1.6e-2 is two bf16 ulps at 1.0.
+ * Outputs are convex combinations of v rows in [-1, 1), so |o| <= 1 and the
+ * max(1, |ref|) factor only matters for the LSE, which grows like log(Sk).
+ */
+static double tolerance(fa_dtype dtype)
+{
+    switch (dtype) {
+    case FA_DTYPE_F32: return 1e-4;
+    case FA_DTYPE_F16: return 2e-3;
+    case FA_DTYPE_BF16: return 1.6e-2;
+    case FA_DTYPE_BOOL: break;
+    }
+    return 0.0;
+}
+
+/*
+ * Largest |x - ref| over n elements, and the largest finite |ref| in *ref_max.
+ * Equal infinities (an empty row's LSE is -inf in both) count as no error;
+ * a NaN or an infinity on one side only counts as an infinite error.
+ */
+static double max_error(const void *x, fa_dtype x_dtype, const float *ref, int64_t n,
+                        double *ref_max)
+{
+    double worst = 0.0, big = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = cli_load(x, x_dtype, i), r = ref[i];
+        double e = (a == r) ? 0.0 : fabs(a - r);
+        if (isnan(e) || isinf(e))
+            e = INFINITY;
+        if (e > worst)
+            worst = e;
+        if (isfinite(r) && fabs(r) > big)
+            big = fabs(r);
+    }
+    *ref_max = big;
+    return worst;
+}
+
+static int run(fa_context *ctx, fa_algo algo, const fa_forward_args *args, double *seconds)
+{
+    fa_status st = fa_context_set(ctx, FA_PARAM_ALGO, algo);
+    if (st == FA_OK) {
+        double t0 = cli_now();
+        st = fa_forward(ctx, args);
+        *seconds = cli_now() - t0;
+    }
+    if (st != FA_OK) {
+        fprintf(stderr, "flashattn check: %s failed: %s: %s\n", fa_algo_name(algo),
+                fa_status_string(st), fa_context_error(ctx));
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_check(int argc, char **argv)
+{
+    cli_shape s = check_defaults();
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            check_usage(stdout);
+            return CLI_EXIT_OK;
+        }
+        int r = cli_shape_flag(&s, argc, argv, &i, "check");
+        if (r < 0)
+            return CLI_EXIT_USAGE;
+        if (r == 0) {
+            fprintf(stderr, "flashattn check: unknown argument '%s'\n\n", argv[i]);
+            check_usage(stderr);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (cli_shape_finish(&s, "check") != 0)
+        return CLI_EXIT_USAGE;
+
+    int status = CLI_EXIT_FAIL;
+    fa_context *ctx = NULL;
+    cli_inputs in = {0};
+    void *o = NULL;
+    float *lse = NULL, *o_ref = NULL, *lse_ref = NULL;
+
+    fa_status st = fa_context_create(&ctx);
+    if (st != FA_OK) {
+        fprintf(stderr, "flashattn check: cannot create a context: %s\n", fa_status_string(st));
+        return CLI_EXIT_FAIL;
+    }
+    st = fa_context_set(ctx, FA_PARAM_THREADS, s.threads);
+    if (st != FA_OK) {
+        fprintf(stderr, "flashattn check: setting threads: %s: %s\n", fa_status_string(st),
+                fa_context_error(ctx));
+        goto done;
+    }
+    if (cli_inputs_make(&s, &in) != 0)
+        goto done;
+    o = cli_alloc(in.o_elems, fa_dtype_size(s.dtype));
+    lse = cli_alloc(in.lse_elems, sizeof(float));
+    o_ref = cli_alloc(in.o_elems, sizeof(float));
+    lse_ref = cli_alloc(in.lse_elems, sizeof(float));
+    if (!o || !lse || !o_ref || !lse_ref) {
+        fprintf(stderr, "flashattn check: out of memory allocating outputs\n");
+        goto done;
+    }
+
+    fa_forward_args args = cli_forward_args(&s, &in, o, s.dtype, lse);
+    fa_forward_args ref_args = cli_forward_args(&s, &in, o_ref, FA_DTYPE_F32, lse_ref);
+    double t_algo = 0, t_ref = 0;
+    int64_t ran = s.algo;
+    if (run(ctx, s.algo, &args, &t_algo) != 0)
+        goto done;
+    /* Name what actually ran: --algo auto resolves to a concrete algorithm. */
+    if (fa_context_get(ctx, FA_PARAM_LAST_ALGO, &ran) != FA_OK)
+        ran = s.algo;
+    if (run(ctx, FA_ALGO_REFERENCE, &ref_args, &t_ref) != 0)
+        goto done;
+
+    double o_big, lse_big;
+    double o_err = max_error(o, s.dtype, o_ref, in.o_elems, &o_big);
+    double lse_err = max_error(lse, FA_DTYPE_F32, lse_ref, in.lse_elems, &lse_big);
+    double tol = tolerance(s.dtype);
+    double o_tol = tol * (o_big > 1.0 ? o_big : 1.0);
+    double lse_tol = tol * (lse_big > 1.0 ? lse_big : 1.0);
+    int pass = o_err <= o_tol && lse_err <= lse_tol;
+
+    char shape[256];
+    cli_shape_describe(&s, shape, sizeof shape);
+    printf("check %s vs reference: %s %s, isa %s, threads %lld\n",
+           fa_algo_name((fa_algo)ran), fa_dtype_name(s.dtype), shape, fa_context_isa(ctx),
+           (long long)cli_resolved_threads(s.threads));
+    printf("  max |o - o_ref|     %.3e  (tolerance %.3e)\n", o_err, o_tol);
+    printf("  max |lse - lse_ref| %.3e  (tolerance %.3e)\n", lse_err, lse_tol);
+    printf("  time %s %.3f ms, reference %.3f ms\n", fa_algo_name((fa_algo)ran), t_algo * 1e3,
+           t_ref * 1e3);
+    printf("%s\n", pass ? "PASS" : "FAIL");
+    status = pass ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+
+done:
+    cli_free(o);
+    cli_free(lse);
+    cli_free(o_ref);
+    cli_free(lse_ref);
+    cli_inputs_free(&in);
+    fa_context_free(ctx);
+    return status;
+}

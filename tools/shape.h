@@ -1,0 +1,98 @@
+/*
+ * shape.h: what the `check` and `bench` verbs share: the shape flags, parsed
+ * into one struct, and random q/k/v inputs built from it.
+ *
+ * The tool sees the library only through include/flashattn.h, so the f16/bf16
+ * conversions it needs to make inputs and read outputs live here too.
+ */
+#ifndef FLASHATTN_TOOLS_SHAPE_H
+#define FLASHATTN_TOOLS_SHAPE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "flashattn.h"
+
+/* Exit statuses shared by every verb. */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+
+/*
+ * One attention problem plus how to run it. kv_heads, seq_kv and dim_v are 0
+ * until cli_shape_finish() resolves them, so "not given" and "given equal to
+ * heads/seq/dim" are the same thing afterwards.
+ */
+typedef struct cli_shape {
+    int64_t batch, heads, kv_heads, seq, seq_kv, dim, dim_v;
+    fa_dtype dtype;
+    fa_causal causal;
+    int64_t window_left, window_right; /* FA_WINDOW_UNBOUNDED or >= 0 */
+    int64_t threads;                   /* 0 = one per online CPU */
+    fa_algo algo;
+    int algo_given;                    /* --algo was on the command line */
+    int64_t runs;
+    int64_t seed;
+} cli_shape;
+
+/* The LLaMA-7B attention shape: B=1, H=32, S=2048, D=128, f32, all CPUs, 5 runs. */
+cli_shape cli_shape_defaults(void);
+
+/*
+ * Tries argv[*i] as a shape flag. Returns 1 when it was one (and *i moved past
+ * any separate value), 0 when it is not a shape flag, -1 when it is one with a
+ * bad value (a message naming `verb` is already on stderr).
+ */
+int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb);
+
+/* Resolves the defaults that follow other flags and checks the flags together. 0 or -1. */
+int cli_shape_finish(cli_shape *s, const char *verb);
+
+/* The shape flags and their defaults in `d`, for a verb's --help. */
+void cli_shape_usage(FILE *f, const cli_shape *d);
+
+/* "B=1 Hq=32 Hk=32 Sq=2048 Sk=2048 D=128 Dv=128" plus causal/window when set. */
+void cli_shape_describe(const cli_shape *s, char *buf, size_t n);
+
+const char *cli_causal_name(fa_causal c); /* "none", "bottom-right", "top-left" */
+
+/* Threads a setting of `threads` means: 0 resolves to the online CPU count. */
+int64_t cli_resolved_threads(int64_t threads);
+
+/* ------------------------------------------------------------- buffers */
+
+/* Random q, k, v in s->dtype, BSND-contiguous, uniform in [-1, 1). */
+typedef struct cli_inputs {
+    void *q; /* (B, Sq, Hq, D) */
+    void *k; /* (B, Sk, Hk, D) */
+    void *v; /* (B, Sk, Hk, Dv) */
+    int64_t o_elems;   /* B*Sq*Hq*Dv */
+    int64_t lse_elems; /* B*Hq*Sq */
+} cli_inputs;
+
+/* 0, or -1 with a message on stderr (out of memory). Free with cli_inputs_free. */
+int cli_inputs_make(const cli_shape *s, cli_inputs *in);
+void cli_inputs_free(cli_inputs *in);
+
+/* 64-byte aligned, zeroed storage for `elems` elements of `elem_size` bytes; NULL on failure. */
+void *cli_alloc(int64_t elems, size_t elem_size);
+void cli_free(void *p);
+
+/*
+ * Forward arguments over `in`: o (B, Sq, Hq, Dv) of dtype o_dtype, optional
+ * lse (B, Hq, Sq, 1) f32 (NULL = not requested), and the shape's masking.
+ */
+fa_forward_args cli_forward_args(const cli_shape *s, const cli_inputs *in,
+                                 void *o, fa_dtype o_dtype, float *lse);
+
+/* Element i of a buffer of `dtype` as a double. */
+double cli_load(const void *data, fa_dtype dtype, int64_t i);
+
+/* Round-to-nearest-even conversions, NaN and infinity kept. */
+uint16_t cli_f32_to_f16(float f);
+float cli_f16_to_f32(uint16_t h);
+uint16_t cli_f32_to_bf16(float f);
+float cli_bf16_to_f32(uint16_t b);
+
+/* CLOCK_MONOTONIC in seconds. */
+double cli_now(void);
+
+#endif /* FLASHATTN_TOOLS_SHAPE_H */
