@@ -137,7 +137,10 @@ typedef enum fa_param {
     FA_PARAM_TILE_KV = 4,          /* flash key/value rows per tile; 0 = planned (default) */
     FA_PARAM_VERBOSE = 5,          /* 1 = one line per call on stderr; default from FLASHATTN_VERBOSE */
     FA_PARAM_LAST_ALGO = 100,      /* read-only: the fa_algo the last successful call ran */
-    FA_PARAM_LAST_EXTRA_BYTES = 101 /* read-only: peak bytes the last successful call allocated */
+    FA_PARAM_LAST_EXTRA_BYTES = 101, /* read-only: peak bytes the last successful call allocated */
+    FA_PARAM_LAST_TILE_Q = 102,    /* read-only: query rows per tile the last flash call used (0 otherwise) */
+    FA_PARAM_LAST_TILE_KV = 103,   /* read-only: key/value rows per tile it used (0 otherwise) */
+    FA_PARAM_LAST_THREADS = 104    /* read-only: threads the last call ran on */
 } fa_param;
 
 /* *out receives a new context, or NULL on failure. */

@@ -115,7 +115,7 @@ static void standard_worker(void *arg, int ith, int nth)
 fa_status fa_run_standard(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 {
     standard_job job = {.p = p, .kern = ctx->kernels};
-    job.sq_pad = (p->Sq + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN;
+    job.sq_pad = fa_panel_ld(p->Sq);
     job.ldo = (p->Dv + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN;
     job.per_thread = scratch_floats(&job, NULL, NULL);
     const int64_t tasks = p->B * p->Hq; /* both are dims of validated tensors */

@@ -37,7 +37,7 @@ const char *fa_status_string(fa_status status)
     case FA_ERR_OVERFLOW: return "a size or offset overflows 64 bits";
     case FA_ERR_BROADCAST: return "bias or mask does not broadcast to [B, Hq, Sq, Sk]";
     case FA_ERR_INVALID_ARGUMENT: return "invalid argument value";
-    case FA_ERR_UNSUPPORTED: return "the chosen algorithm does not support this call";
+    case FA_ERR_UNSUPPORTED: return "not supported by the chosen algorithm or instruction-set path";
     case FA_ERR_OUT_OF_MEMORY: return "out of memory";
     case FA_ERR_THREADS: return "worker threads could not be started";
     case FA_ERR_ISA_UNAVAILABLE: return "the requested instruction-set path is not available";
@@ -208,6 +208,9 @@ fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi)
     case FA_PARAM_VERBOSE: *lo = 0; *hi = 1; return FA_OK;
     case FA_PARAM_LAST_ALGO: *lo = FA_ALGO_AUTO; *hi = FA_ALGO_REFERENCE; return FA_OK;
     case FA_PARAM_LAST_EXTRA_BYTES: *lo = 0; *hi = INT64_MAX; return FA_OK;
+    case FA_PARAM_LAST_TILE_Q: *lo = 0; *hi = INT64_MAX; return FA_OK;
+    case FA_PARAM_LAST_TILE_KV: *lo = 0; *hi = INT64_MAX; return FA_OK;
+    case FA_PARAM_LAST_THREADS: *lo = 0; *hi = 1024; return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }
@@ -219,7 +222,7 @@ fa_status fa_context_set(fa_context *ctx, fa_param param, int64_t value)
     int64_t lo, hi;
     if (fa_param_bounds(param, &lo, &hi) != FA_OK)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown parameter %d", (int)param);
-    if (param == FA_PARAM_LAST_ALGO || param == FA_PARAM_LAST_EXTRA_BYTES)
+    if (param >= FA_PARAM_LAST_ALGO)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "parameter %d is read-only", (int)param);
     if (value < lo || value > hi)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "parameter %d: value %lld is outside [%lld, %lld]",
@@ -247,6 +250,9 @@ fa_status fa_context_get(const fa_context *ctx, fa_param param, int64_t *value)
     case FA_PARAM_VERBOSE: *value = ctx->verbose; return FA_OK;
     case FA_PARAM_LAST_ALGO: *value = ctx->last_algo; return FA_OK;
     case FA_PARAM_LAST_EXTRA_BYTES: *value = ctx->last_extra_bytes; return FA_OK;
+    case FA_PARAM_LAST_TILE_Q: *value = ctx->last_tile_q; return FA_OK;
+    case FA_PARAM_LAST_TILE_KV: *value = ctx->last_tile_kv; return FA_OK;
+    case FA_PARAM_LAST_THREADS: *value = ctx->last_threads; return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }

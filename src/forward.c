@@ -66,6 +66,9 @@ fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
     }
     ctx->last_algo = e->algo;
     ctx->last_extra_bytes = info.extra_bytes;
+    ctx->last_tile_q = info.br;
+    ctx->last_tile_kv = info.bc;
+    ctx->last_threads = info.threads;
     if (ctx->verbose) fa_verbose_exec(ctx, &p, e->algo, fallback, &info, now_ms() - t0);
     return FA_OK;
 }

@@ -27,6 +27,7 @@ struct fa_context {
     int verbose;             /* FLASHATTN_VERBOSE: one line per call on stderr */
     fa_algo last_algo;
     int64_t last_extra_bytes;
+    int64_t last_tile_q, last_tile_kv, last_threads;
     char error[320];
 };
 
@@ -110,8 +111,11 @@ static inline int64_t fa_pad_floats(int64_t n)
 /* Tile sizes for the flash loop (src/plan.c). */
 typedef struct fa_plan {
     int64_t br, bc;  /* query rows and key columns per tile */
-    int64_t br_pad;  /* br rounded up to FA_ROW_ALIGN */
+    int64_t br_pad;  /* leading dimension of the Q panel and score tile: fa_panel_ld(br) */
 } fa_plan;
+/* Leading dimension for panels of `rows` query rows: a multiple of FA_ROW_ALIGN
+ * that avoids L1 set aliasing. */
+int64_t fa_panel_ld(int64_t rows);
 void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan);
 int64_t fa_l2_bytes(void);
 

@@ -55,5 +55,13 @@ void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan)
     if (ctx->tile_kv > 0) bc = ctx->tile_kv;
     plan->br = br < p->Sq ? br : p->Sq;
     plan->bc = bc < p->Sk ? bc : p->Sk;
-    plan->br_pad = round_up(plan->br, FA_ROW_ALIGN);
+    plan->br_pad = fa_panel_ld(plan->br);
+}
+
+int64_t fa_panel_ld(int64_t rows)
+{
+    /* A row stride that is a multiple of 256 bytes maps the rows of qt and st onto a
+     * few L1 sets, and they evict each other; one extra vector breaks the pattern. */
+    int64_t ld = round_up(rows, FA_ROW_ALIGN);
+    return ld % 64 == 0 ? ld + FA_ROW_ALIGN : ld;
 }

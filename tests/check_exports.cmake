@@ -1,6 +1,7 @@
 # check_exports.cmake: the shared library exports the public API and nothing else.
 # Every defined dynamic symbol must start with fa_ (bar the few the linker itself
-# defines), and every function the public header declares with FA_API must be there.
+# defines) and be declared with FA_API in the public header, and every function the
+# header declares must be there.
 # Run: cmake -DNM=<nm> -DLIB=<libflashattn.so> -DHEADER=<flashattn.h> -P check_exports.cmake
 foreach(var NM LIB HEADER)
   if(NOT DEFINED ${var})
@@ -33,16 +34,29 @@ foreach(line IN LISTS lines)
   endif()
 endforeach()
 
-file(STRINGS "${HEADER}" api_lines REGEX "^FA_API ")
+# Every "FA_API ... fa_name(" in the header, declarations spanning lines included.
+file(READ "${HEADER}" header_text)
+string(REGEX MATCHALL "FA_API[^;(]*\\(" decls "${header_text}")
+set(declared_names "")
+foreach(decl IN LISTS decls)
+  if(decl MATCHES "(fa_[a-z0-9_]+)[ \t\r\n]*\\($")
+    list(APPEND declared_names "${CMAKE_MATCH_1}")
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES declared_names)
+list(LENGTH declared_names declared)
 set(missing "")
-set(declared 0)
-foreach(line IN LISTS api_lines)
-  if(line MATCHES "[ *](fa_[a-z0-9_]+)\\(")
-    math(EXPR declared "${declared} + 1")
-    list(FIND exported "${CMAKE_MATCH_1}" at)
-    if(at EQUAL -1)
-      list(APPEND missing "${CMAKE_MATCH_1}")
-    endif()
+foreach(name IN LISTS declared_names)
+  list(FIND exported "${name}" at)
+  if(at EQUAL -1)
+    list(APPEND missing "${name}")
+  endif()
+endforeach()
+# fa_ symbols the header does not declare are internals that leaked
+foreach(name IN LISTS exported)
+  list(FIND declared_names "${name}" at)
+  if(at EQUAL -1)
+    list(APPEND stray "undeclared ${name}")
   endif()
 endforeach()
 
@@ -52,7 +66,7 @@ list(LENGTH missing n_missing)
 set(failed 0)
 if(n_stray GREATER 0)
   list(JOIN stray "\n  " s)
-  message("FAIL: ${LIB} exports symbols without the fa_ prefix:\n  ${s}")
+  message("FAIL: ${LIB} exports symbols that are not the public API:\n  ${s}")
   set(failed 1)
 endif()
 if(n_missing GREATER 0 OR declared EQUAL 0)

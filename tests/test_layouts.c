@@ -349,7 +349,8 @@ int main(void) {
     h_rng_seed(&g_rng, h_env_u64("FA_TEST_SEED", 777));
     fa_status st = fa_context_create(&g_ctx);
     h_case("fa_context_create");
-    if (!CHECK(st == FA_OK && g_ctx, "status %d", (int)st)) return h_summary();
+    if (!CHECK(st == FA_OK && g_ctx, "status %d (%s)", (int)st, fa_status_string(st))) return h_summary();
+    printf("flashattn %s, isa %s\n", fa_version_string(), fa_context_isa(g_ctx));
     test_make_strides();
 
     const h_dims shapes[2] = {{2, 13, 19, 4, 2, 40, 24}, {1, 70, 33, 3, 1, 64, 64}};

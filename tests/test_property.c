@@ -435,7 +435,8 @@ int main(void) {
     fa_context *ctx = NULL;
     fa_status st = fa_context_create(&ctx);
     h_case("fa_context_create");
-    if (!CHECK(st == FA_OK && ctx, "status %d", (int)st)) return h_summary();
+    if (!CHECK(st == FA_OK && ctx, "status %d (%s)", (int)st, fa_status_string(st))) return h_summary();
+    printf("flashattn %s, isa %s\n", fa_version_string(), fa_context_isa(ctx));
     const int ncases = NDS * 3 * CASES_PER_CELL;
     for (int index = 0; index < ncases; index++)
         if (only < 0 || only == index) run_case(ctx, seed, index);

@@ -10,7 +10,7 @@
  * That pins down causal alignment, windows and mask broadcasting exactly. Adding
  * known scores (ALiBi, bias, chosen q and k) turns the rows into closed-form softmaxes.
  *
- * Set FA_TEST_SEED to change the random k values (they must not matter).
+ * FA_TEST_SEED changes the random k, masks and biases (the answers must not change).
  */
 #include <math.h>
 #include <stdio.h>
@@ -71,7 +71,7 @@ static double *exp_lse(const expected *e, const h_dims *d, int64_t b, int64_t h,
  */
 static void compare(const h_problem *p, const expected *e) {
     const h_dims *d = &p->dims;
-    const double tol = h_ka_tol(p->out_dtype), ltol = h_ka_lse_tol(p->dtype);
+    const double tol = h_ka_tol(p->dtype, p->out_dtype), ltol = h_ka_lse_tol(p->dtype);
     int64_t nbad = 0, fb = 0, fi = 0, fh = 0, fc = 0;
     double fgot = 0, fexp = 0;
     for (int64_t b = 0; b < d->B; b++)
@@ -447,25 +447,29 @@ static void test_bias(void) {
         free(mask.data);
     }
 
-    /* -inf bias on whole columns: those columns drop out, the rest stay uniform */
-    fa_tensor col = h_alloc(FA_DTYPE_F32, 1, 1, 1, d.Sk);
-    h_set(&col, 0, 0, 0, 3, -INFINITY);
-    h_set(&col, 0, 0, 0, 0, -INFINITY);
-    h_set(&col, 0, 0, 0, d.Sk - 1, -INFINITY);
-    const keep_rule r = {FA_CAUSAL_NONE, -1, -1, NULL};
-    const bias_ctx bc = {&col};
-    expected e = expected_alloc(&d);
-    expect_softmax_rows(&d, &r, bias_score, &bc, &e);
-    for (int c = 0; c < NCFG; c++) {
-        h_problem p;
-        h_problem_alloc(&p, d, CFGS[c].in, CFGS[c].out);
-        fill_q0_videntity(&p);
-        p.args.bias = col;
-        check_all_algos(&p, &e, "bias -inf columns");
-        h_problem_free(&p);
+    /* -inf bias on whole columns (in every bias dtype): those columns drop out */
+    for (int bt = 0; bt < 3; bt++) {
+        fa_tensor col = h_alloc(bdts[bt], 1, 1, 1, d.Sk);
+        h_set(&col, 0, 0, 0, 3, -INFINITY);
+        h_set(&col, 0, 0, 0, 0, -INFINITY);
+        h_set(&col, 0, 0, 0, d.Sk - 1, -INFINITY);
+        const keep_rule r = {FA_CAUSAL_NONE, -1, -1, NULL};
+        const bias_ctx bc = {&col};
+        expected e = expected_alloc(&d);
+        expect_softmax_rows(&d, &r, bias_score, &bc, &e);
+        char name[64];
+        snprintf(name, sizeof name, "bias -inf columns (%s)", h_dtype_str(col.dtype));
+        for (int c = 0; c < NCFG; c++) {
+            h_problem p;
+            h_problem_alloc(&p, d, CFGS[c].in, CFGS[c].out);
+            fill_q0_videntity(&p);
+            p.args.bias = col;
+            check_all_algos(&p, &e, name);
+            h_problem_free(&p);
+        }
+        expected_free(&e);
+        free(col.data);
     }
-    expected_free(&e);
-    free(col.data);
 }
 
 /* ------------------------------------------------ scale, softcap, D = 1 */
@@ -475,7 +479,14 @@ static void test_bias(void) {
  * lse_i = log(exp(s_i0) + exp(s_i1)). q_i = c_i * ones(D), k_0 = ones(D), k_1 = kneg * ones(D),
  * so the raw dots are D*c_i and D*c_i*kneg.
  */
-static void two_key_case(const char *name, int64_t D, float scale, float softcap, double kneg) {
+/* Optional extras on top of the two scores, to pin the order of SEMANTICS.md steps 2-4. */
+typedef struct two_key_extras {
+    const float *bias2;  /* (1, 1, 1, 2) bias added after softcap, or NULL */
+    float slope;         /* ALiBi slope, 0 = off: s_j -= slope * |i + Sk - Sq - j| after softcap */
+} two_key_extras;
+
+static void two_key_case_ex(const char *name, int64_t D, float scale, float softcap, double kneg,
+                            const two_key_extras *x) {
     static const double cs[] = {0.5, 1.0, 1.5, 2.0, -1.0, 0.0};
     const h_dims d = {1, 6, 2, 1, 1, D, 2};
     const double sc = scale != 0.0f ? (double)scale : 1.0 / sqrt((double)D);
@@ -485,6 +496,11 @@ static void two_key_case(const char *name, int64_t D, float scale, float softcap
         if (softcap > 0.0f) {
             s0 = softcap * tanh(s0 / softcap);
             s1 = softcap * tanh(s1 / softcap);
+        }
+        if (x && x->bias2) s0 += x->bias2[0], s1 += x->bias2[1];
+        if (x && x->slope != 0.0f) { /* Sk - Sq = -4 */
+            s0 -= x->slope * fabs((double)(i - 4 - 0));
+            s1 -= x->slope * fabs((double)(i - 4 - 1));
         }
         const double m = fmax(s0, s1);
         const double z = exp(s0 - m) + exp(s1 - m);
@@ -505,10 +521,23 @@ static void two_key_case(const char *name, int64_t D, float scale, float softcap
         h_set(&p.args.v, 0, 1, 0, 1, 1.0);
         p.args.scale = scale;
         p.args.softcap = softcap;
+        fa_tensor bias = {0};
+        if (x && x->bias2) {
+            bias = h_alloc(FA_DTYPE_F32, 1, 1, 1, 2);
+            h_set(&bias, 0, 0, 0, 0, x->bias2[0]);
+            h_set(&bias, 0, 0, 0, 1, x->bias2[1]);
+            p.args.bias = bias;
+        }
+        if (x && x->slope != 0.0f) p.args.alibi_slopes = &x->slope;
         check_all_algos(&p, &e, name);
+        free(bias.data);
         h_problem_free(&p);
     }
     expected_free(&e);
+}
+
+static void two_key_case(const char *name, int64_t D, float scale, float softcap, double kneg) {
+    two_key_case_ex(name, D, scale, softcap, kneg, NULL);
 }
 
 static void test_scale_softcap(void) {
@@ -520,6 +549,12 @@ static void test_scale_softcap(void) {
     two_key_case("softcap 3", 4, 1.0f, 3.0f, 0.0);
     two_key_case("softcap 1, D=1", 1, 2.0f, 1.0f, -1.0);
     two_key_case("softcap 50 (nearly linear)", 8, 0.0f, 50.0f, -0.25);
+    /* softcap applies to scale*qk only; bias and ALiBi are added after it, uncapped */
+    static const float bias2[2] = {2.5f, -1.0f};
+    const two_key_extras with_bias = {bias2, 0.0f}, with_alibi = {NULL, 0.75f}, with_both = {bias2, 0.25f};
+    two_key_case_ex("softcap 1 then bias", 4, 1.0f, 1.0f, 0.0, &with_bias);
+    two_key_case_ex("softcap 2 then ALiBi", 4, 1.0f, 2.0f, -1.0, &with_alibi);
+    two_key_case_ex("softcap 3 then bias and ALiBi", 4, 0.0f, 3.0f, 0.5, &with_both);
 }
 
 /*
@@ -696,7 +731,8 @@ int main(void) {
     h_rng_seed(&g_rng, h_env_u64("FA_TEST_SEED", 20240601));
     fa_status st = fa_context_create(&g_ctx);
     h_case("fa_context_create");
-    if (!CHECK(st == FA_OK && g_ctx, "status %d", (int)st)) return h_summary();
+    if (!CHECK(st == FA_OK && g_ctx, "status %d (%s)", (int)st, fa_status_string(st))) return h_summary();
+    printf("flashattn %s, isa %s\n", fa_version_string(), fa_context_isa(g_ctx));
 
     test_literals();
     test_causal_shapes();
