@@ -34,6 +34,7 @@ typedef struct {
     float *v;   /* (Sk, Dv) */
     float *o;   /* (Sq, ldo) */
     float *m, *l, *alpha; /* (sq_pad) */
+    int32_t *lo, *hi;     /* (sq_pad) each row's band, for band-only masking */
 } standard_scratch;
 
 /* Sizes in floats, checked; 0 on overflow. With base, also lays the slices out. */
@@ -41,17 +42,18 @@ static int64_t scratch_floats(const standard_job *job, standard_scratch *sc, flo
 {
     const fa_problem *p = job->p;
     const int64_t sp = job->sq_pad;
-    int64_t sizes[9];
+    int64_t sizes[11];
     int ok = fa_mul_ok(p->Sk, sp, &sizes[0]) && fa_mul_ok(p->D, sp, &sizes[1]) &&
              fa_mul_ok(p->Sq, p->D, &sizes[2]) && fa_mul_ok(p->Sk, p->D, &sizes[3]) &&
              fa_mul_ok(p->Sk, p->Dv, &sizes[4]) && fa_mul_ok(p->Sq, job->ldo, &sizes[5]);
     if (!ok) return 0;
-    sizes[6] = sizes[7] = sizes[8] = sp;
+    sizes[6] = sizes[7] = sizes[8] = sizes[9] = sizes[10] = sp;
     standard_scratch unused;
     if (!sc) sc = &unused;
-    float **slots[9] = {&sc->st, &sc->qt, &sc->q, &sc->k, &sc->v, &sc->o, &sc->m, &sc->l, &sc->alpha};
+    float **slots[11] = {&sc->st, &sc->qt, &sc->q, &sc->k, &sc->v, &sc->o, &sc->m, &sc->l, &sc->alpha,
+                         (float **)&sc->lo, (float **)&sc->hi};
     int64_t off = 0;
-    for (int s = 0; s < 9; s++) {
+    for (int s = 0; s < 11; s++) {
         *slots[s] = base ? base + off : NULL;
         if (!fa_add_ok(off, fa_pad_floats(sizes[s]), &off)) return 0;
     }
@@ -68,10 +70,17 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
     const float *k = fa_rows_f32(&p->k, kern, b, 0, Sk, hk, D, sc->k, &ldk);
     const float *v = fa_rows_f32(&p->v, kern, b, 0, Sk, hk, Dv, sc->v, &ldv);
 
-    /* 1. S = scale * Q K^T, then softcap, bias, ALiBi and masks as one more pass */
+    /* 1. S = scale * Q K^T, then softcap, bias, ALiBi and masks as one more pass
+     * (a causal/window band alone goes to the softmax as bounds, as in flash) */
     kern->pack_qt(Sq, D, q, ldq, p->scale, sc->qt, sp);
     kern->qk(Sq, Sk, D, sc->qt, sp, k, ldk, sc->st, sp);
-    fa_scores_finish(p, b, h, 0, Sq, 0, Sk, sc->st, sp);
+    const int32_t *lo = NULL, *hi = NULL;
+    if (fa_problem_has_elementwise(p)) {
+        fa_scores_finish(p, b, h, 0, Sq, 0, Sk, sc->st, sp);
+    } else if (!fa_tile_band(p, 0, Sq, 0, Sk, sc->lo, sc->hi)) {
+        lo = sc->lo;
+        hi = sc->hi;
+    }
 
     /* 2. P = softmax(S): one online step over the whole row is the exact softmax;
      * then normalise P itself, as torch.softmax does */
@@ -79,7 +88,7 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
         sc->m[i] = -INFINITY;
         sc->l[i] = 0.0f;
     }
-    kern->softmax(Sq, Sk, sc->st, sp, NULL, NULL, sc->m, sc->l, sc->alpha);
+    kern->softmax(Sq, Sk, sc->st, sp, lo, hi, sc->m, sc->l, sc->alpha);
     for (int64_t i = 0; i < Sq; i++) sc->alpha[i] = sc->l[i] > 0.0f ? 1.0f / sc->l[i] : 0.0f;
     for (int64_t j = 0; j < Sk; j++) {
         float *row = sc->st + j * sp;

@@ -38,15 +38,18 @@ void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan)
 {
     const int64_t budget = fa_l2_bytes() / 2; /* leave the rest to K/V rows streaming through */
     const int64_t D = p->D, Dv = p->Dv;
-    /* enough tasks for 16 threads x 4 each; a constant, not ctx->threads (see above) */
-    const int64_t tasks_wanted = 64;
+    /* enough tasks for 4 threads x 4 each; a constant, not ctx->threads (see above).
+     * br stays >= 64 (the widest register block along r) unless Sq itself is shorter:
+     * smaller blocks re-read K/V more often than they gain in balance. */
+    const int64_t tasks_wanted = 16, br_min = 64;
 
     /* br: the largest block whose Q panel + accumulator fit a third of the budget,
      * while leaving tasks_wanted tasks when the shape allows it */
     int64_t br = 256;
-    while (br > FA_ROW_ALIGN && (br * (D + Dv) * 4 > budget / 3 ||
-                                 p->B * p->Hq * ((p->Sq + br - 1) / br) < tasks_wanted))
+    while (br > br_min && (br * (D + Dv) * 4 > budget / 3 ||
+                           p->B * p->Hq * ((p->Sq + br - 1) / br) < tasks_wanted))
         br /= 2;
+    while (br > FA_ROW_ALIGN && br * (D + Dv) * 4 > budget / 3) br /= 2; /* huge heads */
     /* bc: the largest K/V tile whose rows plus its score tile fit the rest */
     int64_t bc = 512;
     while (bc > 16 && bc * (D + Dv + br) * 4 > budget - br * (D + Dv) * 4) bc /= 2;

@@ -17,23 +17,24 @@ void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int
     const float cap = p->softcap;
     const float slope = p->alibi ? p->alibi[b * p->alibi_stride_b + h] : 0.0f;
 
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t i = i0 + r;
-        const int64_t diag = i + p->Sk - p->Sq;
-        int64_t lo, hi;
-        fa_row_band(p, i, &lo, &hi);
-        for (int64_t c = 0; c < cols; c++) {
-            const int64_t j = j0 + c;
-            float *s = &st[c * ldst + r];
+    /* c outer, r inner: st is walked along its rows, which matters when it is the
+     * standard algorithm's whole Sk x Sq matrix */
+    for (int64_t c = 0; c < cols; c++) {
+        const int64_t j = j0 + c;
+        float *sc = st + c * ldst;
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t i = i0 + r;
+            int64_t lo, hi;
+            fa_row_band(p, i, &lo, &hi);
             if (j < lo || j > hi || (p->has_mask && fa_load(&p->mask, b, h, i, j) == 0.0f)) {
-                *s = -INFINITY;
+                sc[r] = -INFINITY;
                 continue;
             }
-            float x = *s;
+            float x = sc[r];
             if (cap > 0.0f) x = cap * tanhf(x / cap);
             if (p->has_bias) x += fa_load(&p->bias, b, h, i, j);
-            if (p->alibi) x -= slope * (float)llabs(diag - j);
-            *s = x;
+            if (p->alibi) x -= slope * (float)llabs(i + p->Sk - p->Sq - j);
+            sc[r] = x;
         }
     }
 }

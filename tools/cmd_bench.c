@@ -1,7 +1,12 @@
 /*
- * cmd_bench.c: `flashattn bench`: times the algorithms on one shape through
- * the public API and reports median latency, GFLOP/s, the extra memory each
- * call allocated and the speed-up over the standard (materialise S) baseline.
+ * cmd_bench.c: `flashattn bench`: times the algorithms through the public API
+ * and reports median latency, GFLOP/s and the share of the machine's measured
+ * peak, the extra memory each call allocated, the flash tiles used and the
+ * speed-up over the standard (materialise S) baseline. Three modes:
+ *   one shape     flash, standard (and reference when small), one row each;
+ *   --seqs LIST   flash against standard, one row per N (Sq = Sk = N), with the
+ *                 modelled main-memory traffic of each (tools/traffic.c);
+ *   --model-only  the traffic model alone, no timing (for bench/cachegrind.sh).
  *
  * FLOPs follow STYLE.md rule 10: 2*(D+Dv) per (i, j) pair the mask keeps,
  * times B*Hq, so masked variants are credited only for the work they must do.
@@ -12,7 +17,9 @@
 #include <string.h>
 
 #include "flashattn.h"
+#include "measure.h"
 #include "shape.h"
+#include "traffic.h"
 
 int cmd_bench(int argc, char **argv);
 
@@ -20,241 +27,644 @@ int cmd_bench(int argc, char **argv);
  * be part of a default run (it can still be asked for with --algo reference). */
 #define REFERENCE_MAX_FLOPS 2e9
 
+/* --seqs: at most this many lengths, and this many runs unless --runs says:
+ * a sweep up to 8192 at the default shape stays within minutes. */
+enum { SEQS_MAX = 32, SEQS_DEFAULT_RUNS = 3 };
+
 static void bench_usage(FILE *f)
 {
     cli_shape d = cli_shape_defaults();
-    fprintf(f, "usage: flashattn bench [shape flags] [--json]\n\n"
+    fprintf(f, "usage: flashattn bench [shape flags] [--seqs N,N,...] [--json] [--no-probe]\n"
+               "                       [--model-only] [--cold[=BYTES]] [--warmup-only]\n\n"
                "Times flash and standard, and reference when a call is at most 2 GFLOP,\n"
                "or only --algo when given. Each: one warm-up, then --runs timed runs;\n"
-               "reports the median. GFLOP/s = 2*(D+Dv) * kept (i,j) pairs * B * Hq / time.\n"
-               "  --json             one JSON object per line per algorithm, fields first:\n"
+               "reports the median. GFLOP/s = 2*(D+Dv) * kept (i,j) pairs * B * Hq / time;\n"
+               "%% peak = GFLOP/s against the peak fa_probe measures for the kernel path on\n"
+               "the same threads (fp32 FMA; the bf16 dot product for bf16 on avx512bf16).\n"
+               "  --seqs N,N,...     one table, flash against standard, one row per N with\n"
+               "                     Sq = Sk = N (overrides --seq and --seq-kv; --runs\n"
+               "                     defaults to %d): times, speed-up, flash GFLOP/s and\n"
+               "                     %% peak, tiles, extra memory, and the main-memory\n"
+               "                     traffic of each algorithm by the model in\n"
+               "                     bench/README.md. \"out of memory\" when standard\n"
+               "                     cannot allocate its score matrix.\n"
+               "  --json             one JSON object per line: per algorithm, fields first\n"
                "                     algo isa dtype B Hq Hk Sq Sk D Dv causal threads\n"
-               "                     median_ms gflops extra_bytes\n\n");
+               "                     median_ms gflops extra_bytes, later tile_q tile_kv\n"
+               "                     peak_gflops pct_peak; with --seqs one object per N\n"
+               "  --no-probe         skip the peak probe (about 0.5 s); %% peak is then empty\n"
+               "  --model-only       print the traffic model of flash and standard for the\n"
+               "                     shape (or each --seqs N) without timing: flash runs\n"
+               "                     once, untimed, to learn its tiles and scratch size\n"
+               "  --cold[=BYTES]     before each timed call, stream BYTES (default twice the\n"
+               "                     L2) through the caches, untimed, so the call starts\n"
+               "                     with none of its data in L2, as the traffic model assumes\n"
+               "  --warmup-only      make each algorithm's warm-up call (and, with --cold,\n"
+               "                     the flush after it) and stop: nothing is timed or printed.\n"
+               "                     bench/cachegrind.sh subtracts such a run from --runs 1\n\n",
+            SEQS_DEFAULT_RUNS);
     cli_shape_usage(f, &d);
 }
 
-/*
- * (i, j) pairs kept by causal and window, per SEMANTICS.md step 5: row i keeps
- * the contiguous columns lo..hi, so each row is counted in closed form.
- */
-static int64_t kept_pairs(const cli_shape *s)
-{
-    const int64_t sq = s->seq, sk = s->seq_kv, off = sk - sq;
-    int64_t total = 0;
-    for (int64_t i = 0; i < sq; i++) {
-        int64_t lo = 0, hi = sk - 1;
-        if (s->window_left >= 0 && i + off - s->window_left > lo)
-            lo = i + off - s->window_left;
-        if (s->window_right >= 0 && i + off + s->window_right < hi)
-            hi = i + off + s->window_right;
-        if (s->causal == FA_CAUSAL_BOTTOM_RIGHT && i + off < hi)
-            hi = i + off;
-        if (s->causal == FA_CAUSAL_TOP_LEFT && i < hi)
-            hi = i;
-        if (hi >= lo)
-            total += hi - lo + 1;
-    }
-    return total;
-}
+/* ------------------------------------------------------------ shared bits */
 
-typedef struct bench_row {
-    fa_algo algo;        /* what ran (auto resolves to a concrete algorithm) */
-    int oom;             /* a call returned FA_ERR_OUT_OF_MEMORY */
-    double median_s;
-    int64_t extra_bytes; /* the largest over the timed runs */
-    int64_t threads;     /* threads the algorithm used */
-} bench_row;
-
-static int cmp_double(const void *a, const void *b)
+static void print_peak_line(const cli_peak *peak, const char *isa, int64_t threads)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* 0 done (row->oom may be set), -1 a library error, already reported. */
-static int bench_one(fa_context *ctx, const cli_shape *s, fa_algo algo,
-                     const fa_forward_args *args, double *times, bench_row *row)
-{
-    memset(row, 0, sizeof *row);
-    row->algo = algo;
-    fa_status st = fa_context_set(ctx, FA_PARAM_ALGO, algo);
-    for (int64_t r = -1; st == FA_OK && r < s->runs; r++) { /* r = -1: the warm-up */
-        double t0 = cli_now();
-        st = fa_forward(ctx, args);
-        double t = cli_now() - t0;
-        if (st != FA_OK)
-            break;
-        if (r < 0)
-            continue;
-        times[r] = t;
-        int64_t extra = 0;
-        if (fa_context_get(ctx, FA_PARAM_LAST_EXTRA_BYTES, &extra) == FA_OK &&
-            extra > row->extra_bytes)
-            row->extra_bytes = extra;
-    }
-    if (st == FA_ERR_OUT_OF_MEMORY) {
-        row->oom = 1;
-        return 0;
-    }
-    if (st != FA_OK) {
-        fprintf(stderr, "flashattn bench: %s failed: %s: %s\n", fa_algo_name(algo),
-                fa_status_string(st), fa_context_error(ctx));
-        return -1;
-    }
-    int64_t ran = algo;
-    if (fa_context_get(ctx, FA_PARAM_LAST_ALGO, &ran) == FA_OK)
-        row->algo = (fa_algo)ran;
-    qsort(times, (size_t)s->runs, sizeof *times, cmp_double);
-    int64_t m = s->runs / 2;
-    row->median_s = (s->runs % 2) ? times[m] : 0.5 * (times[m - 1] + times[m]);
-    /* The reference ignores the thread setting; say what it really used. */
-    row->threads = row->algo == FA_ALGO_REFERENCE ? 1 : cli_resolved_threads(s->threads);
-    return 0;
-}
-
-/* A JSON string literal; the library's names are plain ASCII, but a quote or
- * a control character must still never break the line. */
-static void json_string(FILE *f, const char *text)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-static void json_number(FILE *f, double x)
-{
-    if (isfinite(x))
-        fprintf(f, "%.6g", x);
+    if (peak->gflops > 0.0)
+        printf("# peak %.1f GFLOP/s: %s of the %s path on %lld thread%s, measured by fa_probe\n",
+               peak->gflops, peak->kind, isa, (long long)threads, threads == 1 ? "" : "s");
     else
-        fputs("null", f); /* JSON has no inf or NaN */
+        printf("# peak (%s): %s\n", peak->kind, peak->why);
 }
 
-static void print_json(const cli_shape *s, const char *isa, const bench_row *row, double flops,
-                       double standard_s)
+/* "; each timed call after streaming 4.00 MiB through the caches" for --cold, else "". */
+static const char *cold_note(const cli_flush *flush, char *buf, size_t n)
 {
-    FILE *f = stdout;
-    fputs("{\"algo\":", f);
-    json_string(f, fa_algo_name(row->algo));
+    char size[32];
+    if (!flush)
+        return "";
+    cli_format_bytes(size, sizeof size, (double)flush->bytes);
+    snprintf(buf, n, "; each timed call after streaming %s through the caches (--cold)", size);
+    return buf;
+}
+
+/* The JSON fields every object starts with, after its first one. */
+static void json_shape(FILE *f, const cli_shape *s, const char *isa)
+{
     fputs(",\"isa\":", f);
-    json_string(f, isa);
+    cli_json_string(f, isa);
     fputs(",\"dtype\":", f);
-    json_string(f, fa_dtype_name(s->dtype));
+    cli_json_string(f, fa_dtype_name(s->dtype));
     fprintf(f, ",\"B\":%lld,\"Hq\":%lld,\"Hk\":%lld,\"Sq\":%lld,\"Sk\":%lld,\"D\":%lld,\"Dv\":%lld",
             (long long)s->batch, (long long)s->heads, (long long)s->kv_heads, (long long)s->seq,
             (long long)s->seq_kv, (long long)s->dim, (long long)s->dim_v);
     fputs(",\"causal\":", f);
-    json_string(f, cli_causal_name(s->causal));
-    fprintf(f, ",\"threads\":%lld", (long long)(row->oom ? cli_resolved_threads(s->threads)
-                                                         : row->threads));
-    if (row->oom) {
-        fputs(",\"median_ms\":null,\"gflops\":null,\"extra_bytes\":null", f);
-    } else {
-        fputs(",\"median_ms\":", f);
-        json_number(f, row->median_s * 1e3);
-        fputs(",\"gflops\":", f);
-        json_number(f, flops / row->median_s * 1e-9);
-        fprintf(f, ",\"extra_bytes\":%lld", (long long)row->extra_bytes);
-    }
-    fprintf(f, ",\"window_left\":%lld,\"window_right\":%lld,\"runs\":%lld,\"flops\":",
-            (long long)s->window_left, (long long)s->window_right, (long long)s->runs);
-    json_number(f, flops);
-    fputs(",\"speedup_vs_standard\":", f);
-    json_number(f, (!row->oom && standard_s > 0) ? standard_s / row->median_s : NAN);
-    if (row->oom)
-        fputs(",\"error\":\"out of memory\"", f);
-    fputs("}\n", f);
+    cli_json_string(f, cli_causal_name(s->causal));
 }
 
-enum { COLS = 9, CELL = 96 };
-
-static void print_table(const cli_shape *s, const char *isa, const bench_row *rows, int n,
-                        double flops, double standard_s)
+static void json_bytes(FILE *f, const char *name, double bytes)
 {
-    static const char *head[COLS] = {"algo", "isa", "dtype", "shape", "threads",
-                                     "median ms", "GFLOP/s", "extra MiB", "vs standard"};
-    /* Text columns align left, numbers right. */
-    static const int right[COLS] = {0, 0, 0, 0, 1, 1, 1, 1, 1};
-    char cell[8][COLS][CELL];
-    int width[COLS];
+    fprintf(f, ",\"%s\":", name);
+    if (isfinite(bytes))
+        fprintf(f, "%.0f", bytes);
+    else
+        fputs("null", f);
+}
 
-    /* Compact shape: a pair is written once when both sides agree. */
-    char shape[CELL];
-    char hs[40], ss[48], ds[48];
+/* "B1 H32 S2048 D128 causal=bottom-right", a pair written once when both sides agree. */
+static void compact_shape(const cli_shape *s, int with_seq, char *buf, size_t n)
+{
+    char hs[48], ss[48], ds[48];
     if (s->heads == s->kv_heads)
         snprintf(hs, sizeof hs, "%lld", (long long)s->heads);
     else
         snprintf(hs, sizeof hs, "%lld/%lld", (long long)s->heads, (long long)s->kv_heads);
     if (s->seq == s->seq_kv)
-        snprintf(ss, sizeof ss, "%lld", (long long)s->seq);
+        snprintf(ss, sizeof ss, " S%lld", (long long)s->seq);
     else
-        snprintf(ss, sizeof ss, "%lld/%lld", (long long)s->seq, (long long)s->seq_kv);
+        snprintf(ss, sizeof ss, " S%lld/%lld", (long long)s->seq, (long long)s->seq_kv);
     if (s->dim == s->dim_v)
         snprintf(ds, sizeof ds, "%lld", (long long)s->dim);
     else
         snprintf(ds, sizeof ds, "%lld/%lld", (long long)s->dim, (long long)s->dim_v);
-    int w = snprintf(shape, sizeof shape, "B%lld H%s S%s D%s", (long long)s->batch, hs, ss, ds);
-    if (w > 0 && w < CELL && s->causal != FA_CAUSAL_NONE)
-        w += snprintf(shape + w, sizeof shape - (size_t)w, " causal=%s", cli_causal_name(s->causal));
-    if (w > 0 && w < CELL &&
+    int w = snprintf(buf, n, "B%lld H%s%s D%s", (long long)s->batch, hs, with_seq ? ss : "", ds);
+    if (w > 0 && (size_t)w < n && s->causal != FA_CAUSAL_NONE)
+        w += snprintf(buf + w, n - (size_t)w, " causal=%s", cli_causal_name(s->causal));
+    if (w > 0 && (size_t)w < n &&
         (s->window_left != FA_WINDOW_UNBOUNDED || s->window_right != FA_WINDOW_UNBOUNDED))
-        snprintf(shape + w, sizeof shape - (size_t)w, " win=%lld,%lld", (long long)s->window_left,
+        snprintf(buf + w, n - (size_t)w, " win=%lld,%lld", (long long)s->window_left,
                  (long long)s->window_right);
-
-    for (int c = 0; c < COLS; c++)
-        width[c] = (int)strlen(head[c]);
-    for (int r = 0; r < n && r < 8; r++) {
-        const bench_row *row = &rows[r];
-        snprintf(cell[r][0], CELL, "%s", fa_algo_name(row->algo));
-        snprintf(cell[r][1], CELL, "%s", isa);
-        snprintf(cell[r][2], CELL, "%s", fa_dtype_name(s->dtype));
-        snprintf(cell[r][3], CELL, "%s", shape);
-        if (row->oom) {
-            snprintf(cell[r][4], CELL, "%lld", (long long)cli_resolved_threads(s->threads));
-            snprintf(cell[r][5], CELL, "out of memory");
-            for (int c = 6; c < COLS; c++)
-                snprintf(cell[r][c], CELL, "-");
-        } else {
-            snprintf(cell[r][4], CELL, "%lld", (long long)row->threads);
-            snprintf(cell[r][5], CELL, "%.3f", row->median_s * 1e3);
-            snprintf(cell[r][6], CELL, "%.2f", flops / row->median_s * 1e-9);
-            snprintf(cell[r][7], CELL, "%.2f", (double)row->extra_bytes / (1024.0 * 1024.0));
-            if (standard_s > 0)
-                snprintf(cell[r][8], CELL, "%.2fx", standard_s / row->median_s);
-            else
-                snprintf(cell[r][8], CELL, "-");
-        }
-        for (int c = 0; c < COLS; c++)
-            if ((int)strlen(cell[r][c]) > width[c])
-                width[c] = (int)strlen(cell[r][c]);
-    }
-    for (int c = 0; c < COLS; c++)
-        printf("%s%*s", c ? "  " : "", right[c] ? width[c] : -width[c], head[c]);
-    printf("\n");
-    for (int r = 0; r < n && r < 8; r++) {
-        for (int c = 0; c < COLS; c++)
-            printf("%s%*s", c ? "  " : "", right[c] ? width[c] : -width[c], cell[r][c]);
-        printf("\n");
-    }
 }
+
+static char *cell(char *cells, int cols, int r, int c)
+{
+    return cells + ((size_t)r * (size_t)cols + (size_t)c) * CLI_CELL;
+}
+
+static void tiles_cell(char *buf, const cli_timing *t)
+{
+    if (t->tile_q > 0)
+        snprintf(buf, CLI_CELL, "%lldx%lld", (long long)t->tile_q, (long long)t->tile_kv);
+    else
+        snprintf(buf, CLI_CELL, "-");
+}
+
+/* One thread's flash tile scratch, for the model's residency test. */
+static int64_t workspace_per_thread(const cli_timing *t)
+{
+    return t->threads > 0 ? t->extra_bytes / t->threads : t->extra_bytes;
+}
+
+/* Inputs and output of one shape, and room for its run times. */
+typedef struct bench_buffers {
+    cli_inputs in;
+    void *o;
+    double *times;
+    fa_forward_args args;
+} bench_buffers;
+
+static void buffers_free(bench_buffers *b)
+{
+    cli_free(b->times);
+    cli_free(b->o);
+    cli_inputs_free(&b->in);
+    memset(b, 0, sizeof *b);
+}
+
+static int buffers_make(const cli_shape *s, bench_buffers *b)
+{
+    memset(b, 0, sizeof *b);
+    if (cli_inputs_make(s, &b->in) != 0)
+        return -1;
+    b->o = cli_alloc(b->in.o_elems, fa_dtype_size(s->dtype));
+    b->times = cli_alloc(s->runs > 0 ? s->runs : 1, sizeof *b->times);
+    if (!b->o || !b->times) {
+        fprintf(stderr, "flashattn bench: out of memory allocating the output\n");
+        buffers_free(b);
+        return -1;
+    }
+    /* No LSE: the inference forward, which is what a serving stack calls. */
+    b->args = cli_forward_args(s, &b->in, b->o, s->dtype, NULL);
+    return 0;
+}
+
+/* ------------------------------------------------------------- one shape */
+
+static void print_json(const cli_shape *s, const char *isa, const cli_timing *t, double flops,
+                       double standard_s, const cli_peak *peak)
+{
+    FILE *f = stdout;
+    const double gflops = t->oom ? NAN : flops / t->median_s * 1e-9;
+    fputs("{\"algo\":", f);
+    cli_json_string(f, fa_algo_name(t->algo));
+    json_shape(f, s, isa);
+    fprintf(f, ",\"threads\":%lld", (long long)t->threads);
+    fputs(",\"median_ms\":", f);
+    cli_json_number(f, t->oom ? NAN : t->median_s * 1e3);
+    fputs(",\"gflops\":", f);
+    cli_json_number(f, gflops);
+    fputs(",\"extra_bytes\":", f);
+    cli_json_int(f, t->extra_bytes, !t->oom);
+    fprintf(f, ",\"window_left\":%lld,\"window_right\":%lld,\"runs\":%lld,\"flops\":",
+            (long long)s->window_left, (long long)s->window_right, (long long)s->runs);
+    cli_json_number(f, flops);
+    fputs(",\"speedup_vs_standard\":", f);
+    cli_json_number(f, (!t->oom && standard_s > 0) ? standard_s / t->median_s : NAN);
+    fputs(",\"tile_q\":", f);
+    cli_json_int(f, t->tile_q, t->tile_q > 0);
+    fputs(",\"tile_kv\":", f);
+    cli_json_int(f, t->tile_kv, t->tile_kv > 0);
+    fputs(",\"peak_gflops\":", f);
+    cli_json_number(f, peak->gflops > 0 ? peak->gflops : NAN);
+    fputs(",\"peak_kind\":", f);
+    cli_json_string(f, peak->json_kind);
+    /* The reference runs fp64 on one thread: a share of the threads' fp32 peak means nothing. */
+    fputs(",\"pct_peak\":", f);
+    cli_json_number(f, t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak));
+    if (t->oom)
+        fputs(",\"error\":\"out of memory\"", f);
+    fputs("}\n", f);
+}
+
+enum { SINGLE_COLS = 11 };
+
+static void print_table(const cli_shape *s, const char *isa, const cli_timing *rows, int n,
+                        double flops, double standard_s, const cli_peak *peak)
+{
+    static const char *const head[SINGLE_COLS] = {"algo", "isa", "dtype", "shape", "threads",
+                                                  "tiles", "median ms", "GFLOP/s", "% peak",
+                                                  "extra MiB", "vs standard"};
+    /* Text columns align left, numbers right. */
+    static const int right[SINGLE_COLS] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
+    char cells[3 * SINGLE_COLS * CLI_CELL];
+    char shape[CLI_CELL];
+    compact_shape(s, 1, shape, sizeof shape);
+
+    for (int r = 0; r < n && r < 3; r++) {
+        const cli_timing *t = &rows[r];
+        snprintf(cell(cells, SINGLE_COLS, r, 0), CLI_CELL, "%s", fa_algo_name(t->algo));
+        snprintf(cell(cells, SINGLE_COLS, r, 1), CLI_CELL, "%s", isa);
+        snprintf(cell(cells, SINGLE_COLS, r, 2), CLI_CELL, "%s", fa_dtype_name(s->dtype));
+        snprintf(cell(cells, SINGLE_COLS, r, 3), CLI_CELL, "%s", shape);
+        snprintf(cell(cells, SINGLE_COLS, r, 4), CLI_CELL, "%lld", (long long)t->threads);
+        tiles_cell(cell(cells, SINGLE_COLS, r, 5), t);
+        if (t->oom) {
+            snprintf(cell(cells, SINGLE_COLS, r, 6), CLI_CELL, "out of memory");
+            for (int c = 7; c < SINGLE_COLS; c++)
+                snprintf(cell(cells, SINGLE_COLS, r, c), CLI_CELL, "-");
+            continue;
+        }
+        const double gflops = flops / t->median_s * 1e-9;
+        const double pct = t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak);
+        snprintf(cell(cells, SINGLE_COLS, r, 6), CLI_CELL, "%.3f", t->median_s * 1e3);
+        snprintf(cell(cells, SINGLE_COLS, r, 7), CLI_CELL, "%.2f", gflops);
+        if (isfinite(pct))
+            snprintf(cell(cells, SINGLE_COLS, r, 8), CLI_CELL, "%.1f", pct);
+        else
+            snprintf(cell(cells, SINGLE_COLS, r, 8), CLI_CELL, "-");
+        snprintf(cell(cells, SINGLE_COLS, r, 9), CLI_CELL, "%.2f",
+                 (double)t->extra_bytes / (1024.0 * 1024.0));
+        if (standard_s > 0)
+            snprintf(cell(cells, SINGLE_COLS, r, 10), CLI_CELL, "%.2fx", standard_s / t->median_s);
+        else
+            snprintf(cell(cells, SINGLE_COLS, r, 10), CLI_CELL, "-");
+    }
+    cli_print_table(stdout, SINGLE_COLS, head, right, n < 3 ? n : 3, cells);
+}
+
+static int bench_single(fa_context *ctx, const cli_shape *s, int json, const cli_peak *peak,
+                        cli_flush *flush)
+{
+    const double flops = cli_flops(s);
+    fa_algo algos[3];
+    int n_algos = 0;
+    int reference_skipped = 0;
+    if (s->algo_given) {
+        algos[n_algos++] = s->algo;
+    } else {
+        algos[n_algos++] = FA_ALGO_FLASH;
+        algos[n_algos++] = FA_ALGO_STANDARD;
+        if (flops <= REFERENCE_MAX_FLOPS)
+            algos[n_algos++] = FA_ALGO_REFERENCE;
+        else
+            reference_skipped = 1;
+    }
+
+    bench_buffers b;
+    cli_timing rows[3];
+    if (buffers_make(s, &b) != 0)
+        return CLI_EXIT_FAIL;
+    for (int a = 0; a < n_algos; a++) {
+        if (cli_time_algo(ctx, s, algos[a], &b.args, b.times, flush, &rows[a], "bench") != 0) {
+            buffers_free(&b);
+            return CLI_EXIT_FAIL;
+        }
+    }
+    buffers_free(&b);
+    if (s->runs == 0)
+        return CLI_EXIT_OK; /* --warmup-only */
+
+    double standard_s = 0.0;
+    for (int a = 0; a < n_algos; a++)
+        if (rows[a].algo == FA_ALGO_STANDARD && !rows[a].oom)
+            standard_s = rows[a].median_s;
+
+    const char *isa = fa_context_isa(ctx);
+    if (json) {
+        for (int a = 0; a < n_algos; a++)
+            print_json(s, isa, &rows[a], flops, standard_s, peak);
+        return CLI_EXIT_OK;
+    }
+    char note[128];
+    printf("# flashattn %s: median of %lld runs after 1 warm-up%s\n"
+           "# GFLOP/s = 2*(D+Dv)*kept(i,j)*B*Hq / time = %.4g GFLOP / time\n",
+           fa_version_string(), (long long)s->runs, cold_note(flush, note, sizeof note),
+           flops * 1e-9);
+    print_peak_line(peak, isa, cli_resolved_threads(s->threads));
+    if (reference_skipped)
+        printf("# reference skipped: %.3g GFLOP per call > %.3g (--algo reference runs it)\n",
+               flops * 1e-9, REFERENCE_MAX_FLOPS * 1e-9);
+    print_table(s, isa, rows, n_algos, flops, standard_s, peak);
+    return CLI_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- --seqs */
+
+typedef struct seq_row {
+    cli_shape shape;              /* Sq = Sk = N */
+    cli_timing flash, standard;
+    cli_traffic flash_traffic, standard_traffic;
+    int flash_modelled;           /* a flash call ran, so its tiles are known */
+} seq_row;
+
+static void print_seq_json(const seq_row *r, const char *isa, int64_t l2, const cli_peak *peak)
+{
+    FILE *f = stdout;
+    const cli_shape *s = &r->shape;
+    const double flops = cli_flops(s);
+    const double flash_gf = r->flash.oom ? NAN : flops / r->flash.median_s * 1e-9;
+    const double std_gf = r->standard.oom ? NAN : flops / r->standard.median_s * 1e-9;
+    fprintf(f, "{\"N\":%lld", (long long)s->seq);
+    json_shape(f, s, isa);
+    fprintf(f, ",\"threads\":%lld,\"runs\":%lld", (long long)r->flash.threads,
+            (long long)s->runs);
+    fputs(",\"tile_q\":", f);
+    cli_json_int(f, r->flash.tile_q, r->flash.tile_q > 0);
+    fputs(",\"tile_kv\":", f);
+    cli_json_int(f, r->flash.tile_kv, r->flash.tile_kv > 0);
+    fputs(",\"flash_ms\":", f);
+    cli_json_number(f, r->flash.oom ? NAN : r->flash.median_s * 1e3);
+    fputs(",\"standard_ms\":", f);
+    cli_json_number(f, r->standard.oom ? NAN : r->standard.median_s * 1e3);
+    fputs(",\"speedup\":", f);
+    const int both = !r->flash.oom && !r->standard.oom;
+    cli_json_number(f, both ? r->standard.median_s / r->flash.median_s : NAN);
+    fputs(",\"flops\":", f);
+    cli_json_number(f, flops);
+    fputs(",\"flash_gflops\":", f);
+    cli_json_number(f, flash_gf);
+    fputs(",\"standard_gflops\":", f);
+    cli_json_number(f, std_gf);
+    fputs(",\"peak_gflops\":", f);
+    cli_json_number(f, peak->gflops > 0 ? peak->gflops : NAN);
+    fputs(",\"peak_kind\":", f);
+    cli_json_string(f, peak->json_kind);
+    fputs(",\"pct_peak\":", f);
+    cli_json_number(f, cli_pct_peak(flash_gf, peak));
+    fputs(",\"flash_extra_bytes\":", f);
+    cli_json_int(f, r->flash.extra_bytes, !r->flash.oom);
+    fputs(",\"standard_extra_bytes\":", f);
+    cli_json_int(f, r->standard.extra_bytes, !r->standard.oom);
+    fprintf(f, ",\"l2_bytes\":%lld", (long long)l2);
+    const double nan = NAN;
+    const cli_traffic *ft = &r->flash_traffic, *st = &r->standard_traffic;
+    json_bytes(f, "flash_read_bytes", r->flash_modelled ? ft->read_bytes : nan);
+    json_bytes(f, "flash_write_bytes", r->flash_modelled ? ft->write_bytes : nan);
+    json_bytes(f, "flash_traffic_bytes",
+               r->flash_modelled ? ft->read_bytes + ft->write_bytes : nan);
+    json_bytes(f, "standard_read_bytes", st->read_bytes);
+    json_bytes(f, "standard_write_bytes", st->write_bytes);
+    json_bytes(f, "standard_traffic_bytes", st->read_bytes + st->write_bytes);
+    if (r->flash.oom || r->standard.oom) {
+        fputs(",\"error\":", f);
+        cli_json_string(f, r->flash.oom && r->standard.oom ? "flash and standard: out of memory"
+                           : r->flash.oom                  ? "flash: out of memory"
+                                                           : "standard: out of memory");
+    }
+    fputs("}\n", f);
+}
+
+enum { SEQ_COLS = 11 };
+
+static void print_seq_table(const seq_row *rows, int n, const cli_peak *peak, char *cells)
+{
+    static const char *const head[SEQ_COLS] = {
+        "N", "tiles", "flash ms", "standard ms", "speedup", "GFLOP/s", "% peak",
+        "flash extra", "std extra", "flash traffic", "std traffic"};
+    static const int right[SEQ_COLS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    for (int r = 0; r < n; r++) {
+        const seq_row *row = &rows[r];
+        const double flops = cli_flops(&row->shape);
+        snprintf(cell(cells, SEQ_COLS, r, 0), CLI_CELL, "%lld", (long long)row->shape.seq);
+        tiles_cell(cell(cells, SEQ_COLS, r, 1), &row->flash);
+        if (row->flash.oom) {
+            snprintf(cell(cells, SEQ_COLS, r, 2), CLI_CELL, "out of memory");
+            snprintf(cell(cells, SEQ_COLS, r, 5), CLI_CELL, "-");
+            snprintf(cell(cells, SEQ_COLS, r, 6), CLI_CELL, "-");
+            snprintf(cell(cells, SEQ_COLS, r, 7), CLI_CELL, "-");
+        } else {
+            const double gf = flops / row->flash.median_s * 1e-9, pct = cli_pct_peak(gf, peak);
+            snprintf(cell(cells, SEQ_COLS, r, 2), CLI_CELL, "%.3f", row->flash.median_s * 1e3);
+            snprintf(cell(cells, SEQ_COLS, r, 5), CLI_CELL, "%.2f", gf);
+            if (isfinite(pct))
+                snprintf(cell(cells, SEQ_COLS, r, 6), CLI_CELL, "%.1f", pct);
+            else
+                snprintf(cell(cells, SEQ_COLS, r, 6), CLI_CELL, "-");
+            cli_format_bytes(cell(cells, SEQ_COLS, r, 7), CLI_CELL, (double)row->flash.extra_bytes);
+        }
+        if (row->standard.oom) {
+            snprintf(cell(cells, SEQ_COLS, r, 3), CLI_CELL, "out of memory");
+            snprintf(cell(cells, SEQ_COLS, r, 8), CLI_CELL, "-");
+        } else {
+            snprintf(cell(cells, SEQ_COLS, r, 3), CLI_CELL, "%.3f", row->standard.median_s * 1e3);
+            cli_format_bytes(cell(cells, SEQ_COLS, r, 8), CLI_CELL,
+                             (double)row->standard.extra_bytes);
+        }
+        if (row->flash.oom || row->standard.oom)
+            snprintf(cell(cells, SEQ_COLS, r, 4), CLI_CELL, "-");
+        else
+            snprintf(cell(cells, SEQ_COLS, r, 4), CLI_CELL, "%.2fx",
+                     row->standard.median_s / row->flash.median_s);
+        if (row->flash_modelled)
+            cli_format_bytes(cell(cells, SEQ_COLS, r, 9), CLI_CELL,
+                             row->flash_traffic.read_bytes + row->flash_traffic.write_bytes);
+        else
+            snprintf(cell(cells, SEQ_COLS, r, 9), CLI_CELL, "-");
+        cli_format_bytes(cell(cells, SEQ_COLS, r, 10), CLI_CELL,
+                         row->standard_traffic.read_bytes + row->standard_traffic.write_bytes);
+    }
+    cli_print_table(stdout, SEQ_COLS, head, right, n, cells);
+}
+
+/* Times flash and standard on one row's shape and models their traffic. 0 or -1. */
+static int run_seq_row(fa_context *ctx, seq_row *r, int64_t l2, cli_flush *flush)
+{
+    bench_buffers b;
+    if (buffers_make(&r->shape, &b) != 0)
+        return -1;
+    int rc = cli_time_algo(ctx, &r->shape, FA_ALGO_FLASH, &b.args, b.times, flush, &r->flash,
+                           "bench");
+    if (rc == 0)
+        rc = cli_time_algo(ctx, &r->shape, FA_ALGO_STANDARD, &b.args, b.times, flush,
+                           &r->standard, "bench");
+    buffers_free(&b);
+    if (rc != 0)
+        return -1;
+    r->flash_modelled = !r->flash.oom;
+    if (r->flash_modelled)
+        cli_traffic_flash(&r->shape, l2, r->flash.tile_q, workspace_per_thread(&r->flash),
+                          &r->flash_traffic);
+    cli_traffic_standard(&r->shape, l2, &r->standard_traffic);
+    return 0;
+}
+
+static int bench_seqs(fa_context *ctx, const seq_row *proto, int n, int json,
+                      const cli_peak *peak, cli_flush *flush)
+{
+    const int64_t l2 = cli_l2_bytes();
+    const char *isa = fa_context_isa(ctx);
+    const cli_shape *s = &proto[0].shape;
+    seq_row *rows = calloc((size_t)n, sizeof *rows);
+    char *cells = calloc((size_t)n * SEQ_COLS, CLI_CELL);
+    int status = CLI_EXIT_FAIL;
+    if (!rows || !cells) {
+        fprintf(stderr, "flashattn bench: out of memory\n");
+        goto done;
+    }
+    for (int r = 0; r < n; r++) {
+        rows[r] = proto[r];
+        if (run_seq_row(ctx, &rows[r], l2, flush) != 0)
+            goto done;
+        if (json) {
+            print_seq_json(&rows[r], isa, l2, peak);
+            fflush(stdout); /* a long sweep shows each row as it finishes */
+        }
+    }
+    if (!json) {
+        char shape[CLI_CELL], l2s[32], note[128];
+        compact_shape(s, 0, shape, sizeof shape);
+        cli_format_bytes(l2s, sizeof l2s, (double)l2);
+        printf("# flashattn %s bench --seqs: flash vs standard, Sq = Sk = N, %s %s, isa %s, "
+               "%lld thread%s; median of %lld runs after 1 warm-up%s\n",
+               fa_version_string(), fa_dtype_name(s->dtype), shape, isa,
+               (long long)rows[0].flash.threads, rows[0].flash.threads == 1 ? "" : "s",
+               (long long)s->runs, cold_note(flush, note, sizeof note));
+        printf("# GFLOP/s and %% peak are flash's: 2*(D+Dv)*kept(i,j)*B*Hq / time\n");
+        print_peak_line(peak, isa, cli_resolved_threads(s->threads));
+        printf("# extra = peak bytes a call allocated; traffic = modelled bytes to and from "
+               "memory beyond the %s L2 (bench/README.md)\n", l2s);
+        print_seq_table(rows, n, peak, cells);
+    }
+    status = CLI_EXIT_OK;
+done:
+    free(cells);
+    free(rows);
+    return status;
+}
+
+/* ------------------------------------------------------------ --model-only */
+
+static void print_model_json(const cli_shape *s, const char *isa, const char *algo,
+                             const cli_timing *t, const cli_traffic *m, int64_t l2)
+{
+    FILE *f = stdout;
+    fputs("{\"algo\":", f);
+    cli_json_string(f, algo);
+    json_shape(f, s, isa);
+    fprintf(f, ",\"threads\":%lld", (long long)t->threads);
+    fputs(",\"tile_q\":", f);
+    cli_json_int(f, t->tile_q, t->tile_q > 0);
+    fputs(",\"tile_kv\":", f);
+    cli_json_int(f, t->tile_kv, t->tile_kv > 0);
+    fprintf(f, ",\"l2_bytes\":%lld,\"resident\":%s,\"passes\":", (long long)l2,
+            m->resident ? "true" : "false");
+    cli_json_number(f, m->passes);
+    json_bytes(f, "read_bytes", m->read_bytes);
+    json_bytes(f, "write_bytes", m->write_bytes);
+    json_bytes(f, "write_miss_bytes", m->write_miss_bytes);
+    json_bytes(f, "traffic_bytes", m->read_bytes + m->write_bytes);
+    if (m->s_bytes > 0)
+        json_bytes(f, "s_bytes", m->s_bytes);
+    fputs("}\n", f);
+}
+
+enum { MODEL_COLS = 9 };
+
+static int bench_model(fa_context *ctx, const seq_row *proto, int n, int json)
+{
+    const int64_t l2 = cli_l2_bytes();
+    const char *isa = fa_context_isa(ctx);
+    char *cells = calloc((size_t)n * 2 * MODEL_COLS, CLI_CELL);
+    if (!cells) {
+        fprintf(stderr, "flashattn bench: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    for (int r = 0; r < n; r++) {
+        /* Only flash runs, once and untimed: its tiles and scratch decide its model. */
+        cli_shape s = proto[r].shape;
+        s.runs = 0;
+        cli_timing flash, standard;
+        bench_buffers b;
+        if (buffers_make(&s, &b) != 0) {
+            free(cells);
+            return CLI_EXIT_FAIL;
+        }
+        int rc = cli_time_algo(ctx, &s, FA_ALGO_FLASH, &b.args, b.times, NULL, &flash, "bench");
+        buffers_free(&b);
+        if (rc != 0 || flash.oom) {
+            if (flash.oom)
+                fprintf(stderr, "flashattn bench: flash: out of memory\n");
+            free(cells);
+            return CLI_EXIT_FAIL;
+        }
+        memset(&standard, 0, sizeof standard);
+        standard.algo = FA_ALGO_STANDARD;
+        standard.threads = flash.threads;
+        cli_traffic ft, st;
+        cli_traffic_flash(&s, l2, flash.tile_q, workspace_per_thread(&flash), &ft);
+        cli_traffic_standard(&s, l2, &st);
+        if (json) {
+            print_model_json(&s, isa, "flash", &flash, &ft, l2);
+            print_model_json(&s, isa, "standard", &standard, &st, l2);
+            continue;
+        }
+        const cli_timing *ts[2] = {&flash, &standard};
+        const cli_traffic *ms[2] = {&ft, &st};
+        for (int a = 0; a < 2; a++) {
+            char *row[MODEL_COLS];
+            for (int c = 0; c < MODEL_COLS; c++)
+                row[c] = cell(cells, MODEL_COLS, 2 * r + a, c);
+            snprintf(row[0], CLI_CELL, "%s", a == 0 ? "flash" : "standard");
+            snprintf(row[1], CLI_CELL, "%lld", (long long)s.seq);
+            snprintf(row[2], CLI_CELL, "%lld", (long long)s.seq_kv);
+            tiles_cell(row[3], ts[a]);
+            if (a == 0)
+                snprintf(row[4], CLI_CELL, "%.4g K/V%s", ms[a]->passes,
+                         ms[a]->resident ? " (in L2)" : "");
+            else if (ms[a]->resident)
+                snprintf(row[4], CLI_CELL, "0 (S in L2)");
+            else
+                snprintf(row[4], CLI_CELL, "%.0f S", ms[a]->passes);
+            cli_format_bytes(row[5], CLI_CELL, ms[a]->read_bytes);
+            cli_format_bytes(row[6], CLI_CELL, ms[a]->write_bytes);
+            cli_format_bytes(row[7], CLI_CELL, ms[a]->write_miss_bytes);
+            cli_format_bytes(row[8], CLI_CELL, ms[a]->read_bytes + ms[a]->write_bytes);
+        }
+    }
+    if (!json) {
+        static const char *const head[MODEL_COLS] = {"algo", "Sq", "Sk", "tiles", "reads of",
+                                                     "read", "write", "write miss", "traffic"};
+        static const int right[MODEL_COLS] = {0, 1, 1, 1, 1, 1, 1, 1, 1};
+        char shape[CLI_CELL], l2s[32];
+        compact_shape(&proto[0].shape, 0, shape, sizeof shape);
+        cli_format_bytes(l2s, sizeof l2s, (double)l2);
+        printf("# traffic model (bench/README.md): bytes one call moves beyond a %s per-core L2, "
+               "%s %s, isa %s; not timed\n", l2s, fa_dtype_name(proto[0].shape.dtype), shape, isa);
+        cli_print_table(stdout, MODEL_COLS, head, right, 2 * n, cells);
+    }
+    free(cells);
+    return CLI_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ verb */
 
 int cmd_bench(int argc, char **argv)
 {
     cli_shape s = cli_shape_defaults();
-    int json = 0;
+    int json = 0, no_probe = 0, model_only = 0, warmup_only = 0, n_seqs = 0;
+    int64_t seqs[SEQS_MAX], cold_bytes = 0;
     for (int i = 1; i < argc; i++) {
+        const char *value = NULL;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             bench_usage(stdout);
             return CLI_EXIT_OK;
         }
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--no-probe") == 0) {
+            no_probe = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--model-only") == 0) {
+            model_only = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--warmup-only") == 0) {
+            warmup_only = 1;
+            continue;
+        }
+        /* --cold alone is a switch, like --causal: its size only comes after '=' */
+        if (strcmp(argv[i], "--cold") == 0) {
+            cold_bytes = 2 * cli_l2_bytes();
+            continue;
+        }
+        if (strncmp(argv[i], "--cold=", 7) == 0) {
+            if (cli_parse_i64(argv[i] + 7, &cold_bytes) != 0 || cold_bytes < 64) {
+                fprintf(stderr, "flashattn bench: bad value '%s' for --cold (want bytes >= 64)\n",
+                        argv[i] + 7);
+                return CLI_EXIT_USAGE;
+            }
+            continue;
+        }
+        if (cli_take_value("--seqs", argc, argv, &i, &value)) {
+            n_seqs = cli_parse_i64_list(value, 1, seqs, SEQS_MAX);
+            if (n_seqs < 1) {
+                fprintf(stderr, "flashattn bench: bad value '%s' for --seqs (want N,N,... with "
+                                "each N >= 1, at most %d)\n", value ? value : "", SEQS_MAX);
+                return CLI_EXIT_USAGE;
+            }
             continue;
         }
         int r = cli_shape_flag(&s, argc, argv, &i, "bench");
@@ -266,81 +676,57 @@ int cmd_bench(int argc, char **argv)
             return CLI_EXIT_USAGE;
         }
     }
+    if (n_seqs > 0 && s.algo_given) {
+        fprintf(stderr, "flashattn bench: --seqs always compares flash with standard; "
+                        "drop --algo\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (warmup_only && (n_seqs > 0 || model_only)) {
+        fprintf(stderr, "flashattn bench: --warmup-only times one shape; it does not combine "
+                        "with --seqs or --model-only\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (n_seqs > 0 && !s.runs_given)
+        s.runs = SEQS_DEFAULT_RUNS;
     if (cli_shape_finish(&s, "bench") != 0)
         return CLI_EXIT_USAGE;
 
-    const double flops = 2.0 * (double)(s.dim + s.dim_v) * (double)kept_pairs(&s) *
-                         (double)s.batch * (double)s.heads;
-    fa_algo algos[3];
-    int n_algos = 0;
-    int reference_skipped = 0;
-    if (s.algo_given) {
-        algos[n_algos++] = s.algo;
-    } else {
-        algos[n_algos++] = FA_ALGO_FLASH;
-        algos[n_algos++] = FA_ALGO_STANDARD;
-        if (flops <= REFERENCE_MAX_FLOPS)
-            algos[n_algos++] = FA_ALGO_REFERENCE;
-        else
-            reference_skipped = 1;
+    /* One row per shape: the --seqs lengths, or the shape as given. Each is
+     * checked now, so a bad length fails before minutes of timing. */
+    seq_row rows[SEQS_MAX];
+    int n_rows = n_seqs > 0 ? n_seqs : 1;
+    memset(rows, 0, sizeof rows);
+    for (int r = 0; r < n_rows; r++) {
+        rows[r].shape = s;
+        if (n_seqs > 0) {
+            rows[r].shape.seq = rows[r].shape.seq_kv = seqs[r];
+            if (cli_shape_finish(&rows[r].shape, "bench") != 0)
+                return CLI_EXIT_USAGE;
+        }
     }
 
-    int status = CLI_EXIT_FAIL;
     fa_context *ctx = NULL;
-    cli_inputs in = {0};
-    void *o = NULL;
-    double *times = NULL;
-    bench_row rows[3];
-
-    fa_status st = fa_context_create(&ctx);
-    if (st != FA_OK) {
-        fprintf(stderr, "flashattn bench: cannot create a context: %s\n", fa_status_string(st));
+    cli_flush flush = {NULL, 0};
+    if (cold_bytes > 0 && !model_only && cli_flush_make(&flush, cold_bytes) != 0)
+        return CLI_EXIT_FAIL;
+    if (cli_context_make(&s, "bench", &ctx) != 0) {
+        cli_flush_free(&flush);
         return CLI_EXIT_FAIL;
     }
-    st = fa_context_set(ctx, FA_PARAM_THREADS, s.threads);
-    if (st != FA_OK) {
-        fprintf(stderr, "flashattn bench: setting threads: %s: %s\n", fa_status_string(st),
-                fa_context_error(ctx));
-        goto done;
-    }
-    if (cli_inputs_make(&s, &in) != 0)
-        goto done;
-    o = cli_alloc(in.o_elems, fa_dtype_size(s.dtype));
-    times = cli_alloc(s.runs, sizeof *times);
-    if (!o || !times) {
-        fprintf(stderr, "flashattn bench: out of memory allocating the output\n");
-        goto done;
-    }
-    /* No LSE: the inference forward, which is what a serving stack calls. */
-    fa_forward_args args = cli_forward_args(&s, &in, o, s.dtype, NULL);
-    for (int a = 0; a < n_algos; a++)
-        if (bench_one(ctx, &s, algos[a], &args, times, &rows[a]) != 0)
-            goto done;
-
-    double standard_s = 0.0;
-    for (int a = 0; a < n_algos; a++)
-        if (rows[a].algo == FA_ALGO_STANDARD && !rows[a].oom)
-            standard_s = rows[a].median_s;
-
-    const char *isa = fa_context_isa(ctx);
-    if (json) {
-        for (int a = 0; a < n_algos; a++)
-            print_json(&s, isa, &rows[a], flops, standard_s);
+    cli_flush *fl = flush.buf ? &flush : NULL;
+    int status;
+    if (model_only) {
+        status = bench_model(ctx, rows, n_rows, json);
+    } else if (warmup_only) {
+        s.runs = 0;
+        status = bench_single(ctx, &s, json, NULL, fl);
     } else {
-        printf("# flashattn %s: median of %lld runs after 1 warm-up; "
-               "GFLOP/s = 2*(D+Dv)*kept(i,j)*B*Hq / time = %.4g GFLOP / time\n",
-               fa_version_string(), (long long)s.runs, flops * 1e-9);
-        if (reference_skipped)
-            printf("# reference skipped: %.3g GFLOP per call > %.3g (--algo reference runs it)\n",
-                   flops * 1e-9, REFERENCE_MAX_FLOPS * 1e-9);
-        print_table(&s, isa, rows, n_algos, flops, standard_s);
+        cli_peak peak;
+        cli_measure_peak(ctx, s.dtype, no_probe, &peak);
+        status = n_seqs > 0 ? bench_seqs(ctx, rows, n_rows, json, &peak, fl)
+                            : bench_single(ctx, &s, json, &peak, fl);
     }
-    status = CLI_EXIT_OK;
-
-done:
-    cli_free(times);
-    cli_free(o);
-    cli_inputs_free(&in);
     fa_context_free(ctx);
+    cli_flush_free(&flush);
     return status;
 }

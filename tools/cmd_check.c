@@ -129,17 +129,8 @@ int cmd_check(int argc, char **argv)
     void *o = NULL;
     float *lse = NULL, *o_ref = NULL, *lse_ref = NULL;
 
-    fa_status st = fa_context_create(&ctx);
-    if (st != FA_OK) {
-        fprintf(stderr, "flashattn check: cannot create a context: %s\n", fa_status_string(st));
+    if (cli_context_make(&s, "check", &ctx) != 0)
         return CLI_EXIT_FAIL;
-    }
-    st = fa_context_set(ctx, FA_PARAM_THREADS, s.threads);
-    if (st != FA_OK) {
-        fprintf(stderr, "flashattn check: setting threads: %s: %s\n", fa_status_string(st),
-                fa_context_error(ctx));
-        goto done;
-    }
     if (cli_inputs_make(&s, &in) != 0)
         goto done;
     o = cli_alloc(in.o_elems, fa_dtype_size(s.dtype));
@@ -154,12 +145,16 @@ int cmd_check(int argc, char **argv)
     fa_forward_args args = cli_forward_args(&s, &in, o, s.dtype, lse);
     fa_forward_args ref_args = cli_forward_args(&s, &in, o_ref, FA_DTYPE_F32, lse_ref);
     double t_algo = 0, t_ref = 0;
-    int64_t ran = s.algo;
+    int64_t ran = s.algo, tile_q = 0, tile_kv = 0;
     if (run(ctx, s.algo, &args, &t_algo) != 0)
         goto done;
-    /* Name what actually ran: --algo auto resolves to a concrete algorithm. */
+    /* Name what actually ran: --algo auto resolves to a concrete algorithm,
+     * and the tiles are the library's plan unless --tile-q/--tile-kv set them. */
     if (fa_context_get(ctx, FA_PARAM_LAST_ALGO, &ran) != FA_OK)
         ran = s.algo;
+    if (fa_context_get(ctx, FA_PARAM_LAST_TILE_Q, &tile_q) != FA_OK ||
+        fa_context_get(ctx, FA_PARAM_LAST_TILE_KV, &tile_kv) != FA_OK)
+        tile_q = tile_kv = 0;
     if (run(ctx, FA_ALGO_REFERENCE, &ref_args, &t_ref) != 0)
         goto done;
 
@@ -173,9 +168,12 @@ int cmd_check(int argc, char **argv)
 
     char shape[256];
     cli_shape_describe(&s, shape, sizeof shape);
-    printf("check %s vs reference: %s %s, isa %s, threads %lld\n",
+    printf("check %s vs reference: %s %s, isa %s, threads %lld",
            fa_algo_name((fa_algo)ran), fa_dtype_name(s.dtype), shape, fa_context_isa(ctx),
            (long long)cli_resolved_threads(s.threads));
+    if (tile_q > 0)
+        printf(", tiles %lldx%lld", (long long)tile_q, (long long)tile_kv);
+    printf("\n");
     printf("  max |o - o_ref|     %.3e  (tolerance %.3e)\n", o_err, o_tol);
     printf("  max |lse - lse_ref| %.3e  (tolerance %.3e)\n", lse_err, lse_tol);
     printf("  time %s %.3f ms, reference %.3f ms\n", fa_algo_name((fa_algo)ran), t_algo * 1e3,

@@ -17,6 +17,7 @@ typedef int verb_fn(int argc, char **argv);
 verb_fn cmd_info;
 verb_fn cmd_check;
 verb_fn cmd_bench;
+verb_fn cmd_tune;
 static verb_fn cmd_help;
 
 static const struct verb {
@@ -27,6 +28,7 @@ static const struct verb {
     {"info", cmd_info, "library version, CPU features, kernel path and threads"},
     {"check", cmd_check, "compare an algorithm with the fp64 reference on random inputs"},
     {"bench", cmd_bench, "time flash, standard and reference attention (--json for machines)"},
+    {"tune", cmd_tune, "time flash over a grid of tile sizes and show the best pair"},
     {"help", cmd_help, "this list, or `help VERB` for a verb's flags"},
 };
 enum { VERB_COUNT = sizeof verbs / sizeof verbs[0] };

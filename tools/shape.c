@@ -35,15 +35,17 @@ cli_shape cli_shape_defaults(void)
     s.threads = 0;
     s.algo = FA_ALGO_AUTO;
     s.algo_given = 0;
+    s.tile_q = 0;   /* = planned */
+    s.tile_kv = 0;
     s.runs = 5;
+    s.runs_given = 0;
     s.seed = 42;
     return s;
 }
 
 /* ---------------------------------------------------------- parsing helpers */
 
-/* Strict base-10 int64: the whole string, no blanks, no overflow. */
-static int parse_i64(const char *text, int64_t *out)
+int cli_parse_i64(const char *text, int64_t *out)
 {
     if (text == NULL || *text == '\0')
         return -1;
@@ -68,12 +70,7 @@ static void bad_value(const char *verb, const char *flag, const char *value, con
     fprintf(stderr, "Run 'flashattn %s --help' for the flags.\n", verb);
 }
 
-/*
- * If argv[*i] is `name` or `name=...`, returns 1 and sets *value to the text
- * after '=' or to the next argument (advancing *i); a missing value gives
- * *value = NULL. Returns 0 when the argument is some other flag.
- */
-static int take_value(const char *name, int argc, char **argv, int *i, const char **value)
+int cli_take_value(const char *name, int argc, char **argv, int *i, const char **value)
 {
     const char *arg = argv[*i];
     size_t n = strlen(name);
@@ -94,7 +91,7 @@ static int number_flag(const char *verb, const char *flag, const char *value,
                        int64_t lo, const char *want, int64_t *out)
 {
     int64_t v;
-    if (parse_i64(value, &v) != 0 || v < lo) {
+    if (cli_parse_i64(value, &v) != 0 || v < lo) {
         bad_value(verb, flag, value, want);
         return -1;
     }
@@ -112,27 +109,35 @@ int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb
         int64_t *field;
         int64_t lo;
         const char *want;
+        int *given; /* set to 1 when the flag is seen, or NULL */
     } nums[] = {
-        {"--batch", &s->batch, 1, "an integer >= 1"},
-        {"--heads", &s->heads, 1, "an integer >= 1"},
-        {"--kv-heads", &s->kv_heads, 1, "an integer >= 1 dividing --heads"},
-        {"--seq", &s->seq, 1, "an integer >= 1"},
-        {"--seq-kv", &s->seq_kv, 1, "an integer >= 1"},
-        {"--dim", &s->dim, 1, "an integer >= 1"},
-        {"--dim-v", &s->dim_v, 1, "an integer >= 1"},
-        {"--threads", &s->threads, 0, "an integer >= 0; 0 = all CPUs"},
-        {"--runs", &s->runs, 1, "an integer >= 1"},
-        {"--seed", &s->seed, 0, "an integer >= 0"},
+        {"--batch", &s->batch, 1, "an integer >= 1", NULL},
+        {"--heads", &s->heads, 1, "an integer >= 1", NULL},
+        {"--kv-heads", &s->kv_heads, 1, "an integer >= 1 dividing --heads", NULL},
+        {"--seq", &s->seq, 1, "an integer >= 1", NULL},
+        {"--seq-kv", &s->seq_kv, 1, "an integer >= 1", NULL},
+        {"--dim", &s->dim, 1, "an integer >= 1", NULL},
+        {"--dim-v", &s->dim_v, 1, "an integer >= 1", NULL},
+        {"--threads", &s->threads, 0, "an integer >= 0; 0 = all CPUs", NULL},
+        {"--tile-q", &s->tile_q, 0, "an integer >= 0; 0 = planned", NULL},
+        {"--tile-kv", &s->tile_kv, 0, "an integer >= 0; 0 = planned", NULL},
+        {"--runs", &s->runs, 1, "an integer >= 1", &s->runs_given},
+        {"--seed", &s->seed, 0, "an integer >= 0", NULL},
     };
     const char *value = NULL;
 
     for (size_t n = 0; n < sizeof nums / sizeof nums[0]; n++) {
-        if (take_value(nums[n].name, argc, argv, i, &value))
-            return number_flag(verb, nums[n].name, value, nums[n].lo, nums[n].want,
-                               nums[n].field) == 0 ? 1 : -1;
+        if (cli_take_value(nums[n].name, argc, argv, i, &value)) {
+            if (number_flag(verb, nums[n].name, value, nums[n].lo, nums[n].want,
+                            nums[n].field) != 0)
+                return -1;
+            if (nums[n].given)
+                *nums[n].given = 1;
+            return 1;
+        }
     }
 
-    if (take_value("--dtype", argc, argv, i, &value)) {
+    if (cli_take_value("--dtype", argc, argv, i, &value)) {
         if (value && strcmp(value, "f32") == 0)
             s->dtype = FA_DTYPE_F32;
         else if (value && strcmp(value, "f16") == 0)
@@ -146,7 +151,7 @@ int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb
         return 1;
     }
 
-    if (take_value("--algo", argc, argv, i, &value)) {
+    if (cli_take_value("--algo", argc, argv, i, &value)) {
         static const struct { const char *name; fa_algo algo; } algos[] = {
             {"auto", FA_ALGO_AUTO},
             {"flash", FA_ALGO_FLASH},
@@ -186,7 +191,7 @@ int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb
         return 1;
     }
 
-    if (take_value("--window", argc, argv, i, &value)) {
+    if (cli_take_value("--window", argc, argv, i, &value)) {
         const char *want = "L,R with each -1 (unbounded) or >= 0";
         const char *comma = value ? strchr(value, ',') : NULL;
         if (comma == NULL || (size_t)(comma - value) >= 32) {
@@ -197,7 +202,7 @@ int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb
         memcpy(left, value, (size_t)(comma - value));
         left[comma - value] = '\0';
         int64_t l, r;
-        if (parse_i64(left, &l) != 0 || parse_i64(comma + 1, &r) != 0 || l < -1 || r < -1) {
+        if (cli_parse_i64(left, &l) != 0 || cli_parse_i64(comma + 1, &r) != 0 || l < -1 || r < -1) {
             bad_value(verb, "--window", value, want);
             return -1;
         }
@@ -237,12 +242,21 @@ int cli_shape_finish(cli_shape *s, const char *verb)
                 verb, (long long)s->heads, (long long)s->kv_heads);
         return -1;
     }
-    int64_t lo, hi;
-    if (fa_param_bounds(FA_PARAM_THREADS, &lo, &hi) == FA_OK &&
-        (s->threads < lo || s->threads > hi)) {
-        fprintf(stderr, "flashattn %s: --threads %lld is outside the library's range %lld..%lld\n",
-                verb, (long long)s->threads, (long long)lo, (long long)hi);
-        return -1;
+    /* The library's own bounds, so a bad value is a usage error, not a failed run. */
+    const struct { fa_param param; const char *flag; int64_t value; } bounded[] = {
+        {FA_PARAM_THREADS, "--threads", s->threads},
+        {FA_PARAM_TILE_Q, "--tile-q", s->tile_q},
+        {FA_PARAM_TILE_KV, "--tile-kv", s->tile_kv},
+    };
+    for (size_t n = 0; n < sizeof bounded / sizeof bounded[0]; n++) {
+        int64_t lo, hi;
+        if (fa_param_bounds(bounded[n].param, &lo, &hi) == FA_OK &&
+            (bounded[n].value < lo || bounded[n].value > hi)) {
+            fprintf(stderr, "flashattn %s: %s %lld is outside the library's range %lld..%lld\n",
+                    verb, bounded[n].flag, (long long)bounded[n].value, (long long)lo,
+                    (long long)hi);
+            return -1;
+        }
     }
     int64_t e;
     if (!elems_ok(s->batch, s->seq, s->heads, s->dim, &e) ||
@@ -294,11 +308,13 @@ void cli_shape_usage(FILE *f, const cli_shape *d)
             "  --window L,R       sliding window, -1 = unbounded, bottom-right aligned\n"
             "  --threads N        worker threads, 0 = all CPUs        [%lld]\n"
             "  --algo A           auto | flash | standard | reference [%s]\n"
+            "  --tile-q N         flash Q tile rows, 0 = planned      [%lld]\n"
+            "  --tile-kv N        flash K/V tile rows, 0 = planned    [%lld]\n"
             "  --runs N           timed runs                          [%lld]\n"
             "  --seed N           seed of the random inputs           [%lld]\n",
             (long long)d->batch, (long long)d->heads, (long long)d->seq, (long long)d->dim,
             dtype_flag_name(d->dtype), (long long)d->threads, algo_flag_name(d->algo),
-            (long long)d->runs, (long long)d->seed);
+            (long long)d->tile_q, (long long)d->tile_kv, (long long)d->runs, (long long)d->seed);
 }
 
 const char *cli_causal_name(fa_causal c)
@@ -336,6 +352,56 @@ int64_t cli_resolved_threads(int64_t threads)
         return threads;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int64_t)n : 1;
+}
+
+int cli_context_make(const cli_shape *s, const char *verb, fa_context **out)
+{
+    *out = NULL;
+    fa_context *ctx = NULL;
+    fa_status st = fa_context_create(&ctx);
+    if (st != FA_OK) {
+        fprintf(stderr, "flashattn %s: cannot create a context: %s\n", verb, fa_status_string(st));
+        return -1;
+    }
+    const struct { fa_param param; const char *what; int64_t value; } settings[] = {
+        {FA_PARAM_THREADS, "threads", s->threads},
+        {FA_PARAM_TILE_Q, "tile_q", s->tile_q},
+        {FA_PARAM_TILE_KV, "tile_kv", s->tile_kv},
+    };
+    for (size_t n = 0; n < sizeof settings / sizeof settings[0]; n++) {
+        st = fa_context_set(ctx, settings[n].param, settings[n].value);
+        if (st != FA_OK) {
+            fprintf(stderr, "flashattn %s: setting %s: %s: %s\n", verb, settings[n].what,
+                    fa_status_string(st), fa_context_error(ctx));
+            fa_context_free(ctx);
+            return -1;
+        }
+    }
+    *out = ctx;
+    return 0;
+}
+
+int cli_parse_i64_list(const char *text, int64_t lo, int64_t *out, int max)
+{
+    if (text == NULL || *text == '\0')
+        return -1;
+    int n = 0;
+    for (const char *p = text;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        int64_t v;
+        if (len == 0 || len >= sizeof item || n >= max)
+            return -1;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (cli_parse_i64(item, &v) != 0 || v < lo)
+            return -1;
+        out[n++] = v;
+        if (!comma)
+            return n;
+        p = comma + 1;
+    }
 }
 
 /* --------------------------------------------------------- f16 and bf16 */

@@ -1,6 +1,7 @@
 /*
- * shape.h: what the `check` and `bench` verbs share: the shape flags, parsed
- * into one struct, and random q/k/v inputs built from it.
+ * shape.h: what the `check`, `bench` and `tune` verbs share: the shape flags,
+ * parsed into one struct, a context set up from them, and random q/k/v inputs
+ * built from them.
  *
  * The tool sees the library only through include/flashattn.h, so the f16/bf16
  * conversions it needs to make inputs and read outputs live here too.
@@ -29,7 +30,9 @@ typedef struct cli_shape {
     int64_t threads;                   /* 0 = one per online CPU */
     fa_algo algo;
     int algo_given;                    /* --algo was on the command line */
+    int64_t tile_q, tile_kv;           /* flash tile sizes; 0 = the library's plan */
     int64_t runs;
+    int runs_given;                    /* --runs was on the command line */
     int64_t seed;
 } cli_shape;
 
@@ -56,6 +59,26 @@ const char *cli_causal_name(fa_causal c); /* "none", "bottom-right", "top-left" 
 
 /* Threads a setting of `threads` means: 0 resolves to the online CPU count. */
 int64_t cli_resolved_threads(int64_t threads);
+
+/*
+ * A new context with the shape's threads and tile sizes applied. 0, or -1 with
+ * a message naming `verb` on stderr (then *out is NULL).
+ */
+int cli_context_make(const cli_shape *s, const char *verb, fa_context **out);
+
+/* ------------------------------------------------- flags of a single verb */
+
+/* The shape flags' value syntax, for a verb's own flags: if argv[*i] is `name`
+ * or `name=...`, returns 1 with *value the text after '=' or the next argument
+ * (advancing *i), NULL when it is missing; 0 when argv[*i] is another flag. */
+int cli_take_value(const char *name, int argc, char **argv, int *i, const char **value);
+
+/* Strict base-10 int64: the whole string, no blanks, no overflow. 0 or -1. */
+int cli_parse_i64(const char *text, int64_t *out);
+
+/* "a,b,c" of integers >= lo into out[0..max): the count, or -1 when any item is
+ * not such an integer or there are more than max. */
+int cli_parse_i64_list(const char *text, int64_t lo, int64_t *out, int max);
 
 /* ------------------------------------------------------------- buffers */
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # smoke.sh: a quick end-to-end run of the `flashattn` program: every verb once,
-# check on a few small shapes that cover each dtype and mask, bench's JSON
-# validated line by line, and the usage exit status. Meant for ctest and for
+# check on a few small shapes that cover each dtype, mask and odd tile sizes,
+# bench's JSON (one shape, --seqs, --model-only) validated line by line, tune
+# on a tiny shape, and the usage exit status. Meant for ctest and for
 # sanitizer builds (ASan's leak check turns a leak into a non-zero exit).
 #
 #   tools/smoke.sh path/to/flashattn
@@ -42,32 +43,105 @@ expect 0 "check window Dv!=D" "$bin" check --seq 100 --dim 40 --dim-v 24 --windo
 expect 0 "check standard" "$bin" check --algo standard --seq 64 --causal --dtype f16
 expect 0 "check one thread" "$bin" check --threads 1 --seq 65 --dim 33
 
-# bench --json: every line an object whose fields start with the documented ones.
-# stderr stays apart: only stdout has to be JSON.
-"$bin" bench --seq 128 --heads 2 --runs 2 --json >"$out" 2>"$err"
-status=$?
-if [ "$status" -eq 0 ] && python3 -c '
+# expect_json NAME CHECK CMD...: runs CMD, passes when it exits 0, every line of
+# its stdout is a JSON object, and the python code CHECK (which sees them as
+# `objs`, and stdout as `text`) raises nothing. stderr stays apart: only stdout
+# has to be JSON. expect_text is the same without the JSON.
+expect_json() { expect_py json "$@"; }
+expect_text() { expect_py text "$@"; }
+expect_py() {
+    local mode=$1 name=$2 check=$3
+    shift 3
+    "$@" >"$out" 2>"$err"
+    local status=$?
+    if [ "$status" -eq 0 ] && python3 -c "
 import json, sys
+text = open(sys.argv[1]).read()
+objs = [json.loads(l) for l in text.splitlines() if l.strip()] if sys.argv[2] == 'json' else []
+$check" "$out" "$mode"; then
+        passed=$((passed + 1))
+        echo "ok    $name"
+    else
+        failed=$((failed + 1))
+        echo "FAIL  $name (exit $status)"
+        sed 's/^/      /' "$out" "$err"
+    fi
+}
+
+# bench --json: every line an object whose fields start with the documented
+# ones, and the share of the probed peak next to the rate it divides.
+expect_json "bench --json" '
 want = ["algo", "isa", "dtype", "B", "Hq", "Hk", "Sq", "Sk", "D", "Dv", "causal",
         "threads", "median_ms", "gflops", "extra_bytes"]
-lines = [l for l in open(sys.argv[1]) if l.strip()]
-algos = []
-for l in lines:
-    o = json.loads(l)
+for o in objs:
     assert list(o)[:len(want)] == want, list(o)
     assert o["Sq"] == 128 and o["Hq"] == 2 and o["causal"] == "none", o
     assert o["median_ms"] is None or o["median_ms"] > 0, o
-    algos.append(o["algo"])
-assert algos == ["flash", "standard", "reference"], algos
-' "$out"; then
-    passed=$((passed + 1))
-    echo "ok    bench --json"
-else
-    failed=$((failed + 1))
-    echo "FAIL  bench --json (exit $status)"
-    sed 's/^/      /' "$out" "$err"
-fi
-expect 0 "bench table causal bf16" "$bin" bench --seq 64 --heads 2 --runs 1 --dtype bf16 --causal
+    assert o["peak_kind"] == "fp32_fma", o
+    if o["peak_gflops"] is not None and o["algo"] != "reference":
+        assert o["pct_peak"] > 0 and abs(o["pct_peak"] - 100 * o["gflops"] / o["peak_gflops"]) < 1e-3 * o["pct_peak"], o
+assert [o["algo"] for o in objs] == ["flash", "standard", "reference"], objs
+assert objs[0]["tile_q"] > 0 and objs[0]["tile_kv"] > 0 and objs[1]["tile_q"] is None, objs
+assert objs[2]["pct_peak"] is None, objs[2]
+' "$bin" bench --seq 128 --heads 2 --runs 2 --json
+expect_json "bench --no-probe" '
+assert [o["algo"] for o in objs] == ["flash"], objs
+assert objs[0]["peak_gflops"] is None and objs[0]["pct_peak"] is None, objs
+assert objs[0]["gflops"] > 0, objs
+' "$bin" bench --seq 64 --heads 2 --runs 1 --algo flash --json --no-probe
+expect_json "bench --tile-q --tile-kv" '
+assert objs[0]["tile_q"] == 32 and objs[0]["tile_kv"] == 48, objs
+' "$bin" bench --seq 100 --heads 2 --runs 1 --algo flash --json --no-probe --tile-q 32 --tile-kv 48
+expect 0 "bench table causal bf16" "$bin" bench --seq 64 --heads 2 --runs 1 --dtype bf16 --causal --no-probe
+
+# --seqs: one row per N, flash against standard, with the traffic model.
+expect_text "bench --seqs table" '
+rows = [l.split()[0] for l in text.splitlines() if l and not l.startswith("#")]
+assert rows == ["N", "64", "128"], rows
+assert "% peak" in text and "# peak" in text, text
+' "$bin" bench --seqs 64,128 --heads 2 --dim 32 --runs 1
+expect_json "bench --seqs --json" '
+assert [o["N"] for o in objs] == [64, 128], objs
+for o in objs:
+    assert o["Sq"] == o["Sk"] == o["N"] and o["Hq"] == 2 and o["D"] == 32, o
+    assert o["flash_ms"] > 0 and o["standard_ms"] > 0, o
+    assert abs(o["speedup"] - o["standard_ms"] / o["flash_ms"]) < 1e-3 * o["speedup"], o
+    assert o["tile_q"] > 0 and o["tile_kv"] > 0, o
+    assert o["peak_gflops"] is None or o["pct_peak"] > 0, o
+    assert o["flash_extra_bytes"] > 0 and o["standard_extra_bytes"] > 0, o
+    for a in ("flash", "standard"):
+        assert o[a + "_traffic_bytes"] == o[a + "_read_bytes"] + o[a + "_write_bytes"] > 0, o
+' "$bin" bench --seqs 64,128 --heads 2 --dim 32 --runs 1 --json --causal
+expect_json "bench --model-only" '
+assert [o["algo"] for o in objs] == ["flash", "standard"], objs
+f, s = objs
+assert f["tile_q"] > 0 and f["passes"] >= 1 and (f["passes"] == 1 or not f["resident"]), f
+assert s["s_bytes"] == 2048 * 2048 * 4 and s["resident"] == (s["s_bytes"] <= s["l2_bytes"]), s
+assert s["passes"] == (0 if s["resident"] else 5), s
+for o in objs:
+    assert o["traffic_bytes"] == o["read_bytes"] + o["write_bytes"] > 0, o
+    assert o["write_bytes"] >= o["write_miss_bytes"] > 0, o
+if not s["resident"]:
+    assert s["read_bytes"] > f["read_bytes"] and s["write_bytes"] > f["write_bytes"], objs
+' "$bin" bench --model-only --json --heads 1 --seq 2048 --dim 16
+expect_text "bench --warmup-only --cold" '
+assert text == "", text
+' "$bin" bench --seq 64 --heads 2 --warmup-only --cold=65536 --algo standard
+
+# check with tiles that do not divide the shape, and tune on a tiny shape.
+expect 0 "check tiles 16x48" "$bin" check --seq 100 --tile-q 16 --tile-kv 48
+expect 0 "check odd tiles causal" "$bin" check --seq 37 --seq-kv 53 --causal --tile-q 7 --tile-kv 5
+expect 0 "tune --help" "$bin" tune --help
+expect_text "tune tiny" '
+lines = text.splitlines()
+assert lines[-1].startswith("best ") and lines[-2].startswith("planned "), lines
+ranks = [l.split()[0] for l in lines if l[:1] == " " or l[:1].isdigit()]
+assert 2 <= len(ranks) <= 26 and ranks == [str(i + 1) for i in range(len(ranks))], lines
+' "$bin" tune --seq 48 --heads 1 --dim 16 --runs 1
+expect_text "tune pinned tile-q" '
+tiles = [l.split()[1] for l in text.splitlines() if l.strip()[:1].isdigit() and "planned" not in l]
+assert tiles and all(t.startswith("16x") for t in tiles), tiles
+' "$bin" tune --seq 48 --heads 1 --dim 16 --runs 1 --tile-q 16
 
 expect 2 "no verb" "$bin"
 expect 2 "unknown verb" "$bin" frobnicate
@@ -76,6 +150,12 @@ expect 2 "bad number" "$bin" check --seq 12x
 expect 2 "missing value" "$bin" check --seq
 expect 2 "bad dtype" "$bin" bench --dtype f64
 expect 2 "heads not a multiple" "$bin" check --heads 6 --kv-heads 4
+expect 2 "bad --seqs" "$bin" bench --seqs 64,x
+expect 2 "--seqs with --algo" "$bin" bench --seqs 64 --algo flash
+expect 2 "negative tile" "$bin" check --tile-q -1
+expect 2 "tile above the library's bound" "$bin" bench --tile-kv 999999
+expect 2 "bad --cold" "$bin" bench --cold=12
+expect 2 "tune another algo" "$bin" tune --algo standard
 expect 1 "unavailable FLASHATTN_ARCH" env FLASHATTN_ARCH=no-such-isa "$bin" info
 
 echo "$passed passed, $failed failed"

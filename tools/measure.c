@@ -1,0 +1,240 @@
+/*
+ * measure.c: the FLOP count, timing, peak probe and output writers that
+ * `bench` and `tune` share (see measure.h). Everything goes through the
+ * public API: what ran, its tiles, threads and memory are read back from the
+ * context rather than predicted.
+ */
+#include "measure.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cli_row_band(const cli_shape *s, int64_t i, int64_t *lo, int64_t *hi)
+{
+    const int64_t diag = i + s->seq_kv - s->seq; /* bottom-right diagonal */
+    int64_t a = 0, b = s->seq_kv - 1;
+    if (s->window_left >= 0 && diag - s->window_left > a)
+        a = diag - s->window_left;
+    if (s->window_right >= 0 && diag + s->window_right < b)
+        b = diag + s->window_right;
+    if (s->causal == FA_CAUSAL_BOTTOM_RIGHT && diag < b)
+        b = diag;
+    if (s->causal == FA_CAUSAL_TOP_LEFT && i < b)
+        b = i;
+    *lo = a;
+    *hi = b;
+}
+
+/* Each row keeps a contiguous band, so rows are counted in closed form:
+ * Sq steps, not Sq*Sk. */
+int64_t cli_kept_pairs(const cli_shape *s)
+{
+    int64_t total = 0;
+    for (int64_t i = 0; i < s->seq; i++) {
+        int64_t lo, hi;
+        cli_row_band(s, i, &lo, &hi);
+        if (hi >= lo)
+            total += hi - lo + 1;
+    }
+    return total;
+}
+
+double cli_flops(const cli_shape *s)
+{
+    return 2.0 * (double)(s->dim + s->dim_v) * (double)cli_kept_pairs(s) * (double)s->batch *
+           (double)s->heads;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int cli_flush_make(cli_flush *f, int64_t bytes)
+{
+    f->bytes = bytes;
+    f->buf = cli_alloc(bytes, 1);
+    if (f->buf == NULL) {
+        fprintf(stderr, "flashattn: out of memory allocating a %lld-byte cache flush buffer\n",
+                (long long)bytes);
+        return -1;
+    }
+    return 0;
+}
+
+void cli_flush_run(cli_flush *f)
+{
+    /* volatile: the stores must happen even though nothing reads them back */
+    volatile unsigned char *p = f->buf;
+    for (int64_t i = 0; i < f->bytes; i += 64)
+        p[i] = (unsigned char)(p[i] + 1);
+}
+
+void cli_flush_free(cli_flush *f)
+{
+    cli_free(f->buf);
+    f->buf = NULL;
+}
+
+int cli_time_algo(fa_context *ctx, const cli_shape *s, fa_algo algo, const fa_forward_args *args,
+                  double *times, cli_flush *flush, cli_timing *t, const char *verb)
+{
+    memset(t, 0, sizeof *t);
+    t->algo = algo;
+    fa_status st = fa_context_set(ctx, FA_PARAM_ALGO, algo);
+    for (int64_t r = -1; st == FA_OK && r < s->runs; r++) { /* r = -1: the warm-up */
+        if (flush && r >= 0)
+            cli_flush_run(flush);
+        double t0 = cli_now();
+        st = fa_forward(ctx, args);
+        double dt = cli_now() - t0;
+        if (st != FA_OK)
+            break;
+        int64_t extra = 0;
+        if (fa_context_get(ctx, FA_PARAM_LAST_EXTRA_BYTES, &extra) == FA_OK &&
+            extra > t->extra_bytes)
+            t->extra_bytes = extra;
+        if (r >= 0)
+            times[r] = dt;
+    }
+    if (st == FA_OK && flush && s->runs == 0)
+        cli_flush_run(flush);
+    if (st == FA_ERR_OUT_OF_MEMORY) {
+        t->oom = 1;
+        t->threads = cli_resolved_threads(s->threads);
+        return 0;
+    }
+    if (st != FA_OK) {
+        fprintf(stderr, "flashattn %s: %s failed: %s: %s\n", verb, fa_algo_name(algo),
+                fa_status_string(st), fa_context_error(ctx));
+        return -1;
+    }
+    int64_t v = algo;
+    if (fa_context_get(ctx, FA_PARAM_LAST_ALGO, &v) == FA_OK)
+        t->algo = (fa_algo)v;
+    /* The reference ignores the thread setting, and few tasks use fewer threads:
+     * the library says what it really used. */
+    t->threads = fa_context_get(ctx, FA_PARAM_LAST_THREADS, &v) == FA_OK && v > 0
+                     ? v : cli_resolved_threads(s->threads);
+    if (fa_context_get(ctx, FA_PARAM_LAST_TILE_Q, &v) == FA_OK)
+        t->tile_q = v;
+    if (fa_context_get(ctx, FA_PARAM_LAST_TILE_KV, &v) == FA_OK)
+        t->tile_kv = v;
+    if (s->runs > 0) {
+        qsort(times, (size_t)s->runs, sizeof *times, cmp_double);
+        int64_t m = s->runs / 2;
+        t->median_s = (s->runs % 2) ? times[m] : 0.5 * (times[m - 1] + times[m]);
+    }
+    return 0;
+}
+
+void cli_measure_peak(fa_context *ctx, fa_dtype dtype, int skip, cli_peak *peak)
+{
+    memset(peak, 0, sizeof *peak);
+    const char *isa = fa_context_isa(ctx);
+    fa_probe_kind kind = FA_PROBE_FMA_PEAK;
+    peak->kind = "fp32 FMA";
+    peak->json_kind = "fp32_fma";
+    if (dtype == FA_DTYPE_BF16 && strcmp(isa, "avx512bf16") == 0) {
+        kind = FA_PROBE_BF16_PEAK;
+        peak->kind = "bf16 dot";
+        peak->json_kind = "bf16_dot";
+    }
+    if (skip) {
+        snprintf(peak->why, sizeof peak->why, "not measured (--no-probe)");
+        return;
+    }
+    double g = 0.0;
+    fa_status st = fa_probe(ctx, kind, &g);
+    if (st != FA_OK || !(g > 0.0)) {
+        snprintf(peak->why, sizeof peak->why, "not measured: %s",
+                 st != FA_OK ? fa_context_error(ctx) : "the probe returned no rate");
+        return;
+    }
+    peak->gflops = g;
+}
+
+double cli_pct_peak(double gflops, const cli_peak *peak)
+{
+    if (!(peak->gflops > 0.0) || !isfinite(gflops))
+        return NAN;
+    return 100.0 * gflops / peak->gflops;
+}
+
+/* ---------------------------------------------------------------- output */
+
+void cli_print_table(FILE *f, int cols, const char *const *head, const int *right, int rows,
+                     const char *cells)
+{
+    int width[32];
+    if (cols > 32)
+        cols = 32;
+    for (int c = 0; c < cols; c++) {
+        width[c] = (int)strlen(head[c]);
+        for (int r = 0; r < rows; r++) {
+            int w = (int)strlen(cells + ((size_t)r * (size_t)cols + (size_t)c) * CLI_CELL);
+            if (w > width[c])
+                width[c] = w;
+        }
+    }
+    for (int r = -1; r < rows; r++) { /* r = -1: the header */
+        for (int c = 0; c < cols; c++) {
+            const char *text =
+                r < 0 ? head[c] : cells + ((size_t)r * (size_t)cols + (size_t)c) * CLI_CELL;
+            /* no trailing blanks after a left-aligned last column */
+            int w = right[c] ? width[c] : c == cols - 1 ? 0 : -width[c];
+            if (w == 0 && *text == '\0')
+                break;
+            fprintf(f, "%s%*s", c ? "  " : "", w, text);
+        }
+        fputc('\n', f);
+    }
+}
+
+void cli_format_bytes(char *buf, size_t n, double bytes)
+{
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) {
+        bytes /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%.0f B", bytes);
+    else
+        snprintf(buf, n, "%.*f %s", bytes < 10.0 ? 2 : bytes < 100.0 ? 1 : 0, bytes, unit[u]);
+}
+
+/* The library's names are plain ASCII, but a quote or a control character must
+ * still never break the line. */
+void cli_json_string(FILE *f, const char *text)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void cli_json_number(FILE *f, double x)
+{
+    if (isfinite(x))
+        fprintf(f, "%.6g", x);
+    else
+        fputs("null", f); /* JSON has no inf or NaN */
+}
+
+void cli_json_int(FILE *f, int64_t x, int known)
+{
+    if (known)
+        fprintf(f, "%lld", (long long)x);
+    else
+        fputs("null", f);
+}

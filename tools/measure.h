@@ -1,0 +1,98 @@
+/*
+ * measure.h: what the `bench` and `tune` verbs share: the FLOP count of one
+ * call (STYLE.md rule 10), timing an algorithm (warm-up, runs, median), the
+ * machine's peak from fa_probe, and the plain-text table and JSON writers.
+ */
+#ifndef FLASHATTN_TOOLS_MEASURE_H
+#define FLASHATTN_TOOLS_MEASURE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "flashattn.h"
+#include "shape.h"
+
+/* The key columns query row i keeps under causal and window masking,
+ * [*lo, *hi] within [0, Sk-1] (empty when *lo > *hi), per SEMANTICS.md step 5.
+ * Both ends are non-decreasing in i. */
+void cli_row_band(const cli_shape *s, int64_t i, int64_t *lo, int64_t *hi);
+
+/* (i, j) pairs the causal/window masks keep. */
+int64_t cli_kept_pairs(const cli_shape *s);
+
+/* FLOPs of one call: 2*(D+Dv) per kept pair, times B*Hq. */
+double cli_flops(const cli_shape *s);
+
+/* One algorithm, timed. Everything but algo and oom is read from the context
+ * after the timed runs, so it names what really ran. */
+typedef struct cli_timing {
+    fa_algo algo;            /* what ran (auto resolves to a concrete algorithm) */
+    int oom;                 /* a call returned FA_ERR_OUT_OF_MEMORY */
+    double median_s;
+    int64_t extra_bytes;     /* FA_PARAM_LAST_EXTRA_BYTES, the largest over the runs */
+    int64_t threads;         /* FA_PARAM_LAST_THREADS */
+    int64_t tile_q, tile_kv; /* FA_PARAM_LAST_TILE_Q/_KV: 0 when the algorithm has no tiles */
+} cli_timing;
+
+/*
+ * A buffer streamed through the caches (read and written, line by line) to
+ * push a call's data out of them, so that the call starts cold: twice the L2
+ * leaves nothing of the previous contents in an LRU-like L2.
+ */
+typedef struct cli_flush {
+    unsigned char *buf;
+    int64_t bytes;
+} cli_flush;
+
+int cli_flush_make(cli_flush *f, int64_t bytes); /* 0, or -1 out of memory (reported) */
+void cli_flush_run(cli_flush *f);
+void cli_flush_free(cli_flush *f);
+
+/*
+ * One warm-up, then s->runs timed calls of `algo` on `args`; the median goes to
+ * t->median_s. `times` holds s->runs doubles. With s->runs == 0 only the
+ * warm-up runs (median_s stays 0), to learn what a call allocates and plans.
+ * With `flush` (else NULL), the flush runs before every timed call, untimed,
+ * and with s->runs == 0 once after the warm-up: where a timed call would start.
+ * 0 done (t->oom may be set), -1 a library error, already reported for `verb`.
+ */
+int cli_time_algo(fa_context *ctx, const cli_shape *s, fa_algo algo, const fa_forward_args *args,
+                  double *times, cli_flush *flush, cli_timing *t, const char *verb);
+
+/*
+ * The peak a run is compared with: fp32 FMA for f32 and f16 inputs (both are
+ * computed in fp32); for bf16 on the avx512bf16 path, whose kernels multiply
+ * bf16 pairs, the bf16 dot-product peak.
+ */
+typedef struct cli_peak {
+    double gflops;    /* 0 when not measured */
+    const char *kind; /* "fp32 FMA" or "bf16 dot" */
+    const char *json_kind; /* "fp32_fma" or "bf16_dot" */
+    char why[160];    /* when not measured: why */
+} cli_peak;
+
+/* Runs fa_probe on ctx (about half a second) unless `skip`; never fails the
+ * verb: a path without the probe leaves gflops 0 and says so in `why`. */
+void cli_measure_peak(fa_context *ctx, fa_dtype dtype, int skip, cli_peak *peak);
+
+/* 100 * gflops / peak, or NaN when either is unknown. */
+double cli_pct_peak(double gflops, const cli_peak *peak);
+
+/* ---------------------------------------------------------------- output */
+
+/* A plain-text table: `rows` x `cols` cells of CLI_CELL bytes each, row-major
+ * in `cells`; columns as wide as their widest cell, numbers (right[c]) right-aligned. */
+enum { CLI_CELL = 64 };
+void cli_print_table(FILE *f, int cols, const char *const *head, const int *right, int rows,
+                     const char *cells);
+
+/* Bytes as "812 KiB", "3.25 MiB", "1.50 GiB". */
+void cli_format_bytes(char *buf, size_t n, double bytes);
+
+/* JSON values: a string literal, a number (null unless finite), an integer
+ * (null when `known` is 0). */
+void cli_json_string(FILE *f, const char *text);
+void cli_json_number(FILE *f, double x);
+void cli_json_int(FILE *f, int64_t x, int known);
+
+#endif /* FLASHATTN_TOOLS_MEASURE_H */
