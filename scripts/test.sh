@@ -15,3 +15,8 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g"
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -j "$jobs")
+
+# NEON: cross-built for aarch64 and run under qemu (x86 hosts; FA_SKIP_NEON=1 skips).
+if [ "$(uname -m)" = x86_64 ] && [ "${FA_SKIP_NEON:-0}" != 1 ]; then
+  bash scripts/test-neon.sh
+fi
