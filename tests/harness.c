@@ -378,6 +378,42 @@ double h_prop_ulps(fa_dtype out_dtype) { return out_dtype == FA_DTYPE_F32 ? 8.0 
 
 double h_prop_lse_ulps(void) { return 16.0; }
 
+/* ------------------------------------------------------- context, scale */
+
+fa_status h_context_create(fa_context **ctx) {
+    const fa_status st = fa_context_create(ctx);
+    const char *arch = getenv("FLASHATTN_ARCH");
+    if (st == FA_ERR_ISA_UNAVAILABLE && arch && *arch) {
+        /* the context is gone, so its error text is too: say what we know */
+        printf("SKIP: FLASHATTN_ARCH=%s: %s (this CPU has: %s)\n", arch, fa_status_string(st),
+               fa_cpu_features());
+        fflush(stdout);
+        exit(H_SKIP);
+    }
+    if (st == FA_OK && *ctx) {
+        printf("flashattn %s, isa %s\n", fa_version_string(), fa_context_isa(*ctx));
+        fflush(stdout);
+    }
+    return st;
+}
+
+#ifndef FA_TEST_SCALE
+#define FA_TEST_SCALE 1.0
+#endif
+
+double h_test_scale(void) {
+    double s = FA_TEST_SCALE;
+    const char *env = getenv("FA_TEST_SCALE");
+    if (env && *env) s = strtod(env, NULL);
+    if (!(s > 0.0)) s = 1.0 / 64.0; /* nonsense (or 0) still runs something */
+    return s > 1.0 ? 1.0 : s;
+}
+
+int h_scaled(int n) {
+    const double x = floor((double)n * h_test_scale() + 0.5);
+    return x < 1.0 ? 1 : (int)x;
+}
+
 /* ----------------------------------------------------------- reporting */
 
 static int64_t g_passed, g_failed;
@@ -385,10 +421,13 @@ static char g_case[512];
 enum { MAX_PRINTED_FAILURES = 100 };
 
 void h_case(const char *fmt, ...) {
+    static int verbose = -1; /* FA_TEST_VERBOSE=1: print every case as it starts (to place a crash) */
+    if (verbose < 0) verbose = h_env_u64("FA_TEST_VERBOSE", 0) != 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g_case, sizeof g_case, fmt, ap);
     va_end(ap);
+    if (verbose) printf("case: %s\n", g_case), fflush(stdout);
 }
 
 int h_check(int ok, const char *file, int line, const char *expr, const char *fmt, ...) {

@@ -121,9 +121,33 @@ double h_ka_lse_tol(fa_dtype in_dtype);   /* relative, for known answers on lse 
 double h_prop_ulps(fa_dtype out_dtype);   /* ulps of out dtype added to 2x naive error */
 double h_prop_lse_ulps(void);             /* ulps of fp32 added for lse */
 
+/* ------------------------------------------------------- context, scale */
+
+/* Exit code that ctest reports as "skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt). */
+#define H_SKIP 77
+
+/*
+ * Creates the context a test program runs on and prints "flashattn <version>, isa <path>".
+ * When FLASHATTN_ARCH names a path this CPU (or build) lacks, fa_context_create reports
+ * FA_ERR_ISA_UNAVAILABLE: then this prints why and exits with H_SKIP, so the ISA matrix
+ * shows the path as skipped rather than passed or failed. Any other status is returned
+ * for the caller to CHECK.
+ */
+fa_status h_context_create(fa_context **ctx);
+
+/*
+ * Fraction of the random cases to run, in (0, 1]: FA_TEST_SCALE from the environment if
+ * set, else the value the build compiled in (FA_TEST_SCALE, see tests/CMakeLists.txt:
+ * 1 for Release, less under the sanitizers, which run every ISA but fewer cases).
+ */
+double h_test_scale(void);
+/* max(1, round(n * h_test_scale())). */
+int h_scaled(int n);
+
 /* ----------------------------------------------------------- reporting */
 
-/* Describes the case now running; printed with every failure until changed. */
+/* Describes the case now running; printed with every failure until changed, and at once
+ * when FA_TEST_VERBOSE=1 (so a crash or a sanitizer abort can be placed). */
 void h_case(const char *fmt, ...)
 #if defined(__GNUC__) || defined(__clang__)
     __attribute__((format(printf, 1, 2)))

@@ -537,11 +537,10 @@ static void test_newer_struct(void) {
 int main(void) {
     h_rng_seed(&g_rng, h_env_u64("FA_TEST_SEED", 99));
     h_case("setup");
-    const fa_status created = fa_context_create(&g_ctx);
+    const fa_status created = h_context_create(&g_ctx);
     if (!CHECK(created == FA_OK && g_ctx, "fa_context_create: status %d (%s)", (int)created,
                fa_status_string(created)))
         return h_summary();
-    printf("flashattn %s, isa %s\n", fa_version_string(), fa_context_isa(g_ctx));
 
     const h_dims d = {2, 5, 7, 4, 2, 8, 6};
     h_problem_alloc(&g_p, d, FA_DTYPE_F32, FA_DTYPE_F32);

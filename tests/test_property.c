@@ -9,7 +9,11 @@
  *   3. flash must be bitwise identical across thread counts 1, 2, 3, and with lse
  *      omitted (lse must not change the path that computes o); most cases force small
  *      flash tiles (FA_PARAM_TILE_Q/KV) so short rows span several K/V tiles, and a
- *      final section checks determinism with planner-chosen tiles on long rows.
+ *      final section checks determinism with planner-chosen tiles on long rows (causal
+ *      both ways, a window, f32 and bf16; threads 1, 2, 3 and a second 3-thread run).
+ * It checks one micro-kernel path: the one FLASHATTN_ARCH names (the default otherwise);
+ * ctest runs it once per path (tests/CMakeLists.txt). FA_TEST_SCALE < 1 runs a share of
+ * the cases (see round_stride).
  * Cases cover lengths 1 and odd, Sq != Sk both ways, D in DS, Dv != D, MHA/GQA/MQA,
  * bool masks, both causal alignments, windows, softcap, ALiBi [Hq] and [B, Hq], bias with
  * broadcast dims (size-1 dims and stride-0 dims), f32/f16/bf16 with o in the input dtype
@@ -60,6 +64,9 @@ typedef struct pcase {
 
 /* Worst err/tol seen per (flash|standard, dtype index), printed for information. */
 static double g_worst[2][3];
+/* Random cases whose flash threads 1/2/3 bits were compared, per dtype, and how many of
+ * them were causal: determinism must have been seen on causal and on bf16 cases. */
+static int g_det_cases[3], g_det_causal[3];
 
 static int dtype_index(fa_dtype dt) { return dt == FA_DTYPE_F32 ? 0 : dt == FA_DTYPE_F16 ? 1 : 2; }
 
@@ -346,6 +353,10 @@ static void run_case(fa_context *ctx, uint64_t seed, int index) {
                 CHECK(memcmp(first_o, a->o.data, o_bytes) == 0 && memcmp(first_lse, a->lse.data, lse_bytes) == 0,
                       "flash with %lld threads is not bitwise identical to flash with 1 thread",
                       (long long)threads[run]);
+                if (threads[run] == 3) {
+                    g_det_cases[dtype_index(c.dt)]++;
+                    g_det_causal[dtype_index(c.dt)] += c.causal != FA_CAUSAL_NONE;
+                }
             }
         }
         /* lse omitted: o must not change (index-selected subset of cases) */
@@ -405,15 +416,19 @@ static void test_planned_determinism(fa_context *ctx, uint64_t seed) {
             const size_t o_bytes = (size_t)h_numel(&p.args.o) * h_dtype_bytes(dtype);
             const size_t lse_bytes = (size_t)h_numel(&p.args.lse) * 4;
             unsigned char *o1 = malloc(o_bytes), *lse1 = malloc(lse_bytes);
-            for (int64_t t = 1; t <= 3; t++) {
+            /* threads 1, 2, 3, then 3 again: the same bits run to run as well (3 threads
+             * take the q blocks in a different order each run) */
+            static const int64_t runs[] = {1, 2, 3, 3};
+            for (int run = 0; run < (int)(sizeof runs / sizeof runs[0]); run++) {
+                const int64_t t = runs[run];
                 h_case("planned-tile determinism: %s dtype=%s causal=%d window=(%lld,%lld) algo=flash "
-                       "tiles=planned threads=%lld vs 1",
+                       "tiles=planned run %d threads=%lld vs the first run (threads=1)",
                        h_dims_str(&shapes[s].d), h_dtype_str(dtype), (int)shapes[s].causal,
-                       (long long)shapes[s].wl, (long long)shapes[s].wr, (long long)t);
+                       (long long)shapes[s].wl, (long long)shapes[s].wr, run, (long long)t);
                 fa_status st = h_set_tiles(ctx, 0, 0);
                 if (st == FA_OK) st = h_run(ctx, FA_ALGO_FLASH, t, &p.args);
                 if (!CHECK(st == FA_OK, "status %d: %s", (int)st, fa_context_error(ctx))) break;
-                if (t == 1) {
+                if (run == 0) {
                     memcpy(o1, p.args.o.data, o_bytes);
                     memcpy(lse1, p.args.lse.data, lse_bytes);
                     continue;
@@ -429,18 +444,50 @@ static void test_planned_determinism(fa_context *ctx, uint64_t seed) {
         }
 }
 
+/*
+ * Which cases run. Every ISA path runs this program (tests/CMakeLists.txt), and the
+ * sanitizer build would take minutes per path at full size, so it compiles in
+ * FA_TEST_SCALE < 1 (harness.h): then only one round in `stride` of the CASES_PER_CELL
+ * rounds runs (a round holds one case per (D, dtype) cell, so every cell is still
+ * covered), and each path takes a different residue, so that together the paths still
+ * see about as many distinct cases as one full run. FA_TEST_SCALE=1 runs everything.
+ */
+static int round_stride(void) {
+    const int stride = (int)floor(1.0 / h_test_scale() + 0.5);
+    return stride < 1 ? 1 : stride > CASES_PER_CELL ? CASES_PER_CELL : stride;
+}
+
+static int isa_offset(const char *isa, int stride) {
+    static const char *const names[] = {"ref", "avx2", "avx512", "avx512bf16", "neon"};
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
+        if (isa && strcmp(isa, names[i]) == 0) return i % stride;
+    return 0;
+}
+
 int main(void) {
     const uint64_t seed = h_env_u64("FA_TEST_SEED", 12345);
     const int64_t only = (int64_t)h_env_u64("FA_TEST_CASE", (uint64_t)-1);
     fa_context *ctx = NULL;
-    fa_status st = fa_context_create(&ctx);
+    fa_status st = h_context_create(&ctx);
     h_case("fa_context_create");
     if (!CHECK(st == FA_OK && ctx, "status %d (%s)", (int)st, fa_status_string(st))) return h_summary();
-    printf("flashattn %s, isa %s\n", fa_version_string(), fa_context_isa(ctx));
     const int ncases = NDS * 3 * CASES_PER_CELL;
-    for (int index = 0; index < ncases; index++)
-        if (only < 0 || only == index) run_case(ctx, seed, index);
-    if (only < 0) test_planned_determinism(ctx, seed);
+    const int stride = round_stride(), offset = isa_offset(fa_context_isa(ctx), stride);
+    if (stride > 1)
+        printf("FA_TEST_SCALE=%g: running rounds r with (r + %d) %% %d == 0 of %d (all cells, fewer cases)\n",
+               h_test_scale(), offset, stride, (int)CASES_PER_CELL);
+    for (int index = 0; index < ncases; index++) {
+        const int round = index / (NDS * 3);
+        if (only == index || (only < 0 && (round + offset) % stride == 0)) run_case(ctx, seed, index);
+    }
+    if (only < 0) {
+        h_case("determinism coverage of the random cases");
+        CHECK(g_det_causal[0] > 0 && g_det_causal[2] > 0 && g_det_cases[2] > 0,
+              "threads 1/2/3 compared on %d/%d/%d f32/f16/bf16 cases, %d/%d/%d of them causal: want causal f32 "
+              "and causal bf16 among them",
+              g_det_cases[0], g_det_cases[1], g_det_cases[2], g_det_causal[0], g_det_causal[1], g_det_causal[2]);
+        test_planned_determinism(ctx, seed);
+    }
     fa_context_free(ctx);
     printf("worst o err/tol (f32 f16 bf16): flash %.3f %.3f %.3f, standard %.3f %.3f %.3f\n",
            g_worst[0][0], g_worst[0][1], g_worst[0][2], g_worst[1][0], g_worst[1][1], g_worst[1][2]);

@@ -39,11 +39,12 @@ typedef struct fa_cpu fa_cpu;
 typedef struct fa_kernels {
     const char *name; /* what FLASHATTN_ARCH and fa_context_isa() call it */
 
-    /* qt[x][r] = scale * q[r][x] for r < rows; zero for rows <= r < ldqt. */
+    /* qt[x][r] = scale * q[r][x] for r < rows; zero for rows <= r < round_up(rows, FA_ROW_ALIGN). */
     void (*pack_qt)(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale,
                     float *qt, int64_t ldqt);
 
-    /* st[c][r] = sum_x qt[x][r] * k[c][x] for c < cols, r < ldqt's whole-vector cover of rows. */
+    /* st[c][r] = sum_x qt[x][r] * k[c][x] for c < cols and r < round_up(rows, FA_ROW_ALIGN)
+     * (the padding rows come out 0 for finite k, from the zero padding of qt). */
     void (*qk)(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt,
                const float *k, int64_t ldk, float *st, int64_t ldst);
 

@@ -1,0 +1,1241 @@
+/*
+ * test_kernels.c: the micro-kernel tables, tested directly, call by call. Every table in
+ * the registry that runs on this CPU (the others are named and skipped) gets the same
+ * inputs as the scalar reference table, and both are held to an fp64 computation of the
+ * contract in src/kernels/kernels.h:
+ *   pack_qt, pack_qt_bf16   bitwise (one float multiply; pure copies)
+ *   f16_to_f32, bf16_to_f32 all 65536 inputs bitwise vs the reference (an f16 signalling
+ *                           NaN may come back quieted), plus short misaligned rows
+ *   qk, pv, qk_bf16, pv_bf16  within (DOT_ULPS + sqrt(terms)) x FLT_EPSILON x sum|terms|
+ *                           (TOLERANCES); a NaN/inf in K poisons only its column, a NaN
+ *                           p or alpha only its row
+ *   softmax                 m exact; p and alpha within the path's stated exp accuracy;
+ *                           l within that plus the worst-case summation bound; bands
+ *                           (empty rows too), incoming m = -inf / finite / NaN, NaN and
+ *                           +-inf scores, underflow
+ *   exp                     through softmax (one kept column, m = 0, so p = exp(x)) over a
+ *                           dense sweep of [-87.3, 0]: <= 4 ulps vs double exp, printed
+ * Sizes run over rows 1..300, cols 1..600, d/dv 1..512 (edges and odd sizes favoured),
+ * K/V with odd, zero and negative leading dimensions and unaligned starts. Every buffer a
+ * kernel writes sits between guard zones and carries sentinels wherever the contract says
+ * "do not touch", checked after each call; inputs must come back unchanged; exact-size
+ * input allocations let ASan (the sanitizer build) catch over-reads.
+ *
+ * Legend: r < rows query rows, c < cols key columns, x < d head dim of q/k, e < dv head
+ * dim of v; qt (d, ldqt), st (cols, ldst), k (cols, ldk), v (cols, ldv), acc (rows, ldacc),
+ * qt2 (ceil(d/2), ldqt2) bf16 pairs.
+ *
+ * This program needs the library's internals: it links flashattn_objects and includes
+ * src/kernels/kernels.h. FA_TEST_SEED changes the random cases; FA_TEST_SCALE the count.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kernels/kernels.h"
+
+/* ------------------------------------------------------------ TOLERANCES */
+
+/*
+ * qk, pv and the bf16 forms sum n <= 600 products in fp32, in an order each kernel
+ * chooses (register blocks, partial sums, FMA). Any order is within (n-1) * 2^-24 *
+ * sum|terms| of the exact sum, but that worst case needs every rounding error to line
+ * up; in practice the errors add like a random walk, and
+ *   |got - exact| <= (DOT_ULPS + sqrt(n)) * FLT_EPSILON * sum|terms| + FLT_MIN
+ * holds (Higham and Mary's probabilistic bound, lambda*sqrt(n)*u, with room to spare),
+ * sum|terms| taken over every term of that output (alpha * acc included for pv, |scale|
+ * applied for qk_bf16). With terms of random sign the measured error stays near one unit
+ * of FLT_EPSILON * sum|terms|; the sqrt(n) part is for sums whose terms share a sign
+ * (ldv = 0 repeats one V row, so P >= 0 times the same v for every c: measured up to
+ * ~10 at n = 600). A dropped, repeated or misplaced term of typical size, sum|terms| / n,
+ * is still hundreds of times the tolerance at n = 600. The measured worst err / (FLT_EPSILON *
+ * sum|terms|) is printed per path. bf16 products are exact in fp32 (8-bit
+ * significands), so the same bound holds against the fp64 sum of the same bf16
+ * operands, with P rounded to bf16 (nearest even) first, as kernels.h says pv_bf16 does.
+ */
+static const double DOT_ULPS = 4.0;
+/* The contract's exp ("a few ulps"), and the limit of the explicit exp sweep. */
+static const double EXP_MAX_ULPS = 4.0;
+
+/*
+ * What each path says of its own exp, as |result - exact| in ulps of the exact value
+ * (kernels' notes): ref is libm's expf (glibc: < 0.51 ulp); avx2 <= 0.95 ulp; avx512 and
+ * avx512bf16 <= 1 ulp from glibc's expf, so < 1.51 from the exact value; neon <= 1.04 ulp.
+ * softmax's p and alpha are held to these; unknown paths to the contract's EXP_MAX_ULPS.
+ */
+static double stated_exp_ulps(const char *isa) {
+    static const struct {
+        const char *name;
+        double ulps;
+    } table[] = {{"ref", 1.0}, {"avx2", 1.0}, {"avx512", 2.0}, {"avx512bf16", 2.0}, {"neon", 2.0}};
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(isa, table[i].name) == 0) return table[i].ulps;
+    return EXP_MAX_ULPS;
+}
+
+/* ------------------------------------------------------------ the tables */
+
+enum { MAX_TABLES = 16 };
+
+typedef struct table_stats {
+    const fa_kernels *k;
+    double qk, pv, qk16, pv16;         /* max |err| / (FLT_EPSILON * sum|terms|) */
+    double p_ulps, alpha_ulps;         /* softmax cases */
+    double sweep_ulps, sweep_alpha_ulps;
+    double sweep_worst_x;
+    int64_t sweep_points;
+    int64_t snan_quieted;              /* f16 signalling NaNs the path returned quieted */
+} table_stats;
+
+static table_stats g_tab[MAX_TABLES];
+static int g_ntab;
+static h_rng g_rng;
+
+static int64_t round16(int64_t n) { return (n + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN; }
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "test_kernels: out of memory (%zu bytes)\n", bytes);
+        exit(2);
+    }
+    return p;
+}
+
+/* 64-byte aligned, exactly `bytes` when that is a multiple of 64 (so ASan sees the end). */
+static void *xaligned(size_t bytes) {
+    const size_t n = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (!p) {
+        fprintf(stderr, "test_kernels: out of memory (%zu bytes)\n", n);
+        exit(2);
+    }
+    return p;
+}
+
+static uint32_t fbits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+static float bitsf(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* ------------------------------------------------------------ buffers */
+
+/*
+ * An output buffer: `bytes` of payload, 64-byte aligned, between guard zones. The whole
+ * allocation starts as SENTINEL bytes (a float NaN 0xffffffff, a bf16 NaN, int32 -1), so a
+ * region the kernel must not touch is checked by comparing with the sentinel.
+ */
+enum { GUARD = 256, SENTINEL = 0xff };
+static const uint32_t SENT32 = 0xffffffffu;
+
+typedef struct obuf {
+    unsigned char *raw;
+    void *p;
+    size_t bytes, total;
+} obuf;
+
+static obuf ob_alloc(size_t bytes) {
+    obuf b;
+    b.bytes = bytes;
+    b.total = 2 * GUARD + (bytes + 63) / 64 * 64;
+    b.raw = xaligned(b.total);
+    memset(b.raw, SENTINEL, b.total);
+    b.p = b.raw + GUARD;
+    return b;
+}
+
+static int ob_guards_ok(const obuf *b) {
+    for (size_t i = 0; i < GUARD; i++)
+        if (b->raw[i] != SENTINEL) return 0;
+    for (size_t i = GUARD + b->bytes; i < b->total; i++)
+        if (b->raw[i] != SENTINEL) return 0;
+    return 1;
+}
+
+static float *obf(const obuf *b) { return (float *)b->p; }
+
+/*
+ * An input matrix of n rows of len elements, row i at row0 + i*ld (ld any value: 0
+ * repeats one row, negative walks backwards, |ld| < len overlaps rows). The allocation is
+ * exactly the span the rows cover, after `offset` bytes (an unaligned start), so reading
+ * past its end (or, with offset 0, before its start) is an ASan error. The span starts
+ * as NaN (so gaps between rows poison any output that reads them); rows are written
+ * in order (overlapping rows overwrite), and the oracle reads back through the same
+ * addressing, so it sees exactly what the kernel sees.
+ */
+typedef struct smat {
+    unsigned char *raw, *copy;
+    unsigned char *row0;
+    int64_t n, len, ld;
+    size_t esz, bytes; /* bytes of raw */
+} smat;
+
+static smat sm_alloc(int64_t n, int64_t len, int64_t ld, size_t esz, size_t offset) {
+    smat m;
+    const int64_t a = ld < 0 ? -ld : ld;
+    const int64_t span = (n - 1) * a + len;
+    m.n = n, m.len = len, m.ld = ld, m.esz = esz;
+    m.bytes = offset + (size_t)span * esz;
+    m.raw = xmalloc(m.bytes);
+    memset(m.raw, SENTINEL, m.bytes);
+    m.row0 = m.raw + offset + (size_t)(ld < 0 ? (n - 1) * a : 0) * esz;
+    m.copy = NULL;
+    return m;
+}
+
+static float *sm_f(const smat *m, int64_t i) { return (float *)(void *)m->row0 + i * m->ld; }
+static uint16_t *sm_u(const smat *m, int64_t i) { return (uint16_t *)(void *)m->row0 + i * m->ld; }
+
+/* Normal(0, 1) rows (bf16-rounded bits for esz 2). */
+static void sm_fill(smat *m, h_rng *r) {
+    for (int64_t i = 0; i < m->n; i++)
+        for (int64_t x = 0; x < m->len; x++) {
+            const float v = (float)h_rng_normal(r);
+            if (m->esz == 4) sm_f(m, i)[x] = v;
+            else sm_u(m, i)[x] = h_f32_to_bf16(v);
+        }
+    m->copy = xmalloc(m->bytes);
+    memcpy(m->copy, m->raw, m->bytes);
+}
+
+/* Takes the snapshot sm_unchanged compares with again (after the test edits values). */
+static void sm_snapshot(smat *m) { memcpy(m->copy, m->raw, m->bytes); }
+
+/*
+ * Puts a NaN into one row and +inf, -inf into two others (at random x), for cases that
+ * check a non-finite input poisons only the outputs that read it. With overlapping rows
+ * (|ld| < len) the value lands in several rows; the oracle reads the same memory.
+ */
+static void sm_poison(smat *m, h_rng *r) {
+    static const float vals[3] = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 3 && i < m->n; i++) {
+        const int64_t row = h_rng_int(r, 0, m->n - 1), x = h_rng_int(r, 0, m->len - 1);
+        if (m->esz == 4) sm_f(m, row)[x] = vals[i];
+        else sm_u(m, row)[x] = h_f32_to_bf16(vals[i]);
+    }
+    sm_snapshot(m);
+}
+
+static int sm_unchanged(const smat *m) { return memcmp(m->raw, m->copy, m->bytes) == 0; }
+
+static void sm_free(smat *m) {
+    free(m->raw);
+    free(m->copy);
+}
+
+/* An exact-size copy of `bytes` for an input the kernel must not change. */
+typedef struct ibuf {
+    void *p, *copy;
+    size_t bytes;
+} ibuf;
+
+static ibuf ib_dup(const void *src, size_t bytes, int aligned) {
+    ibuf b;
+    b.bytes = bytes;
+    b.p = aligned ? xaligned(bytes) : xmalloc(bytes);
+    b.copy = xmalloc(bytes);
+    memcpy(b.p, src, bytes);
+    memcpy(b.copy, src, bytes);
+    return b;
+}
+
+static int ib_unchanged(const ibuf *b) { return memcmp(b->p, b->copy, b->bytes) == 0; }
+
+static void ib_free(ibuf *b) {
+    free(b->p);
+    free(b->copy);
+}
+
+/* ------------------------------------------------------------ case sizes */
+
+static const int64_t ROWS_EDGE[] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 15, 16, 17, 31, 32, 33,
+                                    48, 63, 64, 65, 66, 67, 100, 129, 200, 255, 300};
+static const int64_t COLS_EDGE[] = {1, 2, 3, 4, 5, 6, 7, 11, 12, 13, 47, 48, 49,
+                                    63, 64, 65, 127, 128, 129, 256, 257, 600};
+static const int64_t DIM_EDGE[] = {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64,
+                                   65, 127, 128, 129, 130, 255, 256, 257, 384, 511, 512};
+#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static int64_t pick_size(h_rng *r, const int64_t *edge, int n, int64_t max) {
+    return h_rng_uniform(r) < 0.6 ? edge[h_rng_int(r, 0, n - 1)] : h_rng_int(r, 1, max);
+}
+
+/* Halves the largest of a, b, c (relative to its maximum) until a*b*c <= budget. */
+static void fit_budget(int64_t *a, int64_t amax, int64_t *b, int64_t bmax, int64_t *c, int64_t cmax,
+                       double budget) {
+    while ((double)*a * (double)*b * (double)*c > budget) {
+        const double ra = (double)*a / (double)amax, rb = (double)*b / (double)bmax,
+                     rc = (double)*c / (double)cmax;
+        int64_t *big = ra >= rb && ra >= rc ? a : rb >= rc ? b : c;
+        *big = (*big + 1) / 2;
+    }
+}
+
+/* A leading dimension for rows of len elements: dense, odd, 0, negative or overlapping. */
+static int64_t pick_ld(h_rng *r, int64_t len) {
+    switch (h_rng_int(r, 0, 8)) {
+    case 0:
+    case 1: return len;
+    case 2: return len + 1;
+    case 3: return len + 2 * h_rng_int(r, 1, 8) + 1;
+    case 4: return 0;
+    case 5: return -len;
+    case 6: return -(len + 3);
+    case 7: return len > 1 ? h_rng_int(r, 1, len - 1) : 1;
+    default: return 2 * len + 5;
+    }
+}
+
+/* ------------------------------------------------------------ pack_qt */
+
+static void case_pack_qt(int64_t rows, int64_t d, int64_t ldq, size_t qoff, int64_t ldqt, float scale) {
+    smat q = sm_alloc(rows, d, ldq, 4, qoff);
+    sm_fill(&q, &g_rng);
+    const int64_t pad = round16(rows);
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *k = g_tab[t].k;
+        h_case("pack_qt isa=%s rows=%lld d=%lld ldq=%lld q_offset=%zu ldqt=%lld scale=%g", k->name,
+               (long long)rows, (long long)d, (long long)ldq, qoff, (long long)ldqt, (double)scale);
+        obuf qt = ob_alloc((size_t)(d * ldqt) * 4);
+        k->pack_qt(rows, d, sm_f(&q, 0), ldq, scale, obf(&qt), ldqt);
+        int64_t bad = 0, badpad = 0, touched = 0, fx = -1, fr = -1;
+        for (int64_t x = 0; x < d; x++)
+            for (int64_t r = 0; r < ldqt; r++) {
+                const float got = obf(&qt)[x * ldqt + r];
+                if (r < rows) {
+                    const float want = scale * sm_f(&q, r)[x];
+                    if (fbits(got) != fbits(want) && bad++ == 0) fx = x, fr = r;
+                } else if (r < pad) {
+                    badpad += got != 0.0f;
+                } else {
+                    touched += fbits(got) != SENT32 && got != 0.0f;
+                }
+            }
+        CHECK(bad == 0, "%lld entries differ from scale*q (first x=%lld r=%lld)", (long long)bad, (long long)fx,
+              (long long)fr);
+        CHECK(badpad == 0, "%lld padding entries (rows <= r < round16(rows)) are not 0", (long long)badpad);
+        CHECK(touched == 0, "%lld entries past round16(rows) changed to something other than 0", (long long)touched);
+        CHECK(ob_guards_ok(&qt), "writes outside qt");
+        CHECK(sm_unchanged(&q), "q changed");
+        free(qt.raw);
+    }
+    sm_free(&q);
+}
+
+static void test_pack_qt(void) {
+    static const float scales[] = {1.0f, 0.125f, -0.3f, 0.0883883476f};
+    const int n = h_scaled(60);
+    for (int i = 0; i < n; i++) {
+        int64_t rows = pick_size(&g_rng, ROWS_EDGE, NELEM(ROWS_EDGE), 300);
+        int64_t d = pick_size(&g_rng, DIM_EDGE, NELEM(DIM_EDGE), 512);
+        int64_t one = 1;
+        fit_budget(&rows, 300, &d, 512, &one, INT32_MAX, 60000.0);
+        const int64_t ldq = pick_ld(&g_rng, d);
+        const int64_t ldqt = round16(rows) + 16 * h_rng_int(&g_rng, 0, 2);
+        case_pack_qt(rows, d, ldq, (size_t)h_rng_int(&g_rng, 0, 15) * 4, ldqt, scales[i % 4]);
+    }
+    case_pack_qt(300, 512, 512, 4, 304, 0.5f);
+    case_pack_qt(1, 1, 1, 0, 16, 2.0f);
+}
+
+/* ------------------------------------------------------------ qk */
+
+/* max |got - exact| / (FLT_EPSILON * sumabs) over finite outputs, bad = count over tol. */
+typedef struct dot_check {
+    int64_t bad, nan_bad, fi, fj;
+    double worst, fgot, fwant, ftol;
+} dot_check;
+
+static void dot_one(dot_check *dc, double got, double want, double sumabs, int64_t n, int64_t i, int64_t j) {
+    if (isnan(want) || isnan(got) || isinf(want)) { /* non-finite inputs: the same NaN or inf */
+        if ((isnan(want) ? !isnan(got) : got != want) && dc->nan_bad++ == 0 && dc->bad == 0)
+            dc->fi = i, dc->fj = j, dc->fgot = got, dc->fwant = want, dc->ftol = 0;
+        return;
+    }
+    const double err = fabs(got - want), tol = (DOT_ULPS + sqrt((double)n)) * FLT_EPSILON * sumabs + FLT_MIN;
+    const double ratio = sumabs > 0 ? err / (FLT_EPSILON * sumabs) : (err > 0 ? INFINITY : 0);
+    if (ratio > dc->worst) dc->worst = ratio;
+    if (!(err <= tol) && dc->bad++ == 0 && dc->nan_bad == 0)
+        dc->fi = i, dc->fj = j, dc->fgot = got, dc->fwant = want, dc->ftol = tol;
+}
+
+/* One CHECK for a whole output block; i, j name the first bad output's coordinates. */
+static void dot_report(const dot_check *dc, const char *i, const char *j) {
+    CHECK(dc->bad == 0 && dc->nan_bad == 0,
+          "%lld outputs off by more than (%g + sqrt(n)) * eps * sum|terms|, %lld non-finite mismatches "
+          "(first %s=%lld %s=%lld: got %.9g want %.9g tol %.3g)",
+          (long long)dc->bad, DOT_ULPS, (long long)dc->nan_bad, i, (long long)dc->fi, j, (long long)dc->fj, dc->fgot,
+          dc->fwant, dc->ftol);
+}
+
+/*
+ * qt (d, ldqt): rows < rows random, rows..round16 zero (as pack_qt leaves them), past that
+ * NaN (no output may depend on it). With bf16 set, the same values as bf16 pairs qt2.
+ */
+static void case_qk(int64_t rows, int64_t cols, int64_t d, int64_t ldk, size_t koff, int64_t ldqt, int64_t ldst,
+                    int poison) {
+    const int64_t pad = round16(rows);
+    float *qt_init = xmalloc((size_t)(d * ldqt) * 4);
+    for (int64_t x = 0; x < d; x++)
+        for (int64_t r = 0; r < ldqt; r++)
+            qt_init[x * ldqt + r] = r < rows ? (float)h_rng_normal(&g_rng) : r < pad ? 0.0f : NAN;
+    ibuf qt = ib_dup(qt_init, (size_t)(d * ldqt) * 4, 1);
+    free(qt_init);
+    smat k = sm_alloc(cols, d, ldk, 4, koff);
+    sm_fill(&k, &g_rng);
+    if (poison) sm_poison(&k, &g_rng);
+
+    double *want = xmalloc(sizeof(double) * (size_t)(rows * cols));
+    double *sum = xmalloc(sizeof(double) * (size_t)(rows * cols));
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0, a = 0;
+            for (int64_t x = 0; x < d; x++) {
+                const double term = (double)((float *)qt.p)[x * ldqt + r] * sm_f(&k, c)[x];
+                s += term, a += fabs(term);
+            }
+            want[c * rows + r] = s, sum[c * rows + r] = a;
+        }
+
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        h_case("qk isa=%s rows=%lld cols=%lld d=%lld ldk=%lld k_offset=%zu ldqt=%lld ldst=%lld nonfinite_k=%d",
+               kt->name, (long long)rows, (long long)cols, (long long)d, (long long)ldk, koff, (long long)ldqt,
+               (long long)ldst, poison);
+        obuf st = ob_alloc((size_t)(cols * ldst) * 4);
+        kt->qk(rows, cols, d, qt.p, ldqt, sm_f(&k, 0), ldk, obf(&st), ldst);
+        dot_check dc = {0, 0, -1, -1, 0, 0, 0, 0};
+        int64_t badpad = 0, touched = 0;
+        for (int64_t c = 0; c < cols; c++)
+            for (int64_t r = 0; r < ldst; r++) {
+                const float got = obf(&st)[c * ldst + r];
+                if (r < rows) dot_one(&dc, got, want[c * rows + r], sum[c * rows + r], d, c, r);
+                else if (r < pad) badpad += got != 0.0f && !(poison && isnan(got)); /* 0 * inf */
+                else touched += fbits(got) != SENT32;
+            }
+        if (dc.worst > g_tab[t].qk) g_tab[t].qk = dc.worst;
+        dot_report(&dc, "c", "r");
+        CHECK(badpad == 0, "%lld padding rows (rows <= r < round16(rows)) of st are not 0", (long long)badpad);
+        CHECK(touched == 0, "%lld st entries past round16(rows) were written", (long long)touched);
+        CHECK(ob_guards_ok(&st), "writes outside st");
+        CHECK(ib_unchanged(&qt) && sm_unchanged(&k), "qt or k changed");
+        free(st.raw);
+    }
+    free(want), free(sum);
+    ib_free(&qt);
+    sm_free(&k);
+}
+
+static void test_qk(void) {
+    const int n = h_scaled(90);
+    for (int i = 0; i < n; i++) {
+        int64_t rows = pick_size(&g_rng, ROWS_EDGE, NELEM(ROWS_EDGE), 300);
+        int64_t cols = pick_size(&g_rng, COLS_EDGE, NELEM(COLS_EDGE), 600);
+        int64_t d = pick_size(&g_rng, DIM_EDGE, NELEM(DIM_EDGE), 512);
+        fit_budget(&rows, 300, &cols, 600, &d, 512, 1.2e6);
+        const int64_t ldqt = round16(rows) + 16 * h_rng_int(&g_rng, 0, 2);
+        const int64_t ldst = round16(rows) + 16 * h_rng_int(&g_rng, 0, 2);
+        const int64_t ldk = pick_ld(&g_rng, d); /* one draw per statement: argument order is unspecified */
+        const size_t koff = (size_t)h_rng_int(&g_rng, 0, 15) * 4;
+        case_qk(rows, cols, d, ldk, koff, ldqt, ldst, i % 4 == 3);
+    }
+    /* the corners of the size ranges */
+    case_qk(300, 600, 3, 3, 4, 304, 320, 0);
+    case_qk(1, 600, 512, -512, 8, 16, 16, 0);
+    case_qk(300, 1, 512, 0, 0, 304, 304, 0);
+    case_qk(9, 600, 511, 513, 12, 16, 32, 1);
+    case_qk(129, 49, 129, 129, 60, 144, 144, 1);
+}
+
+/* ------------------------------------------------------------ softmax */
+
+/*
+ * |got - want| in ulps of want (the float spacing at want). exp(-inf) must be exactly 0,
+ * NaN must stay NaN, and an exact value under FLT_MIN (x < -87.33) only needs a result in
+ * [0, FLT_MIN]: 0 or a subnormal, as kernels.h allows.
+ */
+static int exp_close(float got, double want, double max_ulps, double *ulps) {
+    *ulps = 0;
+    if (isnan(want)) return isnan(got);
+    if (want == 0) return got == 0.0f;
+    if (want < FLT_MIN) return got >= 0.0f && got <= FLT_MIN;
+    if (!isfinite(got)) {
+        *ulps = INFINITY;
+        return 0;
+    }
+    *ulps = fabs((double)got - want) / ldexp(1.0, ilogb(want) - 23);
+    return *ulps <= max_ulps;
+}
+
+/* Row kinds of a softmax case. */
+enum {
+    ROW_PLAIN,     /* scores N(0, sigma), m = -inf, l = 0 (first tile) */
+    ROW_MFINITE,   /* m finite, above or below the scores; l > 0 */
+    ROW_MNAN,      /* incoming m NaN */
+    ROW_SNAN,      /* one NaN score */
+    ROW_SPINF,     /* one +inf score */
+    ROW_SNINF,     /* about half the scores -inf */
+    ROW_ALLNINF,   /* every score -inf */
+    ROW_UNDERFLOW, /* s - m_new between -130 and -80: p underflows to subnormals or 0 */
+    ROW_KINDS
+};
+
+static void case_softmax(int64_t rows, int64_t cols, int64_t ldst, int banded) {
+    const int64_t pad = round16(rows);
+    float *st0 = xmalloc((size_t)(cols * ldst) * 4);
+    float *m0 = xmalloc((size_t)rows * 4), *l0 = xmalloc((size_t)rows * 4);
+    int32_t *lo = banded ? xmalloc((size_t)rows * 4) : NULL, *hi = banded ? xmalloc((size_t)rows * 4) : NULL;
+    int kinds[ROW_KINDS] = {0};
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = pad; r < ldst; r++) st0[c * ldst + r] = bitsf(SENT32);
+    for (int64_t r = 0; r < pad; r++) {
+        if (r >= rows) { /* padding rows: anything, NaN included; no real row may notice */
+            for (int64_t c = 0; c < cols; c++) {
+                const double u = h_rng_uniform(&g_rng);
+                st0[c * ldst + r] = u < 0.2 ? NAN : u < 0.3 ? INFINITY : (float)(50 * h_rng_normal(&g_rng));
+            }
+            continue;
+        }
+        const double u = h_rng_uniform(&g_rng);
+        const int kind = u < 0.37 ? ROW_PLAIN : ROW_MFINITE + (int)((u - 0.37) / 0.09);
+        kinds[kind < ROW_KINDS ? kind : ROW_PLAIN]++;
+        static const double sigmas[] = {0.5, 3.0, 30.0};
+        const double sigma = sigmas[h_rng_int(&g_rng, 0, 2)];
+        float mx = -INFINITY;
+        for (int64_t c = 0; c < cols; c++) {
+            const float s = (float)(sigma * h_rng_normal(&g_rng));
+            st0[c * ldst + r] = s;
+            mx = s > mx ? s : mx;
+        }
+        m0[r] = -INFINITY;
+        l0[r] = 0.0f;
+        const int64_t cc = h_rng_int(&g_rng, 0, cols - 1);
+        switch (kind) {
+        case ROW_MFINITE:
+            m0[r] = mx + (float)(sigma * h_rng_range(&g_rng, -3.0, 3.0));
+            l0[r] = (float)h_rng_range(&g_rng, 0.5, 50.0);
+            break;
+        case ROW_MNAN:
+            m0[r] = NAN;
+            l0[r] = 1.0f;
+            break;
+        case ROW_SNAN: st0[cc * ldst + r] = NAN; break;
+        case ROW_SPINF: st0[cc * ldst + r] = INFINITY; break;
+        case ROW_SNINF:
+            for (int64_t c = 0; c < cols; c++)
+                if (h_rng_uniform(&g_rng) < 0.5) st0[c * ldst + r] = -INFINITY;
+            break;
+        case ROW_ALLNINF:
+            for (int64_t c = 0; c < cols; c++) st0[c * ldst + r] = -INFINITY;
+            if (h_rng_uniform(&g_rng) < 0.5) m0[r] = (float)h_rng_normal(&g_rng), l0[r] = 2.0f;
+            break;
+        case ROW_UNDERFLOW:
+            m0[r] = 0.0f;
+            l0[r] = 1.0f;
+            for (int64_t c = 0; c < cols; c++) st0[c * ldst + r] = (float)h_rng_range(&g_rng, -130.0, -80.0);
+            break;
+        default: break;
+        }
+        if (kind != ROW_PLAIN && kind != ROW_MFINITE && kind != ROW_UNDERFLOW && h_rng_uniform(&g_rng) < 0.5)
+            m0[r] = (float)h_rng_normal(&g_rng), l0[r] = 3.0f; /* the specials with a finite m too */
+        if (banded) {
+            /* the driver's bands are within [0, cols] x [-1, cols-1]; a few go wider */
+            const double b = h_rng_uniform(&g_rng);
+            if (b < 0.2) lo[r] = 0, hi[r] = (int32_t)cols - 1;
+            else if (b < 0.35) lo[r] = (int32_t)cols, hi[r] = -1; /* empty, as the driver writes it */
+            else if (b < 0.4)
+                lo[r] = (int32_t)h_rng_int(&g_rng, 1, cols), hi[r] = lo[r] - 1 - (int32_t)h_rng_int(&g_rng, 0, 3);
+            else if (b < 0.5) lo[r] = hi[r] = (int32_t)h_rng_int(&g_rng, 0, cols - 1);
+            else if (b < 0.55) lo[r] = -3, hi[r] = (int32_t)cols + 2;
+            else {
+                lo[r] = (int32_t)h_rng_int(&g_rng, 0, cols - 1);
+                hi[r] = (int32_t)h_rng_int(&g_rng, lo[r], cols - 1);
+            }
+        }
+    }
+
+    /* the oracle: m_new exactly, alpha and p as exp of the same float differences */
+    float *mnew = xmalloc((size_t)rows * 4);
+    double *alpha_want = xmalloc(sizeof(double) * (size_t)rows), *l_want = xmalloc(sizeof(double) * (size_t)rows);
+    double *l_tol = xmalloc(sizeof(double) * (size_t)rows), *p_want = xmalloc(sizeof(double) * (size_t)(rows * cols));
+    for (int64_t r = 0; r < rows; r++) {
+        float tmax = -INFINITY;
+        int tnan = 0;
+        for (int64_t c = 0; c < cols; c++) {
+            if (banded && (c < lo[r] || c > hi[r])) continue;
+            const float s = st0[c * ldst + r];
+            if (isnan(s)) tnan = 1;
+            else if (s > tmax) tmax = s;
+        }
+        const float mn = (tnan || isnan(m0[r])) ? NAN : (m0[r] > tmax ? m0[r] : tmax);
+        mnew[r] = mn;
+        if (mn == -INFINITY) {
+            alpha_want[r] = 1.0;
+            l_want[r] = l0[r];
+            l_tol[r] = 0;
+            for (int64_t c = 0; c < cols; c++) p_want[c * rows + r] = 0.0;
+            continue;
+        }
+        const float ax = m0[r] - mn;
+        alpha_want[r] = exp((double)ax);
+        double lsum = (double)l0[r] * alpha_want[r], labs = fabs(lsum);
+        for (int64_t c = 0; c < cols; c++) {
+            double p = 0.0;
+            if (!banded || (c >= lo[r] && c <= hi[r])) {
+                const float x = st0[c * ldst + r] - mn;
+                p = exp((double)x);
+            }
+            p_want[c * rows + r] = p;
+            lsum += p;
+            labs += fabs(p);
+        }
+        l_want[r] = lsum;
+        /* each term within the path's exp accuracy, then any summation order: gamma_(cols+2) */
+        l_tol[r] =
+            (EXP_MAX_ULPS * FLT_EPSILON + (double)(cols + 2) * FLT_EPSILON / 2) * labs + (double)(cols + 1) * FLT_MIN;
+    }
+
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        const double ulps = stated_exp_ulps(kt->name);
+        h_case("softmax isa=%s rows=%lld cols=%lld ldst=%lld banded=%d (row kinds: plain %d, m finite %d, m NaN %d, "
+               "NaN score %d, +inf score %d, -inf scores %d, all -inf %d, underflow %d)",
+               kt->name, (long long)rows, (long long)cols, (long long)ldst, banded, kinds[0], kinds[1], kinds[2],
+               kinds[3], kinds[4], kinds[5], kinds[6], kinds[7]);
+        obuf st = ob_alloc((size_t)(cols * ldst) * 4), m = ob_alloc((size_t)rows * 4), l = ob_alloc((size_t)rows * 4),
+             al = ob_alloc((size_t)rows * 4);
+        memcpy(st.p, st0, (size_t)(cols * ldst) * 4);
+        memcpy(m.p, m0, (size_t)rows * 4);
+        memcpy(l.p, l0, (size_t)rows * 4);
+        ibuf blo = {0}, bhi = {0};
+        if (banded) blo = ib_dup(lo, (size_t)rows * 4, 0), bhi = ib_dup(hi, (size_t)rows * 4, 0);
+        kt->softmax(rows, cols, obf(&st), ldst, banded ? blo.p : NULL, banded ? bhi.p : NULL, obf(&m), obf(&l),
+                    obf(&al));
+
+        int64_t bad_m = 0, bad_a = 0, bad_l = 0, bad_p = 0, touched = 0, fr = -1, fc = -1;
+        double worst_p = 0, worst_a = 0, u = 0;
+        float fgot = 0;
+        double fwant = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const float gm = obf(&m)[r], ga = obf(&al)[r], gl = obf(&l)[r];
+            if (!(gm == mnew[r] || (isnan(gm) && isnan(mnew[r])))) bad_m++;
+            u = 0;
+            if (mnew[r] == -INFINITY ? ga != 1.0f : !exp_close(ga, alpha_want[r], ulps, &u)) bad_a++;
+            if (u > worst_a) worst_a = u;
+            if (isnan(l_want[r]) ? !isnan(gl) : !(fabs((double)gl - l_want[r]) <= l_tol[r])) bad_l++;
+            for (int64_t c = 0; c < cols; c++) {
+                const float got = obf(&st)[c * ldst + r];
+                const double want = p_want[c * rows + r];
+                if (!exp_close(got, want, ulps, &u) && bad_p++ == 0) fr = r, fc = c, fgot = got, fwant = want;
+                if (u > worst_p) worst_p = u;
+            }
+        }
+        for (int64_t c = 0; c < cols; c++)
+            for (int64_t r = pad; r < ldst; r++) touched += fbits(obf(&st)[c * ldst + r]) != SENT32;
+        if (worst_p > g_tab[t].p_ulps) g_tab[t].p_ulps = worst_p;
+        if (worst_a > g_tab[t].alpha_ulps) g_tab[t].alpha_ulps = worst_a;
+        CHECK(bad_m == 0, "%lld rows with m != max(m_old, max of kept scores)", (long long)bad_m);
+        CHECK(bad_a == 0, "%lld rows with alpha off (1 when m_new = -inf, else exp(m_old - m_new) within %g ulps)",
+              (long long)bad_a, ulps);
+        CHECK(bad_l == 0, "%lld rows with l != l_old*alpha + sum p", (long long)bad_l);
+        CHECK(bad_p == 0, "%lld p off by more than %g ulps (first r=%lld c=%lld: got %.9g want %.9g)", (long long)bad_p,
+              ulps, (long long)fr, (long long)fc, (double)fgot, fwant);
+        CHECK(touched == 0, "%lld st entries past round16(rows) were written", (long long)touched);
+        CHECK(ob_guards_ok(&st) && ob_guards_ok(&m) && ob_guards_ok(&l) && ob_guards_ok(&al),
+              "writes outside st, or past row %lld of m, l or alpha", (long long)rows);
+        CHECK(!banded || (ib_unchanged(&blo) && ib_unchanged(&bhi)), "lo or hi changed");
+        free(st.raw), free(m.raw), free(l.raw), free(al.raw);
+        if (banded) ib_free(&blo), ib_free(&bhi);
+    }
+    free(st0), free(m0), free(l0), free(lo), free(hi);
+    free(mnew), free(alpha_want), free(l_want), free(l_tol), free(p_want);
+}
+
+static void test_softmax(void) {
+    const int n = h_scaled(90);
+    for (int i = 0; i < n; i++) {
+        int64_t rows = pick_size(&g_rng, ROWS_EDGE, NELEM(ROWS_EDGE), 300);
+        int64_t cols = pick_size(&g_rng, COLS_EDGE, NELEM(COLS_EDGE), 600);
+        int64_t one = 1;
+        fit_budget(&rows, 300, &cols, 600, &one, INT32_MAX, 60000.0);
+        case_softmax(rows, cols, round16(rows) + 16 * h_rng_int(&g_rng, 0, 2), i % 2);
+    }
+    case_softmax(300, 600, 304, 0);
+    case_softmax(300, 600, 320, 1);
+    case_softmax(1, 1, 16, 0);
+    case_softmax(1, 1, 16, 1);
+}
+
+/*
+ * The vectorised exp, through softmax: with m_old = 0 and scores x <= 0, m_new = 0 and
+ * every p is exp(x - 0) = exp(x); with m_old = x and a single score 0, alpha = exp(x).
+ * Points: float bit patterns of [-87.3, 0] at a fixed stride (every binade, so tiny |x|
+ * too), a uniform grid, and every float within 48 of the range-reduction boundaries
+ * (k + 1/2) ln 2 and of the ends. Limits: <= EXP_MAX_ULPS vs double exp; -inf gives 0,
+ * NaN gives NaN, x < -87.34 gives 0 or a subnormal.
+ */
+static float *g_sweep;
+static int64_t g_nsweep;
+
+static void sweep_points(void) {
+    const uint32_t lo_bits = fbits(-87.3f); /* 0xc2ae999a */
+    const int64_t stride = (int64_t)floor(509.0 / h_test_scale());
+    const int64_t uniform = h_scaled(1 << 20);
+    int64_t cap = (int64_t)((lo_bits - 0x80000000u) / (uint64_t)stride) + 2 + uniform + 130 * 97 + 4 * 4097;
+    g_sweep = xmalloc(sizeof(float) * (size_t)cap);
+    int64_t n = 0;
+    for (uint64_t b = 0x80000000u; b <= lo_bits; b += (uint64_t)stride) g_sweep[n++] = bitsf((uint32_t)b);
+    for (int64_t i = 0; i < uniform; i++) g_sweep[n++] = (float)(-87.3 * (double)i / (double)(uniform - 1));
+    for (int k = 0; k < 126; k++) {
+        const float c = (float)(-(k + 0.5) * 0.69314718055994531);
+        for (int j = -48; j <= 48; j++) {
+            const float x = bitsf((uint32_t)((int64_t)fbits(c) + j));
+            if (x >= -87.3f && x <= 0.0f) g_sweep[n++] = x;
+        }
+    }
+    static const float ends[] = {-87.3f, -0.0f, -1.0f, -0.693147182f};
+    for (int e = 0; e < 4; e++)
+        for (int j = -2048; j <= 2048; j++) {
+            const float x = bitsf((uint32_t)((int64_t)fbits(ends[e]) + j));
+            if (x >= -87.3f && x <= 0.0f && !(x == 0.0f && j != 0)) g_sweep[n++] = x;
+        }
+    g_nsweep = n;
+}
+
+enum { SW_ROWS = 256, SW_COLS = 256 };
+
+static void sweep_table(table_stats *ts) {
+    const fa_kernels *kt = ts->k;
+    h_case("exp sweep isa=%s: softmax with m = 0 over %lld points of [-87.3, 0]", kt->name, (long long)g_nsweep);
+    float *st = xaligned(sizeof(float) * SW_ROWS * SW_COLS);
+    float m[SW_ROWS], l[SW_ROWS], al[SW_ROWS];
+    int64_t bad = 0, other = 0;
+    double worst = 0, worst_x = 0;
+    for (int64_t base = 0; base < g_nsweep; base += SW_ROWS * SW_COLS) {
+        const int64_t cnt = g_nsweep - base < SW_ROWS * SW_COLS ? g_nsweep - base : SW_ROWS * SW_COLS;
+        for (int64_t i = 0; i < SW_ROWS * SW_COLS; i++) st[i] = i < cnt ? g_sweep[base + i] : -1.0f;
+        for (int r = 0; r < SW_ROWS; r++) m[r] = 0.0f, l[r] = 0.0f;
+        kt->softmax(SW_ROWS, SW_COLS, st, SW_ROWS, NULL, NULL, m, l, al);
+        for (int64_t i = 0; i < cnt; i++) {
+            const float x = g_sweep[base + i];
+            double u;
+            if (!exp_close(st[i], exp((double)x), EXP_MAX_ULPS, &u) && bad++ == 0)
+                printf("  exp [%s]: x=%a got %a want %a\n", kt->name, (double)x, (double)st[i], exp((double)x));
+            if (u > worst) worst = u, worst_x = x;
+        }
+        for (int r = 0; r < SW_ROWS; r++) other += m[r] != 0.0f || al[r] != 1.0f;
+    }
+    ts->sweep_ulps = worst;
+    ts->sweep_worst_x = worst_x;
+    ts->sweep_points = g_nsweep;
+    CHECK(bad == 0, "%lld points with p = exp(x) off by more than %g ulps (worst %.3f ulps at x = %a)", (long long)bad,
+          EXP_MAX_ULPS, worst, worst_x);
+    CHECK(other == 0, "%lld rows with m != 0 or alpha != 1 (m_old = 0 >= every score)", (long long)other);
+
+    /* alpha = exp(m_old - 0) over the same points: 1 column of score 0 */
+    h_case("exp sweep isa=%s: alpha = exp(m_old) over %lld points", kt->name, (long long)g_nsweep);
+    enum { AROWS = SW_ROWS * SW_COLS };
+    float *am = xmalloc(sizeof(float) * AROWS), *alv = xmalloc(sizeof(float) * AROWS),
+          *lv = xmalloc(sizeof(float) * AROWS);
+    int64_t abad = 0;
+    double aworst = 0;
+    for (int64_t base = 0; base < g_nsweep; base += AROWS) {
+        const int64_t cnt = g_nsweep - base < AROWS ? g_nsweep - base : AROWS;
+        for (int64_t i = 0; i < AROWS; i++) st[i] = 0.0f, am[i] = i < cnt ? g_sweep[base + i] : -1.0f, lv[i] = 1.0f;
+        kt->softmax(AROWS, 1, st, AROWS, NULL, NULL, am, lv, alv);
+        for (int64_t i = 0; i < cnt; i++) {
+            double u;
+            if (!exp_close(alv[i], exp((double)g_sweep[base + i]), EXP_MAX_ULPS, &u)) abad++;
+            if (u > aworst) aworst = u;
+        }
+    }
+    ts->sweep_alpha_ulps = aworst;
+    CHECK(abad == 0, "%lld points with alpha = exp(m_old) off by more than %g ulps (worst %.3f)", (long long)abad,
+          EXP_MAX_ULPS, aworst);
+    free(am), free(alv), free(lv);
+
+    /* specials, one per row: -inf, NaN, and x below the normal range (0 or subnormal) */
+    h_case("exp specials isa=%s", kt->name);
+    enum { NSP = 64 };
+    float sp[NSP];
+    sp[0] = -INFINITY, sp[1] = NAN, sp[2] = -88.0f, sp[3] = -87.5f, sp[4] = -87.34f, sp[5] = -103.9f, sp[6] = -104.0f,
+    sp[7] = -150.0f, sp[8] = -1e30f, sp[9] = -FLT_MAX;
+    for (int i = 10; i < NSP; i++) sp[i] = (float)(-87.34 - 30.0 * (i - 10) / (NSP - 11));
+    float sm[NSP], sl[NSP], sa[NSP];
+    for (int i = 0; i < NSP; i++) st[i] = sp[i], sm[i] = 0.0f, sl[i] = 0.0f;
+    kt->softmax(NSP, 1, st, NSP, NULL, NULL, sm, sl, sa);
+    CHECK(st[0] == 0.0f, "exp(-inf) = %a, want 0", (double)st[0]);
+    CHECK(isnan(st[1]) && isnan(sm[1]) && isnan(sa[1]) && isnan(sl[1]),
+          "NaN score: p %g m %g alpha %g l %g, want NaN for all", (double)st[1], (double)sm[1], (double)sa[1],
+          (double)sl[1]);
+    int64_t sub_bad = 0;
+    for (int i = 2; i < NSP; i++) {
+        const int ok = st[i] >= 0.0f && st[i] < FLT_MIN;
+        if (!ok && sub_bad++ == 0) printf("  exp [%s]: x=%a gives %a\n", kt->name, (double)sp[i], (double)st[i]);
+    }
+    CHECK(sub_bad == 0, "%lld points x < -87.34 whose exp is not 0 or a subnormal", (long long)sub_bad);
+    free(st);
+}
+
+/* ------------------------------------------------------------ pv */
+
+/*
+ * st (cols, ldst): p in [0, 1] with exact zeros (masked), NaN in the padding rows and
+ * past them (pv reads only rows < rows into real outputs). Some cases put a NaN in one
+ * real row's p or alpha: that row must come out NaN and no other row may notice.
+ */
+typedef struct pv_in {
+    int64_t rows, cols, dv, ldst, ldacc;
+    ibuf st;
+    float *alpha;   /* NULL or rows */
+    float *acc0;    /* (rows, ldacc) */
+} pv_in;
+
+static pv_in pv_make(int64_t rows, int64_t cols, int64_t dv, int64_t ldst, int64_t ldacc, int alpha_mode,
+                     int nan_rows) {
+    pv_in in;
+    in.rows = rows, in.cols = cols, in.dv = dv, in.ldst = ldst, in.ldacc = ldacc;
+    float *st = xmalloc((size_t)(cols * ldst) * 4);
+    const double zero_share = h_rng_uniform(&g_rng) < 0.5 ? 0.0 : 0.3;
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < ldst; r++)
+            st[c * ldst + r] = r >= rows                            ? NAN
+                               : h_rng_uniform(&g_rng) < zero_share ? 0.0f
+                                                                    : (float)h_rng_uniform(&g_rng);
+    in.alpha = NULL;
+    if (alpha_mode) {
+        in.alpha = xmalloc((size_t)rows * 4);
+        for (int64_t r = 0; r < rows; r++) {
+            const double u = h_rng_uniform(&g_rng);
+            in.alpha[r] = u < 0.3 ? 1.0f : u < 0.4 ? 0.0f : u < 0.45 ? 1e-30f : (float)h_rng_uniform(&g_rng);
+        }
+    }
+    if (nan_rows && rows >= 2) {
+        const int64_t c = h_rng_int(&g_rng, 0, cols - 1);
+        st[c * ldst + h_rng_int(&g_rng, 0, rows - 1)] = NAN;
+        if (in.alpha) in.alpha[h_rng_int(&g_rng, 0, rows - 1)] = NAN;
+    }
+    in.st = ib_dup(st, (size_t)(cols * ldst) * 4, 1);
+    free(st);
+    in.acc0 = xmalloc((size_t)(rows * ldacc) * 4);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t e = 0; e < ldacc; e++) in.acc0[r * ldacc + e] = e < dv ? (float)h_rng_normal(&g_rng) : NAN;
+    return in;
+}
+
+static void pv_free(pv_in *in) {
+    ib_free(&in->st);
+    free(in->alpha);
+    free(in->acc0);
+}
+
+/* want/sum (rows, dv): alpha*acc0 + sum_c P(st) v, with P = identity or bf16 rounding. */
+static void pv_oracle(const pv_in *in, const smat *v, int bf16, double *want, double *sum) {
+    const float *st = in->st.p;
+    for (int64_t r = 0; r < in->rows; r++)
+        for (int64_t e = 0; e < in->dv; e++) {
+            const double a0 = (double)in->acc0[r * in->ldacc + e] * (in->alpha ? (double)in->alpha[r] : 1.0);
+            double s = a0, a = fabs(a0);
+            for (int64_t c = 0; c < in->cols; c++) {
+                float p = st[c * in->ldst + r];
+                if (bf16) p = h_bf16_to_f32(h_f32_to_bf16(p));
+                const double vv = bf16 ? (double)h_bf16_to_f32(sm_u(v, c)[e]) : (double)sm_f(v, c)[e];
+                const double term = (double)p * vv;
+                s += term, a += fabs(term);
+            }
+            want[r * in->dv + e] = s, sum[r * in->dv + e] = a;
+        }
+}
+
+/* Checks acc against the oracle; returns the worst ratio. */
+static double pv_check(const pv_in *in, const obuf *acc, const double *want, const double *sum) {
+    dot_check dc = {0, 0, -1, -1, 0, 0, 0, 0};
+    for (int64_t r = 0; r < in->rows; r++)
+        for (int64_t e = 0; e < in->dv; e++)
+            dot_one(&dc, obf(acc)[r * in->ldacc + e], want[r * in->dv + e], sum[r * in->dv + e], in->cols + 1, r, e);
+    dot_report(&dc, "r", "e");
+    CHECK(ob_guards_ok(acc), "writes outside acc (rows >= %lld, or before it)", (long long)in->rows);
+    return dc.worst;
+}
+
+static void case_pv(int64_t rows, int64_t cols, int64_t dv, int64_t ldv, size_t voff, int64_t ldst, int64_t ldacc,
+                    int alpha_mode, int nan_rows) {
+    pv_in in = pv_make(rows, cols, dv, ldst, ldacc, alpha_mode, nan_rows);
+    smat v = sm_alloc(cols, dv, ldv, 4, voff);
+    sm_fill(&v, &g_rng);
+    ibuf alpha = {0};
+    if (in.alpha) alpha = ib_dup(in.alpha, (size_t)rows * 4, 0);
+    double *want = xmalloc(sizeof(double) * (size_t)(rows * dv));
+    double *sum = xmalloc(sizeof(double) * (size_t)(rows * dv));
+    pv_oracle(&in, &v, 0, want, sum);
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        h_case("pv isa=%s rows=%lld cols=%lld dv=%lld ldv=%lld v_offset=%zu ldst=%lld ldacc=%lld alpha=%s nan_rows=%d",
+               kt->name, (long long)rows, (long long)cols, (long long)dv, (long long)ldv, voff, (long long)ldst,
+               (long long)ldacc, in.alpha ? "given" : "NULL", nan_rows);
+        obuf acc = ob_alloc((size_t)(rows * ldacc) * 4);
+        memcpy(acc.p, in.acc0, (size_t)(rows * ldacc) * 4);
+        kt->pv(rows, cols, dv, in.st.p, ldst, sm_f(&v, 0), ldv, in.alpha ? alpha.p : NULL, obf(&acc), ldacc);
+        const double w = pv_check(&in, &acc, want, sum);
+        if (w > g_tab[t].pv) g_tab[t].pv = w;
+        CHECK(ib_unchanged(&in.st) && sm_unchanged(&v) && (!in.alpha || ib_unchanged(&alpha)),
+              "st, v or alpha changed");
+        free(acc.raw);
+    }
+    free(want), free(sum);
+    if (in.alpha) ib_free(&alpha);
+    sm_free(&v);
+    pv_free(&in);
+}
+
+static void test_pv(void) {
+    const int n = h_scaled(90);
+    for (int i = 0; i < n; i++) {
+        int64_t rows = pick_size(&g_rng, ROWS_EDGE, NELEM(ROWS_EDGE), 300);
+        int64_t cols = pick_size(&g_rng, COLS_EDGE, NELEM(COLS_EDGE), 600);
+        int64_t dv = pick_size(&g_rng, DIM_EDGE, NELEM(DIM_EDGE), 512);
+        fit_budget(&rows, 300, &cols, 600, &dv, 512, 1.2e6);
+        const int64_t ldst = round16(rows) + 16 * h_rng_int(&g_rng, 0, 2);
+        const int64_t ldacc = round16(dv) + 16 * h_rng_int(&g_rng, 0, 1);
+        const int64_t ldv = pick_ld(&g_rng, dv);
+        const size_t voff = (size_t)h_rng_int(&g_rng, 0, 15) * 4;
+        case_pv(rows, cols, dv, ldv, voff, ldst, ldacc, i % 3 != 0, i % 5 == 0);
+    }
+    case_pv(300, 600, 3, 3, 4, 304, 16, 1, 1);
+    case_pv(1, 600, 512, -512, 8, 16, 512, 1, 0);
+    case_pv(300, 1, 512, 0, 0, 320, 528, 0, 0);
+    case_pv(4, 600, 511, 513, 12, 16, 512, 1, 1);
+    case_pv(67, 65, 33, 1, 60, 80, 48, 1, 1);
+}
+
+/* ------------------------------------------------------------ conversions */
+
+static int f16_is_snan(uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) && !(h & 0x200u); }
+
+static void test_conversions(table_stats *ts) {
+    const fa_kernels *kt = ts->k;
+    enum { N = 65536 };
+    uint16_t *src = xmalloc(sizeof(uint16_t) * N);
+    float *ref = xmalloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) src[i] = (uint16_t)i;
+    for (int which = 0; which < 2; which++) {
+        const char *name = which ? "bf16_to_f32" : "f16_to_f32";
+        void (*conv)(const uint16_t *, float *, int64_t) = which ? kt->bf16_to_f32 : kt->f16_to_f32;
+        void (*rconv)(const uint16_t *, float *, int64_t) =
+            which ? fa_kernels_ref.bf16_to_f32 : fa_kernels_ref.f16_to_f32;
+        h_case("%s isa=%s: all 65536 inputs", name, kt->name);
+        rconv(src, ref, N);
+        if (kt == &fa_kernels_ref) { /* the reference against our own conversion */
+            int64_t bad = 0;
+            for (int i = 0; i < N; i++)
+                bad += fbits(ref[i]) != fbits(which ? h_bf16_to_f32(src[i]) : h_f16_to_f32(src[i]));
+            CHECK(bad == 0, "%lld reference results differ from the harness's exact widening", (long long)bad);
+        }
+        obuf dst = ob_alloc(sizeof(float) * N);
+        conv(src, obf(&dst), N);
+        int64_t bad = 0, quieted = 0, first = -1;
+        for (int i = 0; i < N; i++) {
+            const uint32_t g = fbits(obf(&dst)[i]), w = fbits(ref[i]);
+            if (g == w) continue;
+            /* IEEE conversions may quiet a signalling NaN (F16C and NEON do): same sign and payload, quiet bit set */
+            if (!which && f16_is_snan(src[i]) && g == (w | 0x00400000u)) {
+                quieted++;
+                continue;
+            }
+            if (bad++ == 0) first = i;
+        }
+        if (!which) ts->snan_quieted = quieted;
+        CHECK(bad == 0, "%lld inputs differ bitwise from the reference (first 0x%04llx: got 0x%08x want 0x%08x)",
+              (long long)bad, (long long)first, first >= 0 ? (unsigned)fbits(obf(&dst)[first]) : 0u,
+              first >= 0 ? (unsigned)fbits(ref[first]) : 0u);
+        CHECK(ob_guards_ok(&dst), "writes outside dst");
+        free(dst.raw);
+
+        /* short rows at every alignment: tails, and nothing written past n */
+        h_case("%s isa=%s: rows of 0..70 at unaligned addresses", name, kt->name);
+        int64_t tail_bad = 0, outside = 0;
+        for (int64_t n = 0; n <= 70; n++) {
+            const int64_t soff = n % 7, doff = n % 13;
+            uint16_t *s = xmalloc(sizeof(uint16_t) * (size_t)(soff + n));
+            for (int64_t i = 0; i < n; i++) s[soff + i] = (uint16_t)h_rng_next(&g_rng);
+            obuf d = ob_alloc(sizeof(float) * (size_t)(doff + n));
+            conv(s + soff, obf(&d) + doff, n);
+            for (int64_t i = 0; i < doff; i++) outside += fbits(obf(&d)[i]) != SENT32;
+            for (int64_t i = 0; i < n; i++) {
+                const uint32_t g = fbits(obf(&d)[doff + i]), w = fbits(ref[s[soff + i]]);
+                tail_bad += g != w && !(!which && f16_is_snan(s[soff + i]) && g == (w | 0x00400000u));
+            }
+            outside += !ob_guards_ok(&d);
+            free(s), free(d.raw);
+        }
+        CHECK(tail_bad == 0, "%lld short-row results differ from the reference", (long long)tail_bad);
+        CHECK(outside == 0, "%lld short rows wrote outside dst[0..n)", (long long)outside);
+    }
+    free(src), free(ref);
+}
+
+/* ------------------------------------------------------------ bf16 */
+
+/* Our own qt2: qt2[(x/2)*ldqt2 + 2r + (x&1)] = q[r][x]; zeros for x = d (odd d) and for
+ * rows..round16(rows); NaN (0xffff) past round16(rows), which no output may use. */
+static uint16_t *pack_qt2(const smat *q, int64_t rows, int64_t d, int64_t ldqt2) {
+    const int64_t pairs = (d + 1) / 2, pad = round16(rows);
+    uint16_t *qt2 = xmalloc(sizeof(uint16_t) * (size_t)(pairs * ldqt2));
+    for (int64_t p = 0; p < pairs; p++)
+        for (int64_t i = 0; i < ldqt2; i++) {
+            const int64_t r = i / 2, x = 2 * p + (i & 1);
+            qt2[p * ldqt2 + i] = r >= pad ? 0xffffu : (r < rows && x < d) ? sm_u(q, r)[x] : 0;
+        }
+    return qt2;
+}
+
+static void case_pack_qt_bf16(const table_stats *ts, int64_t rows, int64_t d, int64_t ldq, size_t qoff, int64_t ldqt2) {
+    const fa_kernels *kt = ts->k;
+    smat q = sm_alloc(rows, d, ldq, 2, qoff);
+    sm_fill(&q, &g_rng);
+    const int64_t pairs = (d + 1) / 2;
+    uint16_t *want = pack_qt2(&q, rows, d, ldqt2);
+    h_case("pack_qt_bf16 isa=%s rows=%lld d=%lld ldq=%lld q_offset=%zu ldqt2=%lld", kt->name, (long long)rows,
+           (long long)d, (long long)ldq, qoff, (long long)ldqt2);
+    obuf qt2 = ob_alloc(sizeof(uint16_t) * (size_t)(pairs * ldqt2));
+    kt->pack_qt_bf16(rows, d, sm_u(&q, 0), ldq, qt2.p, ldqt2);
+    const int64_t pad2 = 2 * round16(rows);
+    int64_t bad = 0, touched = 0, first = -1;
+    for (int64_t i = 0; i < pairs * ldqt2; i++) {
+        const uint16_t g = ((uint16_t *)qt2.p)[i];
+        if (i % ldqt2 < pad2) {
+            const int zero_ok = want[i] == 0 && (g & 0x7fffu) == 0; /* a padding zero may be -0 */
+            if (g != want[i] && !zero_ok && bad++ == 0) first = i;
+        } else {
+            touched += g != 0xffffu && (g & 0x7fffu) != 0;
+        }
+    }
+    CHECK(bad == 0, "%lld entries differ from the qt2 layout (first at %lld: pair %lld, word %lld)", (long long)bad,
+          (long long)first, first >= 0 ? (long long)(first / ldqt2) : -1LL,
+          first >= 0 ? (long long)(first % ldqt2) : -1LL);
+    CHECK(touched == 0, "%lld entries past round16(rows) changed to something other than 0", (long long)touched);
+    CHECK(ob_guards_ok(&qt2), "writes outside qt2");
+    CHECK(sm_unchanged(&q), "q changed");
+    free(qt2.raw), free(want);
+    sm_free(&q);
+}
+
+static void case_qk_bf16(table_stats *ts, int64_t rows, int64_t cols, int64_t d, int64_t ldk, size_t koff, int64_t ldqt,
+                         int64_t ldst, float scale, int poison) {
+    const fa_kernels *kt = ts->k;
+    const int64_t pad = round16(rows), pairs = (d + 1) / 2, ldqt2 = 2 * ldqt;
+    smat q = sm_alloc(rows, d, d, 2, 0);
+    sm_fill(&q, &g_rng);
+    uint16_t *qt2_init = pack_qt2(&q, rows, d, ldqt2);
+    ibuf qt2 = ib_dup(qt2_init, sizeof(uint16_t) * (size_t)(pairs * ldqt2), 1);
+    free(qt2_init);
+    smat k = sm_alloc(cols, d, ldk, 2, koff);
+    sm_fill(&k, &g_rng);
+    if (poison) sm_poison(&k, &g_rng);
+    double *want = xmalloc(sizeof(double) * (size_t)(rows * cols));
+    double *sum = xmalloc(sizeof(double) * (size_t)(rows * cols));
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0, a = 0;
+            for (int64_t x = 0; x < d; x++) {
+                const double term = (double)h_bf16_to_f32(sm_u(&q, r)[x]) * h_bf16_to_f32(sm_u(&k, c)[x]);
+                s += term, a += fabs(term);
+            }
+            want[c * rows + r] = (double)scale * s, sum[c * rows + r] = fabs((double)scale) * a;
+        }
+    h_case("qk_bf16 isa=%s rows=%lld cols=%lld d=%lld ldk=%lld k_offset=%zu ldqt2=%lld ldst=%lld scale=%g "
+           "nonfinite_k=%d",
+           kt->name, (long long)rows, (long long)cols, (long long)d, (long long)ldk, koff, (long long)ldqt2,
+           (long long)ldst, (double)scale, poison);
+    obuf st = ob_alloc((size_t)(cols * ldst) * 4);
+    kt->qk_bf16(rows, cols, d, qt2.p, ldqt2, sm_u(&k, 0), ldk, scale, obf(&st), ldst);
+    dot_check dc = {0, 0, -1, -1, 0, 0, 0, 0};
+    int64_t badpad = 0, touched = 0;
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < ldst; r++) {
+            const float got = obf(&st)[c * ldst + r];
+            if (r < rows) dot_one(&dc, got, want[c * rows + r], sum[c * rows + r], d, c, r);
+            else if (r < pad) badpad += got != 0.0f && !(poison && isnan(got)); /* 0 * inf */
+            else touched += fbits(got) != SENT32;
+        }
+    if (dc.worst > ts->qk16) ts->qk16 = dc.worst;
+    dot_report(&dc, "c", "r");
+    CHECK(badpad == 0, "%lld padding rows (rows <= r < round16(rows)) of st are not 0", (long long)badpad);
+    CHECK(touched == 0, "%lld st entries past round16(rows) were written", (long long)touched);
+    CHECK(ob_guards_ok(&st), "writes outside st");
+    CHECK(ib_unchanged(&qt2) && sm_unchanged(&k), "qt2 or k changed");
+    free(st.raw), free(want), free(sum);
+    ib_free(&qt2);
+    sm_free(&q), sm_free(&k);
+}
+
+static void case_pv_bf16(table_stats *ts, int64_t rows, int64_t cols, int64_t dv, int64_t ldv, size_t voff,
+                         int64_t ldst, int64_t ldacc, int alpha_mode, int nan_rows) {
+    const fa_kernels *kt = ts->k;
+    pv_in in = pv_make(rows, cols, dv, ldst, ldacc, alpha_mode, nan_rows);
+    smat v = sm_alloc(cols, dv, ldv, 2, voff);
+    sm_fill(&v, &g_rng);
+    ibuf alpha = {0};
+    if (in.alpha) alpha = ib_dup(in.alpha, (size_t)rows * 4, 0);
+    double *want = xmalloc(sizeof(double) * (size_t)(rows * dv));
+    double *sum = xmalloc(sizeof(double) * (size_t)(rows * dv));
+    pv_oracle(&in, &v, 1, want, sum);
+    h_case("pv_bf16 isa=%s rows=%lld cols=%lld dv=%lld ldv=%lld v_offset=%zu ldst=%lld ldacc=%lld alpha=%s nan_rows=%d",
+           kt->name, (long long)rows, (long long)cols, (long long)dv, (long long)ldv, voff, (long long)ldst,
+           (long long)ldacc, in.alpha ? "given" : "NULL", nan_rows);
+    obuf acc = ob_alloc((size_t)(rows * ldacc) * 4);
+    memcpy(acc.p, in.acc0, (size_t)(rows * ldacc) * 4);
+    /* exactly the scratch kernels.h promises */
+    obuf scratch = ob_alloc(sizeof(uint16_t) * (size_t)((cols + 1) * (dv + 32) + (cols + 1) * ldst));
+    kt->pv_bf16(rows, cols, dv, in.st.p, ldst, sm_u(&v, 0), ldv, in.alpha ? alpha.p : NULL, obf(&acc), ldacc,
+                scratch.p);
+    const double w = pv_check(&in, &acc, want, sum);
+    if (w > ts->pv16) ts->pv16 = w;
+    CHECK(ob_guards_ok(&scratch), "writes outside the promised scratch");
+    CHECK(ib_unchanged(&in.st) && sm_unchanged(&v) && (!in.alpha || ib_unchanged(&alpha)), "st, v or alpha changed");
+    free(acc.raw), free(scratch.raw), free(want), free(sum);
+    if (in.alpha) ib_free(&alpha);
+    sm_free(&v);
+    pv_free(&in);
+}
+
+static void test_bf16(table_stats *ts) {
+    const fa_kernels *kt = ts->k;
+    const int have = (kt->pack_qt_bf16 != NULL) + (kt->qk_bf16 != NULL) + (kt->pv_bf16 != NULL);
+    h_case("bf16 fields of %s", kt->name);
+    CHECK(have == 0 || have == 3, "pack_qt_bf16, qk_bf16 and pv_bf16 must be all set or all NULL (%d set)", have);
+    if (have != 3) return;
+    const int n = h_scaled(60);
+    for (int i = 0; i < n; i++) {
+        int64_t rows = pick_size(&g_rng, ROWS_EDGE, NELEM(ROWS_EDGE), 300);
+        int64_t cols = pick_size(&g_rng, COLS_EDGE, NELEM(COLS_EDGE), 600);
+        int64_t d = pick_size(&g_rng, DIM_EDGE, NELEM(DIM_EDGE), 512);
+        fit_budget(&rows, 300, &cols, 600, &d, 512, 1.2e6);
+        const int64_t ldqt = round16(rows) + 16 * h_rng_int(&g_rng, 0, 2);
+        const int64_t ldst = round16(rows) + 16 * h_rng_int(&g_rng, 0, 2);
+        /* one draw per statement: argument evaluation order is unspecified */
+        const int64_t ldq = pick_ld(&g_rng, d);
+        const size_t qoff = (size_t)h_rng_int(&g_rng, 0, 31) * 2;
+        case_pack_qt_bf16(ts, rows, d, ldq, qoff, 2 * ldqt);
+        static const float scales[] = {0.125f, 1.0f, -0.3f, 0.0441941738f};
+        const int64_t ldk = pick_ld(&g_rng, d);
+        const size_t koff = (size_t)h_rng_int(&g_rng, 0, 31) * 2;
+        case_qk_bf16(ts, rows, cols, d, ldk, koff, ldqt, ldst, scales[i % 4], i % 4 == 3);
+        const int64_t dv = d == 1 ? 1 : h_rng_int(&g_rng, 1, d); /* keep the budget */
+        const int64_t ldv = pick_ld(&g_rng, dv);
+        const size_t voff = (size_t)h_rng_int(&g_rng, 0, 31) * 2;
+        const int64_t ldacc = round16(dv) + 16 * h_rng_int(&g_rng, 0, 1);
+        case_pv_bf16(ts, rows, cols, dv, ldv, voff, ldst, ldacc, i % 3 != 0, i % 5 == 0);
+    }
+    case_pack_qt_bf16(ts, 300, 511, 511, 2, 2 * 304);
+    case_qk_bf16(ts, 300, 600, 3, 3, 2, 304, 320, 0.5f, 0);
+    case_qk_bf16(ts, 1, 600, 511, -513, 6, 16, 16, 0.125f, 1);
+    case_qk_bf16(ts, 300, 1, 512, 0, 0, 304, 304, 1.0f, 0);
+    case_pv_bf16(ts, 300, 600, 3, 3, 2, 304, 16, 1, 1);
+    case_pv_bf16(ts, 1, 599, 512, -512, 6, 16, 512, 1, 0);
+    case_pv_bf16(ts, 300, 1, 511, 0, 0, 320, 512, 0, 0);
+}
+
+/* ------------------------------------------------------------ registry */
+
+/*
+ * The registry against the library's own choice: each table that runs here is the path
+ * FLASHATTN_ARCH=<name> gives, each that does not makes fa_context_create fail with
+ * FA_ERR_ISA_UNAVAILABLE (what the ISA matrix in ctest turns into "skipped"), and with no
+ * FLASHATTN_ARCH the first table that runs (best first) is chosen.
+ */
+static void test_registry(void) {
+    const int n = fa_kernels_count();
+    h_case("registry");
+    CHECK(n >= 1 && n <= MAX_TABLES, "fa_kernels_count() = %d", n);
+    CHECK(fa_kernels_at(-1, NULL) == NULL && fa_kernels_at(n, NULL) == NULL, "fa_kernels_at out of range is not NULL");
+    const char *saved_env = getenv("FLASHATTN_ARCH");
+    char *saved = saved_env ? strcpy(xmalloc(strlen(saved_env) + 1), saved_env) : NULL;
+    const char *best = NULL;
+    int have_ref = 0;
+    for (int i = 0; i < n && i < MAX_TABLES; i++) {
+        int runs = -1;
+        const fa_kernels *k = fa_kernels_at(i, &runs);
+        h_case("registry entry %d (%s)", i, k && k->name ? k->name : "?");
+        if (!CHECK(k && k->name && k->pack_qt && k->qk && k->softmax && k->pv && k->f16_to_f32 && k->bf16_to_f32 &&
+                       (runs == 0 || runs == 1),
+                   "a table with a NULL name or required kernel, or runs_here = %d", runs))
+            continue;
+        for (int j = 0; j < i; j++)
+            CHECK(strcmp(fa_kernels_at(j, NULL)->name, k->name) != 0, "two tables are called %s", k->name);
+        if (k == &fa_kernels_ref) have_ref = 1, CHECK(runs == 1, "the reference table does not run here");
+        if (runs && !best) best = k->name;
+        setenv("FLASHATTN_ARCH", k->name, 1);
+        fa_context *ctx = NULL;
+        const fa_status st = fa_context_create(&ctx);
+        CHECK(runs ? st == FA_OK && ctx && strcmp(fa_context_isa(ctx), k->name) == 0
+                   : st == FA_ERR_ISA_UNAVAILABLE && ctx == NULL,
+              "FLASHATTN_ARCH=%s: status %d (%s), isa %s; the registry says it %s here", k->name, (int)st,
+              fa_status_string(st), ctx ? fa_context_isa(ctx) : "-", runs ? "runs" : "does not run");
+        fa_context_free(ctx);
+        if (runs) {
+            g_tab[g_ntab].k = k;
+            g_ntab++;
+            printf("table %-11s runs here: tested\n", k->name);
+        } else {
+            printf("table %-11s SKIPPED: this CPU lacks its instructions (CPU has: %s)\n", k->name, fa_cpu_features());
+        }
+    }
+    h_case("registry");
+    CHECK(have_ref, "the reference table is not in the registry");
+    setenv("FLASHATTN_ARCH", "no-such-path", 1);
+    fa_context *ctx = NULL;
+    fa_status st = fa_context_create(&ctx);
+    CHECK(st == FA_ERR_ISA_UNAVAILABLE && ctx == NULL, "FLASHATTN_ARCH=no-such-path: status %d", (int)st);
+    fa_context_free(ctx);
+    unsetenv("FLASHATTN_ARCH");
+    ctx = NULL;
+    st = fa_context_create(&ctx);
+    CHECK(st == FA_OK && ctx && best && strcmp(fa_context_isa(ctx), best) == 0,
+          "default path %s, want the best table that runs here (%s)", ctx ? fa_context_isa(ctx) : "-",
+          best ? best : "-");
+    fa_context_free(ctx);
+    if (saved) setenv("FLASHATTN_ARCH", saved, 1);
+    free(saved);
+}
+
+int main(void) {
+    h_rng_seed(&g_rng, h_env_u64("FA_TEST_SEED", 31337));
+    printf("flashattn %s, kernel tables in this build: %d; FA_TEST_SCALE %g\n", fa_version_string(), fa_kernels_count(),
+           h_test_scale());
+    test_registry();
+    sweep_points();
+    for (int t = 0; t < g_ntab; t++) {
+        test_conversions(&g_tab[t]);
+        sweep_table(&g_tab[t]);
+        test_bf16(&g_tab[t]);
+    }
+    test_pack_qt();
+    test_qk();
+    test_softmax();
+    test_pv();
+    free(g_sweep);
+
+    printf("per table: max err / (FLT_EPSILON * sum|terms|) (limit %g + sqrt(terms)), exp error in ulps\n", DOT_ULPS);
+    for (int t = 0; t < g_ntab; t++) {
+        const table_stats *s = &g_tab[t];
+        printf("  %-11s qk %.3f  pv %.3f", s->k->name, s->qk, s->pv);
+        if (s->k->qk_bf16) printf("  qk_bf16 %.3f  pv_bf16 %.3f", s->qk16, s->pv16);
+        printf("  softmax p %.3f alpha %.3f ulp (stated %g)\n", s->p_ulps, s->alpha_ulps, stated_exp_ulps(s->k->name));
+        printf("  %-11s exp sweep: max %.3f ulp (at x = %.9g), alpha %.3f ulp, over %lld points of [-87.3, 0]; "
+               "%lld f16 sNaNs quieted\n",
+               s->k->name, s->sweep_ulps, s->sweep_worst_x, s->sweep_alpha_ulps, (long long)s->sweep_points,
+               (long long)s->snan_quieted);
+    }
+    return h_summary();
+}
