@@ -136,11 +136,15 @@ typedef enum fa_param {
     FA_PARAM_TILE_Q = 3,           /* flash query rows per tile; 0 = planned from the caches (default) */
     FA_PARAM_TILE_KV = 4,          /* flash key/value rows per tile; 0 = planned (default) */
     FA_PARAM_VERBOSE = 5,          /* 1 = one line per call on stderr; default from FLASHATTN_VERBOSE */
+    FA_PARAM_BF16_DOT = 6,         /* bf16 inputs as bf16-pair dot products where the path has them:
+                                      0 = auto (where they outrun fp32 FMA), 1 = on, 2 = off;
+                                      default from FLASHATTN_BF16_DOT */
     FA_PARAM_LAST_ALGO = 100,      /* read-only: the fa_algo the last successful call ran */
     FA_PARAM_LAST_EXTRA_BYTES = 101, /* read-only: peak bytes the last successful call allocated */
     FA_PARAM_LAST_TILE_Q = 102,    /* read-only: query rows per tile the last flash call used (0 otherwise) */
     FA_PARAM_LAST_TILE_KV = 103,   /* read-only: key/value rows per tile it used (0 otherwise) */
-    FA_PARAM_LAST_THREADS = 104    /* read-only: threads the last call ran on */
+    FA_PARAM_LAST_THREADS = 104,   /* read-only: threads the last call ran on */
+    FA_PARAM_BF16_DOT_ACTIVE = 105 /* read-only: 1 if bf16 inputs take the bf16 dot-product path now */
 } fa_param;
 
 /* *out receives a new context, or NULL on failure. */

@@ -256,7 +256,8 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 {
     flash_job job = {.p = p, .kern = ctx->kernels};
     fa_plan_tiles(ctx, p, &job.plan);
-    job.bf16_dot = p->dtype == FA_DTYPE_BF16 && job.kern->qk_bf16 != NULL;
+    /* bf16 dot products only where they are faster than widening to fp32 (auto), or forced */
+    job.bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
     job.ldacc = (p->Dv + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN;
     job.q_blocks = (p->Sq + job.plan.br - 1) / job.plan.br;
     /* tiles are bounded by the plan and D, Dv are dims of validated tensors: no overflow */

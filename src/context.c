@@ -180,6 +180,8 @@ fa_status fa_context_create(fa_context **out)
     ctx->last_algo = FA_ALGO_AUTO;
     const char *verbose = getenv("FLASHATTN_VERBOSE");
     ctx->verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
+    const char *dot = getenv("FLASHATTN_BF16_DOT");
+    ctx->bf16_dot = dot && (*dot == '1' || *dot == '2') ? *dot - '0' : 0;
     fa_status st = fa_kernels_select(&ctx->kernels, ctx->error, sizeof ctx->error);
     if (st == FA_OK) st = apply_threads(ctx, 0);
     if (st != FA_OK) {
@@ -206,11 +208,13 @@ fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi)
     case FA_PARAM_TILE_Q: *lo = 0; *hi = 4096; return FA_OK;
     case FA_PARAM_TILE_KV: *lo = 0; *hi = 65536; return FA_OK;
     case FA_PARAM_VERBOSE: *lo = 0; *hi = 1; return FA_OK;
+    case FA_PARAM_BF16_DOT: *lo = 0; *hi = 2; return FA_OK;
     case FA_PARAM_LAST_ALGO: *lo = FA_ALGO_AUTO; *hi = FA_ALGO_REFERENCE; return FA_OK;
     case FA_PARAM_LAST_EXTRA_BYTES: *lo = 0; *hi = INT64_MAX; return FA_OK;
     case FA_PARAM_LAST_TILE_Q: *lo = 0; *hi = INT64_MAX; return FA_OK;
     case FA_PARAM_LAST_TILE_KV: *lo = 0; *hi = INT64_MAX; return FA_OK;
     case FA_PARAM_LAST_THREADS: *lo = 0; *hi = 1024; return FA_OK;
+    case FA_PARAM_BF16_DOT_ACTIVE: *lo = 0; *hi = 1; return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }
@@ -233,6 +237,7 @@ fa_status fa_context_set(fa_context *ctx, fa_param param, int64_t value)
     case FA_PARAM_TILE_Q: ctx->tile_q = value; return FA_OK;
     case FA_PARAM_TILE_KV: ctx->tile_kv = value; return FA_OK;
     case FA_PARAM_VERBOSE: ctx->verbose = (int)value; return FA_OK;
+    case FA_PARAM_BF16_DOT: ctx->bf16_dot = (int)value; return FA_OK;
     default: break;
     }
     return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown parameter %d", (int)param);
@@ -248,11 +253,13 @@ fa_status fa_context_get(const fa_context *ctx, fa_param param, int64_t *value)
     case FA_PARAM_TILE_Q: *value = ctx->tile_q; return FA_OK;
     case FA_PARAM_TILE_KV: *value = ctx->tile_kv; return FA_OK;
     case FA_PARAM_VERBOSE: *value = ctx->verbose; return FA_OK;
+    case FA_PARAM_BF16_DOT: *value = ctx->bf16_dot; return FA_OK;
     case FA_PARAM_LAST_ALGO: *value = ctx->last_algo; return FA_OK;
     case FA_PARAM_LAST_EXTRA_BYTES: *value = ctx->last_extra_bytes; return FA_OK;
     case FA_PARAM_LAST_TILE_Q: *value = ctx->last_tile_q; return FA_OK;
     case FA_PARAM_LAST_TILE_KV: *value = ctx->last_tile_kv; return FA_OK;
     case FA_PARAM_LAST_THREADS: *value = ctx->last_threads; return FA_OK;
+    case FA_PARAM_BF16_DOT_ACTIVE: *value = fa_bf16_dot_active(ctx); return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }

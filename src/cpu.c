@@ -42,6 +42,9 @@ static void detect(fa_cpu *c)
     c->avx512fp16 = c->avx512f && ((d >> 23) & 1);
     __cpuid_count(7, 1, a, b, cx, d);
     c->avx512bf16 = c->avx512f && ((a >> 5) & 1);
+    unsigned vendor[3];
+    __cpuid(0, a, vendor[0], vendor[2], vendor[1]);
+    c->bf16_dot_fast = c->avx512bf16 && memcmp(vendor, "AuthenticAMD", 12) == 0;
 }
 #elif defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>

@@ -25,6 +25,7 @@ struct fa_context {
     const fa_kernels *kernels;
     int64_t tile_q, tile_kv; /* 0 = planned */
     int verbose;             /* FLASHATTN_VERBOSE: one line per call on stderr */
+    int bf16_dot;            /* FA_PARAM_BF16_DOT: 0 auto, 1 on, 2 off */
     fa_algo last_algo;
     int64_t last_extra_bytes;
     int64_t last_tile_q, last_tile_kv, last_threads;
@@ -117,6 +118,9 @@ typedef struct fa_plan {
  * that avoids L1 set aliasing. */
 int64_t fa_panel_ld(int64_t rows);
 void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan);
+/* Whether bf16 inputs are multiplied as bf16 pairs on this context: the path must
+ * have the kernels, and they must outrun fp32 FMA on this CPU (auto) or be forced. */
+int fa_bf16_dot_active(const fa_context *ctx);
 int64_t fa_l2_bytes(void);
 
 /* What a run allocated and chose: for FA_PARAM_LAST_EXTRA_BYTES and FLASHATTN_VERBOSE. */

@@ -9,6 +9,7 @@
  * number of threads. A context setting (FA_PARAM_TILE_Q / FA_PARAM_TILE_KV) overrides either size.
  */
 #include "internal.h"
+#include "cpu.h"
 
 #include <unistd.h>
 
@@ -67,4 +68,10 @@ int64_t fa_panel_ld(int64_t rows)
      * few L1 sets, and they evict each other; one extra vector breaks the pattern. */
     int64_t ld = round_up(rows, FA_ROW_ALIGN);
     return ld % 64 == 0 ? ld + FA_ROW_ALIGN : ld;
+}
+
+int fa_bf16_dot_active(const fa_context *ctx)
+{
+    if (!ctx->kernels->qk_bf16 || ctx->bf16_dot == 2) return 0;
+    return ctx->bf16_dot == 1 || fa_cpu_get()->bf16_dot_fast;
 }

@@ -40,7 +40,7 @@ static void bench_usage(FILE *f)
                "or only --algo when given. Each: one warm-up, then --runs timed runs;\n"
                "reports the median. GFLOP/s = 2*(D+Dv) * kept (i,j) pairs * B * Hq / time;\n"
                "%% peak = GFLOP/s against the peak fa_probe measures for the kernel path on\n"
-               "the same threads (fp32 FMA; the bf16 dot product for bf16 on avx512bf16).\n"
+               "the same threads (fp32 FMA; the bf16 dot product for bf16 inputs when the library multiplies them as bf16 pairs).\n"
                "  --seqs N,N,...     one table, flash against standard, one row per N with\n"
                "                     Sq = Sk = N (overrides --seq and --seq-kv; --runs\n"
                "                     defaults to %d): times, speed-up, flash GFLOP/s and\n"

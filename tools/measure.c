@@ -133,11 +133,11 @@ int cli_time_algo(fa_context *ctx, const cli_shape *s, fa_algo algo, const fa_fo
 void cli_measure_peak(fa_context *ctx, fa_dtype dtype, int skip, cli_peak *peak)
 {
     memset(peak, 0, sizeof *peak);
-    const char *isa = fa_context_isa(ctx);
     fa_probe_kind kind = FA_PROBE_FMA_PEAK;
     peak->kind = "fp32 FMA";
     peak->json_kind = "fp32_fma";
-    if (dtype == FA_DTYPE_BF16 && strcmp(isa, "avx512bf16") == 0) {
+    int64_t dot = 0;
+    if (dtype == FA_DTYPE_BF16 && fa_context_get(ctx, FA_PARAM_BF16_DOT_ACTIVE, &dot) == FA_OK && dot) {
         kind = FA_PROBE_BF16_PEAK;
         peak->kind = "bf16 dot";
         peak->json_kind = "bf16_dot";
