@@ -81,21 +81,6 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
     return off;
 }
 
-/* No inf/NaN in the tile; written without early exit so it vectorises. */
-static int rows_all_finite(const float *x, int64_t ld, int64_t rows, int64_t cols)
-{
-    uint32_t bad = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *row = x + r * ld;
-        for (int64_t c = 0; c < cols; c++) {
-            uint32_t bits;
-            memcpy(&bits, &row[c], sizeof bits);
-            bad |= (bits & 0x7f800000u) == 0x7f800000u;
-        }
-    }
-    return !bad;
-}
-
 static void flash_block(const flash_job *job, const flash_scratch *sc, int64_t b, int64_t h, int64_t qb)
 {
     const fa_problem *p = job->p;
@@ -177,7 +162,7 @@ static void flash_block(const flash_job *job, const flash_scratch *sc, int64_t b
             fa_kernels_ref.pv(rows, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, ldacc);
             continue;
         }
-        if (partial && kern != &fa_kernels_ref && !rows_all_finite(v, ldv, cols, Dv))
+        if (partial && kern != &fa_kernels_ref && !fa_rows_finite(v, ldv, cols, Dv))
             fa_kernels_ref.pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
         else
             kern->pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);

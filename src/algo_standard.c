@@ -103,10 +103,7 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
 
     /* 3. O = P V (the careful reference pv when a V row is not finite: see algo_flash.c) */
     memset(sc->o, 0, (size_t)(Sq * job->ldo) * sizeof(float));
-    int v_finite = 1;
-    for (int64_t j = 0; j < Sk && v_finite; j++)
-        for (int64_t e = 0; e < Dv; e++) v_finite &= isfinite(v[j * ldv + e]) != 0;
-    (v_finite ? kern->pv : fa_kernels_ref.pv)(Sq, Sk, Dv, sc->st, sp, v, ldv, NULL, sc->o, job->ldo);
+    (fa_rows_finite(v, ldv, Sk, Dv) ? kern->pv : fa_kernels_ref.pv)(Sq, Sk, Dv, sc->st, sp, v, ldv, NULL, sc->o, job->ldo);
     fa_store_rows(&p->o, b, 0, Sq, h, Dv, sc->o, job->ldo);
 }
 

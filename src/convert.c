@@ -194,3 +194,17 @@ const uint16_t *fa_rows_u16(const fa_tensor *t, int64_t b, int64_t s0, int64_t r
         for (int64_t c = 0; c < cols; c++) scratch[r * cols + c] = src[r * t->stride[1] + c * t->stride[3]];
     return scratch;
 }
+
+int fa_rows_finite(const float *x, int64_t ld, int64_t rows, int64_t cols)
+{
+    uint32_t bad = 0; /* no early exit, so the loop vectorises */
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * ld;
+        for (int64_t c = 0; c < cols; c++) {
+            uint32_t bits;
+            memcpy(&bits, &row[c], sizeof bits);
+            bad |= (bits & 0x7f800000u) == 0x7f800000u;
+        }
+    }
+    return !bad;
+}

@@ -52,6 +52,10 @@ const float *fa_rows_f32(const fa_tensor *t, const fa_kernels *kern, int64_t b, 
 const uint16_t *fa_rows_u16(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
                             uint16_t *scratch, int64_t *ld);
 
+/* 1 when no element of the rows x cols block is inf or NaN: decides whether a
+ * vector pv (which multiplies masked p = 0 by v) may run on a V tile. */
+int fa_rows_finite(const float *x, int64_t ld, int64_t rows, int64_t cols);
+
 /* The inverse of pack_rows for an output tensor: rounds to its dtype. */
 void fa_store_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
                    const float *src, int64_t ld);
