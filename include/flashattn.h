@@ -65,7 +65,9 @@ typedef enum fa_status {
     FA_ERR_UNSUPPORTED = 11,      /* the chosen algorithm cannot run this call */
     FA_ERR_OUT_OF_MEMORY = 12,    /* a workspace could not be allocated */
     FA_ERR_THREADS = 13,          /* worker threads could not be started */
-    FA_ERR_ISA_UNAVAILABLE = 14   /* FLASHATTN_ARCH names a path this CPU or build lacks */
+    FA_ERR_ISA_UNAVAILABLE = 14,  /* FLASHATTN_ARCH names a path this CPU or build lacks */
+    FA_ERR_OUT_OF_RANGE = 15      /* an index or length points outside its tensor: KV cache overflow, a bad
+                                     page id or batch_idx, cu_seqlens not non-decreasing within the packed length */
 } fa_status;
 
 /* A fixed description of a status code; never NULL. */
@@ -77,7 +79,8 @@ typedef enum fa_dtype {
     FA_DTYPE_F32 = 0,
     FA_DTYPE_F16 = 1,  /* IEEE binary16 */
     FA_DTYPE_BF16 = 2, /* bfloat16 */
-    FA_DTYPE_BOOL = 3  /* 1 byte, non-zero = true; only for fa_forward_args.mask */
+    FA_DTYPE_BOOL = 3, /* 1 byte, non-zero = true; only for fa_forward_args.mask */
+    FA_DTYPE_I8 = 4    /* signed 8-bit with an f32 scale per (token, kv head); only for KV caches */
 } fa_dtype;
 
 FA_API size_t fa_dtype_size(fa_dtype dtype); /* bytes per element; 0 if unknown */
@@ -139,12 +142,16 @@ typedef enum fa_param {
     FA_PARAM_BF16_DOT = 6,         /* bf16 inputs as bf16-pair dot products where the path has them:
                                       0 = auto (where they outrun fp32 FMA), 1 = on, 2 = off;
                                       default from FLASHATTN_BF16_DOT */
+    FA_PARAM_KV_SPLITS = 7,        /* split-KV: chunks each sequence's keys are cut into, each chunk a
+                                      task whose partial (o, lse) are merged exactly;
+                                      0 = planned (default: see fa_forward), 1..256 = forced */
     FA_PARAM_LAST_ALGO = 100,      /* read-only: the fa_algo the last successful call ran */
     FA_PARAM_LAST_EXTRA_BYTES = 101, /* read-only: peak bytes the last successful call allocated */
     FA_PARAM_LAST_TILE_Q = 102,    /* read-only: query rows per tile the last flash call used (0 otherwise) */
     FA_PARAM_LAST_TILE_KV = 103,   /* read-only: key/value rows per tile it used (0 otherwise) */
     FA_PARAM_LAST_THREADS = 104,   /* read-only: threads the last call ran on */
-    FA_PARAM_BF16_DOT_ACTIVE = 105 /* read-only: 1 if bf16 inputs take the bf16 dot-product path now */
+    FA_PARAM_BF16_DOT_ACTIVE = 105, /* read-only: 1 if bf16 inputs take the bf16 dot-product path now */
+    FA_PARAM_LAST_KV_SPLITS = 106  /* read-only: the most chunks any sequence's keys were split into last call */
 } fa_param;
 
 /* *out receives a new context, or NULL on failure. */
@@ -166,7 +173,8 @@ FA_API const char *fa_algo_name(fa_algo algo);
 
 typedef enum fa_probe_kind {
     FA_PROBE_FMA_PEAK = 1, /* GFLOP/s of the path's widest fp32 FMA, on the context's threads */
-    FA_PROBE_BF16_PEAK = 2 /* GFLOP/s of its bf16 dot product (FA_ERR_UNSUPPORTED where it has none) */
+    FA_PROBE_BF16_PEAK = 2, /* GFLOP/s of its bf16 dot product (FA_ERR_UNSUPPORTED where it has none) */
+    FA_PROBE_READ_BW = 3    /* GB/s (1e9 bytes) of streaming reads from main memory, on the context's threads */
 } fa_probe_kind;
 
 /* Measures the machine (about 0.1-0.5 s) so that benchmarks can report % of peak. */
@@ -190,8 +198,7 @@ typedef enum fa_causal {
  *   B = batch, Sq/Sk = query/key length, Hq/Hk = query/kv heads, D = q/k head dim,
  *   Dv = v/o head dim. Query head h reads kv head h / (Hq/Hk): MHA, GQA, MQA.
  *
- * Adding a form (backward, dropout, KV cache, paged KV, variable length) appends
- * fields after the last one below, each of which defaults to "off" when zero, and
+ * Adding a form (backward, dropout, ...) appends fields after the last one below, each of which defaults to "off" when zero, and
  * bumps nothing else; the library tells old callers apart by struct_size. Backward
  * is its own call with its own struct that holds one of these.
  */
@@ -215,13 +222,59 @@ typedef struct fa_forward_args {
 
     fa_tensor bias;       /* optional additive, f32 | f16 | bf16, shape (B|1, Hq|1, Sq|1, Sk|1) */
     fa_tensor mask;       /* optional FA_DTYPE_BOOL, same broadcast; true = attend (PyTorch's convention) */
+
+    /* ---- variable length (FlashAttention's varlen): sequences packed along the seq axis.
+     * With cu_seqlens_q set, q and o are (1, total_q, H, D) and sequence b owns rows
+     * cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1; lse is (1, Hq, total_q, 1). k and v are
+     * packed the same way by cu_seqlens_k (without a KV cache: required; with one:
+     * they are the new rows, see kv_cache). Both arrays have num_seqs + 1 int32
+     * entries, non-decreasing, from >= 0 to at most the packed length. Causal
+     * alignment, window and ALiBi apply per sequence; bias and mask are not accepted. */
+    const int32_t *cu_seqlens_q;
+    const int32_t *cu_seqlens_k;
+    int64_t num_seqs;     /* B for varlen calls */
+
+    /* ---- KV cache: when set, keys and values come from the cache (see fa_kv_cache);
+     * k and v, if their data is non-NULL, are NEW rows (B, S_new, Hk, D), or packed by
+     * cu_seqlens_k, appended in place at cache->seqlens[b] before attending, so that
+     * sequence b attends to seqlens[b] + S_new keys (causal: bottom-right over them).
+     * The cache is not modified when the call fails. bias and mask are not accepted. */
+    const struct fa_kv_cache *kv_cache;
 } fa_forward_args;
 
 #define FA_FORWARD_ARGS_INIT                                                          \
     {                                                                                 \
         sizeof(fa_forward_args), {0}, {0}, {0}, {0}, {0}, 0.0f, 0.0f, FA_CAUSAL_NONE, \
-            FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, {0}, {0}                  \
+            FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, {0}, {0}, 0, 0, 0, 0      \
     }
+
+/*
+ * A KV cache (FlashAttention's flash_attn_with_kvcache, vLLM's paged cache).
+ *
+ * Contiguous (block_table == NULL): k, v are (B_cache, S_max, Hk, D / Dv); batch row b
+ *   uses cache row batch_idx ? batch_idx[b] : b.
+ * Paged (block_table != NULL): k, v are pools (num_pages, page_size, Hk, D / Dv) of
+ *   pages of any page_size >= 1; key j of sequence b is row j % page_size of page
+ *   block_table[b * max_pages + j / page_size]. Pages may be shared by sequences.
+ *
+ * dtype: f32, f16, bf16 (need not match q's) or FA_DTYPE_I8, which needs k_scale and
+ *   v_scale: f32 (.., .., Hk, 1) with the same first three dims as k, v; the value is
+ *   scale * int8. Appending to an int8 cache quantises each new (token, head) row
+ *   with scale = max|x| / 127 (round to nearest); appending to a float cache rounds
+ *   to its dtype.
+ * Errors, all caught before anything is written: seqlens[b] < 0, seqlens[b] + S_new
+ *   beyond S_max (or max_pages * page_size), a page id outside [0, num_pages) among
+ *   the pages a sequence uses, a batch_idx outside [0, B_cache), and two appended
+ *   rows landing in the same cache slot.
+ */
+typedef struct fa_kv_cache {
+    fa_tensor k, v;
+    fa_tensor k_scale, v_scale;  /* FA_DTYPE_I8 caches only */
+    const int32_t *seqlens;      /* [B] valid rows per sequence before the append; required */
+    const int32_t *batch_idx;    /* [B] optional, contiguous caches only */
+    const int32_t *block_table;  /* [B * max_pages] page ids; NULL = contiguous */
+    int64_t max_pages;           /* entries per block_table row */
+} fa_kv_cache;
 
 /* The same defaults as FA_FORWARD_ARGS_INIT, for languages without the macro. */
 FA_API void fa_forward_args_init(fa_forward_args *args);
@@ -232,6 +285,29 @@ FA_API void fa_forward_args_init(fa_forward_args *args);
  * o must not overlap q, k, v, bias or mask.
  */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_forward_args *args);
+
+/*
+ * Split-KV and decoding. fa_forward hands its threads tasks of (sequence, kv head,
+ * query block, key chunk). Query heads that share a kv head are stacked into one
+ * task when the query block is short (decoding), so K and V stream once per kv
+ * head. When there are fewer than 32 such tasks, each sequence's keys are cut into
+ * min(64, ceil(32 / tasks), Sk / 512) chunks (at least 1) whose partial results
+ * are merged with fa_merge_states' formula. The choice depends only on the shapes,
+ * never on the thread count, so results are bitwise the same for any thread count.
+ * FA_PARAM_KV_SPLITS forces the number of chunks.
+ */
+
+/*
+ * Merges n >= 1 partial results over disjoint key sets (SEMANTICS.md, "Merging
+ * partial states"): lse = log(sum_i exp(lse_i)), o = sum_i exp(lse_i - lse) o_i.
+ * Sides with lse = -inf contribute nothing; if every side is -inf, o = 0 and
+ * lse = -inf. o_parts[i] are (B, S, H, Dv) of any float dtype, lse_parts[i]
+ * (B, H, S, 1) f32; o is (B, S, H, Dv) of any float dtype, lse optional (data NULL).
+ * o and lse may be the very tensors of one part (same data and strides); other
+ * overlaps are undefined.
+ */
+FA_API fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts,
+                                 const fa_tensor *lse_parts, fa_tensor *o, fa_tensor *lse);
 
 #ifdef __cplusplus
 }

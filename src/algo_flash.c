@@ -7,10 +7,20 @@
  * exp(m_old - m_new) whenever m grows (inside the pv kernel). Extra memory is a
  * few tiles per thread, independent of the sequence length.
  *
- * Work is split into tasks (b, h, q block) handed out by an atomic counter,
- * most expensive q blocks first (causal and windowed blocks differ in cost), so
- * threads finish together. A task's arithmetic does not depend on which thread
- * runs it, so results are bitwise identical for any thread count.
+ * Work is split into tasks handed out by an atomic counter, most expensive first
+ * (causal blocks and ragged sequences differ in cost), so threads finish together.
+ * A task is (sequence, query heads, q block, key chunk):
+ *  - each sequence is a dense problem of its own (fa_seq_view), so varlen batches
+ *    and KV caches run this same loop;
+ *  - query heads that share a kv head are stacked into one task when the q block
+ *    is short (decoding), so K and V stream once per kv head, not once per head;
+ *  - stacks of at most FA_SMALL_ROWS rows take the small-row kernels, which run
+ *    vectors along the head dim instead of along (mostly padding) rows;
+ *  - when there are too few tasks for the threads, keys are split into chunks
+ *    whose partial (o, lse) are merged afterwards (split-KV; see plan_splits).
+ * A task's arithmetic does not depend on which thread runs it, and the split
+ * plan depends only on shapes, so results are bitwise identical for any thread
+ * count.
  */
 #include "internal.h"
 #include "convert.h"
@@ -21,14 +31,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+
+/* One task. */
+typedef struct {
+    int32_t b, qb;       /* sequence, q block */
+    int32_t h0, ng;      /* first query head, heads stacked */
+    int32_t split, nsplit;
+    int64_t slot;        /* first partial-result slot of this (b, qb, h0) when nsplit > 1 */
+    int64_t cost;        /* kept (i, j) pairs */
+} flash_item;
+
 typedef struct {
     const fa_problem *p;
     const fa_kernels *kern;
     fa_plan plan;
     int bf16_dot;       /* bf16 inputs multiplied as bf16 pairs by the ISA */
     int64_t ldacc;
-    int64_t q_blocks;   /* per (b, h) */
-    int64_t *order;     /* (q_blocks) q block indices, most kept pairs first */
+    int64_t lds;        /* small-row score tiles: round_up(bc, FA_ROW_ALIGN) */
+    flash_item *items;  /* tasks, most expensive first */
+    int64_t n_items;
+    int64_t *merges;    /* indices into items of split 0 of every split unit */
+    int64_t n_merges;
+    float *slots;       /* partial results: slot_floats each */
+    int64_t slot_floats;
     char *workspace;
     int64_t per_thread; /* bytes */
     atomic_llong next;
@@ -36,16 +61,20 @@ typedef struct {
 
 typedef struct {
     float *q;        /* (br, D)      Q rows as f32, when they are not f32 already */
-    float *qt;       /* (D, br_pad)  Q block transposed and scaled */
+    float *qt;       /* (D, br_pad)  Q block transposed and scaled; small path: (rows, D) scaled */
     float *k;        /* (bc, D)      K rows as f32, when needed */
     float *v;        /* (bc, Dv)     V rows as f32, when needed */
-    float *st;       /* (bc, br_pad) scores, then probabilities */
+    float *st;       /* (bc, br_pad) scores, then probabilities; small path (rows, lds) */
     float *acc;      /* (br, ldacc)  unnormalised output */
     float *m, *l, *alpha; /* (br_pad) */
     int32_t *lo, *hi;     /* (br_pad) tile-relative band of each row */
+    const void **kp, **vp; /* (bc) small path: K/V row pointers */
+    float *ks, *vs;        /* (bc) small path: their int8 scales */
     /* bf16 dot-product path only */
     uint16_t *q16, *qt2, *k16, *v16, *pv_scratch;
 } flash_scratch;
+
+static int64_t round16(int64_t x) { return (x + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN; }
 
 /* Lays the scratch out from base, each slice on its own cache lines, and returns
  * its size in bytes; with base == NULL only the size. */
@@ -53,20 +82,25 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
 {
     const int64_t D = job->p->D, Dv = job->p->Dv, br = job->plan.br, bc = job->plan.bc, bp = job->plan.br_pad;
     const int64_t b16 = job->bf16_dot;
+    const int64_t st_floats = bc * bp > FA_SMALL_ROWS * job->lds ? bc * bp : FA_SMALL_ROWS * job->lds;
     flash_scratch unused;
     if (!sc) sc = &unused;
     struct { void **slot; int64_t bytes; } parts[] = {
-        {(void **)&sc->q, b16 ? 0 : br * D * 4},
-        {(void **)&sc->qt, b16 ? 0 : D * bp * 4},
-        {(void **)&sc->k, b16 ? 0 : bc * D * 4},
-        {(void **)&sc->v, bc * Dv * 4}, /* bf16 path: the careful fallback widens a V tile here */
-        {(void **)&sc->st, bc * bp * 4},
+        {(void **)&sc->q, br * D * 4},
+        {(void **)&sc->qt, D * bp * 4},
+        {(void **)&sc->k, bc * D * 4},
+        {(void **)&sc->v, bc * Dv * 4},
+        {(void **)&sc->st, st_floats * 4},
         {(void **)&sc->acc, br * job->ldacc * 4},
         {(void **)&sc->m, bp * 4},
         {(void **)&sc->l, bp * 4},
         {(void **)&sc->alpha, bp * 4},
         {(void **)&sc->lo, bp * 4},
         {(void **)&sc->hi, bp * 4},
+        {(void **)&sc->kp, bc * (int64_t)sizeof(void *)},
+        {(void **)&sc->vp, bc * (int64_t)sizeof(void *)},
+        {(void **)&sc->ks, bc * 4},
+        {(void **)&sc->vs, bc * 4},
         {(void **)&sc->q16, b16 ? br * D * 2 : 0},
         {(void **)&sc->qt2, b16 ? (D + 1) / 2 * 2 * bp * 2 : 0},
         {(void **)&sc->k16, b16 ? bc * D * 2 : 0},
@@ -81,22 +115,127 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
     return off;
 }
 
-static void flash_block(const flash_job *job, const flash_scratch *sc, int64_t b, int64_t h, int64_t qb)
+static int kv_type(fa_dtype d)
+{
+    return d == FA_DTYPE_F16 ? FA_KV_F16 : d == FA_DTYPE_BF16 ? FA_KV_BF16 : d == FA_DTYPE_I8 ? FA_KV_I8 : FA_KV_F32;
+}
+
+/* One K/V row of n elements (inner stride sd) as f32. */
+static void row_to_f32(const fa_kernels *kern, const void *row, fa_dtype dt, int64_t sd, float scale, int64_t n,
+                       float *out)
+{
+    if (sd == 1 && dt == FA_DTYPE_F32) {
+        memcpy(out, row, (size_t)n * sizeof *out);
+    } else if (sd == 1 && dt == FA_DTYPE_F16) {
+        kern->f16_to_f32(row, out, n);
+    } else if (sd == 1 && dt == FA_DTYPE_BF16) {
+        kern->bf16_to_f32(row, out, n);
+    } else {
+        for (int64_t e = 0; e < n; e++) {
+            switch (dt) {
+            case FA_DTYPE_F32: out[e] = ((const float *)row)[e * sd]; break;
+            case FA_DTYPE_F16: out[e] = fa_f16_to_f32(((const uint16_t *)row)[e * sd]); break;
+            case FA_DTYPE_BF16: out[e] = fa_bf16_to_f32(((const uint16_t *)row)[e * sd]); break;
+            default: out[e] = scale * (float)((const int8_t *)row)[e * sd]; break;
+            }
+        }
+    }
+}
+
+/* K (which 0) or V (1) rows j0 .. j0+cols-1 of kv head hk as f32 for the wide kernels:
+ * zero-copy where the rows are f32 and evenly spaced, else converted into scratch. */
+static const float *kv_tile_f32(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
+                                int64_t hk, int64_t dim, float *scratch, int64_t *ld)
+{
+    const fa_tensor *t = which ? &s->v : &s->k;
+    if (!s->quant && !s->pages) return fa_rows_f32(t, kern, 0, j0, cols, hk, dim, scratch, ld);
+    if (!s->quant && j0 / s->page_size == (j0 + cols - 1) / s->page_size) /* one page: its axis 0 is the page */
+        return fa_rows_f32(t, kern, s->pages[j0 / s->page_size], j0 % s->page_size, cols, hk, dim, scratch, ld);
+    *ld = dim;
+    for (int64_t c = 0; c < cols; c++) {
+        float scale;
+        const void *row = fa_kv_row(s, which, j0 + c, hk, &scale);
+        row_to_f32(kern, row, t->dtype, t->stride[3], scale, dim, scratch + c * dim);
+    }
+    return scratch;
+}
+
+/* Rows with a non-unit inner stride copied, element for element in their own
+ * dtype, into dst (which has room for cols * dim floats); ptr is repointed. */
+static void gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, int64_t dim, float *dst)
+{
+    const int64_t es = (int64_t)fa_dtype_size(t->dtype), sd = t->stride[3];
+    for (int64_t c = 0; c < cols; c++) {
+        const char *src = ptr[c];
+        char *out = (char *)dst + c * dim * es;
+        for (int64_t e = 0; e < dim; e++) memcpy(out + e * es, src + e * sd * es, (size_t)es);
+        ptr[c] = out;
+    }
+}
+
+/* 1 when none of the rows (or their int8 scales) holds inf or NaN. */
+static int kv_rows_finite(const void *const *rows, int kv, const float *scales, int64_t cols, int64_t dim)
+{
+    uint32_t bad = 0;
+    for (int64_t c = 0; c < cols; c++) {
+        if (kv == FA_KV_I8) {
+            bad |= !isfinite(scales[c]);
+        } else if (kv == FA_KV_F32) {
+            bad |= !fa_rows_finite(rows[c], 0, 1, dim);
+        } else {
+            const uint16_t *r = rows[c], m = kv == FA_KV_F16 ? 0x7c00u : 0x7f80u;
+            for (int64_t e = 0; e < dim; e++) bad |= (r[e] & m) == m;
+        }
+    }
+    return !bad;
+}
+
+/* Keys [*ca, *cb) of chunk `split` of `nsplit` over sk keys. */
+static void chunk_range(int64_t sk, int64_t split, int64_t nsplit, int64_t *ca, int64_t *cb)
+{
+    *ca = sk * split / nsplit;
+    *cb = sk * (split + 1) / nsplit;
+}
+
+static void flash_task(const flash_job *job, const flash_scratch *sc, const flash_item *it)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
-    const int64_t D = p->D, Dv = p->Dv, hk = h / p->group, bp = job->plan.br_pad, ldacc = job->ldacc;
-    const int64_t i0 = qb * job->plan.br;
-    const int64_t rows = p->Sq - i0 < job->plan.br ? p->Sq - i0 : job->plan.br;
-    const int elementwise = fa_problem_has_elementwise(p);
+    fa_problem s; /* this sequence as a dense B = 1 problem */
+    fa_seq_view(p, it->b, &s);
+    const int64_t D = p->D, Dv = p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc, lds = job->lds;
+    const int64_t i0 = (int64_t)it->qb * job->plan.br;
+    const int64_t n = s.Sq - i0 < job->plan.br ? s.Sq - i0 : job->plan.br; /* rows per head */
+    const int64_t ng = it->ng, rows = n * ng, h0 = it->h0, hk = h0 / p->group;
+    const int elementwise = fa_problem_has_elementwise(&s);
+    const int kvt = kv_type(s.k.dtype);
+    /* the path depends on shapes only, never on strides: layouts give identical bits */
+    const int small = kern->qk_small && rows <= FA_SMALL_ROWS && job->plan.bc <= FA_SMALL_COLS;
+    const int b16 = job->bf16_dot && ng == 1 && !small && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
+                    s.q.dtype == FA_DTYPE_BF16;
     int64_t ldq, ldk, ldv;
 
-    if (job->bf16_dot) {
-        const uint16_t *q = fa_rows_u16(&p->q, b, i0, rows, h, D, sc->q16, &ldq);
-        kern->pack_qt_bf16(rows, D, q, ldq, sc->qt2, 2 * bp);
+    /* 1. the Q rows of every stacked head, scaled */
+    if (small) {
+        for (int64_t g = 0; g < ng; g++) {
+            const float *q = fa_rows_f32(&s.q, kern, 0, i0, n, h0 + g, D, sc->q, &ldq);
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t x = 0; x < D; x++) sc->qt[(g * n + r) * D + x] = p->scale * q[r * ldq + x];
+        }
+    } else if (b16) {
+        const uint16_t *q = fa_rows_u16(&s.q, 0, i0, n, h0, D, sc->q16, &ldq);
+        kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
+    } else if (ng == 1) {
+        const float *q = fa_rows_f32(&s.q, kern, 0, i0, n, h0, D, sc->q, &ldq);
+        kern->pack_qt(n, D, q, ldq, p->scale, sc->qt, bp);
     } else {
-        const float *q = fa_rows_f32(&p->q, kern, b, i0, rows, h, D, sc->q, &ldq);
-        kern->pack_qt(rows, D, q, ldq, p->scale, sc->qt, bp);
+        for (int64_t g = 0; g < ng; g++) {
+            float *dst = sc->q + g * n * D;
+            const float *q = fa_rows_f32(&s.q, kern, 0, i0, n, h0 + g, D, dst, &ldq);
+            if (q != dst)
+                for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
+        }
+        kern->pack_qt(rows, D, sc->q, D, p->scale, sc->qt, bp);
     }
     for (int64_t r = 0; r < rows; r++) {
         sc->m[r] = -INFINITY;
@@ -104,49 +243,75 @@ static void flash_block(const flash_job *job, const flash_scratch *sc, int64_t b
     }
     memset(sc->acc, 0, (size_t)(rows * ldacc) * sizeof(float));
 
-    /* Columns any row of this block keeps: the band ends are monotone in i, so
-     * K/V tiles outside [first row's lo, last row's hi] are never touched. */
-    int64_t lo, hi, unused;
-    fa_row_band(p, i0, &lo, &unused);
-    fa_row_band(p, i0 + rows - 1, &unused, &hi);
+    /* Columns any row of this block keeps, within this task's key chunk: the band
+     * ends are monotone in i, so K/V tiles outside [first row's lo, last row's hi]
+     * are never touched. */
+    int64_t lo, hi, unused, ca, cb;
+    fa_row_band(&s, i0, &lo, &unused);
+    fa_row_band(&s, i0 + n - 1, &unused, &hi);
+    chunk_range(s.Sk, it->split, it->nsplit, &ca, &cb);
+    if (lo < ca) lo = ca;
+    if (hi > cb - 1) hi = cb - 1;
 
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
+        const int64_t ldc = small ? 1 : bp, ldr = small ? lds : 1; /* score (r, c) at st[c*ldc + r*ldr] */
         const float *v = NULL;
         const uint16_t *v16 = NULL;
 
-        /* 1. scaled scores S^T = K (scale Q)^T */
-        if (job->bf16_dot) {
-            const uint16_t *k = fa_rows_u16(&p->k, b, j0, cols, hk, D, sc->k16, &ldk);
-            v16 = fa_rows_u16(&p->v, b, j0, cols, hk, Dv, sc->v16, &ldv);
-            kern->qk_bf16(rows, cols, D, sc->qt2, 2 * bp, k, ldk, p->scale, sc->st, bp);
+        /* 2. scaled scores */
+        if (small) {
+            for (int64_t c = 0; c < cols; c++) {
+                sc->kp[c] = fa_kv_row(&s, 0, j0 + c, hk, &sc->ks[c]);
+                sc->vp[c] = fa_kv_row(&s, 1, j0 + c, hk, &sc->vs[c]);
+            }
+            if (s.k.stride[3] != 1) gather_strided(&s.k, sc->kp, cols, D, sc->k);
+            if (s.v.stride[3] != 1) gather_strided(&s.v, sc->vp, cols, Dv, sc->v);
+            kern->qk_small(rows, cols, D, sc->qt, D, sc->kp, kvt, s.quant ? sc->ks : NULL, sc->st, lds);
+        } else if (b16) {
+            const uint16_t *k = fa_rows_u16(&s.k, 0, j0, cols, hk, D, sc->k16, &ldk);
+            v16 = fa_rows_u16(&s.v, 0, j0, cols, hk, Dv, sc->v16, &ldv);
+            kern->qk_bf16(n, cols, D, sc->qt2, 2 * bp, k, ldk, p->scale, sc->st, bp);
         } else {
-            const float *k = fa_rows_f32(&p->k, kern, b, j0, cols, hk, D, sc->k, &ldk);
-            v = fa_rows_f32(&p->v, kern, b, j0, cols, hk, Dv, sc->v, &ldv);
+            const float *k = kv_tile_f32(&s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
+            v = kv_tile_f32(&s, 1, kern, j0, cols, hk, Dv, sc->v, &ldv);
             kern->qk(rows, cols, D, sc->qt, bp, k, ldk, sc->st, bp);
         }
 
-        /* 2. masks and score modifiers; a band-only tile passes its bounds to the kernel */
+        /* 3. masks and score modifiers, head by head; a band-only tile passes its
+         * bounds to the kernel (the same for every stacked head) */
         const int32_t *tlo = NULL, *thi = NULL;
         int partial;
         if (elementwise) {
-            fa_scores_finish(p, b, h, i0, rows, j0, cols, sc->st, bp);
+            for (int64_t g = 0; g < ng; g++)
+                fa_scores_finish(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n * ldr, ldc, ldr);
             partial = 1;
         } else {
-            partial = !fa_tile_band(p, i0, rows, j0, cols, sc->lo, sc->hi);
+            partial = !fa_tile_band(&s, i0, n, j0, cols, sc->lo, sc->hi);
             if (partial) {
+                for (int64_t g = 1; g < ng; g++) {
+                    memcpy(sc->lo + g * n, sc->lo, (size_t)n * sizeof *sc->lo);
+                    memcpy(sc->hi + g * n, sc->hi, (size_t)n * sizeof *sc->hi);
+                }
                 tlo = sc->lo;
                 thi = sc->hi;
             }
         }
 
-        /* 3. online softmax: new max, P = exp(S - m), alpha = exp(m_old - m_new) */
+        /* 4. online softmax and acc = alpha * acc + P V. A vector kernel multiplies a
+         * masked p = 0 by v too, so a NaN/inf in a masked V row would leak into rows
+         * that never see it; such tiles go through the reference kernel, which
+         * skips p == 0. */
+        if (small) {
+            kern->softmax_small(rows, cols, sc->st, lds, tlo, thi, sc->m, sc->l, sc->alpha);
+            const fa_kernels *pk =
+                partial && kern != &fa_kernels_ref && !kv_rows_finite(sc->vp, kvt, sc->vs, cols, Dv) ? &fa_kernels_ref
+                                                                                                   : kern;
+            pk->pv_small(rows, cols, Dv, sc->st, lds, sc->vp, kvt, s.quant ? sc->vs : NULL, sc->alpha, sc->acc, ldacc);
+            continue;
+        }
         kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
-
-        /* 4. acc = alpha * acc + P V. A vector kernel multiplies a masked p = 0 by v
-         * too, so a NaN/inf in a masked V row would leak into rows that never see
-         * it; such tiles go through the reference kernel, which skips p == 0. */
-        if (job->bf16_dot) {
+        if (b16) {
             int careful = 0;
             if (partial) {
                 for (int64_t c = 0; c < cols && !careful; c++)
@@ -154,12 +319,12 @@ static void flash_block(const flash_job *job, const flash_scratch *sc, int64_t b
                         careful = (v16[c * ldv + e] & 0x7f80u) == 0x7f80u; /* inf or NaN */
             }
             if (!careful) {
-                kern->pv_bf16(rows, cols, Dv, sc->st, bp, v16, ldv, sc->alpha, sc->acc, ldacc, sc->pv_scratch);
+                kern->pv_bf16(n, cols, Dv, sc->st, bp, v16, ldv, sc->alpha, sc->acc, ldacc, sc->pv_scratch);
                 continue;
             }
             /* rare: widen the tile and take the careful path */
             for (int64_t c = 0; c < cols; c++) kern->bf16_to_f32(v16 + c * ldv, sc->v + c * Dv, Dv);
-            fa_kernels_ref.pv(rows, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, ldacc);
+            fa_kernels_ref.pv(n, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, ldacc);
             continue;
         }
         if (partial && kern != &fa_kernels_ref && !fa_rows_finite(v, ldv, cols, Dv))
@@ -168,7 +333,9 @@ static void flash_block(const flash_job *job, const flash_scratch *sc, int64_t b
             kern->pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
     }
 
-    /* 5. normalise; a row that kept nothing is 0 with lse = -inf */
+    /* 5. normalise; a row that kept nothing is 0 with lse = -inf. A key chunk's
+     * result goes to its slot for the merge, a whole row straight to o. */
+    float *slot = it->nsplit > 1 ? job->slots + (it->slot + it->split) * job->slot_floats : NULL;
     for (int64_t r = 0; r < rows; r++) {
         float *ar = sc->acc + r * ldacc;
         float lse = -INFINITY;
@@ -179,97 +346,235 @@ static void flash_block(const flash_job *job, const flash_scratch *sc, int64_t b
             for (int64_t e = 0; e < Dv; e++) ar[e] *= inv;
             lse = sc->m[r] + logf(sc->l[r]);
         }
-        if (p->has_lse) {
-            float *out = p->lse.data;
-            out[b * p->lse.stride[0] + h * p->lse.stride[1] + (i0 + r) * p->lse.stride[2]] = lse;
+        if (slot) {
+            memcpy(slot + r * ldacc, ar, (size_t)Dv * sizeof *ar);
+            slot[job->plan.br * ldacc + r] = lse;
+        } else if (s.has_lse) {
+            float *out = s.lse.data;
+            out[(h0 + r / n) * s.lse.stride[1] + (i0 + r % n) * s.lse.stride[2]] = lse;
         }
     }
-    fa_store_rows(&p->o, b, i0, rows, h, Dv, sc->acc, ldacc);
+    if (!slot)
+        for (int64_t g = 0; g < ng; g++) fa_store_rows(&s.o, 0, i0, n, h0 + g, Dv, sc->acc + g * n * ldacc, ldacc);
+}
+
+/* Merges the key chunks of one split unit into o and lse. */
+static void merge_unit(const flash_job *job, const flash_scratch *sc, const flash_item *it)
+{
+    const fa_problem *p = job->p;
+    fa_problem s;
+    fa_seq_view(p, it->b, &s);
+    const int64_t ldacc = job->ldacc, i0 = (int64_t)it->qb * job->plan.br;
+    const int64_t n = s.Sq - i0 < job->plan.br ? s.Sq - i0 : job->plan.br;
+    const float *parts[FA_MAX_KV_SPLITS];
+    float lses[FA_MAX_KV_SPLITS];
+    for (int64_t r = 0; r < n * it->ng; r++) {
+        for (int k = 0; k < it->nsplit; k++) {
+            const float *slot = job->slots + (it->slot + k) * job->slot_floats;
+            parts[k] = slot + r * ldacc;
+            lses[k] = slot[job->plan.br * ldacc + r];
+        }
+        float lse;
+        fa_merge_rows(it->nsplit, parts, lses, p->Dv, sc->acc, &lse);
+        const int64_t h = it->h0 + r / n, i = i0 + r % n;
+        fa_store_rows(&s.o, 0, i, 1, h, p->Dv, sc->acc, ldacc);
+        if (s.has_lse) ((float *)s.lse.data)[h * s.lse.stride[1] + i * s.lse.stride[2]] = lse;
+    }
 }
 
 static void flash_worker(void *arg, int ith, int nth)
 {
     (void)nth;
     flash_job *job = arg;
-    const fa_problem *p = job->p;
     flash_scratch sc;
     scratch_layout(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
-    const int64_t heads = p->B * p->Hq, tasks = heads * job->q_blocks;
-    /* task t: the (t / heads)-th most expensive q block of head t % heads */
-    for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < tasks;) {
-        const int64_t bh = t % heads, qb = job->order[t / heads];
-        flash_block(job, &sc, bh / p->Hq, bh % p->Hq, qb);
-    }
+    for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < job->n_items;) flash_task(job, &sc, &job->items[t]);
 }
 
-/* Kept (i, j) pairs of a q block, from the band alone: its cost for ordering. */
-static int64_t block_cost(const fa_problem *p, int64_t i0, int64_t rows)
+static void merge_worker(void *arg, int ith, int nth)
+{
+    (void)nth;
+    flash_job *job = arg;
+    flash_scratch sc;
+    scratch_layout(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
+    for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < job->n_merges;)
+        merge_unit(job, &sc, &job->items[job->merges[t]]);
+}
+
+/* ------------------------------------------------------------- planning */
+
+/* Query heads stacked per task for a sequence of sq query rows: as many of the
+ * group as fit one q block (a divisor of the group, so every task is alike). */
+static int64_t stack_heads(const fa_problem *p, int64_t sq, int64_t br)
+{
+    if (sq >= br) return 1;
+    int64_t ng = 1;
+    for (int64_t g = 1; g <= p->group; g++)
+        if (p->group % g == 0 && g * sq <= br) ng = g;
+    return ng;
+}
+
+/* Split-KV: tasks wanted before keys are split. A constant, never the thread
+ * count, so the plan (and the rounding of the merge) is the same on any machine
+ * with the same shapes; 32 keeps 2-16 threads busy to the end. */
+enum { SPLIT_TASKS_WANTED = 32, SPLIT_MAX_AUTO = 64, SPLIT_MIN_KEYS = 512 };
+
+/* Chunks for a sequence of sk keys when `units` unsplit tasks exist in all. */
+static int64_t plan_splits(const fa_context *ctx, int64_t units, int64_t sk)
+{
+    int64_t s;
+    if (ctx->kv_splits > 0) {
+        s = ctx->kv_splits;
+    } else {
+        if (units >= SPLIT_TASKS_WANTED) return 1;
+        s = (SPLIT_TASKS_WANTED + units - 1) / units;
+        if (s > SPLIT_MAX_AUTO) s = SPLIT_MAX_AUTO;
+        if (s > sk / SPLIT_MIN_KEYS) s = sk / SPLIT_MIN_KEYS;
+    }
+    if (s > sk) s = sk; /* every chunk holds at least one key */
+    return s < 1 ? 1 : s;
+}
+
+/* Kept (i, j) pairs of rows i0 .. i0+n-1 within keys [ca, cb), from the band alone. */
+static int64_t block_cost(const fa_problem *s, int64_t i0, int64_t n, int64_t ca, int64_t cb)
 {
     int64_t cost = 0;
-    for (int64_t i = i0; i < i0 + rows; i++) {
+    for (int64_t i = i0; i < i0 + n; i++) {
         int64_t lo, hi;
-        fa_row_band(p, i, &lo, &hi);
+        fa_row_band(s, i, &lo, &hi);
+        if (lo < ca) lo = ca;
+        if (hi > cb - 1) hi = cb - 1;
         if (hi >= lo) cost += hi - lo + 1;
     }
     return cost;
 }
 
-typedef struct {
-    int64_t cost, block;
-} block_rank;
-
 static int by_cost_desc(const void *a, const void *b)
 {
-    const block_rank *x = a, *y = b;
+    const flash_item *x = a, *y = b;
     if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-    return (x->block > y->block) - (x->block < y->block);
+    if (x->b != y->b) return x->b < y->b ? -1 : 1;
+    if (x->qb != y->qb) return x->qb < y->qb ? -1 : 1;
+    if (x->h0 != y->h0) return x->h0 < y->h0 ? -1 : 1;
+    return (x->split > y->split) - (x->split < y->split);
 }
 
-/* Fills order[] with q block indices, most kept pairs first; rank is scratch. */
-static void order_blocks(const fa_problem *p, int64_t br, int64_t q_blocks, block_rank *rank, int64_t *order)
+/* Fills job->items (when non-NULL) and returns the number of tasks; *units and
+ * *slots receive the split units and partial slots. */
+static int64_t plan_items(const fa_context *ctx, const flash_job *job, int64_t units_all, flash_item *items,
+                          int64_t *units, int64_t *slots, int64_t *max_split)
 {
-    for (int64_t qb = 0; qb < q_blocks; qb++) {
-        const int64_t i0 = qb * br, rows = p->Sq - i0 < br ? p->Sq - i0 : br;
-        rank[qb].cost = block_cost(p, i0, rows);
-        rank[qb].block = qb;
+    const fa_problem *p = job->p;
+    const int64_t br = job->plan.br;
+    int64_t count = 0, u = 0, nslot = 0;
+    *max_split = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        int64_t sq, sk;
+        fa_seq_lengths(p, b, &sq, &sk);
+        if (sq == 0) continue;
+        const int64_t ng = stack_heads(p, sq, br), qblocks = (sq + br - 1) / br;
+        const int64_t ns = plan_splits(ctx, units_all, sk);
+        if (ns > *max_split) *max_split = ns;
+        fa_problem s;
+        if (items) fa_seq_view(p, b, &s);
+        for (int64_t qb = 0; qb < qblocks; qb++) {
+            const int64_t i0 = qb * br, n = sq - i0 < br ? sq - i0 : br;
+            for (int64_t h0 = 0; h0 < p->Hq; h0 += ng) {
+                u++;
+                for (int64_t k = 0; k < ns; k++, count++) {
+                    if (!items) continue;
+                    int64_t ca, cb;
+                    chunk_range(sk, k, ns, &ca, &cb);
+                    flash_item *it = &items[count];
+                    it->b = (int32_t)b;
+                    it->qb = (int32_t)qb;
+                    it->h0 = (int32_t)h0;
+                    it->ng = (int32_t)ng;
+                    it->split = (int32_t)k;
+                    it->nsplit = (int32_t)ns;
+                    it->slot = ns > 1 ? nslot : -1;
+                    it->cost = block_cost(&s, i0, n, ca, cb) * ng + 1;
+                }
+                if (ns > 1) nslot += ns;
+            }
+        }
     }
-    qsort(rank, (size_t)q_blocks, sizeof *rank, by_cost_desc);
-    for (int64_t i = 0; i < q_blocks; i++) order[i] = rank[i].block;
+    *units = u;
+    *slots = nslot;
+    return count;
 }
 
 fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 {
     flash_job job = {.p = p, .kern = ctx->kernels};
-    fa_plan_tiles(ctx, p, &job.plan);
+    /* plan for the rows a task holds: a short q block stacks the heads of its group */
+    fa_problem plan_p = *p;
+    if (plan_p.Sq < 1) plan_p.Sq = 1;
+    if (!fa_mul_ok(plan_p.Sq, p->group, &plan_p.Sq)) plan_p.Sq = INT64_MAX / 2;
+    if (plan_p.Sk < 1) plan_p.Sk = 1;
+    fa_plan_tiles(ctx, &plan_p, &job.plan);
     /* bf16 dot products only where they are faster than widening to fp32 (auto), or forced */
     job.bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
-    job.ldacc = (p->Dv + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN;
-    job.q_blocks = (p->Sq + job.plan.br - 1) / job.plan.br;
+    job.ldacc = round16(p->Dv);
+    job.lds = round16(job.plan.bc);
     /* tiles are bounded by the plan and D, Dv are dims of validated tensors: no overflow */
     job.per_thread = scratch_layout(&job, NULL, NULL);
 
-    int64_t tasks;
-    if (!fa_mul_ok(p->B * p->Hq, job.q_blocks, &tasks))
-        return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: task count overflows");
-    const int nth = ctx->threads < tasks ? ctx->threads : (int)tasks;
-    /* after the per-thread scratch: the task order, and room to rank it */
-    int64_t order_bytes = job.q_blocks * (int64_t)(sizeof(int64_t) + sizeof(block_rank)), bytes;
-    if (!fa_mul_ok(job.per_thread, nth, &bytes) || !fa_add_ok(bytes, order_bytes, &bytes))
+    /* tasks: count units without splits, then plan splits from that count */
+    int64_t units, nslots, max_split;
+    flash_job count_job = job;
+    fa_context no_split = *ctx;
+    no_split.kv_splits = 1;
+    plan_items(&no_split, &count_job, 0, NULL, &units, &nslots, &max_split);
+    const int64_t n_items = plan_items(ctx, &job, units, NULL, &units, &nslots, &max_split);
+    const int nth = ctx->threads < n_items ? ctx->threads : (int)(n_items > 0 ? n_items : 1);
+
+    /* workspace: per-thread scratch, the tasks, split units, partial slots, an append row */
+    job.slot_floats = job.plan.br * job.ldacc + round16(job.plan.br);
+    int64_t bytes, b_items, b_merges, b_slots;
+    const int64_t dmax = p->D > p->Dv ? p->D : p->Dv;
+    if (!fa_mul_ok(job.per_thread, nth, &bytes) ||
+        !fa_mul_ok(n_items, (int64_t)sizeof(flash_item), &b_items) ||
+        !fa_mul_ok(units, (int64_t)sizeof(int64_t), &b_merges) ||
+        !fa_mul_ok(nslots, job.slot_floats * 4, &b_slots) ||
+        !fa_add_ok(bytes, b_items + FA_CACHE_LINE, &bytes) || !fa_add_ok(bytes, b_merges + FA_CACHE_LINE, &bytes) ||
+        !fa_add_ok(bytes, b_slots + FA_CACHE_LINE, &bytes) || !fa_add_ok(bytes, dmax * 4, &bytes))
         return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: workspace size overflows");
     char *ws = fa_workspace_alloc(bytes);
     if (!ws)
-        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "flash: cannot allocate %lld bytes of tile workspace",
-                       (long long)bytes);
+        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "flash: cannot allocate %lld bytes of workspace", (long long)bytes);
     job.workspace = ws;
-    job.order = (int64_t *)(ws + job.per_thread * nth);
-    order_blocks(p, job.plan.br, job.q_blocks, (block_rank *)(job.order + job.q_blocks), job.order);
+    char *cur = ws + job.per_thread * nth;
+    job.items = (flash_item *)cur;
+    cur += (b_items + FA_CACHE_LINE - 1) / FA_CACHE_LINE * FA_CACHE_LINE;
+    job.merges = (int64_t *)cur;
+    cur += (b_merges + FA_CACHE_LINE - 1) / FA_CACHE_LINE * FA_CACHE_LINE;
+    job.slots = (float *)cur;
+    cur += (b_slots + FA_CACHE_LINE - 1) / FA_CACHE_LINE * FA_CACHE_LINE;
+
+    /* the only write to an input, once nothing can fail any more */
+    if (p->append) fa_cache_append(p, (float *)cur);
+
+    job.n_items = plan_items(ctx, &job, units, job.items, &units, &nslots, &max_split);
+    qsort(job.items, (size_t)job.n_items, sizeof *job.items, by_cost_desc);
+    job.n_merges = 0;
+    for (int64_t t = 0; t < job.n_items; t++)
+        if (job.items[t].nsplit > 1 && job.items[t].split == 0) job.merges[job.n_merges++] = t;
+
     atomic_init(&job.next, 0);
-    fa_pool_run(ctx->pool, nth, flash_worker, &job);
+    if (job.n_items > 0) fa_pool_run(ctx->pool, nth, flash_worker, &job);
+    if (job.n_merges > 0) {
+        atomic_store(&job.next, 0);
+        fa_pool_run(ctx->pool, nth, merge_worker, &job);
+    }
+    /* sequences with no query rows have nothing to write; rows with no keys were
+     * written by their tasks (o = 0, lse = -inf) */
     fa_workspace_free(ws);
     info->extra_bytes = bytes;
     info->br = job.plan.br;
     info->bc = job.plan.bc;
     info->threads = nth;
     info->path = job.bf16_dot ? "bf16-dot" : "f32";
+    info->kv_splits = max_split;
     return FA_OK;
 }

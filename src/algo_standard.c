@@ -76,7 +76,7 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
     kern->qk(Sq, Sk, D, sc->qt, sp, k, ldk, sc->st, sp);
     const int32_t *lo = NULL, *hi = NULL;
     if (fa_problem_has_elementwise(p)) {
-        fa_scores_finish(p, b, h, 0, Sq, 0, Sk, sc->st, sp);
+        fa_scores_finish(p, b, h, 0, Sq, 0, Sk, sc->st, sp, 1);
     } else if (!fa_tile_band(p, 0, Sq, 0, Sk, sc->lo, sc->hi)) {
         lo = sc->lo;
         hi = sc->hi;

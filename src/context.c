@@ -41,6 +41,7 @@ const char *fa_status_string(fa_status status)
     case FA_ERR_OUT_OF_MEMORY: return "out of memory";
     case FA_ERR_THREADS: return "worker threads could not be started";
     case FA_ERR_ISA_UNAVAILABLE: return "the requested instruction-set path is not available";
+    case FA_ERR_OUT_OF_RANGE: return "an index or length is out of range";
     }
     return "unknown status code";
 }
@@ -52,6 +53,7 @@ size_t fa_dtype_size(fa_dtype dtype)
     case FA_DTYPE_F16: return 2;
     case FA_DTYPE_BF16: return 2;
     case FA_DTYPE_BOOL: return 1;
+    case FA_DTYPE_I8: return 1;
     }
     return 0;
 }
@@ -63,6 +65,7 @@ const char *fa_dtype_name(fa_dtype dtype)
     case FA_DTYPE_F16: return "f16";
     case FA_DTYPE_BF16: return "bf16";
     case FA_DTYPE_BOOL: return "bool";
+    case FA_DTYPE_I8: return "i8";
     }
     return "unknown";
 }
@@ -209,12 +212,14 @@ fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi)
     case FA_PARAM_TILE_KV: *lo = 0; *hi = 65536; return FA_OK;
     case FA_PARAM_VERBOSE: *lo = 0; *hi = 1; return FA_OK;
     case FA_PARAM_BF16_DOT: *lo = 0; *hi = 2; return FA_OK;
+    case FA_PARAM_KV_SPLITS: *lo = 0; *hi = FA_MAX_KV_SPLITS; return FA_OK;
     case FA_PARAM_LAST_ALGO: *lo = FA_ALGO_AUTO; *hi = FA_ALGO_REFERENCE; return FA_OK;
     case FA_PARAM_LAST_EXTRA_BYTES: *lo = 0; *hi = INT64_MAX; return FA_OK;
     case FA_PARAM_LAST_TILE_Q: *lo = 0; *hi = INT64_MAX; return FA_OK;
     case FA_PARAM_LAST_TILE_KV: *lo = 0; *hi = INT64_MAX; return FA_OK;
     case FA_PARAM_LAST_THREADS: *lo = 0; *hi = 1024; return FA_OK;
     case FA_PARAM_BF16_DOT_ACTIVE: *lo = 0; *hi = 1; return FA_OK;
+    case FA_PARAM_LAST_KV_SPLITS: *lo = 0; *hi = FA_MAX_KV_SPLITS; return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }
@@ -238,6 +243,7 @@ fa_status fa_context_set(fa_context *ctx, fa_param param, int64_t value)
     case FA_PARAM_TILE_KV: ctx->tile_kv = value; return FA_OK;
     case FA_PARAM_VERBOSE: ctx->verbose = (int)value; return FA_OK;
     case FA_PARAM_BF16_DOT: ctx->bf16_dot = (int)value; return FA_OK;
+    case FA_PARAM_KV_SPLITS: ctx->kv_splits = value; return FA_OK;
     default: break;
     }
     return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown parameter %d", (int)param);
@@ -260,6 +266,8 @@ fa_status fa_context_get(const fa_context *ctx, fa_param param, int64_t *value)
     case FA_PARAM_LAST_TILE_KV: *value = ctx->last_tile_kv; return FA_OK;
     case FA_PARAM_LAST_THREADS: *value = ctx->last_threads; return FA_OK;
     case FA_PARAM_BF16_DOT_ACTIVE: *value = fa_bf16_dot_active(ctx); return FA_OK;
+    case FA_PARAM_KV_SPLITS: *value = ctx->kv_splits; return FA_OK;
+    case FA_PARAM_LAST_KV_SPLITS: *value = ctx->last_kv_splits; return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }

@@ -25,6 +25,7 @@ static inline float fa_load(const fa_tensor *t, int64_t i0, int64_t i1, int64_t 
     case FA_DTYPE_F16: return fa_f16_to_f32(((const uint16_t *)t->data)[off]);
     case FA_DTYPE_BF16: return fa_bf16_to_f32(((const uint16_t *)t->data)[off]);
     case FA_DTYPE_BOOL: return ((const unsigned char *)t->data)[off] ? 1.0f : 0.0f;
+    case FA_DTYPE_I8: return (float)((const signed char *)t->data)[off];
     }
     return 0.0f;
 }

@@ -13,10 +13,17 @@ typedef struct {
     fa_status (*run)(fa_context *ctx, const fa_problem *p, fa_run_info *info);
 } fa_algo_entry;
 
+/* The baselines materialise per-(b, h) matrices of one dense shape; the inference
+ * forms (ragged, cached, paged) exist to be fast, so only flash runs them. */
+static const char *dense_only(const fa_problem *p)
+{
+    return fa_problem_is_form(p) ? "variable-length and KV-cache calls run on flash only" : NULL;
+}
+
 static const fa_algo_entry g_algos[] = {
     {FA_ALGO_FLASH, NULL, fa_run_flash},
-    {FA_ALGO_STANDARD, NULL, fa_run_standard},
-    {FA_ALGO_REFERENCE, NULL, fa_run_reference},
+    {FA_ALGO_STANDARD, dense_only, fa_run_standard},
+    {FA_ALGO_REFERENCE, dense_only, fa_run_reference},
 };
 
 static const fa_algo_entry *find_algo(fa_algo algo)
@@ -57,7 +64,7 @@ fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
     }
     if (why) return fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s cannot run this call: %s", fa_algo_name(want), why);
 
-    fa_run_info info = {0, 0, 0, 1, ""};
+    fa_run_info info = {0, 0, 0, 1, "", 0};
     const double t0 = ctx->verbose ? now_ms() : 0.0;
     st = e->run(ctx, &p, &info);
     if (st != FA_OK) {
@@ -69,6 +76,7 @@ fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
     ctx->last_tile_q = info.br;
     ctx->last_tile_kv = info.bc;
     ctx->last_threads = info.threads;
+    ctx->last_kv_splits = info.kv_splits;
     if (ctx->verbose) fa_verbose_exec(ctx, &p, e->algo, fallback, &info, now_ms() - t0);
     return FA_OK;
 }

@@ -29,6 +29,8 @@ struct fa_context {
     fa_algo last_algo;
     int64_t last_extra_bytes;
     int64_t last_tile_q, last_tile_kv, last_threads;
+    int64_t kv_splits;       /* FA_PARAM_KV_SPLITS: 0 = planned */
+    int64_t last_kv_splits;
     char error[320];
 };
 
@@ -52,7 +54,62 @@ typedef struct fa_problem {
     int64_t alibi_stride_b;
     int has_bias, has_mask;
     fa_tensor bias, mask;     /* broadcast dims have stride 0 */
+
+    /*
+     * Inference forms (src/sequences.c). Sequences may differ in length: B, Sq and Sk
+     * above are then the count and the longest lengths (for planning), and
+     * fa_seq_view() gives each sequence as a dense problem of its own (B = 1) whose
+     * tensors are views into the packed or cached data. A paged view keeps the page
+     * pool in k, v and reaches row j through `pages`.
+     */
+    int varlen;               /* q, o (and k, v without a cache) packed by cu_q / cu_k */
+    const int32_t *cu_q, *cu_k;
+    int cache;                /* keys and values come from kc, vc */
+    fa_tensor kc, vc;         /* the cache: (B_cache, S_max, ..) or pages (P, page_size, ..) */
+    int quant;                /* FA_DTYPE_I8 cache: k_scale, v_scale hold its scales */
+    fa_tensor k_scale, v_scale;
+    const int32_t *seqlens, *batch_idx, *block_table;
+    int64_t max_pages, page_size; /* page_size 0 = contiguous */
+    int64_t capacity;         /* rows a sequence may hold */
+    int append;               /* k, v hold new rows to append (dense: S_new = k.shape[1]) */
+    const int32_t *pages;     /* in a paged per-sequence view: its block_table row */
 } fa_problem;
+
+/* Sequence b's query and key lengths (keys after any append). */
+void fa_seq_lengths(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk);
+/* Sequence b as a dense B = 1 problem (see above). */
+void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *out);
+/* Checks of the varlen and cache fields of a call; p already holds q, o, lse and
+ * the scalars. Fills the rest of p. */
+fa_status fa_validate_forms(fa_context *ctx, const fa_forward_args *a, fa_problem *p);
+/* Writes the new k, v rows into the cache (after validation: cannot fail);
+ * row is scratch of max(D, Dv) floats. */
+void fa_cache_append(const fa_problem *p, float *row);
+/* Whether p is an inference form: only flash runs those. */
+static inline int fa_problem_is_form(const fa_problem *p) { return p->varlen || p->cache; }
+
+/* K (which = 0) or V (1) row j of kv head hk in a dense or per-sequence view, and its
+ * int8 scale (1 when not quantised). */
+static inline const void *fa_kv_row(const fa_problem *s, int which, int64_t j, int64_t hk, float *scale)
+{
+    const fa_tensor *t = which ? &s->v : &s->k;
+    int64_t blk = 0, row = j;
+    if (s->pages) {
+        blk = s->pages[j / s->page_size];
+        row = j % s->page_size;
+    }
+    const int64_t off = blk * t->stride[0] + row * t->stride[1] + hk * t->stride[2];
+    if (scale) {
+        const fa_tensor *st = which ? &s->v_scale : &s->k_scale;
+        *scale = s->quant ? ((const float *)st->data)[blk * st->stride[0] + row * st->stride[1] + hk * st->stride[2]]
+                          : 1.0f;
+    }
+    return (const char *)t->data + off * (int64_t)(t->dtype == FA_DTYPE_F32 ? 4 : t->dtype == FA_DTYPE_I8 ? 1 : 2);
+}
+
+/* Merges n partial rows (o_i normalised, lse_i natural log) into out and *lse_out:
+ * SEMANTICS.md's formula, shared by split-KV and fa_merge_states. */
+void fa_merge_rows(int n, const float *const *o, const float *lse, int64_t dv, float *out, float *lse_out);
 
 /* Records a message on ctx (when non-NULL) and returns status. */
 fa_status fa_fail(fa_context *ctx, fa_status status, const char *fmt, ...)
@@ -62,6 +119,8 @@ fa_status fa_fail(fa_context *ctx, fa_status status, const char *fmt, ...)
     ;
 
 fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *args, fa_problem *p);
+/* Every dim >= 1 and the byte extent fits: for any tensor a call receives. */
+fa_status fa_check_dims(fa_context *ctx, const char *name, const fa_tensor *t);
 
 /* Per-element work needed beyond the causal/window band: bias, mask, softcap or ALiBi. */
 static inline int fa_problem_has_elementwise(const fa_problem *p)
@@ -87,11 +146,12 @@ static inline void fa_row_band(const fa_problem *p, int64_t i, int64_t *lo, int6
     *hi = b;
 }
 
-/* Softcap, bias, ALiBi and every mask applied to a transposed tile of scaled
- * scores st[c][r] for rows i0.. and columns j0..; dropped entries become -inf.
+/* Softcap, bias, ALiBi and every mask applied to a tile of scaled scores, element
+ * (r, c) at st[c*ldc + r*ldr] (transposed tiles: ldr = 1; row-major: ldc = 1), for
+ * rows i0.. and columns j0..; dropped entries become -inf.
  * Shared by flash and standard so the rules are written once (src/scores.c). */
 void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                      int64_t j0, int64_t cols, float *st, int64_t ldst);
+                      int64_t j0, int64_t cols, float *st, int64_t ldc, int64_t ldr);
 /* The causal/window band of a tile for the softmax kernel; 1 when the tile is
  * entirely inside the band (then lo/hi are not written and not needed). */
 int fa_tile_band(const fa_problem *p, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
@@ -103,6 +163,7 @@ int fa_tile_band(const fa_problem *p, int64_t i0, int64_t rows, int64_t j0, int6
 void *fa_workspace_alloc(int64_t bytes);
 void fa_workspace_free(void *ptr);
 #define FA_CACHE_LINE 64
+#define FA_MAX_KV_SPLITS 256
 /* n floats rounded up to whole cache lines, so per-thread slices never share one. */
 static inline int64_t fa_pad_floats(int64_t n)
 {
@@ -129,6 +190,7 @@ typedef struct fa_run_info {
     int64_t br, bc; /* tile sizes; 0 where the algorithm has none */
     int threads;
     const char *path; /* compute path, e.g. "f32" or "bf16-dot" */
+    int64_t kv_splits; /* most key chunks of any sequence (0 where not applicable) */
 } fa_run_info;
 
 /* FLASHATTN_VERBOSE lines on stderr (src/verbose.c). */

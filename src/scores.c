@@ -2,7 +2,7 @@
  * scores.c: everything between the scaled dot product and the softmax that
  * is not a plain band, in the order SEMANTICS.md gives: softcap, additive bias,
  * ALiBi, then the masks (boolean mask, causal, window). Written once for every
- * algorithm; it works on transposed score tiles st[c][r] (see kernels.h). The
+ * algorithm; it works on score tiles of either orientation (see kernels.h). The
  * scale is already in the scores: the Q panel is packed pre-scaled.
  */
 #include "internal.h"
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                      int64_t j0, int64_t cols, float *st, int64_t ldst)
+                      int64_t j0, int64_t cols, float *st, int64_t ldc, int64_t ldr)
 {
     const float cap = p->softcap;
     const float slope = p->alibi ? p->alibi[b * p->alibi_stride_b + h] : 0.0f;
@@ -21,20 +21,20 @@ void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int
      * standard algorithm's whole Sk x Sq matrix */
     for (int64_t c = 0; c < cols; c++) {
         const int64_t j = j0 + c;
-        float *sc = st + c * ldst;
+        float *sc = st + c * ldc;
         for (int64_t r = 0; r < rows; r++) {
             const int64_t i = i0 + r;
             int64_t lo, hi;
             fa_row_band(p, i, &lo, &hi);
             if (j < lo || j > hi || (p->has_mask && fa_load(&p->mask, b, h, i, j) == 0.0f)) {
-                sc[r] = -INFINITY;
+                sc[r * ldr] = -INFINITY;
                 continue;
             }
-            float x = sc[r];
+            float x = sc[r * ldr];
             if (cap > 0.0f) x = cap * tanhf(x / cap);
             if (p->has_bias) x += fa_load(&p->bias, b, h, i, j);
             if (p->alibi) x -= slope * (float)llabs(i + p->Sk - p->Sq - j);
-            sc[r] = x;
+            sc[r * ldr] = x;
         }
     }
 }

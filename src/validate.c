@@ -36,7 +36,7 @@ static fa_status check_extent(fa_context *ctx, const char *name, const fa_tensor
     return FA_OK;
 }
 
-static fa_status check_dims(fa_context *ctx, const char *name, const fa_tensor *t)
+fa_status fa_check_dims(fa_context *ctx, const char *name, const fa_tensor *t)
 {
     for (int d = 0; d < 4; d++)
         if (t->shape[d] <= 0)
@@ -60,7 +60,36 @@ static fa_status check_broadcast(fa_context *ctx, const char *name, const fa_ten
         return fa_fail(ctx, FA_ERR_BROADCAST, "%s.shape[%d] is %lld; it must be 1 or %s = %lld", name, d,
                        (long long)t->shape[d], dim_names[d], (long long)want[d]);
     }
-    return check_dims(ctx, name, t);
+    return fa_check_dims(ctx, name, t);
+}
+
+/* scale, softcap, causal, window, ALiBi: the same for every form. p->scale keeps the
+ * caller's value (0 = default), resolved once D is known. */
+static fa_status validate_scalars(fa_context *ctx, const fa_forward_args *ap, fa_problem *p)
+{
+    const fa_forward_args a = *ap;
+    if (!isfinite(a.scale))
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "scale must be finite (0 = 1/sqrt(D)); got %g", (double)a.scale);
+    if (!isfinite(a.softcap) || a.softcap < 0.0f)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "softcap must be finite and >= 0 (0 = off); got %g",
+                       (double)a.softcap);
+    if (a.causal != FA_CAUSAL_NONE && a.causal != FA_CAUSAL_BOTTOM_RIGHT && a.causal != FA_CAUSAL_TOP_LEFT)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "causal = %d is not an fa_causal value", (int)a.causal);
+    if (a.window_left < -1 || a.window_right < -1)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "window (%lld, %lld): each side must be >= 0 or -1 (unbounded)",
+                       (long long)a.window_left, (long long)a.window_right);
+    if (a.alibi_slopes && a.alibi_stride_b < 0)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "alibi_stride_b must be >= 0; got %lld",
+                       (long long)a.alibi_stride_b);
+
+    p->scale = a.scale;
+    p->softcap = a.softcap;
+    p->causal = a.causal;
+    p->window_left = a.window_left;
+    p->window_right = a.window_right;
+    p->alibi = a.alibi_slopes;
+    p->alibi_stride_b = a.alibi_slopes ? a.alibi_stride_b : 0;
+    return FA_OK;
 }
 
 fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_problem *p)
@@ -84,30 +113,42 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
                            fa_version_string());
 
     if (!a.q.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "q.data is NULL");
-    if (!a.k.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "k.data is NULL");
-    if (!a.v.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "v.data is NULL");
     if (!a.o.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "o.data is NULL");
-
     if (!is_float_dtype(a.q.dtype))
         return fa_fail(ctx, FA_ERR_DTYPE, "q.dtype (%s) must be f32, f16 or bf16", fa_dtype_name(a.q.dtype));
-    if (a.k.dtype != a.q.dtype || a.v.dtype != a.q.dtype)
-        return fa_fail(ctx, FA_ERR_DTYPE, "q, k, v must share one dtype; got %s, %s, %s", fa_dtype_name(a.q.dtype),
-                       fa_dtype_name(a.k.dtype), fa_dtype_name(a.v.dtype));
     if (a.o.dtype != a.q.dtype && a.o.dtype != FA_DTYPE_F32)
         return fa_fail(ctx, FA_ERR_DTYPE, "o.dtype (%s) must be q's dtype (%s) or f32", fa_dtype_name(a.o.dtype),
                        fa_dtype_name(a.q.dtype));
     if (a.lse.data && a.lse.dtype != FA_DTYPE_F32)
         return fa_fail(ctx, FA_ERR_DTYPE, "lse.dtype (%s) must be f32", fa_dtype_name(a.lse.dtype));
+    if (a.kv_cache || a.cu_seqlens_q || a.cu_seqlens_k) {
+        if (a.bias.data || a.mask.data)
+            return fa_fail(ctx, FA_ERR_UNSUPPORTED,
+                           "bias and mask are not accepted with a KV cache or variable lengths (their [.., Sq, Sk] "
+                           "shape has no meaning when lengths differ); use causal, window, softcap or ALiBi");
+        fa_status st;
+        memset(p, 0, sizeof *p);
+        if ((st = fa_check_dims(ctx, "q", &a.q)) != FA_OK) return st;
+        if ((st = fa_check_dims(ctx, "o", &a.o)) != FA_OK) return st;
+        if ((st = validate_scalars(ctx, &a, p)) != FA_OK) return st;
+        return fa_validate_forms(ctx, &a, p);
+    }
+
+    if (!a.k.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "k.data is NULL");
+    if (!a.v.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "v.data is NULL");
+    if (a.k.dtype != a.q.dtype || a.v.dtype != a.q.dtype)
+        return fa_fail(ctx, FA_ERR_DTYPE, "q, k, v must share one dtype; got %s, %s, %s", fa_dtype_name(a.q.dtype),
+                       fa_dtype_name(a.k.dtype), fa_dtype_name(a.v.dtype));
     if (a.bias.data && !is_float_dtype(a.bias.dtype))
         return fa_fail(ctx, FA_ERR_DTYPE, "bias.dtype (%s) must be f32, f16 or bf16", fa_dtype_name(a.bias.dtype));
     if (a.mask.data && a.mask.dtype != FA_DTYPE_BOOL)
         return fa_fail(ctx, FA_ERR_DTYPE, "mask.dtype (%s) must be bool", fa_dtype_name(a.mask.dtype));
 
     fa_status st;
-    if ((st = check_dims(ctx, "q", &a.q)) != FA_OK) return st;
-    if ((st = check_dims(ctx, "k", &a.k)) != FA_OK) return st;
-    if ((st = check_dims(ctx, "v", &a.v)) != FA_OK) return st;
-    if ((st = check_dims(ctx, "o", &a.o)) != FA_OK) return st;
+    if ((st = fa_check_dims(ctx, "q", &a.q)) != FA_OK) return st;
+    if ((st = fa_check_dims(ctx, "k", &a.k)) != FA_OK) return st;
+    if ((st = fa_check_dims(ctx, "v", &a.v)) != FA_OK) return st;
+    if ((st = fa_check_dims(ctx, "o", &a.o)) != FA_OK) return st;
 
     memset(p, 0, sizeof *p);
     p->B = a.q.shape[0];
@@ -135,7 +176,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
         return fa_fail(ctx, FA_ERR_HEAD_RATIO, "Hq = %lld is not a multiple of Hk = %lld", (long long)p->Hq,
                        (long long)p->Hk);
     if (a.lse.data) {
-        if ((st = check_dims(ctx, "lse", &a.lse)) != FA_OK) return st;
+        if ((st = fa_check_dims(ctx, "lse", &a.lse)) != FA_OK) return st;
         if (a.lse.shape[0] != p->B || a.lse.shape[1] != p->Hq || a.lse.shape[2] != p->Sq || a.lse.shape[3] != 1)
             return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "lse is (%lld, %lld, %lld, %lld); it must be (B, Hq, Sq, 1)",
                            (long long)a.lse.shape[0], (long long)a.lse.shape[1], (long long)a.lse.shape[2],
@@ -145,19 +186,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
     if (a.bias.data && (st = check_broadcast(ctx, "bias", &a.bias, want, &p->bias)) != FA_OK) return st;
     if (a.mask.data && (st = check_broadcast(ctx, "mask", &a.mask, want, &p->mask)) != FA_OK) return st;
 
-    if (!isfinite(a.scale))
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "scale must be finite (0 = 1/sqrt(D)); got %g", (double)a.scale);
-    if (!isfinite(a.softcap) || a.softcap < 0.0f)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "softcap must be finite and >= 0 (0 = off); got %g",
-                       (double)a.softcap);
-    if (a.causal != FA_CAUSAL_NONE && a.causal != FA_CAUSAL_BOTTOM_RIGHT && a.causal != FA_CAUSAL_TOP_LEFT)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "causal = %d is not an fa_causal value", (int)a.causal);
-    if (a.window_left < -1 || a.window_right < -1)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "window (%lld, %lld): each side must be >= 0 or -1 (unbounded)",
-                       (long long)a.window_left, (long long)a.window_right);
-    if (a.alibi_slopes && a.alibi_stride_b < 0)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "alibi_stride_b must be >= 0; got %lld",
-                       (long long)a.alibi_stride_b);
+    if ((st = validate_scalars(ctx, &a, p)) != FA_OK) return st;
 
     p->group = p->Hq / p->Hk;
     p->dtype = a.q.dtype;
@@ -168,12 +197,6 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
     p->has_lse = a.lse.data != NULL;
     p->lse = a.lse;
     p->scale = a.scale != 0.0f ? a.scale : (float)(1.0 / sqrt((double)p->D));
-    p->softcap = a.softcap;
-    p->causal = a.causal;
-    p->window_left = a.window_left;
-    p->window_right = a.window_right;
-    p->alibi = a.alibi_slopes;
-    p->alibi_stride_b = a.alibi_slopes ? a.alibi_stride_b : 0;
     p->has_bias = a.bias.data != NULL;
     p->has_mask = a.mask.data != NULL;
     return FA_OK;

@@ -17,7 +17,9 @@ static const char *causal_name(fa_causal c)
 void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, const char *fallback,
                      const fa_run_info *info, double ms)
 {
-    char algo[160];
+    char algo[160], form[32];
+    snprintf(form, sizeof form, "%s%s%s", p->varlen ? "varlen" : "dense",
+             p->cache ? (p->block_table ? "+paged" : "+cache") : "", p->append ? "+append" : "");
     if (fallback)
         snprintf(algo, sizeof algo, "%s(fallback:%s)", fa_algo_name(ran), fallback);
     else
@@ -25,12 +27,13 @@ void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, co
     fprintf(stderr,
             "flashattn_verbose,exec,%s,isa:%s,path:%s,dtype:%s,out:%s,B:%lld,Hq:%lld,Hk:%lld,Sq:%lld,Sk:%lld,"
             "D:%lld,Dv:%lld,causal:%s,window:%lld:%lld,softcap:%g,alibi:%d,bias:%d,mask:%d,lse:%d,"
-            "tiles:%lldx%lld,threads:%d,extra_bytes:%lld,%.3f\n",
+            "form:%s,kv:%s,splits:%lld,tiles:%lldx%lld,threads:%d,extra_bytes:%lld,%.3f\n",
             algo, ctx->kernels->name, info->path, fa_dtype_name(p->dtype), fa_dtype_name(p->o.dtype),
             (long long)p->B, (long long)p->Hq, (long long)p->Hk, (long long)p->Sq, (long long)p->Sk,
             (long long)p->D, (long long)p->Dv, causal_name(p->causal), (long long)p->window_left,
             (long long)p->window_right, (double)p->softcap, p->alibi != NULL, p->has_bias, p->has_mask,
-            p->has_lse, (long long)info->br, (long long)info->bc, info->threads,
+            p->has_lse, form, fa_dtype_name(p->cache ? p->kc.dtype : p->k.dtype), (long long)info->kv_splits,
+            (long long)info->br, (long long)info->bc, info->threads,
             (long long)info->extra_bytes, ms);
 }
 

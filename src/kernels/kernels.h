@@ -36,6 +36,13 @@
 
 typedef struct fa_cpu fa_cpu;
 
+/* Rows the small-row (decode) kernels take at most, and columns per call. */
+#define FA_SMALL_ROWS 8
+#define FA_SMALL_COLS 512
+
+/* Element types of K/V rows in the small-row kernels. */
+enum { FA_KV_F32 = 0, FA_KV_F16 = 1, FA_KV_BF16 = 2, FA_KV_I8 = 3 };
+
 typedef struct fa_kernels {
     const char *name; /* what FLASHATTN_ARCH and fa_context_isa() call it */
 
@@ -88,6 +95,40 @@ typedef struct fa_kernels {
     void (*pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst,
                     const uint16_t *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc,
                     void *scratch);
+
+    /*
+     * Small-row path (decoding): for rows <= FA_SMALL_ROWS query rows (a few GQA
+     * heads of one or a few tokens) vectors along r would be mostly padding, so
+     * these kernels run vectors along the head dim and keep scores ROW-major:
+     *
+     *   q     [r][x]  f32, already multiplied by the softmax scale, ld ldq
+     *   krow  [c] -> k_c: d elements of type kv (contiguous), one pointer per column,
+     *                so contiguous, paged and packed caches look alike
+     *   kscale[c]     FA_KV_I8 only (else NULL): k_c[x] = kscale[c] * int8
+     *   s     [r][c]  scores, then probabilities, in place; ld lds (multiple of FA_ROW_ALIGN)
+     *   vrow, vscale  the same for V (dv elements per row)
+     *   acc   [r][e]  as in pv; m, l, alpha as in softmax
+     *
+     * s and acc are 64-byte aligned, lds and ldacc multiples of FA_ROW_ALIGN; padding
+     * columns cols <= c < round_up(cols, FA_ROW_ALIGN) of s may be written freely. Rows
+     * of K/V need no alignment. Any 1 <= rows <= FA_SMALL_ROWS, cols >= 1 (up to
+     * FA_SMALL_COLS), d >= 1, dv >= 1.
+     *
+     * softmax_small is softmax on the transposed layout: the same contract, with
+     * st[c][r] read as s[r][c] (lo, hi tile-relative, NULL = all kept).
+     * pv_small: acc[r][e] = alpha[r] * acc[r][e] + sum_c s[r][c] * v_c[e] (alpha NULL = 1),
+     * Like pv, a vector pv_small may multiply a masked p = 0 by v_c; the core checks
+     * partly masked tiles for non-finite V and then calls the reference table's
+     * pv_small, which skips p == 0 terms. NULL entries: the ISA has no small path
+     * and the core uses the wide kernels.
+     */
+    void (*qk_small)(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
+                     const void *const *krow, int kv, const float *kscale, float *s, int64_t lds);
+    void (*softmax_small)(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo,
+                          const int32_t *hi, float *m, float *l, float *alpha);
+    void (*pv_small)(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+                     const void *const *vrow, int kv, const float *vscale, const float *alpha,
+                     float *acc, int64_t ldacc);
 
     /* Peak probes: run `iters` iterations of an unrolled, dependency-free loop of
      * the ISA's widest FMA (and bf16 dot product, where present) and return the

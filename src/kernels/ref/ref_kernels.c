@@ -101,6 +101,83 @@ static void ref_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
     for (int64_t i = 0; i < n; i++) dst[i] = fa_bf16_to_f32(src[i]);
 }
 
+/* ------------------------------------------------ small-row (decode) path */
+
+/* Element x of a K/V row of type kv, times its per-row scale for int8. */
+static float kv_elem(const void *row, int kv, float scale, int64_t x)
+{
+    switch (kv) {
+    case FA_KV_F16: return fa_f16_to_f32(((const uint16_t *)row)[x]);
+    case FA_KV_BF16: return fa_bf16_to_f32(((const uint16_t *)row)[x]);
+    case FA_KV_I8: return scale * (float)((const int8_t *)row)[x];
+    default: return ((const float *)row)[x];
+    }
+}
+
+static void ref_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
+                         const void *const *krow, int kv, const float *kscale, float *s, int64_t lds)
+{
+    for (int64_t c = 0; c < cols; c++) {
+        const float ks = kscale ? kscale[c] : 1.0f;
+        for (int64_t r = 0; r < rows; r++) {
+            float sum = 0.0f;
+            if (kv == FA_KV_I8) { /* the scale once per dot product, as the vector kernels do */
+                for (int64_t x = 0; x < d; x++) sum += q[r * ldq + x] * (float)((const int8_t *)krow[c])[x];
+                sum *= ks;
+            } else {
+                for (int64_t x = 0; x < d; x++) sum += q[r * ldq + x] * kv_elem(krow[c], kv, 1.0f, x);
+            }
+            s[r * lds + c] = sum;
+        }
+    }
+}
+
+/* The transposed softmax's rules, row by row (s[r][c] instead of st[c][r]). */
+static void ref_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo,
+                              const int32_t *hi, float *m, float *l, float *alpha)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float *sr = s + r * lds;
+        const int64_t a = lo ? lo[r] : 0, z = hi ? hi[r] : cols - 1;
+        float tile_max = -INFINITY;
+        for (int64_t c = a; c <= z; c++)
+            if (sr[c] > tile_max || isnan(sr[c])) tile_max = sr[c];
+        const float m_new = (tile_max > m[r] || isnan(tile_max)) ? tile_max : m[r];
+        alpha[r] = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
+        l[r] *= alpha[r];
+        m[r] = m_new;
+        for (int64_t c = 0; c < cols; c++) {
+            const int kept = m_new != -INFINITY && c >= a && c <= z;
+            sr[c] = kept ? expf(sr[c] - m_new) : 0.0f;
+            l[r] += sr[c];
+        }
+    }
+}
+
+static void ref_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+                         const void *const *vrow, int kv, const float *vscale, const float *alpha,
+                         float *acc, int64_t ldacc)
+{
+    if (alpha)
+        for (int64_t r = 0; r < rows; r++)
+            if (alpha[r] != 1.0f)
+                for (int64_t e = 0; e < dv; e++) acc[r * ldacc + e] *= alpha[r];
+    for (int64_t c = 0; c < cols; c++) {
+        const float vs = vscale ? vscale[c] : 1.0f;
+        for (int64_t r = 0; r < rows; r++) {
+            const float w = s[r * lds + c];
+            if (w == 0.0f) continue; /* masked (or underflowed): never read v */
+            float *ar = acc + r * ldacc;
+            if (kv == FA_KV_I8) { /* the scale folded into p, as the vector kernels do */
+                const float ws = w * vs;
+                for (int64_t e = 0; e < dv; e++) ar[e] += ws * (float)((const int8_t *)vrow[c])[e];
+            } else {
+                for (int64_t e = 0; e < dv; e++) ar[e] += w * kv_elem(vrow[c], kv, 1.0f, e);
+            }
+        }
+    }
+}
+
 /* Eight independent multiply-add chains: what plain C reaches without SIMD flags. */
 static double ref_probe_fma(int64_t iters)
 {
@@ -121,5 +198,8 @@ const fa_kernels fa_kernels_ref = {
     .pv = ref_pv,
     .f16_to_f32 = ref_f16_to_f32,
     .bf16_to_f32 = ref_bf16_to_f32,
+    .qk_small = ref_qk_small,
+    .softmax_small = ref_softmax_small,
+    .pv_small = ref_pv_small,
     .probe_fma = ref_probe_fma,
 };
