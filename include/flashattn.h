@@ -260,12 +260,17 @@ typedef struct fa_forward_args {
  * dtype: f32, f16, bf16 (need not match q's) or FA_DTYPE_I8, which needs k_scale and
  *   v_scale: f32 (.., .., Hk, 1) with the same first three dims as k, v; the value is
  *   scale * int8. Appending to an int8 cache quantises each new (token, head) row
- *   with scale = max|x| / 127 (round to nearest); appending to a float cache rounds
- *   to its dtype.
- * Errors, all caught before anything is written: seqlens[b] < 0, seqlens[b] + S_new
- *   beyond S_max (or max_pages * page_size), a page id outside [0, num_pages) among
- *   the pages a sequence uses, a batch_idx outside [0, B_cache), and two appended
- *   rows landing in the same cache slot.
+ *   with scale = max|x| / 127 and q = x * (1 / scale) rounded to nearest, ties to
+ *   even (an all-zero row gets scale 0); appending to a float cache rounds to its
+ *   dtype.
+ * Errors, all caught before anything is written: FA_ERR_OUT_OF_RANGE for
+ *   seqlens[b] < 0, seqlens[b] + S_new beyond S_max (or max_pages * page_size), a
+ *   page id outside [0, num_pages) among the pages a sequence uses, a batch_idx
+ *   outside [0, B_cache), and bad cu_seqlens; FA_ERR_INVALID_ARGUMENT for two
+ *   appended rows landing in the same cache slot, and batch_idx with a block table;
+ *   FA_ERR_NULL_POINTER for a missing seqlens or int8 scales; FA_ERR_SHAPE_MISMATCH
+ *   for a batch larger than the cache without batch_idx, or shapes that disagree;
+ *   FA_ERR_UNSUPPORTED for bias or mask.
  */
 typedef struct fa_kv_cache {
     fa_tensor k, v;

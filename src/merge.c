@@ -30,16 +30,18 @@ void fa_merge_rows(int n, const float *const *o, const float *lse, int64_t dv, f
         *lse_out = -INFINITY;
         return;
     }
+    /* the total stays in double: rounded to float first, it would shift every
+     * weight by up to ulp(|lse|) relative, which at |lse| ~ 1000 is 1e-4 */
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += exp((double)lse[i] - m);
-    const float total = m + (float)log(sum);
+    const double total = m + log(sum);
     for (int64_t e = 0; e < dv; e++) out[e] = 0.0f;
     for (int i = 0; i < n; i++) {
         if (lse[i] == -INFINITY) continue;
         const float w = (float)exp((double)lse[i] - total);
         for (int64_t e = 0; e < dv; e++) out[e] += w * o[i][e];
     }
-    *lse_out = total;
+    *lse_out = (float)total;
 }
 
 static int is_float(fa_dtype d) { return d == FA_DTYPE_F32 || d == FA_DTYPE_F16 || d == FA_DTYPE_BF16; }

@@ -145,7 +145,8 @@ size_t h_dtype_bytes(fa_dtype dtype) {
     case FA_DTYPE_F32: return 4;
     case FA_DTYPE_F16:
     case FA_DTYPE_BF16: return 2;
-    case FA_DTYPE_BOOL: return 1;
+    case FA_DTYPE_BOOL:
+    case FA_DTYPE_I8: return 1;
     }
     return 0;
 }
@@ -156,6 +157,7 @@ const char *h_dtype_str(fa_dtype dtype) {
     case FA_DTYPE_F16: return "f16";
     case FA_DTYPE_BF16: return "bf16";
     case FA_DTYPE_BOOL: return "bool";
+    case FA_DTYPE_I8: return "i8";
     }
     return "?";
 }
@@ -187,7 +189,8 @@ void h_store_nan(void *p, fa_dtype dtype) {
         memcpy(p, &u, 2);
         break;
     }
-    case FA_DTYPE_BOOL: {
+    case FA_DTYPE_BOOL:
+    case FA_DTYPE_I8: { /* no NaN in these: 0 */
         unsigned char c = 0;
         memcpy(p, &c, 1);
         break;
@@ -224,6 +227,7 @@ double h_get(const fa_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
         return h_bf16_to_f32(h);
     }
     case FA_DTYPE_BOOL: return *(const unsigned char *)p ? 1.0 : 0.0;
+    case FA_DTYPE_I8: return *(const signed char *)p;
     }
     return NAN;
 }
@@ -247,6 +251,7 @@ void h_set(const fa_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, d
         break;
     }
     case FA_DTYPE_BOOL: *(unsigned char *)p = (x != 0.0) ? 1 : 0; break;
+    case FA_DTYPE_I8: *(signed char *)p = (signed char)(x > 127 ? 127 : x < -128 ? -128 : x); break;
     }
 }
 
