@@ -84,6 +84,9 @@ typedef struct table_stats {
     const fa_kernels *k;
     double qk, pv, qk16, pv16;         /* max |err| / (FLT_EPSILON * sum|terms|) */
     double p_ulps, alpha_ulps;         /* softmax cases */
+    double qks, pvs;                   /* qk_small, pv_small: as qk, pv */
+    double sp_ulps, salpha_ulps;       /* softmax_small cases */
+    int64_t small_cases;               /* small-row kernel calls checked */
     double sweep_ulps, sweep_alpha_ulps;
     double sweep_worst_x;
     int64_t sweep_points;
@@ -490,8 +493,15 @@ enum {
     ROW_KINDS
 };
 
-static void case_softmax(int64_t rows, int64_t cols, int64_t ldst, int banded) {
-    const int64_t pad = round16(rows);
+/*
+ * One softmax case. small = 0: the wide softmax on st (cols, ldst). small = 1: softmax_small on
+ * the same scores row-major, s (rows, ld) with ld = the ldst argument; st0 is then generated
+ * with ldst = round16(rows) and transposed, the padding columns cols..round16(cols) get junk
+ * (NaN, inf, large: no real column may notice, even with a band reaching past cols) and the
+ * columns past that the sentinel (they must stay untouched).
+ */
+static void case_softmax_layout(int64_t rows, int64_t cols, int64_t ld, int banded, int small) {
+    const int64_t pad = round16(rows), ldst = small ? pad : ld, cpad = round16(cols);
     float *st0 = xmalloc((size_t)(cols * ldst) * 4);
     float *m0 = xmalloc((size_t)rows * 4), *l0 = xmalloc((size_t)rows * 4);
     int32_t *lo = banded ? xmalloc((size_t)rows * 4) : NULL, *hi = banded ? xmalloc((size_t)rows * 4) : NULL;
@@ -605,22 +615,43 @@ static void case_softmax(int64_t rows, int64_t cols, int64_t ldst, int banded) {
             (EXP_MAX_ULPS * FLT_EPSILON + (double)(cols + 2) * FLT_EPSILON / 2) * labs + (double)(cols + 1) * FLT_MIN;
     }
 
+    /* the row-major input of softmax_small */
+    float *s0 = NULL;
+    if (small) {
+        s0 = xmalloc((size_t)(rows * ld) * 4);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < ld; c++) {
+                const double u = h_rng_uniform(&g_rng);
+                s0[r * ld + c] = c < cols    ? st0[c * ldst + r]
+                                 : c >= cpad ? bitsf(SENT32)
+                                 : u < 0.3   ? NAN
+                                 : u < 0.5   ? INFINITY
+                                             : (float)(1e3 * h_rng_normal(&g_rng));
+            }
+    }
+
     for (int t = 0; t < g_ntab; t++) {
         const fa_kernels *kt = g_tab[t].k;
+        if (small && !kt->softmax_small) continue;
         const double ulps = stated_exp_ulps(kt->name);
-        h_case("softmax isa=%s rows=%lld cols=%lld ldst=%lld banded=%d (row kinds: plain %d, m finite %d, m NaN %d, "
+        h_case("%s isa=%s rows=%lld cols=%lld %s=%lld banded=%d (row kinds: plain %d, m finite %d, m NaN %d, "
                "NaN score %d, +inf score %d, -inf scores %d, all -inf %d, underflow %d)",
-               kt->name, (long long)rows, (long long)cols, (long long)ldst, banded, kinds[0], kinds[1], kinds[2],
-               kinds[3], kinds[4], kinds[5], kinds[6], kinds[7]);
-        obuf st = ob_alloc((size_t)(cols * ldst) * 4), m = ob_alloc((size_t)rows * 4), l = ob_alloc((size_t)rows * 4),
+               small ? "softmax_small" : "softmax", kt->name, (long long)rows, (long long)cols, small ? "lds" : "ldst",
+               (long long)ld, banded, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5], kinds[6], kinds[7]);
+        const size_t st_bytes = (size_t)(small ? rows * ld : cols * ldst) * 4;
+        obuf st = ob_alloc(st_bytes), m = ob_alloc((size_t)rows * 4), l = ob_alloc((size_t)rows * 4),
              al = ob_alloc((size_t)rows * 4);
-        memcpy(st.p, st0, (size_t)(cols * ldst) * 4);
+        memcpy(st.p, small ? s0 : st0, st_bytes);
         memcpy(m.p, m0, (size_t)rows * 4);
         memcpy(l.p, l0, (size_t)rows * 4);
         ibuf blo = {0}, bhi = {0};
         if (banded) blo = ib_dup(lo, (size_t)rows * 4, 0), bhi = ib_dup(hi, (size_t)rows * 4, 0);
-        kt->softmax(rows, cols, obf(&st), ldst, banded ? blo.p : NULL, banded ? bhi.p : NULL, obf(&m), obf(&l),
-                    obf(&al));
+        if (small)
+            kt->softmax_small(rows, cols, obf(&st), ld, banded ? blo.p : NULL, banded ? bhi.p : NULL, obf(&m),
+                              obf(&l), obf(&al));
+        else
+            kt->softmax(rows, cols, obf(&st), ldst, banded ? blo.p : NULL, banded ? bhi.p : NULL, obf(&m), obf(&l),
+                        obf(&al));
 
         int64_t bad_m = 0, bad_a = 0, bad_l = 0, bad_p = 0, touched = 0, fr = -1, fc = -1;
         double worst_p = 0, worst_a = 0, u = 0;
@@ -634,31 +665,43 @@ static void case_softmax(int64_t rows, int64_t cols, int64_t ldst, int banded) {
             if (u > worst_a) worst_a = u;
             if (isnan(l_want[r]) ? !isnan(gl) : !(fabs((double)gl - l_want[r]) <= l_tol[r])) bad_l++;
             for (int64_t c = 0; c < cols; c++) {
-                const float got = obf(&st)[c * ldst + r];
+                const float got = small ? obf(&st)[r * ld + c] : obf(&st)[c * ldst + r];
                 const double want = p_want[c * rows + r];
                 if (!exp_close(got, want, ulps, &u) && bad_p++ == 0) fr = r, fc = c, fgot = got, fwant = want;
                 if (u > worst_p) worst_p = u;
             }
         }
-        for (int64_t c = 0; c < cols; c++)
-            for (int64_t r = pad; r < ldst; r++) touched += fbits(obf(&st)[c * ldst + r]) != SENT32;
-        if (worst_p > g_tab[t].p_ulps) g_tab[t].p_ulps = worst_p;
-        if (worst_a > g_tab[t].alpha_ulps) g_tab[t].alpha_ulps = worst_a;
+        if (small)
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t c = cpad; c < ld; c++) touched += fbits(obf(&st)[r * ld + c]) != SENT32;
+        else
+            for (int64_t c = 0; c < cols; c++)
+                for (int64_t r = pad; r < ldst; r++) touched += fbits(obf(&st)[c * ldst + r]) != SENT32;
+        double *wp = small ? &g_tab[t].sp_ulps : &g_tab[t].p_ulps, *wa = small ? &g_tab[t].salpha_ulps
+                                                                               : &g_tab[t].alpha_ulps;
+        if (worst_p > *wp) *wp = worst_p;
+        if (worst_a > *wa) *wa = worst_a;
+        g_tab[t].small_cases += small;
         CHECK(bad_m == 0, "%lld rows with m != max(m_old, max of kept scores)", (long long)bad_m);
         CHECK(bad_a == 0, "%lld rows with alpha off (1 when m_new = -inf, else exp(m_old - m_new) within %g ulps)",
               (long long)bad_a, ulps);
         CHECK(bad_l == 0, "%lld rows with l != l_old*alpha + sum p", (long long)bad_l);
         CHECK(bad_p == 0, "%lld p off by more than %g ulps (first r=%lld c=%lld: got %.9g want %.9g)", (long long)bad_p,
               ulps, (long long)fr, (long long)fc, (double)fgot, fwant);
-        CHECK(touched == 0, "%lld st entries past round16(rows) were written", (long long)touched);
+        CHECK(touched == 0, "%lld %s entries past %s were written", (long long)touched, small ? "s" : "st",
+              small ? "round16(cols)" : "round16(rows)");
         CHECK(ob_guards_ok(&st) && ob_guards_ok(&m) && ob_guards_ok(&l) && ob_guards_ok(&al),
-              "writes outside st, or past row %lld of m, l or alpha", (long long)rows);
+              "writes outside %s, or past row %lld of m, l or alpha", small ? "s (rows x lds)" : "st", (long long)rows);
         CHECK(!banded || (ib_unchanged(&blo) && ib_unchanged(&bhi)), "lo or hi changed");
         free(st.raw), free(m.raw), free(l.raw), free(al.raw);
         if (banded) ib_free(&blo), ib_free(&bhi);
     }
-    free(st0), free(m0), free(l0), free(lo), free(hi);
+    free(st0), free(s0), free(m0), free(l0), free(lo), free(hi);
     free(mnew), free(alpha_want), free(l_want), free(l_tol), free(p_want);
+}
+
+static void case_softmax(int64_t rows, int64_t cols, int64_t ldst, int banded) {
+    case_softmax_layout(rows, cols, ldst, banded, 0);
 }
 
 static void test_softmax(void) {
@@ -916,6 +959,357 @@ static void test_pv(void) {
     case_pv(300, 1, 512, 0, 0, 320, 528, 0, 0);
     case_pv(4, 600, 511, 513, 12, 16, 512, 1, 1);
     case_pv(67, 65, 33, 1, 60, 80, 48, 1, 1);
+}
+
+/* ------------------------------------------------------------ small-row kernels */
+
+/*
+ * The decode path (kernels.h: qk_small, softmax_small, pv_small): rows <= FA_SMALL_ROWS,
+ * row-major scores s (rows, lds), and K/V rows of type kv (f32, f16, bf16, int8 with a scale
+ * per column) reached through one pointer per column. Oracles in fp64 of the same dequantised
+ * values, the bounds of qk and pv (n = d terms for qk_small, cols + 1 for pv_small);
+ * softmax_small runs case_softmax's inputs and checks, transposed.
+ *
+ * A pool holds the distinct K or V rows; layout 0 gives each row an allocation of its own,
+ * exactly its size, at a random element offset (starts unaligned; reading past any row's end
+ * is an ASan error), layout 1 puts them back to back in one allocation (a contiguous cache,
+ * the last row ending it). Columns map to rows in order, reversed, in shuffled pages of 16 (a
+ * paged cache) or at random with repeats (two columns reading one row, the int8 scales still
+ * per column). The pointer and scale arrays are exact-size allocations too.
+ */
+enum { KV_LAYOUTS = 2, KV_MAPS = 4 };
+
+static size_t kv_esz(int kv) { return kv == FA_KV_F32 ? 4 : kv == FA_KV_I8 ? 1 : 2; }
+
+static const char *kv_str(int kv) {
+    return kv == FA_KV_F32 ? "f32" : kv == FA_KV_F16 ? "f16" : kv == FA_KV_BF16 ? "bf16" : "i8";
+}
+
+typedef struct kvpool {
+    int kv, layout, mapping;
+    int64_t n, len, cols;
+    unsigned char **raw, **copy; /* n allocations (layout 0) or 1 */
+    size_t *bytes;
+    int64_t nalloc;
+    const void **row;     /* n */
+    ibuf ptr;             /* const void *[cols]: what the kernel gets */
+    ibuf scale;           /* float[cols], int8 only (else p = NULL) */
+} kvpool;
+
+static const void *const *kvp_ptrs(const kvpool *p) { return (const void *const *)p->ptr.p; }
+static const float *kvp_scales(const kvpool *p) { return p->kv == FA_KV_I8 ? (const float *)p->scale.p : NULL; }
+
+/* Element x of column c, dequantised (scale * int8 exactly, for int8). */
+static double kvp_get(const kvpool *p, int64_t c, int64_t x) {
+    const void *row = kvp_ptrs(p)[c];
+    switch (p->kv) {
+    case FA_KV_F16: return h_f16_to_f32(((const uint16_t *)row)[x]);
+    case FA_KV_BF16: return h_bf16_to_f32(((const uint16_t *)row)[x]);
+    case FA_KV_I8: return (double)kvp_scales(p)[c] * (double)((const int8_t *)row)[x];
+    default: return ((const float *)row)[x];
+    }
+}
+
+/* Normal(0, 1) values (rounded to f16/bf16), or any int8; poison: a NaN, +inf and -inf in
+ * rows some column reads (not for int8, which has none). */
+static kvpool kvp_make(int kv, int64_t cols, int64_t len, int layout, int mapping, int poison) {
+    kvpool p;
+    const size_t esz = kv_esz(kv);
+    p.kv = kv, p.layout = layout, p.mapping = mapping, p.len = len, p.cols = cols;
+    p.n = mapping == 2 ? round16(cols) : mapping == 3 ? cols / 2 + 1 : cols;
+    p.nalloc = layout == 0 ? p.n : 1;
+    p.raw = xmalloc(sizeof(void *) * (size_t)p.nalloc);
+    p.copy = xmalloc(sizeof(void *) * (size_t)p.nalloc);
+    p.bytes = xmalloc(sizeof(size_t) * (size_t)p.nalloc);
+    p.row = xmalloc(sizeof(void *) * (size_t)p.n);
+    if (layout == 0) {
+        for (int64_t i = 0; i < p.n; i++) {
+            const size_t off = (size_t)h_rng_int(&g_rng, 0, 7) * esz;
+            p.bytes[i] = off + (size_t)len * esz;
+            p.raw[i] = xmalloc(p.bytes[i]);
+            p.row[i] = p.raw[i] + off;
+        }
+    } else {
+        const size_t off = (size_t)h_rng_int(&g_rng, 0, 15) * esz;
+        p.bytes[0] = off + (size_t)(p.n * len) * esz;
+        p.raw[0] = xmalloc(p.bytes[0]);
+        for (int64_t i = 0; i < p.n; i++) p.row[i] = p.raw[0] + off + (size_t)(i * len) * esz;
+    }
+    for (int64_t i = 0; i < p.n; i++)
+        for (int64_t x = 0; x < len; x++) {
+            const float v = (float)h_rng_normal(&g_rng);
+            void *row = (void *)(uintptr_t)p.row[i];
+            switch (kv) {
+            case FA_KV_F16: ((uint16_t *)row)[x] = h_f32_to_f16(v); break;
+            case FA_KV_BF16: ((uint16_t *)row)[x] = h_f32_to_bf16(v); break;
+            case FA_KV_I8: ((int8_t *)row)[x] = (int8_t)h_rng_int(&g_rng, -128, 127); break;
+            default: ((float *)row)[x] = v;
+            }
+        }
+    int64_t *map = xmalloc(sizeof(int64_t) * (size_t)cols);
+    int64_t *perm = xmalloc(sizeof(int64_t) * (size_t)(p.n / 16 + 1));
+    if (mapping == 2) {
+        for (int64_t g = 0; g < p.n / 16; g++) perm[g] = g;
+        for (int64_t g = p.n / 16 - 1; g > 0; g--) {
+            const int64_t j = h_rng_int(&g_rng, 0, g), tmp = perm[g];
+            perm[g] = perm[j], perm[j] = tmp;
+        }
+    }
+    for (int64_t c = 0; c < cols; c++)
+        map[c] = mapping == 0 ? c : mapping == 1 ? cols - 1 - c : mapping == 2 ? perm[c / 16] * 16 + c % 16
+                                                                               : h_rng_int(&g_rng, 0, p.n - 1);
+    if (mapping == 3 && cols >= 2) map[cols - 1] = map[0]; /* at least one repeat, at the ends */
+    const void **ptr = xmalloc(sizeof(void *) * (size_t)cols);
+    for (int64_t c = 0; c < cols; c++) ptr[c] = p.row[map[c]];
+    p.ptr = ib_dup(ptr, sizeof(void *) * (size_t)cols, 0);
+    free(ptr), free(perm);
+    if (poison && kv != FA_KV_I8) {
+        static const float vals[3] = {NAN, INFINITY, -INFINITY};
+        for (int i = 0; i < 3; i++) {
+            void *row = (void *)(uintptr_t)p.row[map[h_rng_int(&g_rng, 0, cols - 1)]];
+            const int64_t x = h_rng_int(&g_rng, 0, len - 1);
+            if (kv == FA_KV_F32) ((float *)row)[x] = vals[i];
+            else ((uint16_t *)row)[x] = kv == FA_KV_F16 ? h_f32_to_f16(vals[i]) : h_f32_to_bf16(vals[i]);
+        }
+    }
+    free(map);
+    p.scale.p = NULL;
+    if (kv == FA_KV_I8) {
+        /* scales over 2^-14 .. 2^4, and a few exact 1 and 0 */
+        float *sc = xmalloc(sizeof(float) * (size_t)cols);
+        for (int64_t c = 0; c < cols; c++) {
+            const double u = h_rng_uniform(&g_rng);
+            sc[c] = u < 0.05   ? 1.0f
+                    : u < 0.07 ? 0.0f
+                               : (float)ldexp(h_rng_range(&g_rng, 0.5, 1.0), (int)h_rng_int(&g_rng, -13, 5));
+        }
+        p.scale = ib_dup(sc, sizeof(float) * (size_t)cols, 0);
+        free(sc);
+    }
+    for (int64_t i = 0; i < p.nalloc; i++) {
+        p.copy[i] = xmalloc(p.bytes[i]);
+        memcpy(p.copy[i], p.raw[i], p.bytes[i]);
+    }
+    return p;
+}
+
+static int kvp_unchanged(const kvpool *p) {
+    for (int64_t i = 0; i < p->nalloc; i++)
+        if (memcmp(p->raw[i], p->copy[i], p->bytes[i]) != 0) return 0;
+    return ib_unchanged(&p->ptr) && (!p->scale.p || ib_unchanged(&p->scale));
+}
+
+static void kvp_free(kvpool *p) {
+    for (int64_t i = 0; i < p->nalloc; i++) free(p->raw[i]), free(p->copy[i]);
+    free(p->raw), free(p->copy), free(p->bytes), free(p->row);
+    ib_free(&p->ptr);
+    if (p->scale.p) ib_free(&p->scale);
+}
+
+static const char *const KV_LAYOUT_STR[KV_LAYOUTS] = {"rows apart", "rows contiguous"};
+static const char *const KV_MAP_STR[KV_MAPS] = {"in order", "reversed", "shuffled pages", "random with repeats"};
+
+/* The three small kernels are all set or all NULL; a table with them gets the small cases. */
+static int has_small(const fa_kernels *k) { return k->qk_small && k->softmax_small && k->pv_small; }
+
+/*
+ * q (rows, ldq) at byte offset qoff of an exact-size allocation, NaN between d and ldq; s
+ * (rows, lds): columns cols..round16(cols) may be written, the rest of each row not.
+ */
+static void case_qk_small(int64_t rows, int64_t cols, int64_t d, int kv, int layout, int mapping, int poison,
+                          int64_t ldq, size_t qoff, int64_t lds) {
+    const int64_t cpad = round16(cols);
+    const size_t qbytes = qoff + (size_t)((rows - 1) * ldq + d) * 4;
+    unsigned char *qraw = xmalloc(qbytes);
+    float *q = (float *)(void *)(qraw + qoff);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t x = 0; x < (r < rows - 1 ? ldq : d); x++) q[r * ldq + x] = x < d ? (float)h_rng_normal(&g_rng) : NAN;
+    ibuf qb = ib_dup(qraw, qbytes, 0);
+    free(qraw);
+    q = (float *)(void *)((unsigned char *)qb.p + qoff);
+    kvpool k = kvp_make(kv, cols, d, layout, mapping, poison);
+    double *want = xmalloc(sizeof(double) * (size_t)(rows * cols)), *sum = xmalloc(sizeof(double) * (size_t)(rows * cols));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            double s = 0, a = 0;
+            for (int64_t x = 0; x < d; x++) {
+                const double term = (double)q[r * ldq + x] * kvp_get(&k, c, x);
+                s += term, a += fabs(term);
+            }
+            want[r * cols + c] = s, sum[r * cols + c] = a;
+        }
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        if (!has_small(kt)) continue;
+        h_case("qk_small isa=%s kv=%s rows=%lld cols=%lld d=%lld ldq=%lld q_offset=%zu lds=%lld K %s, columns %s, "
+               "nonfinite_k=%d",
+               kt->name, kv_str(kv), (long long)rows, (long long)cols, (long long)d, (long long)ldq, qoff,
+               (long long)lds, KV_LAYOUT_STR[layout], KV_MAP_STR[mapping], poison);
+        obuf s = ob_alloc((size_t)(rows * lds) * 4);
+        kt->qk_small(rows, cols, d, q, ldq, kvp_ptrs(&k), kv, kvp_scales(&k), obf(&s), lds);
+        dot_check dc = {0, 0, -1, -1, 0, 0, 0, 0};
+        int64_t touched = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t c = 0; c < cols; c++)
+                dot_one(&dc, obf(&s)[r * lds + c], want[r * cols + c], sum[r * cols + c], d, r, c);
+            for (int64_t c = cpad; c < lds; c++) touched += fbits(obf(&s)[r * lds + c]) != SENT32;
+        }
+        if (dc.worst > g_tab[t].qks) g_tab[t].qks = dc.worst;
+        g_tab[t].small_cases++;
+        dot_report(&dc, "r", "c");
+        CHECK(touched == 0, "%lld s entries past round16(cols) were written", (long long)touched);
+        CHECK(ob_guards_ok(&s), "writes outside s (rows x lds)");
+        CHECK(ib_unchanged(&qb) && kvp_unchanged(&k), "q, the K rows, krow or kscale changed");
+        free(s.raw);
+    }
+    free(want), free(sum);
+    ib_free(&qb);
+    kvp_free(&k);
+}
+
+/*
+ * p (rows, lds): values in [0, 1] with exact zeros (none when V holds non-finite values: a
+ * vector kernel may multiply p = 0 by them, see kernels.h), NaN in the padding columns;
+ * alpha and acc as pv_make's, nan_rows a NaN in one p and one alpha.
+ */
+static void case_pv_small(int64_t rows, int64_t cols, int64_t dv, int kv, int layout, int mapping, int poison,
+                          int64_t lds, int64_t ldacc, int alpha_mode, int nan_rows) {
+    float *p0 = xmalloc((size_t)(rows * lds) * 4);
+    const double zero_share = poison || h_rng_uniform(&g_rng) < 0.5 ? 0.0 : 0.3;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < lds; c++)
+            p0[r * lds + c] = c >= cols                            ? NAN
+                              : h_rng_uniform(&g_rng) < zero_share ? 0.0f
+                                                                   : (float)(1.0 - h_rng_uniform(&g_rng));
+    float *alpha0 = NULL;
+    if (alpha_mode) {
+        alpha0 = xmalloc((size_t)rows * 4);
+        for (int64_t r = 0; r < rows; r++) {
+            const double u = h_rng_uniform(&g_rng);
+            alpha0[r] = u < 0.3 ? 1.0f : u < 0.4 ? 0.0f : u < 0.45 ? 1e-30f : (float)h_rng_uniform(&g_rng);
+        }
+    }
+    if (nan_rows) {
+        p0[h_rng_int(&g_rng, 0, rows - 1) * lds + h_rng_int(&g_rng, 0, cols - 1)] = NAN;
+        if (alpha0) alpha0[h_rng_int(&g_rng, 0, rows - 1)] = NAN;
+    }
+    ibuf pb = ib_dup(p0, (size_t)(rows * lds) * 4, 1), ab = {0};
+    if (alpha0) ab = ib_dup(alpha0, (size_t)rows * 4, 0);
+    float *acc0 = xmalloc((size_t)(rows * ldacc) * 4);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t e = 0; e < ldacc; e++) acc0[r * ldacc + e] = e < dv ? (float)h_rng_normal(&g_rng) : NAN;
+    kvpool v = kvp_make(kv, cols, dv, layout, mapping, poison);
+    double *want = xmalloc(sizeof(double) * (size_t)(rows * dv)), *sum = xmalloc(sizeof(double) * (size_t)(rows * dv));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t e = 0; e < dv; e++) {
+            const double a0 = (double)acc0[r * ldacc + e] * (alpha0 ? (double)alpha0[r] : 1.0);
+            double s = a0, a = fabs(a0);
+            for (int64_t c = 0; c < cols; c++) {
+                const double term = (double)p0[r * lds + c] * kvp_get(&v, c, e);
+                s += term, a += fabs(term);
+            }
+            want[r * dv + e] = s, sum[r * dv + e] = a;
+        }
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        if (!has_small(kt)) continue;
+        h_case("pv_small isa=%s kv=%s rows=%lld cols=%lld dv=%lld lds=%lld ldacc=%lld alpha=%s nan_rows=%d V %s, "
+               "columns %s, nonfinite_v=%d",
+               kt->name, kv_str(kv), (long long)rows, (long long)cols, (long long)dv, (long long)lds,
+               (long long)ldacc, alpha0 ? "given" : "NULL", nan_rows, KV_LAYOUT_STR[layout], KV_MAP_STR[mapping],
+               poison);
+        obuf acc = ob_alloc((size_t)(rows * ldacc) * 4);
+        memcpy(acc.p, acc0, (size_t)(rows * ldacc) * 4);
+        kt->pv_small(rows, cols, dv, pb.p, lds, kvp_ptrs(&v), kv, kvp_scales(&v), alpha0 ? ab.p : NULL, obf(&acc),
+                     ldacc);
+        dot_check dc = {0, 0, -1, -1, 0, 0, 0, 0};
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t e = 0; e < dv; e++)
+                dot_one(&dc, obf(&acc)[r * ldacc + e], want[r * dv + e], sum[r * dv + e], cols + 1, r, e);
+        if (dc.worst > g_tab[t].pvs) g_tab[t].pvs = dc.worst;
+        g_tab[t].small_cases++;
+        dot_report(&dc, "r", "e");
+        CHECK(ob_guards_ok(&acc), "writes outside acc (rows >= %lld, or before it)", (long long)rows);
+        CHECK(ib_unchanged(&pb) && (!alpha0 || ib_unchanged(&ab)) && kvp_unchanged(&v),
+              "s, alpha, the V rows, vrow or vscale changed");
+        free(acc.raw);
+    }
+    free(want), free(sum), free(p0), free(alpha0), free(acc0);
+    ib_free(&pb);
+    if (alpha0) ib_free(&ab);
+    kvp_free(&v);
+}
+
+static const int64_t SMALL_COLS_EDGE[] = {1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65,
+                                          100, 127, 128, 129, 255, 256, 257, 400, 511, 512};
+static const int64_t SMALL_DIM_EDGE[] = {1, 3, 17, 64, 100, 128, 130, 256};
+
+static void test_small(void) {
+    int any = 0;
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *k = g_tab[t].k;
+        const int have = (k->qk_small != NULL) + (k->softmax_small != NULL) + (k->pv_small != NULL);
+        h_case("small-row fields of %s", k->name);
+        CHECK(have == 0 || have == 3, "qk_small, softmax_small and pv_small must be all set or all NULL (%d set)",
+              have);
+        any |= has_small(k);
+    }
+    if (!any) return;
+    /* every type x rows 1..8 x the listed head dims, the rest drawn */
+    for (int kv = 0; kv < 4; kv++)
+        for (int64_t rows = 1; rows <= FA_SMALL_ROWS; rows++)
+            for (int di = 0; di < NELEM(SMALL_DIM_EDGE); di++) {
+                if (h_rng_uniform(&g_rng) >= h_test_scale()) continue;
+                const int64_t d = SMALL_DIM_EDGE[di];
+                int64_t cols = pick_size(&g_rng, SMALL_COLS_EDGE, NELEM(SMALL_COLS_EDGE), FA_SMALL_COLS);
+                const int layout = (int)h_rng_int(&g_rng, 0, KV_LAYOUTS - 1), mapping = (int)h_rng_int(&g_rng, 0, KV_MAPS - 1);
+                const int poison = kv != FA_KV_I8 && h_rng_uniform(&g_rng) < 0.2;
+                const int64_t ldq = h_rng_uniform(&g_rng) < 0.5 ? d : d + h_rng_int(&g_rng, 1, 40);
+                const size_t qoff = (size_t)h_rng_int(&g_rng, 0, 15) * 4;
+                const int64_t lds = round16(cols) + 16 * h_rng_int(&g_rng, 0, 2);
+                case_qk_small(rows, cols, d, kv, layout, mapping, poison, ldq, qoff, lds);
+                const int64_t dv = h_rng_uniform(&g_rng) < 0.7 ? d : SMALL_DIM_EDGE[h_rng_int(&g_rng, 0, NELEM(SMALL_DIM_EDGE) - 1)];
+                const int64_t ldacc = round16(dv) + 16 * h_rng_int(&g_rng, 0, 1);
+                const int alpha_mode = h_rng_uniform(&g_rng) < 0.7, nan_rows = h_rng_uniform(&g_rng) < 0.15;
+                const int vlayout = (int)h_rng_int(&g_rng, 0, KV_LAYOUTS - 1), vmapping = (int)h_rng_int(&g_rng, 0, KV_MAPS - 1);
+                case_pv_small(rows, cols, dv, kv, vlayout, vmapping, poison, lds, ldacc, alpha_mode, nan_rows);
+            }
+    /* other head dims, drawn */
+    const int n = h_scaled(40);
+    for (int i = 0; i < n; i++) {
+        const int kv = i % 4;
+        const int64_t rows = h_rng_int(&g_rng, 1, FA_SMALL_ROWS), d = pick_size(&g_rng, DIM_EDGE, NELEM(DIM_EDGE), 512);
+        const int64_t cols = pick_size(&g_rng, SMALL_COLS_EDGE, NELEM(SMALL_COLS_EDGE), FA_SMALL_COLS);
+        const int64_t lds = round16(cols) + 16 * h_rng_int(&g_rng, 0, 1);
+        const int mapping = (int)h_rng_int(&g_rng, 0, KV_MAPS - 1);
+        const size_t qoff = (size_t)h_rng_int(&g_rng, 0, 15) * 4;
+        case_qk_small(rows, cols, d, kv, i % 2, mapping, i % 3 == 0, d + (i % 5 == 0), qoff, lds);
+        case_pv_small(rows, cols, d, kv, (i + 1) % 2, mapping, i % 3 == 0, lds, round16(d), i % 4 != 3, i % 7 == 0);
+    }
+    /* softmax_small: case_softmax's row kinds and bands, row-major */
+    const int ns = h_scaled(120);
+    for (int i = 0; i < ns; i++) {
+        const int64_t rows = 1 + i % FA_SMALL_ROWS;
+        const int64_t cols = pick_size(&g_rng, SMALL_COLS_EDGE, NELEM(SMALL_COLS_EDGE), FA_SMALL_COLS);
+        case_softmax_layout(rows, cols, round16(cols) + 16 * h_rng_int(&g_rng, 0, 2), i % 3 != 0, 1);
+    }
+    /* the corners */
+    for (int kv = 0; kv < 4; kv++) {
+        case_qk_small(8, 512, 256, kv, 0, 3, kv != FA_KV_I8, 256, 4, 512);
+        case_qk_small(1, 1, 1, kv, 0, 0, 0, 1, 0, 16);
+        case_qk_small(7, 513 - 16, 130, kv, 1, 2, 0, 131, 8, 512);
+        case_pv_small(8, 512, 256, kv, 0, 3, 0, 512, 256, 1, 1);
+        case_pv_small(1, 1, 1, kv, 1, 0, 0, 16, 16, 1, 0);
+        case_pv_small(5, 129, 130, kv, 0, 2, kv != FA_KV_I8, 160, 144, 0, 0);
+        /* head dims past 512 (a kernel may copy q only up to some size) */
+        case_qk_small(3, 40, 513, kv, 0, 3, 0, 520, 4, 48);
+        case_qk_small(8, 33, 777, kv, 1, 1, kv != FA_KV_I8, 777, 12, 48);
+        case_pv_small(6, 50, 777, kv, 0, 3, 0, 64, 784, 1, 0);
+    }
+    case_softmax_layout(8, 512, 512, 1, 1);
+    case_softmax_layout(8, 512, 528, 0, 1);
+    case_softmax_layout(1, 1, 16, 0, 1);
+    case_softmax_layout(1, 1, 16, 1, 1);
 }
 
 /* ------------------------------------------------------------ conversions */
@@ -1224,6 +1618,7 @@ int main(void) {
     test_qk();
     test_softmax();
     test_pv();
+    test_small();
     free(g_sweep);
 
     printf("per table: max err / (FLT_EPSILON * sum|terms|) (limit %g + sqrt(terms)), exp error in ulps\n", DOT_ULPS);
@@ -1232,6 +1627,9 @@ int main(void) {
         printf("  %-11s qk %.3f  pv %.3f", s->k->name, s->qk, s->pv);
         if (s->k->qk_bf16) printf("  qk_bf16 %.3f  pv_bf16 %.3f", s->qk16, s->pv16);
         printf("  softmax p %.3f alpha %.3f ulp (stated %g)\n", s->p_ulps, s->alpha_ulps, stated_exp_ulps(s->k->name));
+        if (has_small(s->k))
+            printf("  %-11s qk_small %.3f  pv_small %.3f  softmax_small p %.3f alpha %.3f ulp  (%lld calls checked)\n",
+                   s->k->name, s->qks, s->pvs, s->sp_ulps, s->salpha_ulps, (long long)s->small_cases);
         printf("  %-11s exp sweep: max %.3f ulp (at x = %.9g), alpha %.3f ulp, over %lld points of [-87.3, 0]; "
                "%lld f16 sNaNs quieted\n",
                s->k->name, s->sweep_ulps, s->sweep_worst_x, s->sweep_alpha_ulps, (long long)s->sweep_points,

@@ -544,6 +544,406 @@ static void avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
+/* ------------------------------------------------------- small-row (decode) */
+
+/*
+ * Decoding: at most 8 query rows, scores row-major s[r][c], K/V rows of type kv
+ * reached through pointers (kernels.h). K/V elements are widened to f32 in
+ * registers as they are loaded, each K/V vector once per register block, and
+ * used by every query row of the block; nothing converted goes back to memory.
+ * Blocks (16 ymm):
+ *   qk_small  g rows x nc key columns of partial dot products along d (g = 1..4
+ *             rows: nc = 8, 4, 4, 3), reduced by hadd trees into one vector of
+ *             column sums per row; key columns in blocks of 24; 5..8 rows run as
+ *             two row groups over the same block, whose K rows are then in L1;
+ *   softmax_small  one row at a time, vectors along c;
+ *   pv_small  all rows x nv vectors along e (nv = 4, 4, 3, 2, 2, 2, 2, 1 for
+ *             1..8 rows), columns in chunks of 64 so the V rows of a chunk stay
+ *             in L1 while the e blocks go by.
+ * Decoding streams K and V from memory once, so both kernels prefetch the rows
+ * SMALL_PF columns ahead (K row by row before each tile, V the same e range as
+ * the current block), spread over the work rather than in bursts: +30% from
+ * DRAM, no loss when the cache is in L3. Only the first SMALL_PF rows of a call
+ * rely on the hardware prefetchers.
+ * Tails: the last d % 8 (dv % 8) elements are done as the row's last whole
+ * vector, the lanes done before zeroed (in q and K; in V, with alpha 1); rows
+ * shorter than 8 go through kv_load_part. A last, partial tile of key columns
+ * repeats the last K row and stores only the columns below cols.
+ */
+
+/* 8 consecutive elements of a K/V row from x on, as floats (int8 unscaled). */
+AVX2_INLINE __m256 kv_load8(const int kv, const void *row, int64_t x)
+{
+    switch (kv) {
+    case FA_KV_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + x)));
+    case FA_KV_BF16: return bf16x8_to_f32((const uint16_t *)row + x);
+    case FA_KV_I8:
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)row + x))));
+    default: return _mm256_loadu_ps((const float *)row + x);
+    }
+}
+
+/* The n (1..8) elements from x on, zero in the other lanes; reads nothing past them. */
+AVX2_INLINE __m256 kv_load_part(const int kv, const void *row, int64_t x, int64_t n)
+{
+    if (kv == FA_KV_F32) return _mm256_maskload_ps((const float *)row + x, lanes_below(n));
+    _Alignas(16) uint16_t tmp[8] = {0}; /* 16 bytes: 8 halves, or 8 int8 */
+    const size_t esz = kv == FA_KV_I8 ? 1 : 2;
+    memcpy(tmp, (const char *)row + x * (int64_t)esz, (size_t)n * esz);
+    return kv_load8(kv, tmp, 0);
+}
+
+/* Ask for the cache lines of K/V rows c0 .. c1-1 (row bytes each): rows reached
+ * through pointers may be anywhere, so the hardware prefetchers may not follow. */
+AVX2_INLINE void prefetch_rows(const void *const *row, int64_t c0, int64_t c1, int64_t bytes)
+{
+    for (int64_t c = c0; c < c1; c++) {
+        const char *p = (const char *)row[c];
+        for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+        _mm_prefetch(p + bytes - 1, _MM_HINT_T0);
+    }
+}
+
+/* Sums of a0..a3 in lanes 0..3. */
+AVX2_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
+{
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/*
+ * s[i][j] = sum_x q[i][x] * k_j[x] (times ks[j] for int8) for i < nr, j < nc,
+ * stored for j < nst (the tile's columns below cols). The d % 8 values past the
+ * last whole vector are done as one more vector: K's last 8 elements times qtail,
+ * q's last 8, with the lanes already done zeroed in both (for d < 8: q and K
+ * zero-padded).
+ */
+AVX2_INLINE void qks_tile(const int kv, const int nr, const int nc, int64_t nst, int64_t d, const float *q,
+                          int64_t ldq, const float *qtail, const void *const *kp, const float *ks, float *s,
+                          int64_t lds)
+{
+    __m256 acc[4][8];
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < nc; j++) acc[i][j] = _mm256_setzero_ps();
+    const int64_t d8 = d & ~(int64_t)7;
+    for (int64_t x = 0; x < d8; x += 8) {
+        __m256 qv[4];
+        for (int i = 0; i < nr; i++) qv[i] = _mm256_loadu_ps(q + i * ldq + x);
+        for (int j = 0; j < nc; j++) {
+            const __m256 k = kv_load8(kv, kp[j], x);
+            for (int i = 0; i < nr; i++) acc[i][j] = _mm256_fmadd_ps(qv[i], k, acc[i][j]);
+        }
+    }
+    if (d8 < d) { /* K's last 8 elements (all of it, zero-padded, when d < 8) against qtail */
+        __m256 kt[8], qv[4];
+        /* the lanes done already are zero in qtail and in K (an infinite K times 0 would be NaN) */
+        const __m256 keep = _mm256_castsi256_ps(
+            _mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(7 - (int)(d - d8))));
+        for (int j = 0; j < nc; j++)
+            kt[j] = d >= 8 ? _mm256_and_ps(kv_load8(kv, kp[j], d - 8), keep) : kv_load_part(kv, kp[j], 0, d);
+        for (int i = 0; i < nr; i++) qv[i] = _mm256_load_ps(qtail + 8 * i);
+        for (int j = 0; j < nc; j++)
+            for (int i = 0; i < nr; i++) acc[i][j] = _mm256_fmadd_ps(qv[i], kt[j], acc[i][j]);
+    }
+    const __m256 z = _mm256_setzero_ps();
+    for (int i = 0; i < nr; i++) {
+        float *si = s + i * lds;
+        for (int j = nc; j < 8; j++) acc[i][j] = z;
+        if (nc == 8) {
+            const __m128 lo4 = hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            const __m128 hi4 = hsum4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
+            __m256 h = _mm256_insertf128_ps(_mm256_castps128_ps256(lo4), hi4, 1);
+            if (kv == FA_KV_I8) h = _mm256_mul_ps(h, _mm256_loadu_ps(ks));
+            if (nst == 8) _mm256_storeu_ps(si, h);
+            else _mm256_maskstore_ps(si, lanes_below(nst), h);
+        } else {
+            __m128 h = hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            if (kv == FA_KV_I8) h = _mm_mul_ps(h, _mm_loadu_ps(ks)); /* ks has 8 entries from the block start */
+            if (nc == 4 && nst == 4) _mm_storeu_ps(si, h);
+            else _mm_maskstore_ps(si, _mm256_castsi256_si128(lanes_below(nst < nc ? nst : nc)), h);
+        }
+    }
+}
+
+enum {
+    QKS_SB = 24,  /* key columns per qk_small block: a multiple of every tile width */
+    SMALL_PF = 32 /* K/V rows are prefetched this many columns ahead */
+};
+
+/* Rows r0 .. r0+g of one block of QKS_SB key columns, `valid` of them < cols. */
+AVX2_INLINE void qks_group(const int kv, const int g, int64_t valid, int64_t d, const float *q, int64_t ldq,
+                           const float *qtail, const void *const *kp, const float *ks, float *s, int64_t lds,
+                           const void *const *pf, int64_t npf, int64_t bytes)
+{
+    const int nc = g == 1 ? 8 : g == 4 ? 3 : 4; /* 8, 8, 12, 12 accumulators */
+    for (int j = 0; j < QKS_SB && j < valid; j += nc) {
+        prefetch_rows(pf, j < npf ? j : npf, j + nc < npf ? j + nc : npf, bytes);
+        qks_tile(kv, g, nc, valid - j < nc ? valid - j : nc, d, q, ldq, qtail, kp + j, ks + j, s + j, lds);
+    }
+}
+
+AVX2_INLINE void qk_small_kv(const int kv, int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
+                             const void *const *krow, const float *kscale, float *s, int64_t lds)
+{
+    _Alignas(32) float qtail[FA_SMALL_ROWS * 8];
+    const int64_t d8 = d & ~(int64_t)7;
+    const int64_t t0 = d >= 8 ? d - 8 : 0; /* qtail[r][x] is q[r][t0 + x] where t0 + x >= d8 */
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t x = 0; x < 8; x++) qtail[8 * r + x] = t0 + x >= d8 && t0 + x < d ? q[r * ldq + t0 + x] : 0.0f;
+    /* two row groups beyond 4 rows: 3+2, 3+3, 4+3, 4+4 */
+    const int g0 = rows <= 4 ? (int)rows : (int)(rows + 1) / 2, g1 = (int)rows - g0;
+    const int64_t bytes = d * (kv == FA_KV_F32 ? 4 : kv == FA_KV_I8 ? 1 : 2);
+    for (int64_t c0 = 0; c0 < cols; c0 += QKS_SB) {
+        const int64_t valid = cols - c0 < QKS_SB ? cols - c0 : QKS_SB;
+        const void *kp[QKS_SB];
+        _Alignas(32) float ks[QKS_SB + 8]; /* zero past the valid columns (a tile reads up to 8) */
+        for (int64_t j = 0; j < QKS_SB; j++) {
+            const int64_t c = c0 + (j < valid ? j : valid - 1);
+            kp[j] = krow[c];
+        }
+        if (kv == FA_KV_I8)
+            for (int64_t j = 0; j < QKS_SB + 8; j++) ks[j] = j < valid ? kscale[c0 + j] : 0.0f;
+        const int64_t pf0 = c0 + SMALL_PF, npf0 = cols - pf0 < 0 ? 0 : cols - pf0 < QKS_SB ? cols - pf0 : QKS_SB;
+        for (int part = 0; part < 2; part++) {
+            const int g = part ? g1 : g0;
+            const int64_t r0 = part ? g0 : 0;
+            const float *qr = q + r0 * ldq, *qt = qtail + 8 * r0;
+            float *sr = s + r0 * lds + c0;
+            const int64_t npf = part ? 0 : npf0; /* the first row group prefetches */
+            switch (g) {
+            case 1: qks_group(kv, 1, valid, d, qr, ldq, qt, kp, ks, sr, lds, krow + pf0, npf, bytes); break;
+            case 2: qks_group(kv, 2, valid, d, qr, ldq, qt, kp, ks, sr, lds, krow + pf0, npf, bytes); break;
+            case 3: qks_group(kv, 3, valid, d, qr, ldq, qt, kp, ks, sr, lds, krow + pf0, npf, bytes); break;
+            case 4: qks_group(kv, 4, valid, d, qr, ldq, qt, kp, ks, sr, lds, krow + pf0, npf, bytes); break;
+            default: break;
+            }
+        }
+    }
+}
+
+static void avx2_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
+                          const void *const *krow, int kv, const float *kscale, float *s, int64_t lds)
+{
+    switch (kv) {
+    case FA_KV_F16: qk_small_kv(FA_KV_F16, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    case FA_KV_BF16: qk_small_kv(FA_KV_BF16, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    case FA_KV_I8: qk_small_kv(FA_KV_I8, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    default: qk_small_kv(FA_KV_F32, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    }
+}
+
+/* Horizontal max / sum of 8 floats (no NaN in the max: the caller tracks those). */
+AVX2_INLINE float hmax8(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+AVX2_INLINE float hsum8(__m256 v)
+{
+    __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+    t = _mm_add_ss(t, _mm_movehdup_ps(t));
+    return _mm_cvtss_f32(t);
+}
+
+/*
+ * softmax's rules on s[r][c]: pass 1 takes each row's maximum over its band
+ * [a, z] (8 columns at a time, lanes outside the band set to -inf, NaN tracked
+ * by an unordered compare), then m, alpha and l for all rows as one vector, as
+ * avx2_softmax does; pass 2 writes p (zero outside the band, in s's padding too)
+ * and sums it.
+ */
+static void avx2_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo,
+                               const int32_t *hi, float *m, float *l, float *alpha)
+{
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _Alignas(32) float tmax[8], mnew[8], lsc[8];
+    int64_t band[FA_SMALL_ROWS][2];
+    for (int64_t r = 0; r < 8; r++) tmax[r] = -INFINITY;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *sr = s + r * lds;
+        const int64_t a = lo && lo[r] > 0 ? lo[r] : 0, z = hi && hi[r] < cols - 1 ? hi[r] : cols - 1;
+        band[r][0] = a;
+        band[r][1] = z;
+        if (a > z) continue;
+        const __m256i va = _mm256_set1_epi32((int)a), vz = _mm256_set1_epi32((int)z);
+        __m256 mx = ninf, unord = _mm256_setzero_ps();
+        for (int64_t c0 = a & ~(int64_t)7; c0 <= z; c0 += 8) {
+            __m256 v = _mm256_load_ps(sr + c0);
+            if (c0 < a || c0 + 7 > z) {
+                const __m256i c = _mm256_add_epi32(_mm256_set1_epi32((int)c0), idx);
+                const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(va, c), _mm256_cmpgt_epi32(c, vz));
+                v = _mm256_blendv_ps(v, ninf, _mm256_castsi256_ps(out));
+            }
+            unord = _mm256_or_ps(unord, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            mx = _mm256_max_ps(mx, v);
+        }
+        tmax[r] = _mm256_movemask_ps(unord) ? NAN : hmax8(mx);
+    }
+
+    /* m_new, alpha and l * alpha for all rows at once */
+    const __m256i lane = lanes_below(rows);
+    const __m256 tm = _mm256_load_ps(tmax), mold = _mm256_maskload_ps(m, lane);
+    const __m256 grow = _mm256_or_ps(_mm256_cmp_ps(tm, mold, _CMP_GT_OQ), _mm256_cmp_ps(tm, tm, _CMP_UNORD_Q));
+    const __m256 mn = _mm256_blendv_ps(mold, tm, grow);
+    const __m256 dead = _mm256_cmp_ps(mn, ninf, _CMP_EQ_OQ);
+    const __m256 al = _mm256_blendv_ps(exp_ps(_mm256_sub_ps(mold, mn)), _mm256_set1_ps(1.0f), dead);
+    _mm256_maskstore_ps(alpha, lane, al);
+    _mm256_maskstore_ps(m, lane, mn);
+    _mm256_store_ps(mnew, mn);
+    _mm256_store_ps(lsc, _mm256_mul_ps(_mm256_maskload_ps(l, lane), al));
+
+    for (int64_t r = 0; r < rows; r++) {
+        float *sr = s + r * lds;
+        const int64_t a = band[r][0], z = band[r][1];
+        if (mnew[r] == -INFINITY || a > z) { /* nothing kept */
+            for (int64_t c0 = 0; c0 < cols; c0 += 8) _mm256_store_ps(sr + c0, _mm256_setzero_ps());
+            l[r] = lsc[r];
+            continue;
+        }
+        const __m256 mv = _mm256_set1_ps(mnew[r]);
+        const __m256i va = _mm256_set1_epi32((int)a), vz = _mm256_set1_epi32((int)z);
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            if (c0 + 7 < a || c0 > z) {
+                _mm256_store_ps(sr + c0, _mm256_setzero_ps());
+                continue;
+            }
+            __m256 p = exp_ps(_mm256_sub_ps(_mm256_load_ps(sr + c0), mv));
+            if (c0 < a || c0 + 7 > z) {
+                const __m256i c = _mm256_add_epi32(_mm256_set1_epi32((int)c0), idx);
+                const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(va, c), _mm256_cmpgt_epi32(c, vz));
+                p = _mm256_andnot_ps(_mm256_castsi256_ps(out), p);
+            }
+            sum = _mm256_add_ps(sum, p);
+            _mm256_store_ps(sr + c0, p);
+        }
+        l[r] = lsc[r] + hsum8(sum);
+    }
+}
+
+enum { PVS_CC = 64 }; /* key columns per chunk */
+
+/*
+ * acc[i][e0 .. e0+8nv) = (alpha ? alpha[i] : 1) * acc + sum_c p[i][c] v_c[..] for i < nr.
+ * part 0: whole vectors, acc aligned. part 1 (dv >= 8, nv = 1): the last npart
+ * elements of the row, as the vector e0 = dv - 8 with its first 8 - npart lanes
+ * (already done) left alone: V masked to 0 there, alpha 1. part 2 (dv < 8, nv =
+ * 1): the whole row, zero-padded; the rest of the vector is acc's padding.
+ */
+AVX2_INLINE void pvs_tile(const int kv, const int nr, const int nv, const int part, int64_t npart, int64_t nc,
+                          const float *p, int64_t ldp, const void *const *vrow, int64_t e0, const float *alpha,
+                          float *acc, int64_t ldacc, int64_t npf)
+{
+    const int64_t es = kv == FA_KV_F32 ? 4 : kv == FA_KV_I8 ? 1 : 2;
+    const int64_t pfoff = e0 * es, pfend = pfoff + (part == 2 ? npart : 8 * nv) * es - 1;
+    const __m256 keep = part == 1 ? _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                                         _mm256_set1_epi32(7 - (int)npart)))
+                                  : _mm256_setzero_ps();
+    __m256 a[FA_SMALL_ROWS][4];
+    for (int i = 0; i < nr; i++) {
+        const float *ai = acc + i * ldacc + e0;
+        for (int j = 0; j < nv; j++) a[i][j] = part == 1 ? _mm256_loadu_ps(ai) : _mm256_load_ps(ai + 8 * j);
+        if (alpha) {
+            __m256 al = _mm256_broadcast_ss(alpha + i);
+            if (part == 1) al = _mm256_blendv_ps(_mm256_set1_ps(1.0f), al, keep);
+            for (int j = 0; j < nv; j++) a[i][j] = _mm256_mul_ps(a[i][j], al);
+        }
+    }
+    for (int64_t c = 0; c < nc; c++) {
+        const void *vc = vrow[c];
+        if (c < npf) { /* the same e range of the row SMALL_PF columns on */
+            _mm_prefetch((const char *)vrow[c + SMALL_PF] + pfoff, _MM_HINT_T0);
+            _mm_prefetch((const char *)vrow[c + SMALL_PF] + pfend, _MM_HINT_T0);
+        }
+        __m256 vv[4];
+        for (int j = 0; j < nv; j++) {
+            if (part == 2) vv[j] = kv_load_part(kv, vc, 0, npart);
+            else if (part == 1) vv[j] = _mm256_and_ps(kv_load8(kv, vc, e0), keep);
+            else vv[j] = kv_load8(kv, vc, e0 + 8 * j);
+        }
+        for (int i = 0; i < nr; i++) {
+            const __m256 w = _mm256_broadcast_ss(p + i * ldp + c);
+            for (int j = 0; j < nv; j++) a[i][j] = _mm256_fmadd_ps(w, vv[j], a[i][j]);
+        }
+    }
+    for (int i = 0; i < nr; i++) {
+        float *ai = acc + i * ldacc + e0;
+        for (int j = 0; j < nv; j++) {
+            if (part == 1) _mm256_storeu_ps(ai, a[i][j]);
+            else _mm256_store_ps(ai + 8 * j, a[i][j]);
+        }
+    }
+}
+
+AVX2_INLINE void pv_small_rows(const int kv, const int nr, int64_t cols, int64_t dv, const float *s, int64_t lds,
+                               const void *const *vrow, const float *vscale, const float *alpha, float *acc,
+                               int64_t ldacc)
+{
+    static const int nv_for[FA_SMALL_ROWS + 1] = {0, 4, 4, 3, 2, 2, 2, 2, 1}; /* 4 to 14 accumulators */
+    const int nv = nv_for[nr];
+    _Alignas(64) float ps[FA_SMALL_ROWS * PVS_CC]; /* int8: p times the V row scales */
+    for (int64_t c0 = 0; c0 < cols; c0 += PVS_CC) {
+        const int64_t nc = cols - c0 < PVS_CC ? cols - c0 : PVS_CC;
+        const float *p = s + c0;
+        int64_t ldp = lds;
+        if (kv == FA_KV_I8) {
+            for (int i = 0; i < nr; i++)
+                for (int64_t c = 0; c < nc; c++) ps[i * PVS_CC + c] = s[i * lds + c0 + c] * vscale[c0 + c];
+            p = ps;
+            ldp = PVS_CC;
+        }
+        const float *al = c0 == 0 ? alpha : NULL;
+        const void *const *vc = vrow + c0;
+        const int64_t npf = cols - c0 - SMALL_PF < 0 ? 0 : cols - c0 - SMALL_PF; /* columns with a row SMALL_PF ahead */
+        int64_t e = 0;
+        for (; e + 8 * nv <= dv; e += 8 * nv) {
+            switch (nv) { /* nv is a constant here; the switch only makes it visible as one */
+            case 1: pvs_tile(kv, nr, 1, 0, 0, nc, p, ldp, vc, e, al, acc, ldacc, npf); break;
+            case 2: pvs_tile(kv, nr, 2, 0, 0, nc, p, ldp, vc, e, al, acc, ldacc, npf); break;
+            case 3: pvs_tile(kv, nr, 3, 0, 0, nc, p, ldp, vc, e, al, acc, ldacc, npf); break;
+            default: pvs_tile(kv, nr, 4, 0, 0, nc, p, ldp, vc, e, al, acc, ldacc, npf); break;
+            }
+        }
+        if (nv > 1)
+            for (; e + 8 <= dv; e += 8) pvs_tile(kv, nr, 1, 0, 0, nc, p, ldp, vc, e, al, acc, ldacc, npf);
+        if (e < dv && dv >= 8) pvs_tile(kv, nr, 1, 1, dv - e, nc, p, ldp, vc, dv - 8, al, acc, ldacc, npf);
+        else if (e < dv) pvs_tile(kv, nr, 1, 2, dv, nc, p, ldp, vc, 0, al, acc, ldacc, npf);
+    }
+}
+
+AVX2_INLINE void pv_small_kv(const int kv, int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+                             const void *const *vrow, const float *vscale, const float *alpha, float *acc,
+                             int64_t ldacc)
+{
+    switch (rows) {
+    case 1: pv_small_rows(kv, 1, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 2: pv_small_rows(kv, 2, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 3: pv_small_rows(kv, 3, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 4: pv_small_rows(kv, 4, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 5: pv_small_rows(kv, 5, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 6: pv_small_rows(kv, 6, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 7: pv_small_rows(kv, 7, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    default: pv_small_rows(kv, 8, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    }
+}
+
+static void avx2_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+                          const void *const *vrow, int kv, const float *vscale, const float *alpha, float *acc,
+                          int64_t ldacc)
+{
+    switch (kv) {
+    case FA_KV_F16: pv_small_kv(FA_KV_F16, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case FA_KV_BF16: pv_small_kv(FA_KV_BF16, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case FA_KV_I8: pv_small_kv(FA_KV_I8, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    default: pv_small_kv(FA_KV_F32, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    }
+}
+
 /* ------------------------------------------------------------------- probe */
 
 /* 12 independent FMA chains (latency 4 x 2 ports needs >= 8); each converges to
@@ -591,6 +991,9 @@ const fa_kernels fa_kernels_avx2 = {
     .pack_qt_bf16 = NULL,
     .qk_bf16 = NULL,
     .pv_bf16 = NULL,
+    .qk_small = avx2_qk_small,
+    .softmax_small = avx2_softmax_small,
+    .pv_small = avx2_pv_small,
     .probe_fma = avx2_probe_fma,
     .probe_bf16 = NULL,
 };

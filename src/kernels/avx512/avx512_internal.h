@@ -36,6 +36,13 @@ void fa_avx512_pv(int64_t rows, int64_t cols, int64_t dv, const float *st, int64
 void fa_avx512_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void fa_avx512_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
 double fa_avx512_probe_fma(int64_t iters);
+/* The small-row (decode) path, kernels.h's qk_small, softmax_small, pv_small. */
+void fa_avx512_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq, const void *const *krow,
+                        int kv, const float *kscale, float *s, int64_t lds);
+void fa_avx512_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo, const int32_t *hi,
+                             float *m, float *l, float *alpha);
+void fa_avx512_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds, const void *const *vrow,
+                        int kv, const float *vscale, const float *alpha, float *acc, int64_t ldacc);
 
 /* The low n bits set, n in 0..16: the mask of a vector's first n lanes. */
 FA_AVX512_INLINE __mmask16 fa_avx512_head_mask(int64_t n)

@@ -493,6 +493,520 @@ void fa_avx512_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
+/* ------------------------------------------------------ small-row (decode) path */
+
+/*
+ * Decoding attends a few query rows (rows <= FA_SMALL_ROWS: the GQA heads of one
+ * or a few tokens) to a long cache of f32, f16, bf16 or int8 K/V rows, each
+ * reached through its own pointer. The work is a stream over K and V, so each
+ * K/V vector is loaded and widened to f32 in a register once per call and then
+ * feeds one FMA per query row; nothing widened is ever stored. Vectors run along
+ * the head dim (x, e) and the scores are row-major, s[r][c]:
+ *
+ *   qk_small  a block of NC columns x R rows of accumulators along x
+ *             (R * NC <= 16), each K vector feeding R FMAs. The 16 lanes of each
+ *             accumulator are summed by a transposing add tree (sum_pair,
+ *             sum_quad, sum_16) that leaves s[r][c0..c0+15] in one vector: one
+ *             aligned store per row and 16 columns, the padding columns of the
+ *             last block written with junk (kernels.h allows it). Per output the
+ *             tree costs ~3 uops, against d/16 FMAs.
+ *   softmax_small  per row, vectors along c; the band as a lane mask.
+ *   pv_small  R rows x NV vectors of e as accumulators (R * NV <= 16), each V
+ *             vector feeding R FMAs with p broadcast; the e that the multiples
+ *             of 16 * NV leave run one (masked) vector at a time.
+ *
+ * Widening costs two uops per 16 elements on the FMA ports (vcvtph2ps; vpmovsxbd
+ * + vcvtdq2ps) against R FMAs, so it, not the FMAs, bounds rows = 1..2. At rows =
+ * 4, D = Dv = 128, a key of f16 or int8 is 64 FMAs and 16 conversions (48 cycles
+ * on the two ports) plus ~11 uops of add tree: measured with K/V in L2, 63 cycles
+ * per key (qk 35, pv 25, softmax 3), ~21 GB/s of f16 K+V per core at 2.6 GHz;
+ * rows = 1: 34, rows = 8: 115. bf16 is cheaper: a 64-byte load of 32 elements
+ * splits into the even ones (dword << 16) and the odd ones (dword & 0xffff0000),
+ * one uop per 16 (KV_BF16P; rows = 4: 55 cycles per key). qk_small then runs x
+ * in that order (q is permuted to match when it is copied), pv_small keeps its
+ * accumulators as even and odd e and interleaves them when storing.
+ *
+ * Both matrix kernels prefetch the rows SK_PF columns ahead: a paged cache's
+ * rows are a page apart or scattered, where the hardware prefetchers see no
+ * stream (measured from DRAM, rows = 4 f16: 100-125 cycles per key against 145
+ * contiguous and 190-230 paged without; 2-5% slower when K/V sit in L2). R, NC,
+ * NV and the element type are compile-time constants of one function each (see
+ * the top of the file): 8 row counts x 4 types (bf16 only as KV_BF16P, but for
+ * pv_small's remainder).
+ */
+enum { SK_PF = 32, QS_QMAX = 512, PS_CB = 128 };
+
+/* The internal fifth type: bf16 as even/odd pairs (see above). */
+enum { KV_BF16P = 4, KV_TYPES = 5 };
+
+FA_AVX512_INLINE int64_t kv_bytes(const int kv)
+{
+    return kv == FA_KV_F32 ? 4 : kv == FA_KV_I8 ? 1 : 2;
+}
+
+/* Elements x..x+15 of a K/V row of type kv (not KV_BF16P), as f32; masked: only
+ * the lanes in k are read, the others are 0. */
+FA_AVX512_INLINE __m512 kv_load(const int kv, const int masked, __mmask16 k, const void *row, int64_t x)
+{
+    if (kv == FA_KV_F16) {
+        const uint16_t *p = (const uint16_t *)row + x;
+        return _mm512_cvtph_ps(masked ? _mm256_maskz_loadu_epi16(k, p) : _mm256_loadu_si256((const __m256i *)p));
+    }
+    if (kv == FA_KV_BF16) {
+        const uint16_t *p = (const uint16_t *)row + x;
+        return bf16x16_to_f32(masked ? _mm256_maskz_loadu_epi16(k, p) : _mm256_loadu_si256((const __m256i *)p));
+    }
+    if (kv == FA_KV_I8) {
+        const int8_t *p = (const int8_t *)row + x;
+        return _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(masked ? _mm_maskz_loadu_epi8(k, p) : _mm_loadu_si128((const __m128i *)p)));
+    }
+    const float *p = (const float *)row + x;
+    return masked ? _mm512_maskz_loadu_ps(k, p) : _mm512_loadu_ps(p);
+}
+
+/* bf16 elements x..x+31 of a row as f32: *even = elements x, x+2, ..., *odd =
+ * x+1, x+3, ... (exact, as bf16x16_to_f32); masked: only the elements in k are read. */
+FA_AVX512_INLINE void bf16_pairs(const int masked, __mmask32 k, const void *row, int64_t x, __m512 *even, __m512 *odd)
+{
+    const uint16_t *p = (const uint16_t *)row + x;
+    const __m512i raw = masked ? _mm512_maskz_loadu_epi16(k, p) : _mm512_loadu_si512(p);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32((int32_t)0xFFFF0000u)));
+}
+
+/* Lanes picking the even (then odd) elements of the 32 floats a:b, and lanes
+ * interleaving two vectors of 16 back (lo: elements 0..15, hi: 16..31). */
+static const int32_t SK_EVEN[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+static const int32_t SK_ODD[16] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+static const int32_t SK_ZIP_LO[16] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+static const int32_t SK_ZIP_HI[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+/* Brings the n >= 1 bytes at p towards L1: one prefetch per line they touch. */
+FA_AVX512_INLINE void prefetch_bytes(const void *p, int64_t n)
+{
+    const char *b = (const char *)p;
+    const int64_t lines = ((int64_t)((uintptr_t)b & 63) + n + 63) / 64;
+    for (int64_t i = 0; i < lines; i++) _mm_prefetch(b + 64 * i, _MM_HINT_T0);
+}
+
+/*
+ * The transposing add tree, 16 accumulators a_0..a_15 -> one vector whose lane j
+ * is the sum of a_j's lanes. Step 1 on a_j, a_j+1: 128-bit lane L holds
+ * [a_j[4L]+a_j[4L+2], a_j+1[4L]+a_j+1[4L+2], a_j[4L+1]+a_j[4L+3], a_j+1[...]].
+ */
+FA_AVX512_INLINE __m512 sum_pair(__m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+}
+
+/* Step 2 on the pairs (a_j, a_j+1), (a_j+2, a_j+3): lane L = [the sums of lane L of a_j..a_j+3] */
+FA_AVX512_INLINE __m512 sum_quad(__m512 x, __m512 y)
+{
+    const __m512d a = _mm512_castps_pd(x), b = _mm512_castps_pd(y);
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+}
+
+/* Steps 3 and 4 on the quads of a_0..3, a_4..7, a_8..11, a_12..15: the 16 sums in order */
+FA_AVX512_INLINE __m512 sum_16(__m512 v0, __m512 v1, __m512 v2, __m512 v3)
+{
+    const __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xEE));
+    const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xDD));
+}
+
+typedef struct {
+    int64_t cols, d;
+    int64_t x0;        /* the chunk of x: k_c[x0 .. x0 + d) */
+    int first, last;   /* first: store s, else add to it; last: then apply kscale */
+    const float *q;    /* the chunk, aligned, zero-padded to a multiple of 32; KV_BF16P: per 32 x the evens, then the odds */
+    int64_t ldq;
+    const void *const *krow;
+    const float *kscale; /* int8 only; NULL = 1 */
+    float *s;
+    int64_t lds;
+} qks_args;
+
+/* Keeps v in a register. Without it GCC folds a load that feeds several FMAs
+ * into each of them as a memory operand, and qk_small at rows = 8 turned
+ * load-bound (18 loads per 16 FMAs; measured 65 cycles per key against 54). */
+#define SK_IN_REG(v) __asm__("" : "+v"(v))
+
+/*
+ * acc[r][j] += q[r][x..] * k_j[x..] for the step of x at x (KV_BF16P: 32, else
+ * 16; masked by tail). The vectors reused across the step stay in registers: the
+ * R (KV_BF16P: 2R) q vectors, with the columns outermost, or for KV_BF16P with
+ * R > NC the 2NC K vectors, with the rows outermost (2R + R*NC would not fit).
+ */
+FA_AVX512_INLINE void qks_step(const int kv, const int R, const int NC, const int masked, __mmask32 tail,
+                               const float *q, int64_t ldq, const char *const kc[], int64_t x,
+                               __m512 acc[FA_SMALL_ROWS][16])
+{
+    if (kv == KV_BF16P && R > NC) {
+        __m512 ke[16], ko[16];
+        FA_AVX512_UNROLL
+        for (int j = 0; j < NC; j++) {
+            bf16_pairs(masked, tail, kc[j], x, &ke[j], &ko[j]);
+            SK_IN_REG(ke[j]);
+            SK_IN_REG(ko[j]);
+        }
+        FA_AVX512_UNROLL
+        for (int r = 0; r < R; r++) {
+            __m512 qe = _mm512_load_ps(q + r * ldq + x), qo = _mm512_load_ps(q + r * ldq + x + 16);
+            SK_IN_REG(qe);
+            SK_IN_REG(qo);
+            FA_AVX512_UNROLL
+            for (int j = 0; j < NC; j++)
+                acc[r][j] = _mm512_fmadd_ps(qo, ko[j], _mm512_fmadd_ps(qe, ke[j], acc[r][j]));
+        }
+        return;
+    }
+    if (kv == KV_BF16P) {
+        __m512 qe[FA_SMALL_ROWS], qo[FA_SMALL_ROWS];
+        FA_AVX512_UNROLL
+        for (int r = 0; r < R; r++) {
+            qe[r] = _mm512_load_ps(q + r * ldq + x), qo[r] = _mm512_load_ps(q + r * ldq + x + 16);
+            SK_IN_REG(qe[r]);
+            SK_IN_REG(qo[r]);
+        }
+        FA_AVX512_UNROLL
+        for (int j = 0; j < NC; j++) {
+            __m512 ke, ko;
+            bf16_pairs(masked, tail, kc[j], x, &ke, &ko);
+            FA_AVX512_UNROLL
+            for (int r = 0; r < R; r++) acc[r][j] = _mm512_fmadd_ps(qo[r], ko, _mm512_fmadd_ps(qe[r], ke, acc[r][j]));
+        }
+        return;
+    }
+    __m512 qv[FA_SMALL_ROWS];
+    FA_AVX512_UNROLL
+    for (int r = 0; r < R; r++) {
+        qv[r] = _mm512_load_ps(q + r * ldq + x); /* zero past d */
+        SK_IN_REG(qv[r]);
+    }
+    FA_AVX512_UNROLL
+    for (int j = 0; j < NC; j++) {
+        const __m512 kx = kv_load(kv, masked, (__mmask16)tail, kc[j], x);
+        FA_AVX512_UNROLL
+        for (int r = 0; r < R; r++) acc[r][j] = _mm512_fmadd_ps(qv[r], kx, acc[r][j]);
+    }
+}
+
+/*
+ * s[r][c] (+)= sum_x q[r][x] * k_c[x0 + x] for r < R, x < d (then times kscale[c]):
+ * blocks of 16 columns, each in sub-blocks of NC (even, dividing 16), whose R x NC
+ * accumulators run over all of d and then go through step 1 of the tree into
+ * part[r]; steps 2-4 follow per 16 columns. A sub-block past cols repeats the
+ * last column; the pairs a short last block never reaches are zeroed. Both only
+ * feed padding.
+ */
+FA_AVX512_INLINE void qks_body(const int kv, const int R, const int NC, const qks_args *a)
+{
+    const int64_t step = kv == KV_BF16P ? 32 : 16;
+    const int64_t cols = a->cols, d = a->d, ldq = a->ldq, dfull = d - d % step, row_bytes = d * kv_bytes(kv);
+    const __mmask32 tail = (__mmask32)((1ull << (d - dfull)) - 1u);
+    const int64_t off = a->x0 * kv_bytes(kv);
+    const float *q = a->q;
+    _Alignas(64) float part[FA_SMALL_ROWS][8][16];
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+        const int64_t cend = MIN64(c0 + 16, cols);
+        for (int64_t cb = c0; cb < cend; cb += NC) {
+            const char *kc[16];
+            FA_AVX512_UNROLL
+            for (int j = 0; j < NC; j++) {
+                kc[j] = (const char *)a->krow[MIN64(cb + j, cols - 1)] + off;
+                if (cb + SK_PF + j < cols) prefetch_bytes((const char *)a->krow[cb + SK_PF + j] + off, row_bytes);
+            }
+            __m512 acc[FA_SMALL_ROWS][16];
+            FA_AVX512_UNROLL
+            for (int r = 0; r < R; r++)
+                FA_AVX512_UNROLL
+                for (int j = 0; j < NC; j++) acc[r][j] = _mm512_setzero_ps();
+            for (int64_t x = 0; x < dfull; x += step) qks_step(kv, R, NC, 0, 0, q, ldq, kc, x, acc);
+            if (tail) qks_step(kv, R, NC, 1, tail, q, ldq, kc, dfull, acc);
+            FA_AVX512_UNROLL
+            for (int r = 0; r < R; r++)
+                FA_AVX512_UNROLL
+                for (int j = 0; j < NC; j += 2)
+                    _mm512_store_ps(part[r][(cb - c0 + j) / 2], sum_pair(acc[r][j], acc[r][j + 1]));
+        }
+        if (cend - c0 < 16)
+            for (int64_t pr = (cend - c0 + NC - 1) / NC * NC / 2; pr < 8; pr++)
+                FA_AVX512_UNROLL
+                for (int r = 0; r < R; r++) _mm512_store_ps(part[r][pr], _mm512_setzero_ps());
+        const int scaled = kv == FA_KV_I8 && a->kscale && a->last;
+        const __m512 ks = scaled ? _mm512_maskz_loadu_ps(fa_avx512_head_mask(cols - c0), a->kscale + c0)
+                                 : _mm512_setzero_ps();
+        FA_AVX512_UNROLL
+        for (int r = 0; r < R; r++) {
+            const float *pr = part[r][0];
+            __m512 v = sum_16(sum_quad(_mm512_load_ps(pr), _mm512_load_ps(pr + 16)),
+                              sum_quad(_mm512_load_ps(pr + 32), _mm512_load_ps(pr + 48)),
+                              sum_quad(_mm512_load_ps(pr + 64), _mm512_load_ps(pr + 80)),
+                              sum_quad(_mm512_load_ps(pr + 96), _mm512_load_ps(pr + 112)));
+            float *sr = a->s + r * a->lds + c0;
+            if (!a->first) v = _mm512_add_ps(v, _mm512_load_ps(sr));
+            if (scaled) v = _mm512_mul_ps(v, ks);
+            _mm512_store_ps(sr, v);
+        }
+    }
+}
+
+/* One function per (type, rows) (see the top of the file); NC = 16 / R, even. */
+#define QKS_DEF(kv, R, NC)                                                                                              \
+    static void qks_##kv##_##R(const qks_args *a) { qks_body(kv, R, NC, a); }
+#define SK_DEF_ROWS(DEF, kv)                                                                                            \
+    DEF(kv, 1, 8) DEF(kv, 2, 8) DEF(kv, 3, 4) DEF(kv, 4, 4) DEF(kv, 5, 2) DEF(kv, 6, 2) DEF(kv, 7, 2) DEF(kv, 8, 2)
+#define SK_ROW_TABLE(P, kv)                                                                                             \
+    {NULL, P##_##kv##_1, P##_##kv##_2, P##_##kv##_3, P##_##kv##_4, P##_##kv##_5, P##_##kv##_6, P##_##kv##_7,          \
+     P##_##kv##_8}
+SK_DEF_ROWS(QKS_DEF, FA_KV_F32)
+SK_DEF_ROWS(QKS_DEF, FA_KV_F16)
+SK_DEF_ROWS(QKS_DEF, FA_KV_I8)
+SK_DEF_ROWS(QKS_DEF, KV_BF16P)
+
+void fa_avx512_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq, const void *const *krow,
+                        int kv, const float *kscale, float *s, int64_t lds)
+{
+    static void (*const fn[KV_TYPES][FA_SMALL_ROWS + 1])(const qks_args *) = {
+        [FA_KV_F32] = SK_ROW_TABLE(qks, FA_KV_F32), [FA_KV_F16] = SK_ROW_TABLE(qks, FA_KV_F16),
+        [FA_KV_I8] = SK_ROW_TABLE(qks, FA_KV_I8), [KV_BF16P] = SK_ROW_TABLE(qks, KV_BF16P)};
+    const int pairs = kv == FA_KV_BF16;
+    const __m512i even = _mm512_loadu_si512(SK_EVEN), odd = _mm512_loadu_si512(SK_ODD);
+    /* q goes through an aligned buffer, QS_QMAX x at a time (d is rarely more:
+     * the later chunks add to s), zero-padded to a multiple of 32; for the bf16
+     * pairs each 32 x as its evens, then its odds */
+    _Alignas(64) float qp[FA_SMALL_ROWS * QS_QMAX];
+    for (int64_t x0 = 0; x0 < d; x0 += QS_QMAX) {
+        const int64_t dd = MIN64(QS_QMAX, d - x0), ld = (dd + 31) & ~(int64_t)31;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t x = 0; x < ld; x += 32) {
+                const float *qx = q + r * ldq + x0 + x;
+                const __m512 lo = _mm512_maskz_loadu_ps(fa_avx512_head_mask(dd - x), qx);
+                const __m512 hi = _mm512_maskz_loadu_ps(fa_avx512_head_mask(dd - x > 16 ? dd - x - 16 : 0), qx + 16);
+                _mm512_store_ps(qp + r * ld + x, pairs ? _mm512_permutex2var_ps(lo, even, hi) : lo);
+                _mm512_store_ps(qp + r * ld + x + 16, pairs ? _mm512_permutex2var_ps(lo, odd, hi) : hi);
+            }
+        const qks_args a = {cols, dd, x0, x0 == 0, x0 + dd == d, qp, ld, krow, kv == FA_KV_I8 ? kscale : NULL, s, lds};
+        fn[pairs ? KV_BF16P : kv][rows](&a);
+    }
+}
+
+/* max(mx, x) over the lanes in k of the 16 scores at p; NaN x are left out of mx
+ * (vmaxps returns its second operand when either is NaN) and flagged in *unord. */
+FA_AVX512_INLINE __m512 band_max(__m512 mx, __mmask16 *unord, __mmask16 k, const float *p)
+{
+    const __m512 x = _mm512_load_ps(p);
+    *unord |= _mm512_mask_cmp_ps_mask(k, x, x, _CMP_UNORD_Q);
+    return _mm512_mask_max_ps(mx, k, x, mx);
+}
+
+/* p = exp(s - ms) over the lanes in k of the 16 scores at p, 0 elsewhere, in place; returns sum + p. */
+FA_AVX512_INLINE __m512 band_exp(__m512 sum, __m512 ms, __mmask16 k, float *p)
+{
+    const __m512 e = _mm512_maskz_mov_ps(k, fa_avx512_exp(_mm512_sub_ps(_mm512_load_ps(p), ms)));
+    _mm512_store_ps(p, e);
+    return _mm512_add_ps(sum, e);
+}
+
+/*
+ * softmax on s[r][c]. Per row the kept columns are [a, z] (the band clipped to
+ * the tile); the 16-column chunks f = a & ~15 .. e = z & ~15 hold them, only the
+ * first and the last partly (masks kf, ke; both when f == e), and the loops run
+ * the chunks between unmasked. Pass 1 finds the maximum over the kept columns
+ * (NaN tracked apart, as in softmax_panel; four chains); the per-row step
+ * (m_new, alpha, l * alpha) runs on one vector of the rows; pass 2 writes p
+ * over round_up(cols, 16), 0 outside the band, and sums it.
+ */
+void fa_avx512_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo, const int32_t *hi,
+                             float *m, float *l, float *alpha)
+{
+    _Alignas(64) float tmax[16], msub[16], lal[16];
+    int64_t bf[FA_SMALL_ROWS], be[FA_SMALL_ROWS];
+    __mmask16 kf[FA_SMALL_ROWS], ke[FA_SMALL_ROWS];
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t a = lo && lo[r] > 0 ? lo[r] : 0, z = lo && hi[r] < cols - 1 ? hi[r] : cols - 1;
+        const float *sr = s + r * lds;
+        __m512 mx[4];
+        for (int i = 0; i < 4; i++) mx[i] = _mm512_set1_ps(-INFINITY);
+        __mmask16 unord = 0;
+        bf[r] = 0, be[r] = -16; /* no chunk: nothing kept */
+        if (a <= z) {
+            const int64_t f = a & ~(int64_t)15, e = z & ~(int64_t)15;
+            bf[r] = f, be[r] = e;
+            kf[r] = (__mmask16)~fa_avx512_head_mask(a - f);
+            ke[r] = fa_avx512_head_mask(z - e + 1);
+            if (f == e) {
+                mx[0] = band_max(mx[0], &unord, kf[r] & ke[r], sr + f);
+            } else {
+                mx[0] = band_max(mx[0], &unord, kf[r], sr + f);
+                mx[1] = band_max(mx[1], &unord, ke[r], sr + e);
+                int64_t c0 = f + 16;
+                for (; c0 + 64 <= e; c0 += 64)
+                    for (int i = 0; i < 4; i++) mx[i] = band_max(mx[i], &unord, 0xFFFF, sr + c0 + 16 * i);
+                for (; c0 < e; c0 += 16) mx[2] = band_max(mx[2], &unord, 0xFFFF, sr + c0);
+            }
+        }
+        tmax[r] = unord ? NAN
+                        : _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3])));
+    }
+    const __mmask16 kr = fa_avx512_head_mask(rows);
+    const __m512 tm = _mm512_maskz_load_ps(kr, tmax), mold = _mm512_maskz_loadu_ps(kr, m);
+    /* m_new = max(m_old, tile max), NaN if either is */
+    const __m512 mnew = _mm512_mask_mov_ps(_mm512_max_ps(tm, mold), _mm512_cmp_ps_mask(tm, mold, _CMP_UNORD_Q),
+                                           _mm512_set1_ps(NAN));
+    /* nothing kept yet: alpha = 1, and s - 0 so -inf scores give exp(-inf) = 0 */
+    const __mmask16 none = _mm512_cmp_ps_mask(mnew, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    const __m512 al = _mm512_mask_mov_ps(fa_avx512_exp(_mm512_sub_ps(mold, mnew)), none, _mm512_set1_ps(1.0f));
+    _mm512_store_ps(msub, _mm512_mask_mov_ps(mnew, none, _mm512_setzero_ps()));
+    _mm512_store_ps(lal, _mm512_mul_ps(_mm512_maskz_loadu_ps(kr, l), al));
+    _mm512_mask_storeu_ps(m, kr, mnew);
+    _mm512_mask_storeu_ps(alpha, kr, al);
+    for (int64_t r = 0; r < rows; r++) {
+        float *sr = s + r * lds;
+        const int64_t f = bf[r], e = be[r];
+        const __m512 ms = _mm512_set1_ps(msub[r]);
+        __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+        for (int64_t c0 = 0; c0 < f; c0 += 16) _mm512_store_ps(sr + c0, _mm512_setzero_ps());
+        if (f == e) {
+            sum0 = band_exp(sum0, ms, kf[r] & ke[r], sr + f);
+        } else if (f < e) {
+            sum0 = band_exp(sum0, ms, kf[r], sr + f);
+            sum1 = band_exp(sum1, ms, ke[r], sr + e);
+            int64_t c0 = f + 16;
+            for (; c0 + 32 <= e; c0 += 32) {
+                sum0 = band_exp(sum0, ms, 0xFFFF, sr + c0);
+                sum1 = band_exp(sum1, ms, 0xFFFF, sr + c0 + 16);
+            }
+            if (c0 < e) sum0 = band_exp(sum0, ms, 0xFFFF, sr + c0);
+        }
+        for (int64_t c0 = e + 16; c0 < cols; c0 += 16) _mm512_store_ps(sr + c0, _mm512_setzero_ps());
+        l[r] = lal[r] + _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
+    }
+}
+
+typedef struct {
+    int64_t cols, dv;
+    int64_t pf_cols; /* rows that exist from vrow on: how far prefetching may look */
+    const float *p;  /* p[r][c], ld ldp (vscale folded in for int8) */
+    int64_t ldp;
+    const void *const *vrow;
+    const float *alpha; /* NULL: no rescale */
+    float *acc;
+    int64_t ldacc;
+} pvs_args;
+
+/*
+ * acc[r][e0 + 16i ..] = alpha[r] * acc + sum_c p[r][c] * v_c[e0 + 16i ..] for r < R,
+ * i < NV (with masked, the last vector masked by tail), all columns of the block.
+ * KV_BF16P (NV even, never masked): accumulator 2g holds the even e of
+ * e0+32g..e0+32g+31, 2g+1 the odd ones.
+ */
+FA_AVX512_INLINE void pvs_tile(const int kv, const int R, const int NV, const int masked, __mmask16 tail, int64_t e0,
+                               const pvs_args *a)
+{
+    const int64_t cols = a->cols, ldp = a->ldp, pf_bytes = MIN64(16 * NV, a->dv - e0) * kv_bytes(kv);
+    const float *p = a->p;
+    const __m512i even = _mm512_loadu_si512(SK_EVEN), odd = _mm512_loadu_si512(SK_ODD);
+    __m512 acc[FA_SMALL_ROWS][8];
+    FA_AVX512_UNROLL
+    for (int r = 0; r < R; r++) {
+        const float *ar = a->acc + r * a->ldacc + e0;
+        FA_AVX512_UNROLL
+        for (int i = 0; i < NV; i++) {
+            if (kv == KV_BF16P)
+                acc[r][i] = _mm512_permutex2var_ps(_mm512_loadu_ps(ar + 32 * (i / 2)), i % 2 ? odd : even,
+                                                   _mm512_loadu_ps(ar + 32 * (i / 2) + 16));
+            else if (masked && i == NV - 1)
+                acc[r][i] = _mm512_maskz_loadu_ps(tail, ar + 16 * i);
+            else
+                acc[r][i] = _mm512_loadu_ps(ar + 16 * i);
+            if (a->alpha) acc[r][i] = _mm512_mul_ps(acc[r][i], _mm512_set1_ps(a->alpha[r]));
+        }
+    }
+    for (int64_t c = 0; c < cols; c++) {
+        if (c + SK_PF < a->pf_cols)
+            prefetch_bytes((const char *)a->vrow[c + SK_PF] + e0 * kv_bytes(kv), pf_bytes);
+        const void *vr = a->vrow[c];
+        __m512 vv[8];
+        if (kv == KV_BF16P) {
+            FA_AVX512_UNROLL
+            for (int g = 0; g < NV / 2; g++) bf16_pairs(0, 0, vr, e0 + 32 * g, &vv[2 * g], &vv[2 * g + 1]);
+        } else {
+            FA_AVX512_UNROLL
+            for (int i = 0; i < NV; i++) vv[i] = kv_load(kv, masked && i == NV - 1, tail, vr, e0 + 16 * i);
+        }
+        FA_AVX512_UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m512 pb = _mm512_set1_ps(p[r * ldp + c]);
+            FA_AVX512_UNROLL
+            for (int i = 0; i < NV; i++) acc[r][i] = _mm512_fmadd_ps(pb, vv[i], acc[r][i]);
+        }
+    }
+    const __m512i zlo = _mm512_loadu_si512(SK_ZIP_LO), zhi = _mm512_loadu_si512(SK_ZIP_HI);
+    FA_AVX512_UNROLL
+    for (int r = 0; r < R; r++) {
+        float *ar = a->acc + r * a->ldacc + e0;
+        FA_AVX512_UNROLL
+        for (int i = 0; i < NV; i++) {
+            if (kv == KV_BF16P)
+                _mm512_storeu_ps(ar + 16 * i, _mm512_permutex2var_ps(acc[r][i & ~1], i % 2 ? zhi : zlo, acc[r][i | 1]));
+            else if (masked && i == NV - 1)
+                _mm512_mask_storeu_ps(ar + 16 * i, tail, acc[r][i]);
+            else
+                _mm512_storeu_ps(ar + 16 * i, acc[r][i]);
+        }
+    }
+}
+
+/* The whole 16*NV-wide slices of e, and (separately) what remains, one vector at
+ * a time (for bf16 the pairs do the first, the plain type the second). */
+#define PVS_DEF_MAIN(kv, R, NV)                                                                                         \
+    static void pvs_##kv##_##R(const pvs_args *a)                                                                       \
+    {                                                                                                                   \
+        for (int64_t e0 = 0; e0 + 16 * NV <= a->dv; e0 += 16 * NV) pvs_tile(kv, R, NV, 0, 0xFFFF, e0, a);             \
+    }
+#define PVS_DEF_REST(kv, R, NV)                                                                                         \
+    static void pvsr_##kv##_##R(const pvs_args *a)                                                                      \
+    {                                                                                                                   \
+        for (int64_t e0 = a->dv / (16 * NV) * (16 * NV); e0 < a->dv; e0 += 16)                                        \
+            pvs_tile(kv, R, 1, 1, fa_avx512_head_mask(a->dv - e0), e0, a);                                              \
+    }
+#define PVS_DEF(kv, R, NV) PVS_DEF_MAIN(kv, R, NV) PVS_DEF_REST(kv, R, NV)
+SK_DEF_ROWS(PVS_DEF, FA_KV_F32)
+SK_DEF_ROWS(PVS_DEF, FA_KV_F16)
+SK_DEF_ROWS(PVS_DEF, FA_KV_I8)
+SK_DEF_ROWS(PVS_DEF_MAIN, KV_BF16P)
+SK_DEF_ROWS(PVS_DEF_REST, FA_KV_BF16)
+
+void fa_avx512_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds, const void *const *vrow,
+                        int kv, const float *vscale, const float *alpha, float *acc, int64_t ldacc)
+{
+    static void (*const fn[KV_TYPES][FA_SMALL_ROWS + 1])(const pvs_args *) = {
+        [FA_KV_F32] = SK_ROW_TABLE(pvs, FA_KV_F32), [FA_KV_F16] = SK_ROW_TABLE(pvs, FA_KV_F16),
+        [FA_KV_I8] = SK_ROW_TABLE(pvs, FA_KV_I8), [KV_BF16P] = SK_ROW_TABLE(pvs, KV_BF16P)};
+    static void (*const rest[4][FA_SMALL_ROWS + 1])(const pvs_args *) = {
+        [FA_KV_F32] = SK_ROW_TABLE(pvsr, FA_KV_F32), [FA_KV_F16] = SK_ROW_TABLE(pvsr, FA_KV_F16),
+        [FA_KV_BF16] = SK_ROW_TABLE(pvsr, FA_KV_BF16), [FA_KV_I8] = SK_ROW_TABLE(pvsr, FA_KV_I8)};
+    _Alignas(64) float ps[FA_SMALL_ROWS * PS_CB]; /* int8: p * vscale */
+    /* PS_CB columns at a time: acc is rescaled by alpha only in the first */
+    for (int64_t c0 = 0; c0 < cols; c0 += PS_CB) {
+        const int64_t cc = MIN64(PS_CB, cols - c0);
+        pvs_args a = {cc, dv, cols - c0, s + c0, lds, vrow + c0, c0 == 0 ? alpha : NULL, acc, ldacc};
+        if (kv == FA_KV_I8 && vscale) {
+            for (int64_t c = 0; c < cc; c += 16) {
+                const __mmask16 k = fa_avx512_head_mask(cc - c);
+                const __m512 vs = _mm512_maskz_loadu_ps(k, vscale + c0 + c);
+                for (int64_t r = 0; r < rows; r++)
+                    _mm512_store_ps(ps + r * PS_CB + c, _mm512_mul_ps(_mm512_maskz_load_ps(k, s + r * lds + c0 + c), vs));
+            }
+            a.p = ps, a.ldp = PS_CB;
+        }
+        fn[kv == FA_KV_BF16 ? KV_BF16P : kv][rows](&a);
+        rest[kv][rows](&a);
+    }
+}
+
 /* -------------------------------------------------------------------- probe */
 
 /* 16 independent FMA chains: two FMA ports x 4 cycles latency need 8, so the
@@ -524,5 +1038,8 @@ const fa_kernels fa_kernels_avx512 = {
     .pv = fa_avx512_pv,
     .f16_to_f32 = fa_avx512_f16_to_f32,
     .bf16_to_f32 = fa_avx512_bf16_to_f32,
+    .qk_small = fa_avx512_qk_small,
+    .softmax_small = fa_avx512_softmax_small,
+    .pv_small = fa_avx512_pv_small,
     .probe_fma = fa_avx512_probe_fma,
 };

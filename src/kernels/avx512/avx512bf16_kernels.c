@@ -346,6 +346,9 @@ const fa_kernels fa_kernels_avx512bf16 = {
     .pack_qt_bf16 = avx512bf16_pack_qt,
     .qk_bf16 = avx512bf16_qk,
     .pv_bf16 = avx512bf16_pv,
+    .qk_small = fa_avx512_qk_small,
+    .softmax_small = fa_avx512_softmax_small,
+    .pv_small = fa_avx512_pv_small,
     .probe_fma = fa_avx512_probe_fma,
     .probe_bf16 = avx512bf16_probe,
 };

@@ -425,6 +425,440 @@ static void neon_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
+/* ------------------------------------------------------------------ small-row (decode) */
+
+/*
+ * Decoding: at most 8 query rows, scores row-major s[r][c], K/V rows of type kv
+ * reached through pointers (kernels.h). K/V elements are widened to f32 in
+ * registers as they are loaded (f16: FCVTL, bf16: a 16-bit shift, int8: SXTL
+ * twice and SCVTF), 8 at a time, each once per register block and used by every
+ * query row of the block; nothing converted goes back to memory. Blocks:
+ *   qk_small  g rows x nc key columns of partial dot products along d (g = 1..4:
+ *             nc = 8, 8, 4, 4; 8 to 16 accumulators), reduced by pairwise adds
+ *             into one vector of column sums per row; 5..8 rows run as two row
+ *             groups over the same 8 key columns, whose K rows are then in L1;
+ *   softmax_small  one row at a time, vectors along c;
+ *   pv_small  all rows x nv vectors along e (nv = 8, 8, 4, 4, 2, 2, 2, 2; 8 to 16
+ *             accumulators), p transposed per chunk of 64 columns into pt[c][r]
+ *             (times the V row scale for int8) and broadcast by lane.
+ * K/V rows are prefetched SMALL_PF columns ahead as in the AVX2 table (not tuned
+ * here: no aarch64 hardware to time on).
+ * Tails: the last d % 8 (dv % 8) elements are done as the row's last 8, the
+ * ones done before zeroed (in q and K; in V, with alpha 1); rows shorter than 8
+ * go through kv_load8_part. A last, partial tile of key columns repeats the
+ * last K row and stores only the columns below cols.
+ */
+
+#if defined(__GNUC__)
+#define NEON_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#define NEON_PREFETCH(p) ((void)(p))
+#endif
+
+enum {
+    SMALL_PF = 32, /* K/V rows are prefetched this many columns ahead */
+    PVS_CC = 64    /* key columns per pv_small chunk */
+};
+
+/* 8 consecutive elements of a K/V row from x on, as floats (int8 unscaled). */
+NEON_BLOCK float32x4x2_t kv_load8(const int kv, const void *row, int64_t x)
+{
+    float32x4x2_t r;
+    if (kv == FA_KV_F16) {
+        const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)row + x));
+        r.val[0] = vcvt_f32_f16(vget_low_f16(h));
+        r.val[1] = vcvt_high_f32_f16(h);
+    } else if (kv == FA_KV_BF16) {
+        const uint16x8_t h = vld1q_u16((const uint16_t *)row + x);
+        r.val[0] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
+        r.val[1] = vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
+    } else if (kv == FA_KV_I8) {
+        const int16x8_t w = vmovl_s8(vld1_s8((const int8_t *)row + x));
+        r.val[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(w)));
+        r.val[1] = vcvtq_f32_s32(vmovl_high_s16(w));
+    } else {
+        r.val[0] = vld1q_f32((const float *)row + x);
+        r.val[1] = vld1q_f32((const float *)row + x + 4);
+    }
+    return r;
+}
+
+static int64_t kv_size(int kv) { return kv == FA_KV_F32 ? 4 : kv == FA_KV_I8 ? 1 : 2; }
+
+/* The n (1..7) elements from x on, zero in the other lanes; reads nothing past them. */
+NEON_BLOCK float32x4x2_t kv_load8_part(const int kv, const void *row, int64_t x, int64_t n)
+{
+    float tmp[8] = {0}; /* 32 bytes: room for 8 elements of any type */
+    const int64_t es = kv_size(kv);
+    memcpy(tmp, (const char *)row + x * es, (size_t)(n * es));
+    return kv_load8(kv, tmp, 0);
+}
+
+/* Ask for the cache lines of K/V rows c0 .. c1-1 (`bytes` each). */
+NEON_BLOCK void prefetch_rows(const void *const *row, int64_t c0, int64_t c1, int64_t bytes)
+{
+    for (int64_t c = c0; c < c1; c++) {
+        const char *p = (const char *)row[c];
+        for (int64_t b = 0; b < bytes; b += 64) NEON_PREFETCH(p + b);
+        NEON_PREFETCH(p + bytes - 1);
+    }
+}
+
+/*
+ * s[i][j] = sum_x q[i][x] * k_j[x] (times ks[j] for int8) for i < nr, j < nc,
+ * stored for j < nst (the tile's columns below cols). The d % 8 values past the
+ * last 8 are done as one more step: K's last 8 elements times qtail, q's last 8,
+ * with the ones already done zeroed in both (for d < 8: q and K zero-padded).
+ */
+NEON_BLOCK void qks_tile(const int kv, const int nr, const int nc, int64_t nst, int64_t d, const float *q,
+                         int64_t ldq, const float *qtail, const void *const *kp, const float *ks, float *s,
+                         int64_t lds)
+{
+    float32x4_t acc[4][8];
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < nc; j++) acc[i][j] = vdupq_n_f32(0.0f);
+    const int64_t d8 = d & ~(int64_t)7;
+    for (int64_t x = 0; x < d8; x += 8) {
+        float32x4_t q0[4], q1[4];
+        for (int i = 0; i < nr; i++) {
+            q0[i] = vld1q_f32(q + i * ldq + x);
+            q1[i] = vld1q_f32(q + i * ldq + x + 4);
+        }
+        for (int j = 0; j < nc; j++) {
+            const float32x4x2_t k = kv_load8(kv, kp[j], x);
+            for (int i = 0; i < nr; i++) {
+                acc[i][j] = vfmaq_f32(acc[i][j], q0[i], k.val[0]);
+                acc[i][j] = vfmaq_f32(acc[i][j], q1[i], k.val[1]);
+            }
+        }
+    }
+    if (d8 < d) {
+        float32x4x2_t kt[8];
+        /* the lanes done already are zero in qtail and in K (an infinite K times 0 would be NaN) */
+        const int32_t i4[4] = {0, 1, 2, 3};
+        const int32x4_t lane = vld1q_s32(i4), first = vdupq_n_s32(8 - (int32_t)(d - d8));
+        const uint32x4_t keep0 = vcgeq_s32(lane, first), keep1 = vcgeq_s32(vaddq_s32(lane, vdupq_n_s32(4)), first);
+        for (int j = 0; j < nc; j++) {
+            if (d >= 8) {
+                kt[j] = kv_load8(kv, kp[j], d - 8);
+                kt[j].val[0] = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(kt[j].val[0]), keep0));
+                kt[j].val[1] = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(kt[j].val[1]), keep1));
+            } else {
+                kt[j] = kv_load8_part(kv, kp[j], 0, d);
+            }
+        }
+        for (int i = 0; i < nr; i++) {
+            const float32x4_t q0 = vld1q_f32(qtail + 8 * i), q1 = vld1q_f32(qtail + 8 * i + 4);
+            for (int j = 0; j < nc; j++) {
+                acc[i][j] = vfmaq_f32(acc[i][j], q0, kt[j].val[0]);
+                acc[i][j] = vfmaq_f32(acc[i][j], q1, kt[j].val[1]);
+            }
+        }
+    }
+    for (int i = 0; i < nr; i++) {
+        float *si = s + i * lds;
+        for (int j0 = 0; j0 < nc; j0 += 4) {
+            float32x4_t h = vpaddq_f32(vpaddq_f32(acc[i][j0], acc[i][j0 + 1]), vpaddq_f32(acc[i][j0 + 2], acc[i][j0 + 3]));
+            if (kv == FA_KV_I8) h = vmulq_f32(h, vld1q_f32(ks + j0));
+            const int64_t n = nst - j0; /* columns of these 4 below cols */
+            if (n >= 4) {
+                vst1q_f32(si + j0, h);
+            } else {
+                if (n >= 1) vst1q_lane_f32(si + j0, h, 0);
+                if (n >= 2) vst1q_lane_f32(si + j0 + 1, h, 1);
+                if (n >= 3) vst1q_lane_f32(si + j0 + 2, h, 2);
+            }
+        }
+    }
+}
+
+/* Rows r0 .. r0+g of one block of 8 key columns, `valid` of them < cols; the
+ * first row group prefetches the rows SMALL_PF columns on (npf of them exist). */
+NEON_BLOCK void qks_group(const int kv, const int g, int64_t valid, int64_t d, const float *q, int64_t ldq,
+                          const float *qtail, const void *const *kp, const float *ks, float *s, int64_t lds,
+                          const void *const *pf, int64_t npf, int64_t bytes)
+{
+    const int nc = g <= 2 ? 8 : 4;
+    for (int j = 0; j < 8 && j < valid; j += nc) {
+        prefetch_rows(pf, j < npf ? j : npf, j + nc < npf ? j + nc : npf, bytes);
+        qks_tile(kv, g, nc, valid - j < nc ? valid - j : nc, d, q, ldq, qtail, kp + j, ks + j, s + j, lds);
+    }
+}
+
+NEON_BLOCK void qk_small_kv(const int kv, int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
+                            const void *const *krow, const float *kscale, float *s, int64_t lds)
+{
+    float qtail[FA_SMALL_ROWS * 8];
+    const int64_t d8 = d & ~(int64_t)7;
+    const int64_t t0 = d >= 8 ? d - 8 : 0; /* qtail[r][x] is q[r][t0 + x] where t0 + x >= d8 */
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t x = 0; x < 8; x++) qtail[8 * r + x] = t0 + x >= d8 && t0 + x < d ? q[r * ldq + t0 + x] : 0.0f;
+    /* two row groups beyond 4 rows: 3+2, 3+3, 4+3, 4+4 */
+    const int g0 = rows <= 4 ? (int)rows : (int)(rows + 1) / 2, g1 = (int)rows - g0;
+    const int64_t bytes = d * kv_size(kv);
+    for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+        const int64_t valid = cols - c0 < 8 ? cols - c0 : 8;
+        const void *kp[8];
+        float ks[8];
+        for (int64_t j = 0; j < 8; j++) {
+            const int64_t c = c0 + (j < valid ? j : valid - 1);
+            kp[j] = krow[c];
+            ks[j] = kv == FA_KV_I8 && j < valid ? kscale[c] : 0.0f;
+        }
+        const int64_t pf0 = c0 + SMALL_PF, npf0 = cols - pf0 < 0 ? 0 : cols - pf0 < 8 ? cols - pf0 : 8;
+        for (int part = 0; part < 2; part++) {
+            const int g = part ? g1 : g0;
+            const int64_t r0 = part ? g0 : 0, npf = part ? 0 : npf0;
+            const float *qr = q + r0 * ldq, *qt = qtail + 8 * r0;
+            float *sr = s + r0 * lds + c0;
+            switch (g) {
+            case 1: qks_group(kv, 1, valid, d, qr, ldq, qt, kp, ks, sr, lds, krow + pf0, npf, bytes); break;
+            case 2: qks_group(kv, 2, valid, d, qr, ldq, qt, kp, ks, sr, lds, krow + pf0, npf, bytes); break;
+            case 3: qks_group(kv, 3, valid, d, qr, ldq, qt, kp, ks, sr, lds, krow + pf0, npf, bytes); break;
+            case 4: qks_group(kv, 4, valid, d, qr, ldq, qt, kp, ks, sr, lds, krow + pf0, npf, bytes); break;
+            default: break;
+            }
+        }
+    }
+}
+
+static void neon_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
+                          const void *const *krow, int kv, const float *kscale, float *s, int64_t lds)
+{
+    switch (kv) {
+    case FA_KV_F16: qk_small_kv(FA_KV_F16, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    case FA_KV_BF16: qk_small_kv(FA_KV_BF16, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    case FA_KV_I8: qk_small_kv(FA_KV_I8, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    default: qk_small_kv(FA_KV_F32, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    }
+}
+
+/*
+ * softmax's rules on s[r][c]: pass 1 takes each row's maximum over its band
+ * [a, z] (lanes outside it set to -inf; FMAX and FMAXV propagate NaN, as the
+ * reference's `|| isnan` does), then m, alpha and l for all rows in two
+ * vectors, as neon_softmax does; pass 2 writes p (zero outside the band, in s's
+ * padding too) and sums it.
+ */
+static void neon_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo,
+                               const int32_t *hi, float *m, float *l, float *alpha)
+{
+    const float32x4_t ninf = vdupq_n_f32(-INFINITY), zero = vdupq_n_f32(0.0f);
+    const int32_t idx4[4] = {0, 1, 2, 3};
+    const int32x4_t idx = vld1q_s32(idx4);
+    float tmax[8], mold[8], lold[8], mnew[8], lsc[8], al[8];
+    int64_t band[FA_SMALL_ROWS][2];
+    for (int64_t r = 0; r < 8; r++) {
+        tmax[r] = -INFINITY;
+        mold[r] = r < rows ? m[r] : -INFINITY;
+        lold[r] = r < rows ? l[r] : 0.0f;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const float *sr = s + r * lds;
+        const int64_t a = lo && lo[r] > 0 ? lo[r] : 0, z = hi && hi[r] < cols - 1 ? hi[r] : cols - 1;
+        band[r][0] = a;
+        band[r][1] = z;
+        if (a > z) continue;
+        const int32x4_t va = vdupq_n_s32((int32_t)a), vz = vdupq_n_s32((int32_t)z);
+        float32x4_t mx = ninf, mx2 = ninf;
+        int64_t c0 = a & ~(int64_t)3;
+        if (c0 < a || c0 + 3 > z) { /* the first vector, partly outside the band */
+            const int32x4_t c = vaddq_s32(vdupq_n_s32((int32_t)c0), idx);
+            const uint32x4_t keep = vandq_u32(vcgeq_s32(c, va), vcleq_s32(c, vz));
+            mx = vbslq_f32(keep, vld1q_f32(sr + c0), ninf);
+            c0 += 4;
+        }
+        for (; c0 + 8 <= z + 1; c0 += 8) {
+            mx = vmaxq_f32(mx, vld1q_f32(sr + c0));
+            mx2 = vmaxq_f32(mx2, vld1q_f32(sr + c0 + 4));
+        }
+        for (; c0 <= z; c0 += 4) {
+            const int32x4_t c = vaddq_s32(vdupq_n_s32((int32_t)c0), idx);
+            mx = vmaxq_f32(mx, vbslq_f32(vcleq_s32(c, vz), vld1q_f32(sr + c0), ninf));
+        }
+        tmax[r] = vmaxvq_f32(vmaxq_f32(mx, mx2));
+    }
+
+    /* m_new, alpha and l * alpha for all rows, two vectors */
+    for (int h = 0; h < 8; h += 4) {
+        const float32x4_t mo = vld1q_f32(mold + h);
+        const float32x4_t mn = vmaxq_f32(mo, vld1q_f32(tmax + h)); /* NaN if either is */
+        const uint32x4_t live = vmvnq_u32(vceqq_f32(mn, ninf));
+        const float32x4_t a = vbslq_f32(live, exp_f32x4(vsubq_f32(mo, mn)), vdupq_n_f32(1.0f));
+        vst1q_f32(mnew + h, mn);
+        vst1q_f32(al + h, a);
+        vst1q_f32(lsc + h, vmulq_f32(vld1q_f32(lold + h), a));
+    }
+
+    for (int64_t r = 0; r < rows; r++) {
+        float *sr = s + r * lds;
+        const int64_t a = band[r][0], z = band[r][1];
+        m[r] = mnew[r];
+        alpha[r] = al[r];
+        if (mnew[r] == -INFINITY || a > z) { /* nothing kept */
+            for (int64_t c0 = 0; c0 < cols; c0 += 4) vst1q_f32(sr + c0, zero);
+            l[r] = lsc[r];
+            continue;
+        }
+        const float32x4_t mv = vdupq_n_f32(mnew[r]);
+        const int32x4_t va = vdupq_n_s32((int32_t)a), vz = vdupq_n_s32((int32_t)z);
+        float32x4_t sum = zero, sum2 = zero;
+        int64_t c0 = 0;
+        for (; c0 + 3 < a; c0 += 4) vst1q_f32(sr + c0, zero);
+        if (c0 < a || c0 + 3 > z) { /* the first vector, partly outside the band */
+            const int32x4_t c = vaddq_s32(vdupq_n_s32((int32_t)c0), idx);
+            const uint32x4_t keep = vandq_u32(vcgeq_s32(c, va), vcleq_s32(c, vz));
+            const float32x4_t e = exp_f32x4(vsubq_f32(vld1q_f32(sr + c0), mv));
+            const float32x4_t p = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(e), keep));
+            sum = vaddq_f32(sum, p);
+            vst1q_f32(sr + c0, p);
+            c0 += 4;
+        }
+        for (; c0 + 8 <= z + 1; c0 += 8) {
+            const float32x4_t p0 = exp_f32x4(vsubq_f32(vld1q_f32(sr + c0), mv));
+            const float32x4_t p1 = exp_f32x4(vsubq_f32(vld1q_f32(sr + c0 + 4), mv));
+            sum = vaddq_f32(sum, p0);
+            sum2 = vaddq_f32(sum2, p1);
+            vst1q_f32(sr + c0, p0);
+            vst1q_f32(sr + c0 + 4, p1);
+        }
+        for (; c0 <= z; c0 += 4) {
+            const int32x4_t c = vaddq_s32(vdupq_n_s32((int32_t)c0), idx);
+            const float32x4_t e = exp_f32x4(vsubq_f32(vld1q_f32(sr + c0), mv));
+            const float32x4_t p = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(e), vcleq_s32(c, vz)));
+            sum = vaddq_f32(sum, p);
+            vst1q_f32(sr + c0, p);
+        }
+        for (; c0 < cols; c0 += 4) vst1q_f32(sr + c0, zero);
+        l[r] = lsc[r] + vaddvq_f32(vaddq_f32(sum, sum2));
+    }
+}
+
+/* The p broadcast for row I of a pv_small tile: lane I % 4 of pq[I / 4]. */
+#define PVS_ROW(I)                                                                            \
+    do {                                                                                      \
+        if (nr > (I))                                                                         \
+            for (int j = 0; j < nv; j++) a[I][j] = vfmaq_laneq_f32(a[I][j], vv[j], pq[(I) / 4], (I) % 4); \
+    } while (0)
+
+/*
+ * acc[i][e0 .. e0+4nv) = (alpha ? alpha[i] : 1) * acc + sum_c pt[c][i] v_c[..] for
+ * i < nr (nv even). part 0: whole vectors. part 1 (dv >= 8, nv = 2): the last
+ * npart elements of the row, as the 8 from e0 = dv - 8 with the first 8 - npart
+ * (already done) left alone: V masked to 0 there, alpha 1. part 2 (dv < 8, nv =
+ * 2): the whole row, zero-padded; the rest of the 8 is acc's padding.
+ */
+NEON_BLOCK void pvs_tile(const int kv, const int nr, const int nv, const int part, int64_t npart, int64_t nc,
+                         const float *pt, const void *const *vrow, int64_t e0, const float *alpha, float *acc,
+                         int64_t ldacc, int64_t npf)
+{
+    const int64_t es = kv_size(kv);
+    const int64_t pfoff = e0 * es, pfend = pfoff + (part == 2 ? npart : 4 * nv) * es - 1;
+    uint32x4_t keep[2];
+    if (part == 1) {
+        const int32_t i4[4] = {0, 1, 2, 3};
+        const int32x4_t lane = vld1q_s32(i4), first = vdupq_n_s32(8 - (int32_t)npart);
+        keep[0] = vcgeq_s32(lane, first);
+        keep[1] = vcgeq_s32(vaddq_s32(lane, vdupq_n_s32(4)), first);
+    }
+    float32x4_t a[FA_SMALL_ROWS][8];
+    for (int i = 0; i < nr; i++) {
+        const float32x4_t al = vdupq_n_f32(alpha ? alpha[i] : 1.0f);
+        for (int j = 0; j < nv; j++) {
+            const float32x4_t aj = part == 1 ? vbslq_f32(keep[j], al, vdupq_n_f32(1.0f)) : al;
+            a[i][j] = vmulq_f32(vld1q_f32(acc + i * ldacc + e0 + 4 * j), aj);
+        }
+    }
+    for (int64_t c = 0; c < nc; c++) {
+        const void *vc = vrow[c];
+        if (c < npf) { /* the same e range of the row SMALL_PF columns on */
+            NEON_PREFETCH((const char *)vrow[c + SMALL_PF] + pfoff);
+            NEON_PREFETCH((const char *)vrow[c + SMALL_PF] + pfend);
+        }
+        float32x4_t vv[8], pq[2];
+        for (int j = 0; j < nv; j += 2) {
+            const float32x4x2_t w = part == 2 ? kv_load8_part(kv, vc, 0, npart) : kv_load8(kv, vc, e0 + 4 * j);
+            vv[j] = w.val[0];
+            vv[j + 1] = w.val[1];
+            if (part == 1) {
+                vv[j] = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(vv[j]), keep[0]));
+                vv[j + 1] = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(vv[j + 1]), keep[1]));
+            }
+        }
+        pq[0] = vld1q_f32(pt + 8 * c);
+        if (nr > 4) pq[1] = vld1q_f32(pt + 8 * c + 4);
+        PVS_ROW(0);
+        PVS_ROW(1);
+        PVS_ROW(2);
+        PVS_ROW(3);
+        PVS_ROW(4);
+        PVS_ROW(5);
+        PVS_ROW(6);
+        PVS_ROW(7);
+    }
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < nv; j++) vst1q_f32(acc + i * ldacc + e0 + 4 * j, a[i][j]);
+}
+#undef PVS_ROW
+
+NEON_BLOCK void pv_small_rows(const int kv, const int nr, int64_t cols, int64_t dv, const float *s, int64_t lds,
+                              const void *const *vrow, const float *vscale, const float *alpha, float *acc,
+                              int64_t ldacc)
+{
+    const int nv = nr <= 2 ? 8 : nr <= 4 ? 4 : 2; /* 8 to 16 accumulators */
+    float pt[PVS_CC * 8];                          /* (PVS_CC, 8): p transposed, rows along lanes */
+    for (int64_t c0 = 0; c0 < cols; c0 += PVS_CC) {
+        const int64_t nc = cols - c0 < PVS_CC ? cols - c0 : PVS_CC;
+        for (int64_t c = 0; c < nc; c++) {
+            const float vs = kv == FA_KV_I8 ? vscale[c0 + c] : 1.0f;
+            for (int i = 0; i < 8; i++) pt[8 * c + i] = i < nr ? s[i * lds + c0 + c] * vs : 0.0f;
+        }
+        const float *al = c0 == 0 ? alpha : NULL;
+        const void *const *vc = vrow + c0;
+        const int64_t npf = cols - c0 - SMALL_PF < 0 ? 0 : cols - c0 - SMALL_PF; /* columns with a row SMALL_PF ahead */
+        int64_t e = 0;
+        for (; e + 4 * nv <= dv; e += 4 * nv) {
+            switch (nv) { /* nv is a constant here; the switch only makes it visible as one */
+            case 2: pvs_tile(kv, nr, 2, 0, 0, nc, pt, vc, e, al, acc, ldacc, npf); break;
+            case 4: pvs_tile(kv, nr, 4, 0, 0, nc, pt, vc, e, al, acc, ldacc, npf); break;
+            default: pvs_tile(kv, nr, 8, 0, 0, nc, pt, vc, e, al, acc, ldacc, npf); break;
+            }
+        }
+        if (nv > 2)
+            for (; e + 8 <= dv; e += 8) pvs_tile(kv, nr, 2, 0, 0, nc, pt, vc, e, al, acc, ldacc, npf);
+        if (e < dv && dv >= 8) pvs_tile(kv, nr, 2, 1, dv - e, nc, pt, vc, dv - 8, al, acc, ldacc, npf);
+        else if (e < dv) pvs_tile(kv, nr, 2, 2, dv, nc, pt, vc, 0, al, acc, ldacc, npf);
+    }
+}
+
+NEON_BLOCK void pv_small_kv(const int kv, int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+                            const void *const *vrow, const float *vscale, const float *alpha, float *acc,
+                            int64_t ldacc)
+{
+    switch (rows) {
+    case 1: pv_small_rows(kv, 1, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 2: pv_small_rows(kv, 2, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 3: pv_small_rows(kv, 3, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 4: pv_small_rows(kv, 4, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 5: pv_small_rows(kv, 5, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 6: pv_small_rows(kv, 6, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case 7: pv_small_rows(kv, 7, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    default: pv_small_rows(kv, 8, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    }
+}
+
+static void neon_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+                          const void *const *vrow, int kv, const float *vscale, const float *alpha, float *acc,
+                          int64_t ldacc)
+{
+    switch (kv) {
+    case FA_KV_F16: pv_small_kv(FA_KV_F16, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case FA_KV_BF16: pv_small_kv(FA_KV_BF16, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case FA_KV_I8: pv_small_kv(FA_KV_I8, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    default: pv_small_kv(FA_KV_F32, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    }
+}
+
 /* ------------------------------------------------------------------ probe */
 
 /* 16 independent FMA chains: enough for 4 FMA pipes with 4-cycle latency. */
@@ -450,5 +884,8 @@ const fa_kernels fa_kernels_neon = {
     .pv = neon_pv,
     .f16_to_f32 = neon_f16_to_f32,
     .bf16_to_f32 = neon_bf16_to_f32,
+    .qk_small = neon_qk_small,
+    .softmax_small = neon_softmax_small,
+    .pv_small = neon_pv_small,
     .probe_fma = neon_probe_fma,
 };

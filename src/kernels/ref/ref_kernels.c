@@ -138,7 +138,8 @@ static void ref_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds,
 {
     for (int64_t r = 0; r < rows; r++) {
         float *sr = s + r * lds;
-        const int64_t a = lo ? lo[r] : 0, z = hi ? hi[r] : cols - 1;
+        /* the band clipped to the tile: the contract lets lo/hi reach past it */
+        const int64_t a = lo && lo[r] > 0 ? lo[r] : 0, z = hi && hi[r] < cols - 1 ? hi[r] : cols - 1;
         float tile_max = -INFINITY;
         for (int64_t c = a; c <= z; c++)
             if (sr[c] > tile_max || isnan(sr[c])) tile_max = sr[c];
