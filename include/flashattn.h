@@ -292,14 +292,18 @@ FA_API void fa_forward_args_init(fa_forward_args *args);
 FA_API fa_status fa_forward(fa_context *ctx, const fa_forward_args *args);
 
 /*
- * Split-KV and decoding. fa_forward hands its threads tasks of (sequence, kv head,
- * query block, key chunk). Query heads that share a kv head are stacked into one
- * task when the query block is short (decoding), so K and V stream once per kv
- * head. When there are fewer than 32 such tasks, each sequence's keys are cut into
- * min(64, ceil(32 / tasks), Sk / 512) chunks (at least 1) whose partial results
- * are merged with fa_merge_states' formula. The choice depends only on the shapes,
- * never on the thread count, so results are bitwise the same for any thread count.
- * FA_PARAM_KV_SPLITS forces the number of chunks.
+ * Split-KV and decoding. fa_forward hands its threads tasks of (sequence, query
+ * block, query heads, key chunk). Query heads that share a kv head are stacked
+ * into one task when the query block is short, so K and V stream once per kv head.
+ * Stacks of at most 8 rows (decoding: 1-8 query rows times the GQA group) take the
+ * small-row kernels, and one such task holds every head of its sequence (up to
+ * 256 KiB of state), walking the keys for all kv heads together, so that a
+ * (B, S, Hk, D) cache is read as one contiguous stream. When there are fewer than
+ * 32 tasks, each sequence's keys are cut into min(64, ceil(32 / tasks), Sk / 512)
+ * chunks (at least 1) whose partial results are merged with fa_merge_states'
+ * formula. The choice depends only on the shapes, never on the thread count, so
+ * results are bitwise the same for any thread count. FA_PARAM_KV_SPLITS forces the
+ * number of chunks.
  */
 
 /*

@@ -36,6 +36,7 @@
 typedef struct {
     int32_t b, qb;       /* sequence, q block */
     int32_t h0, ng;      /* first query head, heads stacked */
+    int32_t nkv;         /* stacks in the task (small-row path): heads h0 .. h0 + nkv*ng - 1 */
     int32_t split, nsplit;
     int64_t slot;        /* first partial-result slot of this (b, qb, h0) when nsplit > 1 */
     int64_t cost;        /* kept (i, j) pairs */
@@ -48,12 +49,15 @@ typedef struct {
     int bf16_dot;       /* bf16 inputs multiplied as bf16 pairs by the ISA */
     int64_t ldacc;
     int64_t lds;        /* small-row score tiles: round_up(bc, FA_ROW_ALIGN) */
+    int small;          /* the kernels have the small-row path and tiles fit it */
+    int64_t stacks_max; /* small-row path: head stacks one task may hold */
     flash_item *items;  /* tasks, most expensive first */
     int64_t n_items;
     int64_t *merges;    /* indices into items of split 0 of every split unit */
     int64_t n_merges;
     float *slots;       /* partial results: slot_floats each */
     int64_t slot_floats;
+    int64_t slot_lse;   /* offset of the lse values in a slot */
     char *workspace;
     int64_t per_thread; /* bytes */
     atomic_llong next;
@@ -61,12 +65,12 @@ typedef struct {
 
 typedef struct {
     float *q;        /* (br, D)      Q rows as f32, when they are not f32 already */
-    float *qt;       /* (D, br_pad)  Q block transposed and scaled; small path: (rows, D) scaled */
+    float *qt;       /* (D, br_pad)  Q block transposed and scaled; small path: (stack, rows, D) scaled */
     float *k;        /* (bc, D)      K rows as f32, when needed */
     float *v;        /* (bc, Dv)     V rows as f32, when needed */
     float *st;       /* (bc, br_pad) scores, then probabilities; small path (rows, lds) */
-    float *acc;      /* (br, ldacc)  unnormalised output */
-    float *m, *l, *alpha; /* (br_pad) */
+    float *acc;      /* (br, ldacc)  unnormalised output; small path: (stack, FA_SMALL_ROWS, ldacc) */
+    float *m, *l, *alpha; /* (br_pad); small path: (stack, FA_ROW_ALIGN) */
     int32_t *lo, *hi;     /* (br_pad) tile-relative band of each row */
     const void **kp, **vp; /* (bc) small path: K/V row pointers */
     float *ks, *vs;        /* (bc) small path: their int8 scales */
@@ -83,18 +87,22 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
     const int64_t D = job->p->D, Dv = job->p->Dv, br = job->plan.br, bc = job->plan.bc, bp = job->plan.br_pad;
     const int64_t b16 = job->bf16_dot;
     const int64_t st_floats = bc * bp > FA_SMALL_ROWS * job->lds ? bc * bp : FA_SMALL_ROWS * job->lds;
+    /* the small-row path keeps the state of up to stacks_max stacks of <= FA_SMALL_ROWS rows */
+    const int64_t sm = job->stacks_max, state = bp > sm * FA_ROW_ALIGN ? bp : sm * FA_ROW_ALIGN;
+    const int64_t acc_rows = br > sm * FA_SMALL_ROWS ? br : sm * FA_SMALL_ROWS;
+    const int64_t qt_floats = D * bp > sm * FA_SMALL_ROWS * D ? D * bp : sm * FA_SMALL_ROWS * D;
     flash_scratch unused;
     if (!sc) sc = &unused;
     struct { void **slot; int64_t bytes; } parts[] = {
         {(void **)&sc->q, br * D * 4},
-        {(void **)&sc->qt, D * bp * 4},
+        {(void **)&sc->qt, qt_floats * 4},
         {(void **)&sc->k, bc * D * 4},
         {(void **)&sc->v, bc * Dv * 4},
         {(void **)&sc->st, st_floats * 4},
-        {(void **)&sc->acc, br * job->ldacc * 4},
-        {(void **)&sc->m, bp * 4},
-        {(void **)&sc->l, bp * 4},
-        {(void **)&sc->alpha, bp * 4},
+        {(void **)&sc->acc, acc_rows * job->ldacc * 4},
+        {(void **)&sc->m, state * 4},
+        {(void **)&sc->l, state * 4},
+        {(void **)&sc->alpha, state * 4},
         {(void **)&sc->lo, bp * 4},
         {(void **)&sc->hi, bp * 4},
         {(void **)&sc->kp, bc * (int64_t)sizeof(void *)},
@@ -160,6 +168,26 @@ static const float *kv_tile_f32(const fa_problem *s, int which, const fa_kernels
     return scratch;
 }
 
+/* Pointers to K (which 0) or V (1) rows j0 .. j0+cols-1 of kv head hk, and their
+ * int8 scales: evenly spaced unless paged. */
+static void kv_row_ptrs(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
+                        float *scale)
+{
+    if (s->pages) {
+        for (int64_t c = 0; c < cols; c++) ptr[c] = fa_kv_row(s, which, j0 + c, hk, &scale[c]);
+        return;
+    }
+    const fa_tensor *t = which ? &s->v : &s->k;
+    const char *row = fa_kv_row(s, which, j0, hk, NULL);
+    const int64_t step = t->stride[1] * (int64_t)fa_dtype_size(t->dtype);
+    for (int64_t c = 0; c < cols; c++) ptr[c] = row + c * step;
+    if (s->quant) {
+        const fa_tensor *st = which ? &s->v_scale : &s->k_scale;
+        const float *sc = (const float *)st->data + j0 * st->stride[1] + hk * st->stride[2];
+        for (int64_t c = 0; c < cols; c++) scale[c] = sc[c * st->stride[1]];
+    }
+}
+
 /* Rows with a non-unit inner stride copied, element for element in their own
  * dtype, into dst (which has room for cols * dim floats); ptr is repointed. */
 static void gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, int64_t dim, float *dst)
@@ -197,32 +225,157 @@ static void chunk_range(int64_t sk, int64_t split, int64_t nsplit, int64_t *ca, 
     *cb = sk * (split + 1) / nsplit;
 }
 
+/* The keys [*lo, *hi] a block of rows i0 .. i0+n-1 keeps within the task's chunk:
+ * the band ends are monotone in i, so tiles outside the first row's lo and the
+ * last row's hi are never touched. */
+static void task_columns(const fa_problem *s, const flash_item *it, int64_t i0, int64_t n, int64_t *lo, int64_t *hi)
+{
+    int64_t unused, ca, cb;
+    fa_row_band(s, i0, lo, &unused);
+    fa_row_band(s, i0 + n - 1, &unused, hi);
+    chunk_range(s->Sk, it->split, it->nsplit, &ca, &cb);
+    if (*lo < ca) *lo = ca;
+    if (*hi > cb - 1) *hi = cb - 1;
+}
+
+/* Normalises one stack's rows (ng heads from h0, n rows each, from i0); a row that
+ * kept nothing is 0 with lse = -inf. A key chunk's result goes to its slot for the
+ * merge, a whole row straight to o. slot_row0: the stack's first row in the slot. */
+static void finish_rows(const flash_job *job, const fa_problem *s, const flash_item *it, int64_t h0, int64_t i0,
+                        int64_t n, int64_t ng, const float *m, const float *l, float *acc, int64_t slot_row0)
+{
+    const int64_t Dv = s->Dv, ldacc = job->ldacc, rows = n * ng;
+    float *slot = it->nsplit > 1 ? job->slots + (it->slot + it->split) * job->slot_floats : NULL;
+    for (int64_t r = 0; r < rows; r++) {
+        float *ar = acc + r * ldacc;
+        float lse = -INFINITY;
+        if (m[r] == -INFINITY) {
+            memset(ar, 0, (size_t)Dv * sizeof *ar);
+        } else {
+            const float inv = 1.0f / l[r];
+            for (int64_t e = 0; e < Dv; e++) ar[e] *= inv;
+            lse = m[r] + logf(l[r]);
+        }
+        if (slot) {
+            memcpy(slot + (slot_row0 + r) * ldacc, ar, (size_t)Dv * sizeof *ar);
+            slot[job->slot_lse + slot_row0 + r] = lse;
+        } else if (s->has_lse) {
+            float *out = s->lse.data;
+            out[(h0 + r / n) * s->lse.stride[1] + (i0 + r % n) * s->lse.stride[2]] = lse;
+        }
+    }
+    if (!slot)
+        for (int64_t g = 0; g < ng; g++) fa_store_rows(&s->o, 0, i0, n, h0 + g, Dv, acc + g * n * ldacc, ldacc);
+}
+
+/*
+ * Small-row path (decoding): nkv stacks of <= FA_SMALL_ROWS rows, each its own
+ * online softmax state, walk the keys together, tile by tile, stack by stack. In
+ * the usual (B, S, H, D) cache layout the kv heads of one key sit side by side, so
+ * a tile of all heads is one contiguous stretch of memory, which main memory
+ * streams far better than one head's rows a whole row of heads apart.
+ */
+static void flash_task_small(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const flash_item *it)
+{
+    const fa_problem *p = job->p;
+    const fa_kernels *kern = job->kern;
+    const int64_t D = p->D, Dv = p->Dv, ldacc = job->ldacc, lds = job->lds;
+    const int64_t i0 = (int64_t)it->qb * job->plan.br;
+    const int64_t n = s->Sq - i0 < job->plan.br ? s->Sq - i0 : job->plan.br;
+    const int64_t ng = it->ng, rows = n * ng, nkv = it->nkv;
+    const int elementwise = fa_problem_has_elementwise(s);
+    const int kvt = kv_type(s->k.dtype);
+    /* stack k: heads h0 + k*ng .., state at these offsets */
+#define STACK_Q(k) (sc->qt + (k) * FA_SMALL_ROWS * D)
+#define STACK_ACC(k) (sc->acc + (k) * FA_SMALL_ROWS * ldacc)
+#define STACK_M(k) (sc->m + (k) * FA_ROW_ALIGN)
+#define STACK_L(k) (sc->l + (k) * FA_ROW_ALIGN)
+#define STACK_ALPHA(k) (sc->alpha + (k) * FA_ROW_ALIGN)
+    for (int64_t k = 0; k < nkv; k++) {
+        const int64_t h0 = it->h0 + k * ng;
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t ldq;
+            const float *q = fa_rows_f32(&s->q, kern, 0, i0, n, h0 + g, D, sc->q, &ldq);
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t x = 0; x < D; x++) STACK_Q(k)[(g * n + r) * D + x] = p->scale * q[r * ldq + x];
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            STACK_M(k)[r] = -INFINITY;
+            STACK_L(k)[r] = 0.0f;
+        }
+        memset(STACK_ACC(k), 0, (size_t)(rows * ldacc) * sizeof(float));
+    }
+
+    int64_t lo, hi;
+    task_columns(s, it, i0, n, &lo, &hi);
+    for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
+        const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
+        /* a band-only tile passes its bounds to the kernel, the same for every head */
+        const int partial = elementwise || !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
+        const int32_t *tlo = NULL, *thi = NULL;
+        if (partial && !elementwise) {
+            for (int64_t g = 1; g < ng; g++) {
+                memcpy(sc->lo + g * n, sc->lo, (size_t)n * sizeof *sc->lo);
+                memcpy(sc->hi + g * n, sc->hi, (size_t)n * sizeof *sc->hi);
+            }
+            tlo = sc->lo;
+            thi = sc->hi;
+        }
+        for (int64_t k = 0; k < nkv; k++) {
+            const int64_t h0 = it->h0 + k * ng, hk = h0 / p->group;
+            if (k == 0 || hk != (h0 - ng) / p->group) {
+                kv_row_ptrs(s, 0, j0, cols, hk, sc->kp, sc->ks);
+                kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
+                /* the path depends on shapes only, never on strides: layouts give identical bits */
+                if (s->k.stride[3] != 1) gather_strided(&s->k, sc->kp, cols, D, sc->k);
+                if (s->v.stride[3] != 1) gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
+            }
+            kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
+            if (elementwise)
+                for (int64_t g = 0; g < ng; g++)
+                    fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n * lds, 1, lds);
+            kern->softmax_small(rows, cols, sc->st, lds, tlo, thi, STACK_M(k), STACK_L(k), STACK_ALPHA(k));
+            /* a vector kernel multiplies a masked p = 0 by v too: a NaN/inf in a masked V
+             * row would leak into rows that never see it, so such tiles take the
+             * reference kernel, which skips p == 0 */
+            const fa_kernels *pk =
+                partial && kern != &fa_kernels_ref && !kv_rows_finite(sc->vp, kvt, sc->vs, cols, Dv) ? &fa_kernels_ref
+                                                                                                   : kern;
+            pk->pv_small(rows, cols, Dv, sc->st, lds, sc->vp, kvt, s->quant ? sc->vs : NULL, STACK_ALPHA(k),
+                         STACK_ACC(k), ldacc);
+        }
+    }
+    for (int64_t k = 0; k < nkv; k++)
+        finish_rows(job, s, it, it->h0 + k * ng, i0, n, ng, STACK_M(k), STACK_L(k), STACK_ACC(k), k * rows);
+#undef STACK_Q
+#undef STACK_ACC
+#undef STACK_M
+#undef STACK_L
+#undef STACK_ALPHA
+}
+
+/* The wide path: one stack of rows, vectors along rows (kernels.h). */
 static void flash_task(const flash_job *job, const flash_scratch *sc, const flash_item *it)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
     fa_problem s; /* this sequence as a dense B = 1 problem */
     fa_seq_view(p, it->b, &s);
-    const int64_t D = p->D, Dv = p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc, lds = job->lds;
+    if (it->nkv > 0) {
+        flash_task_small(job, sc, &s, it);
+        return;
+    }
+    const int64_t D = p->D, Dv = p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
     const int64_t i0 = (int64_t)it->qb * job->plan.br;
     const int64_t n = s.Sq - i0 < job->plan.br ? s.Sq - i0 : job->plan.br; /* rows per head */
     const int64_t ng = it->ng, rows = n * ng, h0 = it->h0, hk = h0 / p->group;
     const int elementwise = fa_problem_has_elementwise(&s);
-    const int kvt = kv_type(s.k.dtype);
-    /* the path depends on shapes only, never on strides: layouts give identical bits */
-    const int small = kern->qk_small && rows <= FA_SMALL_ROWS && job->plan.bc <= FA_SMALL_COLS;
-    const int b16 = job->bf16_dot && ng == 1 && !small && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
+    const int b16 = job->bf16_dot && ng == 1 && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
                     s.q.dtype == FA_DTYPE_BF16;
     int64_t ldq, ldk, ldv;
 
-    /* 1. the Q rows of every stacked head, scaled */
-    if (small) {
-        for (int64_t g = 0; g < ng; g++) {
-            const float *q = fa_rows_f32(&s.q, kern, 0, i0, n, h0 + g, D, sc->q, &ldq);
-            for (int64_t r = 0; r < n; r++)
-                for (int64_t x = 0; x < D; x++) sc->qt[(g * n + r) * D + x] = p->scale * q[r * ldq + x];
-        }
-    } else if (b16) {
+    /* 1. the Q rows of every stacked head, transposed and scaled */
+    if (b16) {
         const uint16_t *q = fa_rows_u16(&s.q, 0, i0, n, h0, D, sc->q16, &ldq);
         kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
     } else if (ng == 1) {
@@ -243,32 +396,15 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const flas
     }
     memset(sc->acc, 0, (size_t)(rows * ldacc) * sizeof(float));
 
-    /* Columns any row of this block keeps, within this task's key chunk: the band
-     * ends are monotone in i, so K/V tiles outside [first row's lo, last row's hi]
-     * are never touched. */
-    int64_t lo, hi, unused, ca, cb;
-    fa_row_band(&s, i0, &lo, &unused);
-    fa_row_band(&s, i0 + n - 1, &unused, &hi);
-    chunk_range(s.Sk, it->split, it->nsplit, &ca, &cb);
-    if (lo < ca) lo = ca;
-    if (hi > cb - 1) hi = cb - 1;
-
+    int64_t lo, hi;
+    task_columns(&s, it, i0, n, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
-        const int64_t ldc = small ? 1 : bp, ldr = small ? lds : 1; /* score (r, c) at st[c*ldc + r*ldr] */
         const float *v = NULL;
         const uint16_t *v16 = NULL;
 
-        /* 2. scaled scores */
-        if (small) {
-            for (int64_t c = 0; c < cols; c++) {
-                sc->kp[c] = fa_kv_row(&s, 0, j0 + c, hk, &sc->ks[c]);
-                sc->vp[c] = fa_kv_row(&s, 1, j0 + c, hk, &sc->vs[c]);
-            }
-            if (s.k.stride[3] != 1) gather_strided(&s.k, sc->kp, cols, D, sc->k);
-            if (s.v.stride[3] != 1) gather_strided(&s.v, sc->vp, cols, Dv, sc->v);
-            kern->qk_small(rows, cols, D, sc->qt, D, sc->kp, kvt, s.quant ? sc->ks : NULL, sc->st, lds);
-        } else if (b16) {
+        /* 2. scaled scores S^T = K (scale Q)^T */
+        if (b16) {
             const uint16_t *k = fa_rows_u16(&s.k, 0, j0, cols, hk, D, sc->k16, &ldk);
             v16 = fa_rows_u16(&s.v, 0, j0, cols, hk, Dv, sc->v16, &ldv);
             kern->qk_bf16(n, cols, D, sc->qt2, 2 * bp, k, ldk, p->scale, sc->st, bp);
@@ -283,8 +419,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const flas
         const int32_t *tlo = NULL, *thi = NULL;
         int partial;
         if (elementwise) {
-            for (int64_t g = 0; g < ng; g++)
-                fa_scores_finish(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n * ldr, ldc, ldr);
+            for (int64_t g = 0; g < ng; g++) fa_scores_finish(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1);
             partial = 1;
         } else {
             partial = !fa_tile_band(&s, i0, n, j0, cols, sc->lo, sc->hi);
@@ -298,19 +433,12 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const flas
             }
         }
 
-        /* 4. online softmax and acc = alpha * acc + P V. A vector kernel multiplies a
-         * masked p = 0 by v too, so a NaN/inf in a masked V row would leak into rows
-         * that never see it; such tiles go through the reference kernel, which
-         * skips p == 0. */
-        if (small) {
-            kern->softmax_small(rows, cols, sc->st, lds, tlo, thi, sc->m, sc->l, sc->alpha);
-            const fa_kernels *pk =
-                partial && kern != &fa_kernels_ref && !kv_rows_finite(sc->vp, kvt, sc->vs, cols, Dv) ? &fa_kernels_ref
-                                                                                                   : kern;
-            pk->pv_small(rows, cols, Dv, sc->st, lds, sc->vp, kvt, s.quant ? sc->vs : NULL, sc->alpha, sc->acc, ldacc);
-            continue;
-        }
+        /* 4. online softmax: new max, P = exp(S - m), alpha = exp(m_old - m_new) */
         kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
+
+        /* 5. acc = alpha * acc + P V. A vector kernel multiplies a masked p = 0 by v
+         * too, so a NaN/inf in a masked V row would leak into rows that never see
+         * it; such tiles go through the reference kernel, which skips p == 0. */
         if (b16) {
             int careful = 0;
             if (partial) {
@@ -332,30 +460,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const flas
         else
             kern->pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
     }
-
-    /* 5. normalise; a row that kept nothing is 0 with lse = -inf. A key chunk's
-     * result goes to its slot for the merge, a whole row straight to o. */
-    float *slot = it->nsplit > 1 ? job->slots + (it->slot + it->split) * job->slot_floats : NULL;
-    for (int64_t r = 0; r < rows; r++) {
-        float *ar = sc->acc + r * ldacc;
-        float lse = -INFINITY;
-        if (sc->m[r] == -INFINITY) {
-            memset(ar, 0, (size_t)Dv * sizeof *ar);
-        } else {
-            const float inv = 1.0f / sc->l[r];
-            for (int64_t e = 0; e < Dv; e++) ar[e] *= inv;
-            lse = sc->m[r] + logf(sc->l[r]);
-        }
-        if (slot) {
-            memcpy(slot + r * ldacc, ar, (size_t)Dv * sizeof *ar);
-            slot[job->plan.br * ldacc + r] = lse;
-        } else if (s.has_lse) {
-            float *out = s.lse.data;
-            out[(h0 + r / n) * s.lse.stride[1] + (i0 + r % n) * s.lse.stride[2]] = lse;
-        }
-    }
-    if (!slot)
-        for (int64_t g = 0; g < ng; g++) fa_store_rows(&s.o, 0, i0, n, h0 + g, Dv, sc->acc + g * n * ldacc, ldacc);
+    finish_rows(job, &s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
 }
 
 /* Merges the key chunks of one split unit into o and lse. */
@@ -368,11 +473,12 @@ static void merge_unit(const flash_job *job, const flash_scratch *sc, const flas
     const int64_t n = s.Sq - i0 < job->plan.br ? s.Sq - i0 : job->plan.br;
     const float *parts[FA_MAX_KV_SPLITS];
     float lses[FA_MAX_KV_SPLITS];
-    for (int64_t r = 0; r < n * it->ng; r++) {
+    const int64_t stacks = it->nkv > 0 ? it->nkv : 1;
+    for (int64_t r = 0; r < n * it->ng * stacks; r++) {
         for (int k = 0; k < it->nsplit; k++) {
             const float *slot = job->slots + (it->slot + k) * job->slot_floats;
             parts[k] = slot + r * ldacc;
-            lses[k] = slot[job->plan.br * ldacc + r];
+            lses[k] = slot[job->slot_lse + r];
         }
         float lse;
         fa_merge_rows(it->nsplit, parts, lses, p->Dv, sc->acc, &lse);
@@ -462,8 +568,9 @@ static int by_cost_desc(const void *a, const void *b)
 /* Fills job->items (when non-NULL) and returns the number of tasks; *units and
  * *slots receive the split units and partial slots. */
 static int64_t plan_items(const fa_context *ctx, const flash_job *job, int64_t units_all, flash_item *items,
-                          int64_t *units, int64_t *slots, int64_t *max_split)
+                          int64_t *units, int64_t *slots, int64_t *max_split, int64_t *max_rows)
 {
+    *max_rows = 1;
     const fa_problem *p = job->p;
     const int64_t br = job->plan.br;
     int64_t count = 0, u = 0, nslot = 0;
@@ -473,13 +580,20 @@ static int64_t plan_items(const fa_context *ctx, const flash_job *job, int64_t u
         fa_seq_lengths(p, b, &sq, &sk);
         if (sq == 0) continue;
         const int64_t ng = stack_heads(p, sq, br), qblocks = (sq + br - 1) / br;
+        /* small-row path for the whole sequence when its stacks are short; then a
+         * task holds several stacks (see flash_task_small) */
+        const int small = job->small && ng * (sq < br ? sq : br) <= FA_SMALL_ROWS;
+        const int64_t nkv = small ? (p->Hq / ng < job->stacks_max ? p->Hq / ng : job->stacks_max) : 0;
+        const int64_t step = small ? nkv * ng : ng;
         const int64_t ns = plan_splits(ctx, units_all, sk);
         if (ns > *max_split) *max_split = ns;
         fa_problem s;
         if (items) fa_seq_view(p, b, &s);
         for (int64_t qb = 0; qb < qblocks; qb++) {
             const int64_t i0 = qb * br, n = sq - i0 < br ? sq - i0 : br;
-            for (int64_t h0 = 0; h0 < p->Hq; h0 += ng) {
+            for (int64_t h0 = 0; h0 < p->Hq; h0 += step) {
+                const int64_t stacks = small ? ((p->Hq - h0) / ng < nkv ? (p->Hq - h0) / ng : nkv) : 1;
+                if (n * ng * stacks > *max_rows) *max_rows = n * ng * stacks;
                 u++;
                 for (int64_t k = 0; k < ns; k++, count++) {
                     if (!items) continue;
@@ -490,10 +604,11 @@ static int64_t plan_items(const fa_context *ctx, const flash_job *job, int64_t u
                     it->qb = (int32_t)qb;
                     it->h0 = (int32_t)h0;
                     it->ng = (int32_t)ng;
+                    it->nkv = small ? (int32_t)stacks : 0;
                     it->split = (int32_t)k;
                     it->nsplit = (int32_t)ns;
                     it->slot = ns > 1 ? nslot : -1;
-                    it->cost = block_cost(&s, i0, n, ca, cb) * ng + 1;
+                    it->cost = block_cost(&s, i0, n, ca, cb) * ng * stacks + 1;
                 }
                 if (ns > 1) nslot += ns;
             }
@@ -517,20 +632,28 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     job.bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
     job.ldacc = round16(p->Dv);
     job.lds = round16(job.plan.bc);
+    job.small = ctx->kernels->qk_small && job.plan.bc <= FA_SMALL_COLS;
+    /* stacks one small-row task may hold: their Q rows, accumulators and softmax
+     * state within 256 KiB, a share of L2 */
+    job.stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job.ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
+    if (job.stacks_max > p->Hq) job.stacks_max = p->Hq;
+    if (job.stacks_max < 1) job.stacks_max = 1;
     /* tiles are bounded by the plan and D, Dv are dims of validated tensors: no overflow */
     job.per_thread = scratch_layout(&job, NULL, NULL);
 
     /* tasks: count units without splits, then plan splits from that count */
-    int64_t units, nslots, max_split;
+    int64_t units, nslots, max_split, max_rows;
     flash_job count_job = job;
     fa_context no_split = *ctx;
     no_split.kv_splits = 1;
-    plan_items(&no_split, &count_job, 0, NULL, &units, &nslots, &max_split);
-    const int64_t n_items = plan_items(ctx, &job, units, NULL, &units, &nslots, &max_split);
+    plan_items(&no_split, &count_job, 0, NULL, &units, &nslots, &max_split, &max_rows);
+    const int64_t n_items = plan_items(ctx, &job, units, NULL, &units, &nslots, &max_split, &max_rows);
     const int nth = ctx->threads < n_items ? ctx->threads : (int)(n_items > 0 ? n_items : 1);
 
     /* workspace: per-thread scratch, the tasks, split units, partial slots, an append row */
-    job.slot_floats = job.plan.br * job.ldacc + round16(job.plan.br);
+    const int64_t slot_rows = max_rows; /* the most rows a task holds */
+    job.slot_lse = slot_rows * job.ldacc;
+    job.slot_floats = job.slot_lse + round16(slot_rows);
     int64_t bytes, b_items, b_merges, b_slots;
     const int64_t dmax = p->D > p->Dv ? p->D : p->Dv;
     if (!fa_mul_ok(job.per_thread, nth, &bytes) ||
@@ -540,7 +663,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
         !fa_add_ok(bytes, b_items + FA_CACHE_LINE, &bytes) || !fa_add_ok(bytes, b_merges + FA_CACHE_LINE, &bytes) ||
         !fa_add_ok(bytes, b_slots + FA_CACHE_LINE, &bytes) || !fa_add_ok(bytes, dmax * 4, &bytes))
         return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: workspace size overflows");
-    char *ws = fa_workspace_alloc(bytes);
+    char *ws = fa_context_workspace(ctx, bytes);
     if (!ws)
         return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "flash: cannot allocate %lld bytes of workspace", (long long)bytes);
     job.workspace = ws;
@@ -555,7 +678,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     /* the only write to an input, once nothing can fail any more */
     if (p->append) fa_cache_append(p, (float *)cur);
 
-    job.n_items = plan_items(ctx, &job, units, job.items, &units, &nslots, &max_split);
+    job.n_items = plan_items(ctx, &job, units, job.items, &units, &nslots, &max_split, &max_rows);
     qsort(job.items, (size_t)job.n_items, sizeof *job.items, by_cost_desc);
     job.n_merges = 0;
     for (int64_t t = 0; t < job.n_items; t++)
@@ -569,7 +692,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     }
     /* sequences with no query rows have nothing to write; rows with no keys were
      * written by their tasks (o = 0, lse = -inf) */
-    fa_workspace_free(ws);
+    fa_context_workspace_done(ctx, ws);
     info->extra_bytes = bytes;
     info->br = job.plan.br;
     info->bc = job.plan.bc;

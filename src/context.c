@@ -199,6 +199,7 @@ void fa_context_free(fa_context *ctx)
 {
     if (!ctx) return;
     fa_pool_free(ctx->pool);
+    fa_workspace_free(ctx->ws_kept);
     free(ctx);
 }
 
@@ -293,3 +294,20 @@ void *fa_workspace_alloc(int64_t bytes)
 }
 
 void fa_workspace_free(void *ptr) { free(ptr); }
+
+void *fa_context_workspace(fa_context *ctx, int64_t bytes)
+{
+    if (bytes > FA_WORKSPACE_KEEP) return fa_workspace_alloc(bytes);
+    if (ctx->ws_kept && ctx->ws_kept_bytes >= bytes) return ctx->ws_kept;
+    void *ws = fa_workspace_alloc(bytes);
+    if (!ws) return NULL;
+    fa_workspace_free(ctx->ws_kept);
+    ctx->ws_kept = ws;
+    ctx->ws_kept_bytes = bytes;
+    return ws;
+}
+
+void fa_context_workspace_done(fa_context *ctx, void *ptr)
+{
+    if (ptr != ctx->ws_kept) fa_workspace_free(ptr);
+}

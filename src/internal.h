@@ -30,6 +30,8 @@ struct fa_context {
     int64_t last_extra_bytes;
     int64_t last_tile_q, last_tile_kv, last_threads;
     int64_t kv_splits;       /* FA_PARAM_KV_SPLITS: 0 = planned */
+    void *ws_kept;           /* fa_context_workspace: a buffer kept between calls */
+    int64_t ws_kept_bytes;
     int64_t last_kv_splits;
     char error[320];
 };
@@ -162,6 +164,13 @@ int fa_tile_band(const fa_problem *p, int64_t i0, int64_t rows, int64_t j0, int6
  * pages exist, and touching them later would kill the process. */
 void *fa_workspace_alloc(int64_t bytes);
 void fa_workspace_free(void *ptr);
+/* The context's own workspace, kept between calls up to FA_WORKSPACE_KEEP bytes:
+ * decoding calls take a millisecond or less, and fresh pages from the kernel (a
+ * page fault per 4 KiB) would cost a good share of that. Release with
+ * fa_context_workspace_done. */
+#define FA_WORKSPACE_KEEP ((int64_t)64 << 20)
+void *fa_context_workspace(fa_context *ctx, int64_t bytes);
+void fa_context_workspace_done(fa_context *ctx, void *ptr);
 #define FA_CACHE_LINE 64
 #define FA_MAX_KV_SPLITS 256
 /* n floats rounded up to whole cache lines, so per-thread slices never share one. */
