@@ -7,6 +7,9 @@
  *   --seqs LIST   flash against standard, one row per N (Sq = Sk = N), with the
  *                 modelled main-memory traffic of each (tools/traffic.c);
  *   --model-only  the traffic model alone, no timing (for bench/cachegrind.sh).
+ * and two serving modes in tools/bench_modes.c: --decode (against a KV cache,
+ * judged by K/V read bandwidth) and --varlen (packed prefill against a dense
+ * batch of the same work).
  *
  * FLOPs follow STYLE.md rule 10: 2*(D+Dv) per (i, j) pair the mask keeps,
  * times B*Hq, so masked variants are credited only for the work they must do.
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_modes.h"
 #include "flashattn.h"
 #include "measure.h"
 #include "shape.h"
@@ -35,7 +39,10 @@ static void bench_usage(FILE *f)
 {
     cli_shape d = cli_shape_defaults();
     fprintf(f, "usage: flashattn bench [shape flags] [--seqs N,N,...] [--json] [--no-probe]\n"
-               "                       [--model-only] [--cold[=BYTES]] [--warmup-only]\n\n"
+               "                       [--model-only] [--cold[=BYTES]] [--warmup-only]\n"
+               "       flashattn bench --decode [--q-rows N] [--cache-len N|LO:HI] [--page-size N]\n"
+               "                       [--kv-dtype T] [--kv-splits N] [--warm] [shape flags] [--json]\n"
+               "       flashattn bench --varlen L,L,...|N:LO-HI [shape flags] [--json]\n\n"
                "Times flash and standard, and reference when a call is at most 2 GFLOP,\n"
                "or only --algo when given. Each: one warm-up, then --runs timed runs;\n"
                "reports the median. GFLOP/s = 2*(D+Dv) * kept (i,j) pairs * B * Hq / time;\n"
@@ -63,6 +70,7 @@ static void bench_usage(FILE *f)
                "                     the flush after it) and stop: nothing is timed or printed.\n"
                "                     bench/cachegrind.sh subtracts such a run from --runs 1\n\n",
             SEQS_DEFAULT_RUNS);
+    bench_mode_usage(f);
     cli_shape_usage(f, &d);
 }
 
@@ -618,13 +626,22 @@ static int bench_model(fa_context *ctx, const seq_row *proto, int n, int json)
 
 /* ------------------------------------------------------------------ verb */
 
-int cmd_bench(int argc, char **argv)
+/* argv[i] is `name` or `name=...`. */
+static int is_flag(const char *arg, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(arg, name, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
+}
+
+static int bench_main(int argc, char **argv, bench_mode_opts *m)
 {
     cli_shape s = cli_shape_defaults();
-    int json = 0, no_probe = 0, model_only = 0, warmup_only = 0, n_seqs = 0;
-    int64_t seqs[SEQS_MAX], cold_bytes = 0;
+    int json = 0, no_probe = 0, model_only = 0, warmup_only = 0, n_seqs = 0, seq_given = 0;
+    int64_t seqs[SEQS_MAX], cold_bytes = 0; /* -1: --cold without a size */
     for (int i = 1; i < argc; i++) {
         const char *value = NULL;
+        if (is_flag(argv[i], "--seq") || is_flag(argv[i], "--seq-kv"))
+            seq_given = 1;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             bench_usage(stdout);
             return CLI_EXIT_OK;
@@ -647,7 +664,7 @@ int cmd_bench(int argc, char **argv)
         }
         /* --cold alone is a switch, like --causal: its size only comes after '=' */
         if (strcmp(argv[i], "--cold") == 0) {
-            cold_bytes = 2 * cli_l2_bytes();
+            cold_bytes = -1; /* twice the L2, or with --decode the last-level cache */
             continue;
         }
         if (strncmp(argv[i], "--cold=", 7) == 0) {
@@ -667,7 +684,9 @@ int cmd_bench(int argc, char **argv)
             }
             continue;
         }
-        int r = cli_shape_flag(&s, argc, argv, &i, "bench");
+        int r = bench_mode_flag(m, argc, argv, &i);
+        if (r == 0)
+            r = cli_shape_flag(&s, argc, argv, &i, "bench");
         if (r < 0)
             return CLI_EXIT_USAGE;
         if (r == 0) {
@@ -686,10 +705,47 @@ int cmd_bench(int argc, char **argv)
                         "with --seqs or --model-only\n");
         return CLI_EXIT_USAGE;
     }
+    const int serving = m->decode || m->varlen_given;
+    if (serving && (n_seqs > 0 || model_only || warmup_only)) {
+        fprintf(stderr, "flashattn bench: %s does not combine with --seqs, --model-only or "
+                        "--warmup-only\n", m->decode ? "--decode" : "--varlen");
+        return CLI_EXIT_USAGE;
+    }
+    if (m->warm && cold_bytes != 0) {
+        fprintf(stderr, "flashattn bench: --warm and --cold contradict each other\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (m->varlen_given && cold_bytes != 0) {
+        fprintf(stderr, "flashattn bench: --varlen times prefill calls warm; drop --cold\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (bench_mode_finish(m, &s, seq_given) != 0)
+        return CLI_EXIT_USAGE;
     if (n_seqs > 0 && !s.runs_given)
         s.runs = SEQS_DEFAULT_RUNS;
     if (cli_shape_finish(&s, "bench") != 0)
         return CLI_EXIT_USAGE;
+    if (cold_bytes < 0 && !m->decode)
+        cold_bytes = 2 * cli_l2_bytes();
+    if (serving) {
+        fa_context *sctx = NULL;
+        if (cli_context_make(&s, "bench", &sctx) != 0)
+            return CLI_EXIT_FAIL;
+        fa_status st = m->kv_splits_given ? fa_context_set(sctx, FA_PARAM_KV_SPLITS, m->kv_splits)
+                                          : FA_OK;
+        int status;
+        if (st != FA_OK) {
+            fprintf(stderr, "flashattn bench: setting kv splits: %s: %s\n", fa_status_string(st),
+                    fa_context_error(sctx));
+            status = CLI_EXIT_FAIL;
+        } else if (m->decode) {
+            status = bench_decode(sctx, &s, m, json, no_probe, cold_bytes < 0 ? 0 : cold_bytes);
+        } else {
+            status = bench_varlen(sctx, &s, m, json, no_probe);
+        }
+        fa_context_free(sctx);
+        return status;
+    }
 
     /* One row per shape: the --seqs lengths, or the shape as given. Each is
      * checked now, so a bad length fails before minutes of timing. */
@@ -706,10 +762,16 @@ int cmd_bench(int argc, char **argv)
     }
 
     fa_context *ctx = NULL;
-    cli_flush flush = {NULL, 0};
+    cli_flush flush = {NULL, 0, 0};
     if (cold_bytes > 0 && !model_only && cli_flush_make(&flush, cold_bytes) != 0)
         return CLI_EXIT_FAIL;
     if (cli_context_make(&s, "bench", &ctx) != 0) {
+        cli_flush_free(&flush);
+        return CLI_EXIT_FAIL;
+    }
+    if (m->kv_splits_given && fa_context_set(ctx, FA_PARAM_KV_SPLITS, m->kv_splits) != FA_OK) {
+        fprintf(stderr, "flashattn bench: setting kv splits: %s\n", fa_context_error(ctx));
+        fa_context_free(ctx);
         cli_flush_free(&flush);
         return CLI_EXIT_FAIL;
     }
@@ -728,5 +790,14 @@ int cmd_bench(int argc, char **argv)
     }
     fa_context_free(ctx);
     cli_flush_free(&flush);
+    return status;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_mode_opts m;
+    bench_mode_defaults(&m);
+    int status = bench_main(argc, argv, &m);
+    bench_mode_free(&m);
     return status;
 }

@@ -42,9 +42,11 @@ typedef struct cli_timing {
 typedef struct cli_flush {
     unsigned char *buf;
     int64_t bytes;
+    int read_only; /* 1: only read the buffer (one load per line), so the flush leaves
+                      no dirty lines whose write-back would land inside the timed call */
 } cli_flush;
 
-int cli_flush_make(cli_flush *f, int64_t bytes); /* 0, or -1 out of memory (reported) */
+int cli_flush_make(cli_flush *f, int64_t bytes); /* 0, or -1 out of memory (reported); read_only = 0 */
 void cli_flush_run(cli_flush *f);
 void cli_flush_free(cli_flush *f);
 

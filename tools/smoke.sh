@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # smoke.sh: a quick end-to-end run of the `flashattn` program: every verb once,
 # check on a few small shapes that cover each dtype, mask and odd tile sizes,
-# bench's JSON (one shape, --seqs, --model-only) validated line by line, tune
-# on a tiny shape, and the usage exit status. Meant for ctest and for
-# sanitizer builds (ASan's leak check turns a leak into a non-zero exit).
+# bench's JSON (one shape, --seqs, --model-only, --decode, --varlen) validated
+# line by line, tune on a tiny shape, and the usage exit status. Meant for
+# ctest and for sanitizer builds (ASan's leak check turns a leak into a
+# non-zero exit).
 #
 #   tools/smoke.sh path/to/flashattn
 # Exits non-zero when anything failed; always ends with "N passed, N failed".
@@ -128,6 +129,64 @@ expect_text "bench --warmup-only --cold" '
 assert text == "", text
 ' "$bin" bench --seq 64 --heads 2 --warmup-only --cold=65536 --algo standard
 
+# --decode: a KV cache, timed; the bytes and FLOPs it is credited with follow
+# from the flags alone, so they are checked exactly.
+expect_json "bench --decode --json" '
+want = ["mode", "isa", "dtype", "Hq", "Hk", "D", "Dv", "causal"]
+(o,) = objs
+assert list(o)[:len(want)] == want, list(o)
+assert o["mode"] == "decode" and o["kv_dtype"] == "f16" and o["page_size"] == 0, o
+assert o["B"] == 1 and o["q_rows"] == 1 and o["cache_len_min"] == o["cache_len_max"] == 300, o
+assert o["kv_bytes"] == 300 * 2 * (32 + 32) * 2, o
+assert o["flops"] == 2 * (32 + 32) * 300 * 4, o
+assert o["median_ms"] > 0 and o["kv_splits"] >= 1 and o["kv_splits_forced"] is None, o
+assert abs(o["gbps"] - o["kv_bytes"] / o["median_ms"] * 1e-6) < 1e-3 * o["gbps"], o
+assert o["cold_bytes"] == 0, o
+if o["read_bw_gbps"] is not None:
+    assert o["read_bw_gbps"] > 0 and abs(o["pct_read_bw"] - 100 * o["gbps"] / o["read_bw_gbps"]) < 1e-3 * o["pct_read_bw"], o
+' "$bin" bench --decode --cache-len 300 --heads 4 --kv-heads 2 --dim 32 --runs 2 --warm --json
+expect_text "bench --decode table paged i8 ragged" '
+lines = [l for l in text.splitlines() if l and not l.startswith("#")]
+head, row = lines
+for col in ("median ms", "GB/s", "% read bw", "GFLOP/s", "splits", "cache len"):
+    assert col in head, head
+assert " i8 " in row and "paged 16" in row and "64..700" in row, row
+assert "scales" in text and "read bandwidth: not measured" in text, text
+' "$bin" bench --decode --batch 3 --cache-len 64:700 --page-size 16 --kv-dtype i8 --heads 4 --kv-heads 1 --dim 32 --runs 1 --no-probe --cold=65536
+expect_json "bench --decode bf16 q-rows causal forced splits" '
+(o,) = objs
+assert o["kv_dtype"] == "bf16" and o["page_size"] == 5 and o["q_rows"] == 4, o
+assert o["causal"] == "bottom-right" and o["B"] == 2, o
+# two sequences of 200: 4 rows keep 197..200 keys each, all 200 rows are read
+assert o["flops"] == 2 * 64 * (2 * (197 + 198 + 199 + 200)) * 4, o
+assert o["kv_bytes"] == 2 * 200 * 1 * 64 * 2, o
+assert o["kv_splits_forced"] == 3 and o["kv_splits"] == 3, o
+' "$bin" bench --decode --batch 2 --cache-len 200 --q-rows 4 --causal --page-size 5 --kv-dtype bf16 --kv-splits 3 --heads 4 --kv-heads 1 --dim 32 --runs 1 --no-probe --warm --json
+expect 0 "bench --decode f32 cache" "$bin" bench --decode --cache-len 100 --kv-dtype f32 --heads 2 --dim 16 --runs 1 --no-probe --cold=65536
+
+# --varlen: packed sequences, then a dense batch of (nearly) the same kept pairs.
+expect_json "bench --varlen --json" '
+v, d = objs
+assert v["mode"] == "varlen" and d["mode"] == "dense", objs
+assert v["lengths"] == [37, 100, 64] and v["seqs"] == d["seqs"] == 3 and v["B"] == 1, objs
+assert v["tokens"] == 201 and d["tokens"] == d["B"] * d["S"], objs
+pairs = sum(n * (n + 1) // 2 for n in (37, 100, 64))
+assert v["flops"] == 2 * 32 * pairs * 2, v
+# the dense batch: about the same tokens, and the kept pairs within one row per sequence
+assert abs(d["tokens"] - v["tokens"]) <= 0.25 * v["tokens"], objs
+assert abs(d["flops"] - v["flops"]) <= 2 * 32 * 2 * d["B"] * d["S"], objs
+for o in objs:
+    assert o["median_ms"] > 0 and o["gflops"] > 0 and o["causal"] == "bottom-right", o
+    assert abs(o["varlen_vs_dense"] - v["gflops"] / d["gflops"]) < 1e-3 * o["varlen_vs_dense"], o
+' "$bin" bench --varlen 37,100,64 --heads 2 --dim 16 --causal --runs 1 --no-probe --json
+expect_text "bench --varlen N:LO-HI table" '
+rows = [l.split()[0] for l in text.splitlines() if l and not l.startswith("#")]
+assert rows == ["mode", "varlen", "dense", "varlen"], rows
+assert "# lengths (5): " in text and "varlen / dense GFLOP/s: " in text, text
+lens = sorted(int(x) for x in text.split("# lengths (5): ")[1].split()[0].split(","))
+assert lens == [10, 20, 30, 40, 50], lens
+' "$bin" bench --varlen 5:10-50 --heads 2 --dim 16 --runs 1 --no-probe
+
 # check with tiles that do not divide the shape, and tune on a tiny shape.
 expect 0 "check tiles 16x48" "$bin" check --seq 100 --tile-q 16 --tile-kv 48
 expect 0 "check odd tiles causal" "$bin" check --seq 37 --seq-kv 53 --causal --tile-q 7 --tile-kv 5
@@ -156,6 +215,17 @@ expect 2 "negative tile" "$bin" check --tile-q -1
 expect 2 "tile above the library's bound" "$bin" bench --tile-kv 999999
 expect 2 "bad --cold" "$bin" bench --cold=12
 expect 2 "tune another algo" "$bin" tune --algo standard
+expect 2 "bad --kv-dtype" "$bin" bench --decode --kv-dtype f64
+expect 2 "bad --cache-len" "$bin" bench --decode --cache-len 9:3
+expect 2 "bad --page-size" "$bin" bench --decode --page-size -1
+expect 2 "--kv-splits above the library's bound" "$bin" bench --decode --kv-splits 100000
+expect 2 "decode flag without --decode" "$bin" bench --q-rows 2
+expect 2 "--decode with --seq" "$bin" bench --decode --seq 64
+expect 2 "--decode with --varlen" "$bin" bench --decode --varlen 4,5
+expect 2 "--warm with --cold" "$bin" bench --decode --warm --cold
+expect 2 "bad --varlen" "$bin" bench --varlen 8:100
+expect 2 "bad --varlen list" "$bin" bench --varlen 10,0
+expect 2 "--varlen with --seqs" "$bin" bench --varlen 4,5 --seqs 64
 expect 1 "unavailable FLASHATTN_ARCH" env FLASHATTN_ARCH=no-such-isa "$bin" info
 
 echo "$passed passed, $failed failed"

@@ -31,6 +31,21 @@ int64_t cli_l2_bytes(void)
     return (int64_t)2 << 20;
 }
 
+int64_t cli_llc_bytes(void)
+{
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+    long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (v > 0)
+        return (int64_t)v;
+#endif
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 > 0)
+        return (int64_t)l2;
+#endif
+    return (int64_t)32 << 20;
+}
+
 /*
  * Standard (src/algo_standard.c), per (b, h) query head, one after the other:
  * it reads the head's Q, K and V once, writes its O once, and between those

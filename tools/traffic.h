@@ -26,6 +26,10 @@ typedef struct cli_traffic {
 /* The per-core L2 in bytes: sysconf(_SC_LEVEL2_CACHE_SIZE), or 2 MiB when unknown. */
 int64_t cli_l2_bytes(void);
 
+/* The last-level cache in bytes: sysconf(_SC_LEVEL3_CACHE_SIZE), else the L2
+ * (a CPU without an L3), else 32 MiB when the system says neither. */
+int64_t cli_llc_bytes(void);
+
 void cli_traffic_standard(const cli_shape *s, int64_t l2, cli_traffic *t);
 
 /* tile_q: FA_PARAM_LAST_TILE_Q of a flash call on this shape; workspace: the

@@ -1,0 +1,63 @@
+/*
+ * bench_modes.h: the serving-shaped modes of `flashattn bench`:
+ *   --decode       a few query rows per sequence against a KV cache (contiguous
+ *                  or paged, f32/f16/bf16/int8), reported as latency and as the
+ *                  K/V read bandwidth against the machine's measured one;
+ *   --varlen LENS  packed variable-length prefill (cu_seqlens), next to one
+ *                  dense batch of the same work.
+ * cmd_bench.c parses the shape flags and hands the rest here.
+ */
+#ifndef FLASHATTN_TOOLS_BENCH_MODES_H
+#define FLASHATTN_TOOLS_BENCH_MODES_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "flashattn.h"
+#include "shape.h"
+
+/* --varlen lists at most this many lengths; a generator N:LO-HI up to BENCH_MAX_SEQS. */
+enum { BENCH_MAX_SEQS = 65536 };
+
+typedef struct bench_mode_opts {
+    int decode;               /* --decode */
+    int64_t q_rows;           /* --q-rows: query rows per sequence [1] */
+    int64_t cache_lo, cache_hi; /* --cache-len N (lo = hi) or LO:HI [16384] */
+    int64_t page_size;        /* --page-size: 0 = contiguous [0] */
+    fa_dtype kv_dtype;        /* --kv-dtype [f16] */
+    int warm;                 /* --warm: no cache flush between decode calls */
+    int64_t kv_splits;        /* --kv-splits: FA_PARAM_KV_SPLITS, 0 = planned */
+    int kv_splits_given;
+    int decode_flag_seen;     /* a decode-only flag was given (an error without --decode) */
+
+    int varlen_given;         /* --varlen */
+    int64_t *varlen;          /* its lengths (a generator's after bench_mode_finish) */
+    int64_t n_varlen;
+    int64_t gen_n, gen_lo, gen_hi; /* --varlen N:LO-HI, expanded by bench_mode_finish */
+} bench_mode_opts;
+
+void bench_mode_defaults(bench_mode_opts *o);
+void bench_mode_free(bench_mode_opts *o);
+
+/* Like cli_shape_flag: 1 = one of these flags (consumed), 0 = not one,
+ * -1 = a bad value (reported on stderr). */
+int bench_mode_flag(bench_mode_opts *o, int argc, char **argv, int *i);
+
+/* The flags for `bench --help`. */
+void bench_mode_usage(FILE *f);
+
+/*
+ * Checks the mode flags together with the shape and fills in mode defaults
+ * (--decode: Hk = 8 unless given). `seq_given`: --seq/--seq-kv were on the
+ * command line. 0, or -1 after a usage message.
+ */
+int bench_mode_finish(bench_mode_opts *o, cli_shape *s, int seq_given);
+
+/* The runs, each returning a CLI_EXIT_* status. cold_bytes: --cold=BYTES or
+ * 0 (decode flushes twice the last-level cache unless --warm). */
+int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, int json,
+                 int no_probe, int64_t cold_bytes);
+int bench_varlen(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, int json,
+                 int no_probe);
+
+#endif /* FLASHATTN_TOOLS_BENCH_MODES_H */
