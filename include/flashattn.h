@@ -295,8 +295,9 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_forward_args *args);
  * Split-KV and decoding. fa_forward hands its threads tasks of (sequence, query
  * block, query heads, key chunk). Query heads that share a kv head are stacked
  * into one task when the query block is short, so K and V stream once per kv head.
- * Stacks of at most 8 rows (decoding: 1-8 query rows times the GQA group) take the
- * small-row kernels, and one such task holds every head of its sequence (up to
+ * When the query rows times the GQA group come to at most 16 (decoding), the heads
+ * form stacks of at most 8 rows that take the small-row kernels, and one such task
+ * holds every head of its sequence (up to
  * 256 KiB of state), walking the keys for all kv heads together, so that a
  * (B, S, Hk, D) cache is read as one contiguous stream. When there are fewer than
  * 32 tasks, each sequence's keys are cut into min(64, ceil(32 / tasks), Sk / 512)

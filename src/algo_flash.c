@@ -579,10 +579,14 @@ static int64_t plan_items(const fa_context *ctx, const flash_job *job, int64_t u
         int64_t sq, sk;
         fa_seq_lengths(p, b, &sq, &sk);
         if (sq == 0) continue;
-        const int64_t ng = stack_heads(p, sq, br), qblocks = (sq + br - 1) / br;
-        /* small-row path for the whole sequence when its stacks are short; then a
-         * task holds several stacks (see flash_task_small) */
-        const int small = job->small && ng * (sq < br ? sq : br) <= FA_SMALL_ROWS;
+        const int64_t qblocks = (sq + br - 1) / br, n_first = sq < br ? sq : br;
+        /* Small-row path for the whole sequence when its heads stack into short
+         * stacks: always when the whole group fits one stack, and up to two stacks
+         * per kv head, where the wide kernels would still run mostly on padding
+         * (measured: 4 query rows x group 4 as two 8-row stacks beat one 16-row
+         * wide block). A task then holds several stacks (see flash_task_small). */
+        const int small = job->small && n_first * p->group <= 2 * FA_SMALL_ROWS && n_first <= FA_SMALL_ROWS;
+        const int64_t ng = stack_heads(p, sq, small ? FA_SMALL_ROWS : br);
         const int64_t nkv = small ? (p->Hq / ng < job->stacks_max ? p->Hq / ng : job->stacks_max) : 0;
         const int64_t step = small ? nkv * ng : ng;
         const int64_t ns = plan_splits(ctx, units_all, sk);
@@ -622,6 +626,9 @@ static int64_t plan_items(const fa_context *ctx, const flash_job *job, int64_t u
 fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 {
     flash_job job = {.p = p, .kern = ctx->kernels};
+    if (p->B > INT32_MAX || p->Hq > INT32_MAX)
+        return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: B = %lld or Hq = %lld exceeds the task index range",
+                       (long long)p->B, (long long)p->Hq);
     /* plan for the rows a task holds: a short q block stacks the heads of its group */
     fa_problem plan_p = *p;
     if (plan_p.Sq < 1) plan_p.Sq = 1;
