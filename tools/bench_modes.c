@@ -920,12 +920,7 @@ static void varlen_json(const varlen_row *r, const cli_shape *s, const bench_mod
     fprintf(f, ",\"flops\":%.0f", r->flops); /* exact: an integer below 2^53 */
     fputs(",\"gflops\":", f);
     cli_json_number(f, gf);
-    fputs(",\"peak_gflops\":", f);
-    cli_json_number(f, peak->gflops > 0 ? peak->gflops : NAN);
-    fputs(",\"peak_kind\":", f);
-    cli_json_string(f, peak->json_kind);
-    fputs(",\"pct_peak\":", f);
-    cli_json_number(f, cli_pct_peak(gf, peak));
+    cli_json_peak(f, peak, cli_pct_peak(gf, peak));
     fputs(",\"tile_q\":", f);
     cli_json_int(f, r->t.tile_q, r->t.tile_q > 0);
     fputs(",\"tile_kv\":", f);

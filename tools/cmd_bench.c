@@ -222,13 +222,8 @@ static void print_json(const cli_shape *s, const char *isa, const cli_timing *t,
     cli_json_int(f, t->tile_q, t->tile_q > 0);
     fputs(",\"tile_kv\":", f);
     cli_json_int(f, t->tile_kv, t->tile_kv > 0);
-    fputs(",\"peak_gflops\":", f);
-    cli_json_number(f, peak->gflops > 0 ? peak->gflops : NAN);
-    fputs(",\"peak_kind\":", f);
-    cli_json_string(f, peak->json_kind);
     /* The reference runs fp64 on one thread: a share of the threads' fp32 peak means nothing. */
-    fputs(",\"pct_peak\":", f);
-    cli_json_number(f, t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak));
+    cli_json_peak(f, peak, t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak));
     if (t->oom)
         fputs(",\"error\":\"out of memory\"", f);
     fputs("}\n", f);
@@ -373,12 +368,7 @@ static void print_seq_json(const seq_row *r, const char *isa, int64_t l2, const 
     cli_json_number(f, flash_gf);
     fputs(",\"standard_gflops\":", f);
     cli_json_number(f, std_gf);
-    fputs(",\"peak_gflops\":", f);
-    cli_json_number(f, peak->gflops > 0 ? peak->gflops : NAN);
-    fputs(",\"peak_kind\":", f);
-    cli_json_string(f, peak->json_kind);
-    fputs(",\"pct_peak\":", f);
-    cli_json_number(f, cli_pct_peak(flash_gf, peak));
+    cli_json_peak(f, peak, cli_pct_peak(flash_gf, peak));
     fputs(",\"flash_extra_bytes\":", f);
     cli_json_int(f, r->flash.extra_bytes, !r->flash.oom);
     fputs(",\"standard_extra_bytes\":", f);

@@ -171,6 +171,16 @@ double cli_pct_peak(double gflops, const cli_peak *peak)
 
 /* ---------------------------------------------------------------- output */
 
+void cli_json_peak(FILE *f, const cli_peak *peak, double pct)
+{
+    fputs(",\"peak_gflops\":", f);
+    cli_json_number(f, peak->gflops > 0 ? peak->gflops : NAN);
+    fputs(",\"peak_kind\":", f);
+    cli_json_string(f, peak->json_kind);
+    fputs(",\"pct_peak\":", f);
+    cli_json_number(f, pct);
+}
+
 void cli_print_table(FILE *f, int cols, const char *const *head, const int *right, int rows,
                      const char *cells)
 {

@@ -96,5 +96,7 @@ void cli_format_bytes(char *buf, size_t n, double bytes);
 void cli_json_string(FILE *f, const char *text);
 void cli_json_number(FILE *f, double x);
 void cli_json_int(FILE *f, int64_t x, int known);
+/* The peak fields every bench row carries: ,"peak_gflops":..,"peak_kind":..,"pct_peak":pct */
+void cli_json_peak(FILE *f, const cli_peak *peak, double pct);
 
 #endif /* FLASHATTN_TOOLS_MEASURE_H */
