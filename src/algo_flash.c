@@ -128,26 +128,17 @@ static int kv_type(fa_dtype d)
     return d == FA_DTYPE_F16 ? FA_KV_F16 : d == FA_DTYPE_BF16 ? FA_KV_BF16 : d == FA_DTYPE_I8 ? FA_KV_I8 : FA_KV_F32;
 }
 
-/* One K/V row of n elements (inner stride sd) as f32. */
+/* One K/V row of n elements (inner stride sd) as f32: the ISA's converters where
+ * they apply, the portable ones otherwise. */
 static void row_to_f32(const fa_kernels *kern, const void *row, fa_dtype dt, int64_t sd, float scale, int64_t n,
                        float *out)
 {
-    if (sd == 1 && dt == FA_DTYPE_F32) {
-        memcpy(out, row, (size_t)n * sizeof *out);
-    } else if (sd == 1 && dt == FA_DTYPE_F16) {
+    if (sd == 1 && dt == FA_DTYPE_F16)
         kern->f16_to_f32(row, out, n);
-    } else if (sd == 1 && dt == FA_DTYPE_BF16) {
+    else if (sd == 1 && dt == FA_DTYPE_BF16)
         kern->bf16_to_f32(row, out, n);
-    } else {
-        for (int64_t e = 0; e < n; e++) {
-            switch (dt) {
-            case FA_DTYPE_F32: out[e] = ((const float *)row)[e * sd]; break;
-            case FA_DTYPE_F16: out[e] = fa_f16_to_f32(((const uint16_t *)row)[e * sd]); break;
-            case FA_DTYPE_BF16: out[e] = fa_bf16_to_f32(((const uint16_t *)row)[e * sd]); break;
-            default: out[e] = scale * (float)((const int8_t *)row)[e * sd]; break;
-            }
-        }
-    }
+    else
+        fa_row_to_f32(row, dt, sd, scale, n, out);
 }
 
 /* K (which 0) or V (1) rows j0 .. j0+cols-1 of kv head hk as f32 for the wide kernels:
@@ -211,8 +202,7 @@ static int kv_rows_finite(const void *const *rows, int kv, const float *scales, 
         } else if (kv == FA_KV_F32) {
             bad |= !fa_rows_finite(rows[c], 0, 1, dim);
         } else {
-            const uint16_t *r = rows[c], m = kv == FA_KV_F16 ? 0x7c00u : 0x7f80u;
-            for (int64_t e = 0; e < dim; e++) bad |= (r[e] & m) == m;
+            bad |= !fa_rows_finite16(rows[c], 0, 1, dim, kv == FA_KV_F16 ? 0x7c00u : 0x7f80u);
         }
     }
     return !bad;
@@ -236,6 +226,25 @@ static void task_columns(const fa_problem *s, const flash_item *it, int64_t i0, 
     chunk_range(s->Sk, it->split, it->nsplit, &ca, &cb);
     if (*lo < ca) *lo = ca;
     if (*hi > cb - 1) *hi = cb - 1;
+}
+
+/* The band of a tile for the softmax kernel, for ng stacked heads of n rows each
+ * (the same rows i0.. for every head): returns 1 when the tile is partly masked;
+ * *tlo, *thi are then the per-row bounds, or NULL where element-wise rules (which
+ * wrote -inf into the scores themselves) leave every column to the kernel. */
+static int stacked_band(const fa_problem *s, int elementwise, int64_t i0, int64_t n, int64_t ng, int64_t j0,
+                        int64_t cols, int32_t *lo, int32_t *hi, const int32_t **tlo, const int32_t **thi)
+{
+    *tlo = *thi = NULL;
+    if (elementwise) return 1;
+    if (fa_tile_band(s, i0, n, j0, cols, lo, hi)) return 0;
+    for (int64_t g = 1; g < ng; g++) {
+        memcpy(lo + g * n, lo, (size_t)n * sizeof *lo);
+        memcpy(hi + g * n, hi, (size_t)n * sizeof *hi);
+    }
+    *tlo = lo;
+    *thi = hi;
+    return 1;
 }
 
 /* Normalises one stack's rows (ng heads from h0, n rows each, from i0); a row that
@@ -311,16 +320,8 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
         /* a band-only tile passes its bounds to the kernel, the same for every head */
-        const int partial = elementwise || !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
-        const int32_t *tlo = NULL, *thi = NULL;
-        if (partial && !elementwise) {
-            for (int64_t g = 1; g < ng; g++) {
-                memcpy(sc->lo + g * n, sc->lo, (size_t)n * sizeof *sc->lo);
-                memcpy(sc->hi + g * n, sc->hi, (size_t)n * sizeof *sc->hi);
-            }
-            tlo = sc->lo;
-            thi = sc->hi;
-        }
+        const int32_t *tlo, *thi;
+        const int partial = stacked_band(s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
         for (int64_t k = 0; k < nkv; k++) {
             const int64_t h0 = it->h0 + k * ng, hk = h0 / p->group;
             if (k == 0 || hk != (h0 - ng) / p->group) {
@@ -416,22 +417,10 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const flas
 
         /* 3. masks and score modifiers, head by head; a band-only tile passes its
          * bounds to the kernel (the same for every stacked head) */
-        const int32_t *tlo = NULL, *thi = NULL;
-        int partial;
-        if (elementwise) {
+        if (elementwise)
             for (int64_t g = 0; g < ng; g++) fa_scores_finish(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1);
-            partial = 1;
-        } else {
-            partial = !fa_tile_band(&s, i0, n, j0, cols, sc->lo, sc->hi);
-            if (partial) {
-                for (int64_t g = 1; g < ng; g++) {
-                    memcpy(sc->lo + g * n, sc->lo, (size_t)n * sizeof *sc->lo);
-                    memcpy(sc->hi + g * n, sc->hi, (size_t)n * sizeof *sc->hi);
-                }
-                tlo = sc->lo;
-                thi = sc->hi;
-            }
-        }
+        const int32_t *tlo, *thi;
+        const int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
 
         /* 4. online softmax: new max, P = exp(S - m), alpha = exp(m_old - m_new) */
         kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
@@ -440,13 +429,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const flas
          * too, so a NaN/inf in a masked V row would leak into rows that never see
          * it; such tiles go through the reference kernel, which skips p == 0. */
         if (b16) {
-            int careful = 0;
-            if (partial) {
-                for (int64_t c = 0; c < cols && !careful; c++)
-                    for (int64_t e = 0; e < Dv && !careful; e++)
-                        careful = (v16[c * ldv + e] & 0x7f80u) == 0x7f80u; /* inf or NaN */
-            }
-            if (!careful) {
+            if (!partial || fa_rows_finite16(v16, ldv, cols, Dv, 0x7f80u)) {
                 kern->pv_bf16(n, cols, Dv, sc->st, bp, v16, ldv, sc->alpha, sc->acc, ldacc, sc->pv_scratch);
                 continue;
             }

@@ -68,37 +68,38 @@ uint16_t fa_f32_to_bf16(float f)
     return (uint16_t)((x + 0x7fffu + lsb) >> 16);
 }
 
+void fa_row_to_f32(const void *row, fa_dtype dtype, int64_t sd, float scale, int64_t n, float *out)
+{
+    switch (dtype) {
+    case FA_DTYPE_F32:
+        if (sd == 1) {
+            memcpy(out, row, (size_t)n * sizeof *out);
+        } else {
+            for (int64_t e = 0; e < n; e++) out[e] = ((const float *)row)[e * sd];
+        }
+        break;
+    case FA_DTYPE_F16:
+        for (int64_t e = 0; e < n; e++) out[e] = fa_f16_to_f32(((const uint16_t *)row)[e * sd]);
+        break;
+    case FA_DTYPE_BF16:
+        for (int64_t e = 0; e < n; e++) out[e] = fa_bf16_to_f32(((const uint16_t *)row)[e * sd]);
+        break;
+    case FA_DTYPE_I8:
+        for (int64_t e = 0; e < n; e++) out[e] = scale * (float)((const int8_t *)row)[e * sd];
+        break;
+    default:
+        for (int64_t e = 0; e < n; e++) out[e] = 0.0f;
+        break;
+    }
+}
+
 void fa_pack_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
                   float *dst, int64_t ld)
 {
-    const int64_t sd = t->stride[3];
     for (int64_t r = 0; r < rows; r++) {
-        int64_t base = b * t->stride[0] + (s0 + r) * t->stride[1] + h * t->stride[2];
-        float *out = dst + r * ld;
-        switch (t->dtype) {
-        case FA_DTYPE_F32: {
-            const float *src = (const float *)t->data + base;
-            if (sd == 1) {
-                memcpy(out, src, (size_t)cols * sizeof(float));
-            } else {
-                for (int64_t c = 0; c < cols; c++) out[c] = src[c * sd];
-            }
-            break;
-        }
-        case FA_DTYPE_F16: {
-            const uint16_t *src = (const uint16_t *)t->data + base;
-            for (int64_t c = 0; c < cols; c++) out[c] = fa_f16_to_f32(src[c * sd]);
-            break;
-        }
-        case FA_DTYPE_BF16: {
-            const uint16_t *src = (const uint16_t *)t->data + base;
-            for (int64_t c = 0; c < cols; c++) out[c] = fa_bf16_to_f32(src[c * sd]);
-            break;
-        }
-        default:
-            for (int64_t c = 0; c < cols; c++) out[c] = 0.0f;
-            break;
-        }
+        const int64_t base = b * t->stride[0] + (s0 + r) * t->stride[1] + h * t->stride[2];
+        fa_row_to_f32((const char *)t->data + base * (int64_t)fa_dtype_size(t->dtype), t->dtype, t->stride[3], 1.0f,
+                      cols, dst + r * ld);
     }
 }
 
@@ -193,6 +194,14 @@ const uint16_t *fa_rows_u16(const fa_tensor *t, int64_t b, int64_t s0, int64_t r
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) scratch[r * cols + c] = src[r * t->stride[1] + c * t->stride[3]];
     return scratch;
+}
+
+int fa_rows_finite16(const uint16_t *x, int64_t ld, int64_t rows, int64_t cols, uint16_t exp_mask)
+{
+    uint32_t bad = 0; /* no early exit, so the loop vectorises */
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) bad |= (x[r * ld + c] & exp_mask) == exp_mask;
+    return !bad;
 }
 
 int fa_rows_finite(const float *x, int64_t ld, int64_t rows, int64_t cols)

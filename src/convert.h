@@ -30,6 +30,10 @@ static inline float fa_load(const fa_tensor *t, int64_t i0, int64_t i1, int64_t 
     return 0.0f;
 }
 
+/* n elements of one row of any dtype (inner stride sd) as f32; i8 values are
+ * multiplied by scale (the row's dequantisation scale), other dtypes ignore it. */
+void fa_row_to_f32(const void *row, fa_dtype dtype, int64_t sd, float scale, int64_t n, float *out);
+
 /*
  * Rows s0 .. s0+rows-1 of (b, :, h, 0..cols-1) as f32. pack_rows writes
  * dst[r*ld + c]; pack_cols writes the transpose, dst[c*ld + r], which is the
@@ -56,6 +60,8 @@ const uint16_t *fa_rows_u16(const fa_tensor *t, int64_t b, int64_t s0, int64_t r
 /* 1 when no element of the rows x cols block is inf or NaN: decides whether a
  * vector pv (which multiplies masked p = 0 by v) may run on a V tile. */
 int fa_rows_finite(const float *x, int64_t ld, int64_t rows, int64_t cols);
+/* The same for f16 (exp_mask 0x7c00) or bf16 (0x7f80) data kept as it is. */
+int fa_rows_finite16(const uint16_t *x, int64_t ld, int64_t rows, int64_t cols, uint16_t exp_mask);
 
 /* The inverse of pack_rows for an output tensor: rounds to its dtype. */
 void fa_store_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,

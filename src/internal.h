@@ -106,12 +106,18 @@ static inline const void *fa_kv_row(const fa_problem *s, int which, int64_t j, i
         *scale = s->quant ? ((const float *)st->data)[blk * st->stride[0] + row * st->stride[1] + hk * st->stride[2]]
                           : 1.0f;
     }
-    return (const char *)t->data + off * (int64_t)(t->dtype == FA_DTYPE_F32 ? 4 : t->dtype == FA_DTYPE_I8 ? 1 : 2);
+    return (const char *)t->data + off * (int64_t)fa_dtype_size(t->dtype);
 }
 
 /* Merges n partial rows (o_i normalised, lse_i natural log) into out and *lse_out:
  * SEMANTICS.md's formula, shared by split-KV and fa_merge_states. */
 void fa_merge_rows(int n, const float *const *o, const float *lse, int64_t dv, float *out, float *lse_out);
+
+/* f32, f16 or bf16: the dtypes of attention data (not bool, not i8). */
+static inline int fa_dtype_is_float(fa_dtype d)
+{
+    return d == FA_DTYPE_F32 || d == FA_DTYPE_F16 || d == FA_DTYPE_BF16;
+}
 
 /* Records a message on ctx (when non-NULL) and returns status. */
 fa_status fa_fail(fa_context *ctx, fa_status status, const char *fmt, ...)

@@ -44,8 +44,6 @@ void fa_merge_rows(int n, const float *const *o, const float *lse, int64_t dv, f
     *lse_out = (float)total;
 }
 
-static int is_float(fa_dtype d) { return d == FA_DTYPE_F32 || d == FA_DTYPE_F16 || d == FA_DTYPE_BF16; }
-
 fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts, const fa_tensor *lse_parts, fa_tensor *o,
                           fa_tensor *lse)
 {
@@ -55,7 +53,7 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts, cons
     if (n > 4096) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "n is %d; at most 4096 parts", n);
     if (!o_parts || !lse_parts || !o) return fa_fail(ctx, FA_ERR_NULL_POINTER, "o_parts, lse_parts and o are required");
     if (!o->data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "o.data is NULL");
-    if (!is_float(o->dtype)) return fa_fail(ctx, FA_ERR_DTYPE, "o.dtype (%s) must be f32, f16 or bf16", fa_dtype_name(o->dtype));
+    if (!fa_dtype_is_float(o->dtype)) return fa_fail(ctx, FA_ERR_DTYPE, "o.dtype (%s) must be f32, f16 or bf16", fa_dtype_name(o->dtype));
     fa_status st;
     if ((st = fa_check_dims(ctx, "o", o)) != FA_OK) return st;
     const int64_t B = o->shape[0], S = o->shape[1], H = o->shape[2], Dv = o->shape[3];
@@ -70,7 +68,7 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts, cons
     for (int i = 0; i < n; i++) {
         const fa_tensor *a = &o_parts[i], *l = &lse_parts[i];
         if (!a->data || !l->data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "part %d: o or lse data is NULL", i);
-        if (!is_float(a->dtype)) return fa_fail(ctx, FA_ERR_DTYPE, "part %d: o dtype (%s) must be f32, f16 or bf16", i, fa_dtype_name(a->dtype));
+        if (!fa_dtype_is_float(a->dtype)) return fa_fail(ctx, FA_ERR_DTYPE, "part %d: o dtype (%s) must be f32, f16 or bf16", i, fa_dtype_name(a->dtype));
         if (l->dtype != FA_DTYPE_F32) return fa_fail(ctx, FA_ERR_DTYPE, "part %d: lse dtype must be f32", i);
         if ((st = fa_check_dims(ctx, "o_parts[i]", a)) != FA_OK) return st;
         if ((st = fa_check_dims(ctx, "lse_parts[i]", l)) != FA_OK) return st;

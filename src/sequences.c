@@ -93,8 +93,6 @@ void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *s)
 
 /* ------------------------------------------------------------- validation */
 
-static int is_float(fa_dtype d) { return d == FA_DTYPE_F32 || d == FA_DTYPE_F16 || d == FA_DTYPE_BF16; }
-
 /* cu has n+1 entries, non-decreasing, within [0, len]. */
 static fa_status check_cu(fa_context *ctx, const char *name, const int32_t *cu, int64_t n, int64_t len)
 {
@@ -140,7 +138,7 @@ static fa_status check_cache(fa_context *ctx, const fa_forward_args *a, fa_probl
     fa_status st;
     if (!c->k.data || !c->v.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "kv_cache->k.data or v.data is NULL");
     if (!c->seqlens) return fa_fail(ctx, FA_ERR_NULL_POINTER, "kv_cache->seqlens is NULL");
-    if (c->k.dtype != c->v.dtype || !(is_float(c->k.dtype) || c->k.dtype == FA_DTYPE_I8))
+    if (c->k.dtype != c->v.dtype || !(fa_dtype_is_float(c->k.dtype) || c->k.dtype == FA_DTYPE_I8))
         return fa_fail(ctx, FA_ERR_DTYPE, "the cache's k and v must share one dtype of f32, f16, bf16, i8; got %s, %s",
                        fa_dtype_name(c->k.dtype), fa_dtype_name(c->v.dtype));
     if ((st = fa_check_dims(ctx, "kv_cache->k", &c->k)) != FA_OK) return st;
@@ -191,7 +189,7 @@ static fa_status check_cache(fa_context *ctx, const fa_forward_args *a, fa_probl
     p->append = a->k.data || a->v.data;
     if (p->append) {
         if (!a->k.data || !a->v.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "new rows need both k.data and v.data");
-        if (!is_float(a->k.dtype) || !is_float(a->v.dtype))
+        if (!fa_dtype_is_float(a->k.dtype) || !fa_dtype_is_float(a->v.dtype))
             return fa_fail(ctx, FA_ERR_DTYPE, "new k, v rows must be f32, f16 or bf16; got %s, %s",
                            fa_dtype_name(a->k.dtype), fa_dtype_name(a->v.dtype));
         if ((st = fa_check_dims(ctx, "k", &a->k)) != FA_OK) return st;
@@ -345,49 +343,31 @@ fa_status fa_validate_forms(fa_context *ctx, const fa_forward_args *a, fa_proble
 
 /* ------------------------------------------------------------------ append */
 
-/* Row t of the new (b, hk) rows of src as f32. */
-static void load_new_row(const fa_problem *p, const fa_tensor *src, int64_t b, int64_t t, int64_t hk, int64_t dim,
-                         float *out)
-{
-    const int64_t sb = p->cu_k ? 0 : b, s0 = p->cu_k ? p->cu_k[b] : 0;
-    for (int64_t x = 0; x < dim; x++) out[x] = fa_load(src, sb, s0 + t, hk, x);
-}
-
-static void store_row(fa_tensor cache, fa_tensor scale, int64_t blk, int64_t row, int64_t hk,
+/* One row x of dim values into the cache slot (blk, row, hk): rounded to a float
+ * cache's dtype, or quantised into an int8 cache with its scale. */
+static void store_row(const fa_tensor *cache, const fa_tensor *scale, int64_t blk, int64_t row, int64_t hk,
                       const float *x, int64_t dim)
 {
-    const int64_t base = blk * cache.stride[0] + row * cache.stride[1] + hk * cache.stride[2];
-    const int64_t sd = cache.stride[3];
-    switch (cache.dtype) {
-    case FA_DTYPE_F32:
-        for (int64_t e = 0; e < dim; e++) ((float *)cache.data)[base + e * sd] = x[e];
-        break;
-    case FA_DTYPE_F16:
-        for (int64_t e = 0; e < dim; e++) ((uint16_t *)cache.data)[base + e * sd] = fa_f32_to_f16(x[e]);
-        break;
-    case FA_DTYPE_BF16:
-        for (int64_t e = 0; e < dim; e++) ((uint16_t *)cache.data)[base + e * sd] = fa_f32_to_bf16(x[e]);
-        break;
-    case FA_DTYPE_I8: {
-        /* symmetric per-row quantisation: scale = max|x| / 127, q = round(x / scale) */
-        float amax = 0.0f;
-        for (int64_t e = 0; e < dim; e++) {
-            const float m = fabsf(x[e]);
-            if (m > amax || isnan(m)) amax = m;
-        }
-        const float s = amax / 127.0f;
-        const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-        for (int64_t e = 0; e < dim; e++) {
-            float qv = nearbyintf(x[e] * inv);
-            if (!(qv >= -127.0f)) qv = -127.0f; /* also NaN: its scale carries the NaN */
-            if (qv > 127.0f) qv = 127.0f;
-            ((int8_t *)cache.data)[base + e * sd] = (int8_t)qv;
-        }
-        ((float *)scale.data)[blk * scale.stride[0] + row * scale.stride[1] + hk * scale.stride[2]] = s;
-        break;
+    if (cache->dtype != FA_DTYPE_I8) {
+        fa_store_rows(cache, blk, row, 1, hk, dim, x, dim);
+        return;
     }
-    default: break;
+    /* symmetric per-row quantisation: scale = max|x| / 127, q = round(x / scale) */
+    float amax = 0.0f;
+    for (int64_t e = 0; e < dim; e++) {
+        const float m = fabsf(x[e]);
+        if (m > amax || isnan(m)) amax = m;
     }
+    const float s = amax / 127.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    const int64_t base = blk * cache->stride[0] + row * cache->stride[1] + hk * cache->stride[2];
+    for (int64_t e = 0; e < dim; e++) {
+        float qv = nearbyintf(x[e] * inv);
+        if (!(qv >= -127.0f)) qv = -127.0f; /* also NaN: its scale carries the NaN */
+        if (qv > 127.0f) qv = 127.0f;
+        ((int8_t *)cache->data)[base + e * cache->stride[3]] = (int8_t)qv;
+    }
+    ((float *)scale->data)[blk * scale->stride[0] + row * scale->stride[1] + hk * scale->stride[2]] = s;
 }
 
 void fa_cache_append(const fa_problem *p, float *row)
@@ -403,11 +383,12 @@ void fa_cache_append(const fa_problem *p, float *row)
                 blk = p->batch_idx ? p->batch_idx[b] : b;
                 r = j;
             }
+            const int64_t sb = p->cu_k ? 0 : b, s0 = p->cu_k ? p->cu_k[b] : 0; /* new row t of sequence b */
             for (int64_t hk = 0; hk < p->Hk; hk++) {
-                load_new_row(p, &p->k, b, t, hk, p->D, row);
-                store_row(p->kc, p->k_scale, blk, r, hk, row, p->D);
-                load_new_row(p, &p->v, b, t, hk, p->Dv, row);
-                store_row(p->vc, p->v_scale, blk, r, hk, row, p->Dv);
+                fa_pack_rows(&p->k, sb, s0 + t, 1, hk, p->D, row, p->D);
+                store_row(&p->kc, &p->k_scale, blk, r, hk, row, p->D);
+                fa_pack_rows(&p->v, sb, s0 + t, 1, hk, p->Dv, row, p->Dv);
+                store_row(&p->vc, &p->v_scale, blk, r, hk, row, p->Dv);
             }
         }
     }

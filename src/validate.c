@@ -14,11 +14,6 @@
 /* A struct_size beyond this is garbage, not a future header. */
 #define FA_ARGS_MAX_SIZE 4096
 
-static int is_float_dtype(fa_dtype d)
-{
-    return d == FA_DTYPE_F32 || d == FA_DTYPE_F16 || d == FA_DTYPE_BF16;
-}
-
 /* The largest element offset |sum (shape-1)*stride| must fit, in bytes, in ptrdiff_t. */
 static fa_status check_extent(fa_context *ctx, const char *name, const fa_tensor *t)
 {
@@ -114,7 +109,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
 
     if (!a.q.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "q.data is NULL");
     if (!a.o.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "o.data is NULL");
-    if (!is_float_dtype(a.q.dtype))
+    if (!fa_dtype_is_float(a.q.dtype))
         return fa_fail(ctx, FA_ERR_DTYPE, "q.dtype (%s) must be f32, f16 or bf16", fa_dtype_name(a.q.dtype));
     if (a.o.dtype != a.q.dtype && a.o.dtype != FA_DTYPE_F32)
         return fa_fail(ctx, FA_ERR_DTYPE, "o.dtype (%s) must be q's dtype (%s) or f32", fa_dtype_name(a.o.dtype),
@@ -139,7 +134,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
     if (a.k.dtype != a.q.dtype || a.v.dtype != a.q.dtype)
         return fa_fail(ctx, FA_ERR_DTYPE, "q, k, v must share one dtype; got %s, %s, %s", fa_dtype_name(a.q.dtype),
                        fa_dtype_name(a.k.dtype), fa_dtype_name(a.v.dtype));
-    if (a.bias.data && !is_float_dtype(a.bias.dtype))
+    if (a.bias.data && !fa_dtype_is_float(a.bias.dtype))
         return fa_fail(ctx, FA_ERR_DTYPE, "bias.dtype (%s) must be f32, f16 or bf16", fa_dtype_name(a.bias.dtype));
     if (a.mask.data && a.mask.dtype != FA_DTYPE_BOOL)
         return fa_fail(ctx, FA_ERR_DTYPE, "mask.dtype (%s) must be bool", fa_dtype_name(a.mask.dtype));
