@@ -33,7 +33,7 @@ void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int
             float x = sc[r * ldr];
             if (cap > 0.0f) x = cap * tanhf(x / cap);
             if (p->has_bias) x += fa_load(&p->bias, b, h, i, j);
-            if (p->alibi) x -= slope * (float)llabs(i + p->Sk - p->Sq - j);
+            if (p->alibi) x -= slope * (float)llabs(fa_diag(p, i) - j);
             sc[r * ldr] = x;
         }
     }
