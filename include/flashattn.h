@@ -270,7 +270,9 @@ typedef struct fa_forward_args {
      * so causal bottom-right keeps j <= diag(i), top-left keeps j <= i + q_start - k_start,
      * windows keep diag(i) - left <= j <= diag(i) + right and ALiBi adds
      * -slope * |diag(i) - j|. For equal-length shards of one self-attention sequence,
-     * pass the shards' global starts. Per sequence for varlen and cached calls. */
+     * pass the shards' global starts; the general rule for any shard is in
+     * docs/semantics.md, section 4. q_start + Sq and k_start + Sk stay within 2^60
+     * (else FA_ERR_OVERFLOW). Per sequence for varlen and cached calls. */
     int64_t q_start;
     int64_t k_start;
 } fa_forward_args;
@@ -349,8 +351,8 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_forward_args *args);
  */
 
 /*
- * Merges n >= 1 partial results over disjoint key sets (docs/semantics.md, "Merging
- * partial states"): lse = log(sum_i exp(lse_i)), o = sum_i exp(lse_i - lse) o_i.
+ * Merges n >= 1 partial results over disjoint key sets (docs/semantics.md, section 8,
+ * merging partial states): lse = log(sum_i exp(lse_i)), o = sum_i exp(lse_i - lse) o_i.
  * Sides with lse = -inf contribute nothing; if every side is -inf, o = 0 and
  * lse = -inf. o_parts[i] are (B, S, H, Dv) of any float dtype, lse_parts[i]
  * (B, H, S, 1) f32; o is (B, S, H, Dv) of any float dtype, lse optional (data NULL).

@@ -1,6 +1,6 @@
 /*
  * algo_reference.c: the oracle. Plain loops over (b, h, i, j) that read like
- * SEMANTICS.md and accumulate in double; single-threaded and O(Sk) memory.
+ * docs/semantics.md and accumulate in double; single-threaded and O(Sk) memory.
  * Every faster path is judged against this, so it stays simple to check by eye.
  */
 #include "internal.h"

@@ -99,7 +99,7 @@ void fa_cache_append(const fa_problem *p, float *row);
 static inline int fa_problem_is_form(const fa_problem *p) { return p->varlen || p->cache; }
 
 /* Merges n partial rows (o_i normalised, lse_i natural log) into out and *lse_out:
- * SEMANTICS.md's formula, shared by split-KV and fa_merge_states. */
+ * docs/semantics.md's formula, shared by split-KV and fa_merge_states. */
 void fa_merge_rows(int n, const float *const *o, const float *lse, int64_t dv, float *out, float *lse_out);
 
 /* f32, f16 or bf16: the dtypes of attention data (not bool, not i8). */

@@ -1,6 +1,6 @@
 /*
  * merge.c: merging partial attention results over disjoint key sets
- * (SEMANTICS.md, "Merging partial states"). Split-KV decoding merges its chunks
+ * (docs/semantics.md, section 8, merging). Split-KV decoding merges its chunks
  * with fa_merge_rows; fa_merge_states offers the same formula to callers that
  * split keys themselves (across machines, ring attention, a cache plus new rows).
  */

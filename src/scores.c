@@ -1,6 +1,6 @@
 /*
  * scores.c: everything between the scaled dot product and the softmax that
- * is not a plain band, in the order SEMANTICS.md gives: softcap, additive bias,
+ * is not a plain band, in the order docs/semantics.md gives: softcap, additive bias,
  * ALiBi, then the masks (boolean mask, causal, window). Written once for every
  * algorithm; it works on score tiles of either orientation (see kernels.h). The
  * scale is already in the scores: the Q panel is packed pre-scaled.

@@ -1,5 +1,5 @@
 /*
- * sequences.c: the inference forms (SEMANTICS.md, "Inference forms"): variable-
+ * sequences.c: the inference forms (docs/semantics.md, section 8): variable-
  * length batches, contiguous and paged KV caches, int8 caches, and appending new
  * rows to a cache. They all reduce to one idea: each sequence is a dense B = 1
  * problem of its own lengths whose tensors are views into the packed or cached

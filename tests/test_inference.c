@@ -1,5 +1,5 @@
 /*
- * test_inference.c: the inference forms (SEMANTICS.md, "Inference forms"; the header's
+ * test_inference.c: the inference forms (docs/semantics.md, section 8; the header's
  * comments on cu_seqlens_*, fa_kv_cache, FA_PARAM_KV_SPLITS and fa_merge_states)
  * against an oracle that shares nothing with them.
  *
@@ -9,7 +9,7 @@
  * (rounding to the cache dtype, or quantising int8 rows with its own quantiser), and
  * dequantises int8 rows with their scales. Each sequence is then one dense B = 1 call
  * with FA_ALGO_REFERENCE (fp64 loops, tested by test_property against naive.c), and
- * the accuracy rule of SEMANTICS.md applies over the whole call, as in test_property:
+ * the accuracy rule of docs/semantics.md applies over the whole call, as in test_property:
  *   max|o - o_ref| <= 2 * max|o_naive_same_precision - o_ref| + ulps * max(1, max|o_ref|),
  * with the naive same-precision attention (naive.c) run in q's dtype when the cache has
  * q's dtype, and in f32 otherwise (mixed dtypes promote, as in PyTorch; int8 caches are
