@@ -6,6 +6,7 @@
 #include "internal.h"
 #include "cpu.h"
 #include "threadpool.h"
+#include "tune.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -200,6 +201,7 @@ void fa_context_free(fa_context *ctx)
     if (!ctx) return;
     fa_pool_free(ctx->pool);
     fa_workspace_free(ctx->ws_kept);
+    fa_tune_free(ctx->tune);
     free(ctx);
 }
 
