@@ -183,8 +183,12 @@ static int table_add(fa_tune_table *t, const tune_entry *e)
     if (t->n == t->cap) {
         const int64_t cap = t->cap ? 2 * t->cap : 16;
         if (cap > 4096) return 0; /* more entries for one CPU and ISA than any sweep makes */
-        tune_entry *grown = realloc(t->e, (size_t)cap * sizeof *grown);
+        /* malloc, copy, free rather than realloc: the library's allocations are
+         * malloc/free pairs only */
+        tune_entry *grown = malloc((size_t)cap * sizeof *grown);
         if (!grown) return 0;
+        if (t->n > 0) memcpy(grown, t->e, (size_t)t->n * sizeof *grown);
+        free(t->e);
         t->e = grown;
         t->cap = cap;
     }
@@ -279,7 +283,6 @@ static int tune_path(char *buf, size_t n, char *note, size_t note_size)
 
 int fa_tune_lookup(fa_context *ctx, const fa_problem *p, int masked, int64_t *br, int64_t *bc)
 {
-    ctx->tune_note_due = 0;
     if (!ctx->tune_read) {
         char path[TUNE_PATH_MAX];
         ctx->tune_read = 1;

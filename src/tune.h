@@ -44,7 +44,8 @@ int64_t fa_tune_bucket(int64_t n);
 /*
  * The tuned tiles for the shape class of p (a problem as the planner sees it) and
  * `masked` (causal or window), reading the tune file first if ctx has not yet.
- * 1 with *br, *bc set, or 0. Sets ctx->tune_note_due when this call read the file.
+ * 1 with *br, *bc set, or 0. Sets ctx->tune_note_due when this call read the file
+ * (the caller clears it before each plan).
  */
 int fa_tune_lookup(fa_context *ctx, const fa_problem *p, int masked, int64_t *br, int64_t *bc);
 

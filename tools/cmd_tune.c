@@ -588,14 +588,15 @@ int cmd_tune(int argc, char **argv)
     }
     if (progress)
         fprintf(stderr, "\r%*s\r", 40, "");
+    done = 0; /* the progress line is gone */
     print_results(&s, fa_context_isa(ctx), pairs, n); /* sorts: pairs[0] is the best */
     status = CLI_EXIT_OK;
     if (save && !pairs[0].t.oom && tune_save_best(&s, fa_context_isa(ctx), path, &pairs[0]) != 0)
         status = CLI_EXIT_FAIL;
 
 done:
-    if (progress && status != CLI_EXIT_OK && done > 0)
-        fprintf(stderr, "\n");
+    if (progress && done > 0)
+        fprintf(stderr, "\n"); /* a sweep cut short: keep its last progress line */
     cli_free(times);
     cli_free(o);
     cli_inputs_free(&in);
