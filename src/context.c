@@ -7,6 +7,7 @@
 #include "cpu.h"
 #include "threadpool.h"
 #include "alloc.h"
+#include "tune.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -220,6 +221,7 @@ void fa_context_free(fa_context *ctx)
     if (!ctx) return;
     fa_pool_free(ctx->pool);
     fa_workspace_free(ctx->ws_kept);
+    fa_tune_free(ctx->tune);
     fa_free(ctx);
 }
 

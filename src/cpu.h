@@ -25,6 +25,11 @@ struct fa_cpu {
 /* Detected on first use, then constant. */
 const fa_cpu *fa_cpu_get(void);
 
+/* The CPU model that keys tuned tiles (src/tune.c): x86 the CPUID brand string,
+ * aarch64 MIDR_EL1 as the kernel shows it ("0x...."), else "unknown"; blanks
+ * trimmed and runs of them made one space. Detected once, then constant. */
+const char *fa_cpu_model(void);
+
 /* Picks the best table this CPU runs, or the one FLASHATTN_ARCH names. On
  * failure writes why into msg and returns FA_ERR_ISA_UNAVAILABLE. */
 fa_status fa_kernels_select(const fa_kernels **out, char *msg, size_t msg_size);

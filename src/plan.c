@@ -6,10 +6,13 @@
  * are enough (b, h, q-block) tasks to keep threads busy to the end.
  * The plan never depends on the thread count: tile sizes decide the order of
  * floating-point operations, and results must be bitwise the same for any
- * number of threads. A context setting (FA_PARAM_TILE_Q / FA_PARAM_TILE_KV) overrides either size.
+ * number of threads. A tuned entry for the call's shape class (the tune file,
+ * src/tune.c) replaces the heuristic; a context setting (FA_PARAM_TILE_Q /
+ * FA_PARAM_TILE_KV) overrides either size over both.
  */
 #include "internal.h"
 #include "cpu.h"
+#include "tune.h"
 
 #include <unistd.h>
 
@@ -35,7 +38,7 @@ int64_t fa_l2_bytes(void)
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan)
+void fa_plan_tiles(fa_context *ctx, const fa_problem *p, fa_plan *plan)
 {
     const int64_t budget = fa_l2_bytes() / 2; /* leave the rest to K/V rows streaming through */
     const int64_t D = p->D, Dv = p->Dv;
@@ -59,13 +62,24 @@ void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan)
      * masked half is computed and discarded: keep tiles a small fraction of the
      * lengths so that waste stays small (measured at N=512 causal: 256x256 tiles
      * 14.2 ms, 64x128 11.8 ms). */
-    if (p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0) {
+    const int masked = p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0;
+    if (masked) {
         while (br > 64 && br > p->Sq / 8) br /= 2;
         while (bc > 64 && bc > p->Sk / 4) bc /= 2;
     }
 
-    if (ctx->tile_q > 0) br = ctx->tile_q;
-    if (ctx->tile_kv > 0) bc = ctx->tile_kv;
+    ctx->tile_src_q = ctx->tile_src_kv = FA_TILES_HEURISTIC;
+    ctx->tune_note_due = 0;
+    if ((ctx->tile_q == 0 || ctx->tile_kv == 0) && fa_tune_lookup(ctx, p, masked, &br, &bc))
+        ctx->tile_src_q = ctx->tile_src_kv = FA_TILES_TUNED;
+    if (ctx->tile_q > 0) {
+        br = ctx->tile_q;
+        ctx->tile_src_q = FA_TILES_OVERRIDE;
+    }
+    if (ctx->tile_kv > 0) {
+        bc = ctx->tile_kv;
+        ctx->tile_src_kv = FA_TILES_OVERRIDE;
+    }
     plan->br = br < p->Sq ? br : p->Sq;
     plan->bc = bc < p->Sk ? bc : p->Sk;
     plan->br_pad = fa_panel_ld(plan->br);
