@@ -2,11 +2,18 @@
  * cpu.c: CPU feature detection. x86 asks CPUID for the instructions and XGETBV
  * for whether the OS saves the wider registers (an AVX-512 CPU under an OS that
  * does not save ZMM state must not run AVX-512 code). aarch64 asks the kernel's
- * hwcaps. Detection runs once; the result never changes.
+ * hwcaps on Linux, and sysctl on macOS. Detection runs once; the result never
+ * changes.
  */
+#if defined(__APPLE__)
+/* sysctlbyname is not POSIX: the build's _POSIX_C_SOURCE would hide it. */
+#define _DARWIN_C_SOURCE 1
+#endif
 #include "cpu.h"
+#include "flashattn.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -63,6 +70,21 @@ static void detect(fa_cpu *c)
     c->neon = (hw & HWCAP_ASIMD) != 0;
     c->asimdhp = (hw & HWCAP_ASIMDHP) != 0;
     c->bf16 = (hw2 & HWCAP2_BF16) != 0;
+}
+#elif (defined(__aarch64__) || defined(__arm64__)) && defined(__APPLE__)
+#include <sys/sysctl.h>
+/* A hw.optional flag: 1 when the key exists and is non-zero (older macOS lacks the FEAT_ keys). */
+static int sysctl_flag(const char *name)
+{
+    int v = 0;
+    size_t len = sizeof v;
+    return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v != 0;
+}
+static void detect(fa_cpu *c)
+{
+    c->neon = 1; /* Advanced SIMD is architecturally present on every arm64 Mac */
+    c->asimdhp = sysctl_flag("hw.optional.arm.FEAT_FP16") || sysctl_flag("hw.optional.neon_fp16");
+    c->bf16 = sysctl_flag("hw.optional.arm.FEAT_BF16");
 }
 #else
 static void detect(fa_cpu *c) { (void)c; }
