@@ -1,6 +1,6 @@
 /*
  * kernels.h: the micro-kernel table. Each ISA directory under src/kernels/
- * fills one fa_kernels; only those files are compiled with ISA flags. The core
+ * fills one fa_kernels; only its kernel files are compiled with ISA flags. The core
  * (tile loops, masking, the online-softmax bookkeeping around the kernels,
  * threading) calls through this table and never sees an intrinsic. Adding an
  * ISA = a directory with its kernels and one init function, plus one row in
@@ -78,9 +78,9 @@ typedef struct fa_kernels {
     const char *parent; /* the name of the table this one starts from; NULL for ref, the root */
     unsigned flags;     /* FA_KERNELS_* */
 
-    /* Preferred blocking, read by the planner (plan.c): row tiles are multiples of
-     * row_align (a divisor of FA_ROW_ALIGN, which stays the padding of every panel)
-     * and hold at least one qk register block. */
+    /* Preferred blocking, read by the planner (plan.c): row tiles are at least one
+     * qk register block tall where the heads allow, and never finer than row_align
+     * (a divisor of FA_ROW_ALIGN, which stays the padding of every panel). */
     int32_t row_align;
     fa_kernel_block qk_block, pv_block;
 
