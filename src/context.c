@@ -178,14 +178,16 @@ static int online_cpus(void)
     return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
 }
 
-/* (Re)starts the worker pool for `setting` threads; the old pool stays on failure. */
+/* (Re)starts the worker pool for `setting` threads; the old pool stays on failure.
+ * The pool exists for one thread too: it runs the kernel table's per-thread hooks. */
 static fa_status apply_threads(fa_context *ctx, int64_t setting)
 {
     int n = setting == 0 ? online_cpus() : (int)setting;
     fa_pool *pool = NULL;
-    if (n > 1) {
-        fa_status st = fa_pool_create(n - 1, &pool);
-        if (st != FA_OK) return fa_fail(ctx, st, "could not start %d worker threads", n - 1);
+    fa_status st = fa_pool_create(n - 1, ctx->kernels->thread_begin, ctx->kernels->thread_end, &pool);
+    if (st != FA_OK) {
+        if (st == FA_ERR_THREADS) return fa_fail(ctx, st, "could not start %d worker threads", n - 1);
+        return fa_fail(ctx, st, "out of memory for a pool of %d worker threads", n - 1);
     }
     fa_pool_free(ctx->pool);
     ctx->pool = pool;

@@ -2,12 +2,19 @@
  * cpu.c: CPU feature detection. x86 asks CPUID for the instructions and XGETBV
  * for whether the OS saves the wider registers (an AVX-512 CPU under an OS that
  * does not save ZMM state must not run AVX-512 code). aarch64 asks the kernel's
- * hwcaps. Detection runs once; the result never changes. The model name (for
- * the tune file's key) comes from the CPUID brand string or the kernel's MIDR.
+ * hwcaps on Linux, and sysctl on macOS. Detection runs once; the result never
+ * changes. The model name (for the tune file's key) comes from the CPUID brand
+ * string, the kernel's MIDR, or sysctl's machdep.cpu.brand_string.
  */
+#if defined(__APPLE__)
+/* sysctlbyname is not POSIX: the build's _POSIX_C_SOURCE would hide it. */
+#define _DARWIN_C_SOURCE 1
+#endif
 #include "cpu.h"
+#include "flashattn.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -83,6 +90,28 @@ static void read_model(char *buf, size_t n)
     if (!f) return;
     if (!fgets(buf, (int)n, f)) buf[0] = '\0';
     fclose(f);
+}
+#elif (defined(__aarch64__) || defined(__arm64__)) && defined(__APPLE__)
+#include <sys/sysctl.h>
+/* A hw.optional flag: 1 when the key exists and is non-zero (older macOS lacks the FEAT_ keys). */
+static int sysctl_flag(const char *name)
+{
+    int v = 0;
+    size_t len = sizeof v;
+    return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v != 0;
+}
+static void detect(fa_cpu *c)
+{
+    c->neon = 1; /* Advanced SIMD is architecturally present on every arm64 Mac */
+    c->asimdhp = sysctl_flag("hw.optional.arm.FEAT_FP16") || sysctl_flag("hw.optional.neon_fp16");
+    c->bf16 = sysctl_flag("hw.optional.arm.FEAT_BF16");
+}
+
+static void read_model(char *buf, size_t n)
+{
+    size_t len = n;
+    if (sysctlbyname("machdep.cpu.brand_string", buf, &len, NULL, 0) != 0) buf[0] = '\0';
+    buf[n - 1] = '\0';
 }
 #else
 static void detect(fa_cpu *c) { (void)c; }

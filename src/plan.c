@@ -36,16 +36,22 @@ int64_t fa_l2_bytes(void)
 #endif
 }
 
-static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 void fa_plan_tiles(fa_context *ctx, const fa_problem *p, fa_plan *plan)
 {
     const int64_t budget = fa_l2_bytes() / 2; /* leave the rest to K/V rows streaming through */
     const int64_t D = p->D, Dv = p->Dv;
+    /* the table's preferred blocking (kernels.h): its row alignment is the floor for
+     * huge heads, its qk register block one for every shape */
+    const fa_kernels *kern = ctx->kernels;
+    const int64_t row_align = kern->row_align;
     /* enough tasks for 4 threads x 4 each; a constant, not ctx->threads (see above).
-     * br stays >= 64 (the widest register block along r) unless Sq itself is shorter:
-     * smaller blocks re-read K/V more often than they gain in balance. */
-    const int64_t tasks_wanted = 16, br_min = 64;
+     * br stays >= br_min unless Sq itself is shorter: one register block of the
+     * table's qk, and at least 64 rows, below which blocks re-read K/V more often
+     * than they gain in balance (64 is also the tallest block today, avx512's). */
+    const int64_t tasks_wanted = 16, reread_rows = 64;
+    const int64_t qk_rows = fa_round_up(kern->qk_block.rows > 0 ? kern->qk_block.rows : 1, row_align);
+    const int64_t br_min = qk_rows > reread_rows ? qk_rows : reread_rows;
 
     /* br: the largest block whose Q panel + accumulator fit a third of the budget,
      * while leaving tasks_wanted tasks when the shape allows it */
@@ -53,7 +59,7 @@ void fa_plan_tiles(fa_context *ctx, const fa_problem *p, fa_plan *plan)
     while (br > br_min && (br * (D + Dv) * 4 > budget / 3 ||
                            p->B * p->Hq * ((p->Sq + br - 1) / br) < tasks_wanted))
         br /= 2;
-    while (br > FA_ROW_ALIGN && br * (D + Dv) * 4 > budget / 3) br /= 2; /* huge heads */
+    while (br > row_align && br * (D + Dv) * 4 > budget / 3) br /= 2; /* huge heads */
     /* bc: the largest K/V tile whose rows plus its score tile fit the rest */
     int64_t bc = 512;
     while (bc > 16 && bc * (D + Dv + br) * 4 > budget - br * (D + Dv) * 4) bc /= 2;
@@ -64,7 +70,7 @@ void fa_plan_tiles(fa_context *ctx, const fa_problem *p, fa_plan *plan)
      * 14.2 ms, 64x128 11.8 ms). */
     const int masked = p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0;
     if (masked) {
-        while (br > 64 && br > p->Sq / 8) br /= 2;
+        while (br > br_min && br > p->Sq / 8) br /= 2;
         while (bc > 64 && bc > p->Sk / 4) bc /= 2;
     }
 
@@ -89,12 +95,12 @@ int64_t fa_panel_ld(int64_t rows)
 {
     /* A row stride that is a multiple of 256 bytes maps the rows of qt and st onto a
      * few L1 sets, and they evict each other; one extra vector breaks the pattern. */
-    int64_t ld = round_up(rows, FA_ROW_ALIGN);
+    int64_t ld = fa_round_up(rows, FA_ROW_ALIGN);
     return ld % 64 == 0 ? ld + FA_ROW_ALIGN : ld;
 }
 
 int fa_bf16_dot_active(const fa_context *ctx)
 {
-    if (!ctx->kernels->qk_bf16 || ctx->bf16_dot == 2) return 0;
+    if (!(ctx->kernels->flags & FA_KERNELS_BF16_DOT) || ctx->bf16_dot == 2) return 0;
     return ctx->bf16_dot == 1 || fa_cpu_get()->bf16_dot_fast;
 }
