@@ -17,8 +17,8 @@
  * its outputs untouched; fa_context_error() says in words what was wrong.
  *
  * Threads: a context is used by one caller thread at a time. A call that finds
- * its context in use by another thread (fa_forward, fa_merge_states,
- * fa_context_set, fa_probe) returns FA_ERR_BUSY and touches nothing, not even
+ * its context in use by another thread (fa_forward, fa_backward,
+ * fa_merge_states, fa_context_set, fa_probe) returns FA_ERR_BUSY and touches nothing, not even
  * the context's error message. Different contexts are fully independent.
  *
  * Sizes: every product and sum of the sizes, strides, offsets and windows a
@@ -218,11 +218,11 @@ typedef enum fa_causal {
  * which defaults to "off" when zero, and bumps nothing else; the library tells old
  * callers apart by struct_size.
  *
- * The backward pass (planned) is its own call, fa_backward(ctx, const
- * fa_backward_args *), whose struct begins with struct_size and refers to the
- * forward's arguments BY POINTER (`const fa_forward_args *fwd`: the same q, k, v,
- * o, lse, masks and options the forward was called with), so that both structs
- * keep growing independently.
+ * The backward pass is its own call, fa_backward(ctx, const fa_backward_args *),
+ * whose struct begins with struct_size and refers to the forward's arguments BY
+ * POINTER (`const fa_forward_args *fwd`: the same q, k, v, o, lse, masks and
+ * options the forward was called with), so that both structs keep growing
+ * independently.
  */
 typedef struct fa_forward_args {
     size_t struct_size;   /* sizeof(fa_forward_args) as the caller compiled it */
@@ -275,12 +275,25 @@ typedef struct fa_forward_args {
      * (else FA_ERR_OVERFLOW). Per sequence for varlen and cached calls. */
     int64_t q_start;
     int64_t k_start;
+
+    /* ---- dropout (training; docs/semantics.md, section 6): p_ij *= keep_ij / (1 - dropout_p)
+     * after the softmax, with keep_ij drawn by Philox4x32-10 from (seed, offset) and the
+     * element's (b, h, i, j), so the mask is the same for any tiling, thread count or ISA;
+     * i and j are positions (q_start + i, k_start + j), so shards of one sequence draw the
+     * mask of the whole. The lse stays that of the undropped row. Not with a KV cache. */
+    float dropout_p;          /* [0, 1); 0 = off */
+    uint32_t dropout_offset;  /* the caller's call counter: a new one per layer and step */
+    uint64_t dropout_seed;
+    /* optional output, for tests (it costs O(Sq*Sk)): (B, Hq, Sq, Sk) FA_DTYPE_BOOL, 1 = kept,
+     * for every (b, h, i, j) whether masked or not; dense calls only */
+    fa_tensor dropout_mask;
 } fa_forward_args;
 
 #define FA_FORWARD_ARGS_INIT                                                          \
     {                                                                                 \
         sizeof(fa_forward_args), {0}, {0}, {0}, {0}, {0}, 0.0f, 0.0f, FA_CAUSAL_NONE, \
-            FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, {0}, {0}, 0, 0, 0, 0, 0, 0 \
+            FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, {0}, {0}, 0, 0, 0, 0, 0, 0, \
+            0.0f, 0, 0, {0}                                                           \
     }
 
 /* The largest position q_start + Sq or k_start + Sk may reach. */
@@ -333,6 +346,35 @@ FA_API void fa_forward_args_init(fa_forward_args *args);
  * o must not overlap q, k, v, bias or mask.
  */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_forward_args *args);
+
+/* ---------------------------------------------------------------- backward */
+
+/*
+ * Gradients of the forward call *fwd (docs/semantics.md, section 7): given dL/do,
+ * dq, dk and dv. fwd is the very struct the forward ran with: its q, k, v, its o and
+ * lse OUTPUTS (both required: the backward recomputes P from q, k and lse, and
+ * takes dot(dO_i, o_i)), and every option, dropout included (the same seed and offset
+ * give the same mask). dq, dk, dv are optional (data NULL: not computed, and their
+ * work skipped); each is written whole, in q's dtype or f32. Bias has no gradient.
+ * Variable-length calls work; KV caches are FA_ERR_UNSUPPORTED. On failure nothing
+ * is written to dq, dk or dv.
+ *
+ * Determinism: the result is bitwise the same for any thread count and any run: the
+ * work is cut by shapes alone (per sequence and kv head, keys split into chunks when
+ * there are few of those), and partial dq sums are added in a fixed order.
+ */
+typedef struct fa_backward_args {
+    size_t struct_size;           /* sizeof(fa_backward_args) as the caller compiled it */
+    const fa_forward_args *fwd;   /* the forward's arguments, outputs o and lse included */
+    fa_tensor do_;                /* (B, Sq, Hq, Dv) dL/do, f32 or q's dtype */
+    fa_tensor dq;                 /* (B, Sq, Hq, D)  optional output */
+    fa_tensor dk;                 /* (B, Sk, Hk, D)  optional output, summed over the heads of a group */
+    fa_tensor dv;                 /* (B, Sk, Hk, Dv) optional output, likewise */
+} fa_backward_args;
+
+#define FA_BACKWARD_ARGS_INIT {sizeof(fa_backward_args), 0, {0}, {0}, {0}, {0}}
+FA_API void fa_backward_args_init(fa_backward_args *args);
+FA_API fa_status fa_backward(fa_context *ctx, const fa_backward_args *args);
 
 /*
  * Split-KV and decoding. fa_forward hands its threads tasks of (sequence, query

@@ -310,6 +310,11 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_t
 
         /* 4. online softmax: new max, P = exp(S - m), alpha = exp(m_old - m_new) */
         kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
+        /* dropout scales P after the running sum took it: the lse stays the undropped row's */
+        if (s.drop.on)
+            for (int64_t g = 0; g < ng; g++)
+                fa_dropout_tile_t(&s.drop, it->b, h0 + g, p->Hq, s.q_start + i0, n, s.k_start + j0, cols,
+                                  sc->st + g * n, bp);
 
         if (Dv == 0) continue; /* the lse is all there is to compute */
         /* 5. acc = alpha * acc + P V. A vector kernel multiplies a masked p = 0 by v
@@ -393,7 +398,8 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     job.bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
     job.ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
     job.lds = round16(job.plan.bc);
-    job.small = (ctx->kernels->flags & FA_KERNELS_SMALL_ROWS) && job.plan.bc <= FA_SMALL_COLS;
+    /* decoding takes no dropout: the small-row loop leaves it to the wide one */
+    job.small = (ctx->kernels->flags & FA_KERNELS_SMALL_ROWS) && job.plan.bc <= FA_SMALL_COLS && !p->drop.on;
     /* stacks one small-row task may hold: their Q rows, accumulators and softmax
      * state within 256 KiB, a share of L2 */
     job.stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job.ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);

@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 {
@@ -59,6 +60,8 @@ fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *in
             for (int64_t j = 0; j < p->Sk; j++) {
                 if (s[j] == -INFINITY) continue; /* dropped: v_j is never read */
                 double pij = exp(s[j] - lse);
+                if (p->drop.on) /* step 8: after the softmax; lse stays the undropped row's */
+                    pij *= fa_dropout_keep(&p->drop, b, h, p->Hq, p->q_start + i, p->k_start + j) ? (double)p->drop.scale : 0.0;
                 for (int64_t e = 0; e < p->Dv; e++) o[e] += pij * (double)fa_load(&p->v, b, j, hk, e);
             }
         }
@@ -70,6 +73,126 @@ fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *in
         }
     }
     fa_free(s);
+    info->extra_bytes = bytes;
+    info->threads = 1;
+    info->path = "f64";
+    return FA_OK;
+}
+
+/*
+ * The backward oracle: the gradients of the forward above, in double, written as its
+ * mirror. Every row recomputes its scores and probabilities from q and k (it does not
+ * trust the o and lse it was given), so it is the exact gradient of the math. Per
+ * sequence, dk and dv accumulate over every query head of a group in double.
+ */
+fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info)
+{
+    const int64_t D = p->D, Dv = p->Dv;
+    double *s, *x, *pr, *dp, *dq, *dk, *dv;
+    float *row32;
+    const fa_ws_part parts[] = {
+        {(void **)&s, fa_bytes3(p->Sk, 8, 1)},        /* (Sk) scores of one row */
+        {(void **)&x, fa_bytes3(p->Sk, 8, 1)},        /* (Sk) scale * q.k before softcap */
+        {(void **)&pr, fa_bytes3(p->Sk, 8, 1)},       /* (Sk) probabilities */
+        {(void **)&dp, fa_bytes3(p->Sk, 8, 1)},       /* (Sk) dO_i . v_j */
+        {(void **)&dq, fa_bytes3(D, 8, 1)},           /* (D) one row of dq */
+        {(void **)&dk, fa_bytes3(p->Sk * p->Hk, D, 8)},  /* (Sk, Hk, D) */
+        {(void **)&dv, fa_bytes3(p->Sk * p->Hk, Dv, 8)}, /* (Sk, Hk, Dv) */
+        {(void **)&row32, fa_bytes3(D > Dv ? D : Dv, 4, 1)}, /* a row rounded for the store */
+    };
+    const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
+    if (bytes < 0) return fa_fail(ctx, FA_ERR_OVERFLOW, "reference backward: workspace size overflows");
+    char *ws = fa_malloc(bytes);
+    if (!ws) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "reference backward: cannot allocate %lld bytes", (long long)bytes);
+    fa_ws_layout(parts, sizeof parts / sizeof parts[0], ws);
+
+    for (int64_t b = 0; b < p->B; b++) {
+        memset(dk, 0, (size_t)(p->Sk * p->Hk * D) * sizeof *dk);
+        memset(dv, 0, (size_t)(p->Sk * p->Hk * Dv) * sizeof *dv);
+        for (int64_t h = 0; h < p->Hq; h++)
+        for (int64_t i = 0; i < p->Sq; i++) {
+            const int64_t hk = h / p->group;
+            const int64_t diag = fa_diag(p, i);
+            int64_t lo, hi;
+            fa_row_band(p, i, &lo, &hi);
+
+            /* forward 1-5: scores (x keeps scale * q.k for the softcap's derivative) */
+            double m = -INFINITY;
+            for (int64_t j = 0; j < p->Sk; j++) {
+                int keep = j >= lo && j <= hi;
+                if (p->has_mask && fa_load(&p->mask, b, h, i, j) == 0.0f) keep = 0;
+                if (!keep) {
+                    s[j] = -INFINITY;
+                    continue;
+                }
+                double dot = 0.0;
+                for (int64_t d = 0; d < D; d++)
+                    dot += (double)fa_load(&p->q, b, i, h, d) * (double)fa_load(&p->k, b, j, hk, d);
+                x[j] = (double)p->scale * dot;
+                double v = x[j];
+                if (p->softcap > 0.0f) v = p->softcap * tanh(v / p->softcap);
+                if (p->has_bias) v += fa_load(&p->bias, b, h, i, j);
+                if (p->alibi) v += -(double)p->alibi[b * p->alibi_stride_b + h] * (double)llabs(diag - j);
+                s[j] = v;
+                if (isnan(v) || v > m) m = v;
+            }
+            /* forward 6-8: p_ij (undropped), and the dropout factor z_ij apart */
+            double sum = 0.0;
+            if (m != -INFINITY)
+                for (int64_t j = 0; j < p->Sk; j++) sum += exp(s[j] - m);
+            const double lse = m == -INFINITY ? -INFINITY : m + log(sum);
+            /* backward of 9, o_i = sum_j p_ij z_ij v_j: dv_j += p_ij z_ij dO_i, and
+             * dp_ij = z_ij (dO_i . v_j) */
+            double rowdot = 0.0; /* sum_j p_ij dp_ij = dO_i . o_i */
+            for (int64_t j = 0; j < p->Sk; j++) {
+                pr[j] = dp[j] = 0.0;
+                if (s[j] == -INFINITY) continue;
+                const double z = p->drop.on ? (fa_dropout_keep(&p->drop, b, h, p->Hq, p->q_start + i, p->k_start + j)
+                                                   ? (double)p->drop.scale : 0.0)
+                                            : 1.0;
+                pr[j] = exp(s[j] - lse);
+                double d = 0.0;
+                for (int64_t e = 0; e < Dv; e++)
+                    d += (double)fa_load(&g->dout, b, i, h, e) * (double)fa_load(&p->v, b, j, hk, e);
+                dp[j] = z * d;
+                rowdot += pr[j] * dp[j];
+                for (int64_t e = 0; e < Dv; e++)
+                    dv[(j * p->Hk + hk) * Dv + e] += pr[j] * z * (double)fa_load(&g->dout, b, i, h, e);
+            }
+            /* backward of 7, the softmax: ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik); of 2, the
+             * softcap: times 1 - tanh^2(x/c); bias and ALiBi pass ds through unchanged */
+            for (int64_t d = 0; d < D; d++) dq[d] = 0.0;
+            for (int64_t j = 0; j < p->Sk; j++) {
+                if (pr[j] == 0.0 && !isnan(pr[j])) continue;
+                double ds = pr[j] * (dp[j] - rowdot);
+                if (p->softcap > 0.0f) {
+                    const double t = tanh(x[j] / p->softcap);
+                    ds *= 1.0 - t * t;
+                }
+                /* backward of 1, s = scale q.k */
+                for (int64_t d = 0; d < D; d++) {
+                    dq[d] += (double)p->scale * ds * (double)fa_load(&p->k, b, j, hk, d);
+                    dk[(j * p->Hk + hk) * D + d] += (double)p->scale * ds * (double)fa_load(&p->q, b, i, h, d);
+                }
+            }
+            if (g->has_dq) {
+                for (int64_t d = 0; d < D; d++) row32[d] = (float)dq[d];
+                fa_store_rows(&g->dq, b, i, 1, h, D, row32, D);
+            }
+        }
+        for (int64_t j = 0; j < p->Sk; j++)
+            for (int64_t hk = 0; hk < p->Hk; hk++) {
+                if (g->has_dk) {
+                    for (int64_t d = 0; d < D; d++) row32[d] = (float)dk[(j * p->Hk + hk) * D + d];
+                    fa_store_rows(&g->dk, b, j, 1, hk, D, row32, D);
+                }
+                if (g->has_dv) {
+                    for (int64_t e = 0; e < Dv; e++) row32[e] = (float)dv[(j * p->Hk + hk) * Dv + e];
+                    fa_store_rows(&g->dv, b, j, 1, hk, Dv, row32, Dv);
+                }
+            }
+    }
+    fa_free(ws);
     info->extra_bytes = bytes;
     info->threads = 1;
     info->path = "f64";

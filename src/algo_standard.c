@@ -90,6 +90,7 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
         float *row = sc->st + j * sp;
         for (int64_t i = 0; i < Sq; i++) row[i] *= sc->alpha[i];
     }
+    if (p->drop.on) fa_dropout_tile_t(&p->drop, b, h, p->Hq, p->q_start, Sq, p->k_start, Sk, sc->st, sp);
     if (p->has_lse) {
         float *out = p->lse.data;
         for (int64_t i = 0; i < Sq; i++)

@@ -189,6 +189,8 @@ fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem
     if (a->alibi_slopes && a->alibi_stride_b < 0)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "alibi_stride_b must be >= 0; got %lld",
                        (long long)a->alibi_stride_b);
+    if (!(a->dropout_p >= 0.0f && a->dropout_p < 1.0f))
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "dropout_p must lie in [0, 1); got %g", (double)a->dropout_p);
     if (a->q_start < 0 || a->q_start > FA_POSITION_MAX || a->k_start < 0 || a->k_start > FA_POSITION_MAX)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "q_start = %lld, k_start = %lld: positions lie in [0, 2^60]",
                        (long long)a->q_start, (long long)a->k_start);
@@ -202,6 +204,7 @@ fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem
     p->alibi_stride_b = a->alibi_slopes ? a->alibi_stride_b : 0;
     p->q_start = a->q_start;
     p->k_start = a->k_start;
+    fa_dropout_init(&p->drop, a->dropout_p, a->dropout_seed, a->dropout_offset);
     return FA_OK;
 }
 

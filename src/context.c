@@ -154,6 +154,13 @@ int fa_context_enter(fa_context *ctx)
 
 void fa_context_leave(fa_context *ctx) { atomic_store(&ctx->busy, 0); }
 
+void fa_backward_args_init(fa_backward_args *args)
+{
+    if (!args) return;
+    fa_backward_args init = FA_BACKWARD_ARGS_INIT;
+    *args = init;
+}
+
 void fa_forward_args_init(fa_forward_args *args)
 {
     if (!args) return;

@@ -40,6 +40,13 @@ void fa_dropout_init(fa_dropout *d, float dropout_p, uint64_t seed, uint32_t off
     d->scale = d->on ? (float)(1.0 / pk) : 1.0f;
 }
 
+int fa_dropout_keep(const fa_dropout *d, int64_t b, int64_t h, int64_t Hq, int64_t i, int64_t j)
+{
+    uint8_t keep;
+    fa_dropout_row(d, b, h, Hq, i, j, 1, &keep);
+    return keep;
+}
+
 void fa_dropout_row(const fa_dropout *d, int64_t b, int64_t h, int64_t Hq, int64_t i, int64_t j0, int64_t n,
                     uint8_t *keep)
 {

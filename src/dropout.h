@@ -22,6 +22,9 @@ typedef struct fa_dropout {
 
 void fa_dropout_init(fa_dropout *d, float dropout_p, uint64_t seed, uint32_t offset);
 
+/* The keep bit of one element (b, h, i, j): 0 or 1. */
+int fa_dropout_keep(const fa_dropout *d, int64_t b, int64_t h, int64_t Hq, int64_t i, int64_t j);
+
 /* Keep bits of row i, columns j0 .. j0+n-1, of (b, h) with Hq heads: keep[c] = 0 or 1.
  * i and j are positions (the call's q_start/k_start added). */
 void fa_dropout_row(const fa_dropout *d, int64_t b, int64_t h, int64_t Hq, int64_t i, int64_t j0, int64_t n,

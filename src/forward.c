@@ -6,16 +6,16 @@
 #include "convert.h"
 
 #include <math.h>
+#include <string.h>
 
 typedef struct {
     fa_algo algo;
     /* NULL when the algorithm runs every valid call; else says why it cannot. */
     const char *(*cannot_run)(const fa_problem *p);
     fa_status (*run)(fa_context *ctx, const fa_problem *p, fa_run_info *info);
-    /* The backward pass of the same algorithm (fa_backward, planned): each
-     * algorithm differentiates its own forward; NULL until it is written, and
-     * fa_backward will refuse an algorithm whose entry is NULL. */
-    fa_status (*run_backward)(fa_context *ctx, const fa_problem *p, fa_run_info *info);
+    /* The backward pass of the same algorithm: each algorithm differentiates its
+     * own forward. */
+    fa_status (*run_backward)(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
 } fa_algo_entry;
 
 /* The baselines materialise per-(b, h) matrices of one dense shape; the inference
@@ -28,7 +28,7 @@ static const char *dense_only(const fa_problem *p)
 static const fa_algo_entry g_algos[] = {
     {FA_ALGO_FLASH, NULL, fa_run_flash, NULL},
     {FA_ALGO_STANDARD, dense_only, fa_run_standard, NULL},
-    {FA_ALGO_REFERENCE, dense_only, fa_run_reference, NULL},
+    {FA_ALGO_REFERENCE, dense_only, fa_run_reference, fa_run_reference_backward},
 };
 
 static const fa_algo_entry *find_algo(fa_algo algo)
@@ -58,6 +58,25 @@ static void write_empty_rows(const fa_problem *p)
         }
 }
 
+/* The keep bits of every (b, h, i, j), for a caller that asked for them (tests). */
+static void write_dropout_mask(const fa_problem *p)
+{
+    uint8_t keep[256];
+    const fa_tensor *t = &p->drop_mask;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++)
+            for (int64_t i = 0; i < p->Sq; i++)
+                for (int64_t j0 = 0; j0 < p->Sk; j0 += 256) {
+                    const int64_t n = p->Sk - j0 < 256 ? p->Sk - j0 : 256;
+                    if (p->drop.on)
+                        fa_dropout_row(&p->drop, b, h, p->Hq, p->q_start + i, p->k_start + j0, n, keep);
+                    else
+                        memset(keep, 1, (size_t)n);
+                    unsigned char *row = (unsigned char *)t->data + b * t->stride[0] + h * t->stride[1] + i * t->stride[2];
+                    for (int64_t c = 0; c < n; c++) row[(j0 + c) * t->stride[3]] = keep[c];
+                }
+}
+
 static fa_status forward(fa_context *ctx, const fa_forward_args *args)
 {
     fa_problem p;
@@ -77,7 +96,7 @@ static fa_status forward(fa_context *ctx, const fa_forward_args *args)
     }
     if (why) return fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s cannot run this call: %s", fa_algo_name(want), why);
 
-    fa_run_info info = {0, 0, 0, 1, "", 0};
+    fa_run_info info = {0, 0, 0, 1, "", 0, 0};
     const double t0 = ctx->verbose ? fa_now_s() : 0.0;
     if (!fa_problem_is_form(&p) && (p.B == 0 || p.Sq == 0 || p.Hq == 0)) {
         info.path = "empty"; /* nothing to compute or write */
@@ -87,6 +106,7 @@ static fa_status forward(fa_context *ctx, const fa_forward_args *args)
     } else if ((st = e->run(ctx, &p, &info)) != FA_OK) {
         return st;
     }
+    if (p.has_drop_mask) write_dropout_mask(&p);
     ctx->last_algo = e->algo;
     ctx->last_extra_bytes = info.extra_bytes;
     ctx->last_tile_q = info.br;
@@ -102,6 +122,67 @@ fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
     if (!ctx) return FA_ERR_NULL_CONTEXT;
     if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
     const fa_status st = forward(ctx, args);
+    if (st != FA_OK && ctx->verbose) fa_verbose_error(ctx, st);
+    fa_context_leave(ctx);
+    return st;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* Writes zeros over a whole gradient tensor (the gradient of nothing). */
+static void write_zeros(const fa_tensor *t)
+{
+    static const float zeros[256];
+    for (int64_t b = 0; b < t->shape[0]; b++)
+        for (int64_t s = 0; s < t->shape[1]; s++)
+            for (int64_t h = 0; h < t->shape[2]; h++)
+                for (int64_t e0 = 0; e0 < t->shape[3]; e0 += 256) {
+                    fa_tensor v = *t;
+                    v.data = (char *)v.data + e0 * v.stride[3] * (int64_t)fa_dtype_size(v.dtype);
+                    fa_store_rows(&v, b, s, 1, h, t->shape[3] - e0 < 256 ? t->shape[3] - e0 : 256, zeros, 0);
+                }
+}
+
+static fa_status backward(fa_context *ctx, const fa_backward_args *args)
+{
+    fa_problem p;
+    fa_grads g;
+    fa_status st = fa_validate_backward(ctx, args, &p, &g);
+    if (st != FA_OK) return st;
+    const fa_algo want = ctx->algo == FA_ALGO_AUTO ? FA_ALGO_FLASH : ctx->algo;
+    const fa_algo_entry *e = find_algo(want);
+    if (!e) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown algorithm %d", (int)want);
+    const char *why = e->cannot_run ? e->cannot_run(&p) : NULL;
+    if (why) return fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s cannot run this backward: %s", fa_algo_name(want), why);
+    if (!e->run_backward) return fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s has no backward", fa_algo_name(want));
+
+    fa_run_info info = {0, 0, 0, 1, "", 0, 0};
+    const double t0 = ctx->verbose ? fa_now_s() : 0.0;
+    if (!fa_problem_is_form(&p) && (p.B == 0 || p.Sq == 0 || p.Hq == 0 || p.Sk == 0)) {
+        /* no (i, j) pair at all: every gradient is zero */
+        if (g.has_dq) write_zeros(&g.dq);
+        if (g.has_dk) write_zeros(&g.dk);
+        if (g.has_dv) write_zeros(&g.dv);
+        info.path = "empty";
+    } else if ((st = e->run_backward(ctx, &p, &g, &info)) != FA_OK) {
+        return st;
+    }
+    ctx->last_algo = e->algo;
+    ctx->last_extra_bytes = info.extra_bytes;
+    ctx->last_tile_q = info.br;
+    ctx->last_tile_kv = info.bc;
+    ctx->last_threads = info.threads;
+    ctx->last_kv_splits = info.kv_splits;
+    info.backward = 1;
+    if (ctx->verbose) fa_verbose_exec(ctx, &p, e->algo, NULL, &info, (fa_now_s() - t0) * 1e3);
+    return FA_OK;
+}
+
+fa_status fa_backward(fa_context *ctx, const fa_backward_args *args)
+{
+    if (!ctx) return FA_ERR_NULL_CONTEXT;
+    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
+    const fa_status st = backward(ctx, args);
     if (st != FA_OK && ctx->verbose) fa_verbose_error(ctx, st);
     fa_context_leave(ctx);
     return st;

@@ -12,6 +12,7 @@
 
 #include "flashattn.h"
 #include "kernels/kernels.h"
+#include "dropout.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -73,6 +74,9 @@ typedef struct fa_problem {
     int64_t alibi_stride_b;
     int has_bias, has_mask;
     fa_tensor bias, mask;     /* broadcast dims have stride 0 */
+    fa_dropout drop;          /* drop.on = 0: no dropout */
+    int has_drop_mask;        /* write the keep bits to drop_mask (B, Hq, Sq, Sk) */
+    fa_tensor drop_mask;
 
     /*
      * Inference forms (src/sequences.c). Sequences may differ in length: B, Sq and Sk
@@ -93,6 +97,15 @@ typedef struct fa_problem {
     int append;               /* k, v hold new rows to append (dense: S_new = k.shape[1]) */
     const int32_t *pages;     /* in a paged per-sequence view: its block_table row */
 } fa_problem;
+
+/* The gradients of a backward call: dout is read, the others written when has_*.
+ * Dense or packed like the problem they go with (dq, dout like q; dk, dv like k). */
+typedef struct fa_grads {
+    fa_tensor dout, dq, dk, dv;
+    int has_dq, has_dk, has_dv;
+} fa_grads;
+/* Sequence b's gradients as B = 1 views, as fa_seq_view does for the problem. */
+void fa_seq_grads(const fa_problem *p, const fa_grads *g, int64_t b, fa_grads *out);
 
 /* Sequence b's query and key lengths (keys after any append). */
 void fa_seq_lengths(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk);
@@ -226,6 +239,7 @@ typedef struct fa_run_info {
     int threads;
     const char *path; /* compute path, e.g. "f32" or "bf16-dot" */
     int64_t kv_splits; /* most key chunks of any sequence (0 where not applicable) */
+    int backward;      /* a backward pass (the trace says so) */
 } fa_run_info;
 
 /* FLASHATTN_VERBOSE lines on stderr (src/verbose.c). */
@@ -233,10 +247,17 @@ void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, co
                      const fa_run_info *info, double ms);
 void fa_verbose_error(const fa_context *ctx, fa_status st);
 
-/* Algorithms: each runs a validated problem and fills info. */
+/* Algorithms: each runs a validated problem and fills info; the backward of each
+ * differentiates its own forward (forward.c's table holds both). */
 fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *info);
 fa_status fa_run_standard(fa_context *ctx, const fa_problem *p, fa_run_info *info);
 fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info);
+fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
+fa_status fa_run_standard_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
+fa_status fa_run_flash_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
+/* The backward's checks: fwd as the forward validates it (p), plus lse, o and the
+ * gradient tensors (g). */
+fa_status fa_validate_backward(fa_context *ctx, const fa_backward_args *args, fa_problem *p, fa_grads *g);
 
 /* Seconds on the monotonic clock. */
 double fa_now_s(void);

@@ -96,6 +96,19 @@ void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *s)
     }
 }
 
+void fa_seq_grads(const fa_problem *p, const fa_grads *g, int64_t b, fa_grads *out)
+{
+    *out = *g;
+    int64_t sq, sk;
+    fa_seq_lengths(p, b, &sq, &sk);
+    const int64_t qb = p->cu_q ? 0 : b, q0 = p->cu_q ? p->cu_q[b] : 0;
+    const int64_t kb = p->cu_k ? 0 : b, k0 = p->cu_k ? p->cu_k[b] : 0;
+    out->dout = shifted(&g->dout, qb, q0, sq);
+    if (g->has_dq) out->dq = shifted(&g->dq, qb, q0, sq);
+    if (g->has_dk) out->dk = shifted(&g->dk, kb, k0, sk);
+    if (g->has_dv) out->dv = shifted(&g->dv, kb, k0, sk);
+}
+
 /* ------------------------------------------------------------- validation */
 
 static int cmp_i64(const void *a, const void *b)

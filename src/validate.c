@@ -27,6 +27,11 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
         return fa_fail(ctx, FA_ERR_DTYPE, "o.dtype (%s) must be q's dtype (%s) or f32", fa_dtype_name(a.o.dtype),
                        fa_dtype_name(a.q.dtype));
     if (a.kv_cache || a.cu_seqlens_q || a.cu_seqlens_k) {
+        if (a.dropout_mask.data)
+            return fa_fail(ctx, FA_ERR_UNSUPPORTED, "dropout_mask is for dense calls: its (B, Hq, Sq, Sk) shape has "
+                                                    "no meaning when lengths differ");
+        if (a.kv_cache && a.dropout_p > 0.0f)
+            return fa_fail(ctx, FA_ERR_UNSUPPORTED, "dropout is for training; a KV cache is for inference");
         if (a.bias.data || a.mask.data)
             return fa_fail(ctx, FA_ERR_UNSUPPORTED,
                            "bias and mask are not accepted with a KV cache or variable lengths (their [.., Sq, Sk] "
@@ -73,6 +78,15 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
     if (a.bias.data && (st = fa_check_broadcast(ctx, "bias", &a.bias, want, &p->bias)) != FA_OK) return st;
     if (a.mask.data && (st = fa_check_broadcast(ctx, "mask", &a.mask, want, &p->mask)) != FA_OK) return st;
 
+    if (a.dropout_mask.data) {
+        if (a.dropout_mask.dtype != FA_DTYPE_BOOL)
+            return fa_fail(ctx, FA_ERR_DTYPE, "dropout_mask.dtype (%s) must be bool", fa_dtype_name(a.dropout_mask.dtype));
+        if ((st = fa_check_tensor(ctx, "dropout_mask", &a.dropout_mask)) != FA_OK ||
+            (st = fa_check_shape(ctx, "dropout_mask", &a.dropout_mask, p->B, p->Hq, p->Sq, p->Sk)) != FA_OK)
+            return st;
+        p->has_drop_mask = 1;
+        p->drop_mask = a.dropout_mask;
+    }
     if ((st = fa_check_scalars(ctx, &a, p)) != FA_OK) return st;
     if ((st = fa_check_extents(ctx, p)) != FA_OK) return st;
 
@@ -87,5 +101,53 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
     p->scale = a.scale != 0.0f ? a.scale : (float)(1.0 / sqrt((double)p->D));
     p->has_bias = a.bias.data != NULL;
     p->has_mask = a.mask.data != NULL;
+    return FA_OK;
+}
+
+/* Fields up to and including dv are required of every caller. */
+#define FA_BWD_ARGS_MIN_SIZE (offsetof(fa_backward_args, dv) + sizeof(fa_tensor))
+
+/* A gradient tensor: the shape of `like`, in dtype `dt` or f32. */
+static fa_status check_grad(fa_context *ctx, const char *name, const fa_tensor *t, const fa_tensor *like, fa_dtype dt)
+{
+    fa_status st;
+    if (t->dtype != dt && t->dtype != FA_DTYPE_F32)
+        return fa_fail(ctx, FA_ERR_DTYPE, "%s.dtype (%s) must be %s or f32", name, fa_dtype_name(t->dtype),
+                       fa_dtype_name(dt));
+    if ((st = fa_check_tensor(ctx, name, t)) != FA_OK) return st;
+    for (int d = 0; d < 4; d++)
+        if (t->shape[d] != like->shape[d])
+            return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "%s.shape[%d] is %lld; it must be %lld, as the tensor it differentiates",
+                           name, d, (long long)t->shape[d], (long long)like->shape[d]);
+    return FA_OK;
+}
+
+fa_status fa_validate_backward(fa_context *ctx, const fa_backward_args *user, fa_problem *p, fa_grads *g)
+{
+    if (!user) return fa_fail(ctx, FA_ERR_NULL_POINTER, "args is NULL");
+    fa_backward_args a;
+    fa_backward_args_init(&a);
+    fa_status st = fa_read_struct(ctx, "args", user, user->struct_size, &a, sizeof a, FA_BWD_ARGS_MIN_SIZE);
+    if (st != FA_OK) return st;
+    if (!a.fwd) return fa_fail(ctx, FA_ERR_NULL_POINTER, "args->fwd is NULL: the backward needs the forward's arguments");
+    if (a.fwd->struct_size >= offsetof(fa_forward_args, kv_cache) + sizeof(void *) && a.fwd->kv_cache)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "a KV cache is for inference; the backward has no gradient for it");
+    if ((st = fa_validate_forward(ctx, a.fwd, p)) != FA_OK) return st;
+    if (!p->has_lse)
+        return fa_fail(ctx, FA_ERR_NULL_POINTER, "fwd->lse.data is NULL: the backward recomputes P from the forward's lse");
+    if ((st = fa_check_data(ctx, "do_", &a.do_)) != FA_OK) return st;
+    if (!fa_dtype_is_float(a.do_.dtype)) return fa_fail(ctx, FA_ERR_DTYPE, "do_.dtype (%s) must be f32, f16 or bf16", fa_dtype_name(a.do_.dtype));
+    if ((st = check_grad(ctx, "do_", &a.do_, &p->o, a.do_.dtype)) != FA_OK) return st;
+    memset(g, 0, sizeof *g);
+    g->dout = a.do_;
+    g->has_dq = a.dq.data != NULL;
+    g->has_dk = a.dk.data != NULL;
+    g->has_dv = a.dv.data != NULL;
+    if (g->has_dq && (st = check_grad(ctx, "dq", &a.dq, &p->q, p->dtype)) != FA_OK) return st;
+    if (g->has_dk && (st = check_grad(ctx, "dk", &a.dk, &p->k, p->dtype)) != FA_OK) return st;
+    if (g->has_dv && (st = check_grad(ctx, "dv", &a.dv, &p->v, p->dtype)) != FA_OK) return st;
+    g->dq = a.dq;
+    g->dk = a.dk;
+    g->dv = a.dv;
     return FA_OK;
 }
