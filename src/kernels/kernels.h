@@ -111,6 +111,31 @@ typedef struct fa_kernels {
     void (*pv)(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst,
                const float *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc);
 
+    /*
+     * The backward's own kernels (algo_flash_bwd.c), on the same transposed tiles.
+     * The backward's other products are the forward's kernels: S^T = qk(Q, K) and
+     * dP^T = qk(dO, V) with the transposed panels pack_qt makes, P^T = softmax with
+     * m = lse, and dQ += dS K = pv(dS^T, K).
+     *
+     * ds: the softmax's backward, in place over dp:
+     *   dp[c][r] = st[c][r] * (dp[c][r] - dvec[r])   for c < cols, r < round_up(rows, FA_ROW_ALIGN)
+     *   (st holds P, dp holds dP = dO . v_c; dvec[r] = dot(dO_r, o_r), padded with 0.
+     *   dp and st are 64-byte aligned with ld a multiple of FA_ROW_ALIGN; padding rows
+     *   of st are 0, so they come out 0.) A masked p = 0 gives ds = 0 even where dp is
+     *   not finite: NaN only from a NaN p or a NaN dvec, as the math says.
+     *
+     * stx: the products with a transposed tile, acc[c][e] += sum_{r < rows} st[c][r] * x[r][e]
+     *   for c < cols, e < n: dV += P^T dO (x = dO rows) and dK += dS^T Q (x = Q rows).
+     *   x: f32 rows, any ld, no alignment; acc: 64-byte aligned, ldacc a multiple of
+     *   FA_ROW_ALIGN, its padding columns n <= e < ldacc may be written. Like pv, a
+     *   vector stx may multiply st = 0 by x; the core takes the reference's stx (which
+     *   skips st == 0) for tiles whose x is not finite.
+     */
+    void (*ds)(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
+               const float *dvec);
+    void (*stx)(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
+                int64_t ldx, float *acc, int64_t ldacc);
+
     /* Row conversions used when packing f16/bf16 tensors into fp32 panels. */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);

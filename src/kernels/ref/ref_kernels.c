@@ -96,6 +96,32 @@ static void ref_pv(int64_t rows, int64_t cols, int64_t dv, const float *st, int6
     }
 }
 
+static void ref_ds(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
+                   const float *dvec)
+{
+    const int64_t rp = (rows + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN;
+    for (int64_t c = 0; c < cols; c++) {
+        const float *p = st + c * ldst;
+        float *d = dp + c * lddp;
+        for (int64_t r = 0; r < rp; r++) d[r] = p[r] == 0.0f ? 0.0f : p[r] * (d[r] - dvec[r]);
+    }
+}
+
+static void ref_stx(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
+                    int64_t ldx, float *acc, int64_t ldacc)
+{
+    for (int64_t c = 0; c < cols; c++) {
+        const float *sc = st + c * ldst;
+        float *ac = acc + c * ldacc;
+        for (int64_t r = 0; r < rows; r++) {
+            const float w = sc[r];
+            if (w == 0.0f) continue; /* masked (or underflowed): never read x */
+            const float *xr = x + r * ldx;
+            for (int64_t e = 0; e < n; e++) ac[e] += w * xr[e];
+        }
+    }
+}
+
 static void ref_f16_to_f32(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) dst[i] = fa_f16_to_f32(src[i]);
@@ -285,6 +311,8 @@ const fa_kernels fa_kernels_ref = {
     .qk = ref_qk,
     .softmax = ref_softmax,
     .pv = ref_pv,
+    .ds = ref_ds,
+    .stx = ref_stx,
     .f16_to_f32 = ref_f16_to_f32,
     .bf16_to_f32 = ref_bf16_to_f32,
     .pack_qt_bf16 = ref_pack_qt_bf16,
