@@ -142,3 +142,13 @@ fa_status fa_run_standard(fa_context *ctx, const fa_problem *p, fa_run_info *inf
     info->path = "f32";
     return FA_OK;
 }
+
+/* The eager backward: per head, the whole S, P, dP and dS materialised, then the
+ * products, on the same kernels and the same loop as flash, with one tile of the
+ * whole sequence. Memory O(Sq * Sk) per thread, like the forward above. */
+fa_status fa_run_standard_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info)
+{
+    const fa_status st = fa_backward_tiled(ctx, p, g, p->Sq > 0 ? p->Sq : 1, p->Sk > 0 ? p->Sk : 1, info);
+    if (st == FA_OK) info->br = info->bc = 0; /* no tiles to speak of */
+    return st;
+}

@@ -26,8 +26,8 @@ static const char *dense_only(const fa_problem *p)
 }
 
 static const fa_algo_entry g_algos[] = {
-    {FA_ALGO_FLASH, NULL, fa_run_flash, NULL},
-    {FA_ALGO_STANDARD, dense_only, fa_run_standard, NULL},
+    {FA_ALGO_FLASH, NULL, fa_run_flash, fa_run_flash_backward},
+    {FA_ALGO_STANDARD, dense_only, fa_run_standard, fa_run_standard_backward},
     {FA_ALGO_REFERENCE, dense_only, fa_run_reference, fa_run_reference_backward},
 };
 

@@ -255,6 +255,11 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info);
 fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
 fa_status fa_run_standard_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
 fa_status fa_run_flash_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
+/* The tiled backward loop (algo_flash_bwd.c) with br x bc tiles: flash plans them;
+ * the standard algorithm takes one tile of the whole sequence, which materialises
+ * S, P, dP and dS per head as eager attention does. */
+fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads *g, int64_t br, int64_t bc,
+                            fa_run_info *info);
 /* The backward's checks: fwd as the forward validates it (p), plus lse, o and the
  * gradient tensors (g). */
 fa_status fa_validate_backward(fa_context *ctx, const fa_backward_args *args, fa_problem *p, fa_grads *g);
