@@ -352,7 +352,9 @@ int64_t fa_ws_layout(const fa_ws_part *parts, size_t n, char *base)
     for (size_t i = 0; i < n; i++) {
         const int64_t b = parts[i].bytes;
         if (b < 0 || b > INT64_MAX - FA_CACHE_LINE) return -1;
-        *parts[i].slot = base && b ? base + off : NULL;
+        /* a part of 0 bytes still gets a valid (never dereferenced) pointer: libc
+         * calls such as memset(p, 0, 0) require one */
+        *parts[i].slot = base ? base + off : NULL;
         if (!fa_add_ok(off, fa_round_up(b, FA_CACHE_LINE), &off)) return -1;
     }
     return off;

@@ -207,7 +207,8 @@ static inline int64_t fa_round_up(int64_t x, int64_t m) { return (x + m - 1) / m
  * A workspace carved by one table: each part gets its own cache lines, and the same
  * table gives the total size (base == NULL) and the offsets (base != NULL), so the
  * two can never disagree. A part of bytes < 0 (an overflowed size upstream) or a
- * total beyond int64 makes fa_ws_layout return -1. Parts of 0 bytes get NULL.
+ * total beyond int64 makes fa_ws_layout return -1. A part of 0 bytes gets a valid
+ * pointer it must not dereference.
  */
 typedef struct fa_ws_part {
     void **slot;
