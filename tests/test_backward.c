@@ -667,6 +667,33 @@ static void test_misuse(h_rng *r)
         CHECK(all_value(&bp.dq, 321.0) && all_value(&bp.dk, 321.0) && all_value(&bp.dv, 321.0),
               "a failed backward wrote a gradient");
     }
+    /* the forward's new fields */
+    for (int k = 0; k < 5; k++) {
+        fa_forward_args f = bp.p.args;
+        fa_tensor m = h_alloc(FA_DTYPE_BOOL, c.d.B, c.d.Hq, c.d.Sq, c.d.Sk);
+        fa_status want = FA_ERR_INVALID_ARGUMENT;
+        const char *name = "";
+        int32_t cu[2] = {0, (int32_t)c.d.Sq}, cuk[2] = {0, (int32_t)c.d.Sk};
+        switch (k) {
+        case 0: f.dropout_p = -0.1f, name = "dropout_p < 0"; break;
+        case 1: f.dropout_mask = m, f.dropout_mask.dtype = FA_DTYPE_F32, want = FA_ERR_DTYPE, name = "mask dtype"; break;
+        case 2: f.dropout_mask = m, f.dropout_mask.shape[3] = c.d.Sk - 1, want = FA_ERR_SHAPE_MISMATCH, name = "mask shape"; break;
+        case 3:
+            f.dropout_mask = m, f.cu_seqlens_q = cu, f.cu_seqlens_k = cuk, f.num_seqs = 1;
+            want = FA_ERR_UNSUPPORTED, name = "mask with varlen";
+            break;
+        case 4: f.kv_cache = &cache, f.k.data = f.v.data = NULL, f.dropout_p = 0.5f, want = FA_ERR_UNSUPPORTED, name = "dropout with a cache"; break;
+        }
+        h_poison_outputs(&f);
+        h_fill(&m, 0.0);
+        h_case("forward misuse: %s", name);
+        const fa_status st = h_run(g_ctx, FA_ALGO_AUTO, 2, &f);
+        CHECK(st == want, "status %s, want %s (%s)", fa_status_string(st), fa_status_string(want), fa_context_error(g_ctx));
+        int mask_clean = 1;
+        for (int64_t e = 0; e < h_numel(&m); e++) mask_clean &= ((const unsigned char *)m.data)[e] == 0;
+        CHECK(all_value(&f.o, 12345.0) && mask_clean, "a failed forward wrote o or the mask");
+        free(m.data);
+    }
     h_case("backward: NULL context");
     fa_backward_args b = bwd_args(&bp);
     CHECK(fa_backward(NULL, &b) == FA_ERR_NULL_CONTEXT, "NULL context");
