@@ -9,6 +9,8 @@
  *   qk, pv, qk_bf16, pv_bf16  within (DOT_ULPS + sqrt(terms)) x FLT_EPSILON x sum|terms|
  *                           (TOLERANCES); a NaN/inf in K poisons only its column, a NaN
  *                           p or alpha only its row
+ *   ds, stx (backward)      the same bound (ds: 2 terms); ds gives exactly 0 where p == 0
+ *                           even for dp = +-inf/NaN; a NaN st poisons only its acc row
  *   softmax                 m exact; p and alpha within the path's stated exp accuracy;
  *                           l within that plus the worst-case summation bound; bands
  *                           (empty rows too), incoming m = -inf / finite / NaN, NaN and
@@ -92,6 +94,7 @@ typedef struct table_stats {
     double qk, pv, qk16, pv16;         /* max |err| / (FLT_EPSILON * sum|terms|) */
     double p_ulps, alpha_ulps;         /* softmax cases */
     double qks, pvs;                   /* qk_small, pv_small: as qk, pv */
+    double ds, stx;                    /* the backward's: as qk, pv */
     double sp_ulps, salpha_ulps;       /* softmax_small cases */
     int64_t small_cases;               /* small-row kernel calls checked */
     double sweep_ulps, sweep_alpha_ulps;
@@ -968,6 +971,190 @@ static void test_pv(void) {
     case_pv(67, 65, 33, 1, 60, 80, 48, 1, 1);
 }
 
+/* ------------------------------------------------------------ backward: ds, stx */
+
+/*
+ * ds (kernels.h): dp[c][r] = p * (dp - dvec[r]) for r < round16(rows), an elementwise
+ * product of two terms held to the dot bound with n = 2. st: p in [0, 1] with exact
+ * zeros (masked) for r < rows, 0 in the padding rows (as the contract gives it), NaN
+ * past round16(rows); dp: normal values, and with `nonfinite` +-inf or NaN at some
+ * masked p = 0 and in every padding row, where the result must still be exactly 0;
+ * dp past round16(rows) is sentinel and must stay so. dvec is padded with 0 and not
+ * aligned. nan_rows: a NaN p gives NaN at its place; a NaN dvec[r] gives NaN where p
+ * != 0 and 0 where p == 0, as the math says.
+ */
+static void case_ds(int64_t rows, int64_t cols, int64_t ldst, int64_t lddp, int nonfinite, int nan_rows) {
+    static const float bad[3] = {INFINITY, -INFINITY, NAN};
+    const int64_t pad = round16(rows);
+    const double zero_share = h_rng_uniform(&g_rng) < 0.3 ? 0.0 : 0.3;
+    float *st0 = xmalloc((size_t)(cols * ldst) * 4), *dp0 = xmalloc((size_t)(cols * lddp) * 4);
+    float *dv0 = xmalloc((size_t)pad * 4);
+    for (int64_t r = 0; r < pad; r++) dv0[r] = r < rows ? (float)h_rng_normal(&g_rng) : 0.0f;
+    for (int64_t c = 0; c < cols; c++) {
+        for (int64_t r = 0; r < ldst; r++)
+            st0[c * ldst + r] = r >= pad                             ? NAN
+                                : r >= rows                          ? 0.0f
+                                : h_rng_uniform(&g_rng) < zero_share ? 0.0f
+                                                                     : (float)h_rng_uniform(&g_rng);
+        for (int64_t r = 0; r < lddp; r++) {
+            float d = r >= pad ? bitsf(SENT32) : (float)(4.0 * h_rng_normal(&g_rng));
+            if (nonfinite && r < pad && st0[c * ldst + r] == 0.0f && (r >= rows || h_rng_uniform(&g_rng) < 0.5))
+                d = bad[h_rng_int(&g_rng, 0, 2)];
+            dp0[c * lddp + r] = d;
+        }
+    }
+    if (nan_rows) {
+        st0[h_rng_int(&g_rng, 0, cols - 1) * ldst + h_rng_int(&g_rng, 0, rows - 1)] = NAN;
+        dv0[h_rng_int(&g_rng, 0, rows - 1)] = NAN;
+    }
+    ibuf st = ib_dup(st0, (size_t)(cols * ldst) * 4, 1), dvec = ib_dup(dv0, (size_t)pad * 4, 0);
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        h_case("ds isa=%s rows=%lld cols=%lld ldst=%lld lddp=%lld nonfinite_dp=%d nan_rows=%d", kt->name,
+               (long long)rows, (long long)cols, (long long)ldst, (long long)lddp, nonfinite, nan_rows);
+        obuf dp = ob_alloc((size_t)(cols * lddp) * 4);
+        memcpy(dp.p, dp0, (size_t)(cols * lddp) * 4);
+        kt->ds(rows, cols, st.p, ldst, obf(&dp), lddp, dvec.p);
+        dot_check dc = {0, 0, -1, -1, 0, 0, 0, 0};
+        int64_t notzero = 0, touched = 0, fc = -1, fr = -1;
+        for (int64_t c = 0; c < cols; c++)
+            for (int64_t r = 0; r < lddp; r++) {
+                const float got = obf(&dp)[c * lddp + r];
+                if (r >= pad) {
+                    touched += fbits(got) != SENT32;
+                    continue;
+                }
+                const double p = ((const float *)st.p)[c * ldst + r], d = dp0[c * lddp + r], v = dv0[r];
+                if (p == 0.0) {
+                    if (got != 0.0f && notzero++ == 0) fc = c, fr = r;
+                    continue;
+                }
+                dot_one(&dc, got, p * (d - v), fabs(p * d) + fabs(p * v), 2, c, r);
+            }
+        if (dc.worst > g_tab[t].ds) g_tab[t].ds = dc.worst;
+        dot_report(&dc, "c", "r");
+        CHECK(notzero == 0, "%lld outputs with p == 0 are not 0 (first c=%lld r=%lld)", (long long)notzero,
+              (long long)fc, (long long)fr);
+        CHECK(touched == 0, "%lld dp entries past round16(rows) were written", (long long)touched);
+        CHECK(ob_guards_ok(&dp), "writes outside dp");
+        CHECK(ib_unchanged(&st) && ib_unchanged(&dvec), "st or dvec changed");
+        free(dp.raw);
+    }
+    free(st0), free(dp0), free(dv0);
+    ib_free(&st), ib_free(&dvec);
+}
+
+static void test_ds(void) {
+    const int n = h_scaled(60);
+    for (int i = 0; i < n; i++) {
+        int64_t rows = i % 2 ? h_rng_int(&g_rng, 1, 40) : pick_size(&g_rng, ROWS_EDGE, NELEM(ROWS_EDGE), 300);
+        int64_t cols = i % 2 ? h_rng_int(&g_rng, 1, 40) : pick_size(&g_rng, COLS_EDGE, NELEM(COLS_EDGE), 600);
+        const int64_t ldst = round16(rows) + 16 * h_rng_int(&g_rng, 0, 2);
+        const int64_t lddp = round16(rows) + 16 * h_rng_int(&g_rng, 0, 2);
+        case_ds(rows, cols, ldst, lddp, i % 3 != 2, i % 4 == 1);
+    }
+    case_ds(1, 1, 16, 16, 1, 0);
+    case_ds(300, 600, 304, 320, 1, 1);
+    case_ds(64, 3, 64, 64, 1, 1);
+    case_ds(65, 7, 96, 80, 1, 0);
+}
+
+/*
+ * stx (kernels.h): acc[c][e] += sum_r st[c][r] x[r][e], held to the dot bound with
+ * n = rows + 1 terms (acc included). st is P-like (in [0, 1], exact zeros) or dS-like
+ * (signed), NaN past rows (no output may read it); x any ld and offset, as V for pv;
+ * acc NaN in its padding columns (which stx may write). nan_st: a NaN st[c][r] makes
+ * acc row c NaN and no other. Non-finite x (poison) only with no zero in st: a vector
+ * stx may multiply st = 0 by x (the core takes the reference's stx for such tiles), so
+ * only then do all tables agree with the oracle, which skips st == 0 as the reference.
+ */
+static void case_stx(int64_t rows, int64_t cols, int64_t n, int64_t ldx, size_t xoff, int64_t ldst, int64_t ldacc,
+                     int signed_st, int nan_st, int poison) {
+    const double zero_share = poison || h_rng_uniform(&g_rng) < 0.4 ? 0.0 : 0.3;
+    float *st0 = xmalloc((size_t)(cols * ldst) * 4);
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < ldst; r++) {
+            float s = NAN;
+            if (r < rows)
+                s = h_rng_uniform(&g_rng) < zero_share ? 0.0f
+                    : signed_st                        ? (float)h_rng_normal(&g_rng)
+                                                       : (float)h_rng_uniform(&g_rng);
+            if (r < rows && poison && s == 0.0f) s = 0.5f;
+            st0[c * ldst + r] = s;
+        }
+    if (nan_st) st0[h_rng_int(&g_rng, 0, cols - 1) * ldst + h_rng_int(&g_rng, 0, rows - 1)] = NAN;
+    ibuf st = ib_dup(st0, (size_t)(cols * ldst) * 4, 1);
+    free(st0);
+    smat x = sm_alloc(rows, n, ldx, 4, xoff);
+    sm_fill(&x, &g_rng);
+    if (poison) sm_poison(&x, &g_rng);
+    float *acc0 = xmalloc((size_t)(cols * ldacc) * 4);
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t e = 0; e < ldacc; e++) acc0[c * ldacc + e] = e < n ? (float)h_rng_normal(&g_rng) : NAN;
+    double *want = xmalloc(sizeof(double) * (size_t)(cols * n)), *sum = xmalloc(sizeof(double) * (size_t)(cols * n));
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t e = 0; e < n; e++) {
+            double s = acc0[c * ldacc + e], a = fabs(s);
+            for (int64_t r = 0; r < rows; r++) {
+                const float w = ((const float *)st.p)[c * ldst + r];
+                if (w == 0.0f) continue;
+                const double term = (double)w * sm_f(&x, r)[e];
+                s += term, a += fabs(term);
+            }
+            want[c * n + e] = s, sum[c * n + e] = a;
+        }
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        h_case("stx isa=%s rows=%lld cols=%lld n=%lld ldx=%lld x_offset=%zu ldst=%lld ldacc=%lld st=%s nan_st=%d "
+               "nonfinite_x=%d",
+               kt->name, (long long)rows, (long long)cols, (long long)n, (long long)ldx, xoff, (long long)ldst,
+               (long long)ldacc, signed_st ? "signed" : "in [0,1]", nan_st, poison);
+        obuf acc = ob_alloc((size_t)(cols * ldacc) * 4);
+        memcpy(acc.p, acc0, (size_t)(cols * ldacc) * 4);
+        kt->stx(rows, cols, n, st.p, ldst, sm_f(&x, 0), ldx, obf(&acc), ldacc);
+        dot_check dc = {0, 0, -1, -1, 0, 0, 0, 0};
+        for (int64_t c = 0; c < cols; c++)
+            for (int64_t e = 0; e < n; e++)
+                dot_one(&dc, obf(&acc)[c * ldacc + e], want[c * n + e], sum[c * n + e], rows + 1, c, e);
+        if (dc.worst > g_tab[t].stx) g_tab[t].stx = dc.worst;
+        dot_report(&dc, "c", "e");
+        CHECK(ob_guards_ok(&acc), "writes outside acc (rows c >= %lld, or before it)", (long long)cols);
+        CHECK(ib_unchanged(&st) && sm_unchanged(&x), "st or x changed");
+        free(acc.raw);
+    }
+    free(want), free(sum), free(acc0);
+    ib_free(&st);
+    sm_free(&x);
+}
+
+static void test_stx(void) {
+    const int cases = h_scaled(90);
+    for (int i = 0; i < cases; i++) {
+        int64_t rows, cols, n = pick_size(&g_rng, DIM_EDGE, NELEM(DIM_EDGE), 300);
+        if (n > 300) n = h_rng_int(&g_rng, 1, 300);
+        if (i % 2) {
+            rows = h_rng_int(&g_rng, 1, 40), cols = h_rng_int(&g_rng, 1, 40);
+        } else {
+            rows = pick_size(&g_rng, ROWS_EDGE, NELEM(ROWS_EDGE), 300);
+            cols = pick_size(&g_rng, COLS_EDGE, NELEM(COLS_EDGE), 600);
+            fit_budget(&rows, 300, &cols, 600, &n, 300, 1.2e6);
+        }
+        const int64_t ldst = round16(rows) + 16 * h_rng_int(&g_rng, 0, 2);
+        const int64_t ldacc = round16(n) + 16 * h_rng_int(&g_rng, 0, 1);
+        const int64_t ldx = pick_ld(&g_rng, n);
+        const size_t xoff = (size_t)h_rng_int(&g_rng, 0, 15) * 4;
+        case_stx(rows, cols, n, ldx, xoff, ldst, ldacc, i % 3 == 1, i % 5 == 0 && rows >= 2, i % 7 == 3);
+    }
+    /* the backward's shapes, rows past one 128-row chunk, and x rows 4 KB or more apart */
+    case_stx(128, 128, 128, 128, 0, 128, 128, 0, 0, 0);
+    case_stx(128, 128, 64, 1024, 4, 128, 64, 1, 0, 0);
+    case_stx(300, 37, 130, 4096 + 3, 8, 304, 144, 1, 1, 0);
+    case_stx(257, 20, 200, -2048, 0, 272, 208, 0, 0, 1);
+    case_stx(1, 600, 1, 0, 0, 16, 16, 0, 0, 0);
+    case_stx(40, 1, 300, 300, 12, 48, 304, 1, 0, 0);
+    case_stx(3, 13, 17, 5, 60, 16, 32, 1, 1, 0);
+}
+
 /* ------------------------------------------------------------ small-row kernels */
 
 /*
@@ -1626,7 +1813,7 @@ static any_fn kernel_entry(const fa_kernels *k, int i) {
 
 /* What each known table overrides of its parent's (kernels.h, the <isa>_table.c files);
  * every other entry must be its parent's, the very same function. */
-#define FP32_KERNELS "pack_qt qk softmax pv f16_to_f32 bf16_to_f32 qk_small softmax_small pv_small probe_fma"
+#define FP32_KERNELS "pack_qt qk softmax pv ds stx f16_to_f32 bf16_to_f32 qk_small softmax_small pv_small probe_fma"
 static const struct {
     const char *table, *parent, *overrides;
     unsigned flags;
@@ -1829,6 +2016,8 @@ int main(void) {
     test_qk();
     test_softmax();
     test_pv();
+    test_ds();
+    test_stx();
     test_small();
     free(g_sweep);
 
@@ -1839,6 +2028,7 @@ int main(void) {
         if (!bf16_inherited(s->k)) printf("  qk_bf16 %.3f  pv_bf16 %.3f", s->qk16, s->pv16);
         else printf("  bf16 pairs: %s's", s->k->parent);
         printf("  softmax p %.3f alpha %.3f ulp (stated %g)\n", s->p_ulps, s->alpha_ulps, stated_exp_ulps(s->k->name));
+        printf("  %-11s ds %.3f  stx %.3f\n", s->k->name, s->ds, s->stx);
         printf("  %-11s qk_small %.3f  pv_small %.3f  softmax_small p %.3f alpha %.3f ulp  (%lld calls checked)\n",
                    s->k->name, s->qks, s->pvs, s->sp_ulps, s->salpha_ulps, (long long)s->small_cases);
         printf("  %-11s exp sweep: max %.3f ulp (at x = %.9g), alpha %.3f ulp, over %lld points of [-87.3, 0]; "

@@ -7,7 +7,10 @@
  *   pv  3 rows x 32 output columns (4 vectors along e) = 12 accumulators, P values
  *       broadcast, the alpha rescale applied when the accumulators are loaded;
  *       V (and P for large ldst) copied to small contiguous panels first;
- *   softmax  16 rows (2 vectors along r) walked down the columns twice (max, exp).
+ *   softmax  16 rows (2 vectors along r) walked down the columns twice (max, exp);
+ *   stx (backward)  3 acc rows c x 32 e (4 vectors along e) = 12 accumulators, st
+ *       broadcast, x copied to contiguous zero-padded panels first;
+ *   ds (backward)  64 rows (8 vectors of dvec) walked down the columns.
  * Semantics follow ref_kernels.c exactly; results differ only by rounding (FMA,
  * and exp below). Nothing here reads beyond what kernels.h allows: tails along
  * d, dv and rows use masked loads/stores or scalar code.
@@ -501,6 +504,126 @@ void fa_avx2_pv_3x32(int64_t rows, int64_t cols, int64_t dv, const float *st, in
                     const int nr = nrr - r < PV_NR ? (int)(nrr - r) : PV_NR;
                     pv_edge(nr, nv, tail, nc, pc + r, pld, vp, PV_EB, al ? al + r : NULL, ac + r * ldacc, ldacc);
                 }
+            }
+        }
+    }
+}
+
+/* ----------------------------------------------------------------- backward */
+
+/*
+ * ds: p * (dp - dvec) over round_up(rows, 16) rows, nv vectors of dvec (8 per 64
+ * rows, else 2 per 16) held over every column. A masked p = 0 gives 0 whatever
+ * dp is: the product is and-ed with p != 0 (unordered, so a NaN p stays NaN).
+ */
+AVX2_INLINE void ds_strip(const int nv, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
+                          const float *dvec)
+{
+    __m256 dv[8];
+    for (int i = 0; i < nv; i++) dv[i] = _mm256_loadu_ps(dvec + 8 * i); /* dvec: no alignment promised */
+    for (int64_t c = 0; c < cols; c++) {
+        const float *pc = st + c * ldst;
+        float *dc = dp + c * lddp;
+        for (int i = 0; i < nv; i++) {
+            const __m256 p = _mm256_load_ps(pc + 8 * i);
+            const __m256 kept = _mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+            const __m256 prod = _mm256_mul_ps(p, _mm256_sub_ps(_mm256_load_ps(dc + 8 * i), dv[i]));
+            _mm256_store_ps(dc + 8 * i, _mm256_and_ps(kept, prod));
+        }
+    }
+}
+
+void fa_avx2_ds(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
+                const float *dvec)
+{
+    const int64_t rp = round_rows(rows);
+    int64_t r = 0;
+    for (; r + 64 <= rp; r += 64) ds_strip(8, cols, st + r, ldst, dp + r, lddp, dvec + r);
+    for (; r < rp; r += 16) ds_strip(2, cols, st + r, ldst, dp + r, lddp, dvec + r);
+}
+
+/*
+ * stx: acc[c][e] += sum_r st[c][r] x[r][e], pv's 3 x 32 block with the tile's axes
+ * swapped: 3 acc rows c (st[c][r] broadcast from 3 rows of st, walked along r) x
+ * 32 e (4 ymm of an x row), 12 accumulators over 128 rows. Each 128 x 32 strip of x
+ * is copied to a contiguous panel first (16 KiB, zero-padded past n), which every
+ * block of 3 columns then reads: x rows are user rows (Q, dO), often a multiple of
+ * 4 KiB apart, and the padding spares the blocks masked loads. acc's padding
+ * columns (n <= e < ldacc, ldacc a multiple of 16) may be written, so its last
+ * vector is read and written whole.
+ */
+enum {
+    STX_NC = 3,         /* acc rows c per register block */
+    STX_NV = 4,         /* vectors along e per register block */
+    STX_EB = 8 * STX_NV, /* e values per register block */
+    STX_RC = 128        /* rows r per pass */
+};
+
+AVX2_INLINE void stx_block(const int nc, const int nv, int64_t rows, const float *st, int64_t ldst, const float *xp,
+                           float *acc, int64_t ldacc)
+{
+    __m256 a[STX_NC][STX_NV];
+    for (int j = 0; j < nc; j++)
+        for (int i = 0; i < nv; i++) a[j][i] = _mm256_loadu_ps(acc + j * ldacc + 8 * i);
+    for (int64_t r = 0; r < rows; r++) {
+        __m256 s[STX_NC];
+        for (int j = 0; j < nc; j++) s[j] = _mm256_broadcast_ss(st + j * ldst + r);
+        for (int i = 0; i < nv; i++) {
+            const __m256 xv = _mm256_load_ps(xp + r * STX_EB + 8 * i);
+            for (int j = 0; j < nc; j++) a[j][i] = _mm256_fmadd_ps(s[j], xv, a[j][i]);
+        }
+    }
+    for (int j = 0; j < nc; j++)
+        for (int i = 0; i < nv; i++) _mm256_storeu_ps(acc + j * ldacc + 8 * i, a[j][i]);
+}
+
+/* Every block but the full 3 x 4 one, each shape its own inlined copy. */
+static void stx_edge(int nc, int nv, int64_t rows, const float *st, int64_t ldst, const float *xp, float *acc,
+                     int64_t ldacc)
+{
+    switch (nc * 10 + nv) {
+    case 11: stx_block(1, 1, rows, st, ldst, xp, acc, ldacc); break;
+    case 12: stx_block(1, 2, rows, st, ldst, xp, acc, ldacc); break;
+    case 13: stx_block(1, 3, rows, st, ldst, xp, acc, ldacc); break;
+    case 14: stx_block(1, 4, rows, st, ldst, xp, acc, ldacc); break;
+    case 21: stx_block(2, 1, rows, st, ldst, xp, acc, ldacc); break;
+    case 22: stx_block(2, 2, rows, st, ldst, xp, acc, ldacc); break;
+    case 23: stx_block(2, 3, rows, st, ldst, xp, acc, ldacc); break;
+    case 24: stx_block(2, 4, rows, st, ldst, xp, acc, ldacc); break;
+    case 31: stx_block(3, 1, rows, st, ldst, xp, acc, ldacc); break;
+    case 32: stx_block(3, 2, rows, st, ldst, xp, acc, ldacc); break;
+    default: stx_block(3, 3, rows, st, ldst, xp, acc, ldacc); break;
+    }
+}
+
+void fa_avx2_stx_3x32(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
+                      int64_t ldx, float *acc, int64_t ldacc)
+{
+    _Alignas(64) float xp[STX_RC * STX_EB]; /* (STX_RC, STX_EB) x strip */
+    for (int64_t r0 = 0; r0 < rows; r0 += STX_RC) {
+        const int64_t rr = rows - r0 < STX_RC ? rows - r0 : STX_RC;
+        for (int64_t e0 = 0; e0 < n; e0 += STX_EB) {
+            const int64_t ne = n - e0 < STX_EB ? n - e0 : STX_EB;
+            const int nv = (int)((ne + 7) / 8);
+            for (int64_t r = 0; r < rr; r++) {
+                const float *src = x + (r0 + r) * ldx + e0;
+                float *dst = xp + r * STX_EB;
+                if (ne == STX_EB) {
+                    for (int j = 0; j < STX_NV; j++) _mm256_store_ps(dst + 8 * j, _mm256_loadu_ps(src + 8 * j));
+                } else {
+                    for (int j = 0; j < STX_NV; j++)
+                        _mm256_store_ps(dst + 8 * j, _mm256_maskload_ps(src + 8 * j, lanes_below(ne - 8 * j)));
+                }
+            }
+            const float *sc = st + r0;
+            float *ac = acc + e0;
+            int64_t c = 0;
+            if (nv == STX_NV)
+                for (; c + STX_NC <= cols; c += STX_NC)
+                    stx_block(STX_NC, STX_NV, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
+            for (; c < cols; c += STX_NC) {
+                const int nc = cols - c < STX_NC ? (int)(cols - c) : STX_NC;
+                stx_edge(nc, nv, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
             }
         }
     }

@@ -17,6 +17,12 @@ void fa_avx2_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, const 
 /* register block 3 rows x 32 output columns (4 ymm along e) */
 void fa_avx2_pv_3x32(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                      int64_t ldv, const float *alpha, float *acc, int64_t ldacc);
+/* The backward's (kernels.h: ds, stx). ds: 64 rows (8 ymm of dvec) per pass over the columns. */
+void fa_avx2_ds(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
+                const float *dvec);
+/* register block 3 acc rows c x 32 columns e (4 ymm of an x row) */
+void fa_avx2_stx_3x32(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
+                      int64_t ldx, float *acc, int64_t ldacc);
 void fa_avx2_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void fa_avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void fa_avx2_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq, const void *const *krow,

@@ -18,6 +18,8 @@ void fa_kernels_init_avx2(fa_kernels *k)
     k->qk = fa_avx2_qk_16x6;
     k->softmax = fa_avx2_softmax;
     k->pv = fa_avx2_pv_3x32;
+    k->ds = fa_avx2_ds;
+    k->stx = fa_avx2_stx_3x32;
     k->f16_to_f32 = fa_avx2_f16_to_f32;
     k->bf16_to_f32 = fa_avx2_bf16_to_f32;
     k->qk_small = fa_avx2_qk_small;

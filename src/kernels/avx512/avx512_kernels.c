@@ -10,8 +10,10 @@
  *   pv  6 rows (broadcast p = st[c][r]) x 64 e (4 zmm of a V row): the same
  *       24-accumulator shape over every column c, the alpha rescale fused into
  *       the load of acc.
- * Both keep the operand they reuse across the inner blocks near (qk: a 64-row
- * x 128-x slice of qt, 32 KB; pv: a 128-c x 64-e slice of V, 32 KB), so a large
+ *   stx (backward) 6 acc rows c (broadcast st[c][r]) x 64 e (4 zmm of an x row):
+ *       pv with the tile's axes swapped, 24 accumulators over 128 rows r.
+ * All three keep the operand they reuse across the inner blocks near (qk: a 64-row
+ * x 128-x slice of qt, 32 KB; pv: a 128-c x 64-e slice of V, stx: a 128-r x 64-e slice of x, 32 KB), so a large
  * planned tile does not turn their loads into L2 misses. Counts that 6 does not
  * divide are covered by 6-wide then 5-wide blocks (exact for every count >= 20);
  * the last e or x vector of a row uses masked loads/stores, never reading past
@@ -459,6 +461,168 @@ void fa_avx512_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, 
             const int64_t ne = MIN64(16 * PV_NV, dv - e0), nv = (ne + 15) / 16;
             pv_slice(nv, fa_avx512_head_mask(ne - 16 * (nv - 1)), rows, cc, sc, ldst, vc + e0, ldv, al, acc + e0,
                      ldacc);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/*
+ * ds: p * (dp - dvec), 4 vectors (64 rows) of dvec held over every column, then
+ * single vectors: round_up(rows, 16) is a whole number of them. Masked p = 0 must
+ * give 0 whatever dp is (inf - dvec times 0 would be NaN), so the product is
+ * zero-masked by p != 0; the unordered compare keeps NaN p in the product, where
+ * it stays NaN.
+ */
+FA_AVX512_INLINE void ds_strip(const int nv, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
+                               const float *dvec)
+{
+    __m512 dv[4];
+    FA_AVX512_UNROLL
+    for (int i = 0; i < nv; i++) dv[i] = _mm512_loadu_ps(dvec + 16 * i); /* dvec: no alignment promised */
+    for (int64_t c = 0; c < cols; c++) {
+        const float *pc = st + c * ldst;
+        float *dc = dp + c * lddp;
+        FA_AVX512_UNROLL
+        for (int i = 0; i < nv; i++) {
+            const __m512 p = _mm512_load_ps(pc + 16 * i);
+            const __mmask16 kept = _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+            const __m512 diff = _mm512_sub_ps(_mm512_load_ps(dc + 16 * i), dv[i]);
+            _mm512_store_ps(dc + 16 * i, _mm512_maskz_mul_ps(kept, p, diff));
+        }
+    }
+}
+
+void fa_avx512_ds(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
+                  const float *dvec)
+{
+    const int64_t rp = (rows + 15) / 16 * 16;
+    int64_t r = 0;
+    for (; r + 64 <= rp; r += 64) ds_strip(4, cols, st + r, ldst, dp + r, lddp, dvec + r);
+    for (; r < rp; r += 16) ds_strip(1, cols, st + r, ldst, dp + r, lddp, dvec + r);
+}
+
+/*
+ * stx: acc[c][e] += sum_r st[c][r] x[r][e]. pv's block with the roles of the
+ * tile's two axes swapped: 6 acc rows c (broadcasts st[c][r], from 6 rows of st
+ * walked along r) x 64 e (4 zmm of an x row, loaded once per r for all 6), 24
+ * accumulators over a chunk of rows. The chunk, 128 rows of a 64-wide slice of x
+ * (32 KB), is what every c block reuses, as pv's V slice. Column counts go in
+ * 6-blocks then 5-blocks (fa_avx512_split65), a padded block repeating its last
+ * real row of st, never storing it.
+ */
+enum { STX_NC = 6, STX_NV = 4, STX_RCHUNK = 128 };
+
+FA_AVX512_INLINE void stx_tile(const int nc, const int nv, const int masked, __mmask16 tail, int64_t valid,
+                               int64_t rows, const float *st, int64_t ldst, const float *x, int64_t ldx, float *acc,
+                               int64_t ldacc)
+{
+    __m512 a[STX_NC][STX_NV];
+    const float *sr[STX_NC];
+    FA_AVX512_UNROLL
+    for (int j = 0; j < nc; j++) {
+        sr[j] = st + MIN64(j, valid - 1) * ldst;
+        const float *aj = acc + j * ldacc;
+        FA_AVX512_UNROLL
+        for (int i = 0; i < nv; i++) {
+            if (j >= valid) a[j][i] = _mm512_setzero_ps();
+            else if (masked && i == nv - 1) a[j][i] = _mm512_maskz_loadu_ps(tail, aj + 16 * i);
+            else a[j][i] = _mm512_loadu_ps(aj + 16 * i);
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * ldx;
+        __m512 xv[STX_NV];
+        FA_AVX512_UNROLL
+        for (int i = 0; i < nv; i++)
+            xv[i] = masked && i == nv - 1 ? _mm512_maskz_loadu_ps(tail, xr + 16 * i) : _mm512_loadu_ps(xr + 16 * i);
+        FA_AVX512_UNROLL
+        for (int j = 0; j < nc; j++) {
+            const __m512 s = _mm512_set1_ps(sr[j][r]);
+            FA_AVX512_UNROLL
+            for (int i = 0; i < nv; i++) a[j][i] = _mm512_fmadd_ps(s, xv[i], a[j][i]);
+        }
+    }
+    FA_AVX512_UNROLL
+    for (int j = 0; j < nc; j++) {
+        if (j >= valid) break;
+        float *aj = acc + j * ldacc;
+        FA_AVX512_UNROLL
+        for (int i = 0; i < nv; i++) {
+            if (masked && i == nv - 1) _mm512_mask_storeu_ps(aj + 16 * i, tail, a[j][i]);
+            else _mm512_storeu_ps(aj + 16 * i, a[j][i]);
+        }
+    }
+}
+
+typedef struct {
+    __mmask16 tail; /* the last vector's lanes, when masked */
+    int64_t rows, cols;
+    const float *st;
+    int64_t ldst;
+    const float *x;
+    int64_t ldx;
+    float *acc;
+    int64_t ldacc;
+} stx_args;
+
+/* Every column c against one 16*nv-wide slice of x. */
+FA_AVX512_INLINE void stx_panel(const int nv, const int masked, const stx_args *a)
+{
+    const int64_t c6 = fa_avx512_split65(a->cols);
+    for (int64_t c = 0; c < c6; c += STX_NC)
+        stx_tile(STX_NC, nv, masked, a->tail, MIN64(STX_NC, c6 - c), a->rows, a->st + c * a->ldst, a->ldst, a->x,
+                 a->ldx, a->acc + c * a->ldacc, a->ldacc);
+    for (int64_t c = c6; c < a->cols; c += STX_NC - 1)
+        stx_tile(STX_NC - 1, nv, masked, a->tail, STX_NC - 1, a->rows, a->st + c * a->ldst, a->ldst, a->x, a->ldx,
+                 a->acc + c * a->ldacc, a->ldacc);
+}
+
+/* One function per block width, as for pv (see the top of the file). */
+static void stx_panel4(const stx_args *a) { stx_panel(4, 0, a); }
+static void stx_panel3(const stx_args *a) { stx_panel(3, 0, a); }
+static void stx_panel2(const stx_args *a) { stx_panel(2, 0, a); }
+static void stx_panel1(const stx_args *a) { stx_panel(1, 0, a); }
+static void stx_panel4m(const stx_args *a) { stx_panel(4, 1, a); }
+static void stx_panel3m(const stx_args *a) { stx_panel(3, 1, a); }
+static void stx_panel2m(const stx_args *a) { stx_panel(2, 1, a); }
+static void stx_panel1m(const stx_args *a) { stx_panel(1, 1, a); }
+
+static void stx_slice(int64_t nv, __mmask16 tail, int64_t rows, int64_t cols, const float *st, int64_t ldst,
+                      const float *x, int64_t ldx, float *acc, int64_t ldacc)
+{
+    static void (*const whole[STX_NV + 1])(const stx_args *) = {NULL, stx_panel1, stx_panel2, stx_panel3,
+                                                                stx_panel4};
+    static void (*const part[STX_NV + 1])(const stx_args *) = {NULL, stx_panel1m, stx_panel2m, stx_panel3m,
+                                                               stx_panel4m};
+    const stx_args a = {tail, rows, cols, st, ldst, x, ldx, acc, ldacc};
+    (tail == 0xFFFF ? whole : part)[nv](&a);
+}
+
+/* x rows of a user tensor (Q, dO) are often 4 KB or more apart: the slice the c
+ * blocks share is then copied first, for pv_v_scattered's reason. */
+void fa_avx512_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
+                        int64_t ldx, float *acc, int64_t ldacc)
+{
+    _Alignas(64) float buf[STX_RCHUNK * 16 * STX_NV]; /* (STX_RCHUNK, 64) */
+    const int copy = cols > 2 * STX_NC && pv_v_scattered(ldx);
+    for (int64_t r0 = 0; r0 < rows; r0 += STX_RCHUNK) {
+        const int64_t rr = MIN64(STX_RCHUNK, rows - r0);
+        for (int64_t e0 = 0; e0 < n; e0 += 16 * STX_NV) {
+            const int64_t ne = MIN64(16 * STX_NV, n - e0), nv = (ne + 15) / 16;
+            const __mmask16 tail = fa_avx512_head_mask(ne - 16 * (nv - 1));
+            const float *xs = x + r0 * ldx + e0;
+            int64_t lds = ldx;
+            if (copy) {
+                for (int64_t r = 0; r < rr; r++)
+                    for (int64_t i = 0; i < nv; i++)
+                        _mm512_store_ps(buf + r * 16 * STX_NV + 16 * i,
+                                        _mm512_maskz_loadu_ps(i == nv - 1 ? tail : (__mmask16)0xFFFF,
+                                                              xs + r * ldx + 16 * i));
+                xs = buf;
+                lds = 16 * STX_NV;
+            }
+            stx_slice(nv, tail, rr, cols, st + r0, ldst, xs, lds, acc + e0, ldacc);
         }
     }
 }

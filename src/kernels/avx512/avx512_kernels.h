@@ -19,6 +19,12 @@ void fa_avx512_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, cons
 /* register block 6 rows x 64 output columns (4 zmm along e) */
 void fa_avx512_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                        int64_t ldv, const float *alpha, float *acc, int64_t ldacc);
+/* The backward's (kernels.h: ds, stx). ds: 64 rows (4 zmm of dvec) per pass over the columns. */
+void fa_avx512_ds(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
+                  const float *dvec);
+/* register block 6 acc rows c x 64 columns e (4 zmm of an x row) */
+void fa_avx512_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
+                        int64_t ldx, float *acc, int64_t ldacc);
 void fa_avx512_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void fa_avx512_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
 double fa_avx512_probe_fma(int64_t iters);

@@ -17,6 +17,8 @@ void fa_kernels_init_avx512(fa_kernels *k)
     k->qk = fa_avx512_qk_64x6;
     k->softmax = fa_avx512_softmax;
     k->pv = fa_avx512_pv_6x64;
+    k->ds = fa_avx512_ds;
+    k->stx = fa_avx512_stx_6x64;
     k->f16_to_f32 = fa_avx512_f16_to_f32;
     k->bf16_to_f32 = fa_avx512_bf16_to_f32;
     k->qk_small = fa_avx512_qk_small;

@@ -9,6 +9,9 @@
  *   pv  12 query rows x 8 output columns (24 acc); P read as vectors along r
  *       and broadcast by lane, V rows read as vectors along e
  *   softmax  8 query rows (2 vectors) at a time, running max and sum in registers
+ *   stx (backward)  8 acc rows c x 8 e (16 acc); st read as vectors along r and
+ *       broadcast by lane, x rows read as vectors along e
+ *   ds (backward)  16 rows (4 vectors of dvec) walked down the columns
  * Remainders (rows, cols, d, dv not multiples of the block) fall to smaller
  * blocks, then to scalar tails; k and v may have any leading dimension.
  *
@@ -389,6 +392,100 @@ void fa_neon_pv_12x8(int64_t rows, int64_t cols, int64_t dv, const float *st, in
     for (; r + 4 <= rows; r += 4)
         pv_quads(1, cols, dv, st + r, ldst, v, ldv, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
     for (; r < rows; r++) pv_row(cols, dv, st + r, ldst, v, ldv, alpha ? alpha[r] : 1.0f, acc + r * ldacc);
+}
+
+/* ------------------------------------------------------------------ backward */
+
+/*
+ * ds: p * (dp - dvec), 16 rows (4 vectors of dvec) held over every column;
+ * round_up(rows, 16) is a whole number of such strips. A masked p = 0 gives 0
+ * whatever dp is: the product's bits are cleared where p == 0 (a NaN p compares
+ * unequal, so it stays in the product, NaN).
+ */
+void fa_neon_ds(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
+                const float *dvec)
+{
+    const int64_t rp = round_up(rows, FA_ROW_ALIGN);
+    const float32x4_t zero = vdupq_n_f32(0.0f);
+    for (int64_t r = 0; r < rp; r += 16) {
+        float32x4_t dv[4];
+        for (int i = 0; i < 4; i++) dv[i] = vld1q_f32(dvec + r + 4 * i);
+        for (int64_t c = 0; c < cols; c++) {
+            const float *pc = st + c * ldst + r;
+            float *dc = dp + c * lddp + r;
+            for (int i = 0; i < 4; i++) {
+                const float32x4_t p = vld1q_f32(pc + 4 * i);
+                const float32x4_t prod = vmulq_f32(p, vsubq_f32(vld1q_f32(dc + 4 * i), dv[i]));
+                const uint32x4_t masked = vceqq_f32(p, zero);
+                vst1q_f32(dc + 4 * i, vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(prod), masked)));
+            }
+        }
+    }
+}
+
+/*
+ * stx: acc[c][e] += sum_r st[c][r] x[r][e]. Block: nc (8, 4 or 1) acc rows c x nv
+ * (2 or 1) vectors of e; st is read as vectors along r (4 rows of one column c)
+ * and broadcast by lane, each x row read as vectors along e once for all nc:
+ * 8 x 8 keeps 16 accumulators, 8 st vectors and 2 x vectors in registers. The
+ * last rows % 4 rows broadcast st from scalars.
+ */
+NEON_BLOCK void stx_tile(const int nc, const int nv, int64_t rows, const float *st, int64_t ldst, const float *x,
+                         int64_t ldx, float *acc, int64_t ldacc)
+{
+    float32x4_t t[8][2];
+    for (int j = 0; j < nc; j++)
+        for (int i = 0; i < nv; i++) t[j][i] = vld1q_f32(acc + j * ldacc + 4 * i);
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        float32x4_t s[8];
+        for (int j = 0; j < nc; j++) s[j] = vld1q_f32(st + j * ldst + r);
+        float32x4_t w[2];
+        for (int i = 0; i < nv; i++) w[i] = vld1q_f32(x + r * ldx + 4 * i);
+        for (int j = 0; j < nc; j++)
+            for (int i = 0; i < nv; i++) t[j][i] = vfmaq_laneq_f32(t[j][i], w[i], s[j], 0);
+        for (int i = 0; i < nv; i++) w[i] = vld1q_f32(x + (r + 1) * ldx + 4 * i);
+        for (int j = 0; j < nc; j++)
+            for (int i = 0; i < nv; i++) t[j][i] = vfmaq_laneq_f32(t[j][i], w[i], s[j], 1);
+        for (int i = 0; i < nv; i++) w[i] = vld1q_f32(x + (r + 2) * ldx + 4 * i);
+        for (int j = 0; j < nc; j++)
+            for (int i = 0; i < nv; i++) t[j][i] = vfmaq_laneq_f32(t[j][i], w[i], s[j], 2);
+        for (int i = 0; i < nv; i++) w[i] = vld1q_f32(x + (r + 3) * ldx + 4 * i);
+        for (int j = 0; j < nc; j++)
+            for (int i = 0; i < nv; i++) t[j][i] = vfmaq_laneq_f32(t[j][i], w[i], s[j], 3);
+    }
+    for (; r < rows; r++) {
+        float32x4_t w[2];
+        for (int i = 0; i < nv; i++) w[i] = vld1q_f32(x + r * ldx + 4 * i);
+        for (int j = 0; j < nc; j++)
+            for (int i = 0; i < nv; i++) t[j][i] = vfmaq_n_f32(t[j][i], w[i], st[j * ldst + r]);
+    }
+    for (int j = 0; j < nc; j++)
+        for (int i = 0; i < nv; i++) vst1q_f32(acc + j * ldacc + 4 * i, t[j][i]);
+}
+
+/* nc acc rows over every e: 8-wide blocks, a 4-wide one, then scalar columns. */
+NEON_BLOCK void stx_rows(const int nc, int64_t rows, int64_t n, const float *st, int64_t ldst, const float *x,
+                         int64_t ldx, float *acc, int64_t ldacc)
+{
+    int64_t e = 0;
+    for (; e + 8 <= n; e += 8) stx_tile(nc, 2, rows, st, ldst, x + e, ldx, acc + e, ldacc);
+    for (; e + 4 <= n; e += 4) stx_tile(nc, 1, rows, st, ldst, x + e, ldx, acc + e, ldacc);
+    for (; e < n; e++)
+        for (int j = 0; j < nc; j++) {
+            float t = acc[j * ldacc + e];
+            for (int64_t r = 0; r < rows; r++) t = fmaf(st[j * ldst + r], x[r * ldx + e], t);
+            acc[j * ldacc + e] = t;
+        }
+}
+
+void fa_neon_stx_8x8(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
+                     int64_t ldx, float *acc, int64_t ldacc)
+{
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8) stx_rows(8, rows, n, st + c * ldst, ldst, x, ldx, acc + c * ldacc, ldacc);
+    for (; c + 4 <= cols; c += 4) stx_rows(4, rows, n, st + c * ldst, ldst, x, ldx, acc + c * ldacc, ldacc);
+    for (; c < cols; c++) stx_rows(1, rows, n, st + c * ldst, ldst, x, ldx, acc + c * ldacc, ldacc);
 }
 
 /* ------------------------------------------------------------------ conversions */

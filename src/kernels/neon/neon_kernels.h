@@ -16,6 +16,12 @@ void fa_neon_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, const 
 /* register block 12 rows (3 vectors of p) x 8 output columns (2 vectors along e) */
 void fa_neon_pv_12x8(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                      int64_t ldv, const float *alpha, float *acc, int64_t ldacc);
+/* The backward's (kernels.h: ds, stx). */
+void fa_neon_ds(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
+                const float *dvec);
+/* register block 8 acc rows c x 8 columns e (2 vectors of an x row) */
+void fa_neon_stx_8x8(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
+                     int64_t ldx, float *acc, int64_t ldacc);
 void fa_neon_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void fa_neon_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void fa_neon_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq, const void *const *krow,

@@ -18,6 +18,8 @@ void fa_kernels_init_neon(fa_kernels *k)
     k->qk = fa_neon_qk_16x4;
     k->softmax = fa_neon_softmax;
     k->pv = fa_neon_pv_12x8;
+    k->ds = fa_neon_ds;
+    k->stx = fa_neon_stx_8x8;
     k->f16_to_f32 = fa_neon_f16_to_f32;
     k->bf16_to_f32 = fa_neon_bf16_to_f32;
     k->qk_small = fa_neon_qk_small;
