@@ -18,8 +18,9 @@
  * The loop is K-outer: a task is one (sequence, kv head); it walks the key tiles,
  * keeping dK and dV of the tile in cache, and for each tile only the query blocks
  * of the group's heads that see it (fa_key_block_rows, the planner's inverse
- * question). dQ of the task's heads accumulates in a per-thread f32 buffer that
- * the task owns alone. No two tasks write the same output row, and a task's
+ * question). dQ of the task's heads accumulates in the caller's dq when that is
+ * f32 with rows the kernels can write whole (no extra memory), else in a per-thread
+ * f32 buffer; either way the task owns those rows alone. No two tasks write the same output row, and a task's
  * arithmetic is the same whichever thread runs it, so the gradients are bitwise
  * the same for any thread count and any run.
  */
@@ -47,6 +48,7 @@ typedef struct {
     int64_t br, bc, bp;     /* query rows and keys per tile; the panels' leading dim */
     int64_t ldd, lddv;      /* D, Dv rounded up to FA_ROW_ALIGN: accumulator rows */
     int64_t sq_max;         /* the longest sequence's query rows: the dq buffer's */
+    int dq_in_place;        /* dQ accumulates in the caller's f32 dq itself (dq_direct) */
     const float *dvec;      /* (B or 1, Hq, Sq) D_i = dot(dO_i, o_i), laid out as lse */
     int64_t dvec_sb, dvec_sh; /* its strides (b, h); i is contiguous */
     bwd_task *tasks;
@@ -87,9 +89,22 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
         {(void **)&sc->alpha, bp * 4},                   {(void **)&sc->dv_rows, bp * 4},
         {(void **)&sc->lo, bp * 4},                      {(void **)&sc->hi, bp * 4},
         {(void **)&sc->dk, fa_bytes3(bc, job->ldd, 4)},  {(void **)&sc->dv, fa_bytes3(bc, job->lddv, 4)},
-        {(void **)&sc->dq, job->g->has_dq ? fa_bytes3(p->group * job->sq_max, job->ldd, 4) : 0},
+        {(void **)&sc->dq, job->g->has_dq && !job->dq_in_place ? fa_bytes3(p->group * job->sq_max, job->ldd, 4) : 0},
     };
     return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
+}
+
+/* Whether dQ can accumulate in the caller's dq: f32, unit inner stride, and every
+ * row a whole number of aligned vectors with nothing of another head's in its
+ * padding (D a multiple of FA_ROW_ALIGN), as the pv kernel writes acc rows. */
+static int dq_direct(const fa_problem *p, const fa_grads *g)
+{
+    const fa_tensor *t = &g->dq;
+    if (!g->has_dq || t->dtype != FA_DTYPE_F32 || t->stride[3] != 1 || p->D % FA_ROW_ALIGN != 0) return 0;
+    for (int d = 0; d < 3; d++)
+        if (t->stride[d] % FA_ROW_ALIGN != 0 || t->stride[d] < 0) return 0;
+    /* sequences of a varlen batch start at any row: still a multiple of the row stride */
+    return (uintptr_t)t->data % FA_CACHE_LINE == 0;
 }
 
 /* 0. D_i = dot(dO_i, o_i) for every row: what the softmax's backward subtracts. */
@@ -147,7 +162,19 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const bwd_ta
     fa_seq_grads(p, job->g, t->b, &gs);
     const int64_t D = p->D, Dv = p->Dv, bp = job->bp, br = job->br, hk = t->hk, h0 = hk * p->group;
     const int elementwise = fa_problem_has_elementwise(&s);
-    if (gs.has_dq) memset(sc->dq, 0, (size_t)(p->group * s.Sq * job->ldd) * sizeof(float));
+    /* dQ rows of head h: (row, x) at dq_row(h) + row * ldq_acc */
+    float *dq_base = NULL;
+    int64_t ldq_acc = job->ldd, hstride = s.Sq * job->ldd;
+    if (gs.has_dq && job->dq_in_place) {
+        dq_base = (float *)gs.dq.data + h0 * gs.dq.stride[2];
+        ldq_acc = gs.dq.stride[1];
+        hstride = gs.dq.stride[2];
+        for (int64_t g = 0; g < p->group; g++)
+            for (int64_t i = 0; i < s.Sq; i++) memset(dq_base + g * hstride + i * ldq_acc, 0, (size_t)D * sizeof(float));
+    } else if (gs.has_dq) {
+        dq_base = sc->dq;
+        memset(sc->dq, 0, (size_t)(p->group * s.Sq * job->ldd) * sizeof(float));
+    }
 
     for (int64_t j0 = 0; j0 < s.Sk; j0 += job->bc) {
         const int64_t cols = s.Sk - j0 < job->bc ? s.Sk - j0 : job->bc;
@@ -207,8 +234,8 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const bwd_ta
                     /* ... and dQ += dS K */
                     if (gs.has_dq) {
                         const fa_kernels *kq = partial && !kv_finite ? &fa_kernels_ref : kern;
-                        kq->pv(n, cols, D, sc->dpt, bp, k, ldk, NULL,
-                               sc->dq + ((h - h0) * s.Sq + i0) * job->ldd, job->ldd);
+                        kq->pv(n, cols, D, sc->dpt, bp, k, ldk, NULL, dq_base + (h - h0) * hstride + i0 * ldq_acc,
+                               ldq_acc);
                     }
                 }
         }
@@ -222,10 +249,10 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const bwd_ta
     }
     if (gs.has_dq)
         for (int64_t g = 0; g < p->group; g++) {
-            float *dq = sc->dq + g * s.Sq * job->ldd;
+            float *dq = dq_base + g * hstride;
             for (int64_t i = 0; i < s.Sq; i++)
-                for (int64_t x = 0; x < D; x++) dq[i * job->ldd + x] *= p->scale;
-            fa_store_rows(&gs.dq, 0, 0, s.Sq, h0 + g, D, dq, job->ldd);
+                for (int64_t x = 0; x < D; x++) dq[i * ldq_acc + x] *= p->scale;
+            if (!job->dq_in_place) fa_store_rows(&gs.dq, 0, 0, s.Sq, h0 + g, D, dq, job->ldd);
         }
 }
 
@@ -261,6 +288,7 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
         fa_seq_lengths(p, b, &sq, &sk);
         if (sq > job.sq_max) job.sq_max = sq;
     }
+    job.dq_in_place = dq_direct(p, g);
     job.per_thread = scratch_layout(&job, NULL, NULL);
 
     /* tasks: (sequence, kv head); only sequences with both rows and keys have work,

@@ -80,6 +80,7 @@ typedef struct {
     h_dims d;
     fa_dtype dtype, gdtype;
     int causal, window, softcap, alibi, bias, mask, dropout, bnsd, empty_rows;
+    int aligned; /* dq 64-byte aligned: the library may accumulate dQ in it directly */
 } bcase;
 
 typedef struct {
@@ -116,6 +117,13 @@ static void bprob_build(bprob *bp, const bcase *c, h_rng *r)
     bp->dout = make(c->dtype, c->bnsd, d.B, d.Sq, d.Hq, d.Dv);
     h_fill_normal(&bp->dout, r, 1.0);
     bp->dq = make(c->gdtype, c->bnsd, d.B, d.Sq, d.Hq, d.D);
+    if (c->aligned) { /* the same view over a 64-byte aligned copy of the storage */
+        const size_t bytes = (size_t)h_numel(&bp->dq) * h_dtype_bytes(c->gdtype);
+        void *mem = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        memset(mem, 0, bytes);
+        free(bp->dq.data);
+        bp->dq.data = mem;
+    }
     bp->dk = make(c->gdtype, c->bnsd, d.B, d.Sk, d.Hk, d.D);
     bp->dv = make(c->gdtype, c->bnsd, d.B, d.Sk, d.Hk, d.Dv);
     a->causal = c->causal == 1 ? FA_CAUSAL_BOTTOM_RIGHT : c->causal == 2 ? FA_CAUSAL_TOP_LEFT : FA_CAUSAL_NONE;
@@ -216,9 +224,9 @@ static void compare(const char *what, const double *want, const fa_tensor *got, 
 
 static void describe(const bcase *c, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s dt=%s g=%s causal=%d win=%d cap=%d alibi=%d bias=%d mask=%d drop=%d bnsd=%d empty=%d",
+    snprintf(buf, n, "%s dt=%s g=%s causal=%d win=%d cap=%d alibi=%d bias=%d mask=%d drop=%d bnsd=%d empty=%d aligned=%d",
              h_dims_str(&c->d), h_dtype_str(c->dtype), h_dtype_str(c->gdtype), c->causal, c->window, c->softcap,
-             c->alibi, c->bias, c->mask, c->dropout, c->bnsd, c->empty_rows);
+             c->alibi, c->bias, c->mask, c->dropout, c->bnsd, c->empty_rows, c->aligned);
 }
 
 /*
@@ -379,6 +387,7 @@ static void test_random(h_rng *r)
         c.dropout = h_rng_int(r, 0, 4) == 0;
         c.bnsd = h_rng_int(r, 0, 3) == 0;
         c.empty_rows = h_rng_int(r, 0, 6) == 0;
+        c.aligned = h_rng_int(r, 0, 1) == 0;
         check_case(&c, r);
     }
 }
@@ -536,6 +545,7 @@ static void test_determinism(h_rng *r)
     c.dtype = c.gdtype = FA_DTYPE_F32;
     c.causal = 1;
     c.dropout = 1;
+    c.aligned = 1;
     bprob bp;
     bprob_build(&bp, &c, r);
     h_case("determinism: threads 1");
