@@ -84,29 +84,19 @@ void cli_flush_free(cli_flush *f)
     f->buf = NULL;
 }
 
-int cli_time_algo(fa_context *ctx, const cli_shape *s, fa_algo algo, const fa_forward_args *args,
-                  double *times, cli_flush *flush, cli_timing *t, const char *verb)
+/* Raises t->extra_bytes to what the call just made allocated. */
+static void note_extra(fa_context *ctx, cli_timing *t)
 {
-    memset(t, 0, sizeof *t);
-    t->algo = algo;
-    fa_status st = fa_context_set(ctx, FA_PARAM_ALGO, algo);
-    for (int64_t r = -1; st == FA_OK && r < s->runs; r++) { /* r = -1: the warm-up */
-        if (flush && r >= 0)
-            cli_flush_run(flush);
-        double t0 = cli_now();
-        st = fa_forward(ctx, args);
-        double dt = cli_now() - t0;
-        if (st != FA_OK)
-            break;
-        int64_t extra = 0;
-        if (fa_context_get(ctx, FA_PARAM_LAST_EXTRA_BYTES, &extra) == FA_OK &&
-            extra > t->extra_bytes)
-            t->extra_bytes = extra;
-        if (r >= 0)
-            times[r] = dt;
-    }
-    if (st == FA_OK && flush && s->runs == 0)
-        cli_flush_run(flush);
+    int64_t extra = 0;
+    if (fa_context_get(ctx, FA_PARAM_LAST_EXTRA_BYTES, &extra) == FA_OK && extra > t->extra_bytes)
+        t->extra_bytes = extra;
+}
+
+/* After the last timed call: what ran, on how many threads, with which tiles,
+ * and the median; or the out-of-memory row, or the error reported. */
+static int finish_timing(fa_context *ctx, const cli_shape *s, fa_algo algo, fa_status st,
+                         double *times, cli_timing *t, const char *verb)
+{
     if (st == FA_ERR_OUT_OF_MEMORY) {
         t->oom = 1;
         t->threads = cli_resolved_threads(s->threads);
@@ -134,6 +124,59 @@ int cli_time_algo(fa_context *ctx, const cli_shape *s, fa_algo algo, const fa_fo
         t->median_s = (s->runs % 2) ? times[m] : 0.5 * (times[m - 1] + times[m]);
     }
     return 0;
+}
+
+int cli_time_algo(fa_context *ctx, const cli_shape *s, fa_algo algo, const fa_forward_args *args,
+                  double *times, cli_flush *flush, cli_timing *t, const char *verb)
+{
+    memset(t, 0, sizeof *t);
+    t->algo = algo;
+    fa_status st = fa_context_set(ctx, FA_PARAM_ALGO, algo);
+    for (int64_t r = -1; st == FA_OK && r < s->runs; r++) { /* r = -1: the warm-up */
+        if (flush && r >= 0)
+            cli_flush_run(flush);
+        double t0 = cli_now();
+        st = fa_forward(ctx, args);
+        double dt = cli_now() - t0;
+        if (st != FA_OK)
+            break;
+        note_extra(ctx, t);
+        if (r >= 0)
+            times[r] = dt;
+    }
+    if (st == FA_OK && flush && s->runs == 0)
+        cli_flush_run(flush);
+    return finish_timing(ctx, s, algo, st, times, t, verb);
+}
+
+int cli_time_backward(fa_context *ctx, const cli_shape *s, fa_algo algo,
+                      const fa_forward_args *fwd, const fa_backward_args *bwd, int with_forward,
+                      double *times, cli_flush *flush, cli_timing *t, const char *verb)
+{
+    memset(t, 0, sizeof *t);
+    t->algo = algo;
+    fa_status st = fa_context_set(ctx, FA_PARAM_ALGO, algo);
+    if (st == FA_OK && !with_forward)
+        st = fa_forward(ctx, fwd); /* the lse and o every backward below reads */
+    for (int64_t r = -1; st == FA_OK && r < s->runs; r++) { /* r = -1: the warm-up */
+        if (flush && r >= 0)
+            cli_flush_run(flush);
+        double t0 = cli_now();
+        if (with_forward) {
+            st = fa_forward(ctx, fwd);
+            if (st != FA_OK)
+                break;
+            note_extra(ctx, t);
+        }
+        st = fa_backward(ctx, bwd);
+        double dt = cli_now() - t0;
+        if (st != FA_OK)
+            break;
+        note_extra(ctx, t);
+        if (r >= 0)
+            times[r] = dt;
+    }
+    return finish_timing(ctx, s, algo, st, times, t, verb);
 }
 
 void cli_measure_peak(fa_context *ctx, fa_dtype dtype, int skip, cli_peak *peak)

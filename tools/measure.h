@@ -62,6 +62,26 @@ int cli_time_algo(fa_context *ctx, const cli_shape *s, fa_algo algo, const fa_fo
                   double *times, cli_flush *flush, cli_timing *t, const char *verb);
 
 /*
+ * The backward of `algo`, timed like cli_time_algo. `fwd` must ask for an lse;
+ * `bwd` refers to it. with_forward 0: one untimed forward, then one warm-up
+ * backward and s->runs timed ones (the backward leaves the forward's outputs
+ * as they are, so one forward serves them all); t->extra_bytes is the
+ * backward's. with_forward 1: a training step, forward then backward timed
+ * together, one warm-up step then s->runs; t->extra_bytes is the larger of
+ * the two calls' (each frees its workspace before returning). The tiles are
+ * the backward's. Returns as cli_time_algo; s->runs >= 1.
+ */
+int cli_time_backward(fa_context *ctx, const cli_shape *s, fa_algo algo,
+                      const fa_forward_args *fwd, const fa_backward_args *bwd, int with_forward,
+                      double *times, cli_flush *flush, cli_timing *t, const char *verb);
+
+/* FLOPs the backward is credited with: 2.5x the forward's (STYLE.md rule 10:
+ * five products of (D+Dv)-long rows per kept pair against the forward's two),
+ * and a training step's, forward plus backward: 3.5x. */
+#define CLI_BACKWARD_FLOP_FACTOR 2.5
+#define CLI_STEP_FLOP_FACTOR 3.5
+
+/*
  * The peak a run is compared with: fp32 FMA for f32 and f16 inputs (both are
  * computed in fp32); for bf16 on the avx512bf16 path, whose kernels multiply
  * bf16 pairs, the bf16 dot-product peak.
