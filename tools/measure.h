@@ -119,4 +119,26 @@ void cli_json_int(FILE *f, int64_t x, int known);
 /* The peak fields every bench row carries: ,"peak_gflops":..,"peak_kind":..,"pct_peak":pct */
 void cli_json_peak(FILE *f, const cli_peak *peak, double pct);
 
+/* ------------------------------------------------------ bench's tables */
+
+/* "# peak 1234.5 GFLOP/s: fp32 FMA of the avx512 path on 2 threads, ...", or why not. */
+void cli_print_peak_line(const cli_peak *peak, const char *isa, int64_t threads);
+
+/* "; each timed call after streaming 4.00 MiB through the caches (--cold)" with
+ * a flush, else "" (then buf is unused). */
+const char *cli_cold_note(const cli_flush *flush, char *buf, size_t n);
+
+/* The JSON fields after every bench object's first: ,"isa":..,"dtype":..,"B":.. ..,"causal":.. */
+void cli_json_shape(FILE *f, const cli_shape *s, const char *isa);
+
+/* "B1 H32 S2048 D128 causal=bottom-right", a pair written once when both sides
+ * agree; the sequence lengths only when with_seq. */
+void cli_compact_shape(const cli_shape *s, int with_seq, char *buf, size_t n);
+
+/* Cell (r, c) of a cli_print_table grid with `cols` columns. */
+char *cli_cell(char *cells, int cols, int r, int c);
+
+/* "128x256", or "-" for an algorithm without tiles. */
+void cli_tiles_cell(char *buf, const cli_timing *t);
+
 #endif /* FLASHATTN_TOOLS_MEASURE_H */
