@@ -9,7 +9,8 @@
  *   --model-only  the traffic model alone, no timing (for bench/cachegrind.sh).
  * and two serving modes in tools/bench_modes.c: --decode (against a KV cache,
  * judged by K/V read bandwidth) and --varlen (packed prefill against a dense
- * batch of the same work).
+ * batch of the same work); and the training mode in tools/bench_backward.c:
+ * --backward (the backward, and forward+backward, on one shape or --seqs).
  *
  * FLOPs follow STYLE.md rule 10: 2*(D+Dv) per (i, j) pair the mask keeps,
  * times B*Hq, so masked variants are credited only for the work they must do.
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_backward.h"
 #include "bench_modes.h"
 #include "flashattn.h"
 #include "measure.h"
@@ -42,7 +44,9 @@ static void bench_usage(FILE *f)
                "                       [--model-only] [--cold[=BYTES]] [--warmup-only]\n"
                "       flashattn bench --decode [--q-rows N] [--cache-len N|LO:HI] [--page-size N]\n"
                "                       [--kv-dtype T] [--kv-splits N] [--warm] [shape flags] [--json]\n"
-               "       flashattn bench --varlen L,L,...|N:LO-HI [shape flags] [--json]\n\n"
+               "       flashattn bench --varlen L,L,...|N:LO-HI [shape flags] [--json]\n"
+               "       flashattn bench --backward [--seqs N,N,...] [shape flags] [--json]\n"
+               "                       [--no-probe] [--cold[=BYTES]]\n\n"
                "Times flash and standard, and reference when a call is at most 2 GFLOP,\n"
                "or only --algo when given. Each: one warm-up, then --runs timed runs;\n"
                "reports the median. GFLOP/s = 2*(D+Dv) * kept (i,j) pairs * B * Hq / time;\n"
@@ -68,47 +72,26 @@ static void bench_usage(FILE *f)
                "                     with none of its data in L2, as the traffic model assumes\n"
                "  --warmup-only      make each algorithm's warm-up call (and, with --cold,\n"
                "                     the flush after it) and stop: nothing is timed or printed.\n"
-               "                     bench/cachegrind.sh subtracts such a run from --runs 1\n\n",
+               "                     bench/cachegrind.sh subtracts such a run from --runs 1\n"
+               "  --backward         training: times fa_backward (each timed backward after\n"
+               "                     one untimed forward with an lse) and, as a \"fwd+bwd\"\n"
+               "                     row, forward and backward timed together, for flash and\n"
+               "                     standard (or only --algo). GFLOP/s credits the backward\n"
+               "                     2.5x the forward's FLOPs and fwd+bwd 3.5x; extra memory\n"
+               "                     is the backward's (fwd+bwd: the larger call's). JSON\n"
+               "                     rows as above plus \"pass\": \"backward\" | \"fwd+bwd\".\n"
+               "                     With --seqs: one table of flash against standard\n"
+               "                     backward per N (no traffic model). Standard keeps P, dP\n"
+               "                     and dS per head and may be \"out of memory\" at large N.\n"
+               "                     %% peak is of the fp32 FMA peak for every dtype (the\n"
+               "                     backward multiplies in fp32). --dropout P applies to\n"
+               "                     both algorithms.\n\n",
             SEQS_DEFAULT_RUNS);
     bench_mode_usage(f);
     cli_shape_usage(f, &d);
 }
 
 /* ------------------------------------------------------------ shared bits */
-
-static void print_peak_line(const cli_peak *peak, const char *isa, int64_t threads)
-{
-    if (peak->gflops > 0.0)
-        printf("# peak %.1f GFLOP/s: %s of the %s path on %lld thread%s, measured by fa_probe\n",
-               peak->gflops, peak->kind, isa, (long long)threads, threads == 1 ? "" : "s");
-    else
-        printf("# peak (%s): %s\n", peak->kind, peak->why);
-}
-
-/* "; each timed call after streaming 4.00 MiB through the caches" for --cold, else "". */
-static const char *cold_note(const cli_flush *flush, char *buf, size_t n)
-{
-    char size[32];
-    if (!flush)
-        return "";
-    cli_format_bytes(size, sizeof size, (double)flush->bytes);
-    snprintf(buf, n, "; each timed call after streaming %s through the caches (--cold)", size);
-    return buf;
-}
-
-/* The JSON fields every object starts with, after its first one. */
-static void json_shape(FILE *f, const cli_shape *s, const char *isa)
-{
-    fputs(",\"isa\":", f);
-    cli_json_string(f, isa);
-    fputs(",\"dtype\":", f);
-    cli_json_string(f, fa_dtype_name(s->dtype));
-    fprintf(f, ",\"B\":%lld,\"Hq\":%lld,\"Hk\":%lld,\"Sq\":%lld,\"Sk\":%lld,\"D\":%lld,\"Dv\":%lld",
-            (long long)s->batch, (long long)s->heads, (long long)s->kv_heads, (long long)s->seq,
-            (long long)s->seq_kv, (long long)s->dim, (long long)s->dim_v);
-    fputs(",\"causal\":", f);
-    cli_json_string(f, cli_causal_name(s->causal));
-}
 
 static void json_bytes(FILE *f, const char *name, double bytes)
 {
@@ -119,43 +102,6 @@ static void json_bytes(FILE *f, const char *name, double bytes)
         fputs("null", f);
 }
 
-/* "B1 H32 S2048 D128 causal=bottom-right", a pair written once when both sides agree. */
-static void compact_shape(const cli_shape *s, int with_seq, char *buf, size_t n)
-{
-    char hs[48], ss[48], ds[48];
-    if (s->heads == s->kv_heads)
-        snprintf(hs, sizeof hs, "%lld", (long long)s->heads);
-    else
-        snprintf(hs, sizeof hs, "%lld/%lld", (long long)s->heads, (long long)s->kv_heads);
-    if (s->seq == s->seq_kv)
-        snprintf(ss, sizeof ss, " S%lld", (long long)s->seq);
-    else
-        snprintf(ss, sizeof ss, " S%lld/%lld", (long long)s->seq, (long long)s->seq_kv);
-    if (s->dim == s->dim_v)
-        snprintf(ds, sizeof ds, "%lld", (long long)s->dim);
-    else
-        snprintf(ds, sizeof ds, "%lld/%lld", (long long)s->dim, (long long)s->dim_v);
-    int w = snprintf(buf, n, "B%lld H%s%s D%s", (long long)s->batch, hs, with_seq ? ss : "", ds);
-    if (w > 0 && (size_t)w < n && s->causal != FA_CAUSAL_NONE)
-        w += snprintf(buf + w, n - (size_t)w, " causal=%s", cli_causal_name(s->causal));
-    if (w > 0 && (size_t)w < n &&
-        (s->window_left != FA_WINDOW_UNBOUNDED || s->window_right != FA_WINDOW_UNBOUNDED))
-        snprintf(buf + w, n - (size_t)w, " win=%lld,%lld", (long long)s->window_left,
-                 (long long)s->window_right);
-}
-
-static char *cell(char *cells, int cols, int r, int c)
-{
-    return cells + ((size_t)r * (size_t)cols + (size_t)c) * CLI_CELL;
-}
-
-static void tiles_cell(char *buf, const cli_timing *t)
-{
-    if (t->tile_q > 0)
-        snprintf(buf, CLI_CELL, "%lldx%lld", (long long)t->tile_q, (long long)t->tile_kv);
-    else
-        snprintf(buf, CLI_CELL, "-");
-}
 
 /* One thread's flash tile scratch, for the model's residency test. */
 static int64_t workspace_per_thread(const cli_timing *t)
@@ -205,7 +151,7 @@ static void print_json(const cli_shape *s, const char *isa, const cli_timing *t,
     const double gflops = t->oom ? NAN : flops / t->median_s * 1e-9;
     fputs("{\"algo\":", f);
     cli_json_string(f, fa_algo_name(t->algo));
-    json_shape(f, s, isa);
+    cli_json_shape(f, s, isa);
     fprintf(f, ",\"threads\":%lld", (long long)t->threads);
     fputs(",\"median_ms\":", f);
     cli_json_number(f, t->oom ? NAN : t->median_s * 1e3);
@@ -241,36 +187,36 @@ static void print_table(const cli_shape *s, const char *isa, const cli_timing *r
     static const int right[SINGLE_COLS] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
     char cells[3 * SINGLE_COLS * CLI_CELL];
     char shape[CLI_CELL];
-    compact_shape(s, 1, shape, sizeof shape);
+    cli_compact_shape(s, 1, shape, sizeof shape);
 
     for (int r = 0; r < n && r < 3; r++) {
         const cli_timing *t = &rows[r];
-        snprintf(cell(cells, SINGLE_COLS, r, 0), CLI_CELL, "%s", fa_algo_name(t->algo));
-        snprintf(cell(cells, SINGLE_COLS, r, 1), CLI_CELL, "%s", isa);
-        snprintf(cell(cells, SINGLE_COLS, r, 2), CLI_CELL, "%s", fa_dtype_name(s->dtype));
-        snprintf(cell(cells, SINGLE_COLS, r, 3), CLI_CELL, "%s", shape);
-        snprintf(cell(cells, SINGLE_COLS, r, 4), CLI_CELL, "%lld", (long long)t->threads);
-        tiles_cell(cell(cells, SINGLE_COLS, r, 5), t);
+        snprintf(cli_cell(cells, SINGLE_COLS, r, 0), CLI_CELL, "%s", fa_algo_name(t->algo));
+        snprintf(cli_cell(cells, SINGLE_COLS, r, 1), CLI_CELL, "%s", isa);
+        snprintf(cli_cell(cells, SINGLE_COLS, r, 2), CLI_CELL, "%s", fa_dtype_name(s->dtype));
+        snprintf(cli_cell(cells, SINGLE_COLS, r, 3), CLI_CELL, "%s", shape);
+        snprintf(cli_cell(cells, SINGLE_COLS, r, 4), CLI_CELL, "%lld", (long long)t->threads);
+        cli_tiles_cell(cli_cell(cells, SINGLE_COLS, r, 5), t);
         if (t->oom) {
-            snprintf(cell(cells, SINGLE_COLS, r, 6), CLI_CELL, "out of memory");
+            snprintf(cli_cell(cells, SINGLE_COLS, r, 6), CLI_CELL, "out of memory");
             for (int c = 7; c < SINGLE_COLS; c++)
-                snprintf(cell(cells, SINGLE_COLS, r, c), CLI_CELL, "-");
+                snprintf(cli_cell(cells, SINGLE_COLS, r, c), CLI_CELL, "-");
             continue;
         }
         const double gflops = flops / t->median_s * 1e-9;
         const double pct = t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak);
-        snprintf(cell(cells, SINGLE_COLS, r, 6), CLI_CELL, "%.3f", t->median_s * 1e3);
-        snprintf(cell(cells, SINGLE_COLS, r, 7), CLI_CELL, "%.2f", gflops);
+        snprintf(cli_cell(cells, SINGLE_COLS, r, 6), CLI_CELL, "%.3f", t->median_s * 1e3);
+        snprintf(cli_cell(cells, SINGLE_COLS, r, 7), CLI_CELL, "%.2f", gflops);
         if (isfinite(pct))
-            snprintf(cell(cells, SINGLE_COLS, r, 8), CLI_CELL, "%.1f", pct);
+            snprintf(cli_cell(cells, SINGLE_COLS, r, 8), CLI_CELL, "%.1f", pct);
         else
-            snprintf(cell(cells, SINGLE_COLS, r, 8), CLI_CELL, "-");
-        snprintf(cell(cells, SINGLE_COLS, r, 9), CLI_CELL, "%.2f",
+            snprintf(cli_cell(cells, SINGLE_COLS, r, 8), CLI_CELL, "-");
+        snprintf(cli_cell(cells, SINGLE_COLS, r, 9), CLI_CELL, "%.2f",
                  (double)t->extra_bytes / (1024.0 * 1024.0));
         if (standard_s > 0)
-            snprintf(cell(cells, SINGLE_COLS, r, 10), CLI_CELL, "%.2fx", standard_s / t->median_s);
+            snprintf(cli_cell(cells, SINGLE_COLS, r, 10), CLI_CELL, "%.2fx", standard_s / t->median_s);
         else
-            snprintf(cell(cells, SINGLE_COLS, r, 10), CLI_CELL, "-");
+            snprintf(cli_cell(cells, SINGLE_COLS, r, 10), CLI_CELL, "-");
     }
     cli_print_table(stdout, SINGLE_COLS, head, right, n < 3 ? n : 3, cells);
 }
@@ -321,9 +267,9 @@ static int bench_single(fa_context *ctx, const cli_shape *s, int json, const cli
     char note[128];
     printf("# flashattn %s: median of %lld runs after 1 warm-up%s\n"
            "# GFLOP/s = 2*(D+Dv)*kept(i,j)*B*Hq / time = %.4g GFLOP / time\n",
-           fa_version_string(), (long long)s->runs, cold_note(flush, note, sizeof note),
+           fa_version_string(), (long long)s->runs, cli_cold_note(flush, note, sizeof note),
            flops * 1e-9);
-    print_peak_line(peak, isa, cli_resolved_threads(s->threads));
+    cli_print_peak_line(peak, isa, cli_resolved_threads(s->threads));
     if (reference_skipped)
         printf("# reference skipped: %.3g GFLOP per call > %.3g (--algo reference runs it)\n",
                flops * 1e-9, REFERENCE_MAX_FLOPS * 1e-9);
@@ -348,7 +294,7 @@ static void print_seq_json(const seq_row *r, const char *isa, int64_t l2, const 
     const double flash_gf = r->flash.oom ? NAN : flops / r->flash.median_s * 1e-9;
     const double std_gf = r->standard.oom ? NAN : flops / r->standard.median_s * 1e-9;
     fprintf(f, "{\"N\":%lld", (long long)s->seq);
-    json_shape(f, s, isa);
+    cli_json_shape(f, s, isa);
     fprintf(f, ",\"threads\":%lld,\"runs\":%lld", (long long)r->flash.threads,
             (long long)s->runs);
     fputs(",\"tile_q\":", f);
@@ -403,42 +349,42 @@ static void print_seq_table(const seq_row *rows, int n, const cli_peak *peak, ch
     for (int r = 0; r < n; r++) {
         const seq_row *row = &rows[r];
         const double flops = cli_flops(&row->shape);
-        snprintf(cell(cells, SEQ_COLS, r, 0), CLI_CELL, "%lld", (long long)row->shape.seq);
-        tiles_cell(cell(cells, SEQ_COLS, r, 1), &row->flash);
+        snprintf(cli_cell(cells, SEQ_COLS, r, 0), CLI_CELL, "%lld", (long long)row->shape.seq);
+        cli_tiles_cell(cli_cell(cells, SEQ_COLS, r, 1), &row->flash);
         if (row->flash.oom) {
-            snprintf(cell(cells, SEQ_COLS, r, 2), CLI_CELL, "out of memory");
-            snprintf(cell(cells, SEQ_COLS, r, 5), CLI_CELL, "-");
-            snprintf(cell(cells, SEQ_COLS, r, 6), CLI_CELL, "-");
-            snprintf(cell(cells, SEQ_COLS, r, 7), CLI_CELL, "-");
+            snprintf(cli_cell(cells, SEQ_COLS, r, 2), CLI_CELL, "out of memory");
+            snprintf(cli_cell(cells, SEQ_COLS, r, 5), CLI_CELL, "-");
+            snprintf(cli_cell(cells, SEQ_COLS, r, 6), CLI_CELL, "-");
+            snprintf(cli_cell(cells, SEQ_COLS, r, 7), CLI_CELL, "-");
         } else {
             const double gf = flops / row->flash.median_s * 1e-9, pct = cli_pct_peak(gf, peak);
-            snprintf(cell(cells, SEQ_COLS, r, 2), CLI_CELL, "%.3f", row->flash.median_s * 1e3);
-            snprintf(cell(cells, SEQ_COLS, r, 5), CLI_CELL, "%.2f", gf);
+            snprintf(cli_cell(cells, SEQ_COLS, r, 2), CLI_CELL, "%.3f", row->flash.median_s * 1e3);
+            snprintf(cli_cell(cells, SEQ_COLS, r, 5), CLI_CELL, "%.2f", gf);
             if (isfinite(pct))
-                snprintf(cell(cells, SEQ_COLS, r, 6), CLI_CELL, "%.1f", pct);
+                snprintf(cli_cell(cells, SEQ_COLS, r, 6), CLI_CELL, "%.1f", pct);
             else
-                snprintf(cell(cells, SEQ_COLS, r, 6), CLI_CELL, "-");
-            cli_format_bytes(cell(cells, SEQ_COLS, r, 7), CLI_CELL, (double)row->flash.extra_bytes);
+                snprintf(cli_cell(cells, SEQ_COLS, r, 6), CLI_CELL, "-");
+            cli_format_bytes(cli_cell(cells, SEQ_COLS, r, 7), CLI_CELL, (double)row->flash.extra_bytes);
         }
         if (row->standard.oom) {
-            snprintf(cell(cells, SEQ_COLS, r, 3), CLI_CELL, "out of memory");
-            snprintf(cell(cells, SEQ_COLS, r, 8), CLI_CELL, "-");
+            snprintf(cli_cell(cells, SEQ_COLS, r, 3), CLI_CELL, "out of memory");
+            snprintf(cli_cell(cells, SEQ_COLS, r, 8), CLI_CELL, "-");
         } else {
-            snprintf(cell(cells, SEQ_COLS, r, 3), CLI_CELL, "%.3f", row->standard.median_s * 1e3);
-            cli_format_bytes(cell(cells, SEQ_COLS, r, 8), CLI_CELL,
+            snprintf(cli_cell(cells, SEQ_COLS, r, 3), CLI_CELL, "%.3f", row->standard.median_s * 1e3);
+            cli_format_bytes(cli_cell(cells, SEQ_COLS, r, 8), CLI_CELL,
                              (double)row->standard.extra_bytes);
         }
         if (row->flash.oom || row->standard.oom)
-            snprintf(cell(cells, SEQ_COLS, r, 4), CLI_CELL, "-");
+            snprintf(cli_cell(cells, SEQ_COLS, r, 4), CLI_CELL, "-");
         else
-            snprintf(cell(cells, SEQ_COLS, r, 4), CLI_CELL, "%.2fx",
+            snprintf(cli_cell(cells, SEQ_COLS, r, 4), CLI_CELL, "%.2fx",
                      row->standard.median_s / row->flash.median_s);
         if (row->flash_modelled)
-            cli_format_bytes(cell(cells, SEQ_COLS, r, 9), CLI_CELL,
+            cli_format_bytes(cli_cell(cells, SEQ_COLS, r, 9), CLI_CELL,
                              row->flash_traffic.read_bytes + row->flash_traffic.write_bytes);
         else
-            snprintf(cell(cells, SEQ_COLS, r, 9), CLI_CELL, "-");
-        cli_format_bytes(cell(cells, SEQ_COLS, r, 10), CLI_CELL,
+            snprintf(cli_cell(cells, SEQ_COLS, r, 9), CLI_CELL, "-");
+        cli_format_bytes(cli_cell(cells, SEQ_COLS, r, 10), CLI_CELL,
                          row->standard_traffic.read_bytes + row->standard_traffic.write_bytes);
     }
     cli_print_table(stdout, SEQ_COLS, head, right, n, cells);
@@ -490,15 +436,15 @@ static int bench_seqs(fa_context *ctx, const seq_row *proto, int n, int json,
     }
     if (!json) {
         char shape[CLI_CELL], l2s[32], note[128];
-        compact_shape(s, 0, shape, sizeof shape);
+        cli_compact_shape(s, 0, shape, sizeof shape);
         cli_format_bytes(l2s, sizeof l2s, (double)l2);
         printf("# flashattn %s bench --seqs: flash vs standard, Sq = Sk = N, %s %s, isa %s, "
                "%lld thread%s; median of %lld runs after 1 warm-up%s\n",
                fa_version_string(), fa_dtype_name(s->dtype), shape, isa,
                (long long)rows[0].flash.threads, rows[0].flash.threads == 1 ? "" : "s",
-               (long long)s->runs, cold_note(flush, note, sizeof note));
+               (long long)s->runs, cli_cold_note(flush, note, sizeof note));
         printf("# GFLOP/s and %% peak are flash's: 2*(D+Dv)*kept(i,j)*B*Hq / time\n");
-        print_peak_line(peak, isa, cli_resolved_threads(s->threads));
+        cli_print_peak_line(peak, isa, cli_resolved_threads(s->threads));
         printf("# extra = peak bytes a call allocated; traffic = modelled bytes to and from "
                "memory beyond the %s L2 (bench/README.md)\n", l2s);
         print_seq_table(rows, n, peak, cells);
@@ -518,7 +464,7 @@ static void print_model_json(const cli_shape *s, const char *isa, const char *al
     FILE *f = stdout;
     fputs("{\"algo\":", f);
     cli_json_string(f, algo);
-    json_shape(f, s, isa);
+    cli_json_shape(f, s, isa);
     fprintf(f, ",\"threads\":%lld", (long long)t->threads);
     fputs(",\"tile_q\":", f);
     cli_json_int(f, t->tile_q, t->tile_q > 0);
@@ -581,11 +527,11 @@ static int bench_model(fa_context *ctx, const seq_row *proto, int n, int json)
         for (int a = 0; a < 2; a++) {
             char *row[MODEL_COLS];
             for (int c = 0; c < MODEL_COLS; c++)
-                row[c] = cell(cells, MODEL_COLS, 2 * r + a, c);
+                row[c] = cli_cell(cells, MODEL_COLS, 2 * r + a, c);
             snprintf(row[0], CLI_CELL, "%s", a == 0 ? "flash" : "standard");
             snprintf(row[1], CLI_CELL, "%lld", (long long)s.seq);
             snprintf(row[2], CLI_CELL, "%lld", (long long)s.seq_kv);
-            tiles_cell(row[3], ts[a]);
+            cli_tiles_cell(row[3], ts[a]);
             if (a == 0)
                 snprintf(row[4], CLI_CELL, "%.4g K/V%s", ms[a]->passes,
                          ms[a]->resident ? " (in L2)" : "");
@@ -604,7 +550,7 @@ static int bench_model(fa_context *ctx, const seq_row *proto, int n, int json)
                                                      "read", "write", "write miss", "traffic"};
         static const int right[MODEL_COLS] = {0, 1, 1, 1, 1, 1, 1, 1, 1};
         char shape[CLI_CELL], l2s[32];
-        compact_shape(&proto[0].shape, 0, shape, sizeof shape);
+        cli_compact_shape(&proto[0].shape, 0, shape, sizeof shape);
         cli_format_bytes(l2s, sizeof l2s, (double)l2);
         printf("# traffic model (bench/README.md): bytes one call moves beyond a %s per-core L2, "
                "%s %s, isa %s; not timed\n", l2s, fa_dtype_name(proto[0].shape.dtype), shape, isa);
@@ -627,6 +573,7 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
 {
     cli_shape s = cli_shape_defaults();
     int json = 0, no_probe = 0, model_only = 0, warmup_only = 0, n_seqs = 0, seq_given = 0;
+    int backward = 0;
     int64_t seqs[SEQS_MAX], cold_bytes = 0; /* -1: --cold without a size */
     for (int i = 1; i < argc; i++) {
         const char *value = NULL;
@@ -642,6 +589,10 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
         }
         if (strcmp(argv[i], "--no-probe") == 0) {
             no_probe = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--backward") == 0) {
+            backward = 1;
             continue;
         }
         if (strcmp(argv[i], "--model-only") == 0) {
@@ -696,6 +647,19 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
         return CLI_EXIT_USAGE;
     }
     const int serving = m->decode || m->varlen_given;
+    if (backward && (serving || model_only || warmup_only)) {
+        fprintf(stderr, "flashattn bench: --backward does not combine with %s\n",
+                m->decode ? "--decode (KV caches are inference-only)"
+                : m->varlen_given ? "--varlen"
+                : model_only ? "--model-only (the traffic model is the forward's)"
+                             : "--warmup-only");
+        return CLI_EXIT_USAGE;
+    }
+    if (m->decode && s.dropout > 0.0) {
+        fprintf(stderr, "flashattn bench: --dropout does not apply with --decode (KV caches "
+                        "are inference-only)\n");
+        return CLI_EXIT_USAGE;
+    }
     if (serving && (n_seqs > 0 || model_only || warmup_only)) {
         fprintf(stderr, "flashattn bench: %s does not combine with --seqs, --model-only or "
                         "--warmup-only\n", m->decode ? "--decode" : "--varlen");
@@ -774,9 +738,20 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
         status = bench_single(ctx, &s, json, NULL, fl);
     } else {
         cli_peak peak;
-        cli_measure_peak(ctx, s.dtype, no_probe, &peak);
-        status = n_seqs > 0 ? bench_seqs(ctx, rows, n_rows, json, &peak, fl)
-                            : bench_single(ctx, &s, json, &peak, fl);
+        /* The backward's products are fp32 FMAs for every input dtype (it widens
+         * bf16 and f16 tiles), so its share is always of the FMA peak. */
+        cli_measure_peak(ctx, backward ? FA_DTYPE_F32 : s.dtype, no_probe, &peak);
+        if (backward && n_seqs > 0) {
+            cli_shape shapes[SEQS_MAX];
+            for (int r = 0; r < n_rows; r++)
+                shapes[r] = rows[r].shape;
+            status = bench_backward_seqs(ctx, shapes, n_rows, json, &peak, fl);
+        } else if (backward) {
+            status = bench_backward(ctx, &s, json, &peak, fl);
+        } else {
+            status = n_seqs > 0 ? bench_seqs(ctx, rows, n_rows, json, &peak, fl)
+                                : bench_single(ctx, &s, json, &peak, fl);
+        }
     }
     fa_context_free(ctx);
     cli_flush_free(&flush);

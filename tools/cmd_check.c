@@ -1,8 +1,9 @@
 /*
  * cmd_check.c: `flashattn check`: runs one algorithm on random inputs and
  * compares its output and LSE with FA_ALGO_REFERENCE (plain loops in double)
- * on the very same inputs. A quick "is this build/CPU computing the right
- * thing" test; the thorough accuracy tests live in tests/.
+ * on the very same inputs; with --backward, also the gradients dq, dk, dv of
+ * the backward that follows each forward. A quick "is this build/CPU
+ * computing the right thing" test; the thorough accuracy tests live in tests/.
  */
 #include <math.h>
 #include <stdio.h>
@@ -28,12 +29,19 @@ static cli_shape check_defaults(void)
 static void check_usage(FILE *f)
 {
     cli_shape d = check_defaults();
-    fprintf(f, "usage: flashattn check [shape flags]\n\n"
+    fprintf(f, "usage: flashattn check [--backward] [shape flags]\n\n"
                "Runs --algo (default flash) on random inputs, with o in --dtype, and compares\n"
                "o and the LSE with the fp64 reference (o in f32). Prints the largest errors and\n"
                "PASS or FAIL; exit status 1 on FAIL. Tolerance on max|o - o_ref| and on\n"
                "max|lse - lse_ref|, each times max(1, largest |reference value|):\n"
                "f32 1e-4, f16 2e-3, bf16 1.6e-2.\n"
+               "  --backward         also run each algorithm's backward on the same random\n"
+               "                     dO (in --dtype; dq, dk, dv in --dtype, the reference's\n"
+               "                     in f32) and compare dq, dk, dv. Tolerance on max|dx - dx_ref|,\n"
+               "                     times the largest |dx_ref|: f32 1e-4, f16 4e-3 (4 ulps\n"
+               "                     of f16 at 1.0), bf16 3.2e-2 (4 ulps of bf16).\n"
+               "  --dropout P        (a shape flag) dropout on both sides, the same mask:\n"
+               "                     seed --seed, offset 0\n"
                "The defaults are small (B=1 H=4 S=256 D=64) because the reference is slow;\n"
                "--runs is accepted and ignored.\n\n");
     cli_shape_usage(f, &d);
@@ -66,6 +74,27 @@ static double tolerance(fa_dtype dtype)
 }
 
 /*
+ * Gradients, relative to the largest |reference gradient| (they scale with
+ * 1/sqrt(D) and with Sk, so an absolute bound would not fit every shape):
+ *  - f32: the same fp32 accumulation argument as the forward: 1e-4.
+ *  - f16, bf16: dq, dk, dv are rounded to the dtype (half an ulp) on top of
+ *    o, whose rounding enters every ds through dot(dO_i, o_i), and the kernels
+ *    may round P and dS to the dtype before their products, as the forward
+ *    rounds P; 4 ulps at 1.0 covers the sum: f16 4 * 2^-10, bf16 4 * 2^-7.
+ */
+static double grad_tolerance(fa_dtype dtype)
+{
+    switch (dtype) {
+    case FA_DTYPE_F32: return 1e-4;
+    case FA_DTYPE_F16: return 4.0 * 0x1p-10;
+    case FA_DTYPE_BF16: return 4.0 * 0x1p-7;
+    case FA_DTYPE_I8:
+    case FA_DTYPE_BOOL: break;
+    }
+    return 0.0;
+}
+
+/*
  * Largest |x - ref| over n elements, and the largest finite |ref| in *ref_max.
  * Equal infinities (an empty row's LSE is -inf in both) count as no error;
  * a NaN or an infinity on one side only counts as an infinite error.
@@ -88,29 +117,63 @@ static double max_error(const void *x, fa_dtype x_dtype, const float *ref, int64
     return worst;
 }
 
-static int run(fa_context *ctx, fa_algo algo, const fa_forward_args *args, double *seconds)
+static int run(fa_context *ctx, fa_algo algo, const fa_forward_args *args,
+               const fa_backward_args *bwd, double *seconds, double *bwd_seconds)
 {
     fa_status st = fa_context_set(ctx, FA_PARAM_ALGO, algo);
+    const char *what = "forward";
     if (st == FA_OK) {
         double t0 = cli_now();
         st = fa_forward(ctx, args);
         *seconds = cli_now() - t0;
     }
+    if (st == FA_OK && bwd) {
+        what = "backward";
+        double t0 = cli_now();
+        st = fa_backward(ctx, bwd);
+        *bwd_seconds = cli_now() - t0;
+    }
     if (st != FA_OK) {
-        fprintf(stderr, "flashattn check: %s failed: %s: %s\n", fa_algo_name(algo),
+        fprintf(stderr, "flashattn check: %s %s failed: %s: %s\n", fa_algo_name(algo), what,
                 fa_status_string(st), fa_context_error(ctx));
         return -1;
     }
     return 0;
 }
 
+/* One "max |x - x_ref|" line; 1 when within the tolerance. */
+static int report(const char *name, const void *x, fa_dtype dtype, const float *ref,
+                  int64_t n, double tol, int relative_to_max)
+{
+    double big;
+    double err = max_error(x, dtype, ref, n, &big);
+    char label[32];
+    snprintf(label, sizeof label, "max |%s - %s_ref|", name, name);
+    if (relative_to_max) {
+        /* an all-zero reference (every row masked) leaves no room at all: the
+         * gradients of nothing are exactly 0 */
+        double limit = tol * big;
+        printf("  %-19s %.3e  (tolerance %.3e = %.3g x max|%s_ref| %.3e)\n", label, err, limit,
+               tol, name, big);
+        return err <= limit;
+    }
+    double limit = tol * (big > 1.0 ? big : 1.0);
+    printf("  %-19s %.3e  (tolerance %.3e)\n", label, err, limit);
+    return err <= limit;
+}
+
 int cmd_check(int argc, char **argv)
 {
     cli_shape s = check_defaults();
+    int backward = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             check_usage(stdout);
             return CLI_EXIT_OK;
+        }
+        if (strcmp(argv[i], "--backward") == 0) {
+            backward = 1;
+            continue;
         }
         int r = cli_shape_flag(&s, argc, argv, &i, "check");
         if (r < 0)
@@ -127,12 +190,16 @@ int cmd_check(int argc, char **argv)
     int status = CLI_EXIT_FAIL;
     fa_context *ctx = NULL;
     cli_inputs in = {0};
+    cli_grads g = {0}, g_ref = {0};
     void *o = NULL;
     float *lse = NULL, *o_ref = NULL, *lse_ref = NULL;
 
     if (cli_context_make(&s, "check", &ctx) != 0)
         return CLI_EXIT_FAIL;
     if (cli_inputs_make(&s, &in) != 0)
+        goto done;
+    if (backward && (cli_grads_make(&s, s.dtype, &g) != 0 ||
+                     cli_grads_make(&s, FA_DTYPE_F32, &g_ref) != 0))
         goto done;
     o = cli_alloc(in.o_elems, fa_dtype_size(s.dtype));
     lse = cli_alloc(in.lse_elems, sizeof(float));
@@ -143,42 +210,49 @@ int cmd_check(int argc, char **argv)
         goto done;
     }
 
+    /* Each side's backward reads its own forward's o and lse, as in training:
+     * the check covers the whole forward-then-backward of the algorithm. */
     fa_forward_args args = cli_forward_args(&s, &in, o, s.dtype, lse);
     fa_forward_args ref_args = cli_forward_args(&s, &in, o_ref, FA_DTYPE_F32, lse_ref);
-    double t_algo = 0, t_ref = 0;
+    fa_backward_args bwd = cli_backward_args(&s, &args, &g);
+    fa_backward_args ref_bwd = cli_backward_args(&s, &ref_args, &g_ref);
+    double t_algo = 0, t_ref = 0, tb_algo = 0, tb_ref = 0;
     int64_t ran = s.algo, tile_q = 0, tile_kv = 0;
-    if (run(ctx, s.algo, &args, &t_algo) != 0)
+    if (run(ctx, s.algo, &args, backward ? &bwd : NULL, &t_algo, &tb_algo) != 0)
         goto done;
     /* Name what actually ran: --algo auto resolves to a concrete algorithm,
-     * and the tiles are the library's plan unless --tile-q/--tile-kv set them. */
+     * and the tiles are the library's plan unless --tile-q/--tile-kv set them
+     * (with --backward: the backward's). */
     if (fa_context_get(ctx, FA_PARAM_LAST_ALGO, &ran) != FA_OK)
         ran = s.algo;
     if (fa_context_get(ctx, FA_PARAM_LAST_TILE_Q, &tile_q) != FA_OK ||
         fa_context_get(ctx, FA_PARAM_LAST_TILE_KV, &tile_kv) != FA_OK)
         tile_q = tile_kv = 0;
-    if (run(ctx, FA_ALGO_REFERENCE, &ref_args, &t_ref) != 0)
+    if (run(ctx, FA_ALGO_REFERENCE, &ref_args, backward ? &ref_bwd : NULL, &t_ref, &tb_ref) != 0)
         goto done;
-
-    double o_big, lse_big;
-    double o_err = max_error(o, s.dtype, o_ref, in.o_elems, &o_big);
-    double lse_err = max_error(lse, FA_DTYPE_F32, lse_ref, in.lse_elems, &lse_big);
-    double tol = tolerance(s.dtype);
-    double o_tol = tol * (o_big > 1.0 ? o_big : 1.0);
-    double lse_tol = tol * (lse_big > 1.0 ? lse_big : 1.0);
-    int pass = o_err <= o_tol && lse_err <= lse_tol;
 
     char shape[256];
     cli_shape_describe(&s, shape, sizeof shape);
-    printf("check %s vs reference: %s %s, isa %s, threads %lld",
-           fa_algo_name((fa_algo)ran), fa_dtype_name(s.dtype), shape, fa_context_isa(ctx),
-           (long long)cli_resolved_threads(s.threads));
+    printf("check %s%s vs reference: %s %s, isa %s, threads %lld",
+           fa_algo_name((fa_algo)ran), backward ? " backward" : "", fa_dtype_name(s.dtype), shape,
+           fa_context_isa(ctx), (long long)cli_resolved_threads(s.threads));
     if (tile_q > 0)
         printf(", tiles %lldx%lld", (long long)tile_q, (long long)tile_kv);
     printf("\n");
-    printf("  max |o - o_ref|     %.3e  (tolerance %.3e)\n", o_err, o_tol);
-    printf("  max |lse - lse_ref| %.3e  (tolerance %.3e)\n", lse_err, lse_tol);
-    printf("  time %s %.3f ms, reference %.3f ms\n", fa_algo_name((fa_algo)ran), t_algo * 1e3,
-           t_ref * 1e3);
+    const double tol = tolerance(s.dtype), gtol = grad_tolerance(s.dtype);
+    int pass = report("o", o, s.dtype, o_ref, in.o_elems, tol, 0);
+    pass &= report("lse", lse, FA_DTYPE_F32, lse_ref, in.lse_elems, tol, 0);
+    if (backward) {
+        pass &= report("dq", g.dq, g.dtype, g_ref.dq, g.dq_elems, gtol, 1);
+        pass &= report("dk", g.dk, g.dtype, g_ref.dk, g.dk_elems, gtol, 1);
+        pass &= report("dv", g.dv, g.dtype, g_ref.dv, g.dv_elems, gtol, 1);
+        printf("  time %s forward %.3f ms, backward %.3f ms; reference %.3f ms, %.3f ms\n",
+               fa_algo_name((fa_algo)ran), t_algo * 1e3, tb_algo * 1e3, t_ref * 1e3,
+               tb_ref * 1e3);
+    } else {
+        printf("  time %s %.3f ms, reference %.3f ms\n", fa_algo_name((fa_algo)ran),
+               t_algo * 1e3, t_ref * 1e3);
+    }
     printf("%s\n", pass ? "PASS" : "FAIL");
     status = pass ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 
@@ -187,6 +261,8 @@ done:
     cli_free(lse);
     cli_free(o_ref);
     cli_free(lse_ref);
+    cli_grads_free(&g);
+    cli_grads_free(&g_ref);
     cli_inputs_free(&in);
     fa_context_free(ctx);
     return status;

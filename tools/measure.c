@@ -84,29 +84,19 @@ void cli_flush_free(cli_flush *f)
     f->buf = NULL;
 }
 
-int cli_time_algo(fa_context *ctx, const cli_shape *s, fa_algo algo, const fa_forward_args *args,
-                  double *times, cli_flush *flush, cli_timing *t, const char *verb)
+/* Raises t->extra_bytes to what the call just made allocated. */
+static void note_extra(fa_context *ctx, cli_timing *t)
 {
-    memset(t, 0, sizeof *t);
-    t->algo = algo;
-    fa_status st = fa_context_set(ctx, FA_PARAM_ALGO, algo);
-    for (int64_t r = -1; st == FA_OK && r < s->runs; r++) { /* r = -1: the warm-up */
-        if (flush && r >= 0)
-            cli_flush_run(flush);
-        double t0 = cli_now();
-        st = fa_forward(ctx, args);
-        double dt = cli_now() - t0;
-        if (st != FA_OK)
-            break;
-        int64_t extra = 0;
-        if (fa_context_get(ctx, FA_PARAM_LAST_EXTRA_BYTES, &extra) == FA_OK &&
-            extra > t->extra_bytes)
-            t->extra_bytes = extra;
-        if (r >= 0)
-            times[r] = dt;
-    }
-    if (st == FA_OK && flush && s->runs == 0)
-        cli_flush_run(flush);
+    int64_t extra = 0;
+    if (fa_context_get(ctx, FA_PARAM_LAST_EXTRA_BYTES, &extra) == FA_OK && extra > t->extra_bytes)
+        t->extra_bytes = extra;
+}
+
+/* After the last timed call: what ran, on how many threads, with which tiles,
+ * and the median; or the out-of-memory row, or the error reported. */
+static int finish_timing(fa_context *ctx, const cli_shape *s, fa_algo algo, fa_status st,
+                         double *times, cli_timing *t, const char *verb)
+{
     if (st == FA_ERR_OUT_OF_MEMORY) {
         t->oom = 1;
         t->threads = cli_resolved_threads(s->threads);
@@ -134,6 +124,59 @@ int cli_time_algo(fa_context *ctx, const cli_shape *s, fa_algo algo, const fa_fo
         t->median_s = (s->runs % 2) ? times[m] : 0.5 * (times[m - 1] + times[m]);
     }
     return 0;
+}
+
+int cli_time_algo(fa_context *ctx, const cli_shape *s, fa_algo algo, const fa_forward_args *args,
+                  double *times, cli_flush *flush, cli_timing *t, const char *verb)
+{
+    memset(t, 0, sizeof *t);
+    t->algo = algo;
+    fa_status st = fa_context_set(ctx, FA_PARAM_ALGO, algo);
+    for (int64_t r = -1; st == FA_OK && r < s->runs; r++) { /* r = -1: the warm-up */
+        if (flush && r >= 0)
+            cli_flush_run(flush);
+        double t0 = cli_now();
+        st = fa_forward(ctx, args);
+        double dt = cli_now() - t0;
+        if (st != FA_OK)
+            break;
+        note_extra(ctx, t);
+        if (r >= 0)
+            times[r] = dt;
+    }
+    if (st == FA_OK && flush && s->runs == 0)
+        cli_flush_run(flush);
+    return finish_timing(ctx, s, algo, st, times, t, verb);
+}
+
+int cli_time_backward(fa_context *ctx, const cli_shape *s, fa_algo algo,
+                      const fa_forward_args *fwd, const fa_backward_args *bwd, int with_forward,
+                      double *times, cli_flush *flush, cli_timing *t, const char *verb)
+{
+    memset(t, 0, sizeof *t);
+    t->algo = algo;
+    fa_status st = fa_context_set(ctx, FA_PARAM_ALGO, algo);
+    if (st == FA_OK && !with_forward)
+        st = fa_forward(ctx, fwd); /* the lse and o every backward below reads */
+    for (int64_t r = -1; st == FA_OK && r < s->runs; r++) { /* r = -1: the warm-up */
+        if (flush && r >= 0)
+            cli_flush_run(flush);
+        double t0 = cli_now();
+        if (with_forward) {
+            st = fa_forward(ctx, fwd);
+            if (st != FA_OK)
+                break;
+            note_extra(ctx, t);
+        }
+        st = fa_backward(ctx, bwd);
+        double dt = cli_now() - t0;
+        if (st != FA_OK)
+            break;
+        note_extra(ctx, t);
+        if (r >= 0)
+            times[r] = dt;
+    }
+    return finish_timing(ctx, s, algo, st, times, t, verb);
 }
 
 void cli_measure_peak(fa_context *ctx, fa_dtype dtype, int skip, cli_peak *peak)
@@ -253,4 +296,80 @@ void cli_json_int(FILE *f, int64_t x, int known)
         fprintf(f, "%lld", (long long)x);
     else
         fputs("null", f);
+}
+
+/* ------------------------------------------------------ bench's tables */
+
+void cli_print_peak_line(const cli_peak *peak, const char *isa, int64_t threads)
+{
+    if (peak->gflops > 0.0)
+        printf("# peak %.1f GFLOP/s: %s of the %s path on %lld thread%s, measured by fa_probe\n",
+               peak->gflops, peak->kind, isa, (long long)threads, threads == 1 ? "" : "s");
+    else
+        printf("# peak (%s): %s\n", peak->kind, peak->why);
+}
+
+/* "; each timed call after streaming 4.00 MiB through the caches" for --cold, else "". */
+const char *cli_cold_note(const cli_flush *flush, char *buf, size_t n)
+{
+    char size[32];
+    if (!flush)
+        return "";
+    cli_format_bytes(size, sizeof size, (double)flush->bytes);
+    snprintf(buf, n, "; each timed call after streaming %s through the caches (--cold)", size);
+    return buf;
+}
+
+/* The JSON fields every object starts with, after its first one. */
+void cli_json_shape(FILE *f, const cli_shape *s, const char *isa)
+{
+    fputs(",\"isa\":", f);
+    cli_json_string(f, isa);
+    fputs(",\"dtype\":", f);
+    cli_json_string(f, fa_dtype_name(s->dtype));
+    fprintf(f, ",\"B\":%lld,\"Hq\":%lld,\"Hk\":%lld,\"Sq\":%lld,\"Sk\":%lld,\"D\":%lld,\"Dv\":%lld",
+            (long long)s->batch, (long long)s->heads, (long long)s->kv_heads, (long long)s->seq,
+            (long long)s->seq_kv, (long long)s->dim, (long long)s->dim_v);
+    fputs(",\"causal\":", f);
+    cli_json_string(f, cli_causal_name(s->causal));
+}
+
+/* "B1 H32 S2048 D128 causal=bottom-right", a pair written once when both sides agree. */
+void cli_compact_shape(const cli_shape *s, int with_seq, char *buf, size_t n)
+{
+    char hs[48], ss[48], ds[48];
+    if (s->heads == s->kv_heads)
+        snprintf(hs, sizeof hs, "%lld", (long long)s->heads);
+    else
+        snprintf(hs, sizeof hs, "%lld/%lld", (long long)s->heads, (long long)s->kv_heads);
+    if (s->seq == s->seq_kv)
+        snprintf(ss, sizeof ss, " S%lld", (long long)s->seq);
+    else
+        snprintf(ss, sizeof ss, " S%lld/%lld", (long long)s->seq, (long long)s->seq_kv);
+    if (s->dim == s->dim_v)
+        snprintf(ds, sizeof ds, "%lld", (long long)s->dim);
+    else
+        snprintf(ds, sizeof ds, "%lld/%lld", (long long)s->dim, (long long)s->dim_v);
+    int w = snprintf(buf, n, "B%lld H%s%s D%s", (long long)s->batch, hs, with_seq ? ss : "", ds);
+    if (w > 0 && (size_t)w < n && s->causal != FA_CAUSAL_NONE)
+        w += snprintf(buf + w, n - (size_t)w, " causal=%s", cli_causal_name(s->causal));
+    if (w > 0 && (size_t)w < n &&
+        (s->window_left != FA_WINDOW_UNBOUNDED || s->window_right != FA_WINDOW_UNBOUNDED))
+        w += snprintf(buf + w, n - (size_t)w, " win=%lld,%lld", (long long)s->window_left,
+                      (long long)s->window_right);
+    if (w > 0 && (size_t)w < n && s->dropout > 0.0)
+        snprintf(buf + w, n - (size_t)w, " dropout=%g", s->dropout);
+}
+
+char *cli_cell(char *cells, int cols, int r, int c)
+{
+    return cells + ((size_t)r * (size_t)cols + (size_t)c) * CLI_CELL;
+}
+
+void cli_tiles_cell(char *buf, const cli_timing *t)
+{
+    if (t->tile_q > 0)
+        snprintf(buf, CLI_CELL, "%lldx%lld", (long long)t->tile_q, (long long)t->tile_kv);
+    else
+        snprintf(buf, CLI_CELL, "-");
 }

@@ -62,6 +62,26 @@ int cli_time_algo(fa_context *ctx, const cli_shape *s, fa_algo algo, const fa_fo
                   double *times, cli_flush *flush, cli_timing *t, const char *verb);
 
 /*
+ * The backward of `algo`, timed like cli_time_algo. `fwd` must ask for an lse;
+ * `bwd` refers to it. with_forward 0: one untimed forward, then one warm-up
+ * backward and s->runs timed ones (the backward leaves the forward's outputs
+ * as they are, so one forward serves them all); t->extra_bytes is the
+ * backward's. with_forward 1: a training step, forward then backward timed
+ * together, one warm-up step then s->runs; t->extra_bytes is the larger of
+ * the two calls' (each frees its workspace before returning). The tiles are
+ * the backward's. Returns as cli_time_algo; s->runs >= 1.
+ */
+int cli_time_backward(fa_context *ctx, const cli_shape *s, fa_algo algo,
+                      const fa_forward_args *fwd, const fa_backward_args *bwd, int with_forward,
+                      double *times, cli_flush *flush, cli_timing *t, const char *verb);
+
+/* FLOPs the backward is credited with: 2.5x the forward's (STYLE.md rule 10:
+ * five products of (D+Dv)-long rows per kept pair against the forward's two),
+ * and a training step's, forward plus backward: 3.5x. */
+#define CLI_BACKWARD_FLOP_FACTOR 2.5
+#define CLI_STEP_FLOP_FACTOR 3.5
+
+/*
  * The peak a run is compared with: fp32 FMA for f32 and f16 inputs (both are
  * computed in fp32); for bf16 on the avx512bf16 path, whose kernels multiply
  * bf16 pairs, the bf16 dot-product peak.
@@ -98,5 +118,27 @@ void cli_json_number(FILE *f, double x);
 void cli_json_int(FILE *f, int64_t x, int known);
 /* The peak fields every bench row carries: ,"peak_gflops":..,"peak_kind":..,"pct_peak":pct */
 void cli_json_peak(FILE *f, const cli_peak *peak, double pct);
+
+/* ------------------------------------------------------ bench's tables */
+
+/* "# peak 1234.5 GFLOP/s: fp32 FMA of the avx512 path on 2 threads, ...", or why not. */
+void cli_print_peak_line(const cli_peak *peak, const char *isa, int64_t threads);
+
+/* "; each timed call after streaming 4.00 MiB through the caches (--cold)" with
+ * a flush, else "" (then buf is unused). */
+const char *cli_cold_note(const cli_flush *flush, char *buf, size_t n);
+
+/* The JSON fields after every bench object's first: ,"isa":..,"dtype":..,"B":.. ..,"causal":.. */
+void cli_json_shape(FILE *f, const cli_shape *s, const char *isa);
+
+/* "B1 H32 S2048 D128 causal=bottom-right", a pair written once when both sides
+ * agree; the sequence lengths only when with_seq. */
+void cli_compact_shape(const cli_shape *s, int with_seq, char *buf, size_t n);
+
+/* Cell (r, c) of a cli_print_table grid with `cols` columns. */
+char *cli_cell(char *cells, int cols, int r, int c);
+
+/* "128x256", or "-" for an algorithm without tiles. */
+void cli_tiles_cell(char *buf, const cli_timing *t);
 
 #endif /* FLASHATTN_TOOLS_MEASURE_H */

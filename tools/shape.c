@@ -40,6 +40,7 @@ cli_shape cli_shape_defaults(void)
     s.runs = 5;
     s.runs_given = 0;
     s.seed = 42;
+    s.dropout = 0.0;
     return s;
 }
 
@@ -191,6 +192,25 @@ int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb
         return 1;
     }
 
+    if (cli_take_value("--dropout", argc, argv, i, &value)) {
+        /* strtod alone would take " 0.1", "0.1x" or "nan"; the library refuses
+         * anything outside [0, 1), so that is a usage error here already. */
+        char *end = NULL;
+        double p = -1.0;
+        if (value && ((*value >= '0' && *value <= '9') || *value == '.')) {
+            errno = 0;
+            p = strtod(value, &end);
+            if (errno != 0 || end == value || *end != '\0')
+                p = -1.0;
+        }
+        if (!(p >= 0.0 && p < 1.0) || (float)p >= 1.0f) {
+            bad_value(verb, "--dropout", value, "a probability P, 0 <= P < 1");
+            return -1;
+        }
+        s->dropout = p;
+        return 1;
+    }
+
     if (cli_take_value("--window", argc, argv, i, &value)) {
         const char *want = "L,R with each -1 (unbounded) or >= 0";
         const char *comma = value ? strchr(value, ',') : NULL;
@@ -312,7 +332,8 @@ void cli_shape_usage(FILE *f, const cli_shape *d)
             "  --tile-q N         flash Q tile rows, 0 = planned      [%lld]\n"
             "  --tile-kv N        flash K/V tile rows, 0 = planned    [%lld]\n"
             "  --runs N           timed runs                          [%lld]\n"
-            "  --seed N           seed of the random inputs           [%lld]\n",
+            "  --seed N           seed of the random inputs and the dropout mask [%lld]\n"
+            "  --dropout P        dropout probability in [0, 1), offset 0  [0]\n",
             (long long)d->batch, (long long)d->heads, (long long)d->seq, (long long)d->dim,
             dtype_flag_name(d->dtype), (long long)d->threads, algo_flag_name(d->algo),
             (long long)d->tile_q, (long long)d->tile_kv, (long long)d->runs, (long long)d->seed);
@@ -342,9 +363,15 @@ void cli_shape_describe(const cli_shape *s, char *buf, size_t n)
             return;
         w += c;
     }
-    if (s->window_left != FA_WINDOW_UNBOUNDED || s->window_right != FA_WINDOW_UNBOUNDED)
-        snprintf(buf + w, n - (size_t)w, " window=%lld,%lld", (long long)s->window_left,
-                 (long long)s->window_right);
+    if (s->window_left != FA_WINDOW_UNBOUNDED || s->window_right != FA_WINDOW_UNBOUNDED) {
+        int c = snprintf(buf + w, n - (size_t)w, " window=%lld,%lld", (long long)s->window_left,
+                         (long long)s->window_right);
+        if (c < 0 || (size_t)c >= n - (size_t)w)
+            return;
+        w += c;
+    }
+    if (s->dropout > 0.0)
+        snprintf(buf + w, n - (size_t)w, " dropout=%g", s->dropout);
 }
 
 int64_t cli_resolved_threads(int64_t threads)
@@ -586,6 +613,58 @@ fa_forward_args cli_forward_args(const cli_shape *s, const cli_inputs *in,
     a.causal = s->causal;
     a.window_left = s->window_left;
     a.window_right = s->window_right;
+    a.dropout_p = (float)s->dropout;
+    a.dropout_seed = (uint64_t)s->seed;
+    a.dropout_offset = 0;
+    return a;
+}
+
+int cli_grads_make(const cli_shape *s, fa_dtype grad_dtype, cli_grads *g)
+{
+    memset(g, 0, sizeof *g);
+    g->dtype = grad_dtype;
+    size_t es = fa_dtype_size(s->dtype), gs = fa_dtype_size(grad_dtype);
+    int64_t n_do = s->batch * s->seq * s->heads * s->dim_v; /* checked by cli_shape_finish */
+    g->dq_elems = s->batch * s->seq * s->heads * s->dim;
+    g->dk_elems = s->batch * s->seq_kv * s->kv_heads * s->dim;
+    g->dv_elems = s->batch * s->seq_kv * s->kv_heads * s->dim_v;
+    g->do_ = cli_alloc(n_do, es);
+    g->dq = cli_alloc(g->dq_elems, gs);
+    g->dk = cli_alloc(g->dk_elems, gs);
+    g->dv = cli_alloc(g->dv_elems, gs);
+    if (!g->do_ || !g->dq || !g->dk || !g->dv) {
+        fprintf(stderr, "flashattn: out of memory allocating do, dq, dk, dv (%.1f MiB)\n",
+                ((double)n_do * (double)es +
+                 (double)(g->dq_elems + g->dk_elems + g->dv_elems) * (double)gs) /
+                    (1024.0 * 1024.0));
+        cli_grads_free(g);
+        return -1;
+    }
+    fill_random(g->do_, s->dtype, n_do, ((uint64_t)s->seed * 0x2545f4914f6cdd1dull) ^ 0x64ull);
+    return 0;
+}
+
+void cli_grads_free(cli_grads *g)
+{
+    cli_free(g->do_);
+    cli_free(g->dq);
+    cli_free(g->dk);
+    cli_free(g->dv);
+    g->do_ = g->dq = g->dk = g->dv = NULL;
+}
+
+fa_backward_args cli_backward_args(const cli_shape *s, const fa_forward_args *fwd,
+                                   const cli_grads *g)
+{
+    fa_backward_args a = FA_BACKWARD_ARGS_INIT;
+    a.fwd = fwd;
+    a.do_ = fa_tensor_make(g->do_, s->dtype, FA_LAYOUT_BSND, s->batch, s->seq, s->heads,
+                           s->dim_v);
+    a.dq = fa_tensor_make(g->dq, g->dtype, FA_LAYOUT_BSND, s->batch, s->seq, s->heads, s->dim);
+    a.dk = fa_tensor_make(g->dk, g->dtype, FA_LAYOUT_BSND, s->batch, s->seq_kv, s->kv_heads,
+                          s->dim);
+    a.dv = fa_tensor_make(g->dv, g->dtype, FA_LAYOUT_BSND, s->batch, s->seq_kv, s->kv_heads,
+                          s->dim_v);
     return a;
 }
 

@@ -33,7 +33,8 @@ typedef struct cli_shape {
     int64_t tile_q, tile_kv;           /* flash tile sizes; 0 = the library's plan */
     int64_t runs;
     int runs_given;                    /* --runs was on the command line */
-    int64_t seed;
+    int64_t seed;                      /* of the random inputs, and the dropout seed */
+    double dropout;                    /* --dropout: dropout_p in [0, 1), 0 = off */
 } cli_shape;
 
 /* The LLaMA-7B attention shape: B=1, H=32, S=2048, D=128, f32, all CPUs, 5 runs. */
@@ -52,7 +53,7 @@ int cli_shape_finish(cli_shape *s, const char *verb);
 /* The shape flags and their defaults in `d`, for a verb's --help. */
 void cli_shape_usage(FILE *f, const cli_shape *d);
 
-/* "B=1 Hq=32 Hk=32 Sq=2048 Sk=2048 D=128 Dv=128" plus causal/window when set. */
+/* "B=1 Hq=32 Hk=32 Sq=2048 Sk=2048 D=128 Dv=128" plus causal/window/dropout when set. */
 void cli_shape_describe(const cli_shape *s, char *buf, size_t n);
 
 const char *cli_causal_name(fa_causal c); /* "none", "bottom-right", "top-left" */
@@ -101,10 +102,33 @@ void cli_free(void *p);
 
 /*
  * Forward arguments over `in`: o (B, Sq, Hq, Dv) of dtype o_dtype, optional
- * lse (B, Hq, Sq, 1) f32 (NULL = not requested), and the shape's masking.
+ * lse (B, Hq, Sq, 1) f32 (NULL = not requested), and the shape's masking and
+ * dropout (seeded by --seed, offset 0).
  */
 fa_forward_args cli_forward_args(const cli_shape *s, const cli_inputs *in,
                                  void *o, fa_dtype o_dtype, float *lse);
+
+/*
+ * What a backward call needs beyond the forward's buffers: do_ (random, like
+ * q, k and v, from its own stream, in s->dtype, so two sets made from one shape
+ * hold the same do_), and zeroed dq, dk, dv in grad_dtype.
+ */
+typedef struct cli_grads {
+    void *do_; /* (B, Sq, Hq, Dv) */
+    void *dq;  /* (B, Sq, Hq, D) */
+    void *dk;  /* (B, Sk, Hk, D) */
+    void *dv;  /* (B, Sk, Hk, Dv) */
+    fa_dtype dtype; /* of dq, dk, dv */
+    int64_t dq_elems, dk_elems, dv_elems;
+} cli_grads;
+
+/* 0, or -1 with a message on stderr (out of memory). Free with cli_grads_free. */
+int cli_grads_make(const cli_shape *s, fa_dtype grad_dtype, cli_grads *g);
+void cli_grads_free(cli_grads *g);
+
+/* Backward arguments for the forward *fwd (which must have had an lse) into g. */
+fa_backward_args cli_backward_args(const cli_shape *s, const fa_forward_args *fwd,
+                                   const cli_grads *g);
 
 /* Element i of a buffer of `dtype` as a double. */
 double cli_load(const void *data, fa_dtype dtype, int64_t i);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # smoke.sh: a quick end-to-end run of the `flashattn` program: every verb once,
-# check on a few small shapes that cover each dtype, mask and odd tile sizes,
-# bench's JSON (one shape, --seqs, --model-only, --decode, --varlen) validated
+# check on a few small shapes that cover each dtype, mask and odd tile sizes
+# (and the backward's gradients with --backward), bench's JSON (one shape,
+# --seqs, --model-only, --decode, --varlen, --backward) validated
 # line by line, tune on a tiny shape and the tune file it writes (in a temp
 # FLASHATTN_TUNE_FILE, read back by a later call), and the usage exit status. Meant for
 # ctest and for sanitizer builds (ASan's leak check turns a leak into a
@@ -191,6 +192,71 @@ lens = sorted(int(x) for x in text.split("# lengths (5): ")[1].split()[0].split(
 assert lens == [10, 20, 30, 40, 50], lens
 ' "$bin" bench --varlen 5:10-50 --heads 2 --dim 16 --runs 1 --no-probe
 
+# --backward: check compares dq, dk, dv with the reference (PASS and the
+# documented lines), bench times the backward and the training step.
+check_backward='
+import re
+lines = text.splitlines()
+assert lines[0].startswith("check flash backward vs reference: "), lines[0]
+for name in ("o", "lse", "dq", "dk", "dv"):
+    (l,) = [l for l in lines if l.strip().startswith("max |%s - %s_ref|" % (name, name))]
+    err, tol = (float(x) for x in re.findall(r"[0-9.]+e[-+][0-9]+", l)[:2])
+    assert 0 <= err <= tol, l
+assert lines[-1] == "PASS", lines[-1]
+'
+expect_text "check --backward f32 causal GQA" "$check_backward" \
+    "$bin" check --backward --seq 70 --seq-kv 90 --heads 4 --kv-heads 2 --dim 32 --causal
+expect_text "check --backward bf16 causal GQA" "$check_backward
+assert \"x max|dq_ref|\" in text and \"0.0312 x\" in text, text
+" "$bin" check --backward --dtype bf16 --seq 64 --heads 8 --kv-heads 2 --dim 40 --dim-v 24 --causal
+expect_text "check --backward f16 dropout window" "$check_backward
+assert \"dropout=0.2\" in lines[0], lines[0]
+" "$bin" check --backward --dtype f16 --seq 48 --heads 2 --dim 16 --window 5,2 --dropout 0.2
+expect 0 "check forward with dropout" "$bin" check --seq 64 --dropout 0.5 --causal
+expect_text "bench --backward table" '
+rows = [l.split()[:2] for l in text.splitlines() if l and not l.startswith("#")]
+assert rows == [["algo", "pass"], ["flash", "backward"], ["flash", "fwd+bwd"],
+                ["standard", "backward"], ["standard", "fwd+bwd"]], rows
+assert "# peak" in text and "2.5 x" in text and "3.5 x" in text, text
+' "$bin" bench --backward --seq 256 --heads 2 --runs 2
+expect_json "bench --backward --json" '
+want = ["algo", "isa", "dtype", "B", "Hq", "Hk", "Sq", "Sk", "D", "Dv", "causal",
+        "threads", "median_ms", "gflops", "extra_bytes", "pass"]
+assert [(o["algo"], o["pass"]) for o in objs] == [("flash", "backward"), ("flash", "fwd+bwd"),
+        ("standard", "backward"), ("standard", "fwd+bwd")], objs
+fwd = 2 * (128 + 128) * 256 * 256 * 2
+for o in objs:
+    assert list(o)[:len(want)] == want, list(o)
+    assert o["Sq"] == 256 and o["Hq"] == 2 and o["runs"] == 2, o
+    # 6 significant digits in the JSON
+    assert abs(o["flops"] - (2.5 if o["pass"] == "backward" else 3.5) * fwd) < 1e-5 * o["flops"], o
+    assert o["median_ms"] > 0 and o["extra_bytes"] > 0, o
+    assert abs(o["gflops"] - o["flops"] / o["median_ms"] * 1e-6) < 1e-3 * o["gflops"], o
+    assert o["peak_kind"] == "fp32_fma", o
+    if o["peak_gflops"] is not None:
+        assert abs(o["pct_peak"] - 100 * o["gflops"] / o["peak_gflops"]) < 1e-3 * o["pct_peak"], o
+    assert (o["tile_q"] is None) == (o["algo"] == "standard"), o
+    if o["algo"] == "standard":
+        assert o["speedup_vs_standard"] == 1, o
+' "$bin" bench --backward --seq 256 --heads 2 --runs 2 --json
+expect_text "bench --backward --seqs table" '
+lines = [l for l in text.splitlines() if l and not l.startswith("#")]
+assert [l.split()[0] for l in lines] == ["N", "128", "256"], lines
+for col in ("flash ms", "standard ms", "speedup", "GFLOP/s", "% peak", "flash extra", "std extra"):
+    assert col in lines[0], lines[0]
+assert "traffic" not in lines[0] and "# peak" in text, text
+' "$bin" bench --backward --seqs 128,256 --heads 2 --dim 32 --runs 1
+expect_json "bench --backward --seqs --json" '
+assert [o["N"] for o in objs] == [128, 256], objs
+for o in objs:
+    assert o["pass"] == "backward" and o["Sq"] == o["Sk"] == o["N"] and o["causal"] == "bottom-right", o
+    assert abs(o["flops"] - 2.5 * 2 * 64 * o["N"] * (o["N"] + 1) // 2 * 2) < 1e-5 * o["flops"], o
+    assert o["flash_ms"] > 0 and o["standard_ms"] > 0, o
+    assert abs(o["speedup"] - o["standard_ms"] / o["flash_ms"]) < 1e-3 * o["speedup"], o
+    assert o["flash_extra_bytes"] > 0 and o["standard_extra_bytes"] > 0, o
+    assert o["peak_gflops"] is None and o["pct_peak"] is None, o
+' "$bin" bench --backward --seqs 128,256 --heads 2 --dim 32 --runs 1 --causal --json --no-probe
+
 # check with tiles that do not divide the shape, and tune on a tiny shape.
 expect 0 "check tiles 16x48" "$bin" check --seq 100 --tile-q 16 --tile-kv 48
 expect 0 "check odd tiles causal" "$bin" check --seq 37 --seq-kv 53 --causal --tile-q 7 --tile-kv 5
@@ -273,6 +339,10 @@ expect 2 "--warm with --cold" "$bin" bench --decode --warm --cold
 expect 2 "bad --varlen" "$bin" bench --varlen 8:100
 expect 2 "bad --varlen list" "$bin" bench --varlen 10,0
 expect 2 "--varlen with --seqs" "$bin" bench --varlen 4,5 --seqs 64
+expect 2 "bad --dropout" "$bin" check --backward --dropout 1
+expect 2 "--backward with --decode" "$bin" bench --backward --decode
+expect 2 "--backward with --model-only" "$bin" bench --backward --model-only
+expect 2 "--dropout with --decode" "$bin" bench --decode --dropout 0.1
 expect 1 "unavailable FLASHATTN_ARCH" env FLASHATTN_ARCH=no-such-isa "$bin" info
 
 echo "$passed passed, $failed failed"

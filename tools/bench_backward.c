@@ -1,0 +1,379 @@
+/*
+ * bench_backward.c: `flashattn bench --backward` (see bench_backward.h).
+ *
+ * The backward reads the forward's o and lse and writes only dq, dk and dv,
+ * so one untimed forward serves every timed backward of an algorithm. A
+ * "fwd+bwd" row times what a training step pays for attention: the forward
+ * (with its lse) and the backward back to back. The traffic model of the
+ * forward's --seqs table does not cover the backward, so it is not shown.
+ */
+#include "bench_backward.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Everything one shape's forward and backward read and write. */
+typedef struct bwd_buffers {
+    cli_inputs in;
+    void *o;
+    float *lse;
+    cli_grads g;
+    double *times;
+    fa_forward_args fwd;
+    fa_backward_args bwd; /* bwd.fwd points at fwd: the struct stays where it was made */
+} bwd_buffers;
+
+static void buffers_free(bwd_buffers *b)
+{
+    cli_free(b->times);
+    cli_free(b->o);
+    cli_free(b->lse);
+    cli_grads_free(&b->g);
+    cli_inputs_free(&b->in);
+    memset(b, 0, sizeof *b);
+}
+
+static int buffers_make(const cli_shape *s, bwd_buffers *b)
+{
+    memset(b, 0, sizeof *b);
+    if (cli_inputs_make(s, &b->in) != 0)
+        return -1;
+    if (cli_grads_make(s, s->dtype, &b->g) != 0) {
+        buffers_free(b);
+        return -1;
+    }
+    b->o = cli_alloc(b->in.o_elems, fa_dtype_size(s->dtype));
+    b->lse = cli_alloc(b->in.lse_elems, sizeof(float));
+    b->times = cli_alloc(s->runs > 0 ? s->runs : 1, sizeof *b->times);
+    if (!b->o || !b->lse || !b->times) {
+        fprintf(stderr, "flashattn bench: out of memory allocating o and lse\n");
+        buffers_free(b);
+        return -1;
+    }
+    /* The training forward: the lse is what the backward recomputes P from. */
+    b->fwd = cli_forward_args(s, &b->in, b->o, s->dtype, b->lse);
+    b->bwd = cli_backward_args(s, &b->fwd, &b->g);
+    return 0;
+}
+
+static double gflops_of(const cli_timing *t, double flops)
+{
+    return t->oom ? NAN : flops / t->median_s * 1e-9;
+}
+
+/* The reference runs fp64 on one thread: a share of the threads' fp32 peak means nothing. */
+static double pct_of(const cli_timing *t, double gflops, const cli_peak *peak)
+{
+    return t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak);
+}
+
+/* ------------------------------------------------------------- one shape */
+
+/* One table row: an algorithm's backward alone, or its whole step. */
+typedef struct bwd_row {
+    cli_timing t;
+    int step;        /* 0: "backward", 1: "fwd+bwd" */
+    double flops;    /* credited to this pass */
+    double standard_s; /* standard's time for the same pass; 0 when unknown */
+} bwd_row;
+
+static const char *pass_name(const bwd_row *r)
+{
+    return r->step ? "fwd+bwd" : "backward";
+}
+
+static void print_row_json(const cli_shape *s, const char *isa, const bwd_row *r,
+                           const cli_peak *peak)
+{
+    FILE *f = stdout;
+    const cli_timing *t = &r->t;
+    const double gflops = gflops_of(t, r->flops);
+    fputs("{\"algo\":", f);
+    cli_json_string(f, fa_algo_name(t->algo));
+    cli_json_shape(f, s, isa);
+    fprintf(f, ",\"threads\":%lld", (long long)t->threads);
+    fputs(",\"median_ms\":", f);
+    cli_json_number(f, t->oom ? NAN : t->median_s * 1e3);
+    fputs(",\"gflops\":", f);
+    cli_json_number(f, gflops);
+    fputs(",\"extra_bytes\":", f);
+    cli_json_int(f, t->extra_bytes, !t->oom);
+    fputs(",\"pass\":", f);
+    cli_json_string(f, pass_name(r));
+    fputs(",\"dropout\":", f);
+    cli_json_number(f, s->dropout);
+    fprintf(f, ",\"window_left\":%lld,\"window_right\":%lld,\"runs\":%lld,\"flops\":",
+            (long long)s->window_left, (long long)s->window_right, (long long)s->runs);
+    cli_json_number(f, r->flops);
+    fputs(",\"speedup_vs_standard\":", f);
+    cli_json_number(f, (!t->oom && r->standard_s > 0) ? r->standard_s / t->median_s : NAN);
+    fputs(",\"tile_q\":", f);
+    cli_json_int(f, t->tile_q, t->tile_q > 0);
+    fputs(",\"tile_kv\":", f);
+    cli_json_int(f, t->tile_kv, t->tile_kv > 0);
+    cli_json_peak(f, peak, pct_of(t, gflops, peak));
+    if (t->oom)
+        fputs(",\"error\":\"out of memory\"", f);
+    fputs("}\n", f);
+}
+
+enum { ROW_COLS = 12, MAX_ROWS = 4 };
+
+static void print_rows_table(const cli_shape *s, const char *isa, const bwd_row *rows, int n,
+                             const cli_peak *peak)
+{
+    static const char *const head[ROW_COLS] = {"algo", "pass", "isa", "dtype", "shape",
+                                               "threads", "tiles", "median ms", "GFLOP/s",
+                                               "% peak", "extra MiB", "vs standard"};
+    static const int right[ROW_COLS] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
+    char cells[MAX_ROWS * ROW_COLS * CLI_CELL];
+    char shape[CLI_CELL];
+    cli_compact_shape(s, 1, shape, sizeof shape);
+    for (int r = 0; r < n; r++) {
+        const cli_timing *t = &rows[r].t;
+        char *c[ROW_COLS];
+        for (int k = 0; k < ROW_COLS; k++)
+            c[k] = cli_cell(cells, ROW_COLS, r, k);
+        snprintf(c[0], CLI_CELL, "%s", fa_algo_name(t->algo));
+        snprintf(c[1], CLI_CELL, "%s", pass_name(&rows[r]));
+        snprintf(c[2], CLI_CELL, "%s", isa);
+        snprintf(c[3], CLI_CELL, "%s", fa_dtype_name(s->dtype));
+        snprintf(c[4], CLI_CELL, "%s", shape);
+        snprintf(c[5], CLI_CELL, "%lld", (long long)t->threads);
+        cli_tiles_cell(c[6], t);
+        if (t->oom) {
+            snprintf(c[7], CLI_CELL, "out of memory");
+            for (int k = 8; k < ROW_COLS; k++)
+                snprintf(c[k], CLI_CELL, "-");
+            continue;
+        }
+        const double gflops = gflops_of(t, rows[r].flops);
+        const double pct = pct_of(t, gflops, peak);
+        snprintf(c[7], CLI_CELL, "%.3f", t->median_s * 1e3);
+        snprintf(c[8], CLI_CELL, "%.2f", gflops);
+        if (isfinite(pct))
+            snprintf(c[9], CLI_CELL, "%.1f", pct);
+        else
+            snprintf(c[9], CLI_CELL, "-");
+        snprintf(c[10], CLI_CELL, "%.2f", (double)t->extra_bytes / (1024.0 * 1024.0));
+        if (rows[r].standard_s > 0)
+            snprintf(c[11], CLI_CELL, "%.2fx", rows[r].standard_s / t->median_s);
+        else
+            snprintf(c[11], CLI_CELL, "-");
+    }
+    cli_print_table(stdout, ROW_COLS, head, right, n, cells);
+}
+
+int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak *peak,
+                   cli_flush *flush)
+{
+    const double fwd_flops = cli_flops(s);
+    fa_algo algos[2];
+    int n_algos = 0;
+    if (s->algo_given) {
+        algos[n_algos++] = s->algo;
+    } else {
+        algos[n_algos++] = FA_ALGO_FLASH;
+        algos[n_algos++] = FA_ALGO_STANDARD;
+    }
+
+    bwd_buffers b;
+    bwd_row rows[MAX_ROWS];
+    memset(rows, 0, sizeof rows);
+    if (buffers_make(s, &b) != 0)
+        return CLI_EXIT_FAIL;
+    int n = 0;
+    for (int a = 0; a < n_algos; a++) {
+        for (int step = 0; step < 2; step++, n++) {
+            rows[n].step = step;
+            rows[n].flops = (step ? CLI_STEP_FLOP_FACTOR : CLI_BACKWARD_FLOP_FACTOR) * fwd_flops;
+            if (cli_time_backward(ctx, s, algos[a], &b.fwd, &b.bwd, step, b.times, flush,
+                                  &rows[n].t, "bench") != 0) {
+                buffers_free(&b);
+                return CLI_EXIT_FAIL;
+            }
+        }
+    }
+    buffers_free(&b);
+
+    /* Each pass against standard's same pass. */
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < n; k++)
+            if (rows[k].t.algo == FA_ALGO_STANDARD && !rows[k].t.oom &&
+                rows[k].step == rows[r].step)
+                rows[r].standard_s = rows[k].t.median_s;
+
+    const char *isa = fa_context_isa(ctx);
+    if (json) {
+        for (int r = 0; r < n; r++)
+            print_row_json(s, isa, &rows[r], peak);
+        return CLI_EXIT_OK;
+    }
+    char note[128];
+    printf("# flashattn %s bench --backward: median of %lld runs after 1 warm-up%s\n"
+           "# backward: each timed after one untimed forward with lse; fwd+bwd: forward and "
+           "backward timed together\n"
+           "# GFLOP/s: backward 2.5 x 2*(D+Dv)*kept(i,j)*B*Hq = %.4g GFLOP, fwd+bwd 3.5 x = "
+           "%.4g GFLOP, / time\n",
+           fa_version_string(), (long long)s->runs, cli_cold_note(flush, note, sizeof note),
+           CLI_BACKWARD_FLOP_FACTOR * fwd_flops * 1e-9, CLI_STEP_FLOP_FACTOR * fwd_flops * 1e-9);
+    cli_print_peak_line(peak, isa, cli_resolved_threads(s->threads));
+    print_rows_table(s, isa, rows, n, peak);
+    for (int r = 0; r < n; r++)
+        if (rows[r].t.oom && rows[r].t.algo == FA_ALGO_STANDARD) {
+            printf("# standard materialises P, dP and dS per head: out of memory at this "
+                   "shape\n");
+            break;
+        }
+    return CLI_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- --seqs */
+
+typedef struct bwd_seq_row {
+    cli_shape shape;
+    cli_timing flash, standard; /* backward alone */
+} bwd_seq_row;
+
+static void print_seq_json(const bwd_seq_row *r, const char *isa, const cli_peak *peak)
+{
+    FILE *f = stdout;
+    const cli_shape *s = &r->shape;
+    const double flops = CLI_BACKWARD_FLOP_FACTOR * cli_flops(s);
+    const double flash_gf = gflops_of(&r->flash, flops);
+    fprintf(f, "{\"N\":%lld", (long long)s->seq);
+    cli_json_shape(f, s, isa);
+    fputs(",\"pass\":\"backward\",\"dropout\":", f);
+    cli_json_number(f, s->dropout);
+    fprintf(f, ",\"threads\":%lld,\"runs\":%lld", (long long)r->flash.threads,
+            (long long)s->runs);
+    fputs(",\"tile_q\":", f);
+    cli_json_int(f, r->flash.tile_q, r->flash.tile_q > 0);
+    fputs(",\"tile_kv\":", f);
+    cli_json_int(f, r->flash.tile_kv, r->flash.tile_kv > 0);
+    fputs(",\"flash_ms\":", f);
+    cli_json_number(f, r->flash.oom ? NAN : r->flash.median_s * 1e3);
+    fputs(",\"standard_ms\":", f);
+    cli_json_number(f, r->standard.oom ? NAN : r->standard.median_s * 1e3);
+    fputs(",\"speedup\":", f);
+    const int both = !r->flash.oom && !r->standard.oom;
+    cli_json_number(f, both ? r->standard.median_s / r->flash.median_s : NAN);
+    fputs(",\"flops\":", f);
+    cli_json_number(f, flops);
+    fputs(",\"flash_gflops\":", f);
+    cli_json_number(f, flash_gf);
+    fputs(",\"standard_gflops\":", f);
+    cli_json_number(f, gflops_of(&r->standard, flops));
+    cli_json_peak(f, peak, cli_pct_peak(flash_gf, peak));
+    fputs(",\"flash_extra_bytes\":", f);
+    cli_json_int(f, r->flash.extra_bytes, !r->flash.oom);
+    fputs(",\"standard_extra_bytes\":", f);
+    cli_json_int(f, r->standard.extra_bytes, !r->standard.oom);
+    if (r->flash.oom || r->standard.oom) {
+        fputs(",\"error\":", f);
+        cli_json_string(f, r->flash.oom && r->standard.oom ? "flash and standard: out of memory"
+                           : r->flash.oom                  ? "flash: out of memory"
+                                                           : "standard: out of memory");
+    }
+    fputs("}\n", f);
+}
+
+enum { SEQ_COLS = 9 };
+
+static void print_seq_table(const bwd_seq_row *rows, int n, const cli_peak *peak, char *cells)
+{
+    static const char *const head[SEQ_COLS] = {"N", "tiles", "flash ms", "standard ms",
+                                               "speedup", "GFLOP/s", "% peak", "flash extra",
+                                               "std extra"};
+    static const int right[SEQ_COLS] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    for (int r = 0; r < n; r++) {
+        const bwd_seq_row *row = &rows[r];
+        const double flops = CLI_BACKWARD_FLOP_FACTOR * cli_flops(&row->shape);
+        char *c[SEQ_COLS];
+        for (int k = 0; k < SEQ_COLS; k++)
+            c[k] = cli_cell(cells, SEQ_COLS, r, k);
+        snprintf(c[0], CLI_CELL, "%lld", (long long)row->shape.seq);
+        cli_tiles_cell(c[1], &row->flash);
+        if (row->flash.oom) {
+            snprintf(c[2], CLI_CELL, "out of memory");
+            snprintf(c[5], CLI_CELL, "-");
+            snprintf(c[6], CLI_CELL, "-");
+            snprintf(c[7], CLI_CELL, "-");
+        } else {
+            const double gf = gflops_of(&row->flash, flops), pct = cli_pct_peak(gf, peak);
+            snprintf(c[2], CLI_CELL, "%.3f", row->flash.median_s * 1e3);
+            snprintf(c[5], CLI_CELL, "%.2f", gf);
+            if (isfinite(pct))
+                snprintf(c[6], CLI_CELL, "%.1f", pct);
+            else
+                snprintf(c[6], CLI_CELL, "-");
+            cli_format_bytes(c[7], CLI_CELL, (double)row->flash.extra_bytes);
+        }
+        if (row->standard.oom) {
+            snprintf(c[3], CLI_CELL, "out of memory");
+            snprintf(c[8], CLI_CELL, "-");
+        } else {
+            snprintf(c[3], CLI_CELL, "%.3f", row->standard.median_s * 1e3);
+            cli_format_bytes(c[8], CLI_CELL, (double)row->standard.extra_bytes);
+        }
+        if (row->flash.oom || row->standard.oom)
+            snprintf(c[4], CLI_CELL, "-");
+        else
+            snprintf(c[4], CLI_CELL, "%.2fx", row->standard.median_s / row->flash.median_s);
+    }
+    cli_print_table(stdout, SEQ_COLS, head, right, n, cells);
+}
+
+int bench_backward_seqs(fa_context *ctx, const cli_shape *shapes, int n, int json,
+                        const cli_peak *peak, cli_flush *flush)
+{
+    const char *isa = fa_context_isa(ctx);
+    bwd_seq_row *rows = calloc((size_t)n, sizeof *rows);
+    char *cells = calloc((size_t)n * SEQ_COLS, CLI_CELL);
+    int status = CLI_EXIT_FAIL;
+    if (!rows || !cells) {
+        fprintf(stderr, "flashattn bench: out of memory\n");
+        goto done;
+    }
+    for (int r = 0; r < n; r++) {
+        rows[r].shape = shapes[r];
+        bwd_buffers b;
+        if (buffers_make(&rows[r].shape, &b) != 0)
+            goto done;
+        int rc = cli_time_backward(ctx, &rows[r].shape, FA_ALGO_FLASH, &b.fwd, &b.bwd, 0,
+                                   b.times, flush, &rows[r].flash, "bench");
+        if (rc == 0)
+            rc = cli_time_backward(ctx, &rows[r].shape, FA_ALGO_STANDARD, &b.fwd, &b.bwd, 0,
+                                   b.times, flush, &rows[r].standard, "bench");
+        buffers_free(&b);
+        if (rc != 0)
+            goto done;
+        if (json) {
+            print_seq_json(&rows[r], isa, peak);
+            fflush(stdout); /* a long sweep shows each row as it finishes */
+        }
+    }
+    if (!json) {
+        const cli_shape *s = &shapes[0];
+        char shape[CLI_CELL], note[128];
+        cli_compact_shape(s, 0, shape, sizeof shape);
+        printf("# flashattn %s bench --backward --seqs: flash vs standard backward, Sq = Sk = N, "
+               "%s %s, isa %s, %lld thread%s; median of %lld runs after 1 warm-up, each after "
+               "one untimed forward%s\n",
+               fa_version_string(), fa_dtype_name(s->dtype), shape, isa,
+               (long long)rows[0].flash.threads, rows[0].flash.threads == 1 ? "" : "s",
+               (long long)s->runs, cli_cold_note(flush, note, sizeof note));
+        printf("# GFLOP/s and %% peak are flash's: 2.5 x 2*(D+Dv)*kept(i,j)*B*Hq / time\n");
+        cli_print_peak_line(peak, isa, cli_resolved_threads(s->threads));
+        printf("# extra = peak bytes a backward allocated (\"out of memory\": standard "
+               "materialises P, dP and dS per head); no traffic model for the backward\n");
+        print_seq_table(rows, n, peak, cells);
+    }
+    status = CLI_EXIT_OK;
+done:
+    free(cells);
+    free(rows);
+    return status;
+}
