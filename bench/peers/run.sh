@@ -59,8 +59,9 @@ if [ ! -f "$stamp" ] || ! torch_works; then
   if [ "${FLASHATTN_BENCH_TORCH_FULL:-0}" != 1 ]; then
     say "trying torch without its CUDA wheels ($torch_req --no-deps + its plain dependencies)"
     "${pip[@]}" --no-deps "$torch_req"
-    # torch's own requirements less the nvidia/cuda/triton ones
-    "${pip[@]}" filelock typing-extensions sympy networkx jinja2 fsspec setuptools
+    # torch's own requirements less the nvidia/cuda/triton ones; pip warns here
+    # that those are missing, which is the point of this step
+    "${pip[@]}" filelock typing-extensions sympy networkx jinja2 fsspec 'setuptools>=77'
     if torch_works; then mode=light; else say "that torch does not import (it links CUDA libraries)"; fi
   fi
   if [ -z "$mode" ]; then

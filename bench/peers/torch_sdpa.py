@@ -469,13 +469,17 @@ def wait_for_load(limit, max_wait):
 
 
 def amx_report(python):
-    """Runs one bf16 SDPA under ONEDNN_VERBOSE=1 in a child process and reports
-    whether oneDNN dispatched AMX kernels (and what ISA it saw)."""
+    """Runs one bf16 SDPA, then one bf16 matmul, under ONEDNN_VERBOSE=1 in a
+    child process and reports whether oneDNN dispatched AMX kernels, which
+    implementations it ran, and the ISA it saw. The matmul is there because
+    torch's CPU flash kernel may not call oneDNN at all; then the matmul shows
+    what torch's bf16 GEMMs would run on."""
     code = (
-        "import torch, torch.nn.functional as F\n"
+        "import sys, torch, torch.nn.functional as F\n"
         "torch.set_num_threads(1)\n"
         "q = torch.randn(1, 4, 256, 128).bfloat16()\n"
         "F.scaled_dot_product_attention(q, q, q)\n"
+        "print('@@matmul', flush=True)\n"
         "a = torch.randn(256, 256).bfloat16()\n"
         "torch.mm(a, a)\n"
     )
@@ -485,18 +489,30 @@ def amx_report(python):
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"amx": None, "line": f"AMX check failed: {e}"}
     text = r.stdout + r.stderr
+    sdpa_part, _, mm_part = r.stdout.partition("@@matmul")
     isa = ""
     for line in text.splitlines():
         if "isa:" in line and ("onednn_verbose" in line or "dnnl_verbose" in line):
             isa = line.split("isa:", 1)[-1].strip()
             break
+
+    def impls(part):
+        # onednn_verbose,v1,primitive,exec,cpu,<primitive>,<implementation>,...
+        out = []
+        for line in part.splitlines():
+            f = line.split(",")
+            if len(f) > 6 and f[0] in ("onednn_verbose", "dnnl_verbose") and "exec" in f:
+                i = f.index("exec")
+                if i + 3 < len(f):
+                    out.append(f"{f[i + 2]}:{f[i + 3]}" if ":" not in f[i + 3] else f[i + 3])
+        return sorted(set(out))
+
     used = "amx" in text.lower()
-    n_lines = sum(1 for line in text.splitlines() if "onednn_verbose" in line or "dnnl_verbose" in line)
-    if n_lines == 0:
-        line = "oneDNN printed nothing for a bf16 SDPA + bf16 mm: not called, so no AMX"
-    else:
-        line = f"oneDNN AMX: {'yes' if used else 'no'} ({n_lines} verbose lines; isa: {isa or 'not printed'})"
-    return {"amx": used, "line": line, "isa": isa}
+    si, mi = impls(sdpa_part), impls(mm_part)
+    line = (f"oneDNN AMX: {'yes' if used else 'no'}; bf16 SDPA ran "
+            f"{', '.join(si) if si else 'no oneDNN primitive'}; bf16 matmul ran "
+            f"{', '.join(mi) if mi else 'no oneDNN primitive'}; isa: {isa or 'not printed'}")
+    return {"amx": used, "line": line, "isa": isa, "sdpa_impls": si, "matmul_impls": mi}
 
 
 def parallel_line(torch):
