@@ -603,7 +603,7 @@ def main():
         print(f"# ABI: sizeof fa_tensor {sizes['fa_tensor']}, fa_forward_args {sizes['fa_forward_args']}, "
               f"fa_backward_args {sizes['fa_backward_args']}, fa_kv_cache {sizes['fa_kv_cache']} (ctypes matches)")
         hdr = f"{'case':<12} {'N':>6} {'torch ms':>10} {'fa ms':>10} {'torch/fa':>8} " \
-              f"{'torch GF/s':>10} {'fa GF/s':>9} {'fa %FMA':>7} {'err':>8}  torch kernel"
+              f"{'torch GF/s':>10} {'fa GF/s':>9} {'fa %FMA':>7} {'spread t/fa':>11} {'err':>8}  torch kernel"
         print(hdr)
         print("-" * len(hdr))
 
@@ -618,7 +618,7 @@ def main():
                 power = 1 if kind == "decode" else 2
                 est = prev[1] * (n / prev[0]) ** power
                 if est > opts.max_call_s:
-                    row["skipped"] = f"predicted {est:.0f} s per call > --max-call-s {opts.max_call_s:g}"
+                    row["skipped"] = f"predicted {est:.3g} s per call > --max-call-s {opts.max_call_s:g}"
             try:
                 case = Case(lib, name, n, opts) if "skipped" not in row else None
             except (RuntimeError, MemoryError) as e:
@@ -694,7 +694,14 @@ def emit(row, opts):
     pct = f"{row['fa_pct_fma_peak']:.0f}%" if row["fa_pct_fma_peak"] is not None else "-"
     print(f"{row['case']:<12} {row['N']:>6} {row['torch_ms']:>10.2f} {row['fa_ms']:>10.2f} "
           f"{row['ratio']:>8.2f} {row['torch_gflops']:>10.1f} {row['fa_gflops']:>9.1f} {pct:>7} "
+          f"{spread(row['torch_ms_all']) + '/' + spread(row['fa_ms_all']):>11} "
           f"{row['err']:>8.1e}  {row['torch_kernel']}", flush=True)
+
+
+def spread(times):
+    """max / min of one side's runs: 1.0 is a quiet machine; well above it, the
+    neighbours were busy during part of the runs."""
+    return f"{max(times) / min(times):.1f}"
 
 
 def plot(rows, path, meta):
