@@ -1799,7 +1799,7 @@ static const struct {
     KERNEL_ENTRY(pack_qt),       KERNEL_ENTRY(qk),        KERNEL_ENTRY(softmax),      KERNEL_ENTRY(pv),
     KERNEL_ENTRY(ds),            KERNEL_ENTRY(stx),
     KERNEL_ENTRY(f16_to_f32),    KERNEL_ENTRY(bf16_to_f32), KERNEL_ENTRY(pack_qt_bf16), KERNEL_ENTRY(qk_bf16),
-    KERNEL_ENTRY(pv_bf16),       KERNEL_ENTRY(qk_small),  KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
+    KERNEL_ENTRY(pv_bf16),       KERNEL_ENTRY(stx_bf16),  KERNEL_ENTRY(qk_small),  KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
     KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(thread_begin), KERNEL_ENTRY(thread_end),
 };
 

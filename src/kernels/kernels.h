@@ -48,6 +48,9 @@
  * ISA works on whole vectors along r. A table's row_align divides it. */
 #define FA_ROW_ALIGN 16
 
+/* uint16 of scratch stx_bf16 needs: x repacked as pairs along r, st as bf16 pairs. */
+#define FA_STX_BF16_SCRATCH(rows, cols, n, ldst) (((rows) + 2) * ((n) + 32) + ((cols) + 1) * ((ldst) + 2))
+
 /* Rows the small-row (decode) kernels take at most, and columns per call. */
 #define FA_SMALL_ROWS 8
 #define FA_SMALL_COLS 512
@@ -159,6 +162,12 @@ typedef struct fa_kernels {
     void (*pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst,
                     const uint16_t *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc,
                     void *scratch);
+    /* The backward's stx on bf16 data: acc[c][e] += sum_{r < rows} bf16(st[c][r]) * x[r][e],
+     * st rounded to bf16 (nearest even) as a naive bf16 backward rounds P and dS, x bf16
+     * rows (ldx in uint16 units, any value), fp32 accumulation; acc as in stx. scratch
+     * holds at least FA_STX_BF16_SCRATCH(rows, cols, n, ldst) uint16, 64-byte aligned. */
+    void (*stx_bf16)(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,
+                     int64_t ldx, float *acc, int64_t ldacc, void *scratch);
 
     /*
      * Small-row path (decoding): for rows <= FA_SMALL_ROWS query rows (a few GQA

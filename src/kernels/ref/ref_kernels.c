@@ -122,6 +122,20 @@ static void ref_stx(int64_t rows, int64_t cols, int64_t n, const float *st, int6
     }
 }
 
+static void ref_stx_bf16(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,
+                         int64_t ldx, float *acc, int64_t ldacc, void *scratch)
+{
+    (void)scratch;
+    for (int64_t c = 0; c < cols; c++) {
+        float *ac = acc + c * ldacc;
+        for (int64_t r = 0; r < rows; r++) {
+            const float w = fa_bf16_to_f32(fa_f32_to_bf16(st[c * ldst + r]));
+            if (w == 0.0f) continue; /* masked (or underflowed): never read x */
+            for (int64_t e = 0; e < n; e++) ac[e] += w * fa_bf16_to_f32(x[r * ldx + e]);
+        }
+    }
+}
+
 static void ref_f16_to_f32(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) dst[i] = fa_f16_to_f32(src[i]);
@@ -318,6 +332,7 @@ const fa_kernels fa_kernels_ref = {
     .pack_qt_bf16 = ref_pack_qt_bf16,
     .qk_bf16 = ref_qk_bf16,
     .pv_bf16 = ref_pv_bf16,
+    .stx_bf16 = ref_stx_bf16,
     .qk_small = ref_qk_small,
     .softmax_small = ref_softmax_small,
     .pv_small = ref_pv_small,
