@@ -49,6 +49,7 @@ typedef struct {
     int64_t ldd, lddv;      /* D, Dv rounded up to FA_ROW_ALIGN: accumulator rows */
     int64_t sq_max;         /* the longest sequence's query rows: the dq buffer's */
     int dq_in_place;        /* dQ accumulates in the caller's f32 dq itself (dq_direct) */
+    int b16;                /* bf16 q, k, v, dO multiplied as bf16 pairs (the forward's rule) */
     const float *dvec;      /* (B or 1, Hq, Sq) D_i = dot(dO_i, o_i), laid out as lse */
     int64_t dvec_sb, dvec_sh; /* its strides (b, h); i is contiguous */
     bwd_task *tasks;
@@ -71,6 +72,9 @@ typedef struct {
     int32_t *lo, *hi;   /* (bp) tile-relative band */
     float *dk, *dv;     /* (bc, ldd), (bc, lddv) the key tile's dK, dV */
     float *dq;          /* (group, sq_max, ldd) the task's dQ */
+    /* bf16 pair path only: the same operands kept as bf16, their pair panels, and the
+     * kernels' repacking scratch */
+    uint16_t *q16, *do16, *k16, *v16, *qt2, *dot2, *pair_scratch;
 } bwd_scratch;
 
 static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
@@ -90,6 +94,15 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
         {(void **)&sc->lo, bp * 4},                      {(void **)&sc->hi, bp * 4},
         {(void **)&sc->dk, fa_bytes3(bc, job->ldd, 4)},  {(void **)&sc->dv, fa_bytes3(bc, job->lddv, 4)},
         {(void **)&sc->dq, job->g->has_dq && !job->dq_in_place ? fa_bytes3(p->group * job->sq_max, job->ldd, 4) : 0},
+        {(void **)&sc->q16, job->b16 ? fa_bytes3(br, D, 2) : 0},
+        {(void **)&sc->do16, job->b16 ? fa_bytes3(br, Dv, 2) : 0},
+        {(void **)&sc->k16, job->b16 ? fa_bytes3(bc, D, 2) : 0},
+        {(void **)&sc->v16, job->b16 ? fa_bytes3(bc, Dv, 2) : 0},
+        {(void **)&sc->qt2, job->b16 ? fa_bytes3((D + 1) / 2, 2 * bp, 2) : 0},
+        {(void **)&sc->dot2, job->b16 ? fa_bytes3((Dv + 1) / 2, 2 * bp, 2) : 0},
+        /* the larger of pv_bf16's ((bc+1)(D+32) + (bc+1) bp) and stx_bf16's needs */
+        {(void **)&sc->pair_scratch,
+         job->b16 ? 2 * ((bc + 1) * ((D > Dv ? D : Dv) + 32 + bp) + FA_STX_BF16_SCRATCH(br, bc, (D > Dv ? D : Dv), bp)) : 0},
     };
     return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
 }
@@ -136,10 +149,19 @@ static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_proble
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
-    *q = fa_rows_f32(&s->q, kern, 0, i0, n, h, p->D, sc->q, ldq);
-    kern->pack_qt(n, p->D, *q, *ldq, p->scale, sc->qt, job->bp);
-    *dout = fa_rows_f32(&gs->dout, kern, 0, i0, n, h, p->Dv, sc->dout, lddo);
-    kern->pack_qt(n, p->Dv, *dout, *lddo, 1.0f, sc->dot, job->bp);
+    if (job->b16) { /* as bf16 rows and pair panels; qk_bf16 applies the scale itself */
+        const uint16_t *q16 = fa_rows_u16(&s->q, 0, i0, n, h, p->D, sc->q16, ldq);
+        kern->pack_qt_bf16(n, p->D, q16, *ldq, sc->qt2, 2 * job->bp);
+        const uint16_t *d16 = fa_rows_u16(&gs->dout, 0, i0, n, h, p->Dv, sc->do16, lddo);
+        kern->pack_qt_bf16(n, p->Dv, d16, *lddo, sc->dot2, 2 * job->bp);
+        *q = (const float *)q16; /* typed by job->b16 */
+        *dout = (const float *)d16;
+    } else {
+        *q = fa_rows_f32(&s->q, kern, 0, i0, n, h, p->D, sc->q, ldq);
+        kern->pack_qt(n, p->D, *q, *ldq, p->scale, sc->qt, job->bp);
+        *dout = fa_rows_f32(&gs->dout, kern, 0, i0, n, h, p->Dv, sc->dout, lddo);
+        kern->pack_qt(n, p->Dv, *dout, *lddo, 1.0f, sc->dot, job->bp);
+    }
     const float *lse = s->lse.data;
     const int64_t row0 = p->cu_q ? p->cu_q[b] : 0;
     const float *dv = job->dvec + (p->cu_q ? 0 : b) * job->dvec_sb + h * job->dvec_sh + row0;
@@ -183,9 +205,18 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const bwd_ta
         memset(sc->dv, 0, (size_t)(cols * job->lddv) * sizeof(float));
         fa_key_block_rows(&s, j0, j0 + cols - 1, &ilo, &ihi);
         if (ilo <= ihi) {
-            const float *k = fa_kv_tile_f32(&s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
-            const float *v = fa_kv_tile_f32(&s, 1, kern, j0, cols, hk, Dv, sc->v, &ldv);
-            const int kv_finite = fa_rows_finite(k, ldk, cols, D);
+            const float *k = NULL, *v = NULL;
+            const uint16_t *k16 = NULL, *v16 = NULL;
+            int kv_finite;
+            if (job->b16) {
+                k16 = fa_rows_u16(&s.k, 0, j0, cols, hk, D, sc->k16, &ldk);
+                v16 = fa_rows_u16(&s.v, 0, j0, cols, hk, Dv, sc->v16, &ldv);
+                kv_finite = fa_rows_finite16(k16, ldk, cols, D, 0x7f80u);
+            } else {
+                k = fa_kv_tile_f32(&s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
+                v = fa_kv_tile_f32(&s, 1, kern, j0, cols, hk, Dv, sc->v, &ldv);
+                kv_finite = fa_rows_finite(k, ldk, cols, D);
+            }
             /* query blocks aligned to br from row 0, as the forward cuts them */
             for (int64_t h = h0; h < h0 + p->group; h++)
                 for (int64_t i0 = ilo / br * br; i0 <= ihi; i0 += br) {
@@ -195,7 +226,10 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const bwd_ta
                     load_rows(job, sc, &s, &gs, t->b, h, i0, n, &q, &ldq, &dout, &lddo);
 
                     /* forward 1-3: S^T, then its masks and modifiers (x kept for the softcap) */
-                    kern->qk(n, cols, D, sc->qt, bp, k, ldk, sc->st, bp);
+                    if (job->b16)
+                        kern->qk_bf16(n, cols, D, sc->qt2, 2 * bp, k16, ldk, p->scale, sc->st, bp);
+                    else
+                        kern->qk(n, cols, D, sc->qt, bp, k, ldk, sc->st, bp);
                     if (p->softcap > 0.0f) memcpy(sc->xt, sc->st, (size_t)(cols * bp) * sizeof(float));
                     if (elementwise) fa_scores_finish(&s, 0, h, i0, n, j0, cols, sc->st, bp, 1);
                     const int32_t *tlo = NULL, *thi = NULL;
@@ -207,7 +241,10 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const bwd_ta
                     kern->softmax(n, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
 
                     /* backward of 5 and 8: dP^T = V dO^T, times the dropout factor */
-                    kern->qk(n, cols, Dv, sc->dot, bp, v, ldv, sc->dpt, bp);
+                    if (job->b16)
+                        kern->qk_bf16(n, cols, Dv, sc->dot2, 2 * bp, v16, ldv, 1.0f, sc->dpt, bp);
+                    else
+                        kern->qk(n, cols, Dv, sc->dot, bp, v, ldv, sc->dpt, bp);
                     if (s.drop.on)
                         fa_dropout_tile_t(&s.drop, t->b, h, p->Hq, s.q_start + i0, n, s.k_start + j0, cols, sc->dpt, bp);
 
@@ -225,6 +262,23 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const bwd_ta
                         fa_dropout_tile_t(&s.drop, t->b, h, p->Hq, s.q_start + i0, n, s.k_start + j0, cols, sc->st, bp);
                     /* a vector kernel multiplies p = 0 by x too: masked rows that are not
                      * finite take the reference kernels, which skip zeros */
+                    float *dq_rows = gs.has_dq ? dq_base + (h - h0) * hstride + i0 * ldq_acc : NULL;
+                    if (job->b16) {
+                        /* the pair kernels round P~ and dS to bf16, as a naive bf16 backward does */
+                        const uint16_t *q16 = (const uint16_t *)q, *d16 = (const uint16_t *)dout;
+                        const fa_kernels *kx = partial && !(fa_rows_finite16(d16, lddo, n, Dv, 0x7f80u) &&
+                                                            fa_rows_finite16(q16, ldq, n, D, 0x7f80u))
+                                                   ? &fa_kernels_ref
+                                                   : kern;
+                        if (gs.has_dv)
+                            kx->stx_bf16(n, cols, Dv, sc->st, bp, d16, lddo, sc->dv, job->lddv, sc->pair_scratch);
+                        if (gs.has_dk)
+                            kx->stx_bf16(n, cols, D, sc->dpt, bp, q16, ldq, sc->dk, job->ldd, sc->pair_scratch);
+                        if (gs.has_dq)
+                            (partial && !kv_finite ? &fa_kernels_ref : kern)
+                                ->pv_bf16(n, cols, D, sc->dpt, bp, k16, ldk, NULL, dq_rows, ldq_acc, sc->pair_scratch);
+                        continue;
+                    }
                     const fa_kernels *kx = partial && !(fa_rows_finite(dout, lddo, n, Dv) && fa_rows_finite(q, ldq, n, D))
                                                ? &fa_kernels_ref
                                                : kern;
@@ -232,11 +286,9 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const bwd_ta
                     /* backward of 1, S = scale Q K^T: dK += dS^T Q (scale applied once, at the store) */
                     if (gs.has_dk) kx->stx(n, cols, D, sc->dpt, bp, q, ldq, sc->dk, job->ldd);
                     /* ... and dQ += dS K */
-                    if (gs.has_dq) {
-                        const fa_kernels *kq = partial && !kv_finite ? &fa_kernels_ref : kern;
-                        kq->pv(n, cols, D, sc->dpt, bp, k, ldk, NULL, dq_base + (h - h0) * hstride + i0 * ldq_acc,
-                               ldq_acc);
-                    }
+                    if (gs.has_dq)
+                        (partial && !kv_finite ? &fa_kernels_ref : kern)
+                            ->pv(n, cols, D, sc->dpt, bp, k, ldk, NULL, dq_rows, ldq_acc);
                 }
         }
         /* the key tile's gradients are whole: every query row that sees it has run */
@@ -289,6 +341,8 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
         if (sq > job.sq_max) job.sq_max = sq;
     }
     job.dq_in_place = dq_direct(p, g);
+    /* bf16 pairs where the forward takes them (fa_bf16_dot_active), with dO in bf16 too */
+    job.b16 = p->dtype == FA_DTYPE_BF16 && g->dout.dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
     job.per_thread = scratch_layout(&job, NULL, NULL);
 
     /* tasks: (sequence, kv head); only sequences with both rows and keys have work,
@@ -341,7 +395,7 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     info->br = job.br;
     info->bc = job.bc;
     info->threads = nth;
-    info->path = "f32";
+    info->path = job.b16 ? "bf16-dot" : "f32";
     return FA_OK;
 }
 
