@@ -9,8 +9,9 @@
  *   qk, pv, qk_bf16, pv_bf16  within (DOT_ULPS + sqrt(terms)) x FLT_EPSILON x sum|terms|
  *                           (TOLERANCES); a NaN/inf in K poisons only its column, a NaN
  *                           p or alpha only its row
- *   ds, stx (backward)      the same bound (ds: 2 terms); ds gives exactly 0 where p == 0
- *                           even for dp = +-inf/NaN; a NaN st poisons only its acc row
+ *   ds, stx, stx_bf16       the same bound (ds: 2 terms); ds gives exactly 0 where p == 0
+ *   (backward)              even for dp = +-inf/NaN; a NaN st poisons only its acc row;
+ *                           stx_bf16's rounding of st bitwise (ties, NaN, overflow to inf)
  *   softmax                 m exact; p and alpha within the path's stated exp accuracy;
  *                           l within that plus the worst-case summation bound; bands
  *                           (empty rows too), incoming m = -inf / finite / NaN, NaN and
@@ -94,7 +95,7 @@ typedef struct table_stats {
     double qk, pv, qk16, pv16;         /* max |err| / (FLT_EPSILON * sum|terms|) */
     double p_ulps, alpha_ulps;         /* softmax cases */
     double qks, pvs;                   /* qk_small, pv_small: as qk, pv */
-    double ds, stx;                    /* the backward's: as qk, pv */
+    double ds, stx, stx16;             /* the backward's: as qk, pv (stx16: stx_bf16) */
     double sp_ulps, salpha_ulps;       /* softmax_small cases */
     int64_t small_cases;               /* small-row kernel calls checked */
     double sweep_ulps, sweep_alpha_ulps;
@@ -1067,9 +1068,11 @@ static void test_ds(void) {
  * acc row c NaN and no other. Non-finite x (poison) only with no zero in st: a vector
  * stx may multiply st = 0 by x (the core takes the reference's stx for such tiles), so
  * only then do all tables agree with the oracle, which skips st == 0 as the reference.
+ * bf16: stx_bf16 instead, x bf16 rows, the oracle's st rounded to bf16 (nearest even)
+ * first, the scratch exactly FA_STX_BF16_SCRATCH (guarded).
  */
-static void case_stx(int64_t rows, int64_t cols, int64_t n, int64_t ldx, size_t xoff, int64_t ldst, int64_t ldacc,
-                     int signed_st, int nan_st, int poison) {
+static void case_stx_any(int bf16, int64_t rows, int64_t cols, int64_t n, int64_t ldx, size_t xoff, int64_t ldst,
+                         int64_t ldacc, int signed_st, int nan_st, int poison) {
     const double zero_share = poison || h_rng_uniform(&g_rng) < 0.4 ? 0.0 : 0.3;
     float *st0 = xmalloc((size_t)(cols * ldst) * 4);
     for (int64_t c = 0; c < cols; c++)
@@ -1085,7 +1088,7 @@ static void case_stx(int64_t rows, int64_t cols, int64_t n, int64_t ldx, size_t 
     if (nan_st) st0[h_rng_int(&g_rng, 0, cols - 1) * ldst + h_rng_int(&g_rng, 0, rows - 1)] = NAN;
     ibuf st = ib_dup(st0, (size_t)(cols * ldst) * 4, 1);
     free(st0);
-    smat x = sm_alloc(rows, n, ldx, 4, xoff);
+    smat x = sm_alloc(rows, n, ldx, bf16 ? 2 : 4, xoff);
     sm_fill(&x, &g_rng);
     if (poison) sm_poison(&x, &g_rng);
     float *acc0 = xmalloc((size_t)(cols * ldacc) * 4);
@@ -1096,39 +1099,56 @@ static void case_stx(int64_t rows, int64_t cols, int64_t n, int64_t ldx, size_t 
         for (int64_t e = 0; e < n; e++) {
             double s = acc0[c * ldacc + e], a = fabs(s);
             for (int64_t r = 0; r < rows; r++) {
-                const float w = ((const float *)st.p)[c * ldst + r];
+                float w = ((const float *)st.p)[c * ldst + r];
+                if (bf16) w = h_bf16_to_f32(h_f32_to_bf16(w));
                 if (w == 0.0f) continue;
-                const double term = (double)w * sm_f(&x, r)[e];
+                const double xv = bf16 ? (double)h_bf16_to_f32(sm_u(&x, r)[e]) : (double)sm_f(&x, r)[e];
+                const double term = (double)w * xv;
                 s += term, a += fabs(term);
             }
             want[c * n + e] = s, sum[c * n + e] = a;
         }
     for (int t = 0; t < g_ntab; t++) {
         const fa_kernels *kt = g_tab[t].k;
-        h_case("stx isa=%s rows=%lld cols=%lld n=%lld ldx=%lld x_offset=%zu ldst=%lld ldacc=%lld st=%s nan_st=%d "
+        h_case("%s isa=%s rows=%lld cols=%lld n=%lld ldx=%lld x_offset=%zu ldst=%lld ldacc=%lld st=%s nan_st=%d "
                "nonfinite_x=%d",
-               kt->name, (long long)rows, (long long)cols, (long long)n, (long long)ldx, xoff, (long long)ldst,
+               bf16 ? "stx_bf16" : "stx", kt->name, (long long)rows, (long long)cols, (long long)n, (long long)ldx, xoff, (long long)ldst,
                (long long)ldacc, signed_st ? "signed" : "in [0,1]", nan_st, poison);
         obuf acc = ob_alloc((size_t)(cols * ldacc) * 4);
         memcpy(acc.p, acc0, (size_t)(cols * ldacc) * 4);
-        kt->stx(rows, cols, n, st.p, ldst, sm_f(&x, 0), ldx, obf(&acc), ldacc);
+        obuf scratch = ob_alloc(sizeof(uint16_t) * (size_t)FA_STX_BF16_SCRATCH(rows, cols, n, ldst));
+        if (bf16) kt->stx_bf16(rows, cols, n, st.p, ldst, sm_u(&x, 0), ldx, obf(&acc), ldacc, scratch.p);
+        else kt->stx(rows, cols, n, st.p, ldst, sm_f(&x, 0), ldx, obf(&acc), ldacc);
         dot_check dc = {0, 0, -1, -1, 0, 0, 0, 0};
         for (int64_t c = 0; c < cols; c++)
             for (int64_t e = 0; e < n; e++)
                 dot_one(&dc, obf(&acc)[c * ldacc + e], want[c * n + e], sum[c * n + e], rows + 1, c, e);
-        if (dc.worst > g_tab[t].stx) g_tab[t].stx = dc.worst;
+        double *worst = bf16 ? &g_tab[t].stx16 : &g_tab[t].stx;
+        if (dc.worst > *worst) *worst = dc.worst;
         dot_report(&dc, "c", "e");
         CHECK(ob_guards_ok(&acc), "writes outside acc (rows c >= %lld, or before it)", (long long)cols);
+        CHECK(!bf16 || ob_guards_ok(&scratch), "writes outside the promised scratch");
         CHECK(ib_unchanged(&st) && sm_unchanged(&x), "st or x changed");
-        free(acc.raw);
+        free(acc.raw), free(scratch.raw);
     }
     free(want), free(sum), free(acc0);
     ib_free(&st);
     sm_free(&x);
 }
 
-static void test_stx(void) {
-    const int cases = h_scaled(90);
+static void case_stx(int64_t rows, int64_t cols, int64_t n, int64_t ldx, size_t xoff, int64_t ldst, int64_t ldacc,
+                     int signed_st, int nan_st, int poison) {
+    case_stx_any(0, rows, cols, n, ldx, xoff, ldst, ldacc, signed_st, nan_st, poison);
+}
+
+static void case_stx_bf16(int64_t rows, int64_t cols, int64_t n, int64_t ldx, size_t xoff, int64_t ldst, int64_t ldacc,
+                          int signed_st, int nan_st, int poison) {
+    case_stx_any(1, rows, cols, n, ldx, xoff, ldst, ldacc, signed_st, nan_st, poison);
+}
+
+/* The random shapes of both stx tests: rows 1..300 (odd ones included), cols 1..40 or
+ * the edge sizes up to 600, n 1..300, ld of x any (pick_ld), unaligned starts. */
+static void stx_random_cases(int bf16, int cases) {
     for (int i = 0; i < cases; i++) {
         int64_t rows, cols, n = pick_size(&g_rng, DIM_EDGE, NELEM(DIM_EDGE), 300);
         if (n > 300) n = h_rng_int(&g_rng, 1, 300);
@@ -1142,9 +1162,13 @@ static void test_stx(void) {
         const int64_t ldst = round16(rows) + 16 * h_rng_int(&g_rng, 0, 2);
         const int64_t ldacc = round16(n) + 16 * h_rng_int(&g_rng, 0, 1);
         const int64_t ldx = pick_ld(&g_rng, n);
-        const size_t xoff = (size_t)h_rng_int(&g_rng, 0, 15) * 4;
-        case_stx(rows, cols, n, ldx, xoff, ldst, ldacc, i % 3 == 1, i % 5 == 0 && rows >= 2, i % 7 == 3);
+        const size_t xoff = (size_t)h_rng_int(&g_rng, 0, 15) * (bf16 ? 2 : 4);
+        case_stx_any(bf16, rows, cols, n, ldx, xoff, ldst, ldacc, i % 3 == 1, i % 5 == 0 && rows >= 2, i % 7 == 3);
     }
+}
+
+static void test_stx(void) {
+    stx_random_cases(0, h_scaled(90));
     /* the backward's shapes, rows past one 128-row chunk, and x rows 4 KB or more apart */
     case_stx(128, 128, 128, 128, 0, 128, 128, 0, 0, 0);
     case_stx(128, 128, 64, 1024, 4, 128, 64, 1, 0, 0);
@@ -1153,6 +1177,83 @@ static void test_stx(void) {
     case_stx(1, 600, 1, 0, 0, 16, 16, 0, 0, 0);
     case_stx(40, 1, 300, 300, 12, 48, 304, 1, 0, 0);
     case_stx(3, 13, 17, 5, 60, 16, 32, 1, 1, 0);
+}
+
+/*
+ * stx_bf16's rounding of st, bit for bit: with x the 2 x 2 identity in bf16 and acc 0,
+ * acc[c][e] = bf16(st[c][e]) exactly (the other term is a product with 0), so any
+ * rounding but fa_f32_to_bf16's (nearest even) shows. st's low 16 bits sit at and
+ * around the tie (0x7fff, 0x8000, 0x8001) with either parity of the kept bit, at
+ * every normal exponent (the largest round to inf), plus +-0, +-inf and NaNs (quiet
+ * and signalling: the result must be a NaN). rows = 1 pairs st[c][0] with a padding
+ * row of NaN, which must not leak in. Subnormal st is left out: vdpbf16ps treats
+ * subnormal bf16 inputs as 0, a difference below FLT_MIN per term (the dot bound's
+ * slack).
+ */
+static float rounding_edge(h_rng *r) {
+    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                       0x7f800001u, 0xffbfffffu, 0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu};
+    static const uint32_t low[] = {0x7fffu, 0x8000u, 0x8001u, 0x0000u, 0xffffu, 0x0001u};
+    if (h_rng_int(r, 0, 15) == 0) return bitsf(special[h_rng_int(r, 0, NELEM(special) - 1)]);
+    const uint32_t sign = (uint32_t)h_rng_int(r, 0, 1) << 31, ex = (uint32_t)h_rng_int(r, 1, 254) << 23;
+    const uint32_t hi7 = (uint32_t)h_rng_int(r, 0, 127) << 16;
+    const uint32_t lo = h_rng_int(r, 0, 3) ? low[h_rng_int(r, 0, NELEM(low) - 1)] : (uint32_t)h_rng_int(r, 0, 0xffff);
+    return bitsf(sign | ex | hi7 | lo);
+}
+
+static void case_stx_bf16_rounding(int64_t rows, int64_t cols) {
+    const int64_t ldst = round16(rows), n = 2, ldacc = 16;
+    float *st0 = xmalloc((size_t)(cols * ldst) * 4);
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < ldst; r++) st0[c * ldst + r] = r < rows ? rounding_edge(&g_rng) : NAN;
+    ibuf st = ib_dup(st0, (size_t)(cols * ldst) * 4, 1);
+    free(st0);
+    uint16_t x[4] = {0x3f80u, 0, 0, 0x3f80u}; /* identity; with rows = 1 only its first row */
+    if (rows == 1) x[1] = 0x3f80u;
+    const float *stp = st.p;
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        h_case("stx_bf16 rounding isa=%s rows=%lld cols=%lld", kt->name, (long long)rows, (long long)cols);
+        obuf acc = ob_alloc((size_t)(cols * ldacc) * 4);
+        for (int64_t i = 0; i < cols * ldacc; i++) obf(&acc)[i] = i % ldacc < n ? 0.0f : NAN;
+        obuf scratch = ob_alloc(sizeof(uint16_t) * (size_t)FA_STX_BF16_SCRATCH(rows, cols, n, ldst));
+        kt->stx_bf16(rows, cols, n, stp, ldst, x, 2, obf(&acc), ldacc, scratch.p);
+        int64_t bad = 0, fc = -1, fe = -1;
+        float fgot = 0, fwant = 0;
+        for (int64_t c = 0; c < cols; c++)
+            for (int64_t e = 0; e < n; e++) {
+                double want = 0.0; /* the reference's sum: terms with w == 0 skipped */
+                for (int64_t r = 0; r < rows; r++) {
+                    const float w = h_bf16_to_f32(h_f32_to_bf16(stp[c * ldst + r]));
+                    if (w != 0.0f) want += (double)w * (double)h_bf16_to_f32(x[2 * r + e]);
+                }
+                const float got = obf(&acc)[c * ldacc + e], wf = (float)want;
+                const int ok = isnan(wf) ? isnan(got) : fbits(got) == fbits(wf);
+                if (!ok && bad++ == 0) fc = c, fe = e, fgot = got, fwant = wf;
+            }
+        CHECK(bad == 0, "%lld outputs are not bf16(st) bit for bit (first c=%lld e=%lld st=0x%08x: got 0x%08x want 0x%08x)",
+              (long long)bad, (long long)fc, (long long)fe, fc >= 0 ? fbits(stp[fc * ldst + fe % rows]) : 0u,
+              fbits(fgot), fbits(fwant));
+        CHECK(ob_guards_ok(&acc) && ob_guards_ok(&scratch), "writes outside acc or the promised scratch");
+        CHECK(ib_unchanged(&st), "st changed");
+        free(acc.raw), free(scratch.raw);
+    }
+    ib_free(&st);
+}
+
+static void test_stx_bf16(void) {
+    stx_random_cases(1, h_scaled(90));
+    case_stx_bf16(128, 128, 128, 128, 0, 128, 128, 0, 0, 0);
+    case_stx_bf16(128, 128, 64, 2048, 2, 128, 64, 1, 0, 0);
+    case_stx_bf16(300, 37, 130, 4096 + 3, 6, 304, 144, 1, 1, 0);
+    case_stx_bf16(257, 20, 200, -2048, 0, 272, 208, 0, 0, 1);
+    case_stx_bf16(299, 41, 33, 0, 2, 320, 48, 1, 1, 0);
+    case_stx_bf16(1, 600, 1, 0, 0, 16, 16, 0, 0, 0);
+    case_stx_bf16(40, 1, 300, 300, 12, 48, 304, 1, 0, 0);
+    case_stx_bf16(3, 13, 17, 5, 62, 16, 32, 1, 1, 0);
+    case_stx_bf16(33, 600, 65, 65, 2, 48, 80, 1, 0, 1);
+    case_stx_bf16_rounding(2, 600);
+    case_stx_bf16_rounding(1, 257);
 }
 
 /* ------------------------------------------------------------ small-row kernels */
@@ -1821,7 +1922,7 @@ static const struct {
     {"ref", NULL, "", FA_KERNELS_SMALL_ROWS},
     {"avx2", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
     {"avx512", "avx2", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
-    {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pv_bf16 probe_bf16", FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT},
+    {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pv_bf16 stx_bf16 probe_bf16", FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT},
     {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
 };
 
@@ -2018,6 +2119,7 @@ int main(void) {
     test_pv();
     test_ds();
     test_stx();
+    test_stx_bf16();
     test_small();
     free(g_sweep);
 
@@ -2028,7 +2130,7 @@ int main(void) {
         if (!bf16_inherited(s->k)) printf("  qk_bf16 %.3f  pv_bf16 %.3f", s->qk16, s->pv16);
         else printf("  bf16 pairs: %s's", s->k->parent);
         printf("  softmax p %.3f alpha %.3f ulp (stated %g)\n", s->p_ulps, s->alpha_ulps, stated_exp_ulps(s->k->name));
-        printf("  %-11s ds %.3f  stx %.3f\n", s->k->name, s->ds, s->stx);
+        printf("  %-11s ds %.3f  stx %.3f  stx_bf16 %.3f\n", s->k->name, s->ds, s->stx, s->stx16);
         printf("  %-11s qk_small %.3f  pv_small %.3f  softmax_small p %.3f alpha %.3f ulp  (%lld calls checked)\n",
                    s->k->name, s->qks, s->pvs, s->sp_ulps, s->salpha_ulps, (long long)s->small_cases);
         printf("  %-11s exp sweep: max %.3f ulp (at x = %.9g), alpha %.3f ulp, over %lld points of [-87.3, 0]; "

@@ -42,6 +42,9 @@ void fa_avx512bf16_qk_64x6(int64_t rows, int64_t cols, int64_t d, const uint16_t
                            const uint16_t *k, int64_t ldk, float scale, float *st, int64_t ldst);
 void fa_avx512bf16_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const uint16_t *v,
                            int64_t ldv, const float *alpha, float *acc, int64_t ldacc, void *scratch);
+/* the backward's stx on bf16 x: register block 6 acc rows c x 64 columns e, as the fp32 stx */
+void fa_avx512bf16_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,
+                            int64_t ldx, float *acc, int64_t ldacc, void *scratch);
 double fa_avx512bf16_probe(int64_t iters);
 
 #endif

@@ -12,10 +12,13 @@
  *            broadcast as one dword. No K repacking at all.
  *   pv_bf16  reduces over c: P is rounded to bf16 and paired (c, c+1) per row,
  *            and V is repacked as (c, c+1) pairs per column e, both in scratch.
+ *   stx_bf16 (backward) reduces over r: st's rows already run along r, so
+ *            rounding them to bf16 pairs them (r, r+1) in place; x is repacked
+ *            as (r, r+1) pairs per column e, as V for pv_bf16, in scratch.
  * Register blocks, tails and the one-instantiation-per-function rule are those
- * of the fp32 kernels (qk 64 rows x 6 columns, pv 6 rows x 64 e, 24
- * accumulators; 5-wide blocks cover the remainders). Odd d and odd cols pair
- * the last element with 0.
+ * of the fp32 kernels (qk 64 rows x 6 columns, pv and stx 6 rows x 64 e, 24
+ * accumulators; 5-wide blocks cover the remainders). Odd d, odd cols (pv) and
+ * odd rows (stx) pair the last element with 0.
  */
 #include "avx512_internal.h"
 
@@ -35,6 +38,34 @@ static inline int32_t load_pair(const uint16_t *p)
     int32_t v;
     memcpy(&v, p, sizeof v);
     return v;
+}
+
+/* ------------------------------------------------------------ row pairs */
+
+/*
+ * dst[p][e] = the dword (src[2p][e], src[2p+1][e]) for p < ceil(nrows / 2), e < ld32
+ * (a multiple of 16): word 2e of a dword row from row 2p, word 2e+1 from row 2p+1,
+ * zero past len and for the missing partner of an odd nrows (from the masked loads).
+ * The pair layout of both pv_bf16's V and stx_bf16's x, whose reduction runs along rows.
+ */
+static void pack_row_pairs(int64_t nrows, int64_t len, const uint16_t *src, int64_t ld, uint32_t *dst, int64_t ld32)
+{
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                            37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    const int64_t np = (nrows + 1) / 2;
+    for (int64_t p = 0; p < np; p++) {
+        const int has1 = 2 * p + 1 < nrows;
+        const uint16_t *s0 = src + 2 * p * ld, *s1 = has1 ? s0 + ld : s0;
+        uint32_t *d = dst + p * ld32;
+        for (int64_t e = 0; e < ld32; e += 32) {
+            const __mmask32 ke = head_mask32(len - e);
+            const __m512i a = _mm512_maskz_loadu_epi16(ke, s0 + e);
+            const __m512i b = has1 ? _mm512_maskz_loadu_epi16(ke, s1 + e) : _mm512_setzero_si512();
+            _mm512_store_si512(d + e, _mm512_permutex2var_epi16(a, lo_idx, b));
+            if (e + 16 < ld32) _mm512_store_si512(d + e + 16, _mm512_permutex2var_epi16(a, hi_idx, b));
+        }
+    }
 }
 
 /* ------------------------------------------------------------- pack_qt_bf16 */
@@ -265,23 +296,8 @@ void fa_avx512bf16_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *
     const int64_t np = (cols + 1) / 2, ldvp = (dv + 15) / 16 * 16, ldp = (rows + 15) / 16 * 16;
     uint32_t *vp = scratch, *pp = vp + np * ldvp;
 
-    /* 1. V pairs: word 2e of a dword row from V row 2p, word 2e+1 from row 2p+1
-     * (zero past cols and past dv, from the masked loads) */
-    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
-                                            37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
-    for (int64_t p = 0; p < np; p++) {
-        const int has1 = 2 * p + 1 < cols;
-        const uint16_t *v0 = v + 2 * p * ldv, *v1 = has1 ? v0 + ldv : v0;
-        uint32_t *dst = vp + p * ldvp;
-        for (int64_t e = 0; e < ldvp; e += 32) {
-            const __mmask32 ke = head_mask32(dv - e);
-            const __m512i a = _mm512_maskz_loadu_epi16(ke, v0 + e);
-            const __m512i b = has1 ? _mm512_maskz_loadu_epi16(ke, v1 + e) : _mm512_setzero_si512();
-            _mm512_store_si512(dst + e, _mm512_permutex2var_epi16(a, lo_idx, b));
-            if (e + 16 < ldvp) _mm512_store_si512(dst + e + 16, _mm512_permutex2var_epi16(a, hi_idx, b));
-        }
-    }
+    /* 1. V pairs (zero past cols and past dv) */
+    pack_row_pairs(cols, dv, v, ldv, vp, ldvp);
 
     /* 2. P pairs, rounded to nearest-even bf16 (st's padding rows are converted
      * too, harmlessly: they are never multiplied into a real row) */
@@ -309,6 +325,155 @@ void fa_avx512bf16_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *
             const int64_t ne = MIN64(16 * PVB_NV, dv - e0), nv = (ne + 15) / 16;
             const __mmask16 tail = fa_avx512_head_mask(ne - 16 * (nv - 1));
             const pvb_args a = {tail, rows, n, pp + p0 * ldp, ldp, vp + p0 * ldvp + e0, ldvp, al, acc + e0, ldacc};
+            (tail == 0xFFFF ? whole : part)[nv](&a);
+        }
+    }
+}
+
+/* ----------------------------------------------------------------- stx_bf16 */
+
+enum { STB_NC = 6, STB_NV = 4, STB_PCHUNK = 128 /* pairs: a 64-e slice of the x pairs is 32 KB */ };
+
+/* Dwords whose high word is fa_f32_to_bf16 of each lane (half.h), bit for bit: round
+ * to nearest even by integer addition, a NaN quieted instead. Not vcvtne2ps2bf16,
+ * which would flush subnormal inputs to zero, where the reference rounds them. */
+static inline __m512i round_bf16_hi(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rn = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_or_epi32(rn, nan, u, _mm512_set1_epi32(0x00400000));
+}
+
+/*
+ * acc[j][16i..] += sum_p dot(sp[j][p], xp[p][16i..]) for j < valid <= nc, i < nv:
+ * pv_bf16's tile with the roles of the two pair operands' strides swapped (a row j of
+ * st pairs is contiguous along p here). A padded tile repeats its last real row of st
+ * and never stores it; xp is zero-padded to whole vectors, so only acc's last vector
+ * may need the mask.
+ */
+FA_AVX512_INLINE void stb_tile(const int nc, const int nv, const int masked, __mmask16 tail, int64_t valid,
+                               int64_t np, const uint32_t *sp, int64_t ldsp, const uint32_t *xp, int64_t ldxp,
+                               float *acc, int64_t ldacc)
+{
+    __m512 a[STB_NC][STB_NV];
+    const uint32_t *sr[STB_NC];
+    FA_AVX512_UNROLL
+    for (int j = 0; j < nc; j++) {
+        sr[j] = sp + MIN64(j, valid - 1) * ldsp;
+        const float *aj = acc + j * ldacc;
+        FA_AVX512_UNROLL
+        for (int i = 0; i < nv; i++) {
+            if (j >= valid) a[j][i] = _mm512_setzero_ps();
+            else if (masked && i == nv - 1) a[j][i] = _mm512_maskz_loadu_ps(tail, aj + 16 * i);
+            else a[j][i] = _mm512_loadu_ps(aj + 16 * i);
+        }
+    }
+    for (int64_t p = 0; p < np; p++) {
+        const uint32_t *xr = xp + p * ldxp;
+        __m512i xv[STB_NV];
+        FA_AVX512_UNROLL
+        for (int i = 0; i < nv; i++) xv[i] = _mm512_load_si512(xr + 16 * i);
+        FA_AVX512_UNROLL
+        for (int j = 0; j < nc; j++) {
+            const __m512i sb = _mm512_set1_epi32((int32_t)sr[j][p]);
+            FA_AVX512_UNROLL
+            for (int i = 0; i < nv; i++) a[j][i] = _mm512_dpbf16_ps(a[j][i], (__m512bh)sb, (__m512bh)xv[i]);
+        }
+    }
+    FA_AVX512_UNROLL
+    for (int j = 0; j < nc; j++) {
+        if (j >= valid) break;
+        float *aj = acc + j * ldacc;
+        FA_AVX512_UNROLL
+        for (int i = 0; i < nv; i++) {
+            if (masked && i == nv - 1) _mm512_mask_storeu_ps(aj + 16 * i, tail, a[j][i]);
+            else _mm512_storeu_ps(aj + 16 * i, a[j][i]);
+        }
+    }
+}
+
+typedef struct {
+    __mmask16 tail;
+    int64_t cols, np;
+    const uint32_t *sp;
+    int64_t ldsp;
+    const uint32_t *xp;
+    int64_t ldxp;
+    float *acc;
+    int64_t ldacc;
+} stb_args;
+
+/* Every column c against one 16*nv-wide slice of the x pairs: 6-column tiles, then 5-column ones. */
+FA_AVX512_INLINE void stb_panel(const int nv, const int masked, const stb_args *a)
+{
+    const int64_t c6 = fa_avx512_split65(a->cols);
+    for (int64_t c = 0; c < c6; c += STB_NC)
+        stb_tile(STB_NC, nv, masked, a->tail, MIN64(STB_NC, c6 - c), a->np, a->sp + c * a->ldsp, a->ldsp, a->xp,
+                 a->ldxp, a->acc + c * a->ldacc, a->ldacc);
+    for (int64_t c = c6; c < a->cols; c += STB_NC - 1)
+        stb_tile(STB_NC - 1, nv, masked, a->tail, STB_NC - 1, a->np, a->sp + c * a->ldsp, a->ldsp, a->xp, a->ldxp,
+                 a->acc + c * a->ldacc, a->ldacc);
+}
+
+/* One function per block width (see the top of avx512_kernels.c). */
+static void stb_panel4(const stb_args *a) { stb_panel(4, 0, a); }
+static void stb_panel3(const stb_args *a) { stb_panel(3, 0, a); }
+static void stb_panel2(const stb_args *a) { stb_panel(2, 0, a); }
+static void stb_panel1(const stb_args *a) { stb_panel(1, 0, a); }
+static void stb_panel4m(const stb_args *a) { stb_panel(4, 1, a); }
+static void stb_panel3m(const stb_args *a) { stb_panel(3, 1, a); }
+static void stb_panel2m(const stb_args *a) { stb_panel(2, 1, a); }
+static void stb_panel1m(const stb_args *a) { stb_panel(1, 1, a); }
+
+/*
+ * Scratch layout (dwords), np = ceil(rows / 2):
+ *   xp  [np][round16(n)]    x pairs (x[2p][e], x[2p+1][e]), e padded with zeros to
+ *                           whole vectors, an odd rows' last partner a zero row
+ *   sp  [cols][round8(np)]  st rounded to bf16: its rows' own memory order already
+ *                           pairs (st[c][2p], st[c][2p+1]); rows <= r padded with 0
+ * xp's rows are whole zmm, so sp starts 64-byte aligned too. In uint16:
+ * 2*np*round16(n) <= (rows+1)*(n+15), and 2*round8(np) <= round16(rows) <= ldst, so
+ * the total stays within FA_STX_BF16_SCRATCH(rows, cols, n, ldst).
+ */
+void fa_avx512bf16_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,
+                            int64_t ldx, float *acc, int64_t ldacc, void *scratch)
+{
+    const int64_t np = (rows + 1) / 2, ldxp = (n + 15) / 16 * 16, ldsp = (np + 7) / 8 * 8;
+    uint32_t *xp = scratch, *sp = xp + np * ldxp;
+
+    /* 1. x pairs */
+    pack_row_pairs(rows, n, x, ldx, xp, ldxp);
+
+    /* 2. st in bf16, 32 rows (16 pairs) per step: the high words of two rounded
+     * vectors. Rows past `rows` load as 0 (st's padding rows may hold anything: a
+     * NaN there times the zero partner row of x would still be NaN). */
+    const __m512i hi_words = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
+                                              27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    for (int64_t c = 0; c < cols; c++) {
+        const float *s = st + c * ldst;
+        uint16_t *d = (uint16_t *)(void *)(sp + c * ldsp);
+        for (int64_t r = 0; r < 2 * ldsp; r += 32) {
+            const __m512 v0 = _mm512_maskz_load_ps(fa_avx512_head_mask(rows - r), s + r);
+            const __m512 v1 =
+                r + 16 < rows ? _mm512_maskz_load_ps(fa_avx512_head_mask(rows - r - 16), s + r + 16) : _mm512_setzero_ps();
+            const __m512i w = _mm512_permutex2var_epi16(round_bf16_hi(v0), hi_words, round_bf16_hi(v1));
+            _mm512_mask_storeu_epi16(d + r, head_mask32(2 * ldsp - r), w);
+        }
+    }
+
+    /* 3. acc += st x, 128 pairs at a time, per 64-wide slice of e */
+    static void (*const whole[STB_NV + 1])(const stb_args *) = {NULL, stb_panel1, stb_panel2, stb_panel3, stb_panel4};
+    static void (*const part[STB_NV + 1])(const stb_args *) = {NULL, stb_panel1m, stb_panel2m, stb_panel3m,
+                                                               stb_panel4m};
+    for (int64_t p0 = 0; p0 < np; p0 += STB_PCHUNK) {
+        const int64_t npc = MIN64(STB_PCHUNK, np - p0);
+        for (int64_t e0 = 0; e0 < n; e0 += 16 * STB_NV) {
+            const int64_t ne = MIN64(16 * STB_NV, n - e0), nv = (ne + 15) / 16;
+            const __mmask16 tail = fa_avx512_head_mask(ne - 16 * (nv - 1));
+            const stb_args a = {tail, cols, npc, sp + p0, ldsp, xp + p0 * ldxp + e0, ldxp, acc + e0, ldacc};
             (tail == 0xFFFF ? whole : part)[nv](&a);
         }
     }
