@@ -2,8 +2,8 @@
  * flashattn.h: the one public header of libflashattn.
  *
  * Exact attention (FlashAttention-style tiling with the online softmax) on CPUs.
- * The math every call computes is fixed by SEMANTICS.md; this header fixes the
- * C interface to it.
+ * The math every call computes is fixed by docs/semantics.md; this header fixes
+ * the C interface to it.
  *
  * Stability: everything here is stable within a major version. Structs that a
  * caller fills (fa_forward_args) begin with `struct_size` and only ever grow at
@@ -16,8 +16,23 @@
  * only output is the opt-in FLASHATTN_VERBOSE trace). A call that fails leaves
  * its outputs untouched; fa_context_error() says in words what was wrong.
  *
- * Threads: a context is used by one caller thread at a time. Different
- * contexts are independent.
+ * Threads: a context is used by one caller thread at a time. A call that finds
+ * its context in use by another thread (fa_forward, fa_merge_states,
+ * fa_context_set, fa_probe) returns FA_ERR_BUSY and touches nothing, not even
+ * the context's error message. Different contexts are fully independent.
+ *
+ * Sizes: every product and sum of the sizes, strides, offsets and windows a
+ * caller gives is checked before use. The element count of each tensor and the
+ * work B*Hq*Sq*Sk*(D+Dv) must fit in int64 (else FA_ERR_OVERFLOW); a window
+ * wider than any position difference means "unbounded".
+ *
+ * Empty shapes are legal, as PyTorch and FlashAttention accept them: B = 0,
+ * Sq = 0 or Hq = 0 (with any Hk >= 0) is a successful no-op; Sk = 0 gives every
+ * row o = 0 and lse = -inf; Dv = 0 gives an empty o and still the lse. D = 0 is
+ * refused (FA_ERR_INVALID_DIM): there are no scores to speak of, and the
+ * default scale 1/sqrt(D) has no value. Hk = 0 with Hq > 0 is refused too.
+ *
+ * The contract for what every call computes is docs/semantics.md.
  */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -55,7 +70,7 @@ typedef enum fa_status {
     FA_ERR_NULL_CONTEXT = 1,      /* the context argument is NULL */
     FA_ERR_NULL_POINTER = 2,      /* a required pointer (args, q, k, v, o data) is NULL */
     FA_ERR_STRUCT_SIZE = 3,       /* struct_size misses required fields, or a newer caller set fields this library lacks */
-    FA_ERR_INVALID_DIM = 4,       /* a dimension is zero or negative */
+    FA_ERR_INVALID_DIM = 4,       /* a dimension is negative, or zero where it has no meaning (see "Empty shapes") */
     FA_ERR_SHAPE_MISMATCH = 5,    /* tensors disagree on B, S, H or D */
     FA_ERR_HEAD_RATIO = 6,        /* Hq is not a multiple of Hk */
     FA_ERR_DTYPE = 7,             /* mixed or unsupported dtypes */
@@ -66,8 +81,9 @@ typedef enum fa_status {
     FA_ERR_OUT_OF_MEMORY = 12,    /* a workspace could not be allocated */
     FA_ERR_THREADS = 13,          /* worker threads could not be started */
     FA_ERR_ISA_UNAVAILABLE = 14,  /* FLASHATTN_ARCH names a path this CPU or build lacks */
-    FA_ERR_OUT_OF_RANGE = 15      /* an index or length points outside its tensor: KV cache overflow, a bad
+    FA_ERR_OUT_OF_RANGE = 15,     /* an index or length points outside its tensor: KV cache overflow, a bad
                                      page id or batch_idx, cu_seqlens not non-decreasing within the packed length */
+    FA_ERR_BUSY = 16              /* the context is in use by another thread; nothing was touched */
 } fa_status;
 
 /* A fixed description of a status code; never NULL. */
@@ -198,9 +214,15 @@ typedef enum fa_causal {
  *   B = batch, Sq/Sk = query/key length, Hq/Hk = query/kv heads, D = q/k head dim,
  *   Dv = v/o head dim. Query head h reads kv head h / (Hq/Hk): MHA, GQA, MQA.
  *
- * Adding a form (backward, dropout, ...) appends fields after the last one below, each of which defaults to "off" when zero, and
- * bumps nothing else; the library tells old callers apart by struct_size. Backward
- * is its own call with its own struct that holds one of these.
+ * Adding a form (dropout, ...) appends fields after the last one below, each of
+ * which defaults to "off" when zero, and bumps nothing else; the library tells old
+ * callers apart by struct_size.
+ *
+ * The backward pass (planned) is its own call, fa_backward(ctx, const
+ * fa_backward_args *), whose struct begins with struct_size and refers to the
+ * forward's arguments BY POINTER (`const fa_forward_args *fwd`: the same q, k, v,
+ * o, lse, masks and options the forward was called with), so that both structs
+ * keep growing independently.
  */
 typedef struct fa_forward_args {
     size_t struct_size;   /* sizeof(fa_forward_args) as the caller compiled it */
@@ -240,13 +262,29 @@ typedef struct fa_forward_args {
      * sequence b attends to seqlens[b] + S_new keys (causal: bottom-right over them).
      * The cache is not modified when the call fails. bias and mask are not accepted. */
     const struct fa_kv_cache *kv_cache;
+
+    /* ---- positions, for a shard of a longer sequence (ring attention, chunked
+     * prefill): query row i sits at position q_start + i, key j at k_start + j, each
+     * in [0, 2^60]. The diagonal every band-shaped rule measures from is
+     *   diag(i) = i + q_start - k_start  (+ Sk - Sq when aligned bottom-right),
+     * so causal bottom-right keeps j <= diag(i), top-left keeps j <= i + q_start - k_start,
+     * windows keep diag(i) - left <= j <= diag(i) + right and ALiBi adds
+     * -slope * |diag(i) - j|. For equal-length shards of one self-attention sequence,
+     * pass the shards' global starts; the general rule for any shard is in
+     * docs/semantics.md, section 4. q_start + Sq and k_start + Sk stay within 2^60
+     * (else FA_ERR_OVERFLOW). Per sequence for varlen and cached calls. */
+    int64_t q_start;
+    int64_t k_start;
 } fa_forward_args;
 
 #define FA_FORWARD_ARGS_INIT                                                          \
     {                                                                                 \
         sizeof(fa_forward_args), {0}, {0}, {0}, {0}, {0}, 0.0f, 0.0f, FA_CAUSAL_NONE, \
-            FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, {0}, {0}, 0, 0, 0, 0      \
+            FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, {0}, {0}, 0, 0, 0, 0, 0, 0 \
     }
+
+/* The largest position q_start + Sq or k_start + Sk may reach. */
+#define FA_POSITION_MAX ((int64_t)1 << 60)
 
 /*
  * A KV cache (FlashAttention's flash_attn_with_kvcache, vLLM's paged cache).
@@ -270,9 +308,11 @@ typedef struct fa_forward_args {
  *   appended rows landing in the same cache slot, and batch_idx with a block table;
  *   FA_ERR_NULL_POINTER for a missing seqlens or int8 scales; FA_ERR_SHAPE_MISMATCH
  *   for a batch larger than the cache without batch_idx, or shapes that disagree;
- *   FA_ERR_UNSUPPORTED for bias or mask.
+ *   FA_ERR_UNSUPPORTED for bias or mask; FA_ERR_STRUCT_SIZE for a struct_size that
+ *   is not one this library knows (initialise with FA_KV_CACHE_INIT).
  */
 typedef struct fa_kv_cache {
+    size_t struct_size;          /* sizeof(fa_kv_cache) as the caller compiled it */
     fa_tensor k, v;
     fa_tensor k_scale, v_scale;  /* FA_DTYPE_I8 caches only */
     const int32_t *seqlens;      /* [B] valid rows per sequence before the append; required */
@@ -281,11 +321,14 @@ typedef struct fa_kv_cache {
     int64_t max_pages;           /* entries per block_table row */
 } fa_kv_cache;
 
+#define FA_KV_CACHE_INIT {sizeof(fa_kv_cache), {0}, {0}, {0}, {0}, 0, 0, 0, 0}
+FA_API void fa_kv_cache_init(fa_kv_cache *cache);
+
 /* The same defaults as FA_FORWARD_ARGS_INIT, for languages without the macro. */
 FA_API void fa_forward_args_init(fa_forward_args *args);
 
 /*
- * o = softmax(mask(scale * q k^T + ...)) v, per SEMANTICS.md, with the context's
+ * o = softmax(mask(scale * q k^T + ...)) v, per docs/semantics.md, with the context's
  * algorithm and threads. On failure nothing is written to o or lse.
  * o must not overlap q, k, v, bias or mask.
  */
@@ -308,11 +351,13 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_forward_args *args);
  */
 
 /*
- * Merges n >= 1 partial results over disjoint key sets (SEMANTICS.md, "Merging
- * partial states"): lse = log(sum_i exp(lse_i)), o = sum_i exp(lse_i - lse) o_i.
+ * Merges n >= 1 partial results over disjoint key sets (docs/semantics.md, section 8,
+ * merging partial states): lse = log(sum_i exp(lse_i)), o = sum_i exp(lse_i - lse) o_i.
  * Sides with lse = -inf contribute nothing; if every side is -inf, o = 0 and
  * lse = -inf. o_parts[i] are (B, S, H, Dv) of any float dtype, lse_parts[i]
  * (B, H, S, 1) f32; o is (B, S, H, Dv) of any float dtype, lse optional (data NULL).
+ * A zero B, S or H is a successful no-op; Dv = 0 merges the lse alone. Runs on the
+ * context's threads.
  * o and lse may be the very tensors of one part (same data and strides); other
  * overlaps are undefined.
  */

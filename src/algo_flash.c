@@ -20,10 +20,13 @@
  *    whose partial (o, lse) are merged afterwards (split-KV; see plan_splits).
  * A task's arithmetic does not depend on which thread runs it, and the split
  * plan depends only on shapes, so results are bitwise identical for any thread
- * count.
+ * count. The plan is tasks.c's, K/V rows are reached through kv.h; this file
+ * holds the forward loops alone.
  */
 #include "internal.h"
 #include "convert.h"
+#include "kv.h"
+#include "tasks.h"
 #include "threadpool.h"
 
 #include <math.h>
@@ -31,16 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-/* One task. */
-typedef struct {
-    int32_t b, qb;       /* sequence, q block */
-    int32_t h0, ng;      /* first query head, heads stacked */
-    int32_t nkv;         /* stacks in the task (small-row path): heads h0 .. h0 + nkv*ng - 1 */
-    int32_t split, nsplit;
-    int64_t slot;        /* first partial-result slot of this (b, qb, h0) when nsplit > 1 */
-    int64_t cost;        /* kept (i, j) pairs */
-} flash_item;
 
 typedef struct {
     const fa_problem *p;
@@ -51,7 +44,7 @@ typedef struct {
     int64_t lds;        /* small-row score tiles: round_up(bc, FA_ROW_ALIGN) */
     int small;          /* the kernels have the small-row path and tiles fit it */
     int64_t stacks_max; /* small-row path: head stacks one task may hold */
-    flash_item *items;  /* tasks, most expensive first */
+    fa_task *items;     /* tasks, most expensive first */
     int64_t n_items;
     int64_t *merges;    /* indices into items of split 0 of every split unit */
     int64_t n_merges;
@@ -78,10 +71,10 @@ typedef struct {
     uint16_t *q16, *qt2, *k16, *v16, *pv_scratch;
 } flash_scratch;
 
-static int64_t round16(int64_t x) { return (x + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN; }
+static int64_t round16(int64_t x) { return fa_round_up(x, FA_ROW_ALIGN); }
 
-/* Lays the scratch out from base, each slice on its own cache lines, and returns
- * its size in bytes; with base == NULL only the size. */
+/* The per-thread scratch as one table (fa_ws_layout): its size with base == NULL,
+ * its slices from base otherwise; -1 when a size overflows (D, Dv are user sizes). */
 static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *base)
 {
     const int64_t D = job->p->D, Dv = job->p->Dv, br = job->plan.br, bc = job->plan.bc, bp = job->plan.br_pad;
@@ -90,16 +83,18 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
     /* the small-row path keeps the state of up to stacks_max stacks of <= FA_SMALL_ROWS rows */
     const int64_t sm = job->stacks_max, state = bp > sm * FA_ROW_ALIGN ? bp : sm * FA_ROW_ALIGN;
     const int64_t acc_rows = br > sm * FA_SMALL_ROWS ? br : sm * FA_SMALL_ROWS;
-    const int64_t qt_floats = D * bp > sm * FA_SMALL_ROWS * D ? D * bp : sm * FA_SMALL_ROWS * D;
+    const int64_t qt_rows = bp > sm * FA_SMALL_ROWS ? bp : sm * FA_SMALL_ROWS;
     flash_scratch unused;
     if (!sc) sc = &unused;
-    struct { void **slot; int64_t bytes; } parts[] = {
-        {(void **)&sc->q, br * D * 4},
-        {(void **)&sc->qt, qt_floats * 4},
-        {(void **)&sc->k, bc * D * 4},
-        {(void **)&sc->v, bc * Dv * 4},
+    /* br, bc, bp and sm are bounded by the plan (<= 2^16); D, Dv are not, so every
+     * product with them is checked */
+    const fa_ws_part parts[] = {
+        {(void **)&sc->q, fa_bytes3(br, D, 4)},
+        {(void **)&sc->qt, fa_bytes3(qt_rows, D, 4)},
+        {(void **)&sc->k, fa_bytes3(bc, D, 4)},
+        {(void **)&sc->v, fa_bytes3(bc, Dv, 4)},
         {(void **)&sc->st, st_floats * 4},
-        {(void **)&sc->acc, acc_rows * job->ldacc * 4},
+        {(void **)&sc->acc, fa_bytes3(acc_rows, job->ldacc, 4)},
         {(void **)&sc->m, state * 4},
         {(void **)&sc->l, state * 4},
         {(void **)&sc->alpha, state * 4},
@@ -109,123 +104,13 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->vp, bc * (int64_t)sizeof(void *)},
         {(void **)&sc->ks, bc * 4},
         {(void **)&sc->vs, bc * 4},
-        {(void **)&sc->q16, b16 ? br * D * 2 : 0},
-        {(void **)&sc->qt2, b16 ? (D + 1) / 2 * 2 * bp * 2 : 0},
-        {(void **)&sc->k16, b16 ? bc * D * 2 : 0},
-        {(void **)&sc->v16, b16 ? bc * Dv * 2 : 0},
-        {(void **)&sc->pv_scratch, b16 ? ((bc + 1) * (Dv + 32) + (bc + 1) * bp) * 2 : 0},
+        {(void **)&sc->q16, b16 ? fa_bytes3(br, D, 2) : 0},
+        {(void **)&sc->qt2, b16 ? fa_bytes3((D + 1) / 2 * 2, bp, 2) : 0},
+        {(void **)&sc->k16, b16 ? fa_bytes3(bc, D, 2) : 0},
+        {(void **)&sc->v16, b16 ? fa_bytes3(bc, Dv, 2) : 0},
+        {(void **)&sc->pv_scratch, b16 ? fa_bytes3(bc + 1, Dv + 32 + bp, 2) : 0},
     };
-    int64_t off = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        *parts[i].slot = base && parts[i].bytes ? base + off : NULL;
-        off += (parts[i].bytes + FA_CACHE_LINE - 1) / FA_CACHE_LINE * FA_CACHE_LINE;
-    }
-    return off;
-}
-
-static int kv_type(fa_dtype d)
-{
-    return d == FA_DTYPE_F16 ? FA_KV_F16 : d == FA_DTYPE_BF16 ? FA_KV_BF16 : d == FA_DTYPE_I8 ? FA_KV_I8 : FA_KV_F32;
-}
-
-/* One K/V row of n elements (inner stride sd) as f32: the ISA's converters where
- * they apply, the portable ones otherwise. */
-static void row_to_f32(const fa_kernels *kern, const void *row, fa_dtype dt, int64_t sd, float scale, int64_t n,
-                       float *out)
-{
-    if (sd == 1 && dt == FA_DTYPE_F16)
-        kern->f16_to_f32(row, out, n);
-    else if (sd == 1 && dt == FA_DTYPE_BF16)
-        kern->bf16_to_f32(row, out, n);
-    else
-        fa_row_to_f32(row, dt, sd, scale, n, out);
-}
-
-/* K (which 0) or V (1) rows j0 .. j0+cols-1 of kv head hk as f32 for the wide kernels:
- * zero-copy where the rows are f32 and evenly spaced, else converted into scratch. */
-static const float *kv_tile_f32(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
-                                int64_t hk, int64_t dim, float *scratch, int64_t *ld)
-{
-    const fa_tensor *t = which ? &s->v : &s->k;
-    if (!s->quant && !s->pages) return fa_rows_f32(t, kern, 0, j0, cols, hk, dim, scratch, ld);
-    if (!s->quant && j0 / s->page_size == (j0 + cols - 1) / s->page_size) /* one page: its axis 0 is the page */
-        return fa_rows_f32(t, kern, s->pages[j0 / s->page_size], j0 % s->page_size, cols, hk, dim, scratch, ld);
-    *ld = dim;
-    for (int64_t c = 0; c < cols; c++) {
-        float scale;
-        const void *row = fa_kv_row(s, which, j0 + c, hk, &scale);
-        row_to_f32(kern, row, t->dtype, t->stride[3], scale, dim, scratch + c * dim);
-    }
-    return scratch;
-}
-
-/* Pointers to K (which 0) or V (1) rows j0 .. j0+cols-1 of kv head hk, and their
- * int8 scales: evenly spaced unless paged. */
-static void kv_row_ptrs(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
-                        float *scale)
-{
-    if (s->pages) {
-        for (int64_t c = 0; c < cols; c++) ptr[c] = fa_kv_row(s, which, j0 + c, hk, &scale[c]);
-        return;
-    }
-    const fa_tensor *t = which ? &s->v : &s->k;
-    const char *row = fa_kv_row(s, which, j0, hk, NULL);
-    const int64_t step = t->stride[1] * (int64_t)fa_dtype_size(t->dtype);
-    for (int64_t c = 0; c < cols; c++) ptr[c] = row + c * step;
-    if (s->quant) {
-        const fa_tensor *st = which ? &s->v_scale : &s->k_scale;
-        const float *sc = (const float *)st->data + j0 * st->stride[1] + hk * st->stride[2];
-        for (int64_t c = 0; c < cols; c++) scale[c] = sc[c * st->stride[1]];
-    }
-}
-
-/* Rows with a non-unit inner stride copied, element for element in their own
- * dtype, into dst (which has room for cols * dim floats); ptr is repointed. */
-static void gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, int64_t dim, float *dst)
-{
-    const int64_t es = (int64_t)fa_dtype_size(t->dtype), sd = t->stride[3];
-    for (int64_t c = 0; c < cols; c++) {
-        const char *src = ptr[c];
-        char *out = (char *)dst + c * dim * es;
-        for (int64_t e = 0; e < dim; e++) memcpy(out + e * es, src + e * sd * es, (size_t)es);
-        ptr[c] = out;
-    }
-}
-
-/* 1 when none of the rows (or their int8 scales) holds inf or NaN. */
-static int kv_rows_finite(const void *const *rows, int kv, const float *scales, int64_t cols, int64_t dim)
-{
-    uint32_t bad = 0;
-    for (int64_t c = 0; c < cols; c++) {
-        if (kv == FA_KV_I8) {
-            bad |= !isfinite(scales[c]);
-        } else if (kv == FA_KV_F32) {
-            bad |= !fa_rows_finite(rows[c], 0, 1, dim);
-        } else {
-            bad |= !fa_rows_finite16(rows[c], 0, 1, dim, kv == FA_KV_F16 ? 0x7c00u : 0x7f80u);
-        }
-    }
-    return !bad;
-}
-
-/* Keys [*ca, *cb) of chunk `split` of `nsplit` over sk keys. */
-static void chunk_range(int64_t sk, int64_t split, int64_t nsplit, int64_t *ca, int64_t *cb)
-{
-    *ca = sk * split / nsplit;
-    *cb = sk * (split + 1) / nsplit;
-}
-
-/* The keys [*lo, *hi] a block of rows i0 .. i0+n-1 keeps within the task's chunk:
- * the band ends are monotone in i, so tiles outside the first row's lo and the
- * last row's hi are never touched. */
-static void task_columns(const fa_problem *s, const flash_item *it, int64_t i0, int64_t n, int64_t *lo, int64_t *hi)
-{
-    int64_t unused, ca, cb;
-    fa_row_band(s, i0, lo, &unused);
-    fa_row_band(s, i0 + n - 1, &unused, hi);
-    chunk_range(s->Sk, it->split, it->nsplit, &ca, &cb);
-    if (*lo < ca) *lo = ca;
-    if (*hi > cb - 1) *hi = cb - 1;
+    return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
 }
 
 /* The band of a tile for the softmax kernel, for ng stacked heads of n rows each
@@ -250,7 +135,7 @@ static int stacked_band(const fa_problem *s, int elementwise, int64_t i0, int64_
 /* Normalises one stack's rows (ng heads from h0, n rows each, from i0); a row that
  * kept nothing is 0 with lse = -inf. A key chunk's result goes to its slot for the
  * merge, a whole row straight to o. slot_row0: the stack's first row in the slot. */
-static void finish_rows(const flash_job *job, const fa_problem *s, const flash_item *it, int64_t h0, int64_t i0,
+static void finish_rows(const flash_job *job, const fa_problem *s, const fa_task *it, int64_t h0, int64_t i0,
                         int64_t n, int64_t ng, const float *m, const float *l, float *acc, int64_t slot_row0)
 {
     const int64_t Dv = s->Dv, ldacc = job->ldacc, rows = n * ng;
@@ -284,7 +169,7 @@ static void finish_rows(const flash_job *job, const fa_problem *s, const flash_i
  * a tile of all heads is one contiguous stretch of memory, which main memory
  * streams far better than one head's rows a whole row of heads apart.
  */
-static void flash_task_small(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const flash_item *it)
+static void flash_task_small(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
@@ -293,7 +178,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
     const int64_t n = s->Sq - i0 < job->plan.br ? s->Sq - i0 : job->plan.br;
     const int64_t ng = it->ng, rows = n * ng, nkv = it->nkv;
     const int elementwise = fa_problem_has_elementwise(s);
-    const int kvt = kv_type(s->k.dtype);
+    const int kvt = fa_kv_type(s->k.dtype);
     /* stack k: heads h0 + k*ng .., state at these offsets */
 #define STACK_Q(k) (sc->qt + (k) * FA_SMALL_ROWS * D)
 #define STACK_ACC(k) (sc->acc + (k) * FA_SMALL_ROWS * ldacc)
@@ -316,7 +201,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
     }
 
     int64_t lo, hi;
-    task_columns(s, it, i0, n, &lo, &hi);
+    fa_task_columns(s, it, i0, n, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
         /* a band-only tile passes its bounds to the kernel, the same for every head */
@@ -325,11 +210,11 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
         for (int64_t k = 0; k < nkv; k++) {
             const int64_t h0 = it->h0 + k * ng, hk = h0 / p->group;
             if (k == 0 || hk != (h0 - ng) / p->group) {
-                kv_row_ptrs(s, 0, j0, cols, hk, sc->kp, sc->ks);
-                kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
+                fa_kv_row_ptrs(s, 0, j0, cols, hk, sc->kp, sc->ks);
+                fa_kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
                 /* the path depends on shapes only, never on strides: layouts give identical bits */
-                if (s->k.stride[3] != 1) gather_strided(&s->k, sc->kp, cols, D, sc->k);
-                if (s->v.stride[3] != 1) gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
+                if (s->k.stride[3] != 1) fa_kv_gather_strided(&s->k, sc->kp, cols, D, sc->k);
+                if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
             }
             kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
             if (elementwise)
@@ -340,10 +225,11 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
              * row would leak into rows that never see it, so such tiles take the
              * reference kernel, which skips p == 0 */
             const fa_kernels *pk =
-                partial && kern != &fa_kernels_ref && !kv_rows_finite(sc->vp, kvt, sc->vs, cols, Dv) ? &fa_kernels_ref
+                partial && kern != &fa_kernels_ref && !fa_kv_rows_finite(sc->vp, kvt, sc->vs, cols, Dv) ? &fa_kernels_ref
                                                                                                    : kern;
-            pk->pv_small(rows, cols, Dv, sc->st, lds, sc->vp, kvt, s->quant ? sc->vs : NULL, STACK_ALPHA(k),
-                         STACK_ACC(k), ldacc);
+            if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
+                pk->pv_small(rows, cols, Dv, sc->st, lds, sc->vp, kvt, s->quant ? sc->vs : NULL, STACK_ALPHA(k),
+                             STACK_ACC(k), ldacc);
         }
     }
     for (int64_t k = 0; k < nkv; k++)
@@ -356,7 +242,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
 }
 
 /* The wide path: one stack of rows, vectors along rows (kernels.h). */
-static void flash_task(const flash_job *job, const flash_scratch *sc, const flash_item *it)
+static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_task *it)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
@@ -398,7 +284,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const flas
     memset(sc->acc, 0, (size_t)(rows * ldacc) * sizeof(float));
 
     int64_t lo, hi;
-    task_columns(&s, it, i0, n, &lo, &hi);
+    fa_task_columns(&s, it, i0, n, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
         const float *v = NULL;
@@ -410,8 +296,8 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const flas
             v16 = fa_rows_u16(&s.v, 0, j0, cols, hk, Dv, sc->v16, &ldv);
             kern->qk_bf16(n, cols, D, sc->qt2, 2 * bp, k, ldk, p->scale, sc->st, bp);
         } else {
-            const float *k = kv_tile_f32(&s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
-            v = kv_tile_f32(&s, 1, kern, j0, cols, hk, Dv, sc->v, &ldv);
+            const float *k = fa_kv_tile_f32(&s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
+            v = fa_kv_tile_f32(&s, 1, kern, j0, cols, hk, Dv, sc->v, &ldv);
             kern->qk(rows, cols, D, sc->qt, bp, k, ldk, sc->st, bp);
         }
 
@@ -425,6 +311,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const flas
         /* 4. online softmax: new max, P = exp(S - m), alpha = exp(m_old - m_new) */
         kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
 
+        if (Dv == 0) continue; /* the lse is all there is to compute */
         /* 5. acc = alpha * acc + P V. A vector kernel multiplies a masked p = 0 by v
          * too, so a NaN/inf in a masked V row would leak into rows that never see
          * it; such tiles go through the reference kernel, which skips p == 0. */
@@ -447,7 +334,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const flas
 }
 
 /* Merges the key chunks of one split unit into o and lse. */
-static void merge_unit(const flash_job *job, const flash_scratch *sc, const flash_item *it)
+static void merge_unit(const flash_job *job, const flash_scratch *sc, const fa_task *it)
 {
     const fa_problem *p = job->p;
     fa_problem s;
@@ -490,122 +377,6 @@ static void merge_worker(void *arg, int ith, int nth)
         merge_unit(job, &sc, &job->items[job->merges[t]]);
 }
 
-/* ------------------------------------------------------------- planning */
-
-/* Query heads stacked per task for a sequence of sq query rows: as many of the
- * group as fit one q block (a divisor of the group, so every task is alike). */
-static int64_t stack_heads(const fa_problem *p, int64_t sq, int64_t br)
-{
-    if (sq >= br) return 1;
-    int64_t ng = 1;
-    for (int64_t g = 1; g <= p->group; g++)
-        if (p->group % g == 0 && g * sq <= br) ng = g;
-    return ng;
-}
-
-/* Split-KV: tasks wanted before keys are split. A constant, never the thread
- * count, so the plan (and the rounding of the merge) is the same on any machine
- * with the same shapes; 32 keeps 2-16 threads busy to the end. */
-enum { SPLIT_TASKS_WANTED = 32, SPLIT_MAX_AUTO = 64, SPLIT_MIN_KEYS = 512 };
-
-/* Chunks for a sequence of sk keys when `units` unsplit tasks exist in all. */
-static int64_t plan_splits(const fa_context *ctx, int64_t units, int64_t sk)
-{
-    int64_t s;
-    if (ctx->kv_splits > 0) {
-        s = ctx->kv_splits;
-    } else {
-        if (units >= SPLIT_TASKS_WANTED) return 1;
-        s = (SPLIT_TASKS_WANTED + units - 1) / units;
-        if (s > SPLIT_MAX_AUTO) s = SPLIT_MAX_AUTO;
-        if (s > sk / SPLIT_MIN_KEYS) s = sk / SPLIT_MIN_KEYS;
-    }
-    if (s > sk) s = sk; /* every chunk holds at least one key */
-    return s < 1 ? 1 : s;
-}
-
-/* Kept (i, j) pairs of rows i0 .. i0+n-1 within keys [ca, cb), from the band alone. */
-static int64_t block_cost(const fa_problem *s, int64_t i0, int64_t n, int64_t ca, int64_t cb)
-{
-    int64_t cost = 0;
-    for (int64_t i = i0; i < i0 + n; i++) {
-        int64_t lo, hi;
-        fa_row_band(s, i, &lo, &hi);
-        if (lo < ca) lo = ca;
-        if (hi > cb - 1) hi = cb - 1;
-        if (hi >= lo) cost += hi - lo + 1;
-    }
-    return cost;
-}
-
-static int by_cost_desc(const void *a, const void *b)
-{
-    const flash_item *x = a, *y = b;
-    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-    if (x->b != y->b) return x->b < y->b ? -1 : 1;
-    if (x->qb != y->qb) return x->qb < y->qb ? -1 : 1;
-    if (x->h0 != y->h0) return x->h0 < y->h0 ? -1 : 1;
-    return (x->split > y->split) - (x->split < y->split);
-}
-
-/* Fills job->items (when non-NULL) and returns the number of tasks; *units and
- * *slots receive the split units and partial slots. */
-static int64_t plan_items(const fa_context *ctx, const flash_job *job, int64_t units_all, flash_item *items,
-                          int64_t *units, int64_t *slots, int64_t *max_split, int64_t *max_rows)
-{
-    *max_rows = 1;
-    const fa_problem *p = job->p;
-    const int64_t br = job->plan.br;
-    int64_t count = 0, u = 0, nslot = 0;
-    *max_split = 0;
-    for (int64_t b = 0; b < p->B; b++) {
-        int64_t sq, sk;
-        fa_seq_lengths(p, b, &sq, &sk);
-        if (sq == 0) continue;
-        const int64_t qblocks = (sq + br - 1) / br, n_first = sq < br ? sq : br;
-        /* Small-row path for the whole sequence when its heads stack into short
-         * stacks: always when the whole group fits one stack, and up to two stacks
-         * per kv head, where the wide kernels would still run mostly on padding
-         * (measured: 4 query rows x group 4 as two 8-row stacks beat one 16-row
-         * wide block). A task then holds several stacks (see flash_task_small). */
-        const int small = job->small && n_first * p->group <= 2 * FA_SMALL_ROWS && n_first <= FA_SMALL_ROWS;
-        const int64_t ng = stack_heads(p, sq, small ? FA_SMALL_ROWS : br);
-        const int64_t nkv = small ? (p->Hq / ng < job->stacks_max ? p->Hq / ng : job->stacks_max) : 0;
-        const int64_t step = small ? nkv * ng : ng;
-        const int64_t ns = plan_splits(ctx, units_all, sk);
-        if (ns > *max_split) *max_split = ns;
-        fa_problem s;
-        if (items) fa_seq_view(p, b, &s);
-        for (int64_t qb = 0; qb < qblocks; qb++) {
-            const int64_t i0 = qb * br, n = sq - i0 < br ? sq - i0 : br;
-            for (int64_t h0 = 0; h0 < p->Hq; h0 += step) {
-                const int64_t stacks = small ? ((p->Hq - h0) / ng < nkv ? (p->Hq - h0) / ng : nkv) : 1;
-                if (n * ng * stacks > *max_rows) *max_rows = n * ng * stacks;
-                u++;
-                for (int64_t k = 0; k < ns; k++, count++) {
-                    if (!items) continue;
-                    int64_t ca, cb;
-                    chunk_range(sk, k, ns, &ca, &cb);
-                    flash_item *it = &items[count];
-                    it->b = (int32_t)b;
-                    it->qb = (int32_t)qb;
-                    it->h0 = (int32_t)h0;
-                    it->ng = (int32_t)ng;
-                    it->nkv = small ? (int32_t)stacks : 0;
-                    it->split = (int32_t)k;
-                    it->nsplit = (int32_t)ns;
-                    it->slot = ns > 1 ? nslot : -1;
-                    it->cost = block_cost(&s, i0, n, ca, cb) * ng * stacks + 1;
-                }
-                if (ns > 1) nslot += ns;
-            }
-        }
-    }
-    *units = u;
-    *slots = nslot;
-    return count;
-}
-
 fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 {
     flash_job job = {.p = p, .kern = ctx->kernels};
@@ -615,12 +386,12 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     /* plan for the rows a task holds: a short q block stacks the heads of its group */
     fa_problem plan_p = *p;
     if (plan_p.Sq < 1) plan_p.Sq = 1;
-    if (!fa_mul_ok(plan_p.Sq, p->group, &plan_p.Sq)) plan_p.Sq = INT64_MAX / 2;
+    if (!fa_mul_ok(plan_p.Sq, p->group > 0 ? p->group : 1, &plan_p.Sq)) plan_p.Sq = INT64_MAX / 2;
     if (plan_p.Sk < 1) plan_p.Sk = 1;
     fa_plan_tiles(ctx, &plan_p, &job.plan);
     /* bf16 dot products only where they are faster than widening to fp32 (auto), or forced */
     job.bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
-    job.ldacc = round16(p->Dv);
+    job.ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
     job.lds = round16(job.plan.bc);
     job.small = ctx->kernels->qk_small && job.plan.bc <= FA_SMALL_COLS;
     /* stacks one small-row task may hold: their Q rows, accumulators and softmax
@@ -628,48 +399,41 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     job.stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job.ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
     if (job.stacks_max > p->Hq) job.stacks_max = p->Hq;
     if (job.stacks_max < 1) job.stacks_max = 1;
-    /* tiles are bounded by the plan and D, Dv are dims of validated tensors: no overflow */
     job.per_thread = scratch_layout(&job, NULL, NULL);
 
-    /* tasks: count units without splits, then plan splits from that count */
-    int64_t units, nslots, max_split, max_rows;
-    flash_job count_job = job;
-    fa_context no_split = *ctx;
-    no_split.kv_splits = 1;
-    plan_items(&no_split, &count_job, 0, NULL, &units, &nslots, &max_split, &max_rows);
-    const int64_t n_items = plan_items(ctx, &job, units, NULL, &units, &nslots, &max_split, &max_rows);
-    const int nth = ctx->threads < n_items ? ctx->threads : (int)(n_items > 0 ? n_items : 1);
+    const fa_task_rules rules = {.br = job.plan.br, .small = job.small, .stacks_max = job.stacks_max,
+                                 .kv_splits = ctx->kv_splits};
+    fa_task_counts counts;
+    fa_tasks_count(p, &rules, &counts);
+    const int nth = ctx->threads < counts.tasks ? ctx->threads : (int)(counts.tasks > 0 ? counts.tasks : 1);
 
     /* workspace: per-thread scratch, the tasks, split units, partial slots, an append row */
-    const int64_t slot_rows = max_rows; /* the most rows a task holds */
-    job.slot_lse = slot_rows * job.ldacc;
-    job.slot_floats = job.slot_lse + round16(slot_rows);
-    int64_t bytes, b_items, b_merges, b_slots;
-    const int64_t dmax = p->D > p->Dv ? p->D : p->Dv;
-    if (!fa_mul_ok(job.per_thread, nth, &bytes) ||
-        !fa_mul_ok(n_items, (int64_t)sizeof(flash_item), &b_items) ||
-        !fa_mul_ok(units, (int64_t)sizeof(int64_t), &b_merges) ||
-        !fa_mul_ok(nslots, job.slot_floats * 4, &b_slots) ||
-        !fa_add_ok(bytes, b_items + FA_CACHE_LINE, &bytes) || !fa_add_ok(bytes, b_merges + FA_CACHE_LINE, &bytes) ||
-        !fa_add_ok(bytes, b_slots + FA_CACHE_LINE, &bytes) || !fa_add_ok(bytes, dmax * 4, &bytes))
-        return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: workspace size overflows");
+    job.slot_lse = counts.max_rows * job.ldacc; /* the most rows a task holds */
+    job.slot_floats = job.slot_lse + round16(counts.max_rows);
+    char *scratch;
+    int64_t *merges;
+    float *append_row;
+    const fa_ws_part parts[] = {
+        {(void **)&scratch, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
+        {(void **)&job.items, fa_bytes3(counts.tasks, (int64_t)sizeof(fa_task), 1)},
+        {(void **)&merges, fa_bytes3(counts.units, (int64_t)sizeof(int64_t), 1)},
+        {(void **)&job.slots, fa_bytes3(counts.slots, job.slot_floats, 4)},
+        {(void **)&append_row, fa_bytes3(p->D > p->Dv ? p->D : p->Dv, 4, 1)},
+    };
+    const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
+    if (bytes < 0) return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: the workspace size overflows 64 bits");
     char *ws = fa_context_workspace(ctx, bytes);
     if (!ws)
         return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "flash: cannot allocate %lld bytes of workspace", (long long)bytes);
-    job.workspace = ws;
-    char *cur = ws + job.per_thread * nth;
-    job.items = (flash_item *)cur;
-    cur += (b_items + FA_CACHE_LINE - 1) / FA_CACHE_LINE * FA_CACHE_LINE;
-    job.merges = (int64_t *)cur;
-    cur += (b_merges + FA_CACHE_LINE - 1) / FA_CACHE_LINE * FA_CACHE_LINE;
-    job.slots = (float *)cur;
-    cur += (b_slots + FA_CACHE_LINE - 1) / FA_CACHE_LINE * FA_CACHE_LINE;
+    fa_ws_layout(parts, sizeof parts / sizeof parts[0], ws);
+    job.workspace = scratch;
+    job.merges = merges;
 
     /* the only write to an input, once nothing can fail any more */
-    if (p->append) fa_cache_append(p, (float *)cur);
+    if (p->append) fa_cache_append(p, append_row);
 
-    job.n_items = plan_items(ctx, &job, units, job.items, &units, &nslots, &max_split, &max_rows);
-    qsort(job.items, (size_t)job.n_items, sizeof *job.items, by_cost_desc);
+    fa_tasks_fill(p, &rules, &counts, job.items);
+    job.n_items = counts.tasks;
     job.n_merges = 0;
     for (int64_t t = 0; t < job.n_items; t++)
         if (job.items[t].nsplit > 1 && job.items[t].split == 0) job.merges[job.n_merges++] = t;
@@ -688,6 +452,6 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     info->bc = job.plan.bc;
     info->threads = nth;
     info->path = job.bf16_dot ? "bf16-dot" : "f32";
-    info->kv_splits = max_split;
+    info->kv_splits = counts.max_split;
     return FA_OK;
 }

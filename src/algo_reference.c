@@ -1,10 +1,11 @@
 /*
  * algo_reference.c: the oracle. Plain loops over (b, h, i, j) that read like
- * SEMANTICS.md and accumulate in double; single-threaded and O(Sk) memory.
+ * docs/semantics.md and accumulate in double; single-threaded and O(Sk) memory.
  * Every faster path is judged against this, so it stays simple to check by eye.
  */
 #include "internal.h"
 #include "convert.h"
+#include "alloc.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@ fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *in
     if (!fa_add_ok(p->Sk, p->Dv, &n_doubles) || !fa_mul_ok(n_doubles, (int64_t)sizeof(double), &bytes) ||
         !fa_add_ok(bytes, p->Dv * (int64_t)sizeof(float), &bytes))
         return fa_fail(ctx, FA_ERR_OVERFLOW, "reference: workspace size overflows");
-    double *s = malloc((size_t)bytes);  /* (Sk) scores of one row, then (Dv) its output */
+    double *s = fa_malloc(bytes);  /* (Sk) scores of one row, then (Dv) its output */
     if (!s) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "reference: cannot allocate %lld bytes", (long long)bytes);
     double *o = s + p->Sk;              /* (Dv) */
     float *o32 = (float *)(o + p->Dv);  /* (Dv) the row rounded for the store */
@@ -24,7 +25,7 @@ fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *in
     for (int64_t h = 0; h < p->Hq; h++)
     for (int64_t i = 0; i < p->Sq; i++) {
         const int64_t hk = h / p->group;
-        const int64_t diag = i + p->Sk - p->Sq;
+        const int64_t diag = fa_diag(p, i);
         int64_t lo, hi;
         fa_row_band(p, i, &lo, &hi);
 
@@ -68,7 +69,7 @@ fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *in
             l[b * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]] = (float)lse;
         }
     }
-    free(s);
+    fa_free(s);
     info->extra_bytes = bytes;
     info->threads = 1;
     info->path = "f64";

@@ -21,8 +21,8 @@ typedef struct {
     const fa_kernels *kern;
     int64_t sq_pad;
     int64_t ldo;        /* Dv rounded up to FA_ROW_ALIGN */
-    float *workspace;
-    int64_t per_thread; /* floats */
+    char *workspace;
+    int64_t per_thread; /* bytes */
     atomic_llong next;  /* next (b, h) task */
 } standard_job;
 
@@ -37,27 +37,23 @@ typedef struct {
     int32_t *lo, *hi;     /* (sq_pad) each row's band, for band-only masking */
 } standard_scratch;
 
-/* Sizes in floats, checked; 0 on overflow. With base, also lays the slices out. */
-static int64_t scratch_floats(const standard_job *job, standard_scratch *sc, float *base)
+/* The scratch as one table (fa_ws_layout): its size in bytes with base == NULL, its
+ * slices from base otherwise; -1 on overflow (an Sq x Sk matrix per thread). */
+static int64_t scratch_layout(const standard_job *job, standard_scratch *sc, char *base)
 {
     const fa_problem *p = job->p;
     const int64_t sp = job->sq_pad;
-    int64_t sizes[11];
-    int ok = fa_mul_ok(p->Sk, sp, &sizes[0]) && fa_mul_ok(p->D, sp, &sizes[1]) &&
-             fa_mul_ok(p->Sq, p->D, &sizes[2]) && fa_mul_ok(p->Sk, p->D, &sizes[3]) &&
-             fa_mul_ok(p->Sk, p->Dv, &sizes[4]) && fa_mul_ok(p->Sq, job->ldo, &sizes[5]);
-    if (!ok) return 0;
-    sizes[6] = sizes[7] = sizes[8] = sizes[9] = sizes[10] = sp;
     standard_scratch unused;
     if (!sc) sc = &unused;
-    float **slots[11] = {&sc->st, &sc->qt, &sc->q, &sc->k, &sc->v, &sc->o, &sc->m, &sc->l, &sc->alpha,
-                         (float **)&sc->lo, (float **)&sc->hi};
-    int64_t off = 0;
-    for (int s = 0; s < 11; s++) {
-        *slots[s] = base ? base + off : NULL;
-        if (!fa_add_ok(off, fa_pad_floats(sizes[s]), &off)) return 0;
-    }
-    return off;
+    const fa_ws_part parts[] = {
+        {(void **)&sc->st, fa_bytes3(p->Sk, sp, 4)},    {(void **)&sc->qt, fa_bytes3(p->D, sp, 4)},
+        {(void **)&sc->q, fa_bytes3(p->Sq, p->D, 4)},   {(void **)&sc->k, fa_bytes3(p->Sk, p->D, 4)},
+        {(void **)&sc->v, fa_bytes3(p->Sk, p->Dv, 4)},  {(void **)&sc->o, fa_bytes3(p->Sq, job->ldo, 4)},
+        {(void **)&sc->m, fa_bytes3(sp, 4, 1)},         {(void **)&sc->l, fa_bytes3(sp, 4, 1)},
+        {(void **)&sc->alpha, fa_bytes3(sp, 4, 1)},     {(void **)&sc->lo, fa_bytes3(sp, 4, 1)},
+        {(void **)&sc->hi, fa_bytes3(sp, 4, 1)},
+    };
+    return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
 }
 
 static void standard_head(const standard_job *job, const standard_scratch *sc, int64_t b, int64_t h)
@@ -102,6 +98,7 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
     }
 
     /* 3. O = P V (the careful reference pv when a V row is not finite: see algo_flash.c) */
+    if (Dv == 0) return; /* the lse was all there was to compute */
     memset(sc->o, 0, (size_t)(Sq * job->ldo) * sizeof(float));
     (fa_rows_finite(v, ldv, Sk, Dv) ? kern->pv : fa_kernels_ref.pv)(Sq, Sk, Dv, sc->st, sp, v, ldv, NULL, sc->o, job->ldo);
     fa_store_rows(&p->o, b, 0, Sq, h, Dv, sc->o, job->ldo);
@@ -112,8 +109,8 @@ static void standard_worker(void *arg, int ith, int nth)
     (void)nth;
     standard_job *job = arg;
     standard_scratch sc;
-    scratch_floats(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
-    const int64_t tasks = job->p->B * job->p->Hq;
+    scratch_layout(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
+    const int64_t tasks = job->p->B * job->p->Hq; /* checked in fa_run_standard */
     for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < tasks;)
         standard_head(job, &sc, t / job->p->Hq, t % job->p->Hq);
 }
@@ -122,13 +119,13 @@ fa_status fa_run_standard(fa_context *ctx, const fa_problem *p, fa_run_info *inf
 {
     standard_job job = {.p = p, .kern = ctx->kernels};
     job.sq_pad = fa_panel_ld(p->Sq);
-    job.ldo = (p->Dv + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN;
-    job.per_thread = scratch_floats(&job, NULL, NULL);
-    const int64_t tasks = p->B * p->Hq; /* both are dims of validated tensors */
+    job.ldo = fa_round_up(p->Dv, FA_ROW_ALIGN);
+    job.per_thread = scratch_layout(&job, NULL, NULL);
+    int64_t tasks, bytes;
+    if (!fa_mul_ok(p->B, p->Hq, &tasks)) /* proven in range by the work check; kept as the rule says */
+        return fa_fail(ctx, FA_ERR_OVERFLOW, "standard: B * Hq overflows");
     const int nth = ctx->threads < tasks ? ctx->threads : (int)tasks;
-    int64_t bytes;
-    if (job.per_thread == 0 || !fa_mul_ok(job.per_thread, nth, &bytes) ||
-        !fa_mul_ok(bytes, (int64_t)sizeof(float), &bytes))
+    if (job.per_thread < 0 || !fa_mul_ok(job.per_thread, nth, &bytes))
         return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "standard: the %lld x %lld score matrix does not fit in memory",
                        (long long)p->Sq, (long long)p->Sk);
     job.workspace = fa_workspace_alloc(bytes);

@@ -6,11 +6,13 @@
 #include "internal.h"
 #include "cpu.h"
 #include "threadpool.h"
+#include "alloc.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FA_STR2(x) #x
@@ -30,7 +32,7 @@ const char *fa_status_string(fa_status status)
     case FA_ERR_NULL_CONTEXT: return "the context is NULL";
     case FA_ERR_NULL_POINTER: return "a required pointer is NULL";
     case FA_ERR_STRUCT_SIZE: return "the argument struct's struct_size is not one this library knows";
-    case FA_ERR_INVALID_DIM: return "a dimension is zero or negative";
+    case FA_ERR_INVALID_DIM: return "a dimension is negative, or zero where it has no meaning";
     case FA_ERR_SHAPE_MISMATCH: return "tensor shapes do not agree";
     case FA_ERR_HEAD_RATIO: return "query heads are not a multiple of key/value heads";
     case FA_ERR_DTYPE: return "unsupported or mixed dtypes";
@@ -42,6 +44,7 @@ const char *fa_status_string(fa_status status)
     case FA_ERR_THREADS: return "worker threads could not be started";
     case FA_ERR_ISA_UNAVAILABLE: return "the requested instruction-set path is not available";
     case FA_ERR_OUT_OF_RANGE: return "an index or length is out of range";
+    case FA_ERR_BUSY: return "the context is in use by another thread";
     }
     return "unknown status code";
 }
@@ -133,6 +136,23 @@ fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int64_t d0, int64_t d
     return t;
 }
 
+void fa_kv_cache_init(fa_kv_cache *cache)
+{
+    if (!cache) return;
+    fa_kv_cache init = FA_KV_CACHE_INIT;
+    *cache = init;
+}
+
+int fa_context_enter(fa_context *ctx)
+{
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&ctx->busy, &expected, 1)) return 0;
+    ctx->error[0] = '\0';
+    return 1;
+}
+
+void fa_context_leave(fa_context *ctx) { atomic_store(&ctx->busy, 0); }
+
 void fa_forward_args_init(fa_forward_args *args)
 {
     if (!args) return;
@@ -177,7 +197,7 @@ fa_status fa_context_create(fa_context **out)
 {
     if (!out) return FA_ERR_NULL_POINTER;
     *out = NULL;
-    fa_context *ctx = calloc(1, sizeof *ctx);
+    fa_context *ctx = fa_calloc(1, (int64_t)sizeof *ctx);
     if (!ctx) return FA_ERR_OUT_OF_MEMORY;
     ctx->algo = FA_ALGO_AUTO;
     ctx->last_algo = FA_ALGO_AUTO;
@@ -200,7 +220,7 @@ void fa_context_free(fa_context *ctx)
     if (!ctx) return;
     fa_pool_free(ctx->pool);
     fa_workspace_free(ctx->ws_kept);
-    free(ctx);
+    fa_free(ctx);
 }
 
 fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi)
@@ -225,10 +245,8 @@ fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi)
     return FA_ERR_INVALID_ARGUMENT;
 }
 
-fa_status fa_context_set(fa_context *ctx, fa_param param, int64_t value)
+static fa_status context_set(fa_context *ctx, fa_param param, int64_t value)
 {
-    if (!ctx) return FA_ERR_NULL_CONTEXT;
-    ctx->error[0] = '\0';
     int64_t lo, hi;
     if (fa_param_bounds(param, &lo, &hi) != FA_OK)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown parameter %d", (int)param);
@@ -248,6 +266,15 @@ fa_status fa_context_set(fa_context *ctx, fa_param param, int64_t value)
     default: break;
     }
     return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown parameter %d", (int)param);
+}
+
+fa_status fa_context_set(fa_context *ctx, fa_param param, int64_t value)
+{
+    if (!ctx) return FA_ERR_NULL_CONTEXT;
+    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
+    const fa_status st = context_set(ctx, param, value);
+    fa_context_leave(ctx);
+    return st;
 }
 
 fa_status fa_context_get(const fa_context *ctx, fa_param param, int64_t *value)
@@ -285,15 +312,40 @@ const char *fa_context_isa(const fa_context *ctx)
 
 void *fa_workspace_alloc(int64_t bytes)
 {
+    /* a negative size is a wrapped product upstream: never a small buffer */
+    if (bytes < 0) return NULL;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (bytes <= 0) bytes = FA_CACHE_LINE;
     if (pages > 0 && page > 0 && bytes / page > pages) return NULL;
-    int64_t rounded = (bytes + FA_CACHE_LINE - 1) / FA_CACHE_LINE * FA_CACHE_LINE;
-    if (rounded < bytes) return NULL;
-    return aligned_alloc(FA_CACHE_LINE, (size_t)rounded);
+    return fa_aligned_alloc(FA_CACHE_LINE, bytes);
 }
 
-void fa_workspace_free(void *ptr) { free(ptr); }
+void fa_workspace_free(void *ptr) { fa_free(ptr); }
+
+double fa_now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int64_t fa_bytes3(int64_t a, int64_t b, int64_t c)
+{
+    int64_t ab, abc;
+    if (a < 0 || b < 0 || c < 0 || !fa_mul_ok(a, b, &ab) || !fa_mul_ok(ab, c, &abc)) return -1;
+    return abc;
+}
+
+int64_t fa_ws_layout(const fa_ws_part *parts, size_t n, char *base)
+{
+    int64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int64_t b = parts[i].bytes;
+        if (b < 0 || b > INT64_MAX - FA_CACHE_LINE) return -1;
+        *parts[i].slot = base && b ? base + off : NULL;
+        if (!fa_add_ok(off, fa_round_up(b, FA_CACHE_LINE), &off)) return -1;
+    }
+    return off;
+}
 
 void *fa_context_workspace(fa_context *ctx, int64_t bytes)
 {

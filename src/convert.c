@@ -103,35 +103,6 @@ void fa_pack_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64
     }
 }
 
-void fa_pack_cols(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
-                  float *dst, int64_t ld)
-{
-    const int64_t sd = t->stride[3];
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t base = b * t->stride[0] + (s0 + r) * t->stride[1] + h * t->stride[2];
-        switch (t->dtype) {
-        case FA_DTYPE_F32: {
-            const float *src = (const float *)t->data + base;
-            for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = src[c * sd];
-            break;
-        }
-        case FA_DTYPE_F16: {
-            const uint16_t *src = (const uint16_t *)t->data + base;
-            for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = fa_f16_to_f32(src[c * sd]);
-            break;
-        }
-        case FA_DTYPE_BF16: {
-            const uint16_t *src = (const uint16_t *)t->data + base;
-            for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = fa_bf16_to_f32(src[c * sd]);
-            break;
-        }
-        default:
-            for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = 0.0f;
-            break;
-        }
-    }
-}
-
 void fa_store_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
                    const float *src, int64_t ld)
 {

@@ -34,14 +34,8 @@ static inline float fa_load(const fa_tensor *t, int64_t i0, int64_t i1, int64_t 
  * multiplied by scale (the row's dequantisation scale), other dtypes ignore it. */
 void fa_row_to_f32(const void *row, fa_dtype dtype, int64_t sd, float scale, int64_t n, float *out);
 
-/*
- * Rows s0 .. s0+rows-1 of (b, :, h, 0..cols-1) as f32. pack_rows writes
- * dst[r*ld + c]; pack_cols writes the transpose, dst[c*ld + r], which is the
- * K panel layout the QK^T kernel streams along.
- */
+/* Rows s0 .. s0+rows-1 of (b, :, h, 0..cols-1) as f32, written to dst[r*ld + c]. */
 void fa_pack_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
-                  float *dst, int64_t ld);
-void fa_pack_cols(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
                   float *dst, int64_t ld);
 /*
  * The same rows as f32 for a kernel: a pointer into the tensor itself when it is

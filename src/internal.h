@@ -13,6 +13,7 @@
 #include "flashattn.h"
 #include "kernels/kernels.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef struct fa_pool fa_pool;
@@ -33,8 +34,14 @@ struct fa_context {
     void *ws_kept;           /* fa_context_workspace: a buffer kept between calls */
     int64_t ws_kept_bytes;
     int64_t last_kv_splits;
+    atomic_int busy;         /* 1 while a call runs on this context (fa_context_enter) */
     char error[320];
 };
+
+/* One caller at a time: a call that finds the context taken returns FA_ERR_BUSY
+ * and touches nothing. fa_context_enter also clears the error message. */
+int fa_context_enter(fa_context *ctx);
+void fa_context_leave(fa_context *ctx);
 
 /*
  * A call after validation: dimensions pulled out of the tensors, defaults
@@ -51,7 +58,8 @@ typedef struct fa_problem {
     float scale;              /* resolved: never 0 by default */
     float softcap;            /* 0 = off */
     fa_causal causal;
-    int64_t window_left, window_right;
+    int64_t window_left, window_right; /* -1 = unbounded; clamped (checks.c) so diag +- window fits */
+    int64_t q_start, k_start; /* positions of query row 0 and key 0 (fa_diag) */
     const float *alibi;       /* NULL = off */
     int64_t alibi_stride_b;
     int has_bias, has_mask;
@@ -90,27 +98,8 @@ void fa_cache_append(const fa_problem *p, float *row);
 /* Whether p is an inference form: only flash runs those. */
 static inline int fa_problem_is_form(const fa_problem *p) { return p->varlen || p->cache; }
 
-/* K (which = 0) or V (1) row j of kv head hk in a dense or per-sequence view, and its
- * int8 scale (1 when not quantised). */
-static inline const void *fa_kv_row(const fa_problem *s, int which, int64_t j, int64_t hk, float *scale)
-{
-    const fa_tensor *t = which ? &s->v : &s->k;
-    int64_t blk = 0, row = j;
-    if (s->pages) {
-        blk = s->pages[j / s->page_size];
-        row = j % s->page_size;
-    }
-    const int64_t off = blk * t->stride[0] + row * t->stride[1] + hk * t->stride[2];
-    if (scale) {
-        const fa_tensor *st = which ? &s->v_scale : &s->k_scale;
-        *scale = s->quant ? ((const float *)st->data)[blk * st->stride[0] + row * st->stride[1] + hk * st->stride[2]]
-                          : 1.0f;
-    }
-    return (const char *)t->data + off * (int64_t)fa_dtype_size(t->dtype);
-}
-
 /* Merges n partial rows (o_i normalised, lse_i natural log) into out and *lse_out:
- * SEMANTICS.md's formula, shared by split-KV and fa_merge_states. */
+ * docs/semantics.md's formula, shared by split-KV and fa_merge_states. */
 void fa_merge_rows(int n, const float *const *o, const float *lse, int64_t dv, float *out, float *lse_out);
 
 /* f32, f16 or bf16: the dtypes of attention data (not bool, not i8). */
@@ -127,14 +116,24 @@ fa_status fa_fail(fa_context *ctx, fa_status status, const char *fmt, ...)
     ;
 
 fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *args, fa_problem *p);
-/* Every dim >= 1 and the byte extent fits: for any tensor a call receives. */
-fa_status fa_check_dims(fa_context *ctx, const char *name, const fa_tensor *t);
 
 /* Per-element work needed beyond the causal/window band: bias, mask, softcap or ALiBi. */
 static inline int fa_problem_has_elementwise(const fa_problem *p)
 {
     return p->has_bias || p->has_mask || p->alibi != 0 || p->softcap > 0.0f;
 }
+
+/* A window side at or beyond this reaches every key from every row (positions are
+ * at most FA_POSITION_MAX), so validation turns it into "unbounded". */
+#define FA_WINDOW_HUGE ((int64_t)1 << 62)
+/* The largest head dim D or Dv a call may have (checks.c). */
+#define FA_DIM_MAX ((int64_t)1 << 40)
+
+/* The top-left diagonal of row i: the key at the query's own position. */
+static inline int64_t fa_diag_top_left(const fa_problem *p, int64_t i) { return i + p->q_start - p->k_start; }
+/* The bottom-right diagonal of row i, which causal bottom-right, windows and ALiBi
+ * measure from. Written here once. In range by checks.c: |diag| < 2^62. */
+static inline int64_t fa_diag(const fa_problem *p, int64_t i) { return fa_diag_top_left(p, i) + (p->Sk - p->Sq); }
 
 /*
  * The band of key columns row i keeps under causal and window masking:
@@ -144,12 +143,12 @@ static inline int fa_problem_has_elementwise(const fa_problem *p)
  */
 static inline void fa_row_band(const fa_problem *p, int64_t i, int64_t *lo, int64_t *hi)
 {
-    int64_t diag = i + p->Sk - p->Sq; /* bottom-right diagonal */
+    const int64_t diag = fa_diag(p, i);
     int64_t a = 0, b = p->Sk - 1;
     if (p->window_left >= 0 && diag - p->window_left > a) a = diag - p->window_left;
     if (p->window_right >= 0 && diag + p->window_right < b) b = diag + p->window_right;
     if (p->causal == FA_CAUSAL_BOTTOM_RIGHT && diag < b) b = diag;
-    if (p->causal == FA_CAUSAL_TOP_LEFT && i < b) b = i;
+    if (p->causal == FA_CAUSAL_TOP_LEFT && fa_diag_top_left(p, i) < b) b = fa_diag_top_left(p, i);
     *lo = a;
     *hi = b;
 }
@@ -179,11 +178,22 @@ void *fa_context_workspace(fa_context *ctx, int64_t bytes);
 void fa_context_workspace_done(fa_context *ctx, void *ptr);
 #define FA_CACHE_LINE 64
 #define FA_MAX_KV_SPLITS 256
-/* n floats rounded up to whole cache lines, so per-thread slices never share one. */
-static inline int64_t fa_pad_floats(int64_t n)
-{
-    return (n + FA_CACHE_LINE / 4 - 1) / (FA_CACHE_LINE / 4) * (FA_CACHE_LINE / 4);
-}
+/* x rounded up to a multiple of m (x >= 0, m >= 1; the caller keeps x + m in range). */
+static inline int64_t fa_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/*
+ * A workspace carved by one table: each part gets its own cache lines, and the same
+ * table gives the total size (base == NULL) and the offsets (base != NULL), so the
+ * two can never disagree. A part of bytes < 0 (an overflowed size upstream) or a
+ * total beyond int64 makes fa_ws_layout return -1. Parts of 0 bytes get NULL.
+ */
+typedef struct fa_ws_part {
+    void **slot;
+    int64_t bytes;
+} fa_ws_part;
+int64_t fa_ws_layout(const fa_ws_part *parts, size_t n, char *base);
+/* a * b * c bytes, or -1 when a product overflows or a factor is negative. */
+int64_t fa_bytes3(int64_t a, int64_t b, int64_t c);
 
 /* Tile sizes for the flash loop (src/plan.c). */
 typedef struct fa_plan {
@@ -217,6 +227,9 @@ void fa_verbose_error(const fa_context *ctx, fa_status st);
 fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *info);
 fa_status fa_run_standard(fa_context *ctx, const fa_problem *p, fa_run_info *info);
 fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info);
+
+/* Seconds on the monotonic clock. */
+double fa_now_s(void);
 
 /* Checked 64-bit arithmetic: return 0 on overflow. */
 static inline int fa_mul_ok(int64_t a, int64_t b, int64_t *out)

@@ -1,14 +1,15 @@
 /*
  * merge.c: merging partial attention results over disjoint key sets
- * (SEMANTICS.md, "Merging partial states"). Split-KV decoding merges its chunks
+ * (docs/semantics.md, section 8, merging). Split-KV decoding merges its chunks
  * with fa_merge_rows; fa_merge_states offers the same formula to callers that
  * split keys themselves (across machines, ring attention, a cache plus new rows).
  */
-#include "internal.h"
+#include "checks.h"
 #include "convert.h"
+#include "threadpool.h"
 
 #include <math.h>
-#include <stdlib.h>
+#include <stdatomic.h>
 
 void fa_merge_rows(int n, const float *const *o, const float *lse, int64_t dv, float *out, float *lse_out)
 {
@@ -44,64 +45,113 @@ void fa_merge_rows(int n, const float *const *o, const float *lse, int64_t dv, f
     *lse_out = (float)total;
 }
 
-fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts, const fa_tensor *lse_parts, fa_tensor *o,
-                          fa_tensor *lse)
+/* The rows of one call, shared by its threads: each takes blocks of rows from `next`. */
+typedef struct {
+    int n;
+    const fa_tensor *o_parts, *lse_parts;
+    const fa_tensor *o, *lse; /* lse NULL: not wanted */
+    int64_t S, H, Dv, rows;   /* rows = B * S * H */
+    char *workspace;
+    int64_t per_thread;       /* bytes */
+    atomic_llong next;
+} merge_job;
+
+enum { MERGE_BLOCK = 64 }; /* rows a thread takes at once */
+
+typedef struct {
+    const float **ptrs; /* (n) the parts' rows */
+    float *rows;        /* (n, Dv) */
+    float *merged;      /* (Dv) */
+    float *lses;        /* (n) */
+} merge_scratch;
+
+static int64_t merge_layout(const merge_job *job, merge_scratch *sc, char *base)
 {
-    if (!ctx) return FA_ERR_NULL_CONTEXT;
-    ctx->error[0] = '\0';
+    const fa_ws_part parts[] = {
+        {(void **)&sc->ptrs, fa_bytes3(job->n, (int64_t)sizeof(float *), 1)},
+        {(void **)&sc->rows, fa_bytes3(job->n, job->Dv, 4)},
+        {(void **)&sc->merged, fa_bytes3(job->Dv, 4, 1)},
+        {(void **)&sc->lses, fa_bytes3(job->n, 4, 1)},
+    };
+    return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
+}
+
+static void merge_worker(void *arg, int ith, int nth)
+{
+    (void)nth;
+    merge_job *job = arg;
+    merge_scratch sc;
+    merge_layout(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
+    const int n = job->n;
+    const int64_t Dv = job->Dv;
+    for (int i = 0; i < n; i++) sc.ptrs[i] = sc.rows + (int64_t)i * Dv;
+    for (int64_t r0; (r0 = atomic_fetch_add(&job->next, MERGE_BLOCK)) < job->rows;) {
+        const int64_t r1 = r0 + MERGE_BLOCK < job->rows ? r0 + MERGE_BLOCK : job->rows;
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t h = r % job->H, s = r / job->H % job->S, b = r / job->H / job->S;
+            /* read every part's row before writing: o may be one of the parts */
+            for (int i = 0; i < n; i++) {
+                fa_pack_rows(&job->o_parts[i], b, s, 1, h, Dv, sc.rows + (int64_t)i * Dv, Dv);
+                sc.lses[i] = fa_load(&job->lse_parts[i], b, h, s, 0);
+            }
+            float l;
+            fa_merge_rows(n, sc.ptrs, sc.lses, Dv, sc.merged, &l);
+            fa_store_rows(job->o, b, s, 1, h, Dv, sc.merged, Dv);
+            if (job->lse)
+                ((float *)job->lse->data)[b * job->lse->stride[0] + h * job->lse->stride[1] + s * job->lse->stride[2]] = l;
+        }
+    }
+}
+
+static fa_status merge_states(fa_context *ctx, int n, const fa_tensor *o_parts, const fa_tensor *lse_parts,
+                              fa_tensor *o, fa_tensor *lse)
+{
     if (n < 1) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "n is %d; merging needs at least one part", n);
     if (n > 4096) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "n is %d; at most 4096 parts", n);
     if (!o_parts || !lse_parts || !o) return fa_fail(ctx, FA_ERR_NULL_POINTER, "o_parts, lse_parts and o are required");
-    if (!o->data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "o.data is NULL");
-    if (!fa_dtype_is_float(o->dtype)) return fa_fail(ctx, FA_ERR_DTYPE, "o.dtype (%s) must be f32, f16 or bf16", fa_dtype_name(o->dtype));
     fa_status st;
-    if ((st = fa_check_dims(ctx, "o", o)) != FA_OK) return st;
+    if ((st = fa_check_data(ctx, "o", o)) != FA_OK) return st;
+    if (!fa_dtype_is_float(o->dtype)) return fa_fail(ctx, FA_ERR_DTYPE, "o.dtype (%s) must be f32, f16 or bf16", fa_dtype_name(o->dtype));
+    if ((st = fa_check_tensor(ctx, "o", o)) != FA_OK) return st;
     const int64_t B = o->shape[0], S = o->shape[1], H = o->shape[2], Dv = o->shape[3];
     const int has_lse = lse && lse->data;
-    if (has_lse) {
-        if (lse->dtype != FA_DTYPE_F32) return fa_fail(ctx, FA_ERR_DTYPE, "lse.dtype must be f32");
-        if ((st = fa_check_dims(ctx, "lse", lse)) != FA_OK) return st;
-        if (lse->shape[0] != B || lse->shape[1] != H || lse->shape[2] != S || lse->shape[3] != 1)
-            return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "lse must be (B, H, S, 1) = (%lld, %lld, %lld, 1)", (long long)B,
-                           (long long)H, (long long)S);
-    }
+    if (has_lse && (st = fa_check_lse(ctx, lse, B, H, S)) != FA_OK) return st;
     for (int i = 0; i < n; i++) {
         const fa_tensor *a = &o_parts[i], *l = &lse_parts[i];
-        if (!a->data || !l->data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "part %d: o or lse data is NULL", i);
+        if ((st = fa_check_data(ctx, "o_parts[i]", a)) != FA_OK || (st = fa_check_data(ctx, "lse_parts[i]", l)) != FA_OK)
+            return st;
         if (!fa_dtype_is_float(a->dtype)) return fa_fail(ctx, FA_ERR_DTYPE, "part %d: o dtype (%s) must be f32, f16 or bf16", i, fa_dtype_name(a->dtype));
-        if (l->dtype != FA_DTYPE_F32) return fa_fail(ctx, FA_ERR_DTYPE, "part %d: lse dtype must be f32", i);
-        if ((st = fa_check_dims(ctx, "o_parts[i]", a)) != FA_OK) return st;
-        if ((st = fa_check_dims(ctx, "lse_parts[i]", l)) != FA_OK) return st;
+        if ((st = fa_check_tensor(ctx, "o_parts[i]", a)) != FA_OK) return st;
         for (int d = 0; d < 4; d++)
             if (a->shape[d] != o->shape[d])
                 return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "part %d: o.shape[%d] is %lld but the output's is %lld", i, d,
                                (long long)a->shape[d], (long long)o->shape[d]);
-        if (l->shape[0] != B || l->shape[1] != H || l->shape[2] != S || l->shape[3] != 1)
-            return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "part %d: lse must be (B, H, S, 1)", i);
+        if ((st = fa_check_lse(ctx, l, B, H, S)) != FA_OK) return st;
     }
-    /* per row: the parts' rows as f32, then the merged row; (n + 1) * Dv floats */
-    int64_t floats;
-    if (!fa_mul_ok((int64_t)n + 1, Dv, &floats) || !fa_add_ok(floats, 2 * (int64_t)n, &floats))
+
+    merge_job job = {.n = n, .o_parts = o_parts, .lse_parts = lse_parts, .o = o, .lse = has_lse ? lse : NULL,
+                     .S = S, .H = H, .Dv = Dv};
+    job.rows = fa_bytes3(B, S, H); /* the lse of part 0 has B*H*S elements: no overflow */
+    if (job.rows == 0) return FA_OK;
+    job.per_thread = merge_layout(&job, &(merge_scratch){0}, NULL);
+    const int nth = job.rows / MERGE_BLOCK + 1 < ctx->threads ? (int)(job.rows / MERGE_BLOCK + 1) : ctx->threads;
+    int64_t bytes;
+    if (job.per_thread < 0 || !fa_mul_ok(job.per_thread, nth, &bytes))
         return fa_fail(ctx, FA_ERR_OVERFLOW, "merge workspace overflows");
-    float *ws = fa_workspace_alloc(floats * (int64_t)sizeof(float) + n * (int64_t)sizeof(float *));
-    if (!ws) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate the merge workspace");
-    float *rows = ws, *merged = ws + (int64_t)n * Dv, *lses = merged + Dv;
-    const float **ptrs = (const float **)(lses + 2 * (int64_t)n);
-    for (int i = 0; i < n; i++) ptrs[i] = rows + (int64_t)i * Dv;
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t s = 0; s < S; s++)
-            for (int64_t h = 0; h < H; h++) {
-                /* read every part's row before writing: o may be one of the parts */
-                for (int i = 0; i < n; i++) {
-                    fa_pack_rows(&o_parts[i], b, s, 1, h, Dv, rows + (int64_t)i * Dv, Dv);
-                    lses[i] = fa_load(&lse_parts[i], b, h, s, 0);
-                }
-                float l;
-                fa_merge_rows(n, ptrs, lses, Dv, merged, &l);
-                fa_store_rows(o, b, s, 1, h, Dv, merged, Dv);
-                if (has_lse)
-                    ((float *)lse->data)[b * lse->stride[0] + h * lse->stride[1] + s * lse->stride[2]] = l;
-            }
-    fa_workspace_free(ws);
+    job.workspace = fa_context_workspace(ctx, bytes);
+    if (!job.workspace) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate the merge workspace");
+    atomic_init(&job.next, 0);
+    fa_pool_run(ctx->pool, nth, merge_worker, &job);
+    fa_context_workspace_done(ctx, job.workspace);
     return FA_OK;
+}
+
+fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts, const fa_tensor *lse_parts, fa_tensor *o,
+                          fa_tensor *lse)
+{
+    if (!ctx) return FA_ERR_NULL_CONTEXT;
+    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
+    const fa_status st = merge_states(ctx, n, o_parts, lse_parts, o, lse);
+    fa_context_leave(ctx);
+    return st;
 }

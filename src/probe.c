@@ -18,6 +18,7 @@
  */
 #include "internal.h"
 #include "threadpool.h"
+#include "alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +30,6 @@ typedef struct {
     int64_t iters;
     double flops[1024];
 } probe_job;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void probe_worker(void *arg, int ith, int nth)
 {
@@ -129,20 +123,20 @@ static fa_status probe_read_bw(fa_context *ctx, double *value)
 {
     const int nth = ctx->threads;
     const int64_t chunk = (int64_t)nth * READ_STREAMS * READ_LINE_WORDS * (int64_t)sizeof(uint64_t);
-    read_job *job = calloc(1, sizeof *job);
+    read_job *job = fa_calloc(1, (int64_t)sizeof *job);
     if (!job) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate the read-bandwidth probe's state");
     int64_t bytes = read_buffer_bytes();
     for (; bytes >= READ_FLOOR_BYTES; bytes /= 2) {
         int64_t usable = bytes / chunk * chunk;
         if (usable <= 0) break;
-        job->buf = aligned_alloc(4096, (size_t)((usable + 4095) / 4096 * 4096));
+        job->buf = fa_aligned_alloc(4096, usable);
         if (job->buf) {
             bytes = usable;
             break;
         }
     }
     if (!job->buf) {
-        free(job);
+        fa_free(job);
         return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate %lld MiB for the read-bandwidth probe",
                        (long long)(READ_FLOOR_BYTES >> 20));
     }
@@ -155,23 +149,22 @@ static fa_status probe_read_bw(fa_context *ctx, double *value)
     /* READ_PASSES passes, but on a crowded machine (slow passes) stop after two
      * once they have taken READ_PASS_BUDGET: the probe stays under a second. */
     for (int pass = 0; pass < READ_PASSES && (pass < 2 || spent < READ_PASS_BUDGET); pass++) {
-        double t = now_s();
+        double t = fa_now_s();
         fa_pool_run(ctx->pool, nth, read_worker, job);
-        t = now_s() - t;
+        t = fa_now_s() - t;
         spent += t;
         if (t > 0 && (double)bytes / t > best) best = (double)bytes / t;
     }
-    free(job->buf);
-    free(job);
+    fa_free(job->buf);
+    fa_free(job);
     *value = best * 1e-9;
     return FA_OK;
 }
 
 /* ----------------------------------------------------------------- probe */
 
-fa_status fa_probe(fa_context *ctx, fa_probe_kind kind, double *value)
+static fa_status probe(fa_context *ctx, fa_probe_kind kind, double *value)
 {
-    if (!ctx) return FA_ERR_NULL_CONTEXT;
     if (!value) return fa_fail(ctx, FA_ERR_NULL_POINTER, "value is NULL");
     if (kind == FA_PROBE_READ_BW) return probe_read_bw(ctx, value);
     probe_job job = {0};
@@ -185,20 +178,29 @@ fa_status fa_probe(fa_context *ctx, fa_probe_kind kind, double *value)
     /* calibrate on one thread to ~20 ms, then time all threads together */
     job.iters = 1 << 12;
     for (;;) {
-        double t = now_s();
+        double t = fa_now_s();
         job.kernel(job.iters);
-        if (now_s() - t > 0.02 || job.iters > ((int64_t)1 << 40)) break;
+        if (fa_now_s() - t > 0.02 || job.iters > ((int64_t)1 << 40)) break;
         job.iters *= 2;
     }
     double best = 0.0;
     for (int round = 0; round < 5; round++) {
-        double t = now_s();
+        double t = fa_now_s();
         fa_pool_run(ctx->pool, ctx->threads, probe_worker, &job);
-        t = now_s() - t;
+        t = fa_now_s() - t;
         double flops = 0.0;
         for (int i = 0; i < ctx->threads; i++) flops += job.flops[i];
         if (t > 0 && flops / t > best) best = flops / t;
     }
     *value = best * 1e-9;
     return FA_OK;
+}
+
+fa_status fa_probe(fa_context *ctx, fa_probe_kind kind, double *value)
+{
+    if (!ctx) return FA_ERR_NULL_CONTEXT;
+    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
+    const fa_status st = probe(ctx, kind, value);
+    fa_context_leave(ctx);
+    return st;
 }

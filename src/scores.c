@@ -1,6 +1,6 @@
 /*
  * scores.c: everything between the scaled dot product and the softmax that
- * is not a plain band, in the order SEMANTICS.md gives: softcap, additive bias,
+ * is not a plain band, in the order docs/semantics.md gives: softcap, additive bias,
  * ALiBi, then the masks (boolean mask, causal, window). Written once for every
  * algorithm; it works on score tiles of either orientation (see kernels.h). The
  * scale is already in the scores: the Q panel is packed pre-scaled.
@@ -33,7 +33,7 @@ void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int
             float x = sc[r * ldr];
             if (cap > 0.0f) x = cap * tanhf(x / cap);
             if (p->has_bias) x += fa_load(&p->bias, b, h, i, j);
-            if (p->alibi) x -= slope * (float)llabs(i + p->Sk - p->Sq - j);
+            if (p->alibi) x -= slope * (float)llabs(fa_diag(p, i) - j);
             sc[r * ldr] = x;
         }
     }

@@ -1,5 +1,5 @@
 /*
- * sequences.c: the inference forms (SEMANTICS.md, "Inference forms"): variable-
+ * sequences.c: the inference forms (docs/semantics.md, section 8): variable-
  * length batches, contiguous and paged KV caches, int8 caches, and appending new
  * rows to a cache. They all reduce to one idea: each sequence is a dense B = 1
  * problem of its own lengths whose tensors are views into the packed or cached
@@ -10,8 +10,9 @@
  * Every check runs in fa_validate_forms, before anything is written, including the
  * append into the cache (fa_cache_append), which cannot fail after it.
  */
-#include "internal.h"
+#include "checks.h"
 #include "convert.h"
+#include "alloc.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -35,12 +36,16 @@ void fa_seq_lengths(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk)
         *sk = p->cu_k ? span(p->cu_k, b) : p->k.shape[1];
 }
 
-/* t with its batch axis fixed at b and its seq axis starting at s0: a (1, .., .., ..) view. */
+/* t with its batch axis fixed at b and its seq axis starting at s0: a (1, .., .., ..) view.
+ * An empty view keeps t's base: its first row may lie one past the tensor (an empty
+ * trailing sequence), where the offset was never proven in range and no row is read. */
 static fa_tensor shifted(const fa_tensor *t, int64_t b, int64_t s0, int64_t len)
 {
     fa_tensor v = *t;
-    const int64_t off = b * t->stride[0] + s0 * t->stride[1];
-    v.data = (char *)t->data + off * (int64_t)fa_dtype_size(t->dtype);
+    if (len > 0) {
+        const int64_t off = b * t->stride[0] + s0 * t->stride[1]; /* an element of t: in range (checks.c) */
+        v.data = (char *)t->data + off * (int64_t)fa_dtype_size(t->dtype);
+    }
     v.shape[0] = 1;
     v.shape[1] = len;
     return v;
@@ -54,7 +59,7 @@ void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *s)
     const int64_t qb = p->cu_q ? 0 : b, q0 = p->cu_q ? p->cu_q[b] : 0;
     s->q = shifted(&p->q, qb, q0, s->Sq);
     s->o = shifted(&p->o, qb, q0, s->Sq);
-    if (p->has_lse) { /* (B, Hq, Sq, 1): its seq axis is axis 2 */
+    if (p->has_lse && s->Sq > 0) { /* (B, Hq, Sq, 1): its seq axis is axis 2 */
         s->lse.data = (float *)p->lse.data + qb * p->lse.stride[0] + q0 * p->lse.stride[2];
         s->lse.shape[0] = 1;
         s->lse.shape[2] = s->Sq;
@@ -93,31 +98,6 @@ void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *s)
 
 /* ------------------------------------------------------------- validation */
 
-/* cu has n+1 entries, non-decreasing, within [0, len]. */
-static fa_status check_cu(fa_context *ctx, const char *name, const int32_t *cu, int64_t n, int64_t len)
-{
-    if (cu[0] < 0) return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "%s[0] is %d; it must be >= 0", name, cu[0]);
-    for (int64_t b = 0; b < n; b++)
-        if (cu[b + 1] < cu[b])
-            return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "%s is not non-decreasing: [%lld] = %d > [%lld] = %d", name,
-                           (long long)b, cu[b], (long long)b + 1, cu[b + 1]);
-    if (cu[n] > len)
-        return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "%s[%lld] = %d is past the %lld packed rows", name, (long long)n,
-                       cu[n], (long long)len);
-    return FA_OK;
-}
-
-static fa_status check_shape(fa_context *ctx, const char *name, const fa_tensor *t, int64_t d0, int64_t d1,
-                             int64_t d2, int64_t d3)
-{
-    const int64_t want[4] = {d0, d1, d2, d3};
-    for (int d = 0; d < 4; d++)
-        if (want[d] >= 0 && t->shape[d] != want[d])
-            return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "%s.shape[%d] is %lld; it must be %lld", name, d,
-                           (long long)t->shape[d], (long long)want[d]);
-    return FA_OK;
-}
-
 static int cmp_i64(const void *a, const void *b)
 {
     const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -132,32 +112,40 @@ static int64_t slot_of(const fa_problem *p, int64_t b, int64_t t)
     return (p->batch_idx ? p->batch_idx[b] : b) * p->capacity + j;
 }
 
+/* Fields up to and including max_pages are required of every caller. */
+#define FA_KV_CACHE_MIN_SIZE (offsetof(fa_kv_cache, max_pages) + sizeof(int64_t))
+
 static fa_status check_cache(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
 {
-    const fa_kv_cache *c = a->kv_cache;
-    fa_status st;
-    if (!c->k.data || !c->v.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "kv_cache->k.data or v.data is NULL");
+    fa_kv_cache cache;
+    fa_kv_cache_init(&cache);
+    fa_status st = fa_read_struct(ctx, "kv_cache", a->kv_cache, a->kv_cache->struct_size, &cache, sizeof cache,
+                                  FA_KV_CACHE_MIN_SIZE);
+    if (st != FA_OK) return st;
+    const fa_kv_cache *c = &cache;
+    if ((st = fa_check_data(ctx, "kv_cache->k", &c->k)) != FA_OK || (st = fa_check_data(ctx, "kv_cache->v", &c->v)) != FA_OK)
+        return st;
     if (!c->seqlens) return fa_fail(ctx, FA_ERR_NULL_POINTER, "kv_cache->seqlens is NULL");
     if (c->k.dtype != c->v.dtype || !(fa_dtype_is_float(c->k.dtype) || c->k.dtype == FA_DTYPE_I8))
         return fa_fail(ctx, FA_ERR_DTYPE, "the cache's k and v must share one dtype of f32, f16, bf16, i8; got %s, %s",
                        fa_dtype_name(c->k.dtype), fa_dtype_name(c->v.dtype));
-    if ((st = fa_check_dims(ctx, "kv_cache->k", &c->k)) != FA_OK) return st;
-    if ((st = fa_check_dims(ctx, "kv_cache->v", &c->v)) != FA_OK) return st;
+    if ((st = fa_check_tensor(ctx, "kv_cache->k", &c->k)) != FA_OK) return st;
+    if ((st = fa_check_tensor(ctx, "kv_cache->v", &c->v)) != FA_OK) return st;
     p->kc = c->k;
     p->vc = c->v;
     p->Hk = c->k.shape[2];
     p->D = c->k.shape[3];
     p->Dv = c->v.shape[3];
-    if ((st = check_shape(ctx, "kv_cache->v", &c->v, c->k.shape[0], c->k.shape[1], p->Hk, -1)) != FA_OK) return st;
+    if ((st = fa_check_shape(ctx, "kv_cache->v", &c->v, c->k.shape[0], c->k.shape[1], p->Hk, -1)) != FA_OK) return st;
     if (c->k.dtype == FA_DTYPE_I8) {
         if (!c->k_scale.data || !c->v_scale.data)
             return fa_fail(ctx, FA_ERR_NULL_POINTER, "an i8 cache needs k_scale and v_scale");
         if (c->k_scale.dtype != FA_DTYPE_F32 || c->v_scale.dtype != FA_DTYPE_F32)
             return fa_fail(ctx, FA_ERR_DTYPE, "k_scale and v_scale must be f32");
-        if ((st = fa_check_dims(ctx, "kv_cache->k_scale", &c->k_scale)) != FA_OK) return st;
-        if ((st = fa_check_dims(ctx, "kv_cache->v_scale", &c->v_scale)) != FA_OK) return st;
-        if ((st = check_shape(ctx, "kv_cache->k_scale", &c->k_scale, c->k.shape[0], c->k.shape[1], p->Hk, 1)) != FA_OK ||
-            (st = check_shape(ctx, "kv_cache->v_scale", &c->v_scale, c->k.shape[0], c->k.shape[1], p->Hk, 1)) != FA_OK)
+        if ((st = fa_check_tensor(ctx, "kv_cache->k_scale", &c->k_scale)) != FA_OK) return st;
+        if ((st = fa_check_tensor(ctx, "kv_cache->v_scale", &c->v_scale)) != FA_OK) return st;
+        if ((st = fa_check_shape(ctx, "kv_cache->k_scale", &c->k_scale, c->k.shape[0], c->k.shape[1], p->Hk, 1)) != FA_OK ||
+            (st = fa_check_shape(ctx, "kv_cache->v_scale", &c->v_scale, c->k.shape[0], c->k.shape[1], p->Hk, 1)) != FA_OK)
             return st;
         p->quant = 1;
         p->k_scale = c->k_scale;
@@ -175,6 +163,8 @@ static fa_status check_cache(fa_context *ctx, const fa_forward_args *a, fa_probl
         if (c->max_pages < 1)
             return fa_fail(ctx, FA_ERR_INVALID_DIM, "kv_cache->max_pages is %lld; it must be >= 1",
                            (long long)c->max_pages);
+        if (c->k.shape[1] < 1)
+            return fa_fail(ctx, FA_ERR_INVALID_DIM, "a paged cache's page_size (kv_cache->k.shape[1]) is 0; it must be >= 1");
         p->block_table = c->block_table;
         p->max_pages = c->max_pages;
         p->page_size = c->k.shape[1];
@@ -188,19 +178,19 @@ static fa_status check_cache(fa_context *ctx, const fa_forward_args *a, fa_probl
     /* new rows */
     p->append = a->k.data || a->v.data;
     if (p->append) {
-        if (!a->k.data || !a->v.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "new rows need both k.data and v.data");
+        if ((st = fa_check_data(ctx, "k", &a->k)) != FA_OK || (st = fa_check_data(ctx, "v", &a->v)) != FA_OK) return st;
         if (!fa_dtype_is_float(a->k.dtype) || !fa_dtype_is_float(a->v.dtype))
             return fa_fail(ctx, FA_ERR_DTYPE, "new k, v rows must be f32, f16 or bf16; got %s, %s",
                            fa_dtype_name(a->k.dtype), fa_dtype_name(a->v.dtype));
-        if ((st = fa_check_dims(ctx, "k", &a->k)) != FA_OK) return st;
-        if ((st = fa_check_dims(ctx, "v", &a->v)) != FA_OK) return st;
+        if ((st = fa_check_tensor(ctx, "k", &a->k)) != FA_OK) return st;
+        if ((st = fa_check_tensor(ctx, "v", &a->v)) != FA_OK) return st;
         if (p->varlen && !a->cu_seqlens_k)
             return fa_fail(ctx, FA_ERR_NULL_POINTER, "packed q with new k, v rows needs cu_seqlens_k to split them");
         const int64_t batch = a->cu_seqlens_k ? 1 : p->B;
-        if ((st = check_shape(ctx, "k", &a->k, batch, -1, p->Hk, p->D)) != FA_OK) return st;
-        if ((st = check_shape(ctx, "v", &a->v, batch, a->k.shape[1], p->Hk, p->Dv)) != FA_OK) return st;
+        if ((st = fa_check_shape(ctx, "k", &a->k, batch, -1, p->Hk, p->D)) != FA_OK) return st;
+        if ((st = fa_check_shape(ctx, "v", &a->v, batch, a->k.shape[1], p->Hk, p->Dv)) != FA_OK) return st;
         if (a->cu_seqlens_k) {
-            if ((st = check_cu(ctx, "cu_seqlens_k", a->cu_seqlens_k, p->B, a->k.shape[1])) != FA_OK) return st;
+            if ((st = fa_check_cu(ctx, "cu_seqlens_k", a->cu_seqlens_k, p->B, a->k.shape[1])) != FA_OK) return st;
             p->cu_k = a->cu_seqlens_k;
         }
         p->k = a->k;
@@ -239,9 +229,11 @@ static fa_status check_cache(fa_context *ctx, const fa_forward_args *a, fa_probl
     }
     if (p->append) { /* two new rows must not land in one slot */
         int64_t total = 0;
-        for (int64_t b = 0; b < p->B; b++) total += new_rows(p, b);
+        for (int64_t b = 0; b < p->B; b++)
+            if (!fa_add_ok(total, new_rows(p, b), &total))
+                return fa_fail(ctx, FA_ERR_OVERFLOW, "the number of new rows overflows 64 bits");
         if (total > 1) {
-            int64_t *slots = malloc((size_t)total * sizeof *slots);
+            int64_t *slots = fa_calloc(total, (int64_t)sizeof *slots);
             if (!slots) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate the append check");
             int64_t n = 0;
             for (int64_t b = 0; b < p->B; b++)
@@ -251,7 +243,7 @@ static fa_status check_cache(fa_context *ctx, const fa_forward_args *a, fa_probl
             const int64_t slot_rows = p->block_table ? p->page_size : p->capacity;
             for (int64_t i = 1; i < n && dup < 0; i++)
                 if (slots[i] == slots[i - 1]) dup = slots[i];
-            free(slots);
+            fa_free(slots);
             if (dup >= 0)
                 return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT,
                                "two new rows would be written to the same cache slot (%s %lld, row %lld): "
@@ -271,59 +263,48 @@ fa_status fa_validate_forms(fa_context *ctx, const fa_forward_args *a, fa_proble
     p->varlen = a->cu_seqlens_q != NULL;
     p->Hq = a->q.shape[2];
     if (p->varlen) {
-        if (a->num_seqs < 1 || a->num_seqs > INT32_MAX)
-            return fa_fail(ctx, FA_ERR_INVALID_DIM, "num_seqs is %lld; a varlen call needs >= 1 sequence",
+        if (a->num_seqs < 0 || a->num_seqs > INT32_MAX)
+            return fa_fail(ctx, FA_ERR_INVALID_DIM, "num_seqs is %lld; it must lie in [0, 2^31)",
                            (long long)a->num_seqs);
         p->B = a->num_seqs;
         if (a->q.shape[0] != 1 || a->o.shape[0] != 1)
             return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "packed q and o have batch dim 1 (sequences are packed along "
                                                        "axis 1); got %lld and %lld",
                            (long long)a->q.shape[0], (long long)a->o.shape[0]);
-        if ((st = check_cu(ctx, "cu_seqlens_q", a->cu_seqlens_q, p->B, a->q.shape[1])) != FA_OK) return st;
+        if ((st = fa_check_cu(ctx, "cu_seqlens_q", a->cu_seqlens_q, p->B, a->q.shape[1])) != FA_OK) return st;
         p->cu_q = a->cu_seqlens_q;
     } else {
         p->B = a->q.shape[0];
+        if (p->B > INT32_MAX)
+            return fa_fail(ctx, FA_ERR_INVALID_DIM, "B = %lld; a cached call takes at most 2^31 - 1 sequences",
+                           (long long)p->B);
     }
 
     if (a->kv_cache) {
         if ((st = check_cache(ctx, a, p)) != FA_OK) return st;
     } else {
-        if (!a->k.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "k.data is NULL");
-        if (!a->v.data) return fa_fail(ctx, FA_ERR_NULL_POINTER, "v.data is NULL");
-        if (a->k.dtype != a->q.dtype || a->v.dtype != a->q.dtype)
-            return fa_fail(ctx, FA_ERR_DTYPE, "q, k, v must share one dtype; got %s, %s, %s",
-                           fa_dtype_name(a->q.dtype), fa_dtype_name(a->k.dtype), fa_dtype_name(a->v.dtype));
-        if ((st = fa_check_dims(ctx, "k", &a->k)) != FA_OK) return st;
-        if ((st = fa_check_dims(ctx, "v", &a->v)) != FA_OK) return st;
+        if ((st = fa_check_kv_inputs(ctx, &a->q, &a->k, &a->v)) != FA_OK) return st;
         if (!a->cu_seqlens_k) return fa_fail(ctx, FA_ERR_NULL_POINTER, "varlen q needs cu_seqlens_k for k and v");
         p->Hk = a->k.shape[2];
         p->D = a->k.shape[3];
         p->Dv = a->v.shape[3];
-        if ((st = check_shape(ctx, "k", &a->k, 1, -1, -1, -1)) != FA_OK) return st;
-        if ((st = check_shape(ctx, "v", &a->v, 1, a->k.shape[1], p->Hk, -1)) != FA_OK) return st;
-        if ((st = check_cu(ctx, "cu_seqlens_k", a->cu_seqlens_k, p->B, a->k.shape[1])) != FA_OK) return st;
+        if ((st = fa_check_shape(ctx, "k", &a->k, 1, -1, -1, -1)) != FA_OK) return st;
+        if ((st = fa_check_shape(ctx, "v", &a->v, 1, a->k.shape[1], p->Hk, -1)) != FA_OK) return st;
+        if ((st = fa_check_cu(ctx, "cu_seqlens_k", a->cu_seqlens_k, p->B, a->k.shape[1])) != FA_OK) return st;
         p->cu_k = a->cu_seqlens_k;
         p->k = a->k;
         p->v = a->v;
     }
 
-    if (a->q.shape[3] != p->D)
-        return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "head dims differ: q has D = %lld, k has %lld",
-                       (long long)a->q.shape[3], (long long)p->D);
     if (a->o.shape[1] != a->q.shape[1] || a->o.shape[2] != p->Hq || a->o.shape[3] != p->Dv ||
         (!p->varlen && a->o.shape[0] != p->B))
         return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "o is (%lld, %lld, %lld, %lld); it must be q's (B, Sq, Hq) with Dv = %lld",
                        (long long)a->o.shape[0], (long long)a->o.shape[1], (long long)a->o.shape[2],
                        (long long)a->o.shape[3], (long long)p->Dv);
-    if (p->Hq % p->Hk != 0)
-        return fa_fail(ctx, FA_ERR_HEAD_RATIO, "Hq = %lld is not a multiple of Hk = %lld", (long long)p->Hq,
-                       (long long)p->Hk);
-    if (a->lse.data) {
-        if ((st = fa_check_dims(ctx, "lse", &a->lse)) != FA_OK) return st;
-        if ((st = check_shape(ctx, "lse", &a->lse, a->q.shape[0], p->Hq, a->q.shape[1], 1)) != FA_OK) return st;
-    }
+    if ((st = fa_check_heads(ctx, a->q.shape[3], p->D, p->Hq, p->Hk)) != FA_OK) return st;
+    if (a->lse.data && (st = fa_check_lse(ctx, &a->lse, a->q.shape[0], p->Hq, a->q.shape[1])) != FA_OK) return st;
 
-    p->group = p->Hq / p->Hk;
+    p->group = p->Hk > 0 ? p->Hq / p->Hk : 0;
     p->dtype = a->q.dtype;
     p->q = a->q;
     p->o = a->o;

@@ -5,6 +5,8 @@
  */
 #include "threadpool.h"
 
+#include "alloc.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -53,11 +55,11 @@ static void *worker_main(void *p)
 fa_status fa_pool_create(int workers, fa_pool **out)
 {
     *out = NULL;
-    fa_pool *pool = calloc(1, sizeof *pool);
+    fa_pool *pool = fa_calloc(1, (int64_t)sizeof *pool);
     if (!pool) return FA_ERR_OUT_OF_MEMORY;
-    pool->workers = calloc((size_t)workers, sizeof *pool->workers);
+    pool->workers = fa_calloc(workers, (int64_t)sizeof *pool->workers);
     if (!pool->workers) {
-        free(pool);
+        fa_free(pool);
         return FA_ERR_OUT_OF_MEMORY;
     }
     pthread_mutex_init(&pool->lock, NULL);
@@ -87,8 +89,8 @@ void fa_pool_free(fa_pool *pool)
     pthread_cond_destroy(&pool->done);
     pthread_cond_destroy(&pool->wake);
     pthread_mutex_destroy(&pool->lock);
-    free(pool->workers);
-    free(pool);
+    fa_free(pool->workers);
+    fa_free(pool);
 }
 
 void fa_pool_run(fa_pool *pool, int nth, fa_job_fn fn, void *arg)

@@ -111,7 +111,7 @@ fa_status h_set_tiles(fa_context *ctx, int64_t tile_q, int64_t tile_kv);
  * library and our double closed forms differ by a few ulps and sums of up to a few
  * hundred terms add a few more.
  *
- * Random properties (SEMANTICS.md, FlashAttention's rule): error against the fp64
+ * Random properties (docs/semantics.md, FlashAttention's rule): error against the fp64
  * reference <= 2 * error of the naive same-precision attention + h_prop_ulps(out) ulps
  * of the output dtype (scaled by max(1, max|o_ref|)). The ulp term covers cases where
  * the naive error happens to be 0 (e.g. Sk = 1) and f32's summation-order noise.

@@ -1,6 +1,6 @@
 /*
  * naive.c: attention the slow, obvious way, one (b, h, i) row at a time, numbered like
- * the steps of SEMANTICS.md. Shares nothing with the library but the header's types.
+ * the steps of docs/semantics.md. Shares nothing with the library but the header's types.
  *
  * One code path serves both precisions: every arithmetic result passes through fl(),
  * which is the identity in fp64 mode and a rounding to float in same-precision mode.

@@ -1,5 +1,5 @@
 /*
- * naive.h: an independent naive attention, written straight from SEMANTICS.md.
+ * naive.h: an independent naive attention, written straight from docs/semantics.md.
  *
  * It materialises one score row at a time and reads the same fa_forward_args the
  * library gets (any strides, broadcast bias and mask, ALiBi, both causal alignments,

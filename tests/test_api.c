@@ -115,7 +115,8 @@ static void set_dim(fa_forward_args *a, const dim_use *du, int64_t value) {
 }
 
 static void test_dims(void) {
-    const int64_t bad[] = {0, -1, INT64_MIN};
+    /* zero dims are legal (empty shapes, tests/test_regress.c), except D = 0 */
+    const int64_t bad[] = {-1, INT64_MIN};
     for (size_t t = 0; t < sizeof DIMS / sizeof DIMS[0]; t++)
         for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
             fa_forward_args a = g_p.args;
@@ -124,6 +125,12 @@ static void test_dims(void) {
             snprintf(name, sizeof name, "%s = %lld everywhere", DIMS[t].name, (long long)bad[b]);
             expect_forward(name, g_ctx, &a, FA_ERR_INVALID_DIM);
         }
+    for (size_t t = 0; t < sizeof DIMS / sizeof DIMS[0]; t++) {
+        if (strcmp(DIMS[t].name, "D") != 0) continue;
+        fa_forward_args a = g_p.args;
+        set_dim(&a, &DIMS[t], 0);
+        expect_forward("D = 0 everywhere", g_ctx, &a, FA_ERR_INVALID_DIM);
+    }
 }
 
 static void test_shape_mismatch(void) {

@@ -3,7 +3,7 @@
  *   1. the library's fp64 oracle (FA_ALGO_REFERENCE, f32 output) is cross-checked
  *      against our own naive fp64 attention with a tight tolerance;
  *   2. flash (threads 1, 2, 3) and standard (the case's thread count) must satisfy the
- *      accuracy rule of SEMANTICS.md against the oracle:
+ *      accuracy rule of docs/semantics.md against the oracle:
  *        max|o_alg - o_ref| <= 2 * max|o_naive_same_precision - o_ref| + ulp term,
  *      and likewise for lse (tolerances: harness.h);
  *   3. flash must be bitwise identical across thread counts 1, 2, 3, and with lse

@@ -1,6 +1,6 @@
 /*
  * test_semantics.c: known-answer tests. Every expected value here comes from the
- * contract in SEMANTICS.md worked out by hand or in closed form, never from an
+ * contract in docs/semantics.md worked out by hand or in closed form, never from an
  * implementation, and every case runs on all three algorithms (reference, flash,
  * standard) and on f32, f16, bf16 inputs with the output in the input dtype or f32.
  *
@@ -153,7 +153,7 @@ static void check_all_algos(h_problem *p, const expected *e, const char *name) {
 
 /* ------------------------------------------------------------------ rules */
 
-/* The keep rule of SEMANTICS.md step 5, restated here from the text. */
+/* The keep rule of docs/semantics.md step 5, restated here from the text. */
 typedef struct keep_rule {
     fa_causal causal;
     int64_t wl, wr;
@@ -486,7 +486,7 @@ static void test_bias(void) {
  * lse_i = log(exp(s_i0) + exp(s_i1)). q_i = c_i * ones(D), k_0 = ones(D), k_1 = kneg * ones(D),
  * so the raw dots are D*c_i and D*c_i*kneg.
  */
-/* Optional extras on top of the two scores, to pin the order of SEMANTICS.md steps 2-4. */
+/* Optional extras on top of the two scores, to pin the order of docs/semantics.md steps 2-4. */
 typedef struct two_key_extras {
     const float *bias2;  /* (1, 1, 1, 2) bias added after softcap, or NULL */
     float slope;         /* ALiBi slope, 0 = off: s_j -= slope * |i + Sk - Sq - j| after softcap */

@@ -490,7 +490,7 @@ static int decode_cache_make(const cli_shape *s, const bench_mode_opts *o, const
         free(perm);
     }
     fa_kv_cache *kc = &c->cache;
-    memset(kc, 0, sizeof *kc);
+    fa_kv_cache_init(kc);
     kc->k = fa_tensor_make(c->k, o->kv_dtype, FA_LAYOUT_BSND, c->rows0, c->rows1, s->kv_heads,
                            s->dim);
     kc->v = fa_tensor_make(c->v, o->kv_dtype, FA_LAYOUT_BSND, c->rows0, c->rows1, s->kv_heads,

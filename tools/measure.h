@@ -13,7 +13,7 @@
 #include "shape.h"
 
 /* The key columns query row i keeps under causal and window masking,
- * [*lo, *hi] within [0, Sk-1] (empty when *lo > *hi), per SEMANTICS.md step 5.
+ * [*lo, *hi] within [0, Sk-1] (empty when *lo > *hi), per docs/semantics.md step 5.
  * Both ends are non-decreasing in i. */
 void cli_row_band(const cli_shape *s, int64_t i, int64_t *lo, int64_t *hi);
 

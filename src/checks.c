@@ -1,0 +1,226 @@
+/*
+ * checks.c: the checks every entry point shares, beneath the dense validator
+ * (validate.c), the inference forms (sequences.c) and the merge (merge.c). Each
+ * check is written once, with one message.
+ *
+ * The size rule, which every check here serves: every product or sum of
+ * user-given sizes, strides, offsets and windows is either checked with
+ * fa_mul_ok / fa_add_ok or proven in range before anything uses it.
+ *  - A tensor's dims are >= 0, its element count fits in int64, and its byte
+ *    extent (the largest |offset| reachable, plus one element) fits in ptrdiff_t.
+ *  - The work B*Hq*Sq*Sk*(D+Dv) fits in int64: a call whose loops could not
+ *    even be counted is refused, not started.
+ *  - Head dims D, Dv are at most FA_DIM_MAX (2^40): any product of a head dim with
+ *    a tile size or a small count then fits, and no machine holds such a row anyway.
+ *  - Positions q_start + Sq and k_start + Sk are at most FA_POSITION_MAX (2^60),
+ *    so the diagonal (internal.h, fa_diag) lies within +-2^62.
+ *  - A window side of FA_WINDOW_HUGE (2^62) or more covers every position
+ *    difference: it is clamped to "unbounded" here, so that diag +- window can
+ *    never overflow in fa_row_band.
+ * After these checks the core may compute any index of the form
+ * b*stride[0] + s*stride[1] + h*stride[2] + d*stride[3] for in-range
+ * coordinates, and any diag +- window, without overflow.
+ */
+#include "checks.h"
+
+#include <math.h>
+#include <string.h>
+
+#define FA_STRUCT_MAX_SIZE 4096 /* a struct_size beyond this is garbage, not a future header */
+
+fa_status fa_read_struct(fa_context *ctx, const char *name, const void *user, size_t user_size, void *dst,
+                         size_t lib_size, size_t min_size)
+{
+    if (user_size < min_size || user_size > FA_STRUCT_MAX_SIZE)
+        return fa_fail(ctx, FA_ERR_STRUCT_SIZE,
+                       "%s->struct_size is %zu; initialise it with its _INIT macro (this library's is %zu)", name,
+                       user_size, lib_size);
+    /* dst holds the defaults: fields the caller's header lacked keep them */
+    memcpy(dst, user, user_size < lib_size ? user_size : lib_size);
+    *(size_t *)dst = lib_size;
+    /* fields of a newer header that this library does not know must be "off" */
+    for (size_t off = lib_size; off < user_size; off++)
+        if (((const unsigned char *)user)[off] != 0)
+            return fa_fail(ctx, FA_ERR_STRUCT_SIZE, "%s sets a field at byte %zu that this library (%s) does not know",
+                           name, off, fa_version_string());
+    return FA_OK;
+}
+
+int64_t fa_tensor_count(const fa_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < 4; d++)
+        if (!fa_mul_ok(n, t->shape[d], &n)) return -1;
+    return n;
+}
+
+fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t)
+{
+    int empty = 0;
+    for (int d = 0; d < 4; d++) {
+        if (t->shape[d] < 0)
+            return fa_fail(ctx, FA_ERR_INVALID_DIM, "%s.shape[%d] is %lld; dimensions must be >= 0", name, d,
+                           (long long)t->shape[d]);
+        empty |= t->shape[d] == 0;
+    }
+    if (empty) return FA_OK; /* no element is ever addressed: strides are never used */
+    if (fa_tensor_count(t) < 0)
+        return fa_fail(ctx, FA_ERR_OVERFLOW, "%s: its element count overflows 64 bits", name);
+    /* the extent: |sum (shape-1)*stride| at most, plus the element itself, in bytes */
+    int64_t span = 0;
+    for (int d = 0; d < 4; d++) {
+        const int64_t st = t->stride[d];
+        if (st == INT64_MIN) return fa_fail(ctx, FA_ERR_OVERFLOW, "%s.stride[%d] overflows", name, d);
+        int64_t term;
+        if (!fa_mul_ok(t->shape[d] - 1, st < 0 ? -st : st, &term) || !fa_add_ok(span, term, &span))
+            return fa_fail(ctx, FA_ERR_OVERFLOW, "%s: shape times strides overflows 64 bits", name);
+    }
+    const int64_t es = (int64_t)fa_dtype_size(t->dtype);
+    int64_t bytes;
+    if (!fa_mul_ok(span, es, &bytes) || !fa_add_ok(bytes, es, &bytes) || (uint64_t)bytes > (uint64_t)PTRDIFF_MAX)
+        return fa_fail(ctx, FA_ERR_OVERFLOW, "%s: its byte extent overflows", name);
+    return FA_OK;
+}
+
+fa_status fa_check_data(fa_context *ctx, const char *name, const fa_tensor *t)
+{
+    if (!t->data && fa_tensor_count(t) != 0) return fa_fail(ctx, FA_ERR_NULL_POINTER, "%s.data is NULL", name);
+    return FA_OK;
+}
+
+fa_status fa_check_shape(fa_context *ctx, const char *name, const fa_tensor *t, int64_t d0, int64_t d1, int64_t d2,
+                         int64_t d3)
+{
+    const int64_t want[4] = {d0, d1, d2, d3};
+    for (int d = 0; d < 4; d++)
+        if (want[d] >= 0 && t->shape[d] != want[d])
+            return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "%s.shape[%d] is %lld; it must be %lld", name, d,
+                           (long long)t->shape[d], (long long)want[d]);
+    return FA_OK;
+}
+
+fa_status fa_check_broadcast(fa_context *ctx, const char *name, const fa_tensor *t, const int64_t want[4],
+                             fa_tensor *out)
+{
+    static const char *dim_names[4] = {"B", "Hq", "Sq", "Sk"};
+    *out = *t;
+    for (int d = 0; d < 4; d++) {
+        if (t->shape[d] == want[d]) continue;
+        if (t->shape[d] == 1) {
+            out->stride[d] = 0;
+            continue;
+        }
+        return fa_fail(ctx, FA_ERR_BROADCAST, "%s.shape[%d] is %lld; it must be 1 or %s = %lld", name, d,
+                       (long long)t->shape[d], dim_names[d], (long long)want[d]);
+    }
+    return fa_check_tensor(ctx, name, t);
+}
+
+fa_status fa_check_cu(fa_context *ctx, const char *name, const int32_t *cu, int64_t n, int64_t len)
+{
+    if (cu[0] < 0) return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "%s[0] is %d; it must be >= 0", name, cu[0]);
+    for (int64_t b = 0; b < n; b++)
+        if (cu[b + 1] < cu[b])
+            return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "%s is not non-decreasing: [%lld] = %d > [%lld] = %d", name,
+                           (long long)b, cu[b], (long long)b + 1, cu[b + 1]);
+    if (cu[n] > len)
+        return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "%s[%lld] = %d is past the %lld packed rows", name, (long long)n,
+                       cu[n], (long long)len);
+    return FA_OK;
+}
+
+fa_status fa_check_kv_inputs(fa_context *ctx, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v)
+{
+    fa_status st;
+    if ((st = fa_check_data(ctx, "k", k)) != FA_OK || (st = fa_check_data(ctx, "v", v)) != FA_OK) return st;
+    if (k->dtype != q->dtype || v->dtype != q->dtype)
+        return fa_fail(ctx, FA_ERR_DTYPE, "q, k, v must share one dtype; got %s, %s, %s", fa_dtype_name(q->dtype),
+                       fa_dtype_name(k->dtype), fa_dtype_name(v->dtype));
+    if ((st = fa_check_tensor(ctx, "k", k)) != FA_OK) return st;
+    return fa_check_tensor(ctx, "v", v);
+}
+
+fa_status fa_check_heads(fa_context *ctx, int64_t D, int64_t kD, int64_t Hq, int64_t Hk)
+{
+    if (kD != D)
+        return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "head dims differ: q has D = %lld, k has %lld", (long long)D,
+                       (long long)kD);
+    if (D == 0)
+        return fa_fail(ctx, FA_ERR_INVALID_DIM, "D = 0: q and k have no features, so there are no scores (and the "
+                                                "default scale 1/sqrt(D) has no value)");
+    if (Hk == 0 && Hq > 0)
+        return fa_fail(ctx, FA_ERR_INVALID_DIM, "Hk = 0 but Hq = %lld: query heads need kv heads to read",
+                       (long long)Hq);
+    if (Hk > 0 && Hq % Hk != 0)
+        return fa_fail(ctx, FA_ERR_HEAD_RATIO, "Hq = %lld is not a multiple of Hk = %lld", (long long)Hq,
+                       (long long)Hk);
+    return FA_OK;
+}
+
+fa_status fa_check_lse(fa_context *ctx, const fa_tensor *lse, int64_t B, int64_t H, int64_t S)
+{
+    if (lse->dtype != FA_DTYPE_F32)
+        return fa_fail(ctx, FA_ERR_DTYPE, "lse.dtype (%s) must be f32", fa_dtype_name(lse->dtype));
+    fa_status st;
+    if ((st = fa_check_tensor(ctx, "lse", lse)) != FA_OK) return st;
+    if (lse->shape[0] != B || lse->shape[1] != H || lse->shape[2] != S || lse->shape[3] != 1)
+        return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "lse is (%lld, %lld, %lld, %lld); it must be (B, H, S, 1) = (%lld, %lld, %lld, 1)",
+                       (long long)lse->shape[0], (long long)lse->shape[1], (long long)lse->shape[2],
+                       (long long)lse->shape[3], (long long)B, (long long)H, (long long)S);
+    return FA_OK;
+}
+
+/* A window side the caller gave, as the band uses it: FA_WINDOW_HUGE or more reaches
+ * every key from every row, which is what "unbounded" (-1) says. */
+static int64_t clamp_window(int64_t w) { return w >= FA_WINDOW_HUGE ? FA_WINDOW_UNBOUNDED : w; }
+
+fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
+{
+    if (!isfinite(a->scale))
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "scale must be finite (0 = 1/sqrt(D)); got %g", (double)a->scale);
+    if (!isfinite(a->softcap) || a->softcap < 0.0f)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "softcap must be finite and >= 0 (0 = off); got %g",
+                       (double)a->softcap);
+    if (a->causal != FA_CAUSAL_NONE && a->causal != FA_CAUSAL_BOTTOM_RIGHT && a->causal != FA_CAUSAL_TOP_LEFT)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "causal = %d is not an fa_causal value", (int)a->causal);
+    if (a->window_left < -1 || a->window_right < -1)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "window (%lld, %lld): each side must be >= 0 or -1 (unbounded)",
+                       (long long)a->window_left, (long long)a->window_right);
+    if (a->alibi_slopes && a->alibi_stride_b < 0)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "alibi_stride_b must be >= 0; got %lld",
+                       (long long)a->alibi_stride_b);
+    if (a->q_start < 0 || a->q_start > FA_POSITION_MAX || a->k_start < 0 || a->k_start > FA_POSITION_MAX)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "q_start = %lld, k_start = %lld: positions lie in [0, 2^60]",
+                       (long long)a->q_start, (long long)a->k_start);
+
+    p->scale = a->scale;
+    p->softcap = a->softcap;
+    p->causal = a->causal;
+    p->window_left = clamp_window(a->window_left);
+    p->window_right = clamp_window(a->window_right);
+    p->alibi = a->alibi_slopes;
+    p->alibi_stride_b = a->alibi_slopes ? a->alibi_stride_b : 0;
+    p->q_start = a->q_start;
+    p->k_start = a->k_start;
+    return FA_OK;
+}
+
+fa_status fa_check_extents(fa_context *ctx, const fa_problem *p)
+{
+    /* positions: the longest sequences (p->Sq, p->Sk hold them for every form) */
+    if (p->Sq > FA_POSITION_MAX - p->q_start || p->Sk > FA_POSITION_MAX - p->k_start)
+        return fa_fail(ctx, FA_ERR_OVERFLOW, "positions q_start + Sq = %lld + %lld or k_start + Sk = %lld + %lld exceed 2^60",
+                       (long long)p->q_start, (long long)p->Sq, (long long)p->k_start, (long long)p->Sk);
+    if (p->D > FA_DIM_MAX || p->Dv > FA_DIM_MAX)
+        return fa_fail(ctx, FA_ERR_OVERFLOW, "head dims D = %lld, Dv = %lld: at most 2^40 (no workspace holds a row of more)",
+                       (long long)p->D, (long long)p->Dv);
+    int64_t work = 1, dsum;
+    if (!fa_add_ok(p->D, p->Dv, &dsum)) return fa_fail(ctx, FA_ERR_OVERFLOW, "D + Dv overflows 64 bits");
+    const int64_t dims[5] = {p->B, p->Hq, p->Sq, p->Sk, dsum};
+    for (int d = 0; d < 5; d++)
+        if (!fa_mul_ok(work, dims[d], &work))
+            return fa_fail(ctx, FA_ERR_OVERFLOW,
+                           "the work B*Hq*Sq*Sk*(D+Dv) = %lld*%lld*%lld*%lld*%lld overflows 64 bits", (long long)p->B,
+                           (long long)p->Hq, (long long)p->Sq, (long long)p->Sk, (long long)dsum);
+    return FA_OK;
+}

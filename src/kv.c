@@ -1,0 +1,86 @@
+/*
+ * kv.c: see kv.h.
+ */
+#include "kv.h"
+#include "convert.h"
+
+#include <math.h>
+#include <string.h>
+
+int fa_kv_type(fa_dtype d)
+{
+    return d == FA_DTYPE_F16 ? FA_KV_F16 : d == FA_DTYPE_BF16 ? FA_KV_BF16 : d == FA_DTYPE_I8 ? FA_KV_I8 : FA_KV_F32;
+}
+
+/* One K/V row of n elements (inner stride sd) as f32: the ISA's converters where
+ * they apply, the portable ones otherwise. */
+static void row_to_f32(const fa_kernels *kern, const void *row, fa_dtype dt, int64_t sd, float scale, int64_t n,
+                       float *out)
+{
+    if (sd == 1 && dt == FA_DTYPE_F16)
+        kern->f16_to_f32(row, out, n);
+    else if (sd == 1 && dt == FA_DTYPE_BF16)
+        kern->bf16_to_f32(row, out, n);
+    else
+        fa_row_to_f32(row, dt, sd, scale, n, out);
+}
+
+const float *fa_kv_tile_f32(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
+                            int64_t hk, int64_t dim, float *scratch, int64_t *ld)
+{
+    const fa_tensor *t = which ? &s->v : &s->k;
+    if (!s->quant && !s->pages) return fa_rows_f32(t, kern, 0, j0, cols, hk, dim, scratch, ld);
+    if (!s->quant && j0 / s->page_size == (j0 + cols - 1) / s->page_size) /* one page: its axis 0 is the page */
+        return fa_rows_f32(t, kern, s->pages[j0 / s->page_size], j0 % s->page_size, cols, hk, dim, scratch, ld);
+    *ld = dim;
+    for (int64_t c = 0; c < cols; c++) {
+        float scale;
+        const void *row = fa_kv_row(s, which, j0 + c, hk, &scale);
+        row_to_f32(kern, row, t->dtype, t->stride[3], scale, dim, scratch + c * dim);
+    }
+    return scratch;
+}
+
+void fa_kv_row_ptrs(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
+                    float *scale)
+{
+    if (s->pages) {
+        for (int64_t c = 0; c < cols; c++) ptr[c] = fa_kv_row(s, which, j0 + c, hk, &scale[c]);
+        return;
+    }
+    const fa_tensor *t = which ? &s->v : &s->k;
+    const char *row = fa_kv_row(s, which, j0, hk, NULL);
+    const int64_t step = t->stride[1] * (int64_t)fa_dtype_size(t->dtype);
+    for (int64_t c = 0; c < cols; c++) ptr[c] = row + c * step;
+    if (s->quant) {
+        const fa_tensor *st = which ? &s->v_scale : &s->k_scale;
+        const float *sc = (const float *)st->data + j0 * st->stride[1] + hk * st->stride[2];
+        for (int64_t c = 0; c < cols; c++) scale[c] = sc[c * st->stride[1]];
+    }
+}
+
+void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, int64_t dim, float *dst)
+{
+    const int64_t es = (int64_t)fa_dtype_size(t->dtype), sd = t->stride[3];
+    for (int64_t c = 0; c < cols; c++) {
+        const char *src = ptr[c];
+        char *out = (char *)dst + c * dim * es;
+        for (int64_t e = 0; e < dim; e++) memcpy(out + e * es, src + e * sd * es, (size_t)es);
+        ptr[c] = out;
+    }
+}
+
+int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int64_t cols, int64_t dim)
+{
+    uint32_t bad = 0;
+    for (int64_t c = 0; c < cols; c++) {
+        if (kv == FA_KV_I8) {
+            bad |= !isfinite(scales[c]);
+        } else if (kv == FA_KV_F32) {
+            bad |= !fa_rows_finite(rows[c], 0, 1, dim);
+        } else {
+            bad |= !fa_rows_finite16(rows[c], 0, 1, dim, kv == FA_KV_F16 ? 0x7c00u : 0x7f80u);
+        }
+    }
+    return !bad;
+}

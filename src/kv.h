@@ -1,0 +1,52 @@
+/*
+ * kv.h: reading K and V rows, wherever they live: a dense tensor, a packed
+ * varlen batch, a contiguous or paged KV cache, int8 with per-row scales. Every
+ * tiled loop reaches K/V through these, so a new cache form is added here and
+ * the loops stay as they are.
+ */
+#ifndef FA_KV_H
+#define FA_KV_H
+
+#include "internal.h"
+
+/* K (which = 0) or V (1) row j of kv head hk in a dense or per-sequence view, and its
+ * int8 scale (1 when not quantised; scale may be NULL). */
+static inline const void *fa_kv_row(const fa_problem *s, int which, int64_t j, int64_t hk, float *scale)
+{
+    const fa_tensor *t = which ? &s->v : &s->k;
+    int64_t blk = 0, row = j;
+    if (s->pages) {
+        blk = s->pages[j / s->page_size];
+        row = j % s->page_size;
+    }
+    const int64_t off = blk * t->stride[0] + row * t->stride[1] + hk * t->stride[2];
+    if (scale) {
+        const fa_tensor *st = which ? &s->v_scale : &s->k_scale;
+        *scale = s->quant ? ((const float *)st->data)[blk * st->stride[0] + row * st->stride[1] + hk * st->stride[2]]
+                          : 1.0f;
+    }
+    return (const char *)t->data + off * (int64_t)fa_dtype_size(t->dtype);
+}
+
+/* The small-row kernels' element type (FA_KV_*) of a dtype. */
+int fa_kv_type(fa_dtype d);
+
+/* K (which 0) or V (1) rows j0 .. j0+cols-1 of kv head hk as f32 for the wide kernels:
+ * zero-copy where the rows are f32 and evenly spaced, else converted into scratch
+ * (cols * dim floats). *ld receives the row distance in floats. */
+const float *fa_kv_tile_f32(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
+                            int64_t hk, int64_t dim, float *scratch, int64_t *ld);
+
+/* Pointers to K (which 0) or V (1) rows j0 .. j0+cols-1 of kv head hk, and their
+ * int8 scales, for the small-row kernels. */
+void fa_kv_row_ptrs(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
+                    float *scale);
+
+/* Rows with a non-unit inner stride copied, element for element in their own
+ * dtype, into dst (room for cols * dim floats); ptr is repointed at the copies. */
+void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, int64_t dim, float *dst);
+
+/* 1 when none of the rows (or their int8 scales) holds inf or NaN. */
+int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int64_t cols, int64_t dim);
+
+#endif
