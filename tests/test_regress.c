@@ -74,10 +74,6 @@ static fa_status run(fa_algo algo, int64_t threads, const fa_forward_args *a) {
 
 static int status_in(fa_status st, fa_status a, fa_status b) { return st == a || st == b; }
 
-static void report_status(fa_status st, const char *what) {
-    if (st != FA_OK) printf("  (%s: %s: %s)\n", what, fa_status_string(st), fa_context_error(g_ctx));
-}
-
 /* Max |got - want| over a dense tensor pair of equal shape; NaN counts as infinite. */
 static double max_diff(const fa_tensor *got, const fa_tensor *want) {
     double m = 0.0;
@@ -516,16 +512,21 @@ static void expect_fail(const char *what, const fa_forward_args *a, size_t o_byt
     }
 }
 
+/* Every element of t satisfies pred (any strides). */
+static int all_elems(const fa_tensor *t, int (*pred)(double)) {
+    for (int64_t a = 0; a < t->shape[0]; a++)
+        for (int64_t b = 0; b < t->shape[1]; b++)
+            for (int64_t c = 0; c < t->shape[2]; c++)
+                for (int64_t d = 0; d < t->shape[3]; d++)
+                    if (!pred(h_get(t, a, b, c, d))) return 0;
+    return 1;
+}
+static int is_zero(double x) { return x == 0.0; }
+static int is_minus_inf(double x) { return isinf(x) && x < 0; }
+
 /* Every o element 0 and every lse -inf (rows with no key). */
 static int empty_rows(const fa_tensor *o, const fa_tensor *lse) {
-    for (int64_t e = 0; e < h_numel(o); e++)
-        if (h_get(o, 0, 0, 0, e) != 0.0) return 0;
-    if (lse && lse->data)
-        for (int64_t e = 0; e < h_numel(lse); e++) {
-            const double l = h_get(lse, 0, 0, 0, e);
-            if (!(isinf(l) && l < 0)) return 0;
-        }
-    return 1;
+    return all_elems(o, is_zero) && (!lse || !lse->data || all_elems(lse, is_minus_inf));
 }
 
 static void zero_dense(void) {

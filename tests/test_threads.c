@@ -16,13 +16,17 @@
  * not thread-safe).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
 
-enum { NTHREADS = 8, ROUNDS = 3, HAMMER = 150, SENTINEL = 0xa5 };
+/* HAMMER: successful forward calls each hammering thread must make; a BUSY call
+ * yields and tries again (up to MAX_ATTEMPTS calls in all), since a thread that only
+ * ever meets BUSY would otherwise finish at once and stop competing. */
+enum { NTHREADS = 8, ROUNDS = 3, HAMMER = 60, MAX_ATTEMPTS = 200000, SENTINEL = 0xa5 };
 
 static size_t nbytes(const fa_tensor *t) { return (size_t)h_numel(t) * h_dtype_bytes(t->dtype); }
 
@@ -163,7 +167,7 @@ static fa_context *g_shared;
 
 typedef struct hammer {
     worker w;
-    int64_t ok, busy;
+    int64_t ok, busy, forward_ok;
 } hammer;
 
 /* OK with a bitwise-correct result, or BUSY with the outputs untouched. */
@@ -184,12 +188,15 @@ static void *hammering(void *arg) {
     hammer *h = arg;
     fa_tensor o = clone(&g_small_o), lse = clone(&g_small_lse);
     fa_tensor mo = clone(&g_merged), ml = clone(&g_merged_lse);
-    for (int it = 0; it < HAMMER; it++) {
+    for (int it = 0; h->forward_ok < HAMMER && it < MAX_ATTEMPTS; it++) {
         memset(o.data, SENTINEL, nbytes(&o));
         memset(lse.data, SENTINEL, nbytes(&lse));
         fa_forward_args a = g_small.args;
         a.o = o, a.lse = lse;
-        judge(h, "shared forward", fa_forward(g_shared, &a), &o, &lse, &g_small_o, &g_small_lse);
+        const int64_t busy_before = h->busy;
+        const fa_status fst = fa_forward(g_shared, &a);
+        judge(h, "shared forward", fst, &o, &lse, &g_small_o, &g_small_lse);
+        h->forward_ok += fst == FA_OK;
 
         switch ((it + h->w.id) % 4) {
         case 0: {
@@ -217,6 +224,7 @@ static void *hammering(void *arg) {
         }
         default: break;
         }
+        if (h->busy != busy_before) sched_yield();
     }
     free(o.data), free(lse.data), free(mo.data), free(ml.data);
     return NULL;
@@ -260,7 +268,8 @@ static void test_shared(void) {
     for (int t = 0; t < 2; t++) {
         pthread_join(tid[t], NULL);
         CHECK(h[t].w.failures == 0, "shared thread %d: %d failures, first: %s", t, h[t].w.failures, h[t].w.first);
-        CHECK(h[t].ok > 0, "shared thread %d: no call succeeded", t);
+        CHECK(h[t].forward_ok == HAMMER, "shared thread %d: %lld of %d forward calls succeeded", t,
+              (long long)h[t].forward_ok, (int)HAMMER);
     }
     printf("shared context: %lld + %lld OK calls, %lld + %lld BUSY\n", (long long)h[0].ok, (long long)h[1].ok,
            (long long)h[0].busy, (long long)h[1].busy);
