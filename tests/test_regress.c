@@ -282,8 +282,8 @@ static void regress_5_varlen_empty_trailing(void) {
     const int64_t huges[] = {INT64_MAX / 2, INT64_MAX, INT64_MIN + 1, (int64_t)1 << 61};
     /* cu arrays over one packed row: the empty sequences come after it (cu[b] == 1 ==
      * the packed length), before it, and on both sides */
-    const int32_t cus[][4] = {{0, 1, 1, 1}, {0, 0, 1, 1}, {0, 0, 0, 1}};
-    const int64_t nseqs[] = {2, 3, 3};
+    const int32_t cus[][4] = {{0, 1, 1, 1}, {0, 0, 1, 1}, {0, 0, 0, 1}, {0}};
+    const int64_t nseqs[] = {2, 3, 3, 0}; /* the last: the same tensors in a dense call */
     h_rng r;
     h_rng_seed(&r, 8005);
     for (size_t hi = 0; hi < sizeof huges / sizeof huges[0]; hi++)
@@ -297,9 +297,11 @@ static void regress_5_varlen_empty_trailing(void) {
             a.v = huge_seq_stride(FA_DTYPE_F32, 1, H, D, 1, huge, &r);
             a.o = huge_seq_stride(FA_DTYPE_F32, 1, H, D, 1, huge, NULL);
             a.lse = huge_seq_stride(FA_DTYPE_F32, 1, H, 1, 2, huge, NULL); /* (1, H, 1, 1), seq = axis 2 */
-            a.cu_seqlens_q = cus[ci];
-            a.cu_seqlens_k = cus[ci];
-            a.num_seqs = nseqs[ci];
+            if (nseqs[ci]) {
+                a.cu_seqlens_q = cus[ci];
+                a.cu_seqlens_k = cus[ci];
+                a.num_seqs = nseqs[ci];
+            }
             a.causal = FA_CAUSAL_BOTTOM_RIGHT;
             h_poison_outputs(&a);
             const fa_status st = run(FA_ALGO_FLASH, 2, &a);
