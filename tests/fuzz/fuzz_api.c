@@ -242,8 +242,7 @@ static fa_tensor *make(world *w, reader *r, fa_dtype dt, int64_t d0, int64_t d1,
     w->total += f->bytes;
     f->base = malloc((size_t)f->bytes);
     if (!f->base) f->base = malloc(1);
-    t->data = f->base - (int64_t)lo * (int64_t)esize(dt);
-    if (!nonempty) t->data = f->base;
+    t->data = nonempty ? f->base - (int64_t)lo * (int64_t)esize(dt) : f->base;
     const int64_t n = f->bytes / (int64_t)esize(dt);
     for (int64_t e = 0; e < n; e++) {
         unsigned char *p = f->base + e * (int64_t)esize(dt);
@@ -303,6 +302,13 @@ static int64_t mul_or_neg(int64_t a, int64_t b) {
     return out;
 }
 
+/* a + b for sizes: -1 when either is negative or the sum does not fit. */
+static int64_t add_or_neg(int64_t a, int64_t b) {
+    int64_t out;
+    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &out)) return -1;
+    return out;
+}
+
 /* The product of a tensor's dims; -1 when it does not fit; 0 with a dim <= 0. */
 static int64_t numel(const fa_tensor *t) {
     int64_t n = 1;
@@ -349,8 +355,11 @@ static int64_t apply_settings(reader *r, fa_algo *algo) {
         const fa_param params[4] = {FA_PARAM_THREADS, FA_PARAM_TILE_Q, FA_PARAM_KV_SPLITS, (fa_param)u8(r)};
         const fa_param prm = params[u8(r) & 3];
         if (prm == FA_PARAM_VERBOSE) return threads; /* would print; not an error either way */
+        int64_t lo, hi;
+        const int known = fa_param_bounds(prm, &lo, &hi) == FA_OK;
+        if (prm == FA_PARAM_THREADS && v > 2) return threads; /* legal up to 1024, but slow */
         const fa_status st = fa_context_set(g_ctx, prm, v);
-        if (st == FA_OK && !(prm == FA_PARAM_THREADS && v >= 0 && v <= 1024))
+        if (st == FA_OK && (!known || v < lo || v > hi || prm >= FA_PARAM_LAST_ALGO))
             FINDING("fa_context_set(%d, %lld) accepted an out-of-range value", (int)prm, (long long)v);
         fa_context_set(g_ctx, FA_PARAM_THREADS, threads);
     }
@@ -379,6 +388,7 @@ static int kept(const fa_forward_args *a, int64_t Sq, int64_t Sk, int64_t i, int
 static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const fa_tensor *lse_got,
                         const fa_tensor *o_ref, const fa_tensor *lse_ref, const char *what) {
     const int64_t B = a->q.shape[0], Sq = a->q.shape[1], Hq = a->q.shape[2], Sk = a->k.shape[1], Dv = a->v.shape[3];
+    if (B == 0 || Sq == 0 || Hq == 0) return; /* no rows (and B may be 2^59) */
     const int64_t n_o = B * Sq * Hq * Dv, n_l = B * Hq * Sq, n_s = B * Hq * Sq * Sk;
     /* the naive's view of the call */
     fa_forward_args na = *a;
@@ -574,10 +584,12 @@ static void fuzz_dense(reader *r) {
         return;
     }
     /* legal but slow: skip */
+    /* from the shapes the library sees (a layout may have overridden a dim) */
     const int64_t nq = numel(&a.q), nk = numel(&a.k), nv = numel(&a.v), no = numel(&a.o);
-    int64_t work = mul_or_neg(mul_or_neg(mul_or_neg(B, Hq), mul_or_neg(Sq, Sk)), D + Dv < 0 ? -1 : D + Dv);
-    if (B <= 0 || Hq <= 0 || Sq <= 0 || Sk <= 0) work = 0;
-    int overflowing = nq < 0 || nk < 0 || nv < 0 || no < 0 || work < 0 || (D > 0 && Dv > 0 && D + Dv < 0);
+    int64_t work = mul_or_neg(mul_or_neg(mul_or_neg(a.q.shape[0], a.q.shape[2]), mul_or_neg(a.q.shape[1], a.k.shape[1])),
+                              add_or_neg(a.q.shape[3], a.v.shape[3]));
+    if (nq == 0 || nk == 0) work = 0;
+    int overflowing = nq < 0 || nk < 0 || nv < 0 || no < 0 || work < 0 || (D > 0 && Dv > 0 && add_or_neg(D, Dv) < 0);
     if (!overflowing && (too_slow(nq) || too_slow(nk) || too_slow(nv) || too_slow(no) || too_slow(work) ||
                          (a.bias.data && too_slow(numel(&a.bias))) || (a.mask.data && too_slow(numel(&a.mask))))) {
         world_free(&w);
@@ -590,6 +602,10 @@ static void fuzz_dense(reader *r) {
     snapshot(&w);
     const fa_status st = fa_forward(g_ctx, seen);
     trace("dense", st);
+    if (g_verbose)
+        fprintf(stderr, "fuzz_api: q (%lld %lld %lld %lld) k (%lld %lld %lld %lld) v dim %lld\n", (long long)a.q.shape[0],
+                (long long)a.q.shape[1], (long long)a.q.shape[2], (long long)a.q.shape[3], (long long)a.k.shape[0],
+                (long long)a.k.shape[1], (long long)a.k.shape[2], (long long)a.k.shape[3], (long long)a.v.shape[3]);
     expect_unchanged(&w, 1 << KIND_INPUT, "dense", st);
     if (st != FA_OK) {
         expect_unchanged(&w, 1 << KIND_OUTPUT, "a failed dense call", st);
@@ -636,13 +652,13 @@ static void fuzz_dense(reader *r) {
  * sometimes decreasing, negative or past the end. Returns the packed length. */
 static int64_t rd_cu(reader *r, int32_t *cu, int64_t n, int max_len) {
     cu[0] = 0;
-    for (int64_t b = 0; b < n; b++) cu[b + 1] = cu[b] + (int32_t)(u8(r) % (max_len + 1));
+    for (int64_t b = 0; b < n; b++) cu[b + 1] = cu[b] + (int32_t)(u8(r) % (max_len + 1)); /* <= 8 * 255 */
     const uint8_t bad = u8(r);
     if (bad >= 0xF0) {
         static const int32_t V[4] = {-1, INT32_MAX, INT32_MIN, 3};
         cu[bad % (n + 1)] = V[(bad >> 2) & 3];
     }
-    int64_t total = cu[n] > 0 ? cu[n] : 0;
+    int64_t total = cu[n] > 0 && cu[n] < 4096 ? cu[n] : 0;
     if (u8(r) >= 0xF8) total = total > 0 ? total - 1 : 0; /* one short: must be OUT_OF_RANGE */
     return total;
 }
@@ -706,9 +722,8 @@ static void fuzz_varlen(reader *r) {
     for (int s = 0; s < 64; s++) slopes[s] = (float)rnd();
     if (opt & 16) a.alibi_slopes = slopes, a.alibi_stride_b = (opt & 32) ? Hq : 0;
     if (opt & 64) a.cu_seqlens_k = NULL;
-    int64_t work = 0;
-    for (int64_t b = 0; b < n; b++) work += (int64_t)(cu_q[b + 1] - cu_q[b]) * (cu_k[b + 1] - cu_k[b]) > 0 ? 1 : 0;
-    work = mul_or_neg(mul_or_neg(tq, tk), mul_or_neg(Hq, D + Dv > 0 ? D + Dv : 1));
+    const int64_t dsum = add_or_neg(a.q.shape[3], a.v.shape[3]);
+    const int64_t work = mul_or_neg(mul_or_neg(a.q.shape[1], a.k.shape[1]), mul_or_neg(a.q.shape[2], dsum ? dsum : 1));
     if (w.skip || work < 0 || work > MAX_WORK * 4) {
         world_free(&w);
         return;
@@ -812,10 +827,11 @@ static void fuzz_cache(reader *r, int paged) {
     if (opt & 2) a.window_left = rd_window(r), a.window_right = rd_window(r);
     if (opt & 4) a.q_start = rd_position(r), a.k_start = rd_position(r);
     if (opt & 8) a.softcap = 3.0f;
-    const int64_t cap = mul_or_neg(slots1, paged ? c.max_pages : 1);
-    const int64_t work = mul_or_neg(mul_or_neg(mul_or_neg(B, Sq), mul_or_neg(Hq, D + Dv > 0 ? D + Dv : 1)),
-                                    cap < 0 ? -1 : cap + Snew);
-    if (w.skip || (work >= 0 && work > MAX_WORK)) {
+    const int64_t cap = mul_or_neg(c.k.shape[1], paged ? c.max_pages : 1);
+    const int64_t dsum = add_or_neg(c.k.shape[3], c.v.shape[3]);
+    const int64_t work = mul_or_neg(mul_or_neg(mul_or_neg(a.q.shape[0], a.q.shape[1]), mul_or_neg(a.q.shape[2], dsum ? dsum : 1)),
+                                    add_or_neg(cap, append ? a.k.shape[1] : 0));
+    if (w.skip || (work >= 0 && work > MAX_WORK) || numel(&c.k) > MAX_WORK || numel(&c.v) > MAX_WORK) {
         world_free(&w);
         return;
     }
