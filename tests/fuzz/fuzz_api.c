@@ -957,7 +957,7 @@ static void fuzz_merge(reader *r) {
                 part_overlap || lses[i].dtype != FA_DTYPE_F32)
                 shapes_ok = 0;
     double *want = NULL, *lwant = NULL;
-    if (shapes_ok && finite) {
+    if (shapes_ok && finite && rows > 0) {
         want = calloc((size_t)(rows * Dv + 1), sizeof *want);
         lwant = calloc((size_t)(rows + 1), sizeof *lwant);
         for (int64_t b = 0; b < B; b++)
