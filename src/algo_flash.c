@@ -393,7 +393,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     job.bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
     job.ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
     job.lds = round16(job.plan.bc);
-    job.small = ctx->kernels->qk_small && job.plan.bc <= FA_SMALL_COLS;
+    job.small = (ctx->kernels->flags & FA_KERNELS_SMALL_ROWS) && job.plan.bc <= FA_SMALL_COLS;
     /* stacks one small-row task may hold: their Q rows, accumulators and softmax
      * state within 256 KiB, a share of L2 */
     job.stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job.ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);

@@ -7,6 +7,7 @@
 #include "cpu.h"
 #include "threadpool.h"
 #include "alloc.h"
+#include "tune.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -177,14 +178,16 @@ static int online_cpus(void)
     return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
 }
 
-/* (Re)starts the worker pool for `setting` threads; the old pool stays on failure. */
+/* (Re)starts the worker pool for `setting` threads; the old pool stays on failure.
+ * The pool exists for one thread too: it runs the kernel table's per-thread hooks. */
 static fa_status apply_threads(fa_context *ctx, int64_t setting)
 {
     int n = setting == 0 ? online_cpus() : (int)setting;
     fa_pool *pool = NULL;
-    if (n > 1) {
-        fa_status st = fa_pool_create(n - 1, &pool);
-        if (st != FA_OK) return fa_fail(ctx, st, "could not start %d worker threads", n - 1);
+    fa_status st = fa_pool_create(n - 1, ctx->kernels->thread_begin, ctx->kernels->thread_end, &pool);
+    if (st != FA_OK) {
+        if (st == FA_ERR_THREADS) return fa_fail(ctx, st, "could not start %d worker threads", n - 1);
+        return fa_fail(ctx, st, "out of memory for a pool of %d worker threads", n - 1);
     }
     fa_pool_free(ctx->pool);
     ctx->pool = pool;
@@ -220,6 +223,7 @@ void fa_context_free(fa_context *ctx)
     if (!ctx) return;
     fa_pool_free(ctx->pool);
     fa_workspace_free(ctx->ws_kept);
+    fa_tune_free(ctx->tune);
     fa_free(ctx);
 }
 
@@ -341,7 +345,9 @@ int64_t fa_ws_layout(const fa_ws_part *parts, size_t n, char *base)
     for (size_t i = 0; i < n; i++) {
         const int64_t b = parts[i].bytes;
         if (b < 0 || b > INT64_MAX - FA_CACHE_LINE) return -1;
-        *parts[i].slot = base && b ? base + off : NULL;
+        /* a part of 0 bytes still gets a valid (never dereferenced) pointer: libc
+         * calls such as memset(p, 0, 0) require one */
+        *parts[i].slot = base ? base + off : NULL;
         if (!fa_add_ok(off, fa_round_up(b, FA_CACHE_LINE), &off)) return -1;
     }
     return off;

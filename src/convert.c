@@ -1,72 +1,9 @@
 /*
- * convert.c: portable f16/bf16 <-> f32 conversion and panel packing. Written
- * with integer bit manipulation so it is exact and needs no F16C; ISA paths
- * may replace the hot loops later through the kernel table.
+ * convert.c: panel packing between users' tensors of any dtype and fp32. The
+ * scalar f16/bf16 conversions are kernels/half.h's (exact, no F16C); the hot
+ * row conversions go through the kernel table's converters.
  */
 #include "convert.h"
-
-float fa_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t man = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13); /* inf or NaN */
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man == 0) {
-        bits = sign;
-    } else {
-        /* subnormal: value = man * 2^-24, exact in f32 */
-        float f = (float)man * (1.0f / 16777216.0f);
-        return sign ? -f : f;
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-uint16_t fa_f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu)); /* NaN, kept quiet */
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-    if (ax < 0x38800000u) {
-        /* result is subnormal or zero: scale so the integer part is the f16 mantissa,
-         * and let the FPU's round-to-nearest-even do the rounding */
-        float af;
-        memcpy(&af, &ax, sizeof af);
-        float scaled = af * 16777216.0f; /* 2^24: one f16 subnormal ulp becomes 1.0 */
-        /* adding and subtracting 2^23 rounds to an integer under round-to-nearest-even */
-        volatile float t = scaled + 8388608.0f;
-        uint32_t m = (uint32_t)(t - 8388608.0f);
-        return (uint16_t)(sign | m); /* m == 0x400 is the smallest normal: still correct bits */
-    }
-    uint32_t lsb = (ax >> 13) & 1u;
-    uint32_t r = ax + 0xfffu + lsb; /* round half to even on the 13 dropped bits */
-    return (uint16_t)(sign | (((r >> 13) - (112u << 10)) & 0x7fffu));
-}
-
-float fa_bf16_to_f32(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-uint16_t fa_f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
-    uint32_t lsb = (x >> 16) & 1u;
-    return (uint16_t)((x + 0x7fffu + lsb) >> 16);
-}
 
 void fa_row_to_f32(const void *row, fa_dtype dtype, int64_t sd, float scale, int64_t n, float *out)
 {

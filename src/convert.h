@@ -6,15 +6,11 @@
 #define FA_CONVERT_H
 
 #include "flashattn.h"
+#include "kernels/half.h" /* fa_f16_to_f32, fa_f32_to_f16, fa_bf16_to_f32, fa_f32_to_bf16 */
 #include "kernels/kernels.h"
 
 #include <stdint.h>
 #include <string.h>
-
-float fa_f16_to_f32(uint16_t h);
-uint16_t fa_f32_to_f16(float f);  /* round to nearest even; overflow to inf; NaN stays NaN */
-float fa_bf16_to_f32(uint16_t h);
-uint16_t fa_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 
 /* Element (i0, i1, i2, i3) of t as f32 (bool gives 0 or 1). */
 static inline float fa_load(const fa_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)

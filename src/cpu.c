@@ -2,11 +2,19 @@
  * cpu.c: CPU feature detection. x86 asks CPUID for the instructions and XGETBV
  * for whether the OS saves the wider registers (an AVX-512 CPU under an OS that
  * does not save ZMM state must not run AVX-512 code). aarch64 asks the kernel's
- * hwcaps. Detection runs once; the result never changes.
+ * hwcaps on Linux, and sysctl on macOS. Detection runs once; the result never
+ * changes. The model name (for the tune file's key) comes from the CPUID brand
+ * string, the kernel's MIDR, or sysctl's machdep.cpu.brand_string.
  */
+#if defined(__APPLE__)
+/* sysctlbyname is not POSIX: the build's _POSIX_C_SOURCE would hide it. */
+#define _DARWIN_C_SOURCE 1
+#endif
 #include "cpu.h"
+#include "flashattn.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,6 +54,17 @@ static void detect(fa_cpu *c)
     __cpuid(0, a, vendor[0], vendor[2], vendor[1]);
     c->bf16_dot_fast = c->avx512bf16 && memcmp(vendor, "AuthenticAMD", 12) == 0;
 }
+
+static void read_model(char *buf, size_t n)
+{
+    unsigned r[12] = {0};
+    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) return;
+    for (unsigned k = 0; k < 3; k++)
+        __cpuid(0x80000002u + k, r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]);
+    size_t len = sizeof r < n - 1 ? sizeof r : n - 1;
+    memcpy(buf, r, len);
+    buf[len] = '\0';
+}
 #elif defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #ifndef HWCAP_ASIMD
@@ -64,17 +83,71 @@ static void detect(fa_cpu *c)
     c->asimdhp = (hw & HWCAP_ASIMDHP) != 0;
     c->bf16 = (hw2 & HWCAP2_BF16) != 0;
 }
+
+static void read_model(char *buf, size_t n)
+{
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/regs/identification/midr_el1", "r");
+    if (!f) return;
+    if (!fgets(buf, (int)n, f)) buf[0] = '\0';
+    fclose(f);
+}
+#elif (defined(__aarch64__) || defined(__arm64__)) && defined(__APPLE__)
+#include <sys/sysctl.h>
+/* A hw.optional flag: 1 when the key exists and is non-zero (older macOS lacks the FEAT_ keys). */
+static int sysctl_flag(const char *name)
+{
+    int v = 0;
+    size_t len = sizeof v;
+    return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v != 0;
+}
+static void detect(fa_cpu *c)
+{
+    c->neon = 1; /* Advanced SIMD is architecturally present on every arm64 Mac */
+    c->asimdhp = sysctl_flag("hw.optional.arm.FEAT_FP16") || sysctl_flag("hw.optional.neon_fp16");
+    c->bf16 = sysctl_flag("hw.optional.arm.FEAT_BF16");
+}
+
+static void read_model(char *buf, size_t n)
+{
+    size_t len = n;
+    if (sysctlbyname("machdep.cpu.brand_string", buf, &len, NULL, 0) != 0) buf[0] = '\0';
+    buf[n - 1] = '\0';
+}
 #else
 static void detect(fa_cpu *c) { (void)c; }
+static void read_model(char *buf, size_t n) { (void)buf; (void)n; }
 #endif
 
 static fa_cpu g_cpu;
 static char g_features[160];
+static char g_model[64];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* g_model as fa_cpu_model() promises: printable, blanks trimmed and collapsed. */
+static void normalise_model(void)
+{
+    char raw[sizeof g_model];
+    memcpy(raw, g_model, sizeof raw);
+    raw[sizeof raw - 1] = '\0';
+    size_t len = 0;
+    for (const char *c = raw; *c; c++) {
+        const int blank = *c == ' ' || *c == '\t' || *c == '\n' || *c == '\r';
+        if (blank) {
+            if (len > 0 && g_model[len - 1] != ' ') g_model[len++] = ' ';
+        } else {
+            g_model[len++] = *c > ' ' && *c < 127 ? *c : '?';
+        }
+    }
+    while (len > 0 && g_model[len - 1] == ' ') len--;
+    g_model[len] = '\0';
+    if (len == 0) snprintf(g_model, sizeof g_model, "unknown");
+}
 
 static void detect_once(void)
 {
     detect(&g_cpu);
+    read_model(g_model, sizeof g_model);
+    normalise_model();
     struct { unsigned on; const char *name; } list[] = {
         {g_cpu.sse2, "sse2"}, {g_cpu.avx, "avx"}, {g_cpu.avx2, "avx2"}, {g_cpu.fma, "fma"},
         {g_cpu.f16c, "f16c"}, {g_cpu.avx512f, "avx512f"}, {g_cpu.avx512dq, "avx512dq"}, {g_cpu.avx512bw, "avx512bw"},
@@ -95,6 +168,12 @@ const fa_cpu *fa_cpu_get(void)
 {
     pthread_once(&g_once, detect_once);
     return &g_cpu;
+}
+
+const char *fa_cpu_model(void)
+{
+    fa_cpu_get();
+    return g_model;
 }
 
 const char *fa_cpu_features(void)

@@ -36,6 +36,15 @@ struct fa_context {
     int64_t last_kv_splits;
     atomic_int busy;         /* 1 while a call runs on this context (fa_context_enter) */
     char error[320];
+
+    /* Tuned tiles (src/tune.c): the tune file is read once, at the first planned
+     * flash call; that call's verbose trace carries tune_note (what was read, or
+     * why the file was ignored). Freed in fa_context_free. */
+    int tune_read;               /* the file was looked at, whatever it held */
+    struct fa_tune_table *tune;  /* this CPU's and ISA's entries; NULL: none */
+    int tune_note_due;           /* the last plan read the file: trace the note */
+    int tile_src_q, tile_src_kv; /* where the last plan's tiles came from: FA_TILES_* */
+    char tune_note[512];
 };
 
 /* One caller at a time: a call that finds the context taken returns FA_ERR_BUSY
@@ -185,7 +194,8 @@ static inline int64_t fa_round_up(int64_t x, int64_t m) { return (x + m - 1) / m
  * A workspace carved by one table: each part gets its own cache lines, and the same
  * table gives the total size (base == NULL) and the offsets (base != NULL), so the
  * two can never disagree. A part of bytes < 0 (an overflowed size upstream) or a
- * total beyond int64 makes fa_ws_layout return -1. Parts of 0 bytes get NULL.
+ * total beyond int64 makes fa_ws_layout return -1. A part of 0 bytes gets a valid
+ * pointer it must not dereference.
  */
 typedef struct fa_ws_part {
     void **slot;
@@ -203,7 +213,8 @@ typedef struct fa_plan {
 /* Leading dimension for panels of `rows` query rows: a multiple of FA_ROW_ALIGN
  * that avoids L1 set aliasing. */
 int64_t fa_panel_ld(int64_t rows);
-void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan);
+/* Not const: the first plan of a context reads the tune file (src/tune.c). */
+void fa_plan_tiles(fa_context *ctx, const fa_problem *p, fa_plan *plan);
 /* Whether bf16 inputs are multiplied as bf16 pairs on this context: the path must
  * have the kernels, and they must outrun fp32 FMA on this CPU (auto) or be forced. */
 int fa_bf16_dot_active(const fa_context *ctx);

@@ -6,10 +6,13 @@
  * are enough (b, h, q-block) tasks to keep threads busy to the end.
  * The plan never depends on the thread count: tile sizes decide the order of
  * floating-point operations, and results must be bitwise the same for any
- * number of threads. A context setting (FA_PARAM_TILE_Q / FA_PARAM_TILE_KV) overrides either size.
+ * number of threads. A tuned entry for the call's shape class (the tune file,
+ * src/tune.c) replaces the heuristic; a context setting (FA_PARAM_TILE_Q /
+ * FA_PARAM_TILE_KV) overrides either size over both.
  */
 #include "internal.h"
 #include "cpu.h"
+#include "tune.h"
 
 #include <unistd.h>
 
@@ -33,16 +36,22 @@ int64_t fa_l2_bytes(void)
 #endif
 }
 
-static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan)
+void fa_plan_tiles(fa_context *ctx, const fa_problem *p, fa_plan *plan)
 {
     const int64_t budget = fa_l2_bytes() / 2; /* leave the rest to K/V rows streaming through */
     const int64_t D = p->D, Dv = p->Dv;
+    /* the table's preferred blocking (kernels.h): its row alignment is the floor for
+     * huge heads, its qk register block one for every shape */
+    const fa_kernels *kern = ctx->kernels;
+    const int64_t row_align = kern->row_align;
     /* enough tasks for 4 threads x 4 each; a constant, not ctx->threads (see above).
-     * br stays >= 64 (the widest register block along r) unless Sq itself is shorter:
-     * smaller blocks re-read K/V more often than they gain in balance. */
-    const int64_t tasks_wanted = 16, br_min = 64;
+     * br stays >= br_min unless Sq itself is shorter: one register block of the
+     * table's qk, and at least 64 rows, below which blocks re-read K/V more often
+     * than they gain in balance (64 is also the tallest block today, avx512's). */
+    const int64_t tasks_wanted = 16, reread_rows = 64;
+    const int64_t qk_rows = fa_round_up(kern->qk_block.rows > 0 ? kern->qk_block.rows : 1, row_align);
+    const int64_t br_min = qk_rows > reread_rows ? qk_rows : reread_rows;
 
     /* br: the largest block whose Q panel + accumulator fit a third of the budget,
      * while leaving tasks_wanted tasks when the shape allows it */
@@ -50,7 +59,7 @@ void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan)
     while (br > br_min && (br * (D + Dv) * 4 > budget / 3 ||
                            p->B * p->Hq * ((p->Sq + br - 1) / br) < tasks_wanted))
         br /= 2;
-    while (br > FA_ROW_ALIGN && br * (D + Dv) * 4 > budget / 3) br /= 2; /* huge heads */
+    while (br > row_align && br * (D + Dv) * 4 > budget / 3) br /= 2; /* huge heads */
     /* bc: the largest K/V tile whose rows plus its score tile fit the rest */
     int64_t bc = 512;
     while (bc > 16 && bc * (D + Dv + br) * 4 > budget - br * (D + Dv) * 4) bc /= 2;
@@ -59,13 +68,24 @@ void fa_plan_tiles(const fa_context *ctx, const fa_problem *p, fa_plan *plan)
      * masked half is computed and discarded: keep tiles a small fraction of the
      * lengths so that waste stays small (measured at N=512 causal: 256x256 tiles
      * 14.2 ms, 64x128 11.8 ms). */
-    if (p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0) {
-        while (br > 64 && br > p->Sq / 8) br /= 2;
+    const int masked = p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0;
+    if (masked) {
+        while (br > br_min && br > p->Sq / 8) br /= 2;
         while (bc > 64 && bc > p->Sk / 4) bc /= 2;
     }
 
-    if (ctx->tile_q > 0) br = ctx->tile_q;
-    if (ctx->tile_kv > 0) bc = ctx->tile_kv;
+    ctx->tile_src_q = ctx->tile_src_kv = FA_TILES_HEURISTIC;
+    ctx->tune_note_due = 0;
+    if ((ctx->tile_q == 0 || ctx->tile_kv == 0) && fa_tune_lookup(ctx, p, masked, &br, &bc))
+        ctx->tile_src_q = ctx->tile_src_kv = FA_TILES_TUNED;
+    if (ctx->tile_q > 0) {
+        br = ctx->tile_q;
+        ctx->tile_src_q = FA_TILES_OVERRIDE;
+    }
+    if (ctx->tile_kv > 0) {
+        bc = ctx->tile_kv;
+        ctx->tile_src_kv = FA_TILES_OVERRIDE;
+    }
     plan->br = br < p->Sq ? br : p->Sq;
     plan->bc = bc < p->Sk ? bc : p->Sk;
     plan->br_pad = fa_panel_ld(plan->br);
@@ -75,12 +95,12 @@ int64_t fa_panel_ld(int64_t rows)
 {
     /* A row stride that is a multiple of 256 bytes maps the rows of qt and st onto a
      * few L1 sets, and they evict each other; one extra vector breaks the pattern. */
-    int64_t ld = round_up(rows, FA_ROW_ALIGN);
+    int64_t ld = fa_round_up(rows, FA_ROW_ALIGN);
     return ld % 64 == 0 ? ld + FA_ROW_ALIGN : ld;
 }
 
 int fa_bf16_dot_active(const fa_context *ctx)
 {
-    if (!ctx->kernels->qk_bf16 || ctx->bf16_dot == 2) return 0;
+    if (!(ctx->kernels->flags & FA_KERNELS_BF16_DOT) || ctx->bf16_dot == 2) return 0;
     return ctx->bf16_dot == 1 || fa_cpu_get()->bf16_dot_fast;
 }

@@ -1,7 +1,8 @@
 /*
  * threadpool.c: pthread workers that sleep on a condition variable between
  * jobs. A job is published by bumping a generation counter; each worker runs
- * its share and the last one to finish wakes the caller.
+ * its share (between the pool's hooks) and the last one to finish wakes the
+ * caller. A pool of 0 workers starts no thread: the caller runs every job.
  */
 #include "threadpool.h"
 
@@ -28,7 +29,15 @@ struct fa_pool {
     int nth;
     fa_job_fn fn;
     void *arg;
+    fa_thread_hook begin, end; /* around each thread's share of a job */
 };
+
+static void run_share(const fa_pool *pool, fa_job_fn fn, void *arg, int ith, int nth)
+{
+    if (pool->begin) pool->begin();
+    fn(arg, ith, nth);
+    if (pool->end) pool->end();
+}
 
 static void *worker_main(void *p)
 {
@@ -44,7 +53,7 @@ static void *worker_main(void *p)
         fa_job_fn fn = pool->fn;
         void *arg = pool->arg;
         pthread_mutex_unlock(&pool->lock);
-        if (self->ith < nth) fn(arg, self->ith, nth);
+        if (self->ith < nth) run_share(pool, fn, arg, self->ith, nth);
         pthread_mutex_lock(&pool->lock);
         if (--pool->pending == 0) pthread_cond_signal(&pool->done);
     }
@@ -52,15 +61,20 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-fa_status fa_pool_create(int workers, fa_pool **out)
+fa_status fa_pool_create(int workers, fa_thread_hook begin, fa_thread_hook end, fa_pool **out)
 {
     *out = NULL;
+    if (workers < 0) workers = 0;
     fa_pool *pool = fa_calloc(1, (int64_t)sizeof *pool);
     if (!pool) return FA_ERR_OUT_OF_MEMORY;
-    pool->workers = fa_calloc(workers, (int64_t)sizeof *pool->workers);
-    if (!pool->workers) {
-        fa_free(pool);
-        return FA_ERR_OUT_OF_MEMORY;
+    pool->begin = begin;
+    pool->end = end;
+    if (workers > 0) {
+        pool->workers = fa_calloc(workers, (int64_t)sizeof *pool->workers);
+        if (!pool->workers) {
+            fa_free(pool);
+            return FA_ERR_OUT_OF_MEMORY;
+        }
     }
     pthread_mutex_init(&pool->lock, NULL);
     pthread_cond_init(&pool->wake, NULL);
@@ -95,11 +109,11 @@ void fa_pool_free(fa_pool *pool)
 
 void fa_pool_run(fa_pool *pool, int nth, fa_job_fn fn, void *arg)
 {
-    if (!pool || nth <= 1) {
-        fn(arg, 0, 1);
+    if (nth > pool->started + 1) nth = pool->started + 1;
+    if (nth <= 1) {
+        run_share(pool, fn, arg, 0, 1);
         return;
     }
-    if (nth > pool->started + 1) nth = pool->started + 1;
     pthread_mutex_lock(&pool->lock);
     pool->fn = fn;
     pool->arg = arg;
@@ -109,7 +123,7 @@ void fa_pool_run(fa_pool *pool, int nth, fa_job_fn fn, void *arg)
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->lock);
 
-    fn(arg, 0, nth);
+    run_share(pool, fn, arg, 0, nth);
 
     pthread_mutex_lock(&pool->lock);
     while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->lock);

@@ -3,6 +3,13 @@
  * function run once per thread as fn(arg, ith, nth) with the caller as thread 0;
  * work is split inside the job (usually with an atomic task counter, which
  * keeps the result independent of which thread did what).
+ *
+ * Every thread that takes part in a job, the caller included, runs the pool's
+ * begin hook before its share and the end hook after it: the kernel table's
+ * thread_begin/thread_end, so that an ISA with per-thread state (tile
+ * registers) sets it up on the thread that uses it and releases it before
+ * control returns to the user. The pool therefore exists even for one thread
+ * (0 workers).
  */
 #ifndef FA_THREADPOOL_H
 #define FA_THREADPOOL_H
@@ -11,12 +18,14 @@
 
 typedef struct fa_pool fa_pool;
 typedef void (*fa_job_fn)(void *arg, int ith, int nth);
+typedef void (*fa_thread_hook)(void);
 
-fa_status fa_pool_create(int workers, fa_pool **out);
+/* workers >= 0 threads besides the caller; begin and end may be NULL (no hook). */
+fa_status fa_pool_create(int workers, fa_thread_hook begin, fa_thread_hook end, fa_pool **out);
 void fa_pool_free(fa_pool *pool); /* NULL is fine */
 
-/* Runs fn on nth threads (the caller plus nth-1 workers) and returns when all
- * are done. pool may be NULL when nth == 1. */
+/* Runs fn on nth threads (the caller plus nth-1 workers, at most all of them),
+ * each between the hooks, and returns when all are done. */
 void fa_pool_run(fa_pool *pool, int nth, fa_job_fn fn, void *arg);
 
 #endif

@@ -2,10 +2,12 @@
  * verbose.c: FLASHATTN_VERBOSE=1 prints one line per call on stderr, after the
  * convention of oneDNN's ONEDNN_VERBOSE: comma-separated, a fixed prefix, the
  * algorithm that ran (and, for a fallback, why), the ISA path, shape, dtypes,
- * masks, tiles, threads and the time. It is the only output the library ever
- * makes, and only when asked: it lets a user confirm that the fused kernel ran.
+ * masks, tiles (and where they came from), threads and the time. It is the only
+ * output the library ever makes, and only when asked: it lets a user confirm that
+ * the fused kernel ran, and whether a tune file was read.
  */
 #include "internal.h"
+#include "tune.h"
 
 #include <stdio.h>
 
@@ -17,23 +19,33 @@ static const char *causal_name(fa_causal c)
 void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, const char *fallback,
                      const fa_run_info *info, double ms)
 {
-    char algo[160], form[32];
+    char algo[160], form[32], tiles[640];
     snprintf(form, sizeof form, "%s%s%s", p->varlen ? "varlen" : "dense",
              p->cache ? (p->block_table ? "+paged" : "+cache") : "", p->append ? "+append" : "");
     if (fallback)
         snprintf(algo, sizeof algo, "%s(fallback:%s)", fa_algo_name(ran), fallback);
     else
         snprintf(algo, sizeof algo, "%s(%s)", fa_algo_name(ran), ctx->algo == FA_ALGO_AUTO ? "auto" : "forced");
+    /* where the tiles came from, one word per side when the sides differ
+     * ("override/tuned": tile_q set, tile_kv tuned); and once per context, what
+     * the tune file gave */
+    const int sq = ctx->tile_src_q, skv = ctx->tile_src_kv;
+    if (info->br == 0)
+        snprintf(tiles, sizeof tiles, "0x0");
+    else
+        snprintf(tiles, sizeof tiles, "%lldx%lld (%s%s%s)%s%s", (long long)info->br, (long long)info->bc,
+                 fa_tiles_source_name(sq), sq == skv ? "" : "/", sq == skv ? "" : fa_tiles_source_name(skv),
+                 ctx->tune_note_due ? ",tune:" : "", ctx->tune_note_due ? ctx->tune_note : "");
     fprintf(stderr,
             "flashattn_verbose,exec,%s,isa:%s,path:%s,dtype:%s,out:%s,B:%lld,Hq:%lld,Hk:%lld,Sq:%lld,Sk:%lld,"
             "D:%lld,Dv:%lld,causal:%s,window:%lld:%lld,softcap:%g,alibi:%d,bias:%d,mask:%d,lse:%d,"
-            "form:%s,kv:%s,splits:%lld,tiles:%lldx%lld,threads:%d,extra_bytes:%lld,%.3f\n",
+            "form:%s,kv:%s,splits:%lld,tiles:%s,threads:%d,extra_bytes:%lld,%.3f\n",
             algo, ctx->kernels->name, info->path, fa_dtype_name(p->dtype), fa_dtype_name(p->o.dtype),
             (long long)p->B, (long long)p->Hq, (long long)p->Hk, (long long)p->Sq, (long long)p->Sk,
             (long long)p->D, (long long)p->Dv, causal_name(p->causal), (long long)p->window_left,
             (long long)p->window_right, (double)p->softcap, p->alibi != NULL, p->has_bias, p->has_mask,
             p->has_lse, form, fa_dtype_name(p->cache ? p->kc.dtype : p->k.dtype), (long long)info->kv_splits,
-            (long long)info->br, (long long)info->bc, info->threads,
+            tiles, info->threads,
             (long long)info->extra_bytes, ms);
 }
 

@@ -15,6 +15,10 @@
  *                           +-inf scores, underflow
  *   exp                     through softmax (one kept column, m = 0, so p = exp(x)) over a
  *                           dense sweep of [-87.3, 0]: <= 4 ulps vs double exp, printed
+ *   the tables themselves   no entry is NULL; a table inherits from its parent every entry
+ *                           it does not override (kernels.h), the parent sits later in the
+ *                           registry and the chain ends at ref; flags, blocking
+ *   the pool's thread hooks called around every thread's share, thread 0 included
  * Sizes run over rows 1..300, cols 1..600, d/dv 1..512 (edges and odd sizes favoured),
  * K/V with odd, zero and negative leading dimensions and unaligned starts. Every buffer a
  * kernel writes sits between guard zones and carries sentinels wherever the contract says
@@ -30,12 +34,15 @@
  */
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
 #include "kernels/kernels.h"
+#include "threadpool.h"
 
 /* ------------------------------------------------------------ TOLERANCES */
 
@@ -1109,9 +1116,6 @@ static void kvp_free(kvpool *p) {
 static const char *const KV_LAYOUT_STR[KV_LAYOUTS] = {"rows apart", "rows contiguous"};
 static const char *const KV_MAP_STR[KV_MAPS] = {"in order", "reversed", "shuffled pages", "random with repeats"};
 
-/* The three small kernels are all set or all NULL; a table with them gets the small cases. */
-static int has_small(const fa_kernels *k) { return k->qk_small && k->softmax_small && k->pv_small; }
-
 /*
  * q (rows, ldq) at byte offset qoff of an exact-size allocation, NaN between d and ldq; s
  * (rows, lds): columns cols..round16(cols) may be written, the rest of each row not.
@@ -1140,7 +1144,6 @@ static void case_qk_small(int64_t rows, int64_t cols, int64_t d, int kv, int lay
         }
     for (int t = 0; t < g_ntab; t++) {
         const fa_kernels *kt = g_tab[t].k;
-        if (!has_small(kt)) continue;
         h_case("qk_small isa=%s kv=%s rows=%lld cols=%lld d=%lld ldq=%lld q_offset=%zu lds=%lld K %s, columns %s, "
                "nonfinite_k=%d",
                kt->name, kv_str(kv), (long long)rows, (long long)cols, (long long)d, (long long)ldq, qoff,
@@ -1212,7 +1215,6 @@ static void case_pv_small(int64_t rows, int64_t cols, int64_t dv, int kv, int la
         }
     for (int t = 0; t < g_ntab; t++) {
         const fa_kernels *kt = g_tab[t].k;
-        if (!has_small(kt)) continue;
         h_case("pv_small isa=%s kv=%s rows=%lld cols=%lld dv=%lld lds=%lld ldacc=%lld alpha=%s nan_rows=%d V %s, "
                "columns %s, nonfinite_v=%d",
                kt->name, kv_str(kv), (long long)rows, (long long)cols, (long long)dv, (long long)lds,
@@ -1245,16 +1247,6 @@ static const int64_t SMALL_COLS_EDGE[] = {1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 
 static const int64_t SMALL_DIM_EDGE[] = {1, 3, 17, 64, 100, 128, 130, 256};
 
 static void test_small(void) {
-    int any = 0;
-    for (int t = 0; t < g_ntab; t++) {
-        const fa_kernels *k = g_tab[t].k;
-        const int have = (k->qk_small != NULL) + (k->softmax_small != NULL) + (k->pv_small != NULL);
-        h_case("small-row fields of %s", k->name);
-        CHECK(have == 0 || have == 3, "qk_small, softmax_small and pv_small must be all set or all NULL (%d set)",
-              have);
-        any |= has_small(k);
-    }
-    if (!any) return;
     /* every type x rows 1..8 x the listed head dims, the rest drawn */
     for (int kv = 0; kv < 4; kv++)
         for (int64_t rows = 1; rows <= FA_SMALL_ROWS; rows++)
@@ -1503,12 +1495,18 @@ static void case_pv_bf16(table_stats *ts, int64_t rows, int64_t cols, int64_t dv
     pv_free(&in);
 }
 
+/* Every table has the bf16 pair kernels: the reference's scalar ones unless it has
+ * native ones. Each set is tested on the table that brings it, not on its heirs. */
+static int bf16_inherited(const fa_kernels *k) {
+    for (int i = 0; k->parent && i < fa_kernels_count(); i++) {
+        const fa_kernels *p = fa_kernels_at(i, NULL);
+        if (strcmp(p->name, k->parent) == 0)
+            return p->pack_qt_bf16 == k->pack_qt_bf16 && p->qk_bf16 == k->qk_bf16 && p->pv_bf16 == k->pv_bf16;
+    }
+    return 0;
+}
+
 static void test_bf16(table_stats *ts) {
-    const fa_kernels *kt = ts->k;
-    const int have = (kt->pack_qt_bf16 != NULL) + (kt->qk_bf16 != NULL) + (kt->pv_bf16 != NULL);
-    h_case("bf16 fields of %s", kt->name);
-    CHECK(have == 0 || have == 3, "pack_qt_bf16, qk_bf16 and pv_bf16 must be all set or all NULL (%d set)", have);
-    if (have != 3) return;
     const int n = h_scaled(60);
     for (int i = 0; i < n; i++) {
         int64_t rows = pick_size(&g_rng, ROWS_EDGE, NELEM(ROWS_EDGE), 300);
@@ -1603,16 +1601,228 @@ static void test_registry(void) {
     free(saved);
 }
 
+/* ------------------------------------------------------------ inheritance */
+
+/* Every function entry of fa_kernels, in order (test_tables checks that the list is whole). */
+#define KERNEL_ENTRY(f) {#f, offsetof(fa_kernels, f)}
+static const struct {
+    const char *name;
+    size_t offset;
+} KERNEL_ENTRIES[] = {
+    KERNEL_ENTRY(pack_qt),       KERNEL_ENTRY(qk),        KERNEL_ENTRY(softmax),      KERNEL_ENTRY(pv),
+    KERNEL_ENTRY(f16_to_f32),    KERNEL_ENTRY(bf16_to_f32), KERNEL_ENTRY(pack_qt_bf16), KERNEL_ENTRY(qk_bf16),
+    KERNEL_ENTRY(pv_bf16),       KERNEL_ENTRY(qk_small),  KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
+    KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(thread_begin), KERNEL_ENTRY(thread_end),
+};
+
+typedef void (*any_fn)(void);
+
+static any_fn kernel_entry(const fa_kernels *k, int i) {
+    any_fn f;
+    memcpy(&f, (const char *)k + KERNEL_ENTRIES[i].offset, sizeof f);
+    return f;
+}
+
+/* What each known table overrides of its parent's (kernels.h, the <isa>_table.c files);
+ * every other entry must be its parent's, the very same function. */
+#define FP32_KERNELS "pack_qt qk softmax pv f16_to_f32 bf16_to_f32 qk_small softmax_small pv_small probe_fma"
+static const struct {
+    const char *table, *parent, *overrides;
+    unsigned flags;
+} KNOWN_TABLES[] = {
+    {"ref", NULL, "", FA_KERNELS_SMALL_ROWS},
+    {"avx2", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
+    {"avx512", "avx2", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
+    {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pv_bf16 probe_bf16", FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT},
+    {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
+};
+
+static int word_in(const char *word, const char *list) {
+    const size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
+    return 0;
+}
+
+static int table_index(const char *name) {
+    for (int i = 0; name && i < fa_kernels_count(); i++)
+        if (strcmp(fa_kernels_at(i, NULL)->name, name) == 0) return i;
+    return -1;
+}
+
+/*
+ * Every table in the registry, whether it runs here or not (only pointers are compared):
+ * no entry NULL; the parent named, in the registry after the child (best first), the
+ * chain ending at ref; entries the table does not override are its parent's; an
+ * override is a function no ancestor has there (not a grandparent's kept by mistake);
+ * sane blocking and flags, and for the known tables exactly their overrides and flags.
+ */
+static void test_tables(void) {
+    const int n = fa_kernels_count(), ne = (int)NELEM(KERNEL_ENTRIES);
+    h_case("KERNEL_ENTRIES lists every function entry of fa_kernels");
+    int whole = KERNEL_ENTRIES[ne - 1].offset + sizeof(any_fn) == sizeof(fa_kernels);
+    for (int i = 1; i < ne; i++) whole &= KERNEL_ENTRIES[i].offset == KERNEL_ENTRIES[i - 1].offset + sizeof(any_fn);
+    CHECK(whole, "the entries are not contiguous up to the end of fa_kernels: update KERNEL_ENTRIES");
+    for (int t = 0; t < n; t++) {
+        const fa_kernels *k = fa_kernels_at(t, NULL);
+        h_case("table %s: no NULL entry", k->name);
+        for (int i = 0; i < ne; i++) CHECK(kernel_entry(k, i) != NULL, "%s is NULL", KERNEL_ENTRIES[i].name);
+
+        h_case("table %s: blocking and flags", k->name);
+        CHECK(k->row_align >= 1 && FA_ROW_ALIGN % k->row_align == 0, "row_align %d does not divide FA_ROW_ALIGN %d",
+              (int)k->row_align, FA_ROW_ALIGN);
+        CHECK(k->qk_block.rows >= 1 && k->qk_block.cols >= 1 && k->pv_block.rows >= 1 && k->pv_block.cols >= 1,
+              "register blocks qk %dx%d, pv %dx%d", (int)k->qk_block.rows, (int)k->qk_block.cols,
+              (int)k->pv_block.rows, (int)k->pv_block.cols);
+        CHECK((k->flags & ~(unsigned)(FA_KERNELS_BF16_DOT | FA_KERNELS_SMALL_ROWS)) == 0, "unknown flags 0x%x",
+              k->flags);
+
+        h_case("table %s: inherits from %s", k->name, k->parent ? k->parent : "(root)");
+        int depth = 0, ok = 1;
+        for (int a = t; ok && fa_kernels_at(a, NULL)->parent; depth++) {
+            const int up = table_index(fa_kernels_at(a, NULL)->parent);
+            ok = up > a && depth < n;
+            if (!CHECK(ok, "parent %s of %s is not in the registry after it", fa_kernels_at(a, NULL)->parent,
+                       fa_kernels_at(a, NULL)->name))
+                break;
+            a = up;
+        }
+        if (!ok) continue;
+        if (!k->parent) {
+            CHECK(k == &fa_kernels_ref, "%s has no parent, but only ref is the root", k->name);
+            continue;
+        }
+        const fa_kernels *parent = fa_kernels_at(table_index(k->parent), NULL);
+        int known = -1;
+        for (int i = 0; i < (int)NELEM(KNOWN_TABLES); i++)
+            if (strcmp(KNOWN_TABLES[i].table, k->name) == 0) known = i;
+        for (int i = 0; i < ne; i++) {
+            const any_fn mine = kernel_entry(k, i);
+            const int overridden = mine != kernel_entry(parent, i);
+            if (known >= 0) {
+                const int should = word_in(KERNEL_ENTRIES[i].name, KNOWN_TABLES[known].overrides);
+                CHECK(overridden == should, "%s is %s, but %s %s it", KERNEL_ENTRIES[i].name,
+                      overridden ? "not the parent's" : "the parent's", k->name, should ? "overrides" : "inherits");
+            }
+            if (!overridden) continue;
+            for (const fa_kernels *a = parent; a->parent; a = fa_kernels_at(table_index(a->parent), NULL))
+                CHECK(mine != kernel_entry(fa_kernels_at(table_index(a->parent), NULL), i),
+                      "%s is %s's: the table skipped its parent", KERNEL_ENTRIES[i].name, a->parent);
+        }
+        if (known >= 0) {
+            CHECK(strcmp(KNOWN_TABLES[known].parent, k->parent) == 0, "parent %s, want %s", k->parent,
+                  KNOWN_TABLES[known].parent);
+            CHECK(k->flags == KNOWN_TABLES[known].flags, "flags 0x%x, want 0x%x", k->flags, KNOWN_TABLES[known].flags);
+        }
+    }
+}
+
+/*
+ * What the flags decide, through the public API: a path without a native bf16 dot
+ * product reports FA_ERR_UNSUPPORTED for the bf16 peak (without running anything) and
+ * never takes the bf16 path, even when FA_PARAM_BF16_DOT forces it.
+ */
+static void test_flags_in_use(void) {
+    const char *saved_env = getenv("FLASHATTN_ARCH");
+    char *saved = saved_env ? strcpy(xmalloc(strlen(saved_env) + 1), saved_env) : NULL;
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *k = g_tab[t].k;
+        if (k->flags & FA_KERNELS_BF16_DOT) continue; /* its probe is a measurement: not run here */
+        h_case("table %s without FA_KERNELS_BF16_DOT", k->name);
+        setenv("FLASHATTN_ARCH", k->name, 1);
+        fa_context *ctx = NULL;
+        if (!CHECK(fa_context_create(&ctx) == FA_OK, "fa_context_create failed")) continue;
+        double peak = -1.0;
+        const fa_status st = fa_probe(ctx, FA_PROBE_BF16_PEAK, &peak);
+        CHECK(st == FA_ERR_UNSUPPORTED, "FA_PROBE_BF16_PEAK: status %d (%s)", (int)st, fa_status_string(st));
+        int64_t active = -1;
+        CHECK(fa_context_set(ctx, FA_PARAM_BF16_DOT, 1) == FA_OK &&
+                  fa_context_get(ctx, FA_PARAM_BF16_DOT_ACTIVE, &active) == FA_OK && active == 0,
+              "FA_PARAM_BF16_DOT=1 turns the bf16 path on (active %lld)", (long long)active);
+        fa_context_free(ctx);
+    }
+    if (saved) setenv("FLASHATTN_ARCH", saved, 1);
+    else unsetenv("FLASHATTN_ARCH");
+    free(saved);
+}
+
+/* ------------------------------------------------------------ pool hooks */
+
+static atomic_int g_begins, g_ends, g_outside;
+static _Thread_local int g_in_share; /* between this thread's begin and end hooks */
+
+static void hook_begin(void) {
+    g_outside += g_in_share; /* begin twice without an end */
+    g_in_share = 1;
+    g_begins++;
+}
+
+static void hook_end(void) {
+    g_outside += !g_in_share;
+    g_in_share = 0;
+    g_ends++;
+}
+
+typedef struct {
+    atomic_int ran, outside;
+    atomic_int seen[4];
+} hook_job;
+
+static void hook_worker(void *arg, int ith, int nth) {
+    hook_job *job = arg;
+    job->ran++;
+    job->outside += !g_in_share;
+    if (ith >= 0 && ith < 4 && nth <= 4) job->seen[ith]++;
+}
+
+/* fa_pool_run calls the hooks around every thread's share, the caller's included,
+ * also for a pool of 0 workers, and with both NULL runs plainly. */
+static void test_pool_hooks(void) {
+    static const struct {
+        int workers, nth;
+    } cases[] = {{0, 1}, {0, 3}, {2, 1}, {2, 2}, {2, 3}, {2, 5}};
+    for (int i = 0; i < NELEM(cases); i++) {
+        const int workers = cases[i].workers, want = cases[i].nth < workers + 1 ? cases[i].nth : workers + 1;
+        h_case("pool hooks: %d workers, nth = %d", workers, cases[i].nth);
+        fa_pool *pool = NULL;
+        if (!CHECK(fa_pool_create(workers, hook_begin, hook_end, &pool) == FA_OK && pool, "fa_pool_create failed"))
+            continue;
+        g_begins = g_ends = g_outside = 0;
+        for (int rep = 0; rep < 3; rep++) {
+            hook_job job = {0};
+            fa_pool_run(pool, cases[i].nth, hook_worker, &job);
+            CHECK(job.ran == want, "the job ran on %d threads, want %d", (int)job.ran, want);
+            CHECK(job.outside == 0, "%d shares ran outside the hooks", (int)job.outside);
+            for (int t = 0; t < want; t++) CHECK(job.seen[t] == 1, "thread %d ran %d times", t, (int)job.seen[t]);
+        }
+        CHECK(!g_in_share, "the caller's thread was left between begin and end");
+        fa_pool_free(pool);
+        CHECK(g_begins == 3 * want && g_ends == 3 * want && g_outside == 0, "begins %d, ends %d (want %d), unpaired %d",
+              (int)g_begins, (int)g_ends, 3 * want, (int)g_outside);
+    }
+    h_case("pool without hooks");
+    fa_pool *pool = NULL;
+    if (CHECK(fa_pool_create(1, NULL, NULL, &pool) == FA_OK && pool, "fa_pool_create failed")) {
+        hook_job job = {0};
+        fa_pool_run(pool, 2, hook_worker, &job);
+        CHECK(job.ran == 2 && job.outside == 2, "ran %d, outside hooks %d", (int)job.ran, (int)job.outside);
+        fa_pool_free(pool);
+    }
+}
+
 int main(void) {
     h_rng_seed(&g_rng, h_env_u64("FA_TEST_SEED", 31337));
     printf("flashattn %s, kernel tables in this build: %d; FA_TEST_SCALE %g\n", fa_version_string(), fa_kernels_count(),
            h_test_scale());
     test_registry();
+    test_tables();
+    test_flags_in_use();
+    test_pool_hooks();
     sweep_points();
     for (int t = 0; t < g_ntab; t++) {
         test_conversions(&g_tab[t]);
         sweep_table(&g_tab[t]);
-        test_bf16(&g_tab[t]);
+        if (!bf16_inherited(g_tab[t].k)) test_bf16(&g_tab[t]);
     }
     test_pack_qt();
     test_qk();
@@ -1625,10 +1835,10 @@ int main(void) {
     for (int t = 0; t < g_ntab; t++) {
         const table_stats *s = &g_tab[t];
         printf("  %-11s qk %.3f  pv %.3f", s->k->name, s->qk, s->pv);
-        if (s->k->qk_bf16) printf("  qk_bf16 %.3f  pv_bf16 %.3f", s->qk16, s->pv16);
+        if (!bf16_inherited(s->k)) printf("  qk_bf16 %.3f  pv_bf16 %.3f", s->qk16, s->pv16);
+        else printf("  bf16 pairs: %s's", s->k->parent);
         printf("  softmax p %.3f alpha %.3f ulp (stated %g)\n", s->p_ulps, s->alpha_ulps, stated_exp_ulps(s->k->name));
-        if (has_small(s->k))
-            printf("  %-11s qk_small %.3f  pv_small %.3f  softmax_small p %.3f alpha %.3f ulp  (%lld calls checked)\n",
+        printf("  %-11s qk_small %.3f  pv_small %.3f  softmax_small p %.3f alpha %.3f ulp  (%lld calls checked)\n",
                    s->k->name, s->qks, s->pvs, s->sp_ulps, s->salpha_ulps, (long long)s->small_cases);
         printf("  %-11s exp sweep: max %.3f ulp (at x = %.9g), alpha %.3f ulp, over %lld points of [-87.3, 0]; "
                "%lld f16 sNaNs quieted\n",

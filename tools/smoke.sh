@@ -2,7 +2,8 @@
 # smoke.sh: a quick end-to-end run of the `flashattn` program: every verb once,
 # check on a few small shapes that cover each dtype, mask and odd tile sizes,
 # bench's JSON (one shape, --seqs, --model-only, --decode, --varlen) validated
-# line by line, tune on a tiny shape, and the usage exit status. Meant for
+# line by line, tune on a tiny shape and the tune file it writes (in a temp
+# FLASHATTN_TUNE_FILE, read back by a later call), and the usage exit status. Meant for
 # ctest and for sanitizer builds (ASan's leak check turns a leak into a
 # non-zero exit).
 #
@@ -15,7 +16,10 @@ passed=0
 failed=0
 out=$(mktemp)
 err=$(mktemp)
-trap 'rm -f "$out" "$err"' EXIT
+tunedir=$(mktemp -d)
+trap 'rm -f "$out" "$err"; rm -rf "$tunedir"' EXIT
+# Every run reads and writes its tune file here, never the user's cache.
+export FLASHATTN_TUNE_FILE="$tunedir/tune.txt"
 
 # expect STATUS NAME CMD...: runs CMD, passes when it exits with STATUS.
 expect() {
@@ -192,7 +196,7 @@ expect 0 "check tiles 16x48" "$bin" check --seq 100 --tile-q 16 --tile-kv 48
 expect 0 "check odd tiles causal" "$bin" check --seq 37 --seq-kv 53 --causal --tile-q 7 --tile-kv 5
 expect 0 "tune --help" "$bin" tune --help
 expect_text "tune tiny" '
-lines = text.splitlines()
+lines = [l for l in text.splitlines() if not l.startswith("saved ")]
 assert lines[-1].startswith("best ") and lines[-2].startswith("planned "), lines
 ranks = [l.split()[0] for l in lines if l[:1] == " " or l[:1].isdigit()]
 assert 2 <= len(ranks) <= 26 and ranks == [str(i + 1) for i in range(len(ranks))], lines
@@ -200,7 +204,50 @@ assert 2 <= len(ranks) <= 26 and ranks == [str(i + 1) for i in range(len(ranks))
 expect_text "tune pinned tile-q" '
 tiles = [l.split()[1] for l in text.splitlines() if l.strip()[:1].isdigit() and "planned" not in l]
 assert tiles and all(t.startswith("16x") for t in tiles), tiles
-' "$bin" tune --seq 48 --heads 1 --dim 16 --runs 1 --tile-q 16
+' "$bin" tune --seq 48 --heads 1 --dim 16 --runs 1 --tile-q 16 --no-save
+
+# The tune file: tune saves its best pair where FLASHATTN_TUNE_FILE says, one entry
+# per shape class (a second class is added, the same class replaced), in the
+# documented format; a later call of that class plans the saved tiles (the verbose
+# trace says "tuned", and that the file was read).
+rm -f "$FLASHATTN_TUNE_FILE"
+"$bin" tune --seq 48 --heads 1 --dim 16 --runs 1 >/dev/null 2>&1
+"$bin" tune --seq 100 --heads 2 --kv-heads 1 --dim 16 --runs 1 --causal >/dev/null 2>&1
+expect_text "tune saves to FLASHATTN_TUNE_FILE" '
+import os, re
+path = os.environ["FLASHATTN_TUNE_FILE"]
+saved = [l for l in text.splitlines() if l.startswith("saved ")]
+assert len(saved) == 1 and " to " + path + " for " in saved[0], text
+lines = open(path).read().split("\n")
+assert lines[0] == "flashattn-tune 1" and lines[-1] == "", lines
+entries = [l for l in lines[1:-1] if l and not l.startswith("#")]
+assert len(entries) == 2, entries
+keys = set()
+for e in entries:
+    head, cpu = e.split(" cpu=", 1)
+    f = dict(kv.split("=", 1) for kv in head.split())
+    assert sorted(f) == sorted(["isa", "dtype", "d", "dv", "sk", "rows", "masked", "tile_q", "tile_kv"]), e
+    assert cpu.strip() and f["dtype"] == "f32" and f["d"] == f["dv"] == "16", e
+    for n in ("d", "dv", "sk", "rows", "tile_q", "tile_kv"):
+        assert re.fullmatch("[1-9][0-9]*", f[n]), e
+    for n in ("sk", "rows"):
+        assert int(f[n]) & (int(f[n]) - 1) == 0, e
+    keys.add((f["sk"], f["rows"], f["masked"]))
+assert keys == {("64", "64", "0"), ("128", "256", "1")}, keys
+' "$bin" tune --seq 48 --heads 1 --dim 16 --runs 1
+expect_text "a later call plans the tuned tiles" '
+import os
+e = [l for l in open(os.environ["FLASHATTN_TUNE_FILE"]) if " masked=1 " in l][0]
+f = dict(kv.split("=", 1) for kv in e.split(" cpu=")[0].split())
+want = "%dx%d" % (min(int(f["tile_q"]), 200), min(int(f["tile_kv"]), 100)) # clamped to Sq*2, Sk
+flash = [l for l in text.splitlines() if l.startswith("flashattn_verbose,exec,flash")]
+assert len(flash) == 1 and ",tiles:%s (tuned),tune:read " % want in flash[0], (want, text)
+assert "2 entries for this CPU and isa" in flash[0], flash[0]
+' env FLASHATTN_VERBOSE=1 sh -c '"$0" check --seq 100 --heads 2 --kv-heads 1 --dim 16 --causal 2>&1' "$bin"
+printf 'not a tune file\n' >"$tunedir/other.txt"
+expect 1 "tune leaves a file that is not a tune file alone" \
+    env FLASHATTN_TUNE_FILE="$tunedir/other.txt" "$bin" tune --seq 16 --heads 1 --dim 8 --runs 1
+expect 0 "... and it is unchanged" grep -qx 'not a tune file' "$tunedir/other.txt"
 
 expect 2 "no verb" "$bin"
 expect 2 "unknown verb" "$bin" frobnicate

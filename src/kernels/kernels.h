@@ -1,9 +1,19 @@
 /*
  * kernels.h: the micro-kernel table. Each ISA directory under src/kernels/
- * fills one fa_kernels; only those files are compiled with ISA flags. The core
+ * fills one fa_kernels; only its kernel files are compiled with ISA flags. The core
  * (tile loops, masking, the online-softmax bookkeeping around the kernels,
  * threading) calls through this table and never sees an intrinsic. Adding an
- * ISA = a directory with one table plus one row in registry.c.
+ * ISA = a directory with its kernels and one init function, plus one row in
+ * registry.c.
+ *
+ * Tables inherit, as BLIS's contexts do: each ISA's init function starts from
+ * its parent's table (ref -> avx2 -> avx512 -> avx512bf16; ref -> neon) and
+ * overrides what it has, so NO entry is ever NULL and the core never checks
+ * one. What an entry's presence used to say ("this ISA has a native bf16 dot
+ * product") is said by `flags` instead. The init functions live in
+ * <isa>_table.c files built WITHOUT the ISA's flags: the registry builds every
+ * table on any CPU (to list them), and only the kernels themselves may use the
+ * ISA's instructions.
  *
  * Tile layouts. A tile pairs a block of query rows r (0 <= r < rows) with a
  * block of key columns c (0 <= c < cols). Scores are kept TRANSPOSED, st[c][r],
@@ -29,12 +39,14 @@
 #ifndef FA_KERNELS_H
 #define FA_KERNELS_H
 
+#include "flashattn.h"
+
+#include <stddef.h>
 #include <stdint.h>
 
-/* Row-block granularity: the widest vector (16 floats), so every ISA works on whole vectors along r. */
+/* Row-block granularity of every panel: the widest vector (16 floats), so every
+ * ISA works on whole vectors along r. A table's row_align divides it. */
 #define FA_ROW_ALIGN 16
-
-typedef struct fa_cpu fa_cpu;
 
 /* Rows the small-row (decode) kernels take at most, and columns per call. */
 #define FA_SMALL_ROWS 8
@@ -43,8 +55,34 @@ typedef struct fa_cpu fa_cpu;
 /* Element types of K/V rows in the small-row kernels. */
 enum { FA_KV_F32 = 0, FA_KV_F16 = 1, FA_KV_BF16 = 2, FA_KV_I8 = 3 };
 
+/* A micro-kernel's register block: the accumulators it keeps in registers, as
+ * rows (query rows r) x cols (key columns c for qk, output columns e for pv).
+ * 1 x 1: no register block (the reference). */
+typedef struct fa_kernel_block {
+    int32_t rows, cols;
+} fa_kernel_block;
+
+/* fa_kernels.flags: what the table's kernels are, beyond being there. */
+enum {
+    /* qk_bf16/pv_bf16 multiply bf16 pairs natively (e.g. vdpbf16ps); without it they
+     * are the reference's scalar ones, correct but never worth choosing. */
+    FA_KERNELS_BF16_DOT = 1u << 0,
+    /* qk_small/softmax_small/pv_small are this table's way to run <= FA_SMALL_ROWS
+     * rows: the core takes the small-row path only when set. A table that replaces
+     * the wide kernels but inherits slower small ones should clear it. */
+    FA_KERNELS_SMALL_ROWS = 1u << 1,
+};
+
 typedef struct fa_kernels {
-    const char *name; /* what FLASHATTN_ARCH and fa_context_isa() call it */
+    const char *name;   /* what FLASHATTN_ARCH and fa_context_isa() call it */
+    const char *parent; /* the name of the table this one starts from; NULL for ref, the root */
+    unsigned flags;     /* FA_KERNELS_* */
+
+    /* Preferred blocking, read by the planner (plan.c): row tiles are at least one
+     * qk register block tall where the heads allow, and never finer than row_align
+     * (a divisor of FA_ROW_ALIGN, which stays the padding of every panel). */
+    int32_t row_align;
+    fa_kernel_block qk_block, pv_block;
 
     /* qt[x][r] = scale * q[r][x] for r < rows; zero for rows <= r < round_up(rows, FA_ROW_ALIGN). */
     void (*pack_qt)(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale,
@@ -78,9 +116,10 @@ typedef struct fa_kernels {
     void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
 
     /*
-     * Optional bf16 dot-product path (NULL where the ISA has none): bf16 q, k, v
-     * are multiplied as bf16 pairs with fp32 accumulation instead of being
-     * widened to f32 first.
+     * The bf16 dot-product path (native where flags has FA_KERNELS_BF16_DOT; the
+     * reference's scalar form elsewhere): bf16 q, k, v are multiplied as bf16
+     * pairs with fp32 accumulation instead of being widened to f32 first. A bf16
+     * product is exact in fp32, so only the accumulation rounds.
      *   qt2  Q block as bf16 pairs: qt2[(x/2)*ldqt2 + 2*r + (x&1)] = q[r][x], ldqt2 = 2*ldqt
      *        (uint16 units), x padded to even with zeros, rows padded with zeros;
      *        NOT pre-scaled (bf16 rounding of q*scale would add error): qk_bf16 scales.
@@ -119,8 +158,8 @@ typedef struct fa_kernels {
      * pv_small: acc[r][e] = alpha[r] * acc[r][e] + sum_c s[r][c] * v_c[e] (alpha NULL = 1),
      * Like pv, a vector pv_small may multiply a masked p = 0 by v_c; the core checks
      * partly masked tiles for non-finite V and then calls the reference table's
-     * pv_small, which skips p == 0 terms. NULL entries: the ISA has no small path
-     * and the core uses the wide kernels.
+     * pv_small, which skips p == 0 terms. The core takes this path only where
+     * flags has FA_KERNELS_SMALL_ROWS; elsewhere it uses the wide kernels.
      */
     void (*qk_small)(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
                      const void *const *krow, int kv, const float *kscale, float *s, int64_t lds);
@@ -131,22 +170,44 @@ typedef struct fa_kernels {
                      float *acc, int64_t ldacc);
 
     /* Peak probes: run `iters` iterations of an unrolled, dependency-free loop of
-     * the ISA's widest FMA (and bf16 dot product, where present) and return the
-     * number of FLOPs done; the core times them. NULL = not measured. */
+     * the ISA's widest FMA (and bf16 dot product) and return the number of FLOPs
+     * done; the core times them. probe_bf16 measures a native bf16 dot product
+     * only where flags has FA_KERNELS_BF16_DOT (the reference's is scalar C). */
     double (*probe_fma)(int64_t iters);
     double (*probe_bf16)(int64_t iters);
+
+    /*
+     * Run by every thread around its share of each job (the pool calls them on
+     * the caller's thread and each worker's, also with one thread), so that an ISA
+     * with per-thread state, such as tile registers, can set it up and release it
+     * before control returns to the user. No-ops in the reference.
+     */
+    void (*thread_begin)(void);
+    void (*thread_end)(void);
 } fa_kernels;
 
-/* The portable scalar table: always present, the baseline others are tested against. */
+/* The portable scalar table, the root every other table starts from: always
+ * present, the baseline the others are tested against, and the careful kernels
+ * (its pv skips p == 0) the core falls back to on non-finite V. */
 extern const fa_kernels fa_kernels_ref;
-/* ISA tables; each exists only when its directory was built (see CMakeLists.txt). */
-extern const fa_kernels fa_kernels_avx2;
-extern const fa_kernels fa_kernels_avx512;
-extern const fa_kernels fa_kernels_avx512bf16;
-extern const fa_kernels fa_kernels_neon;
+
+/*
+ * Table builders: each copies its parent's table into k (by calling the parent's
+ * init first) and overrides its own entries. Each but ref exists only when its
+ * directory was built (see CMakeLists.txt); the registry calls them, once.
+ */
+void fa_kernels_init_ref(fa_kernels *k);
+void fa_kernels_init_avx2(fa_kernels *k);
+void fa_kernels_init_avx512(fa_kernels *k);
+void fa_kernels_init_avx512bf16(fa_kernels *k);
+void fa_kernels_init_neon(fa_kernels *k);
 
 /* Every table built in, best first, and whether this CPU runs it (for tests and `info`). */
 int fa_kernels_count(void);
 const fa_kernels *fa_kernels_at(int index, int *runs_here);
+
+/* Picks the best table this CPU runs, or the one FLASHATTN_ARCH names. On
+ * failure writes why into msg and returns FA_ERR_ISA_UNAVAILABLE. */
+fa_status fa_kernels_select(const fa_kernels **out, char *msg, size_t msg_size);
 
 #endif

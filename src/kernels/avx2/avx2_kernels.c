@@ -12,7 +12,7 @@
  * and exp below). Nothing here reads beyond what kernels.h allows: tails along
  * d, dv and rows use masked loads/stores or scalar code.
  */
-#include "../kernels.h"
+#include "avx2_kernels.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -95,7 +95,7 @@ AVX2_INLINE void transpose8(__m256 v[8])
     v[7] = _mm256_permute2f128_ps(b3, b7, 0x31);
 }
 
-static void avx2_pack_qt(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale, float *qt,
+void fa_avx2_pack_qt(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale, float *qt,
                          int64_t ldqt)
 {
     const int64_t padded = round_rows(rows);
@@ -251,7 +251,7 @@ static void qk_dot(int64_t rows, int64_t cols, int64_t d, const float *qt, int64
  * apart fall onto a few L1 sets and evict each other before the 8 column blocks
  * have reused them.
  */
-static void avx2_qk(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
+void fa_avx2_qk_16x6(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
                     int64_t ldk, float *st, int64_t ldst)
 {
     if (rows <= QK_DOT_ROWS) {
@@ -364,7 +364,7 @@ AVX2_INLINE void softmax_strip(int nv, const int64_t nrow[2], int64_t cols, floa
     for (int v = 0; v < nv; v++) _mm256_maskstore_ps(l + 8 * v, lane[v], lv[v]);
 }
 
-static void avx2_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, const int32_t *lo,
+void fa_avx2_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, const int32_t *lo,
                          const int32_t *hi, float *m, float *l, float *alpha)
 {
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
@@ -453,11 +453,11 @@ static void pv_edge(int nr, int nv, __m256i tail, int64_t nc, const float *pp, i
  * panel (8 KiB, zero-padded past dv so only acc needs masks): V rows are often a
  * multiple of 4 KiB apart (BSND tensors) and would all fall onto two L1 sets. P
  * is read in place when ldst <= 64, else copied to a 64 x 66 panel, for the
- * reason given at avx2_qk. With at most 3 rows (decoding) V is used once and is
+ * reason given at fa_avx2_qk_16x6. With at most 3 rows (decoding) V is used once and is
  * read in place instead. The sum over c runs in order, pass after pass, as in the
  * reference; alpha is applied on the first pass.
  */
-static void avx2_pv(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
+void fa_avx2_pv_3x32(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                     int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
     _Alignas(64) float pp[PV_CC * PV_PLD]; /* (PV_CC, PV_PLD) P rows c, columns r */
@@ -508,7 +508,7 @@ static void avx2_pv(int64_t rows, int64_t cols, int64_t dv, const float *st, int
 
 /* -------------------------------------------------------------- conversions */
 
-static void avx2_f16_to_f32(const uint16_t *src, float *dst, int64_t n)
+void fa_avx2_f16_to_f32(const uint16_t *src, float *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -529,7 +529,7 @@ AVX2_INLINE __m256 bf16x8_to_f32(const uint16_t *src)
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-static void avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
+void fa_avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -721,7 +721,7 @@ AVX2_INLINE void qk_small_kv(const int kv, int64_t rows, int64_t cols, int64_t d
     }
 }
 
-static void avx2_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
+void fa_avx2_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
                           const void *const *krow, int kv, const float *kscale, float *s, int64_t lds)
 {
     switch (kv) {
@@ -753,10 +753,10 @@ AVX2_INLINE float hsum8(__m256 v)
  * softmax's rules on s[r][c]: pass 1 takes each row's maximum over its band
  * [a, z] (8 columns at a time, lanes outside the band set to -inf, NaN tracked
  * by an unordered compare), then m, alpha and l for all rows as one vector, as
- * avx2_softmax does; pass 2 writes p (zero outside the band, in s's padding too)
+ * fa_avx2_softmax does; pass 2 writes p (zero outside the band, in s's padding too)
  * and sums it.
  */
-static void avx2_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo,
+void fa_avx2_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo,
                                const int32_t *hi, float *m, float *l, float *alpha)
 {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
@@ -932,7 +932,7 @@ AVX2_INLINE void pv_small_kv(const int kv, int64_t rows, int64_t cols, int64_t d
     }
 }
 
-static void avx2_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+void fa_avx2_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
                           const void *const *vrow, int kv, const float *vscale, const float *alpha, float *acc,
                           int64_t ldacc)
 {
@@ -948,7 +948,7 @@ static void avx2_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s
 
 /* 12 independent FMA chains (latency 4 x 2 ports needs >= 8); each converges to
  * c / (1 - m), so no overflow or subnormals whatever iters is. */
-static double avx2_probe_fma(int64_t iters)
+double fa_avx2_probe_fma(int64_t iters)
 {
     const __m256 mul = _mm256_set1_ps(0.999f), add = _mm256_set1_ps(1e-3f);
     __m256 a0 = _mm256_set1_ps(0.10f), a1 = _mm256_set1_ps(0.11f), a2 = _mm256_set1_ps(0.12f);
@@ -979,21 +979,3 @@ static double avx2_probe_fma(int64_t iters)
     (void)sink;
     return (double)iters * 12.0 * 16.0; /* 12 FMAs x 8 lanes x 2 flops */
 }
-
-const fa_kernels fa_kernels_avx2 = {
-    .name = "avx2",
-    .pack_qt = avx2_pack_qt,
-    .qk = avx2_qk,
-    .softmax = avx2_softmax,
-    .pv = avx2_pv,
-    .f16_to_f32 = avx2_f16_to_f32,
-    .bf16_to_f32 = avx2_bf16_to_f32,
-    .pack_qt_bf16 = NULL,
-    .qk_bf16 = NULL,
-    .pv_bf16 = NULL,
-    .qk_small = avx2_qk_small,
-    .softmax_small = avx2_softmax_small,
-    .pv_small = avx2_pv_small,
-    .probe_fma = avx2_probe_fma,
-    .probe_bf16 = NULL,
-};

@@ -1,14 +1,15 @@
 /*
- * avx512_internal.h: what the two AVX-512 tables share. avx512bf16_kernels.c
- * reuses the fp32 kernels of avx512_kernels.c instead of compiling a second
- * copy, and both files (and only they: every caller is built with the AVX-512
- * flags) see the vector exp, so a test can check the exact code the softmax runs.
- * The functions are hidden by the library's default visibility.
+ * avx512_internal.h: the intrinsic helpers the two AVX-512 kernel files share
+ * (masks, the 6/5 split, the 16x16 transpose, the vector exp). Only files built
+ * with the AVX-512 flags include it; the "avx512bf16" table inherits the fp32
+ * kernels of "avx512" instead of compiling a second copy. The entry points are
+ * declared in avx512_kernels.h (all the table files see); the functions are
+ * hidden by the library's default visibility.
  */
 #ifndef FA_AVX512_INTERNAL_H
 #define FA_AVX512_INTERNAL_H
 
-#include "../kernels.h"
+#include "avx512_kernels.h"
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -24,25 +25,6 @@
 #else
 #define FA_AVX512_UNROLL _Pragma("GCC unroll 16")
 #endif
-
-void fa_avx512_pack_qt(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale, float *qt,
-                       int64_t ldqt);
-void fa_avx512_qk(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
-                  int64_t ldk, float *st, int64_t ldst);
-void fa_avx512_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, const int32_t *lo,
-                       const int32_t *hi, float *m, float *l, float *alpha);
-void fa_avx512_pv(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
-                  int64_t ldv, const float *alpha, float *acc, int64_t ldacc);
-void fa_avx512_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
-void fa_avx512_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
-double fa_avx512_probe_fma(int64_t iters);
-/* The small-row (decode) path, kernels.h's qk_small, softmax_small, pv_small. */
-void fa_avx512_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq, const void *const *krow,
-                        int kv, const float *kscale, float *s, int64_t lds);
-void fa_avx512_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo, const int32_t *hi,
-                             float *m, float *l, float *alpha);
-void fa_avx512_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds, const void *const *vrow,
-                        int kv, const float *vscale, const float *alpha, float *acc, int64_t ldacc);
 
 /* The low n bits set, n in 0..16: the mask of a vector's first n lanes. */
 FA_AVX512_INLINE __mmask16 fa_avx512_head_mask(int64_t n)

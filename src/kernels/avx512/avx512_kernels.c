@@ -1,6 +1,6 @@
 /*
- * avx512_kernels.c: the AVX-512 fp32 micro-kernels (table "avx512"), and the
- * ones the "avx512bf16" table reuses. The layouts are those of kernels.h:
+ * avx512_kernels.c: the AVX-512 fp32 micro-kernels of the "avx512" table
+ * (avx512_table.c), which "avx512bf16" inherits. The layouts are those of kernels.h:
  * a zmm runs along 16 query rows r in qt and st, and along 16 value columns e
  * in v and acc, so no kernel ever transposes a tile it reads in its loop.
  *
@@ -137,7 +137,7 @@ static void qk_panel3(const qk_args *a) { qk_panel(3, a); }
 static void qk_panel2(const qk_args *a) { qk_panel(2, a); }
 static void qk_panel1(const qk_args *a) { qk_panel(1, a); }
 
-void fa_avx512_qk(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
+void fa_avx512_qk_64x6(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
                   int64_t ldk, float *st, int64_t ldst)
 {
     static void (*const panel[QK_NV + 1])(const qk_args *) = {NULL, qk_panel1, qk_panel2, qk_panel3, qk_panel4};
@@ -441,7 +441,7 @@ static void pv_copying(int64_t rows, int64_t cols, int64_t dv, const float *st, 
     }
 }
 
-void fa_avx512_pv(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
+void fa_avx512_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                   int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
     if (rows > 2 * PV_NR && pv_v_scattered(ldv)) {
@@ -1029,17 +1029,3 @@ double fa_avx512_probe_fma(int64_t iters)
     (void)sink;
     return (double)iters * 16.0 * 16.0 * 2.0;
 }
-
-const fa_kernels fa_kernels_avx512 = {
-    .name = "avx512",
-    .pack_qt = fa_avx512_pack_qt,
-    .qk = fa_avx512_qk,
-    .softmax = fa_avx512_softmax,
-    .pv = fa_avx512_pv,
-    .f16_to_f32 = fa_avx512_f16_to_f32,
-    .bf16_to_f32 = fa_avx512_bf16_to_f32,
-    .qk_small = fa_avx512_qk_small,
-    .softmax_small = fa_avx512_softmax_small,
-    .pv_small = fa_avx512_pv_small,
-    .probe_fma = fa_avx512_probe_fma,
-};

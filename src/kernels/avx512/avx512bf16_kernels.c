@@ -1,8 +1,8 @@
 /*
- * avx512bf16_kernels.c: the "avx512bf16" table: the fp32 kernels of
- * avx512_kernels.c, plus the bf16 dot-product path (vdpbf16ps: a zmm lane
- * accumulates a0*b0 + a1*b1 of two bf16 pairs in fp32, twice the FLOPs of an
- * fp32 FMA per instruction). Whether that is faster depends on the core: on the
+ * avx512bf16_kernels.c: what the "avx512bf16" table (avx512bf16_table.c)
+ * adds to the fp32 kernels it inherits from "avx512": the bf16 dot-product
+ * path (vdpbf16ps: a zmm lane accumulates a0*b0 + a1*b1 of two bf16 pairs in
+ * fp32, twice the FLOPs of an fp32 FMA per instruction). Whether that is faster depends on the core: on the
  * Xeon (Sapphire/Emerald Rapids) this was written on, vdpbf16ps issues once per
  * two cycles against two FMAs per cycle, so the pair path peaks at half the
  * fp32 rate (probe_bf16 vs probe_fma tell, per machine). The kernels reach
@@ -42,7 +42,7 @@ static inline int32_t load_pair(const uint16_t *p)
 /* qt2 viewed as dwords is the transpose of q viewed as dwords: dword (x/2, r) is
  * the pair q[r][x], q[r][x+1]. So the fp32 16x16 transpose does it, on rows
  * loaded with a 16-bit mask (which also supplies the zero of an odd d). */
-static void avx512bf16_pack_qt(int64_t rows, int64_t d, const uint16_t *q, int64_t ldq, uint16_t *qt2,
+void fa_avx512bf16_pack_qt(int64_t rows, int64_t d, const uint16_t *q, int64_t ldq, uint16_t *qt2,
                                int64_t ldqt2)
 {
     const int64_t pairs = (d + 1) / 2, ld32 = ldqt2 / 2;
@@ -148,7 +148,7 @@ static void qkb_panel3(const qkb_args *a) { qkb_panel(3, a); }
 static void qkb_panel2(const qkb_args *a) { qkb_panel(2, a); }
 static void qkb_panel1(const qkb_args *a) { qkb_panel(1, a); }
 
-static void avx512bf16_qk(int64_t rows, int64_t cols, int64_t d, const uint16_t *qt2, int64_t ldqt2,
+void fa_avx512bf16_qk_64x6(int64_t rows, int64_t cols, int64_t d, const uint16_t *qt2, int64_t ldqt2,
                           const uint16_t *k, int64_t ldk, float scale, float *st, int64_t ldst)
 {
     static void (*const panel[QKB_NV + 1])(const qkb_args *) = {NULL, qkb_panel1, qkb_panel2, qkb_panel3,
@@ -259,7 +259,7 @@ static void pvb_panel1m(const pvb_args *a) { pvb_panel(1, 1, a); }
  *   pp  [np][round16(rows)]  P pairs
  * = 2*np*round16(dv) + 2*np*round16(rows) uint16 <= (cols+1)*(dv+32) + (cols+1)*ldst.
  */
-static void avx512bf16_pv(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const uint16_t *v,
+void fa_avx512bf16_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const uint16_t *v,
                           int64_t ldv, const float *alpha, float *acc, int64_t ldacc, void *scratch)
 {
     const int64_t np = (cols + 1) / 2, ldvp = (dv + 15) / 16 * 16, ldp = (rows + 15) / 16 * 16;
@@ -318,7 +318,7 @@ static void avx512bf16_pv(int64_t rows, int64_t cols, int64_t dv, const float *s
 
 /* 16 independent vdpbf16ps chains (64 FLOPs each: 16 lanes x 2 products x 2);
  * each adds 2 * 2^-10 per step, so 1e9 steps stay far from overflow. */
-static double avx512bf16_probe(int64_t iters)
+double fa_avx512bf16_probe(int64_t iters)
 {
     const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3A80); /* 2^-10 */
     const __m512bh b = (__m512bh)_mm512_set1_epi16(0x3F80); /* 1.0 */
@@ -334,21 +334,3 @@ static double avx512bf16_probe(int64_t iters)
     (void)sink;
     return (double)iters * 16.0 * 64.0;
 }
-
-const fa_kernels fa_kernels_avx512bf16 = {
-    .name = "avx512bf16",
-    .pack_qt = fa_avx512_pack_qt,
-    .qk = fa_avx512_qk,
-    .softmax = fa_avx512_softmax,
-    .pv = fa_avx512_pv,
-    .f16_to_f32 = fa_avx512_f16_to_f32,
-    .bf16_to_f32 = fa_avx512_bf16_to_f32,
-    .pack_qt_bf16 = avx512bf16_pack_qt,
-    .qk_bf16 = avx512bf16_qk,
-    .pv_bf16 = avx512bf16_pv,
-    .qk_small = fa_avx512_qk_small,
-    .softmax_small = fa_avx512_softmax_small,
-    .pv_small = fa_avx512_pv_small,
-    .probe_fma = fa_avx512_probe_fma,
-    .probe_bf16 = avx512bf16_probe,
-};

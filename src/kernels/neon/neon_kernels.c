@@ -20,7 +20,7 @@
  * (double exp), at most 1 ulp from glibc's expf (equal for 99.2%); NaN gives NaN,
  * x > 88.73 gives +inf.
  */
-#include "../kernels.h"
+#include "neon_kernels.h"
 
 #include <arm_neon.h>
 #include <math.h>
@@ -66,7 +66,7 @@ NEON_BLOCK float32x4_t exp_f32x4(float32x4_t x)
 
 /* ------------------------------------------------------------------ pack_qt */
 
-static void neon_pack_qt(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale, float *qt,
+void fa_neon_pack_qt(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale, float *qt,
                          int64_t ldqt)
 {
     const int64_t r4 = rows / 4 * 4, padded = round_up(rows, FA_ROW_ALIGN);
@@ -154,7 +154,7 @@ NEON_BLOCK void qk_tile(const int nc, const int nv, int64_t d, const float *qt, 
 }
 #undef QK_LANE
 
-static void neon_qk(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
+void fa_neon_qk_16x4(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
                     int64_t ldk, float *st, int64_t ldst)
 {
     /* whole vectors up to nr (the padding rows of qt are 0); the rest of the row
@@ -258,7 +258,7 @@ NEON_BLOCK void softmax_quads(const int nq, int64_t cols, float *st, int64_t lds
     for (int q = 0; q < nq; q++) vst1q_f32(l + 4 * q, lv[q]);
 }
 
-static void neon_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, const int32_t *lo,
+void fa_neon_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, const int32_t *lo,
                          const int32_t *hi, float *m, float *l, float *alpha)
 {
     int64_t r = 0;
@@ -380,7 +380,7 @@ static void pv_row(int64_t cols, int64_t dv, const float *st, int64_t ldst, cons
     }
 }
 
-static void neon_pv(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
+void fa_neon_pv_12x8(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                     int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
     int64_t r = 0;
@@ -393,7 +393,7 @@ static void neon_pv(int64_t rows, int64_t cols, int64_t dv, const float *st, int
 
 /* ------------------------------------------------------------------ conversions */
 
-static void neon_f16_to_f32(const uint16_t *src, float *dst, int64_t n)
+void fa_neon_f16_to_f32(const uint16_t *src, float *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -411,7 +411,7 @@ static void neon_f16_to_f32(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
-static void neon_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
+void fa_neon_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -622,7 +622,7 @@ NEON_BLOCK void qk_small_kv(const int kv, int64_t rows, int64_t cols, int64_t d,
     }
 }
 
-static void neon_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
+void fa_neon_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
                           const void *const *krow, int kv, const float *kscale, float *s, int64_t lds)
 {
     switch (kv) {
@@ -637,10 +637,10 @@ static void neon_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q,
  * softmax's rules on s[r][c]: pass 1 takes each row's maximum over its band
  * [a, z] (lanes outside it set to -inf; FMAX and FMAXV propagate NaN, as the
  * reference's `|| isnan` does), then m, alpha and l for all rows in two
- * vectors, as neon_softmax does; pass 2 writes p (zero outside the band, in s's
+ * vectors, as fa_neon_softmax does; pass 2 writes p (zero outside the band, in s's
  * padding too) and sums it.
  */
-static void neon_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo,
+void fa_neon_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo,
                                const int32_t *hi, float *m, float *l, float *alpha)
 {
     const float32x4_t ninf = vdupq_n_f32(-INFINITY), zero = vdupq_n_f32(0.0f);
@@ -847,7 +847,7 @@ NEON_BLOCK void pv_small_kv(const int kv, int64_t rows, int64_t cols, int64_t dv
     }
 }
 
-static void neon_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+void fa_neon_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
                           const void *const *vrow, int kv, const float *vscale, const float *alpha, float *acc,
                           int64_t ldacc)
 {
@@ -862,7 +862,7 @@ static void neon_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s
 /* ------------------------------------------------------------------ probe */
 
 /* 16 independent FMA chains: enough for 4 FMA pipes with 4-cycle latency. */
-static double neon_probe_fma(int64_t iters)
+double fa_neon_probe_fma(int64_t iters)
 {
     float32x4_t a[16];
     for (int j = 0; j < 16; j++) a[j] = vdupq_n_f32((float)(j + 1));
@@ -875,17 +875,3 @@ static double neon_probe_fma(int64_t iters)
     (void)sink;
     return 2.0 * 4.0 * 16.0 * (double)iters;
 }
-
-const fa_kernels fa_kernels_neon = {
-    .name = "neon",
-    .pack_qt = neon_pack_qt,
-    .qk = neon_qk,
-    .softmax = neon_softmax,
-    .pv = neon_pv,
-    .f16_to_f32 = neon_f16_to_f32,
-    .bf16_to_f32 = neon_bf16_to_f32,
-    .qk_small = neon_qk_small,
-    .softmax_small = neon_softmax_small,
-    .pv_small = neon_pv_small,
-    .probe_fma = neon_probe_fma,
-};

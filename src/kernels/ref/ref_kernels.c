@@ -5,9 +5,14 @@
  * expf (correctly rounded in glibc). Every ISA table is tested against this one,
  * and its pv is the careful one the core falls back to when a masked V row
  * holds a NaN (it skips p == 0 terms, so a masked row never reads v).
+ *
+ * This is the root table: every other one starts from a copy of it
+ * (fa_kernels_init_ref), so it fills every entry, the bf16 pair kernels
+ * included (scalar, exact products, fp32 sums: correct everywhere, but not a
+ * native dot product, so its flags leave FA_KERNELS_BF16_DOT clear).
  */
+#include "../half.h"
 #include "../kernels.h"
-#include "../../convert.h"
 
 #include <math.h>
 
@@ -179,6 +184,64 @@ static void ref_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s,
     }
 }
 
+/* ------------------------------------------------ bf16 pairs (scalar) */
+
+static void ref_pack_qt_bf16(int64_t rows, int64_t d, const uint16_t *q, int64_t ldq, uint16_t *qt2,
+                             int64_t ldqt2)
+{
+    const int64_t padded = round_rows(rows), pairs = (d + 1) / 2;
+    for (int64_t p = 0; p < pairs; p++) {
+        uint16_t *dst = qt2 + p * ldqt2; /* (padded, 2): the pair (x, x+1) of each row */
+        for (int64_t r = 0; r < padded; r++)
+            for (int64_t j = 0; j < 2; j++) {
+                const int64_t x = 2 * p + j;
+                dst[2 * r + j] = r < rows && x < d ? q[r * ldq + x] : 0;
+            }
+    }
+}
+
+/* As ref_qk, on the widened pairs: each product is exact in fp32; the scale comes last. */
+static void ref_qk_bf16(int64_t rows, int64_t cols, int64_t d, const uint16_t *qt2, int64_t ldqt2,
+                        const uint16_t *k, int64_t ldk, float scale, float *st, int64_t ldst)
+{
+    const int64_t padded = round_rows(rows);
+    for (int64_t c = 0; c < cols; c++) {
+        float *sc = st + c * ldst;
+        const uint16_t *kc = k + c * ldk;
+        for (int64_t r = 0; r < padded; r++) sc[r] = 0.0f;
+        for (int64_t x = 0; x < d; x++) {
+            const float kx = fa_bf16_to_f32(kc[x]);
+            const uint16_t *qx = qt2 + (x / 2) * ldqt2 + (x & 1);
+            for (int64_t r = 0; r < padded; r++) sc[r] += kx * fa_bf16_to_f32(qx[2 * r]);
+        }
+        for (int64_t r = 0; r < padded; r++) sc[r] *= scale;
+    }
+}
+
+/* As ref_pv, with p rounded to bf16 first (as a native kernel must, to pair it). */
+static void ref_pv_bf16(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst,
+                        const uint16_t *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc,
+                        void *scratch)
+{
+    (void)scratch; /* nothing to repack */
+    if (alpha)
+        for (int64_t r = 0; r < rows; r++)
+            if (alpha[r] != 1.0f)
+                for (int64_t e = 0; e < dv; e++) acc[r * ldacc + e] *= alpha[r];
+    for (int64_t c = 0; c < cols; c++) {
+        const float *sc = st + c * ldst;
+        const uint16_t *vc = v + c * ldv;
+        for (int64_t r = 0; r < rows; r++) {
+            const float w = fa_bf16_to_f32(fa_f32_to_bf16(sc[r]));
+            if (w == 0.0f) continue; /* masked (or underflowed): never read v */
+            float *ar = acc + r * ldacc;
+            for (int64_t e = 0; e < dv; e++) ar[e] += w * fa_bf16_to_f32(vc[e]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ probes */
+
 /* Eight independent multiply-add chains: what plain C reaches without SIMD flags. */
 static double ref_probe_fma(int64_t iters)
 {
@@ -191,16 +254,49 @@ static double ref_probe_fma(int64_t iters)
     return 2.0 * 8.0 * (double)iters;
 }
 
+/* The scalar form of a bf16 pair dot product (two widened products per step),
+ * eight chains. Only there so that the entry is never NULL: fa_probe reports no
+ * bf16 peak for a table without FA_KERNELS_BF16_DOT. */
+static double ref_probe_bf16(int64_t iters)
+{
+    float a[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const float x = fa_bf16_to_f32(0x3A80), y = fa_bf16_to_f32(0x3F80); /* 2^-10, 1 */
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < 8; j++) a[j] = a[j] + x * y + x * y;
+    volatile float sink = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+    (void)sink;
+    return 4.0 * 8.0 * (double)iters;
+}
+
+/* ------------------------------------------------------------ the table */
+
+/* Plain C keeps no state in a thread. */
+static void ref_thread_begin(void) {}
+static void ref_thread_end(void) {}
+
 const fa_kernels fa_kernels_ref = {
     .name = "ref",
+    .parent = NULL,
+    .flags = FA_KERNELS_SMALL_ROWS,
+    .row_align = FA_ROW_ALIGN,
+    .qk_block = {1, 1},
+    .pv_block = {1, 1},
     .pack_qt = ref_pack_qt,
     .qk = ref_qk,
     .softmax = ref_softmax,
     .pv = ref_pv,
     .f16_to_f32 = ref_f16_to_f32,
     .bf16_to_f32 = ref_bf16_to_f32,
+    .pack_qt_bf16 = ref_pack_qt_bf16,
+    .qk_bf16 = ref_qk_bf16,
+    .pv_bf16 = ref_pv_bf16,
     .qk_small = ref_qk_small,
     .softmax_small = ref_softmax_small,
     .pv_small = ref_pv_small,
     .probe_fma = ref_probe_fma,
+    .probe_bf16 = ref_probe_bf16,
+    .thread_begin = ref_thread_begin,
+    .thread_end = ref_thread_end,
 };
+
+void fa_kernels_init_ref(fa_kernels *k) { *k = fa_kernels_ref; }

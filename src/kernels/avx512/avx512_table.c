@@ -1,0 +1,26 @@
+/*
+ * avx512_table.c: the "avx512" table: avx2's, with every fp32 kernel replaced
+ * by avx512_kernels.c's. Built without the ISA's flags, as the registry builds
+ * every table on any x86 CPU.
+ */
+#include "avx512_kernels.h"
+
+void fa_kernels_init_avx512(fa_kernels *k)
+{
+    fa_kernels_init_avx2(k);
+    k->name = "avx512";
+    k->parent = "avx2";
+    k->flags |= FA_KERNELS_SMALL_ROWS;
+    k->qk_block = (fa_kernel_block){64, 6};
+    k->pv_block = (fa_kernel_block){6, 64};
+    k->pack_qt = fa_avx512_pack_qt;
+    k->qk = fa_avx512_qk_64x6;
+    k->softmax = fa_avx512_softmax;
+    k->pv = fa_avx512_pv_6x64;
+    k->f16_to_f32 = fa_avx512_f16_to_f32;
+    k->bf16_to_f32 = fa_avx512_bf16_to_f32;
+    k->qk_small = fa_avx512_qk_small;
+    k->softmax_small = fa_avx512_softmax_small;
+    k->pv_small = fa_avx512_pv_small;
+    k->probe_fma = fa_avx512_probe_fma;
+}

@@ -1,0 +1,18 @@
+/*
+ * avx512bf16_table.c: the "avx512bf16" table: avx512's, plus the native bf16
+ * pair kernels of avx512bf16_kernels.c (vdpbf16ps). Built without the ISA's
+ * flags, as the registry builds every table on any x86 CPU.
+ */
+#include "avx512_kernels.h"
+
+void fa_kernels_init_avx512bf16(fa_kernels *k)
+{
+    fa_kernels_init_avx512(k);
+    k->name = "avx512bf16";
+    k->parent = "avx512";
+    k->flags |= FA_KERNELS_BF16_DOT;
+    k->pack_qt_bf16 = fa_avx512bf16_pack_qt;
+    k->qk_bf16 = fa_avx512bf16_qk_64x6;
+    k->pv_bf16 = fa_avx512bf16_pv_6x64;
+    k->probe_bf16 = fa_avx512bf16_probe;
+}

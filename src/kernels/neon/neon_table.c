@@ -1,0 +1,27 @@
+/*
+ * neon_table.c: the "neon" table: the reference's, with every fp32 kernel
+ * replaced by neon_kernels.c's (base ARMv8-A has no bf16 dot product, so the
+ * bf16 pair kernels stay the reference's). Kept apart from the kernels like
+ * every ISA's table, although NEON needs no extra flags.
+ */
+#include "neon_kernels.h"
+
+void fa_kernels_init_neon(fa_kernels *k)
+{
+    fa_kernels_init_ref(k);
+    k->name = "neon";
+    k->parent = "ref";
+    k->flags |= FA_KERNELS_SMALL_ROWS;
+    k->qk_block = (fa_kernel_block){16, 4};
+    k->pv_block = (fa_kernel_block){12, 8};
+    k->pack_qt = fa_neon_pack_qt;
+    k->qk = fa_neon_qk_16x4;
+    k->softmax = fa_neon_softmax;
+    k->pv = fa_neon_pv_12x8;
+    k->f16_to_f32 = fa_neon_f16_to_f32;
+    k->bf16_to_f32 = fa_neon_bf16_to_f32;
+    k->qk_small = fa_neon_qk_small;
+    k->softmax_small = fa_neon_softmax_small;
+    k->pv_small = fa_neon_pv_small;
+    k->probe_fma = fa_neon_probe_fma;
+}

@@ -1,0 +1,512 @@
+/*
+ * test_tune.c: the tune file, from outside. The test writes the files itself, in the
+ * format README.md documents ("The tune file"), and points FLASHATTN_TUNE_FILE at them:
+ * a tuned entry changes the tiles a later call on a new context plans (FA_PARAM_LAST_TILE_Q
+ * / _KV), results still match the reference algorithm and stay bitwise the same for any
+ * thread count, an explicit tile setting wins over the entry, the file is read once per
+ * context, and entries apply only to their own shape class, CPU and ISA path. Damaged
+ * files (garbage, truncated lines, huge or negative numbers, another version, a 1 MiB
+ * line, ...) are survived: calls succeed with the heuristic tiles. The verbose trace
+ * says where the tiles came from, and what the file gave, once per context.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "harness.h"
+
+static char g_dir[256], g_path[512];
+static char g_cpu[80];
+static char g_isa[32];
+static h_rng g_rng;
+static h_problem g_p;
+static float *g_ref;   /* o of the reference algorithm on g_p */
+static int64_t g_hq, g_hkv; /* the heuristic tiles of g_p */
+static int64_t g_tq, g_tkv; /* the tiles the test's entries ask for: differ from the heuristic */
+
+/* The CPU model the file is keyed by (README.md): the CPUID brand string on x86, MIDR_EL1
+ * as the kernel shows it on aarch64, else "unknown"; blanks trimmed and collapsed. */
+static void cpu_model(char *buf, size_t n)
+{
+    char raw[64] = {0};
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned r[12] = {0};
+    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
+        for (unsigned k = 0; k < 3; k++)
+            __cpuid(0x80000002u + k, r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]);
+        memcpy(raw, r, sizeof r);
+    }
+#elif defined(__aarch64__) && defined(__linux__)
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/regs/identification/midr_el1", "r");
+    if (f) {
+        if (!fgets(raw, sizeof raw, f)) raw[0] = '\0';
+        fclose(f);
+    }
+#endif
+    raw[sizeof raw - 1] = '\0';
+    size_t len = 0;
+    for (const char *c = raw; *c && len + 1 < n; c++) {
+        if (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r') {
+            if (len > 0 && buf[len - 1] != ' ') buf[len++] = ' ';
+        } else {
+            buf[len++] = *c > ' ' && *c < 127 ? *c : '?';
+        }
+    }
+    while (len > 0 && buf[len - 1] == ' ') len--;
+    buf[len] = '\0';
+    if (len == 0) snprintf(buf, n, "unknown");
+}
+
+static void write_bytes(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!CHECK(f != NULL, "cannot write %s", path)) return;
+    CHECK(fwrite(data, 1, len, f) == len, "short write to %s", path);
+    fclose(f);
+}
+
+static void write_text(const char *text) { write_bytes(g_path, text, strlen(text)); }
+
+/* One entry line (with its newline) for g_p's shape class unless the caller changes it. */
+static void entry(char *buf, size_t n, const char *isa, const char *dtype, int64_t sk, int64_t rows, int masked,
+                  int64_t tq, int64_t tkv, const char *cpu)
+{
+    snprintf(buf, n, "isa=%s dtype=%s d=%lld dv=%lld sk=%lld rows=%lld masked=%d tile_q=%lld tile_kv=%lld cpu=%s\n",
+             isa, dtype, (long long)g_p.dims.D, (long long)g_p.dims.Dv, (long long)sk, (long long)rows, masked,
+             (long long)tq, (long long)tkv, cpu);
+}
+
+/* g_p's own entry asking for (tq, tkv). */
+static void our_entry(char *buf, size_t n, int64_t tq, int64_t tkv)
+{
+    entry(buf, n, g_isa, "f32", 256, 256, 0, tq, tkv, g_cpu);
+}
+
+/* Runs flash on a context (a new one when ctx is NULL) with `threads`; the tiles it
+ * planned into *tq, *tkv and o into `out` (when non-NULL). The call's status. */
+static fa_status run_flash(fa_context *ctx, const fa_forward_args *a, int64_t threads, int64_t *tq, int64_t *tkv,
+                           float *out)
+{
+    fa_context *own = NULL;
+    if (!ctx) {
+        fa_status st = fa_context_create(&own);
+        if (st != FA_OK) return st;
+        ctx = own;
+    }
+    memset(a->o.data, 0xff, (size_t)h_numel(&a->o) * 4); /* NaN: a call that writes nothing shows */
+    fa_status st = h_run(ctx, FA_ALGO_FLASH, threads, a);
+    *tq = *tkv = -1;
+    if (st == FA_OK) {
+        fa_context_get(ctx, FA_PARAM_LAST_TILE_Q, tq);
+        fa_context_get(ctx, FA_PARAM_LAST_TILE_KV, tkv);
+        if (out) memcpy(out, a->o.data, (size_t)h_numel(&a->o) * 4);
+    }
+    fa_context_free(own);
+    return st;
+}
+
+/* A new context on the current file plans the heuristic tiles and the call succeeds. */
+static void expect_heuristic(const char *what)
+{
+    h_case("%s: heuristic tiles", what);
+    int64_t tq, tkv;
+    const fa_status st = run_flash(NULL, &g_p.args, 2, &tq, &tkv, NULL);
+    CHECK(st == FA_OK, "status %d (%s)", (int)st, fa_status_string(st));
+    CHECK(tq == g_hq && tkv == g_hkv, "tiles %lldx%lld, expected the heuristic %lldx%lld", (long long)tq,
+          (long long)tkv, (long long)g_hq, (long long)g_hkv);
+}
+
+static void expect_tuned(const char *what)
+{
+    h_case("%s: tuned tiles", what);
+    int64_t tq, tkv;
+    const fa_status st = run_flash(NULL, &g_p.args, 2, &tq, &tkv, NULL);
+    CHECK(st == FA_OK, "status %d (%s)", (int)st, fa_status_string(st));
+    CHECK(tq == g_tq && tkv == g_tkv, "tiles %lldx%lld, expected the tuned %lldx%lld", (long long)tq,
+          (long long)tkv, (long long)g_tq, (long long)g_tkv);
+}
+
+static double max_diff(const float *a, const float *b, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = a[i] > b[i] ? (double)a[i] - b[i] : (double)b[i] - a[i];
+        if (!(d <= m)) m = d; /* NaN wins */
+    }
+    return m;
+}
+
+static void test_tuned_entry(void)
+{
+    const int64_t n = h_numel(&g_p.args.o);
+    float *o1 = malloc((size_t)n * 4), *o2 = malloc((size_t)n * 4);
+    if (!CHECK(o1 && o2, "out of memory")) goto done;
+    char line[512], other[512], text[2048];
+
+    /* a context that planned before the file existed keeps its (empty) reading */
+    h_case("read once per context");
+    unlink(g_path);
+    fa_context *early = NULL;
+    CHECK(fa_context_create(&early) == FA_OK, "fa_context_create");
+    int64_t tq, tkv;
+    CHECK(run_flash(early, &g_p.args, 2, &tq, &tkv, NULL) == FA_OK && tq == g_hq && tkv == g_hkv,
+          "early context: tiles %lldx%lld", (long long)tq, (long long)tkv);
+
+    /* comments, blank lines and another CPU's entry of the same class around ours */
+    our_entry(line, sizeof line, g_tq, g_tkv);
+    entry(other, sizeof other, g_isa, "f32", 256, 256, 0, 16, 16, "Some Other CPU @ 1.00GHz");
+    snprintf(text, sizeof text, "flashattn-tune 1\n# a comment\n\n   # an indented comment\n%s%s", other, line);
+    write_text(text);
+    expect_tuned("a tuned entry");
+
+    h_case("read once per context");
+    CHECK(run_flash(early, &g_p.args, 2, &tq, &tkv, NULL) == FA_OK && tq == g_hq && tkv == g_hkv,
+          "a context that read no file before the file existed planned %lldx%lld", (long long)tq, (long long)tkv);
+    fa_context_free(early);
+
+    h_case("tuned tiles: results");
+    fa_context *ctx = NULL;
+    CHECK(fa_context_create(&ctx) == FA_OK, "fa_context_create");
+    if (!ctx) goto done;
+    CHECK(run_flash(ctx, &g_p.args, 1, &tq, &tkv, o1) == FA_OK && tq == g_tq && tkv == g_tkv,
+          "1 thread: tiles %lldx%lld", (long long)tq, (long long)tkv);
+    const double err = max_diff(o1, g_ref, n);
+    CHECK(err <= 1e-4, "tuned flash vs reference: max |o - o_ref| = %g", err);
+    /* the file is not read again: deleting it changes nothing for this context */
+    unlink(g_path);
+    CHECK(run_flash(ctx, &g_p.args, 2, &tq, &tkv, o2) == FA_OK && tq == g_tq && tkv == g_tkv,
+          "2 threads, file deleted: tiles %lldx%lld", (long long)tq, (long long)tkv);
+    CHECK(memcmp(o1, o2, (size_t)n * 4) == 0, "tuned tiles: 1 and 2 threads differ bitwise");
+
+    /* an explicit setting wins over the entry, side by side */
+    h_case("override wins over tuned");
+    fa_context_set(ctx, FA_PARAM_TILE_Q, 16);
+    CHECK(run_flash(ctx, &g_p.args, 2, &tq, &tkv, NULL) == FA_OK && tq == 16 && tkv == g_tkv,
+          "tile_q=16 set: tiles %lldx%lld, expected 16x%lld", (long long)tq, (long long)tkv, (long long)g_tkv);
+    fa_context_set(ctx, FA_PARAM_TILE_KV, 80);
+    CHECK(run_flash(ctx, &g_p.args, 2, &tq, &tkv, NULL) == FA_OK && tq == 16 && tkv == 80,
+          "both set: tiles %lldx%lld, expected 16x80", (long long)tq, (long long)tkv);
+    fa_context_set(ctx, FA_PARAM_TILE_Q, 0);
+    fa_context_set(ctx, FA_PARAM_TILE_KV, 0);
+    CHECK(run_flash(ctx, &g_p.args, 2, &tq, &tkv, NULL) == FA_OK && tq == g_tq && tkv == g_tkv,
+          "settings back to 0: tiles %lldx%lld", (long long)tq, (long long)tkv);
+    fa_context_free(ctx);
+
+    /* CRLF line ends are read too */
+    snprintf(text, sizeof text, "flashattn-tune 1\r\n%.*s\r\n", (int)strlen(line) - 1, line);
+    write_text(text);
+    expect_tuned("CRLF line ends");
+
+done:
+    free(o1);
+    free(o2);
+}
+
+/* The entry applies to its own shape class only: the length buckets, masking. */
+static void test_shape_class(void)
+{
+    char line[512];
+    our_entry(line, sizeof line, g_tq, g_tkv);
+    char text[2048];
+    snprintf(text, sizeof text, "flashattn-tune 1\n%s", line);
+    write_text(text);
+    fa_forward_args a = g_p.args;
+    int64_t tq, tkv;
+
+    h_case("same buckets: Sk = 200, Sq = 129 (both round up to 256)");
+    a.k.shape[1] = a.v.shape[1] = 200;
+    a.q.shape[1] = a.o.shape[1] = a.lse.shape[2] = 129;
+    CHECK(run_flash(NULL, &a, 2, &tq, &tkv, NULL) == FA_OK && tq == g_tq && tkv == g_tkv, "tiles %lldx%lld",
+          (long long)tq, (long long)tkv);
+
+    h_case("another Sk bucket: Sk = 128");
+    a = g_p.args;
+    a.k.shape[1] = a.v.shape[1] = 128;
+    CHECK(run_flash(NULL, &a, 2, &tq, &tkv, NULL) == FA_OK && !(tq == g_tq && tkv == g_tkv), "tiles %lldx%lld",
+          (long long)tq, (long long)tkv);
+
+    h_case("another rows bucket: Sq = 128");
+    a = g_p.args;
+    a.q.shape[1] = a.o.shape[1] = a.lse.shape[2] = 128;
+    CHECK(run_flash(NULL, &a, 2, &tq, &tkv, NULL) == FA_OK && !(tq == g_tq && tkv == g_tkv), "tiles %lldx%lld",
+          (long long)tq, (long long)tkv);
+
+    h_case("masked: causal has no entry");
+    a = g_p.args;
+    a.causal = FA_CAUSAL_BOTTOM_RIGHT;
+    CHECK(run_flash(NULL, &a, 2, &tq, &tkv, NULL) == FA_OK && !(tq == g_tq && tkv == g_tkv), "tiles %lldx%lld",
+          (long long)tq, (long long)tkv);
+    char masked[512];
+    entry(masked, sizeof masked, g_isa, "f32", 256, 256, 1, 32, 32, g_cpu);
+    snprintf(text, sizeof text, "flashattn-tune 1\n%s%s", line, masked);
+    write_text(text);
+    h_case("masked: its own entry");
+    CHECK(run_flash(NULL, &a, 2, &tq, &tkv, NULL) == FA_OK && tq == 32 && tkv == 32, "tiles %lldx%lld",
+          (long long)tq, (long long)tkv);
+    a.causal = FA_CAUSAL_NONE;
+    a.window_left = 8;
+    CHECK(run_flash(NULL, &a, 2, &tq, &tkv, NULL) == FA_OK && tq == 32 && tkv == 32, "window: tiles %lldx%lld",
+          (long long)tq, (long long)tkv);
+}
+
+/* Entries of another CPU, ISA path, dtype or head dims are not this call's. */
+static void test_foreign(void)
+{
+    char a[512], b[512], c[512], text[2048];
+    entry(a, sizeof a, g_isa, "f32", 256, 256, 0, g_tq, g_tkv, "Some Other CPU @ 1.00GHz");
+    entry(b, sizeof b, strcmp(g_isa, "ref") == 0 ? "avx2" : "ref", "f32", 256, 256, 0, g_tq, g_tkv, g_cpu);
+    entry(c, sizeof c, g_isa, "bf16", 256, 256, 0, g_tq, g_tkv, g_cpu);
+    snprintf(text, sizeof text, "flashattn-tune 1\n%s%s%s", a, b, c);
+    write_text(text);
+    expect_heuristic("another CPU, another ISA, another dtype");
+    snprintf(text, sizeof text,
+             "flashattn-tune 1\nisa=%s dtype=f32 d=32 dv=64 sk=256 rows=256 masked=0 tile_q=%lld tile_kv=%lld cpu=%s\n",
+             g_isa, (long long)g_tq, (long long)g_tkv, g_cpu);
+    write_text(text);
+    expect_heuristic("another head dim");
+}
+
+static void test_damaged(void)
+{
+    char line[512], text[4096];
+    our_entry(line, sizeof line, g_tq, g_tkv);
+    const size_t line_len = strlen(line);
+
+    h_case("no file");
+    unlink(g_path);
+    expect_heuristic("no file");
+    setenv("FLASHATTN_TUNE_FILE", "", 1);
+    expect_heuristic("FLASHATTN_TUNE_FILE empty");
+    setenv("FLASHATTN_TUNE_FILE", g_dir, 1);
+    expect_heuristic("a directory");
+    setenv("FLASHATTN_TUNE_FILE", g_path, 1);
+
+    write_text("");
+    expect_heuristic("an empty file");
+
+    unsigned char junk[4096];
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = (unsigned char)h_rng_next(&g_rng);
+    write_bytes(g_path, junk, sizeof junk);
+    expect_heuristic("garbage bytes");
+    memcpy(junk, "flashattn-tune 1\n", 17);
+    write_bytes(g_path, junk, sizeof junk);
+    expect_heuristic("header, then garbage bytes");
+
+    /* a valid line with a NUL byte in it */
+    snprintf(text, sizeof text, "flashattn-tune 1\n%s", line);
+    const size_t tl = strlen(text);
+    text[tl - 5] = '\0';
+    write_bytes(g_path, text, tl);
+    expect_heuristic("a NUL byte inside the entry");
+
+    /* the entry cut off anywhere, even just before its newline */
+    static const size_t cuts[] = {1, 5, 20, 60, 80};
+    for (size_t k = 0; k < sizeof cuts / sizeof cuts[0] + 2; k++) {
+        const size_t cut = k < sizeof cuts / sizeof cuts[0] ? cuts[k] : line_len - 1 - (k - sizeof cuts / sizeof cuts[0]);
+        if (cut >= line_len) continue;
+        snprintf(text, sizeof text, "flashattn-tune 1\n%.*s", (int)cut, line);
+        write_text(text);
+        char what[64];
+        snprintf(what, sizeof what, "entry cut at byte %zu of %zu", cut, line_len);
+        expect_heuristic(what);
+    }
+
+    /* bad values, one line each, nothing valid around them */
+    const char *bad_values[] = {
+        "tile_q=99999999999999999999999999 tile_kv=48",
+        "tile_q=32 tile_kv=18446744073709551617",
+        "tile_q=9223372036854775807 tile_kv=9223372036854775807",
+        "tile_q=-32 tile_kv=48",
+        "tile_q=32 tile_kv=-48",
+        "tile_q=+32 tile_kv=48",
+        "tile_q=0 tile_kv=48",
+        "tile_q=32 tile_kv=0",
+        "tile_q=5000 tile_kv=48",
+        "tile_q=4096 tile_kv=65536",   /* within the settings' bounds, but 1 GiB of tiles */
+        "tile_q=32.5 tile_kv=48",
+        "tile_q=0x20 tile_kv=48",
+        "tile_q= tile_kv=48",
+        "tile_q=32 tile_q=32 tile_kv=48", /* repeated */
+        "tile_kv=48",                    /* missing */
+        "tile_q=32 tile_kv=48 speed=fast", /* unknown field */
+    };
+    for (size_t k = 0; k < sizeof bad_values / sizeof bad_values[0]; k++) {
+        snprintf(text, sizeof text, "flashattn-tune 1\nisa=%s dtype=f32 d=64 dv=64 sk=256 rows=256 masked=0 %s cpu=%s\n",
+                 g_isa, bad_values[k], g_cpu);
+        write_text(text);
+        expect_heuristic(bad_values[k]);
+    }
+    const char *bad_keys[] = {
+        "d=-64 dv=64 sk=256 rows=256 masked=0",
+        "d=64 dv=64 sk=300 rows=256 masked=0",  /* not a power of two */
+        "d=64 dv=64 sk=256 rows=256 masked=2",
+        "d=64 dv=64 sk=256 rows=256 masked=-1",
+        "d=64 dv=64 sk=18446744073709551616 rows=256 masked=0",
+        "d=0 dv=64 sk=256 rows=256 masked=0",
+    };
+    for (size_t k = 0; k < sizeof bad_keys / sizeof bad_keys[0]; k++) {
+        snprintf(text, sizeof text, "flashattn-tune 1\nisa=%s dtype=f32 %s tile_q=%lld tile_kv=%lld cpu=%s\n", g_isa,
+                 bad_keys[k], (long long)g_tq, (long long)g_tkv, g_cpu);
+        write_text(text);
+        expect_heuristic(bad_keys[k]);
+    }
+    snprintf(text, sizeof text, "flashattn-tune 1\nisa=%s dtype=f64 d=64 dv=64 sk=256 rows=256 masked=0 tile_q=%lld tile_kv=%lld cpu=%s\n",
+             g_isa, (long long)g_tq, (long long)g_tkv, g_cpu);
+    write_text(text);
+    expect_heuristic("dtype=f64");
+
+    /* headers: a valid entry under a wrong one is not read */
+    const char *headers[] = {"flashattn-tune 2\n", "flashattn-tune 0\n", "flashattn-tune\n", "flashattn-tune 1x\n",
+                             "flashattn-tune 10\n", "# flashattn-tune 1\n", "", "FLASHATTN-TUNE 1\n", "flashattn-tune 1"};
+    for (size_t k = 0; k < sizeof headers / sizeof headers[0]; k++) {
+        snprintf(text, sizeof text, "%s%s", headers[k], line);
+        write_text(text);
+        char what[64];
+        snprintf(what, sizeof what, "header '%.*s'", (int)strcspn(headers[k], "\n"), headers[k]);
+        expect_heuristic(what);
+    }
+
+    /* a 1 MiB line: alone it is survived; a valid entry after it is still read */
+    const size_t mib = (size_t)1 << 20;
+    char *big = malloc(mib + 2 * sizeof line + 32);
+    if (!CHECK(big != NULL, "out of memory")) return;
+    size_t len = (size_t)snprintf(big, 32, "flashattn-tune 1\n");
+    memset(big + len, 'x', mib);
+    len += mib;
+    big[len++] = '\n';
+    write_bytes(g_path, big, len);
+    expect_heuristic("a 1 MiB line");
+    /* an entry whose cpu= runs on for a MiB of blanks: too long, not this CPU's */
+    len = (size_t)snprintf(big, 2 * sizeof line, "flashattn-tune 1\n%.*s", (int)line_len - 1, line);
+    memset(big + len, ' ', mib);
+    len += mib;
+    big[len++] = '\n';
+    write_bytes(g_path, big, len);
+    expect_heuristic("an entry padded to 1 MiB");
+    len = (size_t)snprintf(big, 32, "flashattn-tune 1\n");
+    memset(big + len, 'x', mib);
+    len += mib;
+    big[len++] = '\n';
+    memcpy(big + len, line, line_len);
+    len += line_len;
+    write_bytes(g_path, big, len);
+    expect_tuned("a valid entry after a 1 MiB line");
+    free(big);
+}
+
+/* The verbose trace (stderr) says where the tiles came from, and what the file gave
+ * once per context. stderr goes to a file for the calls. */
+static void test_verbose(void)
+{
+    char line[512], text[1024], trace[512];
+    our_entry(line, sizeof line, g_tq, g_tkv);
+    snprintf(text, sizeof text, "flashattn-tune 1\n%s", line);
+    write_text(text);
+    snprintf(trace, sizeof trace, "%s/trace.txt", g_dir);
+
+    for (int damaged = 0; damaged < 2; damaged++) {
+        h_case("verbose trace, %s file", damaged ? "a damaged" : "a good");
+        if (damaged) write_text("flashattn-tune 7\n");
+        fflush(stderr);
+        const int saved = dup(2);
+        FILE *t = fopen(trace, "w");
+        if (!CHECK(saved >= 0 && t, "cannot redirect stderr")) return;
+        dup2(fileno(t), 2);
+        fa_context *ctx = NULL;
+        int64_t tq, tkv;
+        if (fa_context_create(&ctx) == FA_OK) {
+            fa_context_set(ctx, FA_PARAM_VERBOSE, 1);
+            run_flash(ctx, &g_p.args, 2, &tq, &tkv, NULL);
+            run_flash(ctx, &g_p.args, 2, &tq, &tkv, NULL);
+            fa_context_set(ctx, FA_PARAM_TILE_Q, 16);
+            run_flash(ctx, &g_p.args, 2, &tq, &tkv, NULL);
+            fa_context_free(ctx);
+        }
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        fclose(t);
+
+        char lines[3][2048] = {{0}};
+        FILE *r = fopen(trace, "r");
+        if (!CHECK(r != NULL, "cannot read the trace")) return;
+        int n = 0;
+        while (n < 3 && fgets(lines[n], sizeof lines[n], r)) n++;
+        fclose(r);
+        if (!CHECK(n == 3, "%d trace lines, expected 3", n)) return;
+        char want[128];
+        if (!damaged) {
+            snprintf(want, sizeof want, ",tiles:%lldx%lld (tuned),tune:read ", (long long)g_tq, (long long)g_tkv);
+            CHECK(strstr(lines[0], want) != NULL, "first call: no '%s' in %s", want, lines[0]);
+            snprintf(want, sizeof want, ",tiles:%lldx%lld (tuned),threads:", (long long)g_tq, (long long)g_tkv);
+            CHECK(strstr(lines[1], want) != NULL, "second call: no '%s' in %s", want, lines[1]);
+            snprintf(want, sizeof want, ",tiles:16x%lld (override/tuned),threads:", (long long)g_tkv);
+            CHECK(strstr(lines[2], want) != NULL, "override: no '%s' in %s", want, lines[2]);
+        } else {
+            snprintf(want, sizeof want, ",tiles:%lldx%lld (heuristic),tune:ignored ", (long long)g_hq, (long long)g_hkv);
+            CHECK(strstr(lines[0], want) != NULL, "first call: no '%s' in %s", want, lines[0]);
+            CHECK(strstr(lines[0], "version") != NULL, "first call does not say why: %s", lines[0]);
+            snprintf(want, sizeof want, ",tiles:%lldx%lld (heuristic),threads:", (long long)g_hq, (long long)g_hkv);
+            CHECK(strstr(lines[1], want) != NULL, "second call: no '%s' in %s", want, lines[1]);
+            snprintf(want, sizeof want, ",tiles:16x%lld (override/heuristic),threads:", (long long)g_hkv);
+            CHECK(strstr(lines[2], want) != NULL, "override: no '%s' in %s", want, lines[2]);
+        }
+    }
+    unlink(trace);
+}
+
+int main(void)
+{
+    h_rng_seed(&g_rng, h_env_u64("FA_TEST_SEED", 9));
+    h_case("setup");
+    fa_context *ctx = NULL;
+    const fa_status created = h_context_create(&ctx);
+    if (!CHECK(created == FA_OK && ctx, "fa_context_create: %s", fa_status_string(created))) return h_summary();
+    snprintf(g_isa, sizeof g_isa, "%s", fa_context_isa(ctx));
+    cpu_model(g_cpu, sizeof g_cpu);
+    printf("cpu model '%s'\n", g_cpu);
+
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/fa_test_tune.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!CHECK(mkdtemp(g_dir) != NULL, "mkdtemp %s", g_dir)) return h_summary();
+    snprintf(g_path, sizeof g_path, "%s/tune.txt", g_dir);
+    setenv("FLASHATTN_TUNE_FILE", g_path, 1);
+
+    /* B=1, Sq=Sk=256, 2 heads, D=Dv=64: rows and sk buckets 256, unmasked */
+    const h_dims d = {1, 256, 256, 2, 2, 64, 64};
+    h_problem_alloc(&g_p, d, FA_DTYPE_F32, FA_DTYPE_F32);
+    h_fill_normal(&g_p.args.q, &g_rng, 1.0);
+    h_fill_normal(&g_p.args.k, &g_rng, 1.0);
+    h_fill_normal(&g_p.args.v, &g_rng, 1.0);
+    const int64_t n = h_numel(&g_p.args.o);
+    g_ref = malloc((size_t)n * 4);
+    if (!CHECK(g_ref != NULL, "out of memory")) return h_summary();
+    fa_status st = h_run(ctx, FA_ALGO_REFERENCE, 1, &g_p.args);
+    CHECK(st == FA_OK, "reference: %s", fa_status_string(st));
+    memcpy(g_ref, g_p.args.o.data, (size_t)n * 4);
+    fa_context_free(ctx);
+
+    unlink(g_path);
+    st = run_flash(NULL, &g_p.args, 2, &g_hq, &g_hkv, NULL);
+    CHECK(st == FA_OK && g_hq > 0 && g_hkv > 0, "heuristic run: %s", fa_status_string(st));
+    g_tq = g_hq == 32 ? 16 : 32;
+    g_tkv = g_hkv == 48 ? 80 : 48;
+    printf("heuristic tiles %lldx%lld, tuned entries ask for %lldx%lld\n", (long long)g_hq, (long long)g_hkv,
+           (long long)g_tq, (long long)g_tkv);
+
+    test_tuned_entry();
+    test_shape_class();
+    test_foreign();
+    test_damaged();
+    test_verbose();
+
+    unlink(g_path);
+    rmdir(g_dir);
+    free(g_ref);
+    h_problem_free(&g_p);
+    return h_summary();
+}
