@@ -229,7 +229,7 @@ static fa_tensor *make(world *w, reader *r, fa_dtype dt, int64_t d0, int64_t d1,
     i128 lo, hi;
     const int nonempty = extent(t, &lo, &hi);
     const i128 elems = nonempty ? hi - lo + 1 : 0;
-    const i128 bytes = elems * (i128)esize(dt);
+    const i128 bytes = elems > MAX_TENSOR_BYTES ? (i128)MAX_TENSOR_BYTES + 1 : elems * (i128)esize(dt);
     if (bytes > MAX_TENSOR_BYTES || w->total + (int64_t)bytes > MAX_TOTAL_BYTES) {
         w->skip = 1;
         f->bytes = 0;
@@ -389,6 +389,10 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
                         const fa_tensor *o_ref, const fa_tensor *lse_ref, const char *what) {
     const int64_t B = a->q.shape[0], Sq = a->q.shape[1], Hq = a->q.shape[2], Sk = a->k.shape[1], Dv = a->v.shape[3];
     if (B == 0 || Sq == 0 || Hq == 0) return; /* no rows (and B may be 2^59) */
+    const int64_t rows = mul_or_neg(mul_or_neg(B, Sq), Hq);
+    if (rows < 0 || rows > MAX_WORK || mul_or_neg(rows, Sk) < 0 || mul_or_neg(rows, Sk) > MAX_WORK ||
+        mul_or_neg(rows, Dv) < 0 || mul_or_neg(rows, Dv) > 8 * MAX_WORK)
+        return; /* more rows than the fuzzer checks (a no-op over huge dims, say) */
     const int64_t n_o = B * Sq * Hq * Dv, n_l = B * Hq * Sq, n_s = B * Hq * Sq * Sk;
     /* the naive's view of the call */
     fa_forward_args na = *a;
@@ -621,6 +625,11 @@ static void fuzz_dense(reader *r) {
         return;
     }
     /* the reference on the same inputs, into dense f32 outputs */
+    const int64_t rows = mul_or_neg(mul_or_neg(a.q.shape[0], a.q.shape[1]), a.q.shape[2]);
+    if (rows < 0 || rows > MAX_WORK || mul_or_neg(rows, a.v.shape[3]) < 0 || mul_or_neg(rows, a.v.shape[3]) > 8 * MAX_WORK) {
+        world_free(&w);
+        return;
+    }
     fa_forward_args ra = effective(seen);
     ra.o = h_alloc(FA_DTYPE_F32, B, Sq, Hq, Dv);
     ra.lse = h_alloc(FA_DTYPE_F32, B, Hq, Sq, 1);
