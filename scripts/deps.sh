@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing flashattn needs, from Debian's packages,
 # when it is missing: a C compiler, CMake, pkg-config, python3 (for the CLI's
-# JSON check). Prints nothing when everything is already there.
+# JSON check). Prints nothing when everything is already there. Extra Debian package
+# names as arguments are installed too (scripts/fuzz.sh: clang libclang-rt-14-dev,
+# clang's libFuzzer and sanitizer runtimes on Debian 12).
 set -euo pipefail
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: a Release build and an ASan+UBSan build,
-# each built from scratch and run through ctest. Exits non-zero on any failure.
+# The whole test suite, as CI runs it: a Release build and an ASan+UBSan build (each
+# built and run through ctest), a ThreadSanitizer build of the threaded tests, a
+# two-minute fuzz run (scripts/fuzz.sh) and the NEON build under qemu. Exits non-zero
+# on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -15,6 +17,21 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g"
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -j "$jobs")
+
+# ThreadSanitizer on the tests that run host or pool threads (ctest label "threads"):
+# -O1 as above; only those targets are built.
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DFA_TSAN=ON \
+  -DCMAKE_C_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" \
+  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DFLASHATTN_BUILD_TOOLS=OFF >/dev/null
+cmake --build build-tsan -j "$jobs" --target test_threads test_api test_inference
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --output-on-failure -j "$jobs" -L threads)
+
+# A short fixed fuzz run of tests/fuzz (clang's libFuzzer; skipped, loudly, without clang).
+if command -v clang >/dev/null 2>&1 || bash scripts/deps.sh clang libclang-rt-14-dev; then
+  bash scripts/fuzz.sh 120
+else
+  echo "test: clang with libFuzzer is not installable here; the fuzz run is skipped" >&2
+fi
 
 # NEON: cross-built for aarch64 and run under qemu (x86 hosts; FA_SKIP_NEON=1 skips).
 if [ "$(uname -m)" = x86_64 ] && [ "${FA_SKIP_NEON:-0}" != 1 ]; then

@@ -19,12 +19,13 @@ void fa_alloc_hook_set(int64_t fail_index)
 
 int64_t fa_alloc_hook_count(void) { return atomic_load(&g_count); }
 
-/* 1 when this allocation must fail (the hook picked it). */
+/* 1 when this allocation must fail (the hook picked it). Every attempt is counted,
+ * with the hook off too, so a test can count a call's allocations first. */
 static int hooked_failure(void)
 {
+    const long long n = atomic_fetch_add_explicit(&g_count, 1, memory_order_relaxed);
     const long long at = atomic_load_explicit(&g_fail_index, memory_order_relaxed);
-    if (at < 0) return 0;
-    return atomic_fetch_add(&g_count, 1) == at;
+    return at >= 0 && n == at;
 }
 
 void *fa_malloc(int64_t bytes)

@@ -82,6 +82,15 @@ fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t)
     return FA_OK;
 }
 
+fa_tensor fa_tensor_canonical(fa_tensor t)
+{
+    int empty = 0;
+    for (int d = 0; d < 4; d++) empty |= t.shape[d] == 0;
+    for (int d = 0; d < 4; d++)
+        if (empty || t.shape[d] == 1) t.stride[d] = 0;
+    return t;
+}
+
 fa_status fa_check_data(fa_context *ctx, const char *name, const fa_tensor *t)
 {
     if (!t->data && fa_tensor_count(t) != 0) return fa_fail(ctx, FA_ERR_NULL_POINTER, "%s.data is NULL", name);
@@ -113,6 +122,7 @@ fa_status fa_check_broadcast(fa_context *ctx, const char *name, const fa_tensor 
         return fa_fail(ctx, FA_ERR_BROADCAST, "%s.shape[%d] is %lld; it must be 1 or %s = %lld", name, d,
                        (long long)t->shape[d], dim_names[d], (long long)want[d]);
     }
+    *out = fa_tensor_canonical(*out);
     return fa_check_tensor(ctx, name, t);
 }
 

@@ -17,6 +17,12 @@ fa_status fa_read_struct(fa_context *ctx, const char *name, const void *user, si
 int64_t fa_tensor_count(const fa_tensor *t);
 /* dims >= 0; element count and byte extent in range. Empty tensors always pass. */
 fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t);
+/* t as the core stores it: an axis of size 1 gets stride 0 and an empty tensor all
+ * strides 0. Its elements are the same, and offsets computed from such an axis
+ * (row 0 of a one-row tensor, the base of an empty view) can never overflow,
+ * whatever the caller's stride there was: checks prove only the strides that are
+ * used in range. */
+fa_tensor fa_tensor_canonical(fa_tensor t);
 /* A required tensor's data: NULL only where it has no elements. */
 fa_status fa_check_data(fa_context *ctx, const char *name, const fa_tensor *t);
 /* t's shape equals (d0, d1, d2, d3) wherever the wanted value is >= 0. */

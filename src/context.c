@@ -85,6 +85,15 @@ const char *fa_algo_name(fa_algo algo)
     return "unknown";
 }
 
+/* x * y, or INT64_MAX when the product does not fit: a stride that no valid tensor
+ * has, since a tensor whose strides overflow has an element count that does too,
+ * which every call refuses (FA_ERR_OVERFLOW). Negative dims are refused as well. */
+static int64_t stride_mul(int64_t x, int64_t y)
+{
+    int64_t r;
+    return fa_mul_ok(x, y, &r) ? r : INT64_MAX;
+}
+
 fa_tensor fa_tensor_make(void *data, fa_dtype dtype, fa_layout layout,
                          int64_t batch, int64_t seq, int64_t heads, int64_t dim)
 {
@@ -101,20 +110,20 @@ fa_tensor fa_tensor_make(void *data, fa_dtype dtype, fa_layout layout,
     switch (layout) {
     case FA_LAYOUT_BNSD:
         t.stride[1] = dim;
-        t.stride[2] = seq * dim;
-        t.stride[0] = heads * seq * dim;
+        t.stride[2] = stride_mul(seq, dim);
+        t.stride[0] = stride_mul(heads, t.stride[2]);
         break;
     case FA_LAYOUT_SBH:
         t.stride[2] = dim;
-        t.stride[0] = heads * dim;
-        t.stride[1] = batch * heads * dim;
+        t.stride[0] = stride_mul(heads, dim);
+        t.stride[1] = stride_mul(batch, t.stride[0]);
         break;
     case FA_LAYOUT_BSND:
     case FA_LAYOUT_BSH:
     default:
         t.stride[2] = dim;
-        t.stride[1] = heads * dim;
-        t.stride[0] = seq * heads * dim;
+        t.stride[1] = stride_mul(heads, dim);
+        t.stride[0] = stride_mul(seq, t.stride[1]);
         break;
     }
     return t;
@@ -132,8 +141,8 @@ fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int64_t d0, int64_t d
     t.shape[3] = d3;
     t.stride[3] = 1;
     t.stride[2] = d3;
-    t.stride[1] = d2 * d3;
-    t.stride[0] = d1 * d2 * d3;
+    t.stride[1] = stride_mul(d2, d3);
+    t.stride[0] = stride_mul(d1, t.stride[1]);
     return t;
 }
 

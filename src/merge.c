@@ -129,20 +129,37 @@ static fa_status merge_states(fa_context *ctx, int n, const fa_tensor *o_parts, 
         if ((st = fa_check_lse(ctx, l, B, H, S)) != FA_OK) return st;
     }
 
-    merge_job job = {.n = n, .o_parts = o_parts, .lse_parts = lse_parts, .o = o, .lse = has_lse ? lse : NULL,
-                     .S = S, .H = H, .Dv = Dv};
+    merge_job job = {.n = n, .S = S, .H = H, .Dv = Dv};
     job.rows = fa_bytes3(B, S, H); /* the lse of part 0 has B*H*S elements: no overflow */
     if (job.rows == 0) return FA_OK;
+    /* canonical copies (checks.h): the rows read and written are the caller's */
+    const fa_tensor oc = fa_tensor_canonical(*o), lc = has_lse ? fa_tensor_canonical(*lse) : *o;
+    job.o = &oc;
+    job.lse = has_lse ? &lc : NULL;
     job.per_thread = merge_layout(&job, &(merge_scratch){0}, NULL);
     const int nth = job.rows / MERGE_BLOCK + 1 < ctx->threads ? (int)(job.rows / MERGE_BLOCK + 1) : ctx->threads;
-    int64_t bytes;
-    if (job.per_thread < 0 || !fa_mul_ok(job.per_thread, nth, &bytes))
-        return fa_fail(ctx, FA_ERR_OVERFLOW, "merge workspace overflows");
-    job.workspace = fa_context_workspace(ctx, bytes);
-    if (!job.workspace) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate the merge workspace");
+    /* the per-thread scratch, then the parts and their lse in canonical form too */
+    char *scratch;
+    fa_tensor *parts;
+    const fa_ws_part ws_parts[] = {
+        {(void **)&scratch, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
+        {(void **)&parts, fa_bytes3(2 * (int64_t)n, (int64_t)sizeof(fa_tensor), 1)},
+    };
+    const int64_t bytes = fa_ws_layout(ws_parts, 2, NULL);
+    if (bytes < 0) return fa_fail(ctx, FA_ERR_OVERFLOW, "merge workspace overflows");
+    char *ws = fa_context_workspace(ctx, bytes);
+    if (!ws) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate the merge workspace");
+    fa_ws_layout(ws_parts, 2, ws);
+    for (int i = 0; i < n; i++) {
+        parts[i] = fa_tensor_canonical(o_parts[i]);
+        parts[n + i] = fa_tensor_canonical(lse_parts[i]);
+    }
+    job.o_parts = parts;
+    job.lse_parts = parts + n;
+    job.workspace = scratch;
     atomic_init(&job.next, 0);
     fa_pool_run(ctx->pool, nth, merge_worker, &job);
-    fa_context_workspace_done(ctx, job.workspace);
+    fa_context_workspace_done(ctx, ws);
     return FA_OK;
 }
 

@@ -144,8 +144,8 @@ static fa_status check_cache(fa_context *ctx, const fa_forward_args *a, fa_probl
                        fa_dtype_name(c->k.dtype), fa_dtype_name(c->v.dtype));
     if ((st = fa_check_tensor(ctx, "kv_cache->k", &c->k)) != FA_OK) return st;
     if ((st = fa_check_tensor(ctx, "kv_cache->v", &c->v)) != FA_OK) return st;
-    p->kc = c->k;
-    p->vc = c->v;
+    p->kc = fa_tensor_canonical(c->k);
+    p->vc = fa_tensor_canonical(c->v);
     p->Hk = c->k.shape[2];
     p->D = c->k.shape[3];
     p->Dv = c->v.shape[3];
@@ -161,8 +161,8 @@ static fa_status check_cache(fa_context *ctx, const fa_forward_args *a, fa_probl
             (st = fa_check_shape(ctx, "kv_cache->v_scale", &c->v_scale, c->k.shape[0], c->k.shape[1], p->Hk, 1)) != FA_OK)
             return st;
         p->quant = 1;
-        p->k_scale = c->k_scale;
-        p->v_scale = c->v_scale;
+        p->k_scale = fa_tensor_canonical(c->k_scale);
+        p->v_scale = fa_tensor_canonical(c->v_scale);
     } else if (c->k_scale.data || c->v_scale.data) {
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k_scale and v_scale belong to i8 caches only; this one is %s",
                        fa_dtype_name(c->k.dtype));
@@ -206,8 +206,8 @@ static fa_status check_cache(fa_context *ctx, const fa_forward_args *a, fa_probl
             if ((st = fa_check_cu(ctx, "cu_seqlens_k", a->cu_seqlens_k, p->B, a->k.shape[1])) != FA_OK) return st;
             p->cu_k = a->cu_seqlens_k;
         }
-        p->k = a->k;
-        p->v = a->v;
+        p->k = fa_tensor_canonical(a->k);
+        p->v = fa_tensor_canonical(a->v);
     } else if (a->cu_seqlens_k) {
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "with a KV cache, cu_seqlens_k describes new k, v rows; none given");
     }
@@ -305,8 +305,8 @@ fa_status fa_validate_forms(fa_context *ctx, const fa_forward_args *a, fa_proble
         if ((st = fa_check_shape(ctx, "v", &a->v, 1, a->k.shape[1], p->Hk, -1)) != FA_OK) return st;
         if ((st = fa_check_cu(ctx, "cu_seqlens_k", a->cu_seqlens_k, p->B, a->k.shape[1])) != FA_OK) return st;
         p->cu_k = a->cu_seqlens_k;
-        p->k = a->k;
-        p->v = a->v;
+        p->k = fa_tensor_canonical(a->k);
+        p->v = fa_tensor_canonical(a->v);
     }
 
     if (a->o.shape[1] != a->q.shape[1] || a->o.shape[2] != p->Hq || a->o.shape[3] != p->Dv ||
@@ -319,10 +319,10 @@ fa_status fa_validate_forms(fa_context *ctx, const fa_forward_args *a, fa_proble
 
     p->group = p->Hk > 0 ? p->Hq / p->Hk : 0;
     p->dtype = a->q.dtype;
-    p->q = a->q;
-    p->o = a->o;
+    p->q = fa_tensor_canonical(a->q);
+    p->o = fa_tensor_canonical(a->o);
     p->has_lse = a->lse.data != NULL;
-    p->lse = a->lse;
+    p->lse = fa_tensor_canonical(a->lse);
     if (p->scale == 0.0f) p->scale = (float)(1.0 / sqrt((double)p->D));
     /* the longest sequence, for planning tiles */
     p->Sq = p->Sk = 0;

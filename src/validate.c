@@ -92,12 +92,12 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
 
     p->group = p->Hk > 0 ? p->Hq / p->Hk : 0;
     p->dtype = a.q.dtype;
-    p->q = a.q;
-    p->k = a.k;
-    p->v = a.v;
-    p->o = a.o;
+    p->q = fa_tensor_canonical(a.q);
+    p->k = fa_tensor_canonical(a.k);
+    p->v = fa_tensor_canonical(a.v);
+    p->o = fa_tensor_canonical(a.o);
     p->has_lse = a.lse.data != NULL;
-    p->lse = a.lse;
+    p->lse = fa_tensor_canonical(a.lse);
     p->scale = a.scale != 0.0f ? a.scale : (float)(1.0 / sqrt((double)p->D));
     p->has_bias = a.bias.data != NULL;
     p->has_mask = a.mask.data != NULL;

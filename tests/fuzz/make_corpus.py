@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""make_corpus.py: writes the seed corpus of fuzz_api.c into tests/fuzz/corpus/.
+
+Each seed is one decoded program (see the reader in fuzz_api.c; a stream that runs out
+reads as zeros): byte 0 picks the entry point (0 dense, 1 varlen, 2 contiguous cache,
+3 paged cache, 4 merge, 5 the small calls), 8 bytes seed the value generator, then the
+fields in the order the decoder reads them. Rerun after changing the decoder; the
+fuzzer's own corpus grows from these.
+"""
+import os
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+RNG = [0x12, 0x34, 0x56, 0x78, 0x9A, 0xBC, 0xDE, 0xF1]
+SPECIAL = {"0": 0xF0, "-1": 0xF1, "2^16": 0xF2, "2^31": 0xF3, "2^32": 0xF4, "3037000500": 0xF5,
+           "2^56": 0xF6, "1.5*2^56": 0xF7, "2^59": 0xF8, "2^62": 0xF9, "MAX": 0xFA, "MIN": 0xFB}
+ZERO_STRIDES = [0x80, 7 << 2]  # layout byte with the "weird" bit, then "all strides 0"
+WIN = {"-1": 0, "0": 3, "1": 4, "2": 5, "3": 6, "7": 7, "MAX": 8, "MAX-1": 9, "2^61": 10, "2^62": 11}
+POS = {"0": 0, "1": 3, "5": 4, "2^60": 5, "2^60+1": 6, "-1": 7}
+
+
+def st(settings, tiles=(2, 3), splits=3, dot=1):
+    """The settings byte and the bytes it asks for (tiles, KV splits, bf16 dot)."""
+    b = [settings]
+    if settings & 8:
+        b += list(tiles)
+    if settings & 16:
+        b += [splits]
+    if settings & 32:
+        b += [dot]
+    return b
+
+
+def dense(settings=0, dims=(1, 4, 6, 1, 2, 8, 8), dt=0, dts=0, sigma=1, layouts=(0, 0, 0, 0), opt=0, extra=(),
+          struct=0):
+    b = [0] + RNG + st(settings) + list(dims) + [dt, dts, sigma]
+    for lay in layouts:
+        b += lay if isinstance(lay, list) else [lay]
+    b += [opt] + list(extra) + [struct]
+    return bytes(b)
+
+
+def varlen(settings=0, n=3, cq=(2, 0, 5), cqbad=0, ck=(4, 3, 9), ckbad=0, hk=0, grp=1, D=16, Dv=8, dt=0,
+           layouts=(0, 0, 0), olay=0, lselay=0, odt=0, nseq=0, opt=0, extra=(), struct=0):
+    b = [1] + RNG + st(settings) + [n] + list(cq) + [cqbad, 0] + list(ck) + [ckbad, 0, hk, grp, D, Dv, dt]
+    b += list(layouts) + [odt, olay, lselay, nseq, opt] + list(extra) + [struct]
+    return bytes(b)
+
+
+def cache(paged, settings=0, B=2, Sq=1, snew_on=1, snew=1, hk=1, grp=2, D=16, Dv=16, slots0_flag=0, slots0=6,
+          slots1=24, qdt=0, cd=0, klay=0, vlay=0, scales=(), seq=(10, 3, 0, 0, 0, 0, 0, 0), table=None,
+          max_pages=3, odt=0, newdt=(0, 0), opt=0, extra=()):
+    b = [3 if paged else 2] + RNG + st(settings) + [B, Sq, snew_on] + ([snew] if snew_on & 3 else []) + [hk, grp, D, Dv]
+    b += [slots0] if paged else [slots0_flag]
+    b += [slots1, qdt, cd, klay, vlay] + list(scales)
+    for s in seq:
+        b += [s, 1]  # seqlen, batch_idx
+    t = table if table is not None else list(range(1, 33))
+    b += t
+    if paged:
+        b += [max_pages]
+    b += [0]  # struct_size untouched
+    b += [0, odt, 0, 0]  # q layout, o dtype, o layout, lse layout
+    if (snew_on & 3 and snew) or cd & 0x10:
+        b += [newdt[0], 0, newdt[1], 0]
+    b += [opt] + list(extra)
+    return bytes(b)
+
+
+def merge(settings=0, n=1, dims=(2, 3, 2, 8), parts=None, opt=2, rest=()):
+    b = [4] + RNG + st(settings) + [n] + list(dims)
+    for p in parts or [(0, 0, 0, 0)] * 2:
+        b += list(p)  # part dtype, part layout, lse dtype, lse layout
+    b += [1, 0, 1, 0] + [opt] + list(rest)
+    return bytes(b)
+
+
+seeds = {
+    "dense_basic": dense(opt=1, extra=[0]),
+    "dense_f16_masks": dense(dims=(2, 5, 9, 2, 2, 24, 16), dt=1, opt=1 | 2 | 4 | 64,
+                             extra=[0, 0, 0, 1, 0, 1, WIN["2"], WIN["1"]]),
+    "dense_bf16_alibi": dense(dims=(1, 6, 7, 1, 4, 16, 16), dt=2, dts=1, opt=1 | 8 | 16 | 32 | 128,
+                              extra=[0, 1, 0, 1, 2, POS["5"], POS["1"]]),
+    "dense_huge_D": dense(dims=(1, 1, 1, 1, 1, SPECIAL["1.5*2^56"], SPECIAL["1.5*2^56"]),
+                          layouts=(ZERO_STRIDES,) * 4),
+    "dense_2e16": dense(dims=(SPECIAL["2^16"], SPECIAL["2^16"], SPECIAL["2^16"], SPECIAL["2^16"], 1,
+                              SPECIAL["2^16"], SPECIAL["2^16"]), layouts=(ZERO_STRIDES,) * 4),
+    "dense_standard_tasks": dense(settings=2 | 4 | 1, dims=(SPECIAL["2^32"], 1, 1, SPECIAL["2^32"], 1, 1, 1),
+                                  layouts=(ZERO_STRIDES,) * 4),
+    "dense_empty_keys": dense(dims=(2, 3, 0, 1, 2, 8, 8), opt=1 | 64, extra=[0, 1, WIN["-1"], WIN["-1"]]),
+    "dense_empty_batch": dense(dims=(0, 3, 4, 1, 1, 8, 0), opt=1, extra=[0]),
+    "dense_window_max": dense(dims=(1, 7, 5, 1, 1, 8, 8), opt=1 | 64, extra=[0, 0, WIN["MAX"], WIN["-1"]]),
+    "dense_strided": dense(dims=(2, 5, 6, 2, 1, 12, 10), dt=1, dts=1, layouts=(1, 2, 3 | 4, 0x10 | (1 << 5)),
+                           opt=1, extra=[1]),
+    "dense_old_struct": dense(opt=128, extra=[POS["5"], POS["0"]], struct=0xE0),
+    "dense_bad_tail": dense(struct=0xE3),
+    "dense_threads_tiles": dense(settings=1 | 8 | 16, dims=(1, 17, 40, 2, 2, 64, 64), opt=1 | 64,
+                                 extra=[0, 0, WIN["-1"], WIN["-1"]]),
+    "varlen_basic": varlen(opt=1, extra=[1]),
+    "varlen_empty_seqs": varlen(n=5, cq=(0, 3, 0, 2, 0), ck=(5, 0, 2, 0, 3), opt=1 | 2 | 16,
+                                extra=[1, WIN["3"], WIN["0"]]),
+    "cache_contig": cache(0, snew_on=0, snew=0),
+    "cache_append_f16": cache(0, cd=1 | 0x20, qdt=0, Sq=2),
+    "cache_paged_append": cache(1, cd=0, slots0=8, slots1=4),
+    "cache_paged_int8": cache(1, cd=3, slots0=8, slots1=5, scales=(0, 0)),
+    "cache_int8_decode": cache(0, settings=16, extra=(), cd=3, scales=(0, 0), grp=4, D=64, Dv=64),
+    "merge_two": merge(n=1),
+    "merge_n4_dv55": merge(n=3, dims=(1, 2, 2, 55), parts=[(0, 0, 0, 0)] * 4),
+    "merge_in_place": merge(n=2, dims=(2, 2, 1, 1), parts=[(0, 0, 0, 0)] * 3, opt=1),
+    "misc": bytes([5] + RNG + [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 3, 2, 2, 2, 2, 1, 1, 1, 1]),
+}
+
+os.makedirs(OUT, exist_ok=True)
+for name, data in seeds.items():
+    with open(os.path.join(OUT, name), "wb") as f:
+        f.write(data)
+print(f"{len(seeds)} seeds in {OUT}")

@@ -1,0 +1,310 @@
+/*
+ * test_threads.c: fa_forward from several host threads (the header's "Threads" rule).
+ *
+ *   independent  8 threads at once, each with its own context (1 or 2 worker threads),
+ *                each running a dense causal prefill and a KV-cache decode with an append
+ *                into its own copy of the cache; every o, lse and cache byte must equal
+ *                the serial calls' bit for bit (results never depend on thread counts).
+ *   shared       one context hammered by two threads: fa_forward, fa_merge_states and
+ *                fa_context_set each return their own result or FA_ERR_BUSY, never
+ *                anything else; an OK result is bitwise the serial one, a BUSY call
+ *                leaves its outputs untouched.
+ *
+ * Runs in the Release and ASan builds and, with the label "threads", in the TSan build,
+ * which also sees any data race between contexts or inside one. Worker threads record
+ * their findings; the main thread CHECKs them after joining (the harness counters are
+ * not thread-safe).
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+/* HAMMER: successful forward calls each hammering thread must make; a BUSY call
+ * yields and tries again (up to MAX_ATTEMPTS calls in all), since a thread that only
+ * ever meets BUSY would otherwise finish at once and stop competing. */
+enum { NTHREADS = 8, ROUNDS = 3, HAMMER = 60, MAX_ATTEMPTS = 200000, SENTINEL = 0xa5 };
+
+static size_t nbytes(const fa_tensor *t) { return (size_t)h_numel(t) * h_dtype_bytes(t->dtype); }
+
+/* A private copy of a contiguous tensor's bytes (same shape and strides). */
+static fa_tensor clone(const fa_tensor *t) {
+    fa_tensor c = *t;
+    c.data = malloc(nbytes(t) ? nbytes(t) : 1);
+    memcpy(c.data, t->data, nbytes(t));
+    return c;
+}
+
+static int same(const fa_tensor *a, const fa_tensor *b) { return memcmp(a->data, b->data, nbytes(a)) == 0; }
+
+static int untouched(const fa_tensor *t) {
+    const unsigned char *c = t->data;
+    for (size_t i = 0; i < nbytes(t); i++)
+        if (c[i] != SENTINEL) return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------ the two calls */
+
+/* Dense causal prefill: B=1, S=80, Hq=4, Hk=2, D=Dv=64, bf16 in, f32 out. */
+static h_problem g_dense;
+/* Decode: q (2, 1, 8, 64) f32 against an f16 cache (2, 256, 2, 64) holding 200 and 131
+ * rows, one new row appended per sequence. */
+static fa_tensor g_q, g_knew, g_vnew, g_kc, g_vc;
+static const int32_t g_seqlens[2] = {200, 131};
+/* The serial results. */
+static fa_tensor g_dense_o, g_dense_lse, g_dec_o, g_dec_lse, g_kc_after, g_vc_after;
+
+static void setup(void) {
+    h_rng r;
+    h_rng_seed(&r, h_env_u64("FA_TEST_SEED", 77));
+    const h_dims d = {1, 80, 80, 4, 2, 64, 64};
+    h_problem_alloc(&g_dense, d, FA_DTYPE_BF16, FA_DTYPE_F32);
+    h_fill_normal(&g_dense.args.q, &r, 1.0);
+    h_fill_normal(&g_dense.args.k, &r, 1.0);
+    h_fill_normal(&g_dense.args.v, &r, 1.0);
+    g_dense.args.causal = FA_CAUSAL_BOTTOM_RIGHT;
+
+    g_q = h_alloc(FA_DTYPE_F32, 2, 1, 8, 64);
+    g_knew = h_alloc(FA_DTYPE_F32, 2, 1, 2, 64);
+    g_vnew = h_alloc(FA_DTYPE_F32, 2, 1, 2, 64);
+    g_kc = h_alloc(FA_DTYPE_F16, 2, 256, 2, 64);
+    g_vc = h_alloc(FA_DTYPE_F16, 2, 256, 2, 64);
+    h_fill_normal(&g_q, &r, 1.0);
+    h_fill_normal(&g_knew, &r, 1.0);
+    h_fill_normal(&g_vnew, &r, 1.0);
+    h_fill_normal(&g_kc, &r, 1.0);
+    h_fill_normal(&g_vc, &r, 1.0);
+}
+
+/* The decode call on (kc, vc), writing o and lse. */
+static fa_status decode(fa_context *ctx, fa_tensor *kc, fa_tensor *vc, fa_tensor *o, fa_tensor *lse) {
+    fa_kv_cache c = FA_KV_CACHE_INIT;
+    c.k = *kc, c.v = *vc, c.seqlens = g_seqlens;
+    fa_forward_args a = FA_FORWARD_ARGS_INIT;
+    a.q = g_q, a.k = g_knew, a.v = g_vnew, a.o = *o, a.lse = *lse;
+    a.kv_cache = &c;
+    return fa_forward(ctx, &a);
+}
+
+static fa_status dense(fa_context *ctx, fa_tensor *o, fa_tensor *lse) {
+    fa_forward_args a = g_dense.args;
+    a.o = *o, a.lse = *lse;
+    return fa_forward(ctx, &a);
+}
+
+/* ------------------------------------------------------------ independent contexts */
+
+typedef struct worker {
+    int id;
+    int failures;
+    char first[200];
+} worker;
+
+static void note(worker *w, const char *what, fa_status st) {
+    if (w->failures++ == 0)
+        snprintf(w->first, sizeof w->first, "%s (status %s)", what, fa_status_string(st));
+}
+
+static void *independent(void *arg) {
+    worker *w = arg;
+    fa_context *ctx;
+    fa_status st = fa_context_create(&ctx);
+    if (st != FA_OK) {
+        note(w, "fa_context_create", st);
+        return NULL;
+    }
+    if ((st = fa_context_set(ctx, FA_PARAM_THREADS, 1 + w->id % 2)) != FA_OK) note(w, "set THREADS", st);
+    fa_tensor o = clone(&g_dense_o), lse = clone(&g_dense_lse);
+    fa_tensor dec_o = clone(&g_dec_o), dec_lse = clone(&g_dec_lse);
+    fa_tensor kc = clone(&g_kc), vc = clone(&g_vc);
+    for (int round = 0; round < ROUNDS; round++) {
+        memset(o.data, SENTINEL, nbytes(&o));
+        memset(lse.data, SENTINEL, nbytes(&lse));
+        if ((st = dense(ctx, &o, &lse)) != FA_OK) note(w, "dense call failed", st);
+        else if (!same(&o, &g_dense_o) || !same(&lse, &g_dense_lse)) note(w, "dense result differs from serial", st);
+
+        memcpy(kc.data, g_kc.data, nbytes(&kc));
+        memcpy(vc.data, g_vc.data, nbytes(&vc));
+        memset(dec_o.data, SENTINEL, nbytes(&dec_o));
+        memset(dec_lse.data, SENTINEL, nbytes(&dec_lse));
+        if ((st = decode(ctx, &kc, &vc, &dec_o, &dec_lse)) != FA_OK) note(w, "decode call failed", st);
+        else if (!same(&dec_o, &g_dec_o) || !same(&dec_lse, &g_dec_lse))
+            note(w, "decode result differs from serial", st);
+        else if (!same(&kc, &g_kc_after) || !same(&vc, &g_vc_after))
+            note(w, "cache after the append differs from serial", st);
+    }
+    free(o.data), free(lse.data), free(dec_o.data), free(dec_lse.data), free(kc.data), free(vc.data);
+    fa_context_free(ctx);
+    return NULL;
+}
+
+static void test_independent(void) {
+    h_case("independent contexts");
+    pthread_t tid[NTHREADS];
+    worker w[NTHREADS];
+    for (int t = 0; t < NTHREADS; t++) {
+        memset(&w[t], 0, sizeof w[t]);
+        w[t].id = t;
+        CHECK(pthread_create(&tid[t], NULL, independent, &w[t]) == 0, "pthread_create %d", t);
+    }
+    for (int t = 0; t < NTHREADS; t++) {
+        pthread_join(tid[t], NULL);
+        CHECK(w[t].failures == 0, "thread %d: %d failures, first: %s", t, w[t].failures, w[t].first);
+    }
+}
+
+/* ------------------------------------------------------------ one shared context */
+
+/* A small dense call and a merge, each thread with its own outputs. */
+static h_problem g_small;
+static fa_tensor g_small_o, g_small_lse;
+static fa_tensor g_parts[2], g_part_lse[2], g_merged, g_merged_lse;
+static fa_context *g_shared;
+
+typedef struct hammer {
+    worker w;
+    int64_t ok, busy, forward_ok;
+} hammer;
+
+/* OK with a bitwise-correct result, or BUSY with the outputs untouched. */
+static void judge(hammer *h, const char *what, fa_status st, fa_tensor *o, fa_tensor *lse, const fa_tensor *want_o,
+                  const fa_tensor *want_lse) {
+    if (st == FA_OK) {
+        h->ok++;
+        if (!same(o, want_o) || !same(lse, want_lse)) note(&h->w, what, st);
+    } else if (st == FA_ERR_BUSY) {
+        h->busy++;
+        if (!untouched(o) || !untouched(lse)) note(&h->w, "a BUSY call wrote its outputs", st);
+    } else {
+        note(&h->w, what, st);
+    }
+}
+
+static void *hammering(void *arg) {
+    hammer *h = arg;
+    fa_tensor o = clone(&g_small_o), lse = clone(&g_small_lse);
+    fa_tensor mo = clone(&g_merged), ml = clone(&g_merged_lse);
+    for (int it = 0; h->forward_ok < HAMMER && it < MAX_ATTEMPTS; it++) {
+        memset(o.data, SENTINEL, nbytes(&o));
+        memset(lse.data, SENTINEL, nbytes(&lse));
+        fa_forward_args a = g_small.args;
+        a.o = o, a.lse = lse;
+        const int64_t busy_before = h->busy;
+        const fa_status fst = fa_forward(g_shared, &a);
+        judge(h, "shared forward", fst, &o, &lse, &g_small_o, &g_small_lse);
+        h->forward_ok += fst == FA_OK;
+
+        switch ((it + h->w.id) % 4) {
+        case 0: {
+            memset(mo.data, SENTINEL, nbytes(&mo));
+            memset(ml.data, SENTINEL, nbytes(&ml));
+            const fa_status st = fa_merge_states(g_shared, 2, g_parts, g_part_lse, &mo, &ml);
+            judge(h, "shared merge", st, &mo, &ml, &g_merged, &g_merged_lse);
+            break;
+        }
+        case 1: { /* a setting that changes nothing, and one that rebuilds the pool */
+            fa_status st = fa_context_set(g_shared, FA_PARAM_TILE_Q, 0);
+            if (st != FA_OK && st != FA_ERR_BUSY) note(&h->w, "set TILE_Q", st);
+            st = fa_context_set(g_shared, FA_PARAM_THREADS, 1 + (it / 4) % 2);
+            if (st != FA_OK && st != FA_ERR_BUSY) note(&h->w, "set THREADS", st);
+            h->busy += st == FA_ERR_BUSY;
+            break;
+        }
+        case 2: { /* a call that fails validation: its own status or BUSY */
+            memset(o.data, SENTINEL, nbytes(&o));
+            a.k.shape[3] = 3;
+            const fa_status st = fa_forward(g_shared, &a);
+            if (st != FA_ERR_SHAPE_MISMATCH && st != FA_ERR_BUSY) note(&h->w, "a bad call", st);
+            if (!untouched(&o)) note(&h->w, "a failed call wrote o", st);
+            break;
+        }
+        default: break;
+        }
+        if (h->busy != busy_before) sched_yield();
+    }
+    free(o.data), free(lse.data), free(mo.data), free(ml.data);
+    return NULL;
+}
+
+static void test_shared(void) {
+    h_case("one shared context");
+    h_rng r;
+    h_rng_seed(&r, 78);
+    const h_dims d = {1, 8, 24, 2, 1, 16, 16};
+    h_problem_alloc(&g_small, d, FA_DTYPE_F32, FA_DTYPE_F32);
+    h_fill_normal(&g_small.args.q, &r, 1.0);
+    h_fill_normal(&g_small.args.k, &r, 1.0);
+    h_fill_normal(&g_small.args.v, &r, 1.0);
+    for (int i = 0; i < 2; i++) {
+        g_parts[i] = h_alloc(FA_DTYPE_F32, 2, 3, 2, 16);
+        g_part_lse[i] = h_alloc(FA_DTYPE_F32, 2, 2, 3, 1);
+        h_fill_normal(&g_parts[i], &r, 1.0);
+        h_fill_normal(&g_part_lse[i], &r, 2.0);
+    }
+    g_merged = h_alloc(FA_DTYPE_F32, 2, 3, 2, 16);
+    g_merged_lse = h_alloc(FA_DTYPE_F32, 2, 2, 3, 1);
+
+    CHECK(fa_context_create(&g_shared) == FA_OK, "fa_context_create");
+    CHECK(fa_context_set(g_shared, FA_PARAM_THREADS, 2) == FA_OK, "set THREADS");
+    /* serial results (thread counts never change them) */
+    g_small_o = clone(&g_small.args.o), g_small_lse = clone(&g_small.args.lse);
+    fa_forward_args a = g_small.args;
+    a.o = g_small_o, a.lse = g_small_lse;
+    CHECK(fa_forward(g_shared, &a) == FA_OK, "serial small call: %s", fa_context_error(g_shared));
+    CHECK(fa_merge_states(g_shared, 2, g_parts, g_part_lse, &g_merged, &g_merged_lse) == FA_OK, "serial merge: %s",
+          fa_context_error(g_shared));
+
+    pthread_t tid[2];
+    hammer h[2];
+    for (int t = 0; t < 2; t++) {
+        memset(&h[t], 0, sizeof h[t]);
+        h[t].w.id = t;
+        CHECK(pthread_create(&tid[t], NULL, hammering, &h[t]) == 0, "pthread_create");
+    }
+    for (int t = 0; t < 2; t++) {
+        pthread_join(tid[t], NULL);
+        CHECK(h[t].w.failures == 0, "shared thread %d: %d failures, first: %s", t, h[t].w.failures, h[t].w.first);
+        CHECK(h[t].forward_ok == HAMMER, "shared thread %d: %lld of %d forward calls succeeded", t,
+              (long long)h[t].forward_ok, (int)HAMMER);
+    }
+    printf("shared context: %lld + %lld OK calls, %lld + %lld BUSY\n", (long long)h[0].ok, (long long)h[1].ok,
+           (long long)h[0].busy, (long long)h[1].busy);
+    /* the context is still whole: one more serial call gives the same result */
+    memset(a.o.data, SENTINEL, nbytes(&a.o));
+    CHECK(fa_forward(g_shared, &a) == FA_OK && same(&a.o, &g_small_o), "the shared context after the hammering");
+
+    fa_context_free(g_shared);
+    free(g_small_o.data), free(g_small_lse.data), free(g_merged.data), free(g_merged_lse.data);
+    for (int i = 0; i < 2; i++) free(g_parts[i].data), free(g_part_lse[i].data);
+    h_problem_free(&g_small);
+}
+
+int main(void) {
+    fa_context *ctx;
+    const fa_status st = h_context_create(&ctx);
+    if (!CHECK(st == FA_OK, "fa_context_create: %s", fa_status_string(st))) return h_summary();
+    setup();
+    /* serial results on one thread */
+    CHECK(fa_context_set(ctx, FA_PARAM_THREADS, 1) == FA_OK, "set THREADS");
+    g_dense_o = clone(&g_dense.args.o), g_dense_lse = clone(&g_dense.args.lse);
+    CHECK(dense(ctx, &g_dense_o, &g_dense_lse) == FA_OK, "serial dense: %s", fa_context_error(ctx));
+    g_dec_o = h_alloc(FA_DTYPE_F32, 2, 1, 8, 64);
+    g_dec_lse = h_alloc(FA_DTYPE_F32, 2, 8, 1, 1);
+    g_kc_after = clone(&g_kc), g_vc_after = clone(&g_vc);
+    CHECK(decode(ctx, &g_kc_after, &g_vc_after, &g_dec_o, &g_dec_lse) == FA_OK, "serial decode: %s",
+          fa_context_error(ctx));
+    fa_context_free(ctx);
+
+    test_independent();
+    test_shared();
+
+    free(g_dense_o.data), free(g_dense_lse.data), free(g_dec_o.data), free(g_dec_lse.data);
+    free(g_kc_after.data), free(g_vc_after.data);
+    free(g_q.data), free(g_knew.data), free(g_vnew.data), free(g_kc.data), free(g_vc.data);
+    h_problem_free(&g_dense);
+    return h_summary();
+}
