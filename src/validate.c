@@ -85,7 +85,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
             (st = fa_check_shape(ctx, "dropout_mask", &a.dropout_mask, p->B, p->Hq, p->Sq, p->Sk)) != FA_OK)
             return st;
         p->has_drop_mask = 1;
-        p->drop_mask = a.dropout_mask;
+        p->drop_mask = fa_tensor_canonical(a.dropout_mask);
     }
     if ((st = fa_check_scalars(ctx, &a, p)) != FA_OK) return st;
     if ((st = fa_check_extents(ctx, p)) != FA_OK) return st;
@@ -139,15 +139,15 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_backward_args *user, fa
     if (!fa_dtype_is_float(a.do_.dtype)) return fa_fail(ctx, FA_ERR_DTYPE, "do_.dtype (%s) must be f32, f16 or bf16", fa_dtype_name(a.do_.dtype));
     if ((st = check_grad(ctx, "do_", &a.do_, &p->o, a.do_.dtype)) != FA_OK) return st;
     memset(g, 0, sizeof *g);
-    g->dout = a.do_;
     g->has_dq = a.dq.data != NULL;
     g->has_dk = a.dk.data != NULL;
     g->has_dv = a.dv.data != NULL;
     if (g->has_dq && (st = check_grad(ctx, "dq", &a.dq, &p->q, p->dtype)) != FA_OK) return st;
     if (g->has_dk && (st = check_grad(ctx, "dk", &a.dk, &p->k, p->dtype)) != FA_OK) return st;
     if (g->has_dv && (st = check_grad(ctx, "dv", &a.dv, &p->v, p->dtype)) != FA_OK) return st;
-    g->dq = a.dq;
-    g->dk = a.dk;
-    g->dv = a.dv;
+    g->dout = fa_tensor_canonical(a.do_);
+    g->dq = fa_tensor_canonical(a.dq);
+    g->dk = fa_tensor_canonical(a.dk);
+    g->dv = fa_tensor_canonical(a.dv);
     return FA_OK;
 }
