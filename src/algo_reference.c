@@ -11,6 +11,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Steps 1-5 for row i of (b, h): s[j] the final score, -inf where removed; x[j]
+ * (when x is not NULL) scale * q.k before the softcap. Returns the row's max
+ * (NaN if a score is NaN). Forward and backward both read the scores from here. */
+static double score_row(const fa_problem *p, int64_t b, int64_t h, int64_t i, double *s, double *x)
+{
+    const int64_t hk = h / p->group, diag = fa_diag(p, i);
+    int64_t lo, hi;
+    fa_row_band(p, i, &lo, &hi);
+    double m = -INFINITY;
+    for (int64_t j = 0; j < p->Sk; j++) {
+        int keep = j >= lo && j <= hi;
+        if (p->has_mask && fa_load(&p->mask, b, h, i, j) == 0.0f) keep = 0;
+        if (!keep) {
+            s[j] = -INFINITY;
+            continue;
+        }
+        double dot = 0.0;
+        for (int64_t d = 0; d < p->D; d++)
+            dot += (double)fa_load(&p->q, b, i, h, d) * (double)fa_load(&p->k, b, j, hk, d);
+        double v = (double)p->scale * dot;
+        if (x) x[j] = v;
+        if (p->softcap > 0.0f) v = p->softcap * tanh(v / p->softcap);
+        if (p->has_bias) v += fa_load(&p->bias, b, h, i, j);
+        if (p->alibi) v += -(double)p->alibi[b * p->alibi_stride_b + h] * (double)llabs(diag - j);
+        s[j] = v;
+        if (isnan(v) || v > m) m = v; /* a NaN score makes the row NaN */
+    }
+    return m;
+}
+
 fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 {
     int64_t n_doubles, bytes;
@@ -26,29 +56,8 @@ fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *in
     for (int64_t h = 0; h < p->Hq; h++)
     for (int64_t i = 0; i < p->Sq; i++) {
         const int64_t hk = h / p->group;
-        const int64_t diag = fa_diag(p, i);
-        int64_t lo, hi;
-        fa_row_band(p, i, &lo, &hi);
-
         /* 1-5: scores, with dropped (masked) columns marked -inf */
-        double m = -INFINITY;
-        for (int64_t j = 0; j < p->Sk; j++) {
-            int keep = j >= lo && j <= hi;
-            if (p->has_mask && fa_load(&p->mask, b, h, i, j) == 0.0f) keep = 0;
-            if (!keep) {
-                s[j] = -INFINITY;
-                continue;
-            }
-            double dot = 0.0;
-            for (int64_t d = 0; d < p->D; d++)
-                dot += (double)fa_load(&p->q, b, i, h, d) * (double)fa_load(&p->k, b, j, hk, d);
-            double x = (double)p->scale * dot;
-            if (p->softcap > 0.0f) x = p->softcap * tanh(x / p->softcap);
-            if (p->has_bias) x += fa_load(&p->bias, b, h, i, j);
-            if (p->alibi) x += -(double)p->alibi[b * p->alibi_stride_b + h] * (double)llabs(diag - j);
-            s[j] = x;
-            if (isnan(x) || x > m) m = x; /* a NaN score makes the row NaN */
-        }
+        const double m = score_row(p, b, h, i, s, NULL);
 
         /* 6-9: lse, probabilities, output; an empty row gives o = 0, lse = -inf */
         double lse = -INFINITY;
@@ -112,30 +121,8 @@ fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const 
         for (int64_t h = 0; h < p->Hq; h++)
         for (int64_t i = 0; i < p->Sq; i++) {
             const int64_t hk = h / p->group;
-            const int64_t diag = fa_diag(p, i);
-            int64_t lo, hi;
-            fa_row_band(p, i, &lo, &hi);
-
             /* forward 1-5: scores (x keeps scale * q.k for the softcap's derivative) */
-            double m = -INFINITY;
-            for (int64_t j = 0; j < p->Sk; j++) {
-                int keep = j >= lo && j <= hi;
-                if (p->has_mask && fa_load(&p->mask, b, h, i, j) == 0.0f) keep = 0;
-                if (!keep) {
-                    s[j] = -INFINITY;
-                    continue;
-                }
-                double dot = 0.0;
-                for (int64_t d = 0; d < D; d++)
-                    dot += (double)fa_load(&p->q, b, i, h, d) * (double)fa_load(&p->k, b, j, hk, d);
-                x[j] = (double)p->scale * dot;
-                double v = x[j];
-                if (p->softcap > 0.0f) v = p->softcap * tanh(v / p->softcap);
-                if (p->has_bias) v += fa_load(&p->bias, b, h, i, j);
-                if (p->alibi) v += -(double)p->alibi[b * p->alibi_stride_b + h] * (double)llabs(diag - j);
-                s[j] = v;
-                if (isnan(v) || v > m) m = v;
-            }
+            const double m = score_row(p, b, h, i, s, x);
             /* forward 6-8: p_ij (undropped), and the dropout factor z_ij apart */
             double sum = 0.0;
             if (m != -INFINITY)

@@ -38,6 +38,43 @@ static const fa_algo_entry *find_algo(fa_algo algo)
     return NULL;
 }
 
+/* The table's entry that runs this call: the context's algorithm, or for auto,
+ * flash whenever flash supports the call (there is no head-dim list), else
+ * standard, with *fallback saying why. NULL and *st on failure. */
+static const fa_algo_entry *choose_algo(fa_context *ctx, const fa_problem *p, const char **fallback, fa_status *st)
+{
+    const fa_algo want = ctx->algo == FA_ALGO_AUTO ? FA_ALGO_FLASH : ctx->algo;
+    const fa_algo_entry *e = find_algo(want);
+    if (!e) {
+        *st = fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown algorithm %d", (int)want);
+        return NULL;
+    }
+    const char *why = e->cannot_run ? e->cannot_run(p) : NULL;
+    if (why && ctx->algo == FA_ALGO_AUTO) {
+        *fallback = why;
+        e = find_algo(FA_ALGO_STANDARD);
+        why = e->cannot_run ? e->cannot_run(p) : NULL;
+    }
+    if (why) {
+        *st = fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s cannot run this call: %s", fa_algo_name(want), why);
+        return NULL;
+    }
+    return e;
+}
+
+/* What a successful call ran, for FA_PARAM_LAST_* and the verbose trace. */
+static void record_run(fa_context *ctx, const fa_problem *p, const fa_algo_entry *e, const char *fallback,
+                       const fa_run_info *info, double t0)
+{
+    ctx->last_algo = e->algo;
+    ctx->last_extra_bytes = info->extra_bytes;
+    ctx->last_tile_q = info->br;
+    ctx->last_tile_kv = info->bc;
+    ctx->last_threads = info->threads;
+    ctx->last_kv_splits = info->kv_splits;
+    if (ctx->verbose) fa_verbose_exec(ctx, p, e->algo, fallback, info, (fa_now_s() - t0) * 1e3);
+}
+
 /* A dense call with no keys: every row keeps nothing, so o = 0 and lse = -inf
  * (docs/semantics.md, empty rows), whichever algorithm was asked for. */
 static void write_empty_rows(const fa_problem *p)
@@ -83,18 +120,9 @@ static fa_status forward(fa_context *ctx, const fa_forward_args *args)
     fa_status st = fa_validate_forward(ctx, args, &p);
     if (st != FA_OK) return st;
 
-    /* auto: flash whenever flash supports the call; there is no head-dim list. */
-    const fa_algo want = ctx->algo == FA_ALGO_AUTO ? FA_ALGO_FLASH : ctx->algo;
-    const fa_algo_entry *e = find_algo(want);
-    if (!e) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown algorithm %d", (int)want);
-    const char *why = e->cannot_run ? e->cannot_run(&p) : NULL;
     const char *fallback = NULL;
-    if (why && ctx->algo == FA_ALGO_AUTO) {
-        fallback = why;
-        e = find_algo(FA_ALGO_STANDARD);
-        why = e->cannot_run ? e->cannot_run(&p) : NULL;
-    }
-    if (why) return fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s cannot run this call: %s", fa_algo_name(want), why);
+    const fa_algo_entry *e = choose_algo(ctx, &p, &fallback, &st);
+    if (!e) return st;
 
     fa_run_info info = {0, 0, 0, 1, "", 0, 0};
     const double t0 = ctx->verbose ? fa_now_s() : 0.0;
@@ -107,13 +135,7 @@ static fa_status forward(fa_context *ctx, const fa_forward_args *args)
         return st;
     }
     if (p.has_drop_mask) write_dropout_mask(&p);
-    ctx->last_algo = e->algo;
-    ctx->last_extra_bytes = info.extra_bytes;
-    ctx->last_tile_q = info.br;
-    ctx->last_tile_kv = info.bc;
-    ctx->last_threads = info.threads;
-    ctx->last_kv_splits = info.kv_splits;
-    if (ctx->verbose) fa_verbose_exec(ctx, &p, e->algo, fallback, &info, (fa_now_s() - t0) * 1e3);
+    record_run(ctx, &p, e, fallback, &info, t0);
     return FA_OK;
 }
 
@@ -149,12 +171,9 @@ static fa_status backward(fa_context *ctx, const fa_backward_args *args)
     fa_grads g;
     fa_status st = fa_validate_backward(ctx, args, &p, &g);
     if (st != FA_OK) return st;
-    const fa_algo want = ctx->algo == FA_ALGO_AUTO ? FA_ALGO_FLASH : ctx->algo;
-    const fa_algo_entry *e = find_algo(want);
-    if (!e) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown algorithm %d", (int)want);
-    const char *why = e->cannot_run ? e->cannot_run(&p) : NULL;
-    if (why) return fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s cannot run this backward: %s", fa_algo_name(want), why);
-    if (!e->run_backward) return fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s has no backward", fa_algo_name(want));
+    const char *fallback = NULL;
+    const fa_algo_entry *e = choose_algo(ctx, &p, &fallback, &st);
+    if (!e) return st;
 
     fa_run_info info = {0, 0, 0, 1, "", 0, 0};
     const double t0 = ctx->verbose ? fa_now_s() : 0.0;
@@ -167,14 +186,8 @@ static fa_status backward(fa_context *ctx, const fa_backward_args *args)
     } else if ((st = e->run_backward(ctx, &p, &g, &info)) != FA_OK) {
         return st;
     }
-    ctx->last_algo = e->algo;
-    ctx->last_extra_bytes = info.extra_bytes;
-    ctx->last_tile_q = info.br;
-    ctx->last_tile_kv = info.bc;
-    ctx->last_threads = info.threads;
-    ctx->last_kv_splits = info.kv_splits;
     info.backward = 1;
-    if (ctx->verbose) fa_verbose_exec(ctx, &p, e->algo, NULL, &info, (fa_now_s() - t0) * 1e3);
+    record_run(ctx, &p, e, fallback, &info, t0);
     return FA_OK;
 }
 
