@@ -178,6 +178,10 @@ static fa_status check_cache(fa_context *ctx, const fa_forward_args *a, fa_probl
                            (long long)c->max_pages);
         if (c->k.shape[1] < 1)
             return fa_fail(ctx, FA_ERR_INVALID_DIM, "a paged cache's page_size (kv_cache->k.shape[1]) is 0; it must be >= 1");
+        int64_t entries; /* the block table holds B rows of max_pages ids */
+        if (!fa_mul_ok(p->B, c->max_pages, &entries))
+            return fa_fail(ctx, FA_ERR_OVERFLOW, "the block table's B * max_pages = %lld * %lld entries overflow 64 bits",
+                           (long long)p->B, (long long)c->max_pages);
         p->block_table = c->block_table;
         p->max_pages = c->max_pages;
         p->page_size = c->k.shape[1];
