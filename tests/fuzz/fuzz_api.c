@@ -1309,6 +1309,13 @@ static void fuzz_backward(reader *r, int varlen) {
         world_free(&w);
         return;
     }
+    if (g_verbose) {
+        fprintf(stderr, "fuzz_api: backward%s: B %lld Sq %lld Sk %lld Hq %lld Hk %lld D %lld Dv %lld %s, threads %lld, grads %d%d%d, p %g", varlen ? " varlen" : "", (long long)B,
+                (long long)Sq, (long long)Sk, (long long)Hq, (long long)Hk, (long long)D, (long long)Dv, fa_dtype_name(dt),
+                (long long)threads, !!grads[0], !!grads[1], !!grads[2], (double)a.dropout_p);
+        for (int64_t b = 0; varlen && b <= n; b++) fprintf(stderr, " %s%d/%d", b ? "" : "cu ", cu_q[b], cu_k[b]);
+        fputc('\n', stderr);
+    }
     const int finite = all_finite(&w);
     snapshot(&w);
     const fa_status sf = fa_forward(g_ctx, seen);
@@ -1391,8 +1398,16 @@ static void fuzz_backward(reader *r, int varlen) {
     for (int x = 0; x < 3; x++)
         if (grads[x]) {
             const ften *fg = find(&w, grads[x]);
-            if (memcmp(first[x], fg->base, (size_t)fg->bytes) != 0)
-                FINDING("backward: d%c differs between 1 and 2 threads (algo %s)", "qkv"[x], fa_algo_name(algo));
+            if (memcmp(first[x], fg->base, (size_t)fg->bytes) != 0) {
+                int64_t e = 0;
+                while (first[x][e] == fg->base[e]) e++;
+                FINDING("backward: d%c differs between 1 and 2 threads (algo %s) at byte %lld of %lld (%02x, then %02x); "
+                        "shape %lld %lld %lld %lld, strides %lld %lld %lld %lld, dtype %s", "qkv"[x], fa_algo_name(algo),
+                        (long long)e, (long long)fg->bytes, first[x][e], fg->base[e], (long long)fg->t.shape[0],
+                        (long long)fg->t.shape[1], (long long)fg->t.shape[2], (long long)fg->t.shape[3],
+                        (long long)fg->t.stride[0], (long long)fg->t.stride[1], (long long)fg->t.stride[2],
+                        (long long)fg->t.stride[3], fa_dtype_name(fg->t.dtype));
+            }
             free(first[x]);
         }
     /* the reference */
