@@ -4,8 +4,10 @@
 Each seed is one decoded program (see the reader in fuzz_api.c; a stream that runs out
 reads as zeros): byte 0 picks the entry point (0 dense, 1 varlen, 2 contiguous cache,
 3 paged cache, 4 merge, 5 the small calls), 8 bytes seed the value generator, then the
-fields in the order the decoder reads them. Rerun after changing the decoder; the
-fuzzer's own corpus grows from these.
+fields in the order the decoder reads them. Byte 0 = 6 (dense) or 7 (varlen), or
+0x60..0x7F by parity, fuzzes fa_backward. Dropout fields come last in a branch's
+program, so the seeds from before dropout keep their meaning. Rerun after changing the
+decoder; the fuzzer's own corpus grows from these.
 """
 import os
 
@@ -74,6 +76,44 @@ def merge(settings=0, n=1, dims=(2, 3, 2, 8), parts=None, opt=2, rest=()):
     return bytes(b)
 
 
+def drop(p=1, seed=0x10, offset=3, mask=0, seed64=None):
+    """The dropout byte of rd_dropout and its fields: p indexes the table (1: 0.1, 2: 0.5,
+    4: 0.999, 8: -0.1, 9: 1.0, 10: NaN, 13: the float below 1), mask 0x40/0x80."""
+    d = p | mask | (0x10 if seed64 is not None else 0)
+    b = [d] + (list(seed64.to_bytes(8, "little")) if seed64 is not None else [seed]) + [offset]
+    return b
+
+
+def bwd(varlen=False, settings=0, dims=(1, 5, 7, 1, 2, 8, 8), vl=None, dt=0, dts=0, sigma=1,
+        layouts=(0, 0, 0, 0, 0), opt=0, extra=(), dropout=(0,), struct=0, grads=7, gdts=(0, 0, 0), glay=(0, 0, 0),
+        do_lay=0, variant=0, vextra=()):
+    """fuzz_backward: the forward as the dense or varlen branch reads it (q, k, v, o, lse
+    layouts), opt (2 bias, 4 mask: dense only; 8 ALiBi; 16 scale; 32 softcap; 64 causal
+    and windows; 128 positions; 1 a bad num_seqs for varlen), dropout, the forward's
+    struct byte, then the grads byte (1 dq, 2 dk, 4 dv, 8 dO f32), dO's layout, per grad
+    a dtype byte and a layout, and the variant byte (>= 0xC0: 0 fwd NULL, 1 lse NULL,
+    2 KV cache, 3 long struct, 4 non-zero tail, 5 struct_size 0, 6 no dv, 7 any)."""
+    b = [7 if varlen else 6] + RNG + st(settings)
+    if varlen:
+        n, cq, ck, hk, grp, D, Dv = vl
+        b += [n] + list(cq) + [0, 0] + list(ck) + [0, 0, hk, grp, D, Dv]
+    else:
+        b += list(dims)
+    b += [dt, dts, sigma]
+    for lay in layouts:
+        b += lay if isinstance(lay, list) else [lay]
+    b += [opt] + list(extra) + list(dropout) + [struct]
+    b += [grads]
+    b += do_lay if isinstance(do_lay, list) else [do_lay]
+    for x in range(3):
+        if grads >> x & 1:
+            b += (gdts[x] if isinstance(gdts[x], list) else [gdts[x]]) + (glay[x] if isinstance(glay[x], list) else [glay[x]])
+    b += [variant] + list(vextra)
+    return bytes(b)
+
+
+VL = (3, (2, 0, 4), (5, 3, 6), 1, 1, 16, 8)
+
 seeds = {
     "dense_basic": dense(opt=1, extra=[0]),
     "dense_f16_masks": dense(dims=(2, 5, 9, 2, 2, 24, 16), dt=1, opt=1 | 2 | 4 | 64,
@@ -106,6 +146,57 @@ seeds = {
     "merge_two": merge(n=1),
     "merge_n4_dv55": merge(n=3, dims=(1, 2, 2, 55), parts=[(0, 0, 0, 0)] * 4),
     "merge_in_place": merge(n=2, dims=(2, 2, 1, 1), parts=[(0, 0, 0, 0)] * 3, opt=1),
+    # dropout in the forward branches (the byte after the struct byte)
+    "dense_dropout_mask": dense(dims=(2, 5, 9, 1, 2, 16, 8), opt=1 | 64, extra=[0, 1, WIN["-1"], WIN["-1"]])[:-1]
+    + bytes([0] + drop(p=2, mask=0x40) + [0]),
+    "dense_dropout_pos_f16": dense(dims=(1, 4, 12, 2, 1, 8, 8), dt=1, opt=1 | 128, extra=[0, POS["5"], POS["1"]])[:-1]
+    + bytes([0] + drop(p=1, seed64=0x123456789ABCDEF0) + [0]),
+    "dense_dropout_near1": dense(dims=(1, 3, 6, 1, 1, 8, 8), opt=1, extra=[0])[:-1] + bytes([0] + drop(p=13)),
+    "dense_dropout_nan": dense(opt=1, extra=[0])[:-1] + bytes([0] + drop(p=10)),
+    "dense_dropout_one": dense(opt=1, extra=[0])[:-1] + bytes([0] + drop(p=9)),
+    "dense_dropout_neg": dense(opt=1, extra=[0])[:-1] + bytes([0] + drop(p=8)),
+    "dense_dropout_old_struct": dense(opt=1, extra=[0])[:-1] + bytes([0xE8] + drop(p=2)),
+    "varlen_dropout": varlen(settings=1, opt=1, extra=[1])[:-1] + bytes([0] + drop(p=2)),
+    "varlen_dropout_mask": varlen(opt=1, extra=[1])[:-1] + bytes([0] + drop(p=1, mask=0x40)),
+    "cache_dropout": cache(0, snew_on=0, snew=0) + bytes(drop(p=1)),
+    "cache_dropout_nan": cache(0, snew_on=0, snew=0) + bytes(drop(p=10)),
+    # fa_backward
+    "bwd_basic": bwd(),
+    "bwd_f32_2threads": bwd(settings=1, dims=(2, 9, 17, 2, 2, 24, 16)),
+    "bwd_f16_causal": bwd(dt=1, opt=64 | 16, extra=[1, 1, WIN["-1"], WIN["-1"]]),
+    "bwd_bf16_dq_f32": bwd(dt=2, dims=(1, 6, 10, 1, 4, 16, 16), gdts=(1, 1, 1), opt=32, extra=[2]),
+    "bwd_bias_mask_alibi": bwd(dims=(2, 4, 6, 1, 2, 8, 8), opt=2 | 4 | 8 | 128,
+                               extra=[2, 0, 0, 0, 1, POS["1"], POS["5"]]),
+    "bwd_dropout": bwd(dims=(1, 6, 9, 2, 2, 16, 8), opt=64, extra=[0, WIN["3"], WIN["1"]], dropout=drop(p=1)),
+    "bwd_dropout_near1": bwd(dropout=drop(p=4)),
+    "bwd_dropout_invalid": bwd(dropout=drop(p=9)),
+    "bwd_only_dk": bwd(grads=2),
+    "bwd_none": bwd(grads=0),
+    "bwd_strided": bwd(dt=1, dts=1, layouts=(1, 2, 3 | 4, 0x10 | (1 << 5), 0), grads=7 | 8, do_lay=1,
+                       glay=(2, 1, 0x10)),
+    "bwd_zero_strides_dk": bwd(grads=7, glay=(0, ZERO_STRIDES, 0)),
+    "bwd_wrong_dtype": bwd(gdts=(0, [2, 0xF0], 3), dt=1),
+    "bwd_dk_bf16_of_f16": bwd(gdts=(0, [2, 2], 0), dt=1),
+    "bwd_wrong_shape": bwd(glay=(0, 0, [0x80, 3 << 2 | 1, 3])),
+    "bwd_empty_keys": bwd(dims=(2, 3, 0, 1, 2, 8, 8)),
+    "bwd_empty_queries": bwd(dims=(1, 0, 5, 1, 1, 8, 8)),
+    "bwd_huge_zero_strides": bwd(dims=(SPECIAL["2^32"], 1, 1, SPECIAL["2^32"], 1, 1, 1), layouts=(ZERO_STRIDES,) * 5,
+                                 grads=0),
+    "bwd_standard": bwd(settings=4 | 2 | 1, dims=(1, 5, 7, 2, 1, 8, 8)),
+    "bwd_fwd_null": bwd(variant=0xC0),
+    "bwd_lse_null": bwd(variant=0xC1),
+    "bwd_kv_cache": bwd(variant=0xC2),
+    "bwd_long_struct": bwd(variant=0xC3),
+    "bwd_bad_tail": bwd(variant=0xC4, vextra=[5]),
+    "bwd_struct_zero": bwd(variant=0xC5),
+    "bwd_no_dv": bwd(variant=0xC6),
+    "bwd_fwd_old_struct": bwd(struct=0xE0),
+    "bwd_varlen": bwd(varlen=True, vl=VL),
+    "bwd_varlen_dropout": bwd(varlen=True, vl=(4, (3, 0, 2, 4), (4, 2, 0, 6), 2, 2, 8, 8), dropout=drop(p=2),
+                              settings=1),
+    "bwd_varlen_causal_alibi": bwd(varlen=True, vl=VL, opt=8 | 64, extra=[1, 1, WIN["2"], WIN["-1"]]),
+    "bwd_varlen_bad_count": bwd(varlen=True, vl=VL, opt=1),
+    "bwd_varlen_dropout_mask": bwd(varlen=True, vl=VL, dropout=drop(p=1, mask=0x40) + [0]),
     "misc": bytes([5] + RNG + [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 3, 2, 2, 2, 2, 1, 1, 1, 1]),
 }
 
