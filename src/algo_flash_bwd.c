@@ -153,14 +153,14 @@ static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_proble
         const uint16_t *q16 = fa_rows_u16(&s->q, 0, i0, n, h, p->D, sc->q16, ldq);
         kern->pack_qt_bf16(n, p->D, q16, *ldq, sc->qt2, 2 * job->bp);
         const uint16_t *d16 = fa_rows_u16(&gs->dout, 0, i0, n, h, p->Dv, sc->do16, lddo);
-        kern->pack_qt_bf16(n, p->Dv, d16, *lddo, sc->dot2, 2 * job->bp);
+        if (p->Dv > 0) kern->pack_qt_bf16(n, p->Dv, d16, *lddo, sc->dot2, 2 * job->bp);
         *q = (const float *)q16; /* typed by job->b16 */
         *dout = (const float *)d16;
     } else {
         *q = fa_rows_f32(&s->q, kern, 0, i0, n, h, p->D, sc->q, ldq);
         kern->pack_qt(n, p->D, *q, *ldq, p->scale, sc->qt, job->bp);
         *dout = fa_rows_f32(&gs->dout, kern, 0, i0, n, h, p->Dv, sc->dout, lddo);
-        kern->pack_qt(n, p->Dv, *dout, *lddo, 1.0f, sc->dot, job->bp);
+        if (p->Dv > 0) kern->pack_qt(n, p->Dv, *dout, *lddo, 1.0f, sc->dot, job->bp);
     }
     const float *lse = s->lse.data;
     const int64_t row0 = p->cu_q ? p->cu_q[b] : 0;
@@ -240,8 +240,11 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const bwd_ta
                      * which is the row's final max-and-sum in one number) */
                     kern->softmax(n, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
 
-                    /* backward of 5 and 8: dP^T = V dO^T, times the dropout factor */
-                    if (job->b16)
+                    /* backward of 5 and 8: dP^T = V dO^T, times the dropout factor (Dv = 0:
+                     * there is no output, so dP = 0; the kernels need a depth >= 1) */
+                    if (Dv == 0)
+                        memset(sc->dpt, 0, (size_t)(cols * bp) * sizeof(float));
+                    else if (job->b16)
                         kern->qk_bf16(n, cols, Dv, sc->dot2, 2 * bp, v16, ldv, 1.0f, sc->dpt, bp);
                     else
                         kern->qk(n, cols, Dv, sc->dot, bp, v, ldv, sc->dpt, bp);
