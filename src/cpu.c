@@ -58,7 +58,7 @@ static void detect(fa_cpu *c)
 static void read_model(char *buf, size_t n)
 {
     unsigned r[12] = {0};
-    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) return;
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) return;
     for (unsigned k = 0; k < 3; k++)
         __cpuid(0x80000002u + k, r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]);
     size_t len = sizeof r < n - 1 ? sizeof r : n - 1;
