@@ -43,14 +43,18 @@ static double score_row(const fa_problem *p, int64_t b, int64_t h, int64_t i, do
 
 fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 {
-    int64_t n_doubles, bytes;
-    if (!fa_add_ok(p->Sk, p->Dv, &n_doubles) || !fa_mul_ok(n_doubles, (int64_t)sizeof(double), &bytes) ||
-        !fa_add_ok(bytes, p->Dv * (int64_t)sizeof(float), &bytes))
-        return fa_fail(ctx, FA_ERR_OVERFLOW, "reference: workspace size overflows");
-    double *s = fa_malloc(bytes);  /* (Sk) scores of one row, then (Dv) its output */
-    if (!s) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "reference: cannot allocate %lld bytes", (long long)bytes);
-    double *o = s + p->Sk;              /* (Dv) */
-    float *o32 = (float *)(o + p->Dv);  /* (Dv) the row rounded for the store */
+    double *s, *o;
+    float *o32;
+    const fa_ws_part parts[] = {
+        {(void **)&s, fa_bytes3(p->Sk, 8, 1)},   /* (Sk) scores of one row */
+        {(void **)&o, fa_bytes3(p->Dv, 8, 1)},   /* (Dv) its output */
+        {(void **)&o32, fa_bytes3(p->Dv, 4, 1)}, /* (Dv) the row rounded for the store */
+    };
+    const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
+    if (bytes < 0) return fa_fail(ctx, FA_ERR_OVERFLOW, "reference: workspace size overflows");
+    char *ws = fa_malloc(bytes);
+    if (!ws) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "reference: cannot allocate %lld bytes", (long long)bytes);
+    fa_ws_layout(parts, sizeof parts / sizeof parts[0], ws);
 
     for (int64_t b = 0; b < p->B; b++)
     for (int64_t h = 0; h < p->Hq; h++)
@@ -81,7 +85,7 @@ fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *in
             l[b * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]] = (float)lse;
         }
     }
-    fa_free(s);
+    fa_free(ws);
     info->extra_bytes = bytes;
     info->threads = 1;
     info->path = "f64";
