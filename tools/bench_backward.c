@@ -241,43 +241,12 @@ static void print_seq_json(const bwd_seq_row *r, const char *isa, const cli_peak
 {
     FILE *f = stdout;
     const cli_shape *s = &r->shape;
-    const double flops = CLI_BACKWARD_FLOP_FACTOR * cli_flops(s);
-    const double flash_gf = gflops_of(&r->flash, flops);
     fprintf(f, "{\"N\":%lld", (long long)s->seq);
     cli_json_shape(f, s, isa);
     fputs(",\"pass\":\"backward\",\"dropout\":", f);
     cli_json_number(f, s->dropout);
-    fprintf(f, ",\"threads\":%lld,\"runs\":%lld", (long long)r->flash.threads,
-            (long long)s->runs);
-    fputs(",\"tile_q\":", f);
-    cli_json_int(f, r->flash.tile_q, r->flash.tile_q > 0);
-    fputs(",\"tile_kv\":", f);
-    cli_json_int(f, r->flash.tile_kv, r->flash.tile_kv > 0);
-    fputs(",\"flash_ms\":", f);
-    cli_json_number(f, r->flash.oom ? NAN : r->flash.median_s * 1e3);
-    fputs(",\"standard_ms\":", f);
-    cli_json_number(f, r->standard.oom ? NAN : r->standard.median_s * 1e3);
-    fputs(",\"speedup\":", f);
-    const int both = !r->flash.oom && !r->standard.oom;
-    cli_json_number(f, both ? r->standard.median_s / r->flash.median_s : NAN);
-    fputs(",\"flops\":", f);
-    cli_json_number(f, flops);
-    fputs(",\"flash_gflops\":", f);
-    cli_json_number(f, flash_gf);
-    fputs(",\"standard_gflops\":", f);
-    cli_json_number(f, gflops_of(&r->standard, flops));
-    cli_json_peak(f, peak, cli_pct_peak(flash_gf, peak));
-    fputs(",\"flash_extra_bytes\":", f);
-    cli_json_int(f, r->flash.extra_bytes, !r->flash.oom);
-    fputs(",\"standard_extra_bytes\":", f);
-    cli_json_int(f, r->standard.extra_bytes, !r->standard.oom);
-    if (r->flash.oom || r->standard.oom) {
-        fputs(",\"error\":", f);
-        cli_json_string(f, r->flash.oom && r->standard.oom ? "flash and standard: out of memory"
-                           : r->flash.oom                  ? "flash: out of memory"
-                                                           : "standard: out of memory");
-    }
-    fputs("}\n", f);
+    cli_json_seq_pair(f, &r->flash, &r->standard, s->runs, CLI_BACKWARD_FLOP_FACTOR * cli_flops(s), peak);
+    cli_json_seq_end(f, &r->flash, &r->standard);
 }
 
 enum { SEQ_COLS = 9 };

@@ -290,35 +290,9 @@ static void print_seq_json(const seq_row *r, const char *isa, int64_t l2, const 
 {
     FILE *f = stdout;
     const cli_shape *s = &r->shape;
-    const double flops = cli_flops(s);
-    const double flash_gf = r->flash.oom ? NAN : flops / r->flash.median_s * 1e-9;
-    const double std_gf = r->standard.oom ? NAN : flops / r->standard.median_s * 1e-9;
     fprintf(f, "{\"N\":%lld", (long long)s->seq);
     cli_json_shape(f, s, isa);
-    fprintf(f, ",\"threads\":%lld,\"runs\":%lld", (long long)r->flash.threads,
-            (long long)s->runs);
-    fputs(",\"tile_q\":", f);
-    cli_json_int(f, r->flash.tile_q, r->flash.tile_q > 0);
-    fputs(",\"tile_kv\":", f);
-    cli_json_int(f, r->flash.tile_kv, r->flash.tile_kv > 0);
-    fputs(",\"flash_ms\":", f);
-    cli_json_number(f, r->flash.oom ? NAN : r->flash.median_s * 1e3);
-    fputs(",\"standard_ms\":", f);
-    cli_json_number(f, r->standard.oom ? NAN : r->standard.median_s * 1e3);
-    fputs(",\"speedup\":", f);
-    const int both = !r->flash.oom && !r->standard.oom;
-    cli_json_number(f, both ? r->standard.median_s / r->flash.median_s : NAN);
-    fputs(",\"flops\":", f);
-    cli_json_number(f, flops);
-    fputs(",\"flash_gflops\":", f);
-    cli_json_number(f, flash_gf);
-    fputs(",\"standard_gflops\":", f);
-    cli_json_number(f, std_gf);
-    cli_json_peak(f, peak, cli_pct_peak(flash_gf, peak));
-    fputs(",\"flash_extra_bytes\":", f);
-    cli_json_int(f, r->flash.extra_bytes, !r->flash.oom);
-    fputs(",\"standard_extra_bytes\":", f);
-    cli_json_int(f, r->standard.extra_bytes, !r->standard.oom);
+    cli_json_seq_pair(f, &r->flash, &r->standard, s->runs, cli_flops(s), peak);
     fprintf(f, ",\"l2_bytes\":%lld", (long long)l2);
     const double nan = NAN;
     const cli_traffic *ft = &r->flash_traffic, *st = &r->standard_traffic;
@@ -329,13 +303,7 @@ static void print_seq_json(const seq_row *r, const char *isa, int64_t l2, const 
     json_bytes(f, "standard_read_bytes", st->read_bytes);
     json_bytes(f, "standard_write_bytes", st->write_bytes);
     json_bytes(f, "standard_traffic_bytes", st->read_bytes + st->write_bytes);
-    if (r->flash.oom || r->standard.oom) {
-        fputs(",\"error\":", f);
-        cli_json_string(f, r->flash.oom && r->standard.oom ? "flash and standard: out of memory"
-                           : r->flash.oom                  ? "flash: out of memory"
-                                                           : "standard: out of memory");
-    }
-    fputs("}\n", f);
+    cli_json_seq_end(f, &r->flash, &r->standard);
 }
 
 enum { SEQ_COLS = 11 };

@@ -373,3 +373,43 @@ void cli_tiles_cell(char *buf, const cli_timing *t)
     else
         snprintf(buf, CLI_CELL, "-");
 }
+
+void cli_json_seq_pair(FILE *f, const cli_timing *flash, const cli_timing *standard, int64_t runs, double flops,
+                       const cli_peak *peak)
+{
+    const double flash_gf = flash->oom ? NAN : flops / flash->median_s * 1e-9;
+    const double std_gf = standard->oom ? NAN : flops / standard->median_s * 1e-9;
+    fprintf(f, ",\"threads\":%lld,\"runs\":%lld", (long long)flash->threads, (long long)runs);
+    fputs(",\"tile_q\":", f);
+    cli_json_int(f, flash->tile_q, flash->tile_q > 0);
+    fputs(",\"tile_kv\":", f);
+    cli_json_int(f, flash->tile_kv, flash->tile_kv > 0);
+    fputs(",\"flash_ms\":", f);
+    cli_json_number(f, flash->oom ? NAN : flash->median_s * 1e3);
+    fputs(",\"standard_ms\":", f);
+    cli_json_number(f, standard->oom ? NAN : standard->median_s * 1e3);
+    fputs(",\"speedup\":", f);
+    cli_json_number(f, !flash->oom && !standard->oom ? standard->median_s / flash->median_s : NAN);
+    fputs(",\"flops\":", f);
+    cli_json_number(f, flops);
+    fputs(",\"flash_gflops\":", f);
+    cli_json_number(f, flash_gf);
+    fputs(",\"standard_gflops\":", f);
+    cli_json_number(f, std_gf);
+    cli_json_peak(f, peak, cli_pct_peak(flash_gf, peak));
+    fputs(",\"flash_extra_bytes\":", f);
+    cli_json_int(f, flash->extra_bytes, !flash->oom);
+    fputs(",\"standard_extra_bytes\":", f);
+    cli_json_int(f, standard->extra_bytes, !standard->oom);
+}
+
+void cli_json_seq_end(FILE *f, const cli_timing *flash, const cli_timing *standard)
+{
+    if (flash->oom || standard->oom) {
+        fputs(",\"error\":", f);
+        cli_json_string(f, flash->oom && standard->oom ? "flash and standard: out of memory"
+                           : flash->oom                ? "flash: out of memory"
+                                                       : "standard: out of memory");
+    }
+    fputs("}\n", f);
+}

@@ -118,6 +118,13 @@ void cli_json_number(FILE *f, double x);
 void cli_json_int(FILE *f, int64_t x, int known);
 /* The peak fields every bench row carries: ,"peak_gflops":..,"peak_kind":..,"pct_peak":pct */
 void cli_json_peak(FILE *f, const cli_peak *peak, double pct);
+/* The fields every --seqs JSON row has, flash against standard over `flops`:
+ * threads, runs, tiles, both times, speed-up, FLOPs, both GFLOP/s, the peak and %
+ * (of flash), both extra bytes. The row's "{" and shape come before, its own fields
+ * after; cli_json_seq_end closes it with the out-of-memory note where one ran out. */
+void cli_json_seq_pair(FILE *f, const cli_timing *flash, const cli_timing *standard, int64_t runs, double flops,
+                       const cli_peak *peak);
+void cli_json_seq_end(FILE *f, const cli_timing *flash, const cli_timing *standard);
 
 /* ------------------------------------------------------ bench's tables */
 
