@@ -17,9 +17,9 @@
  * its outputs untouched; fa_context_error() says in words what was wrong.
  *
  * Threads: a context is used by one caller thread at a time. A call that finds
- * its context in use by another thread (fa_forward, fa_backward,
- * fa_merge_states, fa_context_set, fa_probe) returns FA_ERR_BUSY and touches nothing, not even
- * the context's error message. Different contexts are fully independent.
+ * its context in use by another thread (fa_forward, fa_backward, fa_merge_states,
+ * fa_context_set, fa_probe) returns FA_ERR_BUSY and touches nothing, not even the
+ * context's error message. Different contexts are fully independent.
  *
  * Sizes: every product and sum of the sizes, strides, offsets and windows a
  * caller gives is checked before use. The element count of each tensor and the
@@ -360,8 +360,13 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_forward_args *args);
  * is written to dq, dk or dv.
  *
  * Determinism: the result is bitwise the same for any thread count and any run: the
- * work is cut by shapes alone (per sequence and kv head, keys split into chunks when
- * there are few of those), and partial dq sums are added in a fixed order.
+ * work is cut by shapes alone, one task per (sequence, kv head), and no two tasks
+ * write the same output element. (So a call with fewer such pairs than threads, MQA
+ * at B = 1, leaves threads idle.)
+ *
+ * Memory: a few tiles per thread and one number per query row (dot(dO_i, o_i)); dq
+ * accumulates in the caller's dq when that is f32 with 64-byte aligned rows whose
+ * head dim is a multiple of 16, else in an f32 buffer of Sq * D per thread.
  */
 typedef struct fa_backward_args {
     size_t struct_size;           /* sizeof(fa_backward_args) as the caller compiled it */
