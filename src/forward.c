@@ -80,6 +80,9 @@ static void record_run(fa_context *ctx, const fa_problem *p, const fa_algo_entry
 static void write_empty_rows(const fa_problem *p)
 {
     static const float zeros[256];
+    /* the loops run over elements of o or lse only: with Dv = 0 and no lse there are
+     * none, however large B * Hq * Sq is */
+    if (p->Dv == 0 && !p->has_lse) return;
     for (int64_t b = 0; b < p->B; b++)
         for (int64_t h = 0; h < p->Hq; h++) {
             for (int64_t e0 = 0; e0 < p->Dv; e0 += 256) {
@@ -100,6 +103,8 @@ static void write_dropout_mask(const fa_problem *p)
 {
     uint8_t keep[256];
     const fa_tensor *t = &p->drop_mask;
+    for (int d = 0; d < 4; d++)
+        if (t->shape[d] == 0) return; /* no elements, however many rows */
     for (int64_t b = 0; b < p->B; b++)
         for (int64_t h = 0; h < p->Hq; h++)
             for (int64_t i = 0; i < p->Sq; i++)
@@ -155,6 +160,7 @@ fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
 static void write_zeros(const fa_tensor *t)
 {
     static const float zeros[256];
+    if (t->shape[3] == 0) return; /* no elements, however many rows */
     for (int64_t b = 0; b < t->shape[0]; b++)
         for (int64_t s = 0; s < t->shape[1]; s++)
             for (int64_t h = 0; h < t->shape[2]; h++)

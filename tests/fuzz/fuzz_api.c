@@ -735,7 +735,8 @@ static void fuzz_dense(reader *r) {
     if (overflowing) FINDING("dense: sizes beyond 64 bits were accepted");
     if (tail_bad) FINDING("dense: a non-zero byte beyond the struct was accepted");
     if (!dropout_valid(eff.dropout_p)) FINDING("dense: dropout_p %g was accepted", (double)eff.dropout_p);
-    if (eff.dropout_mask.data && !find(&w, dmask)->overlap) { /* every keep bit, masked or not */
+    if (eff.dropout_mask.data && numel(&eff.dropout_mask) > 0 && !find(&w, dmask)->overlap) {
+        /* every keep bit, masked or not (an empty mask has none, however many rows) */
         const fa_tensor *m = &eff.dropout_mask;
         for (int64_t b = 0; b < m->shape[0]; b++)
             for (int64_t h = 0; h < m->shape[1]; h++)
