@@ -165,7 +165,12 @@ static int extent(const fa_tensor *t, i128 *lo, i128 *hi) {
     *lo = *hi = 0;
     for (int d = 0; d < 4; d++) {
         if (t->shape[d] <= 0) return 0;
-        const i128 span = (i128)(t->shape[d] - 1) * t->stride[d];
+        /* held to +-2^100: four such spans cannot overflow i128, and any of them is far
+         * beyond the largest buffer the fuzzer makes */
+        const i128 cap = (i128)1 << 100;
+        i128 span = (i128)(t->shape[d] - 1) * t->stride[d];
+        if (span > cap) span = cap;
+        if (span < -cap) span = -cap;
         if (span < 0) *lo += span;
         else *hi += span;
     }
