@@ -28,8 +28,8 @@ cmake --build build-tsan -j "$jobs" --target test_threads test_api test_inferenc
 
 # A short fixed fuzz run of tests/fuzz (clang's libFuzzer; skipped, loudly, without clang).
 if command -v clang >/dev/null 2>&1 || bash scripts/deps.sh clang libclang-rt-14-dev; then
-  # a fixed seed: CI replays the same inputs every time (scripts/fuzz.sh alone explores)
-  bash scripts/fuzz.sh 120 -seed=20261201
+  # a fixed seed and count: CI replays the same inputs every time (scripts/fuzz.sh alone explores)
+  bash scripts/fuzz.sh 180 -seed=20261201 -runs=60000
 else
   echo "test: clang with libFuzzer is not installable here; the fuzz run is skipped" >&2
 fi

@@ -160,7 +160,8 @@ fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
 static void write_zeros(const fa_tensor *t)
 {
     static const float zeros[256];
-    if (t->shape[3] == 0) return; /* no elements, however many rows */
+    for (int d = 0; d < 4; d++)
+        if (t->shape[d] == 0) return; /* no elements, however many rows */
     for (int64_t b = 0; b < t->shape[0]; b++)
         for (int64_t s = 0; s < t->shape[1]; s++)
             for (int64_t h = 0; h < t->shape[2]; h++)

@@ -1185,15 +1185,28 @@ static void judge_backward(const fa_forward_args *f, const fa_tensor *dout, cons
     const int64_t B = f->q.shape[0], Sq = f->q.shape[1], Hq = f->q.shape[2], Hk = f->k.shape[2], Dv = f->v.shape[3];
     const double scale = f->scale != 0.0f ? fabs((double)f->scale) : 1.0 / sqrt((double)f->q.shape[3]);
     /* E bounds the error of D_i: o rounded to its dtype (half an ulp; h_eps is a whole
-     * one) on top of the forward's own fp32 error, weighted by |dO| */
-    const double eps_o = h_eps(f->o.dtype) + 1e-6;
+     * one) on top of the forward's own fp32 error, weighted by |dO|. On 16-bit inputs
+     * the forward may also have rounded P to bf16 before P V (the bf16-pair path), so
+     * o carries the input dtype's rounding even when it is stored in f32; and the
+     * backward's pair path rounds dS (and P~) to bf16, which leaves eps * sum_j |ds_ij|
+     * where the exact sum cancels (equal keys), with sum_j |ds_ij| <= gain * sum_e
+     * |dO_ie| (max|v| + |o_ie|). The naive bf16 backward of the accuracy rule has
+     * both errors. */
+    const int narrow = dt != FA_DTYPE_F32;
+    const double eps_o = fmax(h_eps(f->o.dtype), narrow ? h_eps(dt) : 0.0) + 1e-6;
+    const double gain = f->dropout_p > 0.0f && f->dropout_p < 1.0f ? 1.0 / (1.0 - (double)f->dropout_p) : 1.0;
+    const double vmax = narrow ? max_abs(&f->v) : 0.0;
     double E = 0.0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < Sq; i++)
             for (int64_t h = 0; h < Hq; h++) {
-                double s = 0.0;
-                for (int64_t e = 0; e < Dv; e++) s += fabs(h_get(dout, b, i, h, e)) * fabs(h_get(&f->o, b, i, h, e));
-                E = fmax(E, eps_o * s);
+                double s = 0.0, ds = 0.0;
+                for (int64_t e = 0; e < Dv; e++) {
+                    const double g = fabs(h_get(dout, b, i, h, e)), o = fabs(h_get(&f->o, b, i, h, e));
+                    s += g * o;
+                    ds += g * (vmax * gain + o);
+                }
+                E = fmax(E, eps_o * s + (narrow ? h_eps(dt) * ds : 0.0));
             }
     /* dq_i = scale sum_j p_ij dz_ij k_j with sum_j p_ij <= 1 and |1 - tanh^2| <= 1;
      * dk_j sums over the Sq rows of each of the group's Hq / Hk heads, each p_ij <= 1 */
