@@ -1523,7 +1523,10 @@ static void fuzz_merge(reader *r) {
             if (!w.skip) out_overlap |= find(&w, lt)->overlap;
         }
     }
-    if (w.skip || (numel(&o) >= 0 && mul_or_neg(numel(&o), m) > MAX_WORK) || (n > 6)) { /* unreachable with N above; kept for a wider table */
+    /* the lse alone is B*S*H rows per part even when Dv = 0 leaves o empty */
+    const int64_t lse_rows = mul_or_neg(mul_or_neg(B, S), H);
+    if (w.skip || (numel(&o) >= 0 && mul_or_neg(numel(&o), m) > MAX_WORK) ||
+        (lse_rows >= 0 && mul_or_neg(lse_rows, m) > MAX_WORK) || (n > 6)) { /* unreachable with N above; kept for a wider table */
         if (!w.skip && n > 6) { /* 4097 parts: refused before any part is read */
             const fa_status st = fa_merge_states(g_ctx, n, parts, lses, &o, &lse);
             if (st != FA_ERR_INVALID_ARGUMENT) FINDING("merge: n = %d gave %s", n, fa_status_string(st));
