@@ -547,7 +547,6 @@ fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ri
             xfer_post(&x, 0, kv[(s + 1) % 2], kv_elems(&rc, rc.S[nsrc]) * es, rc.prev, RING_TAG_KV, rc.comm);
             xfer_post(&x, 1, cur, kv_elems(&rc, rc.S[src]) * es, rc.next, RING_TAG_KV, rc.comm);
             stats->bytes_sent += kv_elems(&rc, rc.S[src]) * es;
-            stats->steps_prefetched++;
         }
         ring_layout sl;
         ring_layout_of(rc.sharding, P, rc.S, src, &sl);
@@ -555,6 +554,8 @@ fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ri
         const int np = step_pieces(&rc, &sl, pcs, 4 * rc.pieces, &kept);
         const fa_tensor kt = kv_view(&rc, cur, rc.S[src], 0, rc.dt, es), vt = kv_view(&rc, cur, rc.S[src], 1, rc.dt, es);
         const double tc = MPI_Wtime();
+        /* the hook the tests read: was the next shard already on its way? */
+        if (x.n > 0) stats->steps_prefetched++;
         for (int p = 0; p < np && rc.st == FA_OK; p++) {
             progress(&rc, xs, 1);
             const piece *pc = &pcs[p];
@@ -696,7 +697,6 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
             xfer_post(&xkv, 0, kv[(s + 1) % 2], kv_elems(&rc, rc.S[nsrc]) * es, rc.prev, RING_TAG_KV, rc.comm);
             xfer_post(&xkv, 1, cur, nk * es, rc.next, RING_TAG_KV, rc.comm);
             stats->bytes_sent += nk * es;
-            stats->steps_prefetched++;
         }
         /* this step's accumulator comes from the rank that held the shard last step */
         if (travel && s > 0) xfer_post(&xin, 0, a_cur, nk * 4, rc.prev, RING_TAG_ACC, rc.comm);
@@ -707,6 +707,7 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
         const fa_tensor kt = kv_view(&rc, cur, Ss, 0, rc.dt, es), vt = kv_view(&rc, cur, Ss, 1, rc.dt, es);
         const double tc = MPI_Wtime();
         if (travel) memset(tmp, 0, sizeof(float) * (size_t)nk);
+        if (xkv.n > 0) stats->steps_prefetched++;
         for (int p = 0; p < np && rc.st == FA_OK; p++) {
             progress(&rc, xs, 3);
             const piece *pc = &pcs[p];
