@@ -75,6 +75,8 @@ typedef struct fa_ring_stats {
     int64_t bytes_sent;         /* payload bytes this rank sent */
     double compute_seconds;     /* in the core's calls and the local adds */
     double wait_seconds;        /* in MPI_Wait after each step's compute: exposed communication */
+    double test_seconds;        /* in MPI_Testall between pieces (not in compute_seconds): with a
+                                   shared-memory transport the receiver's copy runs here, on this core */
     double total_seconds;       /* the whole call, agreement included */
     /* optional: per-step figures, `step_capacity` entries each (data NULL: not kept) */
     double *step_compute_seconds;
@@ -93,7 +95,7 @@ typedef struct fa_ring_args {
 } fa_ring_args;
 
 #define FA_RING_ARGS_INIT {sizeof(fa_ring_args), FA_RING_CONTIGUOUS, 0, 0}
-#define FA_RING_STATS_INIT {sizeof(fa_ring_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0}
+#define FA_RING_STATS_INIT {sizeof(fa_ring_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0}
 
 /*
  * Forward: `local` is this rank's fa_forward_args (its shards of q, k, v, o, and

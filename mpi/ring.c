@@ -481,9 +481,10 @@ static void stats_step(ring_call *rc, int s, double compute, double wait)
 }
 
 /* Progresses the step's transfers before a piece, counting what the test reads. */
-static void progress(ring_call *rc, xfer *const *xs, int nx)
+static double progress(ring_call *rc, xfer *const *xs, int nx)
 {
     fa_ring_stats *st = stats_of(rc);
+    const double t0 = MPI_Wtime();
     int pending = 0;
     for (int k = 0; k < nx; k++)
         if (xs[k]->n) {
@@ -491,6 +492,9 @@ static void progress(ring_call *rc, xfer *const *xs, int nx)
             if (!xfer_test(xs[k])) pending = 1;
         }
     if (pending) st->pieces_in_flight++;
+    const double dt = MPI_Wtime() - t0;
+    st->test_seconds += dt;
+    return dt;
 }
 
 /* ------------------------------------------------------------- forward */
@@ -556,8 +560,9 @@ fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ri
         const double tc = MPI_Wtime();
         /* the hook the tests read: was the next shard already on its way? */
         if (x.n > 0) stats->steps_prefetched++;
+        double tested = 0.0;
         for (int p = 0; p < np && rc.st == FA_OK; p++) {
-            progress(&rc, xs, 1);
+            tested += progress(&rc, xs, 1);
             const piece *pc = &pcs[p];
             const int64_t row = pc->q->off + pc->r0;
             fa_forward_args c = rc.a;
@@ -582,7 +587,7 @@ fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ri
         stats->steps_computed += np > 0;
         const double tw = MPI_Wtime();
         xfer_wait(&x);
-        stats_step(&rc, s, tw - tc, MPI_Wtime() - tw);
+        stats_step(&rc, s, tw - tc - tested, MPI_Wtime() - tw);
     }
     st = agree_end(&rc);
     if (st == FA_OK) { /* one exact merge of one part: rounds o once to its dtype */
@@ -708,8 +713,9 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
         const double tc = MPI_Wtime();
         if (travel) memset(tmp, 0, sizeof(float) * (size_t)nk);
         if (xkv.n > 0) stats->steps_prefetched++;
+        double tested = 0.0;
         for (int p = 0; p < np && rc.st == FA_OK; p++) {
-            progress(&rc, xs, 3);
+            tested += progress(&rc, xs, 3);
             const piece *pc = &pcs[p];
             const int64_t row = pc->q->off + pc->r0, koff = pc->k->off, klen = pc->k->len;
             fa_forward_args c = rc.a;
@@ -743,7 +749,7 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
         stats->kept_pairs += kept;
         stats->steps_computed += np > 0;
         const double tw = MPI_Wtime();
-        double compute = tw - tc, wait = 0.0;
+        double compute = tw - tc - tested, wait = 0.0;
         if (travel) {
             xfer_wait(&xin); /* exposed: this step's accumulator had to be here */
             const double ta = MPI_Wtime();

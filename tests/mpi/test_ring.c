@@ -497,6 +497,9 @@ int main(int argc, char **argv)
         {"dropout causal zig-zag f32", ZZ, TL, -1, -1, 0, 0, 1, 0, 0, 0, 1, 12, 2, 1, 16, 16, F, F, F},
         {"dropout+window+alibi zig-zag f32", ZZ, NC, 7, 2, 1, 0, 1, 0, 0, 0, 1, 12, 2, 2, 16, 16, F, F, F},
         {"non-causal contiguous f16, one piece", CT, NC, -1, -1, 0, 0, 0, 0, 1, 0, 1, 10, 2, 2, 16, 16, H, H, F},
+        /* longer shards: the core's own tiles, several pieces per segment, messages of ~100 KB */
+        {"causal zig-zag f32 GQA, S_local 96", ZZ, TL, -1, -1, 0, 0, 0, 0, 7, 0, 1, 96, 4, 2, 64, 64, F, F, F},
+        {"window zig-zag bf16, S_local 64", ZZ, BR, 40, 0, 0, 0, 0, 0, 0, 0, 1, 64, 2, 1, 64, 64, BF, BF, F},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k], (int)k);
     test_unshard();
