@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+int ring_fault_step = -1;
+
 /* ------------------------------------------------------------ transfers */
 
 /* MPI counts are int: a buffer goes as messages of at most 1 GiB. */
@@ -171,6 +173,35 @@ static int mul_ok(int64_t *acc, int64_t x)
     return 1;
 }
 
+/* Elements of a (a, b, c, d) tensor; INT64_MAX when that overflows (the extent
+ * checks refuse such tensors). */
+static int64_t count4(int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    if (!a || !b || !c || !d) return 0;
+    int64_t n = 1;
+    return mul_ok(&n, a) && mul_ok(&n, b) && mul_ok(&n, c) && mul_ok(&n, d) ? n : INT64_MAX;
+}
+
+/* The core's size rule for one tensor, checked here so that it is agreed on
+ * before anything moves: |sum (shape-1) * stride| plus one element, in bytes,
+ * fits in 64 bits. */
+static fa_status check_extent(const fa_tensor *t, const char *name)
+{
+    int64_t span = 0, count = 1;
+    for (int d = 0; d < 4; d++)
+        if (t->shape[d] == 0) return FA_OK; /* no element is addressed */
+    for (int d = 0; d < 4; d++) {
+        const int64_t st = t->stride[d], n = t->shape[d] - 1;
+        const int64_t a = st < 0 ? (st == INT64_MIN ? INT64_MAX : -st) : st;
+        if (st == INT64_MIN || (n && a > (INT64_MAX - span) / n) || !mul_ok(&count, t->shape[d]))
+            return ring_fail(FA_ERR_OVERFLOW, "%s: shape times strides overflows 64 bits", name);
+        span += n * a;
+    }
+    const int64_t es = (int64_t)fa_dtype_size(t->dtype);
+    if (span > (INT64_MAX - es) / (es ? es : 1)) return ring_fail(FA_ERR_OVERFLOW, "%s: its byte extent overflows", name);
+    return FA_OK;
+}
+
 /* Pass 1 for the forward's arguments (also run by the backward on its fwd). */
 static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_args *ring,
                                const fa_forward_args *local)
@@ -220,8 +251,15 @@ static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_arg
         (st = check_shape(&a.o, "o", B, Sl, Hq, Dv)))
         return st;
     if (a.lse.data && (st = check_shape(&a.lse, "lse", B, Hq, Sl, 1))) return st;
-    if (!a.q.data || !a.k.data || !a.v.data || (!a.o.data && Dv > 0 && B * Sl * Hq > 0))
-        return ring_fail(FA_ERR_NULL_POINTER, "q, k, v and o need data");
+    if ((st = check_extent(&a.q, "q")) || (st = check_extent(&a.k, "k")) || (st = check_extent(&a.v, "v")) ||
+        (st = check_extent(&a.o, "o")) || (a.lse.data && (st = check_extent(&a.lse, "lse"))))
+        return st;
+    if (D > ((int64_t)1 << 40) || Dv > ((int64_t)1 << 40))
+        return ring_fail(FA_ERR_OVERFLOW, "head dims D = %lld, Dv = %lld: at most 2^40", (long long)D, (long long)Dv);
+    const int64_t nq = count4(B, Sl, Hq, D), nk = count4(B, Sl, Hk, D), nv = count4(B, Sl, Hk, Dv);
+    const int64_t no = count4(B, Sl, Hq, Dv);
+    if ((!a.q.data && nq) || (!a.k.data && nk) || (!a.v.data && nv) || (!a.o.data && no))
+        return ring_fail(FA_ERR_NULL_POINTER, "q, k, v and o need data (unless empty)");
     if (rg.sharding == FA_RING_ZIGZAG && Sl % 2)
         return ring_fail(FA_ERR_INVALID_DIM, "zig-zag sharding needs an even shard length, not %lld", (long long)Sl);
     /* the scalars the core would refuse, refused here before anything moves */
@@ -301,13 +339,23 @@ static fa_status agree(ring_call *rc, MPI_Comm comm, fa_status local_st, int64_t
         }
     if (st == FA_OK) {
         rc->Smax = 0;
+        int64_t N = 0;
         for (int x = 0; x < rc->P; x++) {
             S[x] = all[x * D_COUNT + D_S];
             if (S[x] > rc->Smax) rc->Smax = S[x];
+            N = N > FA_POSITION_MAX - S[x] ? FA_POSITION_MAX + 1 : N + S[x];
         }
+        /* the core's limits on every call of the ring: positions, and the work
+         * B*Hq*Sl*Smax*(D+Dv) (the same for every rank's longest call) */
+        int64_t work = 1;
+        if (N > FA_POSITION_MAX)
+            st = ring_fail(FA_ERR_OVERFLOW, "the whole sequence is longer than 2^60 positions");
+        else if (!mul_ok(&work, rc->B) || !mul_ok(&work, rc->Hq) || !mul_ok(&work, rc->Smax) ||
+                 !mul_ok(&work, rc->Smax) || !mul_ok(&work, rc->D + rc->Dv))
+            st = ring_fail(FA_ERR_OVERFLOW, "the work of one ring step B*Hq*Smax*Smax*(D+Dv) overflows 64 bits");
         /* the core's band rules and its dropout counter need different offsets
          * unless every call has Sq = Sk: equal segments and one piece */
-        if (rc->band_offsets && rc->a.dropout_p > 0.0f) {
+        if (st == FA_OK && rc->band_offsets && rc->a.dropout_p > 0.0f) {
             for (int x = 1; x < rc->P; x++)
                 if (S[x] != S[0])
                     st = ring_fail(FA_ERR_UNSUPPORTED, "a window or ALiBi with dropout needs equal shard lengths "
@@ -572,7 +620,7 @@ fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ri
             c.o = rows_of(&part_o, 1, row, pc->n);
             c.lse = rows_of(&part_l, 2, row, pc->n);
             place(&rc, &c, pc->q->pos + pc->r0, pc->n, pc->k->pos, pc->k->len);
-            st = fa_forward(ctx, &c);
+            st = s == ring_fault_step ? FA_ERR_OUT_OF_MEMORY : fa_forward(ctx, &c);
             stats->core_calls++;
             if (st != FA_OK) {
                 call_fail(&rc, st, s, "fa_forward");
@@ -734,7 +782,7 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
                 g.dk = fa_tensor_make(dkv_piece, FA_DTYPE_F32, FA_LAYOUT_BSND, B, klen, Hk, D);
                 g.dv = fa_tensor_make(dkv_piece + B * klen * Hk * D, FA_DTYPE_F32, FA_LAYOUT_BSND, B, klen, Hk, Dv);
             }
-            st = fa_backward(ctx, &g);
+            st = s == ring_fault_step ? FA_ERR_OUT_OF_MEMORY : fa_backward(ctx, &g);
             stats->core_calls++;
             if (st != FA_OK) {
                 call_fail(&rc, st, s, "fa_backward");

@@ -38,6 +38,11 @@ typedef struct ring_band {
 /* Kept (i, j) pairs with i in [q0, q0 + nq) and j in [k0, k0 + nk). */
 int64_t ring_kept_pairs(const ring_band *band, int64_t q0, int64_t nq, int64_t k0, int64_t nk);
 
+/* Test hook (tests/mpi/test_ring.c, linked statically): the ring step at which
+ * this rank's core calls fail with FA_ERR_OUT_OF_MEMORY, as a failure inside the
+ * ring would; -1 (the default) = off. Never exported from the shared library. */
+extern int ring_fault_step;
+
 /* Records the message fa_ring_error() returns; returns st. */
 fa_status ring_fail(fa_status st, const char *fmt, ...)
 #if defined(__GNUC__) || defined(__clang__)

@@ -31,6 +31,7 @@
 #include "flashattn_mpi.h"
 #include "harness.h"
 #include "naive.h"
+#include "ring_internal.h" /* the fault hook only: ring_fault_step */
 
 #include <math.h>
 #include <stdio.h>
@@ -46,7 +47,7 @@ typedef struct rcase {
     fa_causal causal;
     int64_t wl, wr;
     int alibi, softcap, dropout, bnsd, pieces;
-    int unequal;            /* contiguous shard lengths 5 + 3r instead of S */
+    int unequal;            /* contiguous shard lengths: 1 = 5 + 3r; 2 = 0 on rank 0, 4 + 2r elsewhere */
     int64_t B, S, Hq, Hk, D, Dv;
     fa_dtype dt, odt, gdt;
 } rcase;
@@ -55,6 +56,7 @@ typedef struct rcase {
 
 static int64_t shard_len(const rcase *c, int r)
 {
+    if (c->unequal == 2) return r == 0 ? 0 : 4 + 2 * r;
     return c->unequal ? 5 + 3 * r : c->S;
 }
 
@@ -197,6 +199,7 @@ static void apply_options(const rcase *c, fa_forward_args *a, const float *slope
 
 static void run_case(const rcase *c, int idx)
 {
+    if (c->unequal == 2 && g_P == 1) return; /* its only rank would hold nothing */
     h_case("%s, P=%d", c->name, g_P);
     int64_t N = 0;
     for (int r = 0; r < g_P; r++) N += shard_len(c, r);
@@ -399,7 +402,10 @@ static void test_unshard(void)
 
 /* ------------------------------------------------------ error agreement */
 
-typedef enum { BAD_SHAPE, BAD_CTX, BAD_BIAS, BAD_HEADS, BAD_ODD, BAD_LSE, BAD_DROPWIN, BAD_KINDS } bad_kind;
+typedef enum {
+    BAD_SHAPE, BAD_CTX, BAD_BIAS, BAD_HEADS, BAD_ODD, BAD_LSE, BAD_DROPWIN, BAD_STRIDE, BAD_FAULT, BAD_FAULT_BWD,
+    BAD_KINDS
+} bad_kind;
 
 static void test_errors(void)
 {
@@ -422,16 +428,20 @@ static void test_errors(void)
         fa_tensor bias = h_alloc(FA_DTYPE_F32, 1, 1, 1, 1);
         if (kind == BAD_BIAS && me) a.bias = bias;
         if (kind == BAD_DROPWIN) a.dropout_p = 0.1f, a.window_left = 3, a.window_right = 0;
+        /* a failure inside the ring, after the agreement: this rank's first core call */
+        ring_fault_step = ((kind == BAD_FAULT) && me) ? 0 : -1;
         h_rng r;
         h_rng_seed(&r, 5);
         h_fill_normal(&a.q, &r, 1.0), h_fill_normal(&a.k, &r, 1.0), h_fill_normal(&a.v, &r, 1.0);
+        if (kind == BAD_STRIDE && me) a.q.stride[1] = INT64_MAX / 4; /* refused before it is used */
         fa_ring_args ring = FA_RING_ARGS_INIT;
         ring.sharding = kind == BAD_ODD ? FA_RING_ZIGZAG : FA_RING_CONTIGUOUS;
         const fa_status want[BAD_KINDS] = {FA_ERR_SHAPE_MISMATCH, FA_ERR_NULL_CONTEXT, FA_ERR_UNSUPPORTED,
                                            FA_ERR_SHAPE_MISMATCH, FA_ERR_INVALID_DIM, FA_ERR_NULL_POINTER,
-                                           FA_ERR_UNSUPPORTED};
+                                           FA_ERR_UNSUPPORTED,   FA_ERR_OVERFLOW,     FA_ERR_OUT_OF_MEMORY,
+                                           FA_ERR_OUT_OF_MEMORY};
         fa_status st;
-        if (kind != BAD_LSE) {
+        if (kind != BAD_LSE && kind != BAD_FAULT_BWD) {
             h_poison_outputs(&a);
             fa_tensor o0 = clone(&a.o);
             st = fa_ring_forward((kind == BAD_CTX && me) ? NULL : g_ctx, MPI_COMM_WORLD, &ring, &a);
@@ -447,7 +457,8 @@ static void test_errors(void)
             h_fill(&dq, 777.0);
             fa_tensor dq0 = clone(&dq);
             fa_forward_args fwd = a;
-            if (me) fwd.lse.data = NULL;
+            if (me && kind == BAD_LSE) fwd.lse.data = NULL;
+            ring_fault_step = (kind == BAD_FAULT_BWD && me) ? 0 : -1;
             fa_backward_args g = FA_BACKWARD_ARGS_INIT;
             g.fwd = &fwd, g.do_ = dO, g.dq = dq;
             st = fa_ring_backward(g_ctx, MPI_COMM_WORLD, &ring, &g);
@@ -456,6 +467,7 @@ static void test_errors(void)
             CHECK(same_bits(&dq0, &dq), "dq was written by a failed call");
             free(dO.data), free(dq.data), free(dq0.data);
         }
+        ring_fault_step = -1;
         free(a.q.data), free(a.k.data), free(a.v.data), free(a.o.data), free(a.lse.data), free(bias.data);
     }
     /* nothing is left in flight: a good call still works */
@@ -497,6 +509,8 @@ int main(int argc, char **argv)
         {"dropout causal zig-zag f32", ZZ, TL, -1, -1, 0, 0, 1, 0, 0, 0, 1, 12, 2, 1, 16, 16, F, F, F},
         {"dropout+window+alibi zig-zag f32", ZZ, NC, 7, 2, 1, 0, 1, 0, 0, 0, 1, 12, 2, 2, 16, 16, F, F, F},
         {"non-causal contiguous f16, one piece", CT, NC, -1, -1, 0, 0, 0, 0, 1, 0, 1, 10, 2, 2, 16, 16, H, H, F},
+        {"no value dims (Dv = 0): lse alone", ZZ, NC, -1, -1, 0, 0, 0, 0, 0, 0, 1, 8, 2, 1, 16, 0, F, F, F},
+        {"causal, rank 0 holds no rows", CT, BR, -1, -1, 0, 0, 0, 0, 0, 2, 1, 0, 2, 1, 16, 16, F, F, F},
         /* longer shards: the core's own tiles, several pieces per segment, messages of ~100 KB */
         {"causal zig-zag f32 GQA, S_local 96", ZZ, TL, -1, -1, 0, 0, 0, 0, 7, 0, 1, 96, 4, 2, 64, 64, F, F, F},
         {"window zig-zag bf16, S_local 64", ZZ, BR, 40, 0, 0, 0, 0, 0, 0, 0, 1, 64, 2, 1, 64, 64, BF, BF, F},
