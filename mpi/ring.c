@@ -684,6 +684,11 @@ static fa_status check_backward(ring_call *rc, fa_context *ctx, const fa_ring_ar
     return FA_OK;
 }
 
+static float *aligned_floats(int64_t n)
+{
+    return aligned_alloc(64, ((size_t)n * sizeof(float) + 64) / 64 * 64);
+}
+
 /* Writes an f32 (B, S, H, X) buffer into `out` (f32 or q's dtype): fa_merge_states
  * of one part with lse 0 is an exact copy rounded once to out's dtype. */
 static fa_status write_f32(fa_context *ctx, float *buf, int64_t B, int64_t S, int64_t H, int64_t X, const float *zeros,
@@ -717,9 +722,10 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
     float *acc[2] = {travel ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL,
                      travel && P > 1 ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL};
     float *tmp = travel ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL;
-    float *dkv_piece = travel ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL;
+    /* 64-byte aligned: the core's backward then accumulates dq in it directly */
+    float *dkv_piece = travel ? aligned_floats(acc_n) : NULL;
     float *dq_acc = want_dq ? calloc((size_t)(dq_n + 1), sizeof(float)) : NULL;
-    float *dq_piece = want_dq ? malloc(sizeof(float) * (size_t)(dq_n + 1)) : NULL;
+    float *dq_piece = want_dq ? aligned_floats(dq_n) : NULL;
     float *zeros = calloc((size_t)(B * Hq * Sl + 1), sizeof(float));
     piece *pcs = malloc(sizeof(piece) * (size_t)(4 * rc.pieces));
     const int oom = !kv[0] || (P > 1 && !kv[1]) || (travel && (!acc[0] || (P > 1 && !acc[1]) || !tmp || !dkv_piece)) ||
