@@ -382,25 +382,16 @@ static int any_rank(int flag, MPI_Comm comm)
     return any;
 }
 
-/* Pass 4: the first failing rank's status, on every rank. */
+/* Pass 4: the first failing rank's status, on every rank (two collectives and
+ * no allocation, so it cannot itself fail on one rank only). */
 static fa_status agree_end(ring_call *rc)
 {
-    int mine = (int)rc->st, *all = malloc(sizeof(int) * (size_t)rc->P);
-    fa_status st = FA_OK;
-    if (!all) { /* cannot happen in practice; still agree, through a reduction */
-        const int any = any_rank(mine != FA_OK, rc->comm);
-        return any ? ring_fail(rc->st ? rc->st : FA_ERR_OUT_OF_MEMORY, "%s", rc->st ? rc->msg : "a rank failed") : FA_OK;
-    }
-    MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, rc->comm);
-    for (int x = 0; x < rc->P; x++)
-        if (all[x] != FA_OK) {
-            st = (fa_status)all[x];
-            if (x == rc->rank) ring_fail(st, "%s", rc->msg);
-            else ring_fail(st, "rank %d failed inside the ring: %s", x, fa_status_string(st));
-            break;
-        }
-    free(all);
-    return st;
+    int key = rc->st != FA_OK ? rc->rank : rc->P, first = rc->P, status = (int)rc->st;
+    MPI_Allreduce(&key, &first, 1, MPI_INT, MPI_MIN, rc->comm);
+    if (first == rc->P) return FA_OK;
+    MPI_Bcast(&status, 1, MPI_INT, first, rc->comm);
+    if (first == rc->rank) return ring_fail((fa_status)status, "%s", rc->msg);
+    return ring_fail((fa_status)status, "rank %d failed inside the ring: %s", first, fa_status_string((fa_status)status));
 }
 
 /* ------------------------------------------------------------ tensors */
