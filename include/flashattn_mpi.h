@@ -30,7 +30,8 @@
  * different position offsets; that combination is FA_ERR_UNSUPPORTED.
  *
  * Collective calls: every rank of the communicator must call, with the same
- * options. Validity is agreed before any data moves (one MPI_Allgather): when any
+ * options. Validity is agreed before any data moves (an MPI_Allgather of a small
+ * descriptor per rank, then an MPI_Allreduce on the buffers): when any
  * rank's arguments are wrong, or the ranks disagree on B, heads, dims, dtypes or
  * options, every rank returns the same status (that of the lowest failing rank),
  * nothing is written, and no rank is left waiting. A NULL context or NULL args
