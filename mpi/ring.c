@@ -692,6 +692,55 @@ static fa_status write_f32(fa_context *ctx, float *buf, int64_t B, int64_t S, in
     return fa_merge_states(ctx, 1, &src, &z, &dst, &none);
 }
 
+/* The backward's scratch: f32 pieces' gradients and what they sum into. */
+typedef struct bwd_scratch {
+    int want_dq, travel;
+    float *dq_acc, *dq_piece, *dkv_piece;
+} bwd_scratch;
+
+/* Runs pieces [from, to) of a step against the keys kt, vt (a shard of Ss rows):
+ * dq adds into dq_acc, dk/dv into `into` (laid out (B, Ss, Hk, D) then
+ * (B, Ss, Hk, Dv)). Returns the seconds spent progressing transfers. */
+static double bwd_pieces(ring_call *rc, const piece *pcs, int from, int to, const fa_tensor *kt, const fa_tensor *vt,
+                         int64_t Ss, float *into, const bwd_scratch *sc, xfer *const *xs, int step)
+{
+    const int64_t B = rc->B, Sl = rc->Sl, Hq = rc->Hq, Hk = rc->Hk, D = rc->D, Dv = rc->Dv;
+    double tested = 0.0;
+    for (int p = from; p < to && rc->st == FA_OK; p++) {
+        tested += progress(rc, xs, 3);
+        const piece *pc = &pcs[p];
+        const int64_t row = pc->q->off + pc->r0, koff = pc->k->off, klen = pc->k->len;
+        fa_forward_args c = rc->a;
+        c.q = rows_of(&rc->a.q, 1, row, pc->n);
+        c.k = rows_of(kt, 1, koff, klen);
+        c.v = rows_of(vt, 1, koff, klen);
+        c.o = rows_of(&rc->a.o, 1, row, pc->n); /* the global o and lse of these rows */
+        c.lse = rows_of(&rc->a.lse, 2, row, pc->n);
+        place(rc, &c, pc->q->pos + pc->r0, pc->n, pc->k->pos, klen);
+        fa_backward_args g = FA_BACKWARD_ARGS_INIT;
+        g.fwd = &c;
+        g.do_ = rows_of(&rc->g.do_, 1, row, pc->n);
+        /* the pieces' gradients land in f32 scratch laid out like the shard */
+        if (sc->want_dq) g.dq = fa_tensor_make(sc->dq_piece, FA_DTYPE_F32, FA_LAYOUT_BSND, B, pc->n, Hq, D);
+        if (sc->travel) {
+            g.dk = fa_tensor_make(sc->dkv_piece, FA_DTYPE_F32, FA_LAYOUT_BSND, B, klen, Hk, D);
+            g.dv = fa_tensor_make(sc->dkv_piece + B * klen * Hk * D, FA_DTYPE_F32, FA_LAYOUT_BSND, B, klen, Hk, Dv);
+        }
+        const fa_status st = step == ring_fault_step ? FA_ERR_OUT_OF_MEMORY : fa_backward(rc->ctx, &g);
+        stats_of(rc)->core_calls++;
+        if (st != FA_OK) {
+            call_fail(rc, st, step, "fa_backward");
+            break;
+        }
+        if (sc->want_dq) add_rows(sc->dq_acc, Sl, row, sc->dq_piece, pc->n, B, Hq * D);
+        if (sc->travel) {
+            add_rows(into, Ss, koff, sc->dkv_piece, klen, B, Hk * D);
+            add_rows(into + B * Ss * Hk * D, Ss, koff, sc->dkv_piece + B * klen * Hk * D, klen, B, Hk * Dv);
+        }
+    }
+    return tested;
+}
+
 fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ring, const fa_backward_args *local)
 {
     const double t0 = MPI_Wtime();
@@ -713,6 +762,11 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
     float *acc[2] = {travel ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL,
                      travel && P > 1 ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL};
     float *tmp = travel ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL;
+    /* the own shard's second half, computed while its accumulators come home */
+    const int defer = travel && P > 1;
+    float *own = defer ? calloc((size_t)(kv_elems(&rc, Sl) + 1), sizeof(float)) : NULL;
+    piece *late = malloc(sizeof(piece) * (size_t)(4 * rc.pieces));
+    int nlate = 0;
     /* 64-byte aligned: the core's backward then accumulates dq in it directly */
     float *dkv_piece = travel ? aligned_floats(acc_n) : NULL;
     float *dq_acc = want_dq ? calloc((size_t)(dq_n + 1), sizeof(float)) : NULL;
@@ -720,11 +774,11 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
     float *zeros = calloc((size_t)(B * Hq * Sl + 1), sizeof(float));
     piece *pcs = malloc(sizeof(piece) * (size_t)(4 * rc.pieces));
     const int oom = !kv[0] || (P > 1 && !kv[1]) || (travel && (!acc[0] || (P > 1 && !acc[1]) || !tmp || !dkv_piece)) ||
-                    (want_dq && (!dq_acc || !dq_piece)) || !zeros || !pcs ||
+                    (want_dq && (!dq_acc || !dq_piece)) || !zeros || !pcs || !late || (defer && !own) ||
                     acc_n * 4 > RING_CHUNK * RING_MAX_CHUNKS;
     if (any_rank(oom, comm)) {
         free(kv[0]), free(kv[1]), free(acc[0]), free(acc[1]), free(tmp), free(dkv_piece), free(dq_acc), free(dq_piece);
-        free(zeros), free(pcs), free(rc.S);
+        free(zeros), free(pcs), free(rc.S), free(own), free(late);
         return ring_fail(acc_n * 4 > RING_CHUNK * RING_MAX_CHUNKS ? FA_ERR_OVERFLOW : FA_ERR_OUT_OF_MEMORY,
                          "a rank could not allocate the ring's buffers");
     }
@@ -733,6 +787,7 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
     rc.next = (rc.rank + 1) % P;
     stats_begin(&rc);
     fa_ring_stats *stats = stats_of(&rc);
+    const bwd_scratch sc = {want_dq, travel, dq_acc, dq_piece, dkv_piece};
 
     pack(kv[0], &rc.a.k, es);
     pack(kv[0] + B * Sl * Hk * D * es, &rc.a.v, es);
@@ -758,39 +813,20 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
         const double tc = MPI_Wtime();
         if (travel) memset(tmp, 0, sizeof(float) * (size_t)nk);
         if (xkv.n > 0) stats->steps_prefetched++;
-        double tested = 0.0;
-        for (int p = 0; p < np && rc.st == FA_OK; p++) {
-            tested += progress(&rc, xs, 3);
-            const piece *pc = &pcs[p];
-            const int64_t row = pc->q->off + pc->r0, koff = pc->k->off, klen = pc->k->len;
-            fa_forward_args c = rc.a;
-            c.q = rows_of(&rc.a.q, 1, row, pc->n);
-            c.k = rows_of(&kt, 1, koff, klen);
-            c.v = rows_of(&vt, 1, koff, klen);
-            c.o = rows_of(&rc.a.o, 1, row, pc->n); /* the global o and lse of these rows */
-            c.lse = rows_of(&rc.a.lse, 2, row, pc->n);
-            place(&rc, &c, pc->q->pos + pc->r0, pc->n, pc->k->pos, klen);
-            fa_backward_args g = FA_BACKWARD_ARGS_INIT;
-            g.fwd = &c;
-            g.do_ = rows_of(&rc.g.do_, 1, row, pc->n);
-            /* the pieces' gradients land in f32 scratch laid out like the shard */
-            if (want_dq) g.dq = fa_tensor_make(dq_piece, FA_DTYPE_F32, FA_LAYOUT_BSND, B, pc->n, Hq, D);
-            if (travel) {
-                g.dk = fa_tensor_make(dkv_piece, FA_DTYPE_F32, FA_LAYOUT_BSND, B, klen, Hk, D);
-                g.dv = fa_tensor_make(dkv_piece + B * klen * Hk * D, FA_DTYPE_F32, FA_LAYOUT_BSND, B, klen, Hk, Dv);
-            }
-            st = s == ring_fault_step ? FA_ERR_OUT_OF_MEMORY : fa_backward(ctx, &g);
-            stats->core_calls++;
-            if (st != FA_OK) {
-                call_fail(&rc, st, s, "fa_backward");
-                break;
-            }
-            if (want_dq) add_rows(dq_acc, Sl, row, dq_piece, pc->n, B, Hq * D);
-            if (travel) {
-                add_rows(tmp, Ss, koff, dkv_piece, klen, B, Hk * D);
-                add_rows(tmp + B * Ss * Hk * D, Ss, koff, dkv_piece + B * klen * Hk * D, klen, B, Hk * Dv);
+        /* the own shard's step is split by kept pairs: its first half now (it
+         * hides the first transfer), the rest after the ring (it hides the
+         * accumulators' way home) */
+        int run = np;
+        if (s == 0 && defer) {
+            int64_t half = 0;
+            run = 0;
+            while (run < np && 2 * half < kept) half += pcs[run++].kept;
+            for (int p = run; p < np; p++) { /* k segments of the own layout, which outlives the loop */
+                late[nlate] = pcs[p];
+                late[nlate++].k = &rc.mine.seg[pcs[p].k - sl.seg];
             }
         }
+        const double tested = bwd_pieces(&rc, pcs, 0, run, &kt, &vt, Ss, tmp, &sc, xs, s);
         stats->kept_pairs += kept;
         stats->steps_computed += np > 0;
         const double tw = MPI_Wtime();
@@ -816,15 +852,26 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
         wait += MPI_Wtime() - tk;
         stats_step(&rc, s, compute, wait);
     }
-    /* the accumulators of this rank's own shard come home after P steps */
+    /* the accumulators of this rank's own shard come home after P steps, while
+     * the own shard's second half computes (on the caller's k and v: the packed
+     * copy was received into long ago) */
     float *mine = travel ? acc[0] : NULL;
-    if (travel && P > 1) {
-        const double tw = MPI_Wtime();
+    if (defer) {
         mine = acc[P % 2];
         xfer_post(&xin, 0, mine, kv_elems(&rc, Sl) * 4, rc.prev, RING_TAG_ACC, rc.comm);
+        const double tc = MPI_Wtime();
+        const double tested = bwd_pieces(&rc, late, 0, nlate, &rc.a.k, &rc.a.v, Sl, own, &sc, xs, 0);
+        const double tw = MPI_Wtime();
         xfer_wait(&xin);
         xfer_wait(&xout);
-        stats->wait_seconds += MPI_Wtime() - tw;
+        const double wait = MPI_Wtime() - tw;
+        const int64_t n = kv_elems(&rc, Sl);
+        for (int64_t k = 0; k < n; k++) mine[k] += own[k];
+        stats->compute_seconds += MPI_Wtime() - tc - tested - wait;
+        stats->wait_seconds += wait;
+        if (stats->step_capacity > 0 && stats->step_compute_seconds)
+            stats->step_compute_seconds[0] += MPI_Wtime() - tc - tested - wait;
+        if (stats->step_capacity > 0 && stats->step_wait_seconds) stats->step_wait_seconds[0] += wait;
     }
     st = agree_end(&rc);
     if (st == FA_OK && want_dq) st = write_f32(ctx, dq_acc, B, Sl, Hq, D, zeros, &rc.g.dq);
@@ -834,7 +881,7 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
         ring_fail(st, "writing the gradients: %s", fa_context_error(ctx));
     MPI_Comm_free(&rc.comm);
     free(kv[0]), free(kv[1]), free(acc[0]), free(acc[1]), free(tmp), free(dkv_piece), free(dq_acc), free(dq_piece);
-    free(zeros), free(pcs), free(rc.S);
+    free(zeros), free(pcs), free(rc.S), free(own), free(late);
     stats->total_seconds = MPI_Wtime() - t0;
     return st;
 }
