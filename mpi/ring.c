@@ -20,7 +20,8 @@
  * dot(dO_i, o_i) are then those of the whole sequence, so the step's dq, dk, dv are
  * exactly its terms of the full sums. dq sums locally in f32; the dk/dv terms add
  * into f32 accumulators that travel the ring one step behind their k/v shard and
- * come back to its owner after P steps.
+ * come back to its owner after P steps; the owner computes the second half of its
+ * own shard's step meanwhile, so that last hop is hidden as well.
  *
  * Legend: P ranks, r this rank, B batch, Hq/Hk heads, D/Dv head dims, S_r rows of
  * rank r, Sl = S_r, Smax the longest shard. Buffers: kv (B, S, Hk, D) then
