@@ -1,0 +1,888 @@
+/*
+ * ring.c: ring attention over MPI (include/flashattn_mpi.h, docs/mpi.md).
+ *
+ * One call runs in four passes, the same on every rank:
+ *   1. local checks of the arguments, without communication;
+ *   2. the agreement: one MPI_Allgather of a fixed descriptor per rank, from which
+ *      every rank derives the same verdict (and the shard lengths of all), then the
+ *      buffers, then one MPI_Allreduce that agrees on whether they could be had;
+ *   3. the ring, P steps: at step s rank r holds the k/v shard of rank r - s; it
+ *      posts the next shard's MPI_Irecv and its own MPI_Isend first, then runs the
+ *      local attention on the shard at hand in query-row pieces with MPI_Testall
+ *      between them (Open MPI moves a large message only while MPI is entered);
+ *      a core failure is recorded and the ring still completes, so nobody waits;
+ *   4. the statuses of the ring agreed (MPI_Allgather), then the outputs written.
+ *
+ * Forward: the partial (o, lse) of every step are merged into f32 accumulators
+ * with fa_merge_states, in ring order, so the result is bitwise reproducible.
+ * Backward: each step runs fa_backward on (local q, visiting k/v) with the forward's
+ * GLOBAL o and lse of the local queries: P_ij = exp(s_ij - lse_i) and
+ * dot(dO_i, o_i) are then those of the whole sequence, so the step's dq, dk, dv are
+ * exactly its terms of the full sums. dq sums locally in f32; the dk/dv terms add
+ * into f32 accumulators that travel the ring one step behind their k/v shard and
+ * come back to its owner after P steps; the owner computes the second half of its
+ * own shard's step meanwhile, so that last hop is hidden as well.
+ *
+ * Legend: P ranks, r this rank, B batch, Hq/Hk heads, D/Dv head dims, S_r rows of
+ * rank r, Sl = S_r, Smax the longest shard. Buffers: kv (B, S, Hk, D) then
+ * (B, S, Hk, Dv) in the input dtype; accumulators the same in f32.
+ */
+#include "ring_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ring_fault_step = -1;
+
+/* ------------------------------------------------------------ transfers */
+
+/* MPI counts are int: a buffer goes as messages of at most 1 GiB. */
+#define RING_CHUNK ((int64_t)1 << 30)
+enum { RING_MAX_CHUNKS = 32, RING_TAG_KV = 1, RING_TAG_ACC = 2 };
+
+typedef struct xfer {
+    MPI_Request req[4 * RING_MAX_CHUNKS];
+    int n;
+} xfer;
+
+static void xfer_post(xfer *x, int send, void *buf, int64_t bytes, int peer, int tag, MPI_Comm comm)
+{
+    int64_t off = 0;
+    int c = 0;
+    do { /* a zero-byte buffer is still one message: both sides stay in step */
+        const int64_t n = bytes - off > RING_CHUNK ? RING_CHUNK : bytes - off;
+        MPI_Request *r = &x->req[x->n++];
+        if (send) MPI_Isend((char *)buf + off, (int)n, MPI_BYTE, peer, tag + 8 * c, comm, r);
+        else MPI_Irecv((char *)buf + off, (int)n, MPI_BYTE, peer, tag + 8 * c, comm, r);
+        off += n;
+        c++;
+    } while (off < bytes);
+}
+
+/* 1 when every request of x has completed (or x is empty). */
+static int xfer_test(xfer *x)
+{
+    if (x->n == 0) return 1;
+    int done = 0;
+    MPI_Testall(x->n, x->req, &done, MPI_STATUSES_IGNORE);
+    if (done) x->n = 0;
+    return done;
+}
+
+static void xfer_wait(xfer *x)
+{
+    if (x->n) MPI_Waitall(x->n, x->req, MPI_STATUSES_IGNORE);
+    x->n = 0;
+}
+
+/* -------------------------------------------------------- one ring call */
+
+typedef struct ring_call {
+    fa_context *ctx;
+    int P, rank, prev, next;
+    MPI_Comm comm; /* our duplicate of the caller's */
+    fa_forward_args a; /* the local forward arguments, struct_size normalised */
+    fa_backward_args g; /* the backward's (backward only) */
+    fa_ring_sharding sharding;
+    int pieces;
+    int band_offsets;  /* window or ALiBi: offsets follow the bottom-right rule */
+    ring_band band;
+    int64_t B, Hq, Hk, D, Dv, Sl, Smax;
+    fa_dtype dt;
+    int64_t es;
+    int64_t *S;        /* (P) shard lengths */
+    ring_layout mine;
+    fa_ring_stats *stats, local_stats;
+    fa_status st;      /* the first failure inside the ring */
+    char msg[400];
+} ring_call;
+
+static fa_status call_fail(ring_call *rc, fa_status st, int step, const char *what)
+{
+    if (rc->st == FA_OK) {
+        rc->st = st;
+        snprintf(rc->msg, sizeof rc->msg, "rank %d, ring step %d: %s: %s", rc->rank, step, what,
+                 fa_context_error(rc->ctx));
+    }
+    return st;
+}
+
+/* The descriptor each rank contributes to the agreement. */
+enum {
+    D_STATUS, D_B, D_S, D_HQ, D_HK, D_D, D_DV, D_DTYPE, D_CAUSAL, D_WL, D_WR, D_SCALE, D_SOFTCAP, D_ALIBI,
+    D_DROP_P, D_DROP_SEED, D_DROP_OFF, D_SHARDING, D_PIECES, D_GRADS, D_COUNT
+};
+static const char *const desc_name[D_COUNT] = {
+    "status", "B", "S_local", "Hq", "Hk", "D", "Dv", "dtype", "causal", "window_left", "window_right", "scale",
+    "softcap", "alibi", "dropout_p", "dropout_seed", "dropout_offset", "sharding", "pieces", "gradients"};
+/* what a disagreement on a field is: the fields that every rank must share */
+static fa_status desc_mismatch(int f)
+{
+    switch (f) {
+    case D_B: case D_HQ: case D_HK: case D_D: case D_DV: return FA_ERR_SHAPE_MISMATCH;
+    case D_DTYPE: return FA_ERR_DTYPE;
+    case D_S: case D_STATUS: return FA_OK; /* lengths may differ; statuses are read first */
+    default: return FA_ERR_INVALID_ARGUMENT;
+    }
+}
+
+static int64_t float_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (int64_t)u;
+}
+
+static int64_t norm_window(int64_t w)
+{
+    return (w < 0 || w >= ((int64_t)1 << 62)) ? -1 : w;
+}
+
+/* The struct-size rule of the core: older callers get defaults for what they lack;
+ * newer callers' unknown fields must be zero. */
+static fa_status copy_sized(void *dst, size_t have, const void *src, size_t given, size_t min, const char *name)
+{
+    if (given < min) return ring_fail(FA_ERR_STRUCT_SIZE, "%s->struct_size %zu is below %zu", name, given, min);
+    memcpy(dst, src, given < have ? given : have);
+    for (size_t k = have; k < given; k++)
+        if (((const unsigned char *)src)[k])
+            return ring_fail(FA_ERR_STRUCT_SIZE, "%s sets fields beyond the %zu bytes this library knows", name, have);
+    return FA_OK;
+}
+
+static int good_dtype(fa_dtype t)
+{
+    return t == FA_DTYPE_F32 || t == FA_DTYPE_F16 || t == FA_DTYPE_BF16;
+}
+
+static fa_status check_shape(const fa_tensor *t, const char *name, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    if (t->shape[0] != a || t->shape[1] != b || t->shape[2] != c || t->shape[3] != d)
+        return ring_fail(FA_ERR_SHAPE_MISMATCH, "%s is (%lld, %lld, %lld, %lld), expected (%lld, %lld, %lld, %lld)",
+                         name, (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
+                         (long long)t->shape[3], (long long)a, (long long)b, (long long)c, (long long)d);
+    return FA_OK;
+}
+
+static int mul_ok(int64_t *acc, int64_t x)
+{
+    if (x < 0) return 0;
+    if (x != 0 && *acc > INT64_MAX / x) return 0;
+    *acc *= x;
+    return 1;
+}
+
+/* Elements of a (a, b, c, d) tensor; INT64_MAX when that overflows (the extent
+ * checks refuse such tensors). */
+static int64_t count4(int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    if (!a || !b || !c || !d) return 0;
+    int64_t n = 1;
+    return mul_ok(&n, a) && mul_ok(&n, b) && mul_ok(&n, c) && mul_ok(&n, d) ? n : INT64_MAX;
+}
+
+/* The core's size rule for one tensor, checked here so that it is agreed on
+ * before anything moves: |sum (shape-1) * stride| plus one element, in bytes,
+ * fits in 64 bits. */
+static fa_status check_extent(const fa_tensor *t, const char *name)
+{
+    int64_t span = 0, count = 1;
+    for (int d = 0; d < 4; d++)
+        if (t->shape[d] == 0) return FA_OK; /* no element is addressed */
+    for (int d = 0; d < 4; d++) {
+        const int64_t st = t->stride[d], n = t->shape[d] - 1;
+        const int64_t a = st < 0 ? (st == INT64_MIN ? INT64_MAX : -st) : st;
+        if (st == INT64_MIN || (n && a > (INT64_MAX - span) / n) || !mul_ok(&count, t->shape[d]))
+            return ring_fail(FA_ERR_OVERFLOW, "%s: shape times strides overflows 64 bits", name);
+        span += n * a;
+    }
+    const int64_t es = (int64_t)fa_dtype_size(t->dtype);
+    if (span > (INT64_MAX - es) / (es ? es : 1)) return ring_fail(FA_ERR_OVERFLOW, "%s: its byte extent overflows", name);
+    return FA_OK;
+}
+
+/* Pass 1 for the forward's arguments (also run by the backward on its fwd). */
+static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_args *ring,
+                               const fa_forward_args *local)
+{
+    if (!ctx) return ring_fail(FA_ERR_NULL_CONTEXT, "the context is NULL");
+    if (!ring || !local) return ring_fail(FA_ERR_NULL_POINTER, "%s is NULL", ring ? "the forward args" : "ring");
+    fa_ring_args rg = FA_RING_ARGS_INIT;
+    fa_status st = copy_sized(&rg, sizeof rg, ring, ring->struct_size, offsetof(fa_ring_args, pieces), "ring");
+    if (st) return st;
+    fa_forward_args a = FA_FORWARD_ARGS_INIT;
+    st = copy_sized(&a, sizeof a, local, local->struct_size, offsetof(fa_forward_args, scale), "args");
+    if (st) return st;
+    a.struct_size = sizeof a;
+    if (rg.sharding != FA_RING_CONTIGUOUS && rg.sharding != FA_RING_ZIGZAG)
+        return ring_fail(FA_ERR_INVALID_ARGUMENT, "ring->sharding %d is not a fa_ring_sharding", (int)rg.sharding);
+    if (rg.pieces < 0 || rg.pieces > 1024)
+        return ring_fail(FA_ERR_INVALID_ARGUMENT, "ring->pieces %d is not in 0..1024", rg.pieces);
+    if (rg.stats && rg.stats->struct_size != sizeof(fa_ring_stats))
+        return ring_fail(FA_ERR_STRUCT_SIZE, "stats->struct_size %zu is not %zu", rg.stats->struct_size,
+                         sizeof(fa_ring_stats));
+    /* what has no meaning for a sequence the ring shards */
+    if (a.bias.data) return ring_fail(FA_ERR_UNSUPPORTED, "bias tensors are not supported by ring attention");
+    if (a.mask.data) return ring_fail(FA_ERR_UNSUPPORTED, "mask tensors are not supported by ring attention");
+    if (a.cu_seqlens_q || a.cu_seqlens_k)
+        return ring_fail(FA_ERR_UNSUPPORTED, "variable-length (cu_seqlens) calls are not supported by ring attention");
+    if (a.kv_cache) return ring_fail(FA_ERR_UNSUPPORTED, "KV caches are not supported by ring attention");
+    if (a.dropout_mask.data)
+        return ring_fail(FA_ERR_UNSUPPORTED, "dropout_mask is not supported by ring attention");
+    if (a.q_start || a.k_start)
+        return ring_fail(FA_ERR_UNSUPPORTED, "q_start/k_start are set by the ring from the sharding; pass 0");
+    /* dtypes and shapes */
+    if (!good_dtype(a.q.dtype) || a.k.dtype != a.q.dtype || a.v.dtype != a.q.dtype)
+        return ring_fail(FA_ERR_DTYPE, "q, k, v must share one dtype of f32, f16, bf16");
+    if (a.o.dtype != a.q.dtype && a.o.dtype != FA_DTYPE_F32)
+        return ring_fail(FA_ERR_DTYPE, "o must be q's dtype or f32");
+    if (a.lse.data && a.lse.dtype != FA_DTYPE_F32) return ring_fail(FA_ERR_DTYPE, "lse must be f32");
+    for (int d = 0; d < 4; d++)
+        if (a.q.shape[d] < 0 || a.k.shape[d] < 0 || a.v.shape[d] < 0 || a.o.shape[d] < 0)
+            return ring_fail(FA_ERR_INVALID_DIM, "a negative extent");
+    const int64_t B = a.q.shape[0], Sl = a.q.shape[1], Hq = a.q.shape[2], D = a.q.shape[3];
+    const int64_t Hk = a.k.shape[2], Dv = a.v.shape[3];
+    if (D == 0) return ring_fail(FA_ERR_INVALID_DIM, "D = 0: there are no scores");
+    if (Hk == 0 && Hq > 0) return ring_fail(FA_ERR_INVALID_DIM, "Hk = 0 with Hq > 0");
+    if (Hk > 0 && Hq % Hk) return ring_fail(FA_ERR_HEAD_RATIO, "Hq %lld is not a multiple of Hk %lld", (long long)Hq,
+                                            (long long)Hk);
+    if ((st = check_shape(&a.k, "k", B, Sl, Hk, D)) || (st = check_shape(&a.v, "v", B, Sl, Hk, Dv)) ||
+        (st = check_shape(&a.o, "o", B, Sl, Hq, Dv)))
+        return st;
+    if (a.lse.data && (st = check_shape(&a.lse, "lse", B, Hq, Sl, 1))) return st;
+    if ((st = check_extent(&a.q, "q")) || (st = check_extent(&a.k, "k")) || (st = check_extent(&a.v, "v")) ||
+        (st = check_extent(&a.o, "o")) || (a.lse.data && (st = check_extent(&a.lse, "lse"))))
+        return st;
+    if (D > ((int64_t)1 << 40) || Dv > ((int64_t)1 << 40))
+        return ring_fail(FA_ERR_OVERFLOW, "head dims D = %lld, Dv = %lld: at most 2^40", (long long)D, (long long)Dv);
+    const int64_t nq = count4(B, Sl, Hq, D), nk = count4(B, Sl, Hk, D), nv = count4(B, Sl, Hk, Dv);
+    const int64_t no = count4(B, Sl, Hq, Dv);
+    if ((!a.q.data && nq) || (!a.k.data && nk) || (!a.v.data && nv) || (!a.o.data && no))
+        return ring_fail(FA_ERR_NULL_POINTER, "q, k, v and o need data (unless empty)");
+    if (rg.sharding == FA_RING_ZIGZAG && Sl % 2)
+        return ring_fail(FA_ERR_INVALID_DIM, "zig-zag sharding needs an even shard length, not %lld", (long long)Sl);
+    /* the scalars the core would refuse, refused here before anything moves */
+    if (!isfinite(a.scale)) return ring_fail(FA_ERR_INVALID_ARGUMENT, "scale is not finite");
+    if (!isfinite(a.softcap) || a.softcap < 0.0f) return ring_fail(FA_ERR_INVALID_ARGUMENT, "softcap must be >= 0");
+    if (a.causal != FA_CAUSAL_NONE && a.causal != FA_CAUSAL_TOP_LEFT && a.causal != FA_CAUSAL_BOTTOM_RIGHT)
+        return ring_fail(FA_ERR_INVALID_ARGUMENT, "causal %d is not a fa_causal", (int)a.causal);
+    if (a.window_left < -1 || a.window_right < -1) return ring_fail(FA_ERR_INVALID_ARGUMENT, "a window side below -1");
+    if (!(a.dropout_p >= 0.0f && a.dropout_p < 1.0f)) return ring_fail(FA_ERR_INVALID_ARGUMENT, "dropout_p not in [0, 1)");
+    /* buffer sizes: the f32 accumulators of the widest tensors must fit */
+    int64_t n = 16;
+    if (!mul_ok(&n, B) || !mul_ok(&n, Sl) || !mul_ok(&n, Hq > Hk ? Hq : Hk) || !mul_ok(&n, D + Dv))
+        return ring_fail(FA_ERR_OVERFLOW, "the shard's buffers do not fit in 64 bits");
+    rc->ctx = ctx;
+    rc->a = a;
+    rc->sharding = rg.sharding;
+    rc->pieces = rg.pieces ? rg.pieces : 4;
+    rc->stats = rg.stats;
+    rc->band.causal = a.causal != FA_CAUSAL_NONE;
+    rc->band.left = norm_window(a.window_left);
+    rc->band.right = norm_window(a.window_right);
+    rc->band_offsets = rc->band.left >= 0 || rc->band.right >= 0 || a.alibi_slopes != NULL;
+    rc->B = B, rc->Sl = Sl, rc->Hq = Hq, rc->Hk = Hk, rc->D = D, rc->Dv = Dv;
+    rc->dt = a.q.dtype;
+    rc->es = (int64_t)fa_dtype_size(a.q.dtype);
+    return FA_OK;
+}
+
+static void fill_desc(const ring_call *rc, fa_status st, int64_t grads, int64_t *d)
+{
+    memset(d, 0, sizeof(int64_t) * D_COUNT);
+    d[D_STATUS] = st;
+    if (st != FA_OK) return;
+    const fa_forward_args *a = &rc->a;
+    d[D_B] = rc->B, d[D_S] = rc->Sl, d[D_HQ] = rc->Hq, d[D_HK] = rc->Hk, d[D_D] = rc->D, d[D_DV] = rc->Dv;
+    d[D_DTYPE] = rc->dt;
+    d[D_CAUSAL] = rc->band.causal;
+    d[D_WL] = rc->band.left, d[D_WR] = rc->band.right;
+    d[D_SCALE] = float_bits(a->scale), d[D_SOFTCAP] = float_bits(a->softcap);
+    d[D_ALIBI] = a->alibi_slopes != NULL;
+    d[D_DROP_P] = float_bits(a->dropout_p);
+    d[D_DROP_SEED] = (int64_t)a->dropout_seed, d[D_DROP_OFF] = a->dropout_offset;
+    d[D_SHARDING] = rc->sharding;
+    d[D_PIECES] = rc->pieces;
+    d[D_GRADS] = grads;
+}
+
+/* Pass 2: every rank derives the same verdict from everybody's descriptor. */
+static fa_status agree(ring_call *rc, MPI_Comm comm, fa_status local_st, int64_t grads)
+{
+    int64_t desc[D_COUNT];
+    fill_desc(rc, local_st, grads, desc);
+    int64_t *all = malloc(sizeof(int64_t) * D_COUNT * (size_t)rc->P);
+    int64_t *S = malloc(sizeof(int64_t) * (size_t)rc->P);
+    int bad = !all || !S;
+    /* a rank without memory for the agreement still agrees: it reports OOM */
+    int bad_any = 0;
+    MPI_Allreduce(&bad, &bad_any, 1, MPI_INT, MPI_MAX, comm);
+    if (bad_any) {
+        free(all), free(S);
+        return ring_fail(FA_ERR_OUT_OF_MEMORY, "a rank could not allocate the agreement's few bytes");
+    }
+    MPI_Allgather(desc, D_COUNT, MPI_INT64_T, all, D_COUNT, MPI_INT64_T, comm);
+    fa_status st = FA_OK;
+    for (int x = 0; x < rc->P && st == FA_OK; x++) {
+        const fa_status sx = (fa_status)all[x * D_COUNT + D_STATUS];
+        if (sx == FA_OK) continue;
+        st = sx;
+        if (x != rc->rank) ring_fail(st, "rank %d refused its arguments: %s", x, fa_status_string(st));
+    }
+    for (int x = 1; x < rc->P && st == FA_OK; x++)
+        for (int f = 0; f < D_COUNT && st == FA_OK; f++) {
+            const fa_status m = desc_mismatch(f);
+            if (m != FA_OK && all[x * D_COUNT + f] != all[f])
+                st = ring_fail(m, "ranks 0 and %d disagree on %s (%lld vs %lld)", x, desc_name[f], (long long)all[f],
+                               (long long)all[x * D_COUNT + f]);
+        }
+    if (st == FA_OK) {
+        rc->Smax = 0;
+        int64_t N = 0;
+        for (int x = 0; x < rc->P; x++) {
+            S[x] = all[x * D_COUNT + D_S];
+            if (S[x] > rc->Smax) rc->Smax = S[x];
+            N = N > FA_POSITION_MAX - S[x] ? FA_POSITION_MAX + 1 : N + S[x];
+        }
+        /* the core's limits on every call of the ring: positions, and the work
+         * B*Hq*Sl*Smax*(D+Dv) (the same for every rank's longest call) */
+        int64_t work = 1;
+        if (N > FA_POSITION_MAX)
+            st = ring_fail(FA_ERR_OVERFLOW, "the whole sequence is longer than 2^60 positions");
+        else if (!mul_ok(&work, rc->B) || !mul_ok(&work, rc->Hq) || !mul_ok(&work, rc->Smax) ||
+                 !mul_ok(&work, rc->Smax) || !mul_ok(&work, rc->D + rc->Dv))
+            st = ring_fail(FA_ERR_OVERFLOW, "the work of one ring step B*Hq*Smax*Smax*(D+Dv) overflows 64 bits");
+        /* the core's band rules and its dropout counter need different offsets
+         * unless every call has Sq = Sk: equal segments and one piece */
+        if (st == FA_OK && rc->band_offsets && rc->a.dropout_p > 0.0f) {
+            for (int x = 1; x < rc->P; x++)
+                if (S[x] != S[0])
+                    st = ring_fail(FA_ERR_UNSUPPORTED, "a window or ALiBi with dropout needs equal shard lengths "
+                                                       "(rank %d has %lld rows, rank 0 %lld)",
+                                   x, (long long)S[x], (long long)S[0]);
+            rc->pieces = 1;
+        }
+    }
+    free(all);
+    if (st != FA_OK) {
+        free(S);
+        return st;
+    }
+    rc->S = S;
+    ring_layout_of(rc->sharding, rc->P, S, rc->rank, &rc->mine);
+    return FA_OK;
+}
+
+/* Agrees on a flag every rank computed itself (1 = failed). */
+static int any_rank(int flag, MPI_Comm comm)
+{
+    int any = 0;
+    MPI_Allreduce(&flag, &any, 1, MPI_INT, MPI_MAX, comm);
+    return any;
+}
+
+/* Pass 4: the first failing rank's status, on every rank (two collectives and
+ * no allocation, so it cannot itself fail on one rank only). */
+static fa_status agree_end(ring_call *rc)
+{
+    int key = rc->st != FA_OK ? rc->rank : rc->P, first = rc->P, status = (int)rc->st;
+    MPI_Allreduce(&key, &first, 1, MPI_INT, MPI_MIN, rc->comm);
+    if (first == rc->P) return FA_OK;
+    MPI_Bcast(&status, 1, MPI_INT, first, rc->comm);
+    if (first == rc->rank) return ring_fail((fa_status)status, "%s", rc->msg);
+    return ring_fail((fa_status)status, "rank %d failed inside the ring: %s", first, fa_status_string((fa_status)status));
+}
+
+/* ------------------------------------------------------------ tensors */
+
+/* Rows [r0, r0 + n) of a tensor along axis `ax`. */
+static fa_tensor rows_of(const fa_tensor *t, int ax, int64_t r0, int64_t n)
+{
+    fa_tensor v = *t;
+    if (v.data) v.data = (char *)t->data + r0 * t->stride[ax] * (int64_t)fa_dtype_size(t->dtype);
+    v.shape[ax] = n;
+    return v;
+}
+
+/* Copies a (B, S, H, X) tensor of any strides into a contiguous BSND buffer. */
+static void pack(char *dst, const fa_tensor *t, int64_t es)
+{
+    const int64_t B = t->shape[0], S = t->shape[1], H = t->shape[2], X = t->shape[3];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t h = 0; h < H; h++) {
+                const char *src = (const char *)t->data + (b * t->stride[0] + s * t->stride[1] + h * t->stride[2]) * es;
+                if (t->stride[3] == 1) {
+                    memcpy(dst, src, (size_t)(X * es));
+                    dst += X * es;
+                } else
+                    for (int64_t x = 0; x < X; x++, dst += es) memcpy(dst, src + x * t->stride[3] * es, (size_t)es);
+            }
+}
+
+/* dst rows [off, off + n) of (B, S, W) += src (B, n, W) (both contiguous). */
+static void add_rows(float *dst, int64_t S, int64_t off, const float *src, int64_t n, int64_t B, int64_t W)
+{
+    for (int64_t b = 0; b < B; b++) {
+        float *d = dst + (b * S + off) * W;
+        const float *s = src + b * n * W;
+        for (int64_t k = 0; k < n * W; k++) d[k] += s[k];
+    }
+}
+
+/* The k and v views of a travelling buffer holding the shard of S rows. */
+static fa_tensor kv_view(const ring_call *rc, void *buf, int64_t S, int which_v, fa_dtype dt, int64_t es)
+{
+    char *base = buf;
+    if (which_v) base += rc->B * S * rc->Hk * rc->D * es;
+    return fa_tensor_make(base, dt, FA_LAYOUT_BSND, rc->B, S, rc->Hk, which_v ? rc->Dv : rc->D);
+}
+
+static int64_t kv_elems(const ring_call *rc, int64_t S)
+{
+    return rc->B * S * rc->Hk * (rc->D + rc->Dv);
+}
+
+/* The offsets and causal rule of a call on query rows at global qpos (n rows) and
+ * keys at kpos (m rows): global positions for the top-left rule and the dropout
+ * counter; the bottom-right rule's difference when a window or ALiBi needs d(i). */
+static void place(const ring_call *rc, fa_forward_args *c, int64_t qpos, int64_t n, int64_t kpos, int64_t m)
+{
+    if (!rc->band_offsets) {
+        c->q_start = qpos;
+        c->k_start = kpos;
+        c->causal = rc->band.causal ? FA_CAUSAL_TOP_LEFT : FA_CAUSAL_NONE;
+        return;
+    }
+    int64_t qs = qpos - (m - n), ks = kpos; /* with n = m (dropout) these are the positions */
+    if (qs < 0) ks -= qs, qs = 0;
+    c->q_start = qs;
+    c->k_start = ks;
+    c->causal = rc->band.causal ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+}
+
+/* The (query segment, row block, key segment) calls of one step, in a fixed order. */
+typedef struct piece {
+    const ring_seg *q, *k;
+    int64_t r0, n, kept;
+} piece;
+
+static int step_pieces(const ring_call *rc, const ring_layout *src, piece *out, int cap, int64_t *kept_total)
+{
+    int np = 0;
+    *kept_total = 0;
+    for (int a = 0; a < rc->mine.n; a++)
+        for (int b = 0; b < src->n; b++) {
+            const ring_seg *qs = &rc->mine.seg[a], *ks = &src->seg[b];
+            if (ring_kept_pairs(&rc->band, qs->pos, qs->len, ks->pos, ks->len) == 0) continue;
+            const int64_t blk = (qs->len + rc->pieces - 1) / rc->pieces;
+            for (int64_t r0 = 0; r0 < qs->len && np < cap; r0 += blk) {
+                const int64_t n = qs->len - r0 < blk ? qs->len - r0 : blk;
+                const int64_t kept = ring_kept_pairs(&rc->band, qs->pos + r0, n, ks->pos, ks->len);
+                if (!kept) continue;
+                out[np++] = (piece){qs, ks, r0, n, kept};
+                *kept_total += kept;
+            }
+        }
+    return np;
+}
+
+static fa_ring_stats *stats_of(ring_call *rc)
+{
+    return rc->stats ? rc->stats : &rc->local_stats;
+}
+
+static void stats_begin(ring_call *rc)
+{
+    fa_ring_stats *s = stats_of(rc);
+    double *sc = s->step_compute_seconds, *sw = s->step_wait_seconds;
+    const int64_t cap = s->step_capacity;
+    memset(s, 0, sizeof *s);
+    s->struct_size = sizeof *s;
+    s->step_compute_seconds = sc, s->step_wait_seconds = sw, s->step_capacity = cap;
+    s->steps = rc->P;
+    for (int64_t k = 0; k < cap; k++) {
+        if (sc) sc[k] = 0.0;
+        if (sw) sw[k] = 0.0;
+    }
+}
+
+static void stats_step(ring_call *rc, int s, double compute, double wait)
+{
+    fa_ring_stats *st = stats_of(rc);
+    st->compute_seconds += compute;
+    st->wait_seconds += wait;
+    if (s < st->step_capacity) {
+        if (st->step_compute_seconds) st->step_compute_seconds[s] = compute;
+        if (st->step_wait_seconds) st->step_wait_seconds[s] = wait;
+    }
+}
+
+/* Progresses the step's transfers before a piece, counting what the test reads. */
+static double progress(ring_call *rc, xfer *const *xs, int nx)
+{
+    fa_ring_stats *st = stats_of(rc);
+    const double t0 = MPI_Wtime();
+    int pending = 0;
+    for (int k = 0; k < nx; k++)
+        if (xs[k]->n) {
+            st->tests++;
+            if (!xfer_test(xs[k])) pending = 1;
+        }
+    if (pending) st->pieces_in_flight++;
+    const double dt = MPI_Wtime() - t0;
+    st->test_seconds += dt;
+    return dt;
+}
+
+/* ------------------------------------------------------------- forward */
+
+fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ring, const fa_forward_args *local)
+{
+    const double t0 = MPI_Wtime();
+    ring_clear_error();
+    if (comm == MPI_COMM_NULL) return ring_fail(FA_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
+    ring_call rc;
+    memset(&rc, 0, sizeof rc);
+    MPI_Comm_size(comm, &rc.P);
+    MPI_Comm_rank(comm, &rc.rank);
+    fa_status st = check_forward(&rc, ctx, ring, local);
+    if ((st = agree(&rc, comm, st, 0)) != FA_OK) return st;
+
+    const int P = rc.P;
+    const int64_t B = rc.B, Sl = rc.Sl, Hq = rc.Hq, Dv = rc.Dv, es = rc.es;
+    const int64_t kv_bytes = kv_elems(&rc, rc.Smax) * es, acc_n = B * Sl * Hq * Dv, lse_n = B * Hq * Sl;
+    char *kv[2] = {malloc((size_t)kv_bytes + 64), P > 1 ? malloc((size_t)kv_bytes + 64) : NULL};
+    float *o_acc = malloc(sizeof(float) * (size_t)(acc_n + 1)), *o_part = malloc(sizeof(float) * (size_t)(acc_n + 1));
+    float *lse_acc = malloc(sizeof(float) * (size_t)(lse_n + 1)), *lse_part = malloc(sizeof(float) * (size_t)(lse_n + 1));
+    piece *pcs = malloc(sizeof(piece) * (size_t)(4 * rc.pieces));
+    const int oom = !kv[0] || (P > 1 && !kv[1]) || !o_acc || !o_part || !lse_acc || !lse_part || !pcs ||
+                    kv_bytes > RING_CHUNK * RING_MAX_CHUNKS;
+    if (any_rank(oom, comm)) {
+        free(kv[0]), free(kv[1]), free(o_acc), free(o_part), free(lse_acc), free(lse_part), free(pcs), free(rc.S);
+        return ring_fail(kv_bytes > RING_CHUNK * RING_MAX_CHUNKS ? FA_ERR_OVERFLOW : FA_ERR_OUT_OF_MEMORY,
+                         "a rank could not allocate the ring's buffers");
+    }
+    MPI_Comm_dup(comm, &rc.comm); /* our messages never meet the caller's */
+    rc.prev = (rc.rank + P - 1) % P;
+    rc.next = (rc.rank + 1) % P;
+    stats_begin(&rc);
+    fa_ring_stats *stats = stats_of(&rc);
+
+    /* accumulators: lse -inf and o 0 are "nothing yet", which a merge leaves exact */
+    for (int64_t k = 0; k < acc_n; k++) o_acc[k] = 0.0f;
+    for (int64_t k = 0; k < lse_n; k++) lse_acc[k] = -INFINITY;
+    const fa_tensor acc_o = fa_tensor_make(o_acc, FA_DTYPE_F32, FA_LAYOUT_BSND, B, Sl, Hq, Dv);
+    const fa_tensor part_o = fa_tensor_make(o_part, FA_DTYPE_F32, FA_LAYOUT_BSND, B, Sl, Hq, Dv);
+    const fa_tensor acc_l = fa_tensor_contiguous(lse_acc, FA_DTYPE_F32, B, Hq, Sl, 1);
+    const fa_tensor part_l = fa_tensor_contiguous(lse_part, FA_DTYPE_F32, B, Hq, Sl, 1);
+
+    pack(kv[0], &rc.a.k, es);
+    pack(kv[0] + B * Sl * rc.Hk * rc.D * es, &rc.a.v, es);
+    xfer x = {.n = 0};
+    xfer *xs[1] = {&x};
+    for (int s = 0; s < P; s++) {
+        const int src = (rc.rank - s + P) % P, nsrc = (rc.rank - s - 1 + 2 * P) % P;
+        char *cur = kv[s % 2];
+        /* the next shard moves while this one computes: posted before any piece */
+        if (s < P - 1) {
+            xfer_post(&x, 0, kv[(s + 1) % 2], kv_elems(&rc, rc.S[nsrc]) * es, rc.prev, RING_TAG_KV, rc.comm);
+            xfer_post(&x, 1, cur, kv_elems(&rc, rc.S[src]) * es, rc.next, RING_TAG_KV, rc.comm);
+            stats->bytes_sent += kv_elems(&rc, rc.S[src]) * es;
+        }
+        ring_layout sl;
+        ring_layout_of(rc.sharding, P, rc.S, src, &sl);
+        int64_t kept = 0;
+        const int np = step_pieces(&rc, &sl, pcs, 4 * rc.pieces, &kept);
+        const fa_tensor kt = kv_view(&rc, cur, rc.S[src], 0, rc.dt, es), vt = kv_view(&rc, cur, rc.S[src], 1, rc.dt, es);
+        const double tc = MPI_Wtime();
+        /* the hook the tests read: was the next shard already on its way? */
+        if (x.n > 0) stats->steps_prefetched++;
+        double tested = 0.0;
+        for (int p = 0; p < np && rc.st == FA_OK; p++) {
+            tested += progress(&rc, xs, 1);
+            const piece *pc = &pcs[p];
+            const int64_t row = pc->q->off + pc->r0;
+            fa_forward_args c = rc.a;
+            c.q = rows_of(&rc.a.q, 1, row, pc->n);
+            c.k = rows_of(&kt, 1, pc->k->off, pc->k->len);
+            c.v = rows_of(&vt, 1, pc->k->off, pc->k->len);
+            c.o = rows_of(&part_o, 1, row, pc->n);
+            c.lse = rows_of(&part_l, 2, row, pc->n);
+            place(&rc, &c, pc->q->pos + pc->r0, pc->n, pc->k->pos, pc->k->len);
+            st = s == ring_fault_step ? FA_ERR_OUT_OF_MEMORY : fa_forward(ctx, &c);
+            stats->core_calls++;
+            if (st != FA_OK) {
+                call_fail(&rc, st, s, "fa_forward");
+                break;
+            }
+            fa_tensor ov[2] = {rows_of(&acc_o, 1, row, pc->n), c.o};
+            fa_tensor lv[2] = {rows_of(&acc_l, 2, row, pc->n), c.lse};
+            st = fa_merge_states(ctx, 2, ov, lv, &ov[0], &lv[0]);
+            if (st != FA_OK) call_fail(&rc, st, s, "fa_merge_states");
+        }
+        stats->kept_pairs += kept;
+        stats->steps_computed += np > 0;
+        const double tw = MPI_Wtime();
+        xfer_wait(&x);
+        stats_step(&rc, s, tw - tc - tested, MPI_Wtime() - tw);
+    }
+    st = agree_end(&rc);
+    if (st == FA_OK) { /* one exact merge of one part: rounds o once to its dtype */
+        fa_tensor lse_out = rc.a.lse;
+        st = fa_merge_states(ctx, 1, &acc_o, &acc_l, &rc.a.o, &lse_out);
+        if (st != FA_OK) ring_fail(st, "writing o: %s", fa_context_error(ctx));
+    }
+    MPI_Comm_free(&rc.comm);
+    free(kv[0]), free(kv[1]), free(o_acc), free(o_part), free(lse_acc), free(lse_part), free(pcs), free(rc.S);
+    stats->total_seconds = MPI_Wtime() - t0;
+    return st;
+}
+
+/* ------------------------------------------------------------ backward */
+
+static fa_status check_backward(ring_call *rc, fa_context *ctx, const fa_ring_args *ring,
+                                const fa_backward_args *local, int64_t *grads)
+{
+    *grads = 0;
+    if (!local) return ring_fail(FA_ERR_NULL_POINTER, "the backward args are NULL");
+    fa_backward_args g = FA_BACKWARD_ARGS_INIT;
+    fa_status st = copy_sized(&g, sizeof g, local, local->struct_size, offsetof(fa_backward_args, do_), "args");
+    if (st) return st;
+    if (!g.fwd) return ring_fail(FA_ERR_NULL_POINTER, "args->fwd is NULL: the backward needs the forward's arguments");
+    if ((st = check_forward(rc, ctx, ring, g.fwd)) != FA_OK) return st;
+    const fa_forward_args *a = &rc->a;
+    if (!a->lse.data) return ring_fail(FA_ERR_NULL_POINTER, "fwd->lse.data is NULL: the backward needs the global lse");
+    if (!a->o.data && rc->Dv > 0) return ring_fail(FA_ERR_NULL_POINTER, "fwd->o.data is NULL");
+    const int64_t B = rc->B, Sl = rc->Sl;
+    if (g.do_.dtype != rc->dt && g.do_.dtype != FA_DTYPE_F32) return ring_fail(FA_ERR_DTYPE, "do_ must be f32 or q's dtype");
+    if ((st = check_shape(&g.do_, "do_", B, Sl, rc->Hq, rc->Dv))) return st;
+    if (!g.do_.data && B * Sl * rc->Hq * rc->Dv > 0) return ring_fail(FA_ERR_NULL_POINTER, "do_.data is NULL");
+    const fa_tensor *outs[3] = {&g.dq, &g.dk, &g.dv};
+    const char *names[3] = {"dq", "dk", "dv"};
+    const int64_t H[3] = {rc->Hq, rc->Hk, rc->Hk}, X[3] = {rc->D, rc->D, rc->Dv};
+    for (int t = 0; t < 3; t++) {
+        if (!outs[t]->data) continue;
+        if (outs[t]->dtype != rc->dt && outs[t]->dtype != FA_DTYPE_F32)
+            return ring_fail(FA_ERR_DTYPE, "%s must be f32 or q's dtype", names[t]);
+        if ((st = check_shape(outs[t], names[t], B, Sl, H[t], X[t]))) return st;
+    }
+    rc->g = g;
+    rc->g.struct_size = sizeof g;
+    rc->g.fwd = &rc->a;
+    *grads = (g.dk.data ? 1 : 0) | (g.dv.data ? 2 : 0);
+    return FA_OK;
+}
+
+static float *aligned_floats(int64_t n)
+{
+    return aligned_alloc(64, ((size_t)n * sizeof(float) + 64) / 64 * 64);
+}
+
+/* Writes an f32 (B, S, H, X) buffer into `out` (f32 or q's dtype): fa_merge_states
+ * of one part with lse 0 is an exact copy rounded once to out's dtype. */
+static fa_status write_f32(fa_context *ctx, float *buf, int64_t B, int64_t S, int64_t H, int64_t X, const float *zeros,
+                           const fa_tensor *out)
+{
+    if (!out->data) return FA_OK;
+    const fa_tensor src = fa_tensor_make(buf, FA_DTYPE_F32, FA_LAYOUT_BSND, B, S, H, X);
+    const fa_tensor z = fa_tensor_contiguous((void *)zeros, FA_DTYPE_F32, B, H, S, 1);
+    fa_tensor dst = *out, none = {0};
+    return fa_merge_states(ctx, 1, &src, &z, &dst, &none);
+}
+
+/* The backward's scratch: f32 pieces' gradients and what they sum into. */
+typedef struct bwd_scratch {
+    int want_dq, travel;
+    float *dq_acc, *dq_piece, *dkv_piece;
+} bwd_scratch;
+
+/* Runs pieces [from, to) of a step against the keys kt, vt (a shard of Ss rows):
+ * dq adds into dq_acc, dk/dv into `into` (laid out (B, Ss, Hk, D) then
+ * (B, Ss, Hk, Dv)). Returns the seconds spent progressing transfers. */
+static double bwd_pieces(ring_call *rc, const piece *pcs, int from, int to, const fa_tensor *kt, const fa_tensor *vt,
+                         int64_t Ss, float *into, const bwd_scratch *sc, xfer *const *xs, int step)
+{
+    const int64_t B = rc->B, Sl = rc->Sl, Hq = rc->Hq, Hk = rc->Hk, D = rc->D, Dv = rc->Dv;
+    double tested = 0.0;
+    for (int p = from; p < to && rc->st == FA_OK; p++) {
+        tested += progress(rc, xs, 3);
+        const piece *pc = &pcs[p];
+        const int64_t row = pc->q->off + pc->r0, koff = pc->k->off, klen = pc->k->len;
+        fa_forward_args c = rc->a;
+        c.q = rows_of(&rc->a.q, 1, row, pc->n);
+        c.k = rows_of(kt, 1, koff, klen);
+        c.v = rows_of(vt, 1, koff, klen);
+        c.o = rows_of(&rc->a.o, 1, row, pc->n); /* the global o and lse of these rows */
+        c.lse = rows_of(&rc->a.lse, 2, row, pc->n);
+        place(rc, &c, pc->q->pos + pc->r0, pc->n, pc->k->pos, klen);
+        fa_backward_args g = FA_BACKWARD_ARGS_INIT;
+        g.fwd = &c;
+        g.do_ = rows_of(&rc->g.do_, 1, row, pc->n);
+        /* the pieces' gradients land in f32 scratch laid out like the shard */
+        if (sc->want_dq) g.dq = fa_tensor_make(sc->dq_piece, FA_DTYPE_F32, FA_LAYOUT_BSND, B, pc->n, Hq, D);
+        if (sc->travel) {
+            g.dk = fa_tensor_make(sc->dkv_piece, FA_DTYPE_F32, FA_LAYOUT_BSND, B, klen, Hk, D);
+            g.dv = fa_tensor_make(sc->dkv_piece + B * klen * Hk * D, FA_DTYPE_F32, FA_LAYOUT_BSND, B, klen, Hk, Dv);
+        }
+        const fa_status st = step == ring_fault_step ? FA_ERR_OUT_OF_MEMORY : fa_backward(rc->ctx, &g);
+        stats_of(rc)->core_calls++;
+        if (st != FA_OK) {
+            call_fail(rc, st, step, "fa_backward");
+            break;
+        }
+        if (sc->want_dq) add_rows(sc->dq_acc, Sl, row, sc->dq_piece, pc->n, B, Hq * D);
+        if (sc->travel) {
+            add_rows(into, Ss, koff, sc->dkv_piece, klen, B, Hk * D);
+            add_rows(into + B * Ss * Hk * D, Ss, koff, sc->dkv_piece + B * klen * Hk * D, klen, B, Hk * Dv);
+        }
+    }
+    return tested;
+}
+
+fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ring, const fa_backward_args *local)
+{
+    const double t0 = MPI_Wtime();
+    ring_clear_error();
+    if (comm == MPI_COMM_NULL) return ring_fail(FA_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
+    ring_call rc;
+    memset(&rc, 0, sizeof rc);
+    MPI_Comm_size(comm, &rc.P);
+    MPI_Comm_rank(comm, &rc.rank);
+    int64_t grads = 0;
+    fa_status st = check_backward(&rc, ctx, ring, local, &grads);
+    if ((st = agree(&rc, comm, st, grads)) != FA_OK) return st;
+
+    const int P = rc.P, travel = grads != 0; /* dk/dv accumulators travel only when wanted */
+    const int64_t B = rc.B, Sl = rc.Sl, Hq = rc.Hq, Hk = rc.Hk, D = rc.D, Dv = rc.Dv, es = rc.es;
+    const int64_t kv_bytes = kv_elems(&rc, rc.Smax) * es, acc_n = kv_elems(&rc, rc.Smax), dq_n = B * Sl * Hq * D;
+    const int want_dq = rc.g.dq.data != NULL;
+    char *kv[2] = {malloc((size_t)kv_bytes + 64), P > 1 ? malloc((size_t)kv_bytes + 64) : NULL};
+    float *acc[2] = {travel ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL,
+                     travel && P > 1 ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL};
+    float *tmp = travel ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL;
+    /* the own shard's second half, computed while its accumulators come home */
+    const int defer = travel && P > 1;
+    float *own = defer ? calloc((size_t)(kv_elems(&rc, Sl) + 1), sizeof(float)) : NULL;
+    piece *late = malloc(sizeof(piece) * (size_t)(4 * rc.pieces));
+    int nlate = 0;
+    /* 64-byte aligned: the core's backward then accumulates dq in it directly */
+    float *dkv_piece = travel ? aligned_floats(acc_n) : NULL;
+    float *dq_acc = want_dq ? calloc((size_t)(dq_n + 1), sizeof(float)) : NULL;
+    float *dq_piece = want_dq ? aligned_floats(dq_n) : NULL;
+    float *zeros = calloc((size_t)(B * Hq * Sl + 1), sizeof(float));
+    piece *pcs = malloc(sizeof(piece) * (size_t)(4 * rc.pieces));
+    const int oom = !kv[0] || (P > 1 && !kv[1]) || (travel && (!acc[0] || (P > 1 && !acc[1]) || !tmp || !dkv_piece)) ||
+                    (want_dq && (!dq_acc || !dq_piece)) || !zeros || !pcs || !late || (defer && !own) ||
+                    acc_n * 4 > RING_CHUNK * RING_MAX_CHUNKS;
+    if (any_rank(oom, comm)) {
+        free(kv[0]), free(kv[1]), free(acc[0]), free(acc[1]), free(tmp), free(dkv_piece), free(dq_acc), free(dq_piece);
+        free(zeros), free(pcs), free(rc.S), free(own), free(late);
+        return ring_fail(acc_n * 4 > RING_CHUNK * RING_MAX_CHUNKS ? FA_ERR_OVERFLOW : FA_ERR_OUT_OF_MEMORY,
+                         "a rank could not allocate the ring's buffers");
+    }
+    MPI_Comm_dup(comm, &rc.comm);
+    rc.prev = (rc.rank + P - 1) % P;
+    rc.next = (rc.rank + 1) % P;
+    stats_begin(&rc);
+    fa_ring_stats *stats = stats_of(&rc);
+    const bwd_scratch sc = {want_dq, travel, dq_acc, dq_piece, dkv_piece};
+
+    pack(kv[0], &rc.a.k, es);
+    pack(kv[0] + B * Sl * Hk * D * es, &rc.a.v, es);
+    xfer xkv = {.n = 0}, xin = {.n = 0}, xout = {.n = 0};
+    xfer *xs[3] = {&xkv, &xin, &xout};
+    for (int s = 0; s < P; s++) {
+        const int src = (rc.rank - s + P) % P, nsrc = (rc.rank - s - 1 + 2 * P) % P;
+        const int64_t Ss = rc.S[src], nk = kv_elems(&rc, Ss);
+        char *cur = kv[s % 2];
+        float *a_cur = travel ? acc[s % 2] : NULL;
+        if (s < P - 1) {
+            xfer_post(&xkv, 0, kv[(s + 1) % 2], kv_elems(&rc, rc.S[nsrc]) * es, rc.prev, RING_TAG_KV, rc.comm);
+            xfer_post(&xkv, 1, cur, nk * es, rc.next, RING_TAG_KV, rc.comm);
+            stats->bytes_sent += nk * es;
+        }
+        /* this step's accumulator comes from the rank that held the shard last step */
+        if (travel && s > 0) xfer_post(&xin, 0, a_cur, nk * 4, rc.prev, RING_TAG_ACC, rc.comm);
+        ring_layout sl;
+        ring_layout_of(rc.sharding, P, rc.S, src, &sl);
+        int64_t kept = 0;
+        const int np = step_pieces(&rc, &sl, pcs, 4 * rc.pieces, &kept);
+        const fa_tensor kt = kv_view(&rc, cur, Ss, 0, rc.dt, es), vt = kv_view(&rc, cur, Ss, 1, rc.dt, es);
+        const double tc = MPI_Wtime();
+        if (travel) memset(tmp, 0, sizeof(float) * (size_t)nk);
+        if (xkv.n > 0) stats->steps_prefetched++;
+        /* the own shard's step is split by kept pairs: its first half now (it
+         * hides the first transfer), the rest after the ring (it hides the
+         * accumulators' way home) */
+        int run = np;
+        if (s == 0 && defer) {
+            int64_t half = 0;
+            run = 0;
+            while (run < np && 2 * half < kept) half += pcs[run++].kept;
+            for (int p = run; p < np; p++) { /* k segments of the own layout, which outlives the loop */
+                late[nlate] = pcs[p];
+                late[nlate++].k = &rc.mine.seg[pcs[p].k - sl.seg];
+            }
+        }
+        const double tested = bwd_pieces(&rc, pcs, 0, run, &kt, &vt, Ss, tmp, &sc, xs, s);
+        stats->kept_pairs += kept;
+        stats->steps_computed += np > 0;
+        const double tw = MPI_Wtime();
+        double compute = tw - tc - tested, wait = 0.0;
+        if (travel) {
+            xfer_wait(&xin); /* exposed: this step's accumulator had to be here */
+            const double ta = MPI_Wtime();
+            wait += ta - tw;
+            if (s == 0) memcpy(a_cur, tmp, sizeof(float) * (size_t)nk);
+            else
+                for (int64_t k = 0; k < nk; k++) a_cur[k] += tmp[k];
+            const double tb = MPI_Wtime();
+            compute += tb - ta;
+            xfer_wait(&xout); /* last step's send, before its buffer is received into */
+            if (P > 1) {
+                xfer_post(&xout, 1, a_cur, nk * 4, rc.next, RING_TAG_ACC, rc.comm);
+                stats->bytes_sent += nk * 4;
+            }
+            wait += MPI_Wtime() - tb;
+        }
+        const double tk = MPI_Wtime();
+        xfer_wait(&xkv);
+        wait += MPI_Wtime() - tk;
+        stats_step(&rc, s, compute, wait);
+    }
+    /* the accumulators of this rank's own shard come home after P steps, while
+     * the own shard's second half computes (on the caller's k and v: the packed
+     * copy was received into long ago) */
+    float *mine = travel ? acc[0] : NULL;
+    if (defer) {
+        mine = acc[P % 2];
+        xfer_post(&xin, 0, mine, kv_elems(&rc, Sl) * 4, rc.prev, RING_TAG_ACC, rc.comm);
+        const double tc = MPI_Wtime();
+        const double tested = bwd_pieces(&rc, late, 0, nlate, &rc.a.k, &rc.a.v, Sl, own, &sc, xs, 0);
+        const double tw = MPI_Wtime();
+        xfer_wait(&xin);
+        xfer_wait(&xout);
+        const double wait = MPI_Wtime() - tw;
+        const int64_t n = kv_elems(&rc, Sl);
+        for (int64_t k = 0; k < n; k++) mine[k] += own[k];
+        stats->compute_seconds += MPI_Wtime() - tc - tested - wait;
+        stats->wait_seconds += wait;
+        if (stats->step_capacity > 0 && stats->step_compute_seconds)
+            stats->step_compute_seconds[0] += MPI_Wtime() - tc - tested - wait;
+        if (stats->step_capacity > 0 && stats->step_wait_seconds) stats->step_wait_seconds[0] += wait;
+    }
+    st = agree_end(&rc);
+    if (st == FA_OK && want_dq) st = write_f32(ctx, dq_acc, B, Sl, Hq, D, zeros, &rc.g.dq);
+    if (st == FA_OK && travel) st = write_f32(ctx, mine, B, Sl, Hk, D, zeros, &rc.g.dk);
+    if (st == FA_OK && travel) st = write_f32(ctx, mine + B * Sl * Hk * D, B, Sl, Hk, Dv, zeros, &rc.g.dv);
+    if (st != FA_OK && rc.st == FA_OK && fa_ring_error()[0] == '\0')
+        ring_fail(st, "writing the gradients: %s", fa_context_error(ctx));
+    MPI_Comm_free(&rc.comm);
+    free(kv[0]), free(kv[1]), free(acc[0]), free(acc[1]), free(tmp), free(dkv_piece), free(dq_acc), free(dq_piece);
+    free(zeros), free(pcs), free(rc.S), free(own), free(late);
+    stats->total_seconds = MPI_Wtime() - t0;
+    return st;
+}
