@@ -1,0 +1,2 @@
+"""flashattn: stub"""
+from . import _C
