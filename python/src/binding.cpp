@@ -130,8 +130,11 @@ template <typename A> void check_cpu(const A &a, const char *name)
 }
 
 // A 4-d fa_tensor over the array's memory and strides (elements), or an absent one.
+// lse (B, H, S) and int8 scales (N, S, Hk) may come 3-d: the library's trailing
+// extent of 1 is added here, which saves the caller a view per call.
 template <typename A>
-fa_tensor tensor_of(const nb::handle &obj, const char *name, bool allow_bool = false, bool allow_i8 = false)
+fa_tensor tensor_of(const nb::handle &obj, const char *name, bool allow_bool = false, bool allow_i8 = false,
+                    bool allow_3d = false)
 {
     fa_tensor t;
     std::memset(&t, 0, sizeof t);
@@ -143,13 +146,15 @@ fa_tensor tensor_of(const nb::handle &obj, const char *name, bool allow_bool = f
                                    (std::is_same<A, out_array>::value ? ", writable" : "") + ", got " +
                                    nb::type_name(obj.type()).c_str());
     check_cpu(a, name);
-    if (a.ndim() != 4)
-        raise(PyExc_ValueError, std::string(name) + " must be 4-d, got " + std::to_string(a.ndim()) + "-d");
+    const size_t nd = a.ndim();
+    if (nd != 4 && !(allow_3d && nd == 3))
+        raise(PyExc_ValueError, std::string(name) + " must be " + (allow_3d ? "3-d or " : "") + "4-d, got " +
+                                    std::to_string(nd) + "-d");
     t.data = const_cast<void *>(static_cast<const void *>(a.data()));
     t.dtype = dtype_of(a.dtype(), name, allow_bool, allow_i8);
-    for (int i = 0; i < 4; i++) {
-        t.shape[i] = static_cast<int64_t>(a.shape(i));
-        t.stride[i] = a.stride(i);
+    for (size_t i = 0; i < 4; i++) {
+        t.shape[i] = i < nd ? static_cast<int64_t>(a.shape(i)) : 1;
+        t.stride[i] = i < nd ? a.stride(i) : 1;
     }
     // The library needs a data pointer even for an empty tensor.
     if (!t.data)
@@ -209,7 +214,7 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
     a.k = tensor_of<in_array>(k, "k");
     a.v = tensor_of<in_array>(v, "v");
     a.o = tensor_of<out_array>(o, "out");
-    a.lse = tensor_of<out_array>(lse, "softmax_lse");
+    a.lse = tensor_of<out_array>(lse, "softmax_lse", false, false, true);
     a.scale = static_cast<float>(scale);
     a.softcap = static_cast<float>(softcap);
     a.causal = static_cast<fa_causal>(causal);
@@ -246,8 +251,8 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
         fa_kv_cache &kc = c.cache;
         kc.k = tensor_of<out_array>(k_cache, "k_cache", false, true);
         kc.v = tensor_of<out_array>(v_cache, "v_cache", false, true);
-        kc.k_scale = tensor_of<out_array>(k_scale, "k_scale");
-        kc.v_scale = tensor_of<out_array>(v_scale, "v_scale");
+        kc.k_scale = tensor_of<out_array>(k_scale, "k_scale", false, false, true);
+        kc.v_scale = tensor_of<out_array>(v_scale, "v_scale", false, false, true);
         int64_t r = 0, n = 0;
         kc.seqlens = int32_of(cache_seqlens, "cache_seqlens", &r, &n);
         kc.batch_idx = int32_of(cache_batch_idx, "cache_batch_idx", &r, &n);
@@ -329,10 +334,10 @@ void merge_states(Context &ctx, const std::vector<nb::handle> &o_parts, const st
     std::vector<fa_tensor> os, ls;
     for (size_t i = 0; i < o_parts.size(); i++) {
         os.push_back(tensor_of<in_array>(o_parts[i], "out part"));
-        ls.push_back(tensor_of<in_array>(lse_parts[i], "lse part"));
+        ls.push_back(tensor_of<in_array>(lse_parts[i], "lse part", false, false, true));
     }
     fa_tensor ot = tensor_of<out_array>(o, "out");
-    fa_tensor lt = tensor_of<out_array>(lse, "lse");
+    fa_tensor lt = tensor_of<out_array>(lse, "lse", false, false, true);
     fa_status st;
     {
         nb::gil_scoped_release unlocked;
