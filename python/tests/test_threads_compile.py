@@ -106,7 +106,7 @@ def test_torch_compile_fullgraph_matches_eager():
     m.zero_grad()
     yc.sum().backward()
     for a, b in zip(ge, (p.grad for p in m.parameters())):
-        assert torch.allclose(a, b, atol=1e-5, rtol=0)
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-5)  # inductor sums the bias grad in its own order
     assert torch.allclose(xe.grad, xc.grad, atol=1e-6, rtol=0)
 
 
