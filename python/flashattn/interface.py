@@ -259,12 +259,19 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         q, k, v = _np(q, "q"), _np(k, "k"), _np(v, "v")
         out = np.empty((B, q.shape[1], q.shape[2], v_cache.shape[3]), dtype=q.dtype)
         lse = np.empty((B, q.shape[2], q.shape[1]), dtype=np.float32)
+    args = (q, k, v, out, lse, _alibi(alibi_slopes, t), k_cache, v_cache, k_scale, v_scale, seqlens, bidx, table)
+    if t:
+        # DLPack capsules: ~0.2 us each against ~2 us through Tensor.__dlpack__ (decoding calls are short)
+        from torch.utils.dlpack import to_dlpack
+
+        args = tuple(None if x is None else to_dlpack(x) for x in args)
+    q_, k_, v_, out_, lse_, alibi_, kc_, vc_, ks_, vs_, seqlens_, bidx_, table_ = args
     ctx = _core.current_context()
     if num_splits:
         ctx.set(_C.PARAM_KV_SPLITS, int(num_splits))
     try:
-        _C.forward(ctx, q, k, v, out, lse, scale, softcap_, causal_, wl, wr, _alibi(alibi_slopes, t), None, None,
-                   None, None, k_cache, v_cache, k_scale, v_scale, seqlens, bidx, table, 0, 0, 0.0, 0, 0, None)
+        _C.forward(ctx, q_, k_, v_, out_, lse_, scale, softcap_, causal_, wl, wr, alibi_, None, None, None, None, kc_,
+                   vc_, ks_, vs_, seqlens_, bidx_, table_, 0, 0, 0.0, 0, 0, None)
     finally:
         if num_splits:
             ctx.set(_C.PARAM_KV_SPLITS, 0)

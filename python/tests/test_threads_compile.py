@@ -117,3 +117,21 @@ def test_custom_ops_pass_opcheck():
     v = randn(1, 8, 2, 16, seed=3).requires_grad_()
     args = (q, k, v, None, None, None, None, None, 0.0, 0.0, 1, -1, -1, 0.0, 0, 0, False)
     torch.library.opcheck(torch.ops.flashattn.fwd.default, args)
+
+
+def test_registered_autograd_equals_eager_bitwise():
+    # the dispatcher path (torch.ops.flashattn.fwd and its registered autograd, what
+    # torch.compile uses) and the eager autograd.Function give the same bits
+    q0, k0, v0 = randn(1, 12, 4, 16, seed=4), randn(1, 12, 2, 16, seed=5), randn(1, 12, 2, 8, seed=6)
+    grads = []
+    for via_op in (False, True):
+        q, k, v = (x.clone().requires_grad_() for x in (q0, k0, v0))
+        if via_op:
+            out = torch.ops.flashattn.fwd(q, k, v, None, None, None, None, None, 0.0, 0.0, 1, -1, -1, 0.0, 0, 0,
+                                          False)[0]
+        else:
+            out = flash_attn_func(q, k, v, causal=True)
+        out.backward(randn(*out.shape, seed=7))
+        grads.append((out.detach(), q.grad, k.grad, v.grad))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)

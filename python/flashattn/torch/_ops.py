@@ -4,9 +4,14 @@ Owns the differentiable attention for torch tensors: fwd returns (out, lse,
 dropout_mask) from q, k, v in (batch, seq, heads, dim) of any strides; bwd runs
 fa_backward from the saved q, k, v, out, lse and the same options, so autograd
 never holds an N x N matrix. Both have fake (meta) implementations so that
-torch.compile traces through them without graph breaks. When no gradient is
-needed and nothing is being compiled, attention() calls the library directly,
-skipping the dispatcher (the per-call overhead matters for decoding).
+torch.compile traces through them without graph breaks.
+
+Eager calls skip the dispatcher, whose Python custom-op path costs some 100 us
+per call: without a gradient attention() calls the library directly, with one it
+uses _Attention, a torch.autograd.Function over the very same two
+implementations. Tensors reach the binding as DLPack capsules
+(torch.utils.dlpack.to_dlpack, ~0.2 us) rather than through Tensor.__dlpack__
+(~2 us each).
 """
 
 from typing import Optional, Tuple
@@ -14,7 +19,13 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from torch.utils.dlpack import to_dlpack as _to_dlpack
+
 from .. import _C, _core
+
+
+def _dl(x):
+    return None if x is None else _to_dlpack(x)
 
 
 def _cpu(x, name):
@@ -28,10 +39,24 @@ def _fwd_impl(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, sca
     out = torch.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype)
     lse = torch.empty((B, Hq, Sq), dtype=torch.float32)
     dm = torch.empty((B, Hq, Sq, k.shape[1]) if return_mask else (0,), dtype=torch.bool)
-    _C.forward(_core.current_context(), q, k, v, out, lse, scale, softcap, causal, window_left, window_right,
-               alibi_slopes, bias, mask, cu_seqlens_q, cu_seqlens_k, None, None, None, None, None, None, None, 0, 0,
-               dropout_p, seed, offset, dm if return_mask else None)
+    _C.forward(_core.current_context(), _dl(q), _dl(k), _dl(v), _dl(out), _dl(lse), scale, softcap, causal,
+               window_left, window_right, _dl(alibi_slopes), _dl(bias), _dl(mask), _dl(cu_seqlens_q),
+               _dl(cu_seqlens_k), None, None, None, None, None, None, None, 0, 0, dropout_p, seed, offset,
+               _dl(dm) if return_mask else None)
     return out, lse, dm
+
+
+def _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal,
+              window_left, window_right, dropout_p, seed, offset):
+    # Fresh row-major outputs: empty_like would copy the strides of a transposed q.
+    dq = torch.empty(q.shape, dtype=q.dtype)
+    dk = torch.empty(k.shape, dtype=k.dtype)
+    dv = torch.empty(v.shape, dtype=v.dtype)
+    _C.backward(_core.current_context(), _dl(dout), _dl(dq), _dl(dk), _dl(dv), _dl(q), _dl(k), _dl(v), _dl(out),
+                _dl(lse), scale, softcap, causal, window_left, window_right, _dl(alibi_slopes), _dl(bias), _dl(mask),
+                _dl(cu_seqlens_q), _dl(cu_seqlens_k), None, None, None, None, None, None, None, 0, 0, dropout_p, seed,
+                offset, None)
+    return dq, dk, dv
 
 
 @torch.library.custom_op("flashattn::fwd", mutates_args=(), device_types="cpu")
@@ -58,14 +83,8 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         mask: Optional[Tensor], alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
         cu_seqlens_k: Optional[Tensor], scale: float, softcap: float, causal: int, window_left: int,
         window_right: int, dropout_p: float, seed: int, offset: int) -> Tuple[Tensor, Tensor, Tensor]:
-    # Fresh row-major outputs: empty_like would copy the strides of a transposed q.
-    dq = torch.empty(q.shape, dtype=q.dtype)
-    dk = torch.empty(k.shape, dtype=k.dtype)
-    dv = torch.empty(v.shape, dtype=v.dtype)
-    _C.backward(_core.current_context(), dout, dq, dk, dv, q, k, v, out, lse, scale, softcap, causal, window_left,
-                window_right, alibi_slopes, bias, mask, cu_seqlens_q, cu_seqlens_k, None, None, None, None, None,
-                None, None, 0, 0, dropout_p, seed, offset, None)
-    return dq, dk, dv
+    return _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap,
+                     causal, window_left, window_right, dropout_p, seed, offset)
 
 
 @bwd.register_fake
@@ -91,6 +110,26 @@ def _backward(ctx, dout, _dlse, _ddm):
 torch.library.register_autograd("flashattn::fwd", _backward, setup_context=_setup_context)
 
 
+class _Attention(torch.autograd.Function):
+    """Eager autograd over _fwd_impl/_bwd_impl: what flashattn::fwd's registered
+    autograd does, without the dispatcher's per-call cost."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset, rm):
+        out, lse, dm = _fwd_impl(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed,
+                                 offset, rm)
+        ctx.save_for_backward(q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k)
+        ctx.options = (scale, softcap, causal, wl, wr, p, seed, offset)
+        ctx.mark_non_differentiable(lse, dm)
+        return out, lse, dm
+
+    @staticmethod
+    def backward(ctx, dout, _dlse, _ddm):
+        q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k = ctx.saved_tensors
+        dq, dk, dv = _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, *ctx.options)
+        return (dq, dk, dv) + (None,) * 14
+
+
 def attention(q, k, v, bias, mask, alibi, cu_q, cu_k, opts, return_mask):
     """The torch entry of every dense and varlen call: (out, lse, dropout_mask)."""
     for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", bias), ("attn_mask", mask)):
@@ -101,9 +140,11 @@ def attention(q, k, v, bias, mask, alibi, cu_q, cu_k, opts, return_mask):
     if bias is not None and bias.requires_grad:
         raise ValueError("a float attn_mask that requires grad is not supported: flashattn gives no bias gradient")
     scale, softcap, causal, wl, wr, p, seed, offset = opts
-    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if grad or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
         return torch.ops.flashattn.fwd(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed,
                                        offset, return_mask)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _Attention.apply(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed,
+                                offset, return_mask)
     return _fwd_impl(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset,
                      return_mask)
