@@ -13,10 +13,16 @@ from . import _C, _core
 from ._core import is_torch
 
 
-def _ops():
-    from .torch import _ops  # imports torch: only reached with torch tensors in hand
+_ops_module = None
 
-    return _ops
+
+def _ops():
+    global _ops_module
+    if _ops_module is None:
+        from .torch import _ops  # imports torch: only reached with torch tensors in hand
+
+        _ops_module = _ops
+    return _ops_module
 
 
 def _np(x, name):
@@ -133,7 +139,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     want = bool(return_attn_probs) and opts[5] > 0
     if t:
         bias, mask = _mask_split(attn_mask, True)
-        out, lse, dm = _ops().attention(q, k, v, bias, mask, _alibi(alibi_slopes, True), None, None, opts, want)
+        out, lse, dm = _ops().attention(q, k, v, bias, mask, _alibi(alibi_slopes, True), None, None, opts, want,
+                                        need_lse=bool(return_attn_probs))
         return _result(out, lse, dm if want else None, return_attn_probs)
     q, k, v = _np(q, "q"), _np(k, "k"), _np(v, "v")
     for name, x in (("q", q), ("k", k), ("v", v)):

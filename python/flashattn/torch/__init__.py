@@ -144,7 +144,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                  f"causal:{'top-left' if is_causal else 'none'},"
                  f"mask:{'none' if attn_mask is None else ('bool' if mask is not None else 'float')},dropout:{p},"
                  f"grad:{torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))}")
-    out, _, _ = _ops.attention(q, k, v, bias, mask, None, None, None, opts, False)
+    out, _, _ = _ops.attention(q, k, v, bias, mask, None, None, None, opts, False, need_lse=False)
     return out.transpose(1, 2) if query.dim() == 4 else out.squeeze(2)
 
 
