@@ -345,7 +345,7 @@ def plot(path, seqs):
                 a1.plot(*zip(*pts), style, marker="o", color=color, label=f"{variant}, {case}")
     a1.set_xscale("log", base=2)
     a1.set_yscale("log")
-    a1.set_xlabel("N (sequence length), B=1, H=32, D=128")
+    a1.set_xlabel(f"N (sequence length), B=1, H={ARGS.heads}, D={ARGS.dim}")
     a1.set_ylabel("median ms")
     a1.set_title("attention latency vs N")
     a1.legend(fontsize=7)

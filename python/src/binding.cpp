@@ -195,10 +195,16 @@ const int32_t *int32_of(const nb::handle &obj, const char *name, int64_t *rows =
 }
 
 // Everything fa_forward_args holds besides the data, kept alive for one call.
+// The library's init functions rather than the INIT macros: C++ warns about their
+// brace-elided {0} members.
 struct Call {
-    fa_forward_args a = FA_FORWARD_ARGS_INIT;
-    fa_kv_cache cache = FA_KV_CACHE_INIT;
-    std::vector<int32_t> no_ints;
+    fa_forward_args a;
+    fa_kv_cache cache;
+    Call()
+    {
+        fa_forward_args_init(&a);
+        fa_kv_cache_init(&cache);
+    }
 };
 
 // Fills *c from the Python arguments shared by forward and backward.
@@ -311,7 +317,8 @@ void backward(Context &ctx, nb::handle dout, nb::handle dq, nb::handle dk, nb::h
     fa_context *c = ctx.get();
     Call call;
     fill(call, FA_FWD_NAMES);
-    fa_backward_args b = FA_BACKWARD_ARGS_INIT;
+    fa_backward_args b;
+    fa_backward_args_init(&b);
     b.fwd = &call.a;
     b.do_ = tensor_of<in_array>(dout, "dout");
     b.dq = tensor_of<out_array>(dq, "dq");
