@@ -11,6 +11,8 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=$(bash "$repo/scripts/venv.sh")
+# the extension is C++ (nanobind); deps.sh installs only the C compiler
+command -v c++ >/dev/null 2>&1 || bash "$repo/scripts/deps.sh" g++ >&2
 py="$venv/bin/python"
 build_dir=${FLASHATTN_PY_BUILD_DIR:-$repo/build-py}
 

@@ -6,6 +6,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 venv=$(bash "$repo/scripts/venv.sh")
+command -v c++ >/dev/null 2>&1 || bash "$repo/scripts/deps.sh" g++ >&2
 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
   "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps \
   --config-settings=build-dir="${FLASHATTN_PY_BUILD_DIR:-$repo/build-py}" "$repo" >&2

@@ -202,8 +202,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     for name, x in (("q", q), ("k", k), ("v", v)):
         _need_ndim(x, 3, name, "(total, nheads, headdim)")
     cu_q, cu_k = _int32(cu_seqlens_q, t, "cu_seqlens_q"), _int32(cu_seqlens_k, t, "cu_seqlens_k")
+    checkable = not (t and _ops().torch.compiler.is_compiling())  # a data-dependent check would break the graph
     for name, cu, mx in (("max_seqlen_q", cu_q, max_seqlen_q), ("max_seqlen_k", cu_k, max_seqlen_k)):
-        if isinstance(mx, int) and cu.shape[0] > 1:
+        if checkable and isinstance(mx, int) and cu.shape[0] > 1:
             longest = int((cu[1:] - cu[:-1]).max())
             if longest > mx:
                 raise ValueError(f"{name} = {mx} but a sequence has {longest} rows")

@@ -42,6 +42,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         reason = "output_attentions"
     if reason is None and kwargs.get("position_bias") is not None:
         reason = "position_bias"
+    if reason is None and (kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None):
+        reason = "attention sinks"  # gpt-oss style: not a term of the library's softmax
     if reason is not None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 

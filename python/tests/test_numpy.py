@@ -180,3 +180,13 @@ def test_busy_context_is_runtimeerror():
         t.join()
     assert len(done) + len(errors) == 40 and done
     assert all("busy" in e.lower() or "in use" in e.lower() for e in errors), errors[:1]
+
+
+def test_out_of_memory_is_memoryerror():
+    # the standard algorithm materialises the 2^20 x 2^20 scores of a head (4 TiB):
+    # the allocation fails before any work, and the call says so
+    big = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape=(1, 2**20, 1, 64), strides=(0, 0, 0, 0),
+                                          writeable=True)
+    ctx = flashattn.Context(threads=1, algo="standard")
+    with pytest.raises(MemoryError, match="out of memory.*cannot allocate"):
+        flashattn._C.forward(ctx._c, big, big, big, big)

@@ -163,3 +163,13 @@ def test_verbose_line_on_stderr():
     assert "causal:top-left" in r.stderr
     assert "flashattn.torch,sdpa,fallback:dtype float64" in r.stderr
     assert "flashattn_verbose" in r.stderr  # and the library's own line for the call it ran
+
+
+def test_profiler_shows_the_fused_ops():
+    # what a user checks to confirm the fused kernel ran (forward and backward)
+    q = randn(1, 2, 16, 8, seed=11).requires_grad_()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with fat.sdpa():
+            F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+    names = {e.key for e in prof.key_averages()}
+    assert "flashattn::fwd" in names and "flashattn::bwd" in names, sorted(names)[:40]
