@@ -17,7 +17,7 @@ if torch is not None:
     from flashattn import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, merge_states
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_varlen_forward_backward(dtype):
     dt = getattr(torch, dtype)
     cu_q = torch.tensor([0, 5, 5, 17], dtype=torch.int32)  # an empty sequence in the middle
@@ -60,7 +60,7 @@ def test_varlen_numpy():
         assert np.abs(out[a:e] - ref[0].numpy()).max() < 1e-6
 
 
-@pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16", "float16"])
 def test_kvcache_append_then_attend(cache_dtype):
     cdt = getattr(torch, cache_dtype)
     B, Bc, Smax, Hq, Hk, D, new = 2, 3, 32, 4, 2, 16, 3
@@ -147,3 +147,15 @@ def test_merge_states_equals_whole():
     assert (lse.double() - rl).abs().max().item() < 2e-6
     on, ln = merge_states([o1.numpy(), o2.numpy()], [l1.numpy(), l2.numpy()])
     assert np.array_equal(on, o.numpy()) and np.array_equal(ln, lse.numpy())
+
+
+def test_kvcache_numpy_in_numpy_out():
+    kc = np.zeros((1, 8, 1, 4), np.float32)
+    vc = np.zeros((1, 8, 1, 4), np.float32)
+    q = randn(1, 1, 2, 4, seed=50).numpy()
+    kn, vn = randn(1, 3, 1, 4, seed=51).numpy(), randn(1, 3, 1, 4, seed=52).numpy()
+    out = flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=2)
+    assert isinstance(out, np.ndarray) and np.array_equal(kc[0, 2:5], kn[0]) and not kc[0, 5:].any()
+    ref, _ = attn_ref(torch.from_numpy(q).double(), torch.from_numpy(kc[:, :5]).double(),
+                      torch.from_numpy(vc[:, :5]).double())
+    assert np.abs(out - ref.numpy()).max() < 1e-6

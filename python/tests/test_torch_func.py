@@ -27,6 +27,7 @@ CASES = [
     ("softcap", {"softcap": 2.0}, {"softcap": 2.0}),
     ("scale", {"softmax_scale": 0.3}, {"scale": 0.3}),
     ("alibi", {"alibi": True}, {"alibi": True}),
+    ("alibi_batch_causal", {"alibi_batch": True, "causal": True}, {"alibi_batch": True, "causal": "bottom-right"}),
     ("bool_mask", {"bool_mask": True}, {"bool_mask": True}),
     ("float_mask", {"float_mask": True}, {"float_mask": True}),
 ]
@@ -45,7 +46,10 @@ def _extras(fa_kw, ref_kw, B, Hq, Sq, Sk, dtype):
         slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
         fa_kw["alibi_slopes"] = slopes
         ref_kw["alibi"] = slopes
-        ref_kw.pop("alibi", None)
+    if fa_kw.pop("alibi_batch", False):
+        ref_kw.pop("alibi_batch")
+        slopes = torch.rand(B, Hq, generator=torch.Generator().manual_seed(8))  # one slope per (b, h)
+        fa_kw["alibi_slopes"] = slopes
         ref_kw["alibi"] = slopes
     if fa_kw.pop("bool_mask", False):
         ref_kw.pop("bool_mask")
