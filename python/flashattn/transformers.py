@@ -74,7 +74,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     _count(None)
     _verbose(f"transformers,routed,dtype:{str(q.dtype).replace('torch.', '')},B:{q.shape[0]},Hq:{q.shape[2]},"
              f"Hk:{k.shape[2]},Sq:{Sq},Sk:{Sk},D:{q.shape[3]},mask:{'none' if attention_mask is None else 'yes'}")
-    out, _, _ = _ops.attention(q, k, v, bias, mask, None, None, None, opts, False, need_lse=False)
+    out, _, _ = _ops.attention(q, k, v, bias, mask, None, None, None, opts, False, need_lse=False, checked=True)
     return out, None
 
 

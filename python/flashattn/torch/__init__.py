@@ -51,54 +51,64 @@ def reset_stats():
         _stats["fallbacks"] = {}
 
 
+# Read once, at import (as the library reads it when a context is created): a
+# per-call environment lookup would be a good part of a small call's cost.
+_VERBOSE = os.environ.get("FLASHATTN_VERBOSE", "0") not in ("", "0")
+
+
 def _verbose(line):
-    if os.environ.get("FLASHATTN_VERBOSE", "0") not in ("", "0"):
+    if _VERBOSE:
         sys.stderr.write("flashattn.torch," + line + "\n")
 
 
 def _why_not(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    """None when flashattn can run this call exactly as torch defines it, else the reason."""
-    ts = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
-    for t in ts:
-        if not isinstance(t, torch.Tensor):
-            return "not a tensor"
-        if t.device.type != "cpu":
-            return f"device {t.device.type}"
-    if query.dtype not in _FLOATS:
-        return f"dtype {str(query.dtype).replace('torch.', '')}"
-    if key.dtype != query.dtype or value.dtype != query.dtype:
+    """None when flashattn can run this call exactly as torch defines it, else the reason.
+    Ordered cheap-first: it runs on every routed call."""
+    Tensor = torch.Tensor
+    if not (isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor)):
+        return "not a tensor"
+    if attn_mask is not None and not isinstance(attn_mask, Tensor):
+        return "not a tensor"
+    if not (query.is_cpu and key.is_cpu and value.is_cpu and (attn_mask is None or attn_mask.is_cpu)):
+        for t in (query, key, value, attn_mask):
+            if t is not None and not t.is_cpu:
+                return f"device {t.device.type}"
+    dt = query.dtype
+    if dt not in _FLOATS:
+        return f"dtype {str(dt).replace('torch.', '')}"
+    if key.dtype != dt or value.dtype != dt:
         return "mixed dtypes"
-    if query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
+    qs, ks, vs = query.shape, key.shape, value.shape
+    nd = len(qs)
+    if nd not in (3, 4) or len(ks) != nd or len(vs) != nd:
         return "rank (3-d or 4-d q, k, v only)"
-    if query.shape[:-3 if query.dim() == 4 else -2] != key.shape[:-3 if key.dim() == 4 else -2] or \
-            key.shape[:-1] != value.shape[:-1]:
+    if qs[0] != ks[0] or ks[:-1] != vs[:-1]:
         return "batch broadcast"
-    if query.shape[-1] != key.shape[-1] or query.shape[-1] == 0:
+    if qs[-1] != ks[-1] or qs[-1] == 0:
         return "head dims"
-    if query.dim() == 4:
-        hq, hk = query.shape[1], key.shape[1]
-        if hq != hk and not (enable_gqa and hk > 0 and hq % hk == 0):
-            return "heads"
-    if key.shape[-2] == 0:
+    if nd == 4 and qs[1] != ks[1] and not (enable_gqa and ks[1] > 0 and qs[1] % ks[1] == 0):
+        return "heads"
+    if ks[-2] == 0:
         return "no keys"  # torch gives NaN rows; flashattn would give 0
     if attn_mask is not None:
         if is_causal:
             return "attn_mask with is_causal"  # torch raises; let it
         if attn_mask.requires_grad:
             return "attn_mask requires grad"
-        if attn_mask.dtype != torch.bool and attn_mask.dtype not in _FLOATS:
-            return f"attn_mask dtype {str(attn_mask.dtype).replace('torch.', '')}"
-        if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+        md = attn_mask.dtype
+        if md != torch.bool and md not in _FLOATS:
+            return f"attn_mask dtype {str(md).replace('torch.', '')}"
+        if md != torch.bool and md != dt:
             return "attn_mask dtype differs from query"  # torch refuses it
-        target = tuple(query.shape[:-1]) + (key.shape[-2],)  # (N, Hq, L, S) or (N, L, S)
-        if attn_mask.dim() > query.dim():
+        if attn_mask.dim() > nd:
             return "attn_mask rank"
+        target = tuple(qs[:-1]) + (ks[-2],)  # (N, Hq, L, S) or (N, L, S)
         for m, t in zip(reversed(attn_mask.shape), reversed(target)):
             if m != 1 and m != t:
                 return "attn_mask shape"
     if scale is not None and float(scale) == 0.0:
         return "scale 0"
-    if not 0.0 <= float(dropout_p) < 1.0:
+    if dropout_p and not 0.0 <= float(dropout_p) < 1.0:
         return "dropout_p outside [0, 1)"
     return None
 
@@ -138,13 +148,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     causal = _core.CAUSAL_TOP_LEFT if is_causal else _core.CAUSAL_NONE
     opts = (_core.scale_of(scale), 0.0, causal, -1, -1, p, seed, 0)
     _count(None)
-    if os.environ.get("FLASHATTN_VERBOSE", "0") not in ("", "0"):
+    if _VERBOSE:
         _verbose(f"sdpa,routed,dtype:{str(q.dtype).replace('torch.', '')},B:{q.shape[0]},Hq:{q.shape[2]},"
                  f"Hk:{k.shape[2]},Sq:{q.shape[1]},Sk:{k.shape[1]},D:{q.shape[3]},Dv:{v.shape[3]},"
                  f"causal:{'top-left' if is_causal else 'none'},"
                  f"mask:{'none' if attn_mask is None else ('bool' if mask is not None else 'float')},dropout:{p},"
                  f"grad:{torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))}")
-    out, _, _ = _ops.attention(q, k, v, bias, mask, None, None, None, opts, False, need_lse=False)
+    out, _, _ = _ops.attention(q, k, v, bias, mask, None, None, None, opts, False, need_lse=False, checked=True)
     return out.transpose(1, 2) if query.dim() == 4 else out.squeeze(2)
 
 

@@ -133,16 +133,18 @@ class _Attention(torch.autograd.Function):
         return (dq, dk, dv) + (None,) * 14
 
 
-def attention(q, k, v, bias, mask, alibi, cu_q, cu_k, opts, return_mask, need_lse=True):
+def attention(q, k, v, bias, mask, alibi, cu_q, cu_k, opts, return_mask, need_lse=True, checked=False):
     """The torch entry of every dense and varlen call: (out, lse, dropout_mask); lse is
-    None when not need_lse and no gradient is taken."""
-    for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", bias), ("attn_mask", mask)):
-        _cpu(x, name)
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if x.dim() != 4:
-            raise ValueError(f"{name} must be 4-d (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
-    if bias is not None and bias.requires_grad:
-        raise ValueError("a float attn_mask that requires grad is not supported: flashattn gives no bias gradient")
+    None when not need_lse and no gradient is taken. checked: the caller (the SDPA
+    route) has already made sure of devices, ranks and the mask's requires_grad."""
+    if not checked:
+        for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", bias), ("attn_mask", mask)):
+            _cpu(x, name)
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if x.dim() != 4:
+                raise ValueError(f"{name} must be 4-d (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
+        if bias is not None and bias.requires_grad:
+            raise ValueError("a float attn_mask that requires grad is not supported: flashattn gives no bias gradient")
     scale, softcap, causal, wl, wr, p, seed, offset = opts
     # Compiling, or under torch.profiler: the dispatcher path, so that the graph and
     # the profile show flashattn::fwd / flashattn::bwd (the profiler is our msprof)
