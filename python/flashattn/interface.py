@@ -170,19 +170,26 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 
 
 def _int32(x, torch_side, name):
+    """An index array as contiguous int32; any integer dtype is converted, others refused."""
     if x is None:
         return None
-    if torch_side and is_torch(x):
+    if is_torch(x):
         import torch
 
         if x.device.type != "cpu":
             raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise ValueError(f"{name} must be an integer array (int32), got {x.dtype}")
         return x.detach().to(torch.int32).contiguous()
+    a = np.asarray(x)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{name} must be an integer array (int32), got {a.dtype}")
+    a = np.ascontiguousarray(a, dtype=np.int32)
     if torch_side:
         import torch
 
-        return torch.as_tensor(np.ascontiguousarray(x, dtype=np.int32))
-    return np.ascontiguousarray(x, dtype=np.int32)
+        return torch.from_numpy(a)
+    return a
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,

@@ -236,6 +236,13 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
             raise(PyExc_ValueError, "alibi_slopes must be float32");
         if (s.ndim() < 1 || s.ndim() > 2 || (s.shape(s.ndim() - 1) > 1 && s.stride(s.ndim() - 1) != 1))
             raise(PyExc_ValueError, "alibi_slopes must be (nheads,) or (batch, nheads) with contiguous rows");
+        // the library reads slopes[b * stride_b + h] for every h < Hq (and b < B): plain
+        // pointers carry no length, so the extents are checked here
+        const int64_t hq = a.q.shape[2], bq = a.q.shape[0];
+        if (static_cast<int64_t>(s.shape(s.ndim() - 1)) < hq ||
+            (s.ndim() == 2 && s.shape(0) != 1 && static_cast<int64_t>(s.shape(0)) < bq))
+            raise(PyExc_ValueError, "alibi_slopes must be (nheads,) or (batch, nheads) for nheads = " +
+                                        std::to_string(hq) + ", batch = " + std::to_string(bq));
         a.alibi_slopes = static_cast<const float *>(s.data());
         a.alibi_stride_b = s.ndim() == 2 ? s.stride(0) : 0;
         if (s.ndim() == 2 && s.shape(0) == 1)
@@ -259,11 +266,25 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
         kc.v = tensor_of<out_array>(v_cache, "v_cache", false, true);
         kc.k_scale = tensor_of<out_array>(k_scale, "k_scale", false, false, true);
         kc.v_scale = tensor_of<out_array>(v_scale, "v_scale", false, false, true);
+        // seqlens, batch_idx and the block table are plain pointers to the library:
+        // each must cover every sequence of the call
+        const int64_t batch = a.cu_seqlens_q ? a.num_seqs : a.q.shape[0];
+        auto covers = [batch](const char *name, int64_t have) {
+            if (have < batch)
+                raise(PyExc_ValueError, std::string(name) + " has " + std::to_string(have) +
+                                            " entries for a batch of " + std::to_string(batch));
+        };
         int64_t r = 0, n = 0;
         kc.seqlens = int32_of(cache_seqlens, "cache_seqlens", &r, &n);
+        if (kc.seqlens)
+            covers("cache_seqlens", r * n);
         kc.batch_idx = int32_of(cache_batch_idx, "cache_batch_idx", &r, &n);
+        if (kc.batch_idx)
+            covers("cache_batch_idx", r * n);
         int64_t bt_rows = 0, bt_cols = 0;
         kc.block_table = int32_of(block_table, "block_table", &bt_rows, &bt_cols);
+        if (kc.block_table)
+            covers("block_table (rows)", bt_rows);
         kc.max_pages = kc.block_table ? bt_cols : 0;
         a.kv_cache = &kc;
     }

@@ -159,3 +159,18 @@ def test_kvcache_numpy_in_numpy_out():
     ref, _ = attn_ref(torch.from_numpy(q).double(), torch.from_numpy(kc[:, :5]).double(),
                       torch.from_numpy(vc[:, :5]).double())
     assert np.abs(out - ref.numpy()).max() < 1e-6
+
+
+def test_short_index_arrays_are_refused_not_read_past():
+    q = randn(2, 1, 2, 4, seed=60)
+    kc, vc = torch.zeros(2, 8, 1, 4), torch.zeros(2, 8, 1, 4)
+    with pytest.raises(ValueError, match="cache_seqlens has 1 entries for a batch of 2"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.tensor([3], dtype=torch.int32))
+    with pytest.raises(ValueError, match="cache_batch_idx"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=1, cache_batch_idx=torch.tensor([0], dtype=torch.int32))
+    with pytest.raises(ValueError, match="block_table"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=1, block_table=torch.zeros(1, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        flash_attn_func(q, kc[:, :3], vc[:, :3], alibi_slopes=torch.ones(1))
+    with pytest.raises(ValueError, match="int32"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.tensor([1.0, 2.0]))
