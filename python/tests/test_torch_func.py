@@ -171,3 +171,16 @@ def test_torch_errors():
         flash_attn_func(q, q, q, attn_mask=torch.ones(3, 8, 8, dtype=torch.bool))
     with pytest.raises(ValueError, match="shape|head"):
         flash_attn_func(q, q[..., :8], q)
+
+
+@pytest.mark.parametrize("qshape,kshape", [((0, 4, 2, 8), (0, 4, 2, 8)), ((1, 0, 2, 8), (1, 4, 2, 8)),
+                                           ((1, 3, 2, 8), (1, 0, 2, 8))], ids=["B=0", "Sq=0", "Sk=0"])
+def test_empty_shapes(qshape, kshape):
+    # docs/semantics.md, section 9: B or Sq = 0 is a no-op, Sk = 0 gives o = 0 and lse = -inf
+    q = torch.randn(*qshape, requires_grad=True)
+    k = torch.randn(*kshape, requires_grad=True)
+    out, lse, _ = flash_attn_func(q, k, k, return_attn_probs=True)
+    assert out.shape == qshape and lse.shape == (qshape[0], qshape[2], qshape[1])
+    assert torch.all(out == 0) and torch.all(torch.isneginf(lse))
+    out.sum().backward()
+    assert q.grad.shape == qshape and torch.all(q.grad == 0) and torch.all(k.grad == 0)
