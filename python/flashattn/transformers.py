@@ -25,6 +25,7 @@ counted in flashattn.torch.stats() like the SDPA fallbacks.
 import torch
 
 from . import _core
+from . import torch as _torch_side
 from .torch import _count, _ops, _verbose, _why_not
 
 NAME = "fa_cpu"
@@ -67,13 +68,16 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     window = (-1, -1)
     sw = kwargs.get("sliding_window")
     if sw is not None and attention_mask is None:
-        window = (int(sw) - 1, 0 if causal else -1)
+        # as transformers' flash-attention path: (sliding_window - 1) each side,
+        # bottom-right aligned (the right side is moot under causal)
+        window = (int(sw) - 1, int(sw) - 1)
     p = float(dropout)
     seed = int(torch.randint(0, 2**62, (1,)).item()) if p > 0 else 0
     opts = (_core.scale_of(scaling), softcap, causal, window[0], window[1], p, seed, 0)
     _count(None)
-    _verbose(f"transformers,routed,dtype:{str(q.dtype).replace('torch.', '')},B:{q.shape[0]},Hq:{q.shape[2]},"
-             f"Hk:{k.shape[2]},Sq:{Sq},Sk:{Sk},D:{q.shape[3]},mask:{'none' if attention_mask is None else 'yes'}")
+    if _torch_side._VERBOSE:
+        _verbose(f"transformers,routed,dtype:{str(q.dtype).replace('torch.', '')},B:{q.shape[0]},Hq:{q.shape[2]},"
+                 f"Hk:{k.shape[2]},Sq:{Sq},Sk:{Sk},D:{q.shape[3]},mask:{'none' if attention_mask is None else 'yes'}")
     out, _, _ = _ops.attention(q, k, v, bias, mask, None, None, None, opts, False, need_lse=False, checked=True)
     return out, None
 
