@@ -143,3 +143,26 @@ def test_greedy_generate_with_kv_cache_same_tokens(impl):
         # one prefill + 11 cached decoding steps, in each of 2 layers
         _assert_ran_flashattn(2 * 12)
     assert torch.equal(got, want), (got, want)
+
+
+def test_sliding_window_model_matches_native_sdpa():
+    # Mistral-style sliding-window attention. With transformers 5 the window reaches
+    # flashattn as the bool mask transformers builds (prefill) and as a cache that
+    # keeps the last 8 keys (decoding); the window_size path for a skipped mask is
+    # not reached by this model.
+    cfg = transformers.MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                     sliding_window=8)
+    torch.manual_seed(0)
+    ref = transformers.MistralForCausalLM._from_config(copy.deepcopy(cfg), attn_implementation="sdpa").eval()
+    model = transformers.MistralForCausalLM._from_config(copy.deepcopy(cfg), attn_implementation=NAME).eval()
+    model.load_state_dict(ref.state_dict())
+    ids = torch.randint(0, 96, (1, 30), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        want = ref(ids).logits
+        fat.reset_stats()
+        got = model(ids).logits
+        _assert_ran_flashattn(2)
+    assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
+    kw = dict(max_new_tokens=12, do_sample=False, attention_mask=torch.ones_like(ids[:, :20]), pad_token_id=0)
+    assert torch.equal(model.generate(ids[:, :20], **kw), ref.generate(ids[:, :20], **kw))
