@@ -38,7 +38,8 @@ using out_array = nb::ndarray<>;
 }
 
 // The exception class of a status (issue 12: ValueError for what the caller got
-// wrong, MemoryError, RuntimeError for the rest).
+// wrong, MemoryError, RuntimeError for the rest; NotImplementedError, a
+// RuntimeError, for a form the chosen algorithm does not run).
 PyObject *exception_of(fa_status st)
 {
     switch (st) {
@@ -55,6 +56,9 @@ PyObject *exception_of(fa_status st)
         return PyExc_ValueError;
     case FA_ERR_OUT_OF_MEMORY:
         return PyExc_MemoryError;
+    case FA_ERR_UNSUPPORTED:
+        // the chosen algorithm cannot run this form; a RuntimeError subclass
+        return PyExc_NotImplementedError;
     default:
         return PyExc_RuntimeError;
     }

@@ -190,3 +190,13 @@ def test_out_of_memory_is_memoryerror():
     ctx = flashattn.Context(threads=1, algo="standard")
     with pytest.raises(MemoryError, match="out of memory.*cannot allocate"):
         flashattn._C.forward(ctx._c, big, big, big, big)
+
+
+def test_unsupported_form_is_notimplemented_runtimeerror():
+    # the standard baseline has no varlen form: the library says so
+    q = rnd(10, 2, 8, seed=15)
+    cu = np.array([0, 4, 10], dtype=np.int32)
+    with flashattn.Context(threads=1, algo="standard"):
+        with pytest.raises(NotImplementedError, match="fa_forward: .*standard"):
+            flashattn.flash_attn_varlen_func(q, q, q, cu, cu, 6, 6)
+    assert issubclass(NotImplementedError, RuntimeError)
