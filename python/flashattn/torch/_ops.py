@@ -138,11 +138,15 @@ def attention(q, k, v, bias, mask, alibi, cu_q, cu_k, opts, return_mask, need_ls
     None when not need_lse and no gradient is taken. checked: the caller (the SDPA
     route) has already made sure of devices, ranks and the mask's requires_grad."""
     if not checked:
-        for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", bias), ("attn_mask", mask)):
-            _cpu(x, name)
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if x.dim() != 4:
-                raise ValueError(f"{name} must be 4-d (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
+        if not (q.is_cpu and k.is_cpu and v.is_cpu and (bias is None or bias.is_cpu) and
+                (mask is None or mask.is_cpu)):
+            for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", bias), ("attn_mask", mask)):
+                _cpu(x, name)
+        if not q.dim() == k.dim() == v.dim() == 4:
+            for name, x in (("q", q), ("k", k), ("v", v)):
+                if x.dim() != 4:
+                    raise ValueError(f"{name} must be 4-d (batch, seqlen, nheads, headdim), "
+                                     f"got shape {tuple(x.shape)}")
         if bias is not None and bias.requires_grad:
             raise ValueError("a float attn_mask that requires grad is not supported: flashattn gives no bias gradient")
     scale, softcap, causal, wl, wr, p, seed, offset = opts
