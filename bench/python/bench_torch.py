@@ -20,10 +20,12 @@ medians; progress goes to stderr, the table to stdout.
              model (transformers, random init) at sequence --train-seq, native
              "sdpa" against attn_implementation="fa_cpu"
   generate   greedy generation of 128 tokens with the KV cache, same two models
-  memory     peak RSS (getrusage ru_maxrss) of a fresh subprocess that builds the
-             model and runs two training steps: tracemalloc cannot see torch's
-             allocator, and a separate process per variant keeps one variant's
-             peak from hiding the other's
+  memory     peak RSS of a fresh subprocess per variant that builds the model, runs
+             one training step (so the optimizer state exists), resets the
+             kernel's peak-RSS mark (/proc/self/clear_refs "5", Linux >= 4.0) and
+             runs two more: the peak of those steps (VmHWM), and its growth over
+             the RSS before them. tracemalloc cannot see torch's allocator, and a
+             process per variant keeps one variant's peak from hiding the other's
 
 GFLOP/s follow the repo's rule (STYLE.md, tools/measure.h): 2*(D+Dv) per kept
 (i, j) pair times B*H for a forward; forward+backward is 3.5 times that.
@@ -255,13 +257,31 @@ torch.set_num_threads(args.threads)
 m = b.build_model(args, args.mem_impl)
 opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
 ids = torch.randint(0, args.vocab, (1, args.train_seq))
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 import flashattn
+def hwm():
+    # the kernel's peak RSS (VmHWM), KiB
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
 with flashattn.Context(threads=args.threads):
+    opt.zero_grad(); m(ids, labels=ids).loss.backward(); opt.step()  # optimizer state now exists
+    before = rss()
+    try:  # Linux >= 4.0: "5" resets VmHWM to the current RSS, so the peak is the steps'
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        reset = True
+    except OSError:
+        reset = False
     for _ in range(2):
         opt.zero_grad(); m(ids, labels=ids).loss.backward(); opt.step()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"peak_kib": peak, "before_kib": before}))
+peak = hwm()
+print(json.dumps({"peak_kib": peak, "before_kib": before, "reset": reset}))
 """
 
 
@@ -276,7 +296,8 @@ def case_memory(args, seq):
         res[impl] = json.loads(r.stdout.strip().splitlines()[-1])
     for impl, r in res.items():
         row("train_peak_rss", "native sdpa" if impl == "native" else "flashattn (fa_cpu)", 0.0,
-            extra={"peak_MiB": r["peak_kib"] / 1024, "step_growth_MiB": (r["peak_kib"] - r["before_kib"]) / 1024},
+            extra={"peak_MiB": r["peak_kib"] / 1024, "step_growth_MiB": (r["peak_kib"] - r["before_kib"]) / 1024,
+                   "peak_of_steps_only": r["reset"]},
             seq=seq)
     return res
 
@@ -305,7 +326,7 @@ def print_table():
         shape = ",".join(f"{k}={r[k]}" for k in ("B", "H", "Hq", "Hk", "N", "S", "L", "D", "seq", "tokens") if k in r)
         other = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()
                           if k in ("us", "us_above_c", "kv_GB/s", "tokens/s", "same_tokens", "routed", "fallbacks",
-                                   "peak_MiB", "step_growth_MiB"))
+                                   "peak_MiB", "step_growth_MiB", "peak_of_steps_only"))
         ms = f"{r['ms']:.4g}" if r["ms"] else "-"
         gf = f"{r['gflops']:.1f}" if "gflops" in r else "-"
         lines.append([r["case"], r["variant"], shape, ms, gf, other])
@@ -350,12 +371,13 @@ def plot(path, seqs):
     a1.set_title("attention latency vs N")
     a1.legend(fontsize=7)
     for variant, color in (("native sdpa", "tab:orange"), ("flashattn (fa_cpu)", "tab:blue")):
-        pts = sorted((r["seq"], r["peak_MiB"]) for r in ROWS if r["case"] == "train_peak_rss" and r["variant"] == variant)
+        pts = sorted((r["seq"], r["step_growth_MiB"]) for r in ROWS
+                     if r["case"] == "train_peak_rss" and r["variant"] == variant)
         if pts:
             a2.plot(*zip(*pts), marker="o", color=color, label=variant)
     a2.set_xscale("log", base=2)
     a2.set_xlabel("sequence length of the training step")
-    a2.set_ylabel("peak RSS, MiB (whole process)")
+    a2.set_ylabel("peak RSS of the steps above the RSS before them, MiB")
     a2.set_title("small Llama training step: peak memory vs N")
     a2.legend(fontsize=8)
     title = f"flashattn vs torch {torch.__version__} SDPA, {torch.get_num_threads()} threads"
