@@ -1,0 +1,468 @@
+#!/usr/bin/env python3
+"""bench_torch.py: the Python package against PyTorch's own CPU SDPA, in one run.
+
+Owns the figures of issue 12, section 5. Every case times its variants in turns
+(A B A B ...; the same tensors, the same thread count on both sides) and reports
+medians; progress goes to stderr, the table to stdout.
+
+  overhead   B=1, H=1, S=1, D=64 f32: the C call alone (flashattn._C.time_forward_c,
+             a raw entry of the extension that builds the arguments once and loops
+             fa_forward in C, no Python in the loop), the binding (_C.forward on
+             NumPy arrays), flash_attn_func on NumPy and on torch, flashattn.torch's
+             SDPA, torch's SDPA
+  fwd        forward, f32 and bf16, B=1, H=32, N, D=128, torch SDPA against
+             flashattn.torch.scaled_dot_product_attention on the same BNSD tensors
+             (and the C loop on them: "as fast as flashattn bench")
+  fwdbwd     forward + backward, same shape, f32
+  decode     one query token against a KV cache of --decode-len keys (GQA 32/8):
+             torch SDPA (enable_gqa) against flash_attn_with_kvcache
+  train      one training step (forward, backward, AdamW) of a small Llama-style
+             model (transformers, random init) at sequence --train-seq, native
+             "sdpa" against attn_implementation="fa_cpu"
+  generate   greedy generation of 128 tokens with the KV cache, same two models
+  memory     peak RSS of a fresh subprocess per variant that builds the model, runs
+             one training step (so the optimizer state exists), resets the
+             kernel's peak-RSS mark (/proc/self/clear_refs "5", Linux >= 4.0) and
+             runs two more: the peak of those steps (VmHWM), and its growth over
+             the RSS before them. tracemalloc cannot see torch's allocator, and a
+             process per variant keeps one variant's peak from hiding the other's
+
+GFLOP/s follow the repo's rule (STYLE.md, tools/measure.h): 2*(D+Dv) per kept
+(i, j) pair times B*H for a forward; forward+backward is 3.5 times that.
+
+Run it through bench/python/run.sh (the venv with torch and transformers, and
+the package installed from this clone). --smoke runs tiny shapes in seconds.
+"""
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import flashattn
+import flashattn.torch as fat
+from flashattn import _C
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def interleaved(fns, runs, inner=None, warmup=2):
+    """Median seconds per call of each fn in fns (a dict), timed in turns. Without
+    `inner`, short calls are repeated so that one timing lasts ~20 ms or more."""
+    slowest = 0.0
+    for f in fns.values():
+        for _ in range(warmup):
+            t0 = time.perf_counter()
+            f()
+            slowest = max(slowest, time.perf_counter() - t0)
+    if inner is None:
+        inner = max(1, min(1000, int(0.02 / max(slowest, 1e-9))))
+    times = {k: [] for k in fns}
+    for _ in range(runs):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                f()
+            times[k].append((time.perf_counter() - t0) / inner)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def fwd_flops(B, H, Sq, Sk, D, Dv):
+    return 2.0 * (D + Dv) * B * H * Sq * Sk
+
+
+ROWS = []
+
+
+def row(case, variant, seconds, flops=None, extra=None, **shape):
+    r = {"case": case, "variant": variant, "ms": seconds * 1e3, **shape}
+    if flops:
+        r["gflops"] = flops / seconds * 1e-9
+    if extra:
+        r.update(extra)
+    ROWS.append(r)
+    return r
+
+
+# ---------------------------------------------------------------- cases
+
+def case_overhead(args, ctx):
+    q = np.random.default_rng(0).standard_normal((1, 1, 1, 64)).astype(np.float32)
+    o = np.empty_like(q)
+    tq = torch.from_numpy(q)
+    t4 = tq.view(1, 1, 1, 64)  # BNSD for the SDPAs (S = 1, H = 1: the same memory)
+    inner = 2000 if not args.smoke else 200
+    with ctx:
+        c = ctx._c
+        fns = {
+            "C call (fa_forward loop in C)": lambda: _C.time_forward_c(c, q, q, q, o, inner),
+            "binding (_C.forward, NumPy)": lambda: [_C.forward(c, q, q, q, o) for _ in range(inner)],
+            "flash_attn_func (NumPy)": lambda: [flashattn.flash_attn_func(q, q, q) for _ in range(inner)],
+            "flash_attn_func (torch)": lambda: [flashattn.flash_attn_func(tq, tq, tq) for _ in range(inner)],
+            "flashattn.torch SDPA": lambda: [fat.scaled_dot_product_attention(t4, t4, t4) for _ in range(inner)],
+            "torch SDPA": lambda: [F.scaled_dot_product_attention(t4, t4, t4) for _ in range(inner)],
+        }
+        med = interleaved(fns, args.runs * 3, inner=1)
+    base = med["C call (fa_forward loop in C)"] / inner
+    for k, v in med.items():
+        per = v / inner
+        row("overhead", k, per, extra={"us": per * 1e6, "us_above_c": (per - base) * 1e6}, B=1, H=1, S=1, D=64)
+
+
+def case_fwd(args, ctx, dtype, N, backward=False):
+    B, H, D = 1, args.heads, args.dim
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(N)
+    q, k, v = (torch.randn(B, H, N, D, generator=g).to(dt) for _ in range(3))
+    flops = fwd_flops(B, H, N, N, D, D) * (3.5 if backward else 1.0)
+    with ctx:
+        if not backward:
+            out = torch.empty(B, N, H, D, dtype=dt)
+            qs, ks, vs = (x.transpose(1, 2) for x in (q, k, v))
+            from torch.utils.dlpack import to_dlpack as dl
+            fns = {
+                "torch SDPA": lambda: F.scaled_dot_product_attention(q, k, v),
+                "flashattn SDPA": lambda: fat.scaled_dot_product_attention(q, k, v),
+                "flashattn C loop": lambda: _C.time_forward_c(ctx._c, dl(qs), dl(ks), dl(vs), dl(out), 1),
+            }
+        else:
+            qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+            dout = torch.randn(B, H, N, D, generator=g).to(dt)
+
+            def step(fn):
+                def run():
+                    for x in (qg, kg, vg):
+                        x.grad = None
+                    fn(qg, kg, vg).backward(dout)
+                return run
+
+            fns = {"torch SDPA": step(F.scaled_dot_product_attention),
+                   "flashattn SDPA": step(fat.scaled_dot_product_attention)}
+        med = interleaved(fns, args.runs)
+    case = ("fwdbwd_" if backward else "fwd_") + dtype
+    for kname, sec in med.items():
+        row(case, kname, sec, flops, B=B, H=H, N=N, D=D)
+    return med
+
+
+def case_decode(args, ctx, dtype):
+    B, Hq, Hk, D, L = 1, 32, 8, args.dim, args.decode_len
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(1)
+    kc = torch.randn(B, L + 1, Hk, D, generator=g).to(dt)  # BSND cache, room for the new token
+    vc = torch.randn(B, L + 1, Hk, D, generator=g).to(dt)
+    q = torch.randn(B, 1, Hq, D, generator=g).to(dt)
+    kn = torch.randn(B, 1, Hk, D, generator=g).to(dt)
+    vn = torch.randn(B, 1, Hk, D, generator=g).to(dt)
+    seqlens = torch.full((B,), L, dtype=torch.int32)
+    # torch reads the same cache memory as BNSD views, keys L+1 after the append
+    kt, vt, qt = kc.transpose(1, 2), vc.transpose(1, 2), q.transpose(1, 2)
+    with ctx:
+        fns = {
+            "torch SDPA": lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True),
+            "flash_attn_with_kvcache": lambda: flashattn.flash_attn_with_kvcache(q, kc, vc, kn, vn,
+                                                                                 cache_seqlens=seqlens),
+        }
+        med = interleaved(fns, args.runs * 4)
+    kv_bytes = 2 * B * (L + 1) * Hk * D * kc.element_size()
+    for kname, sec in med.items():
+        row("decode_" + dtype, kname, sec, fwd_flops(B, Hq, 1, L + 1, D, D),
+            extra={"kv_GB/s": kv_bytes / sec * 1e-9}, B=B, Hq=Hq, Hk=Hk, L=L, D=D)
+
+
+def llama_config(args):
+    import transformers
+
+    return transformers.LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 8 // 3,
+                                    num_hidden_layers=args.layers, num_attention_heads=args.hidden // 64,
+                                    num_key_value_heads=max(1, args.hidden // 128),
+                                    max_position_embeddings=max(args.train_seq, 256) + 256)
+
+
+def build_model(args, impl):
+    import transformers
+
+    import flashattn.transformers as fht
+
+    name = fht.register()
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM._from_config(llama_config(args),
+                                                      attn_implementation="sdpa" if impl == "native" else name)
+
+
+def case_train(args, ctx):
+    models = {impl: build_model(args, impl) for impl in ("native", "flashattn")}
+    models["flashattn"].load_state_dict(models["native"].state_dict())
+    opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
+    ids = torch.randint(0, args.vocab, (1, args.train_seq), generator=torch.Generator().manual_seed(2))
+
+    def step(k):
+        def run():
+            opts[k].zero_grad()
+            models[k](ids, labels=ids).loss.backward()
+            opts[k].step()
+        return run
+
+    with ctx:
+        fat.reset_stats()
+        med = interleaved({"native sdpa": step("native"), "flashattn (fa_cpu)": step("flashattn")},
+                          max(3, args.runs // 2))
+        routed = fat.stats()
+    for k, sec in med.items():
+        row("train_step", k, sec, extra={"routed": routed["routed"], "fallbacks": routed["fallbacks"]},
+            seq=args.train_seq, layers=args.layers, hidden=args.hidden)
+
+
+def case_generate(args, ctx):
+    models = {impl: build_model(args, impl).eval() for impl in ("native", "flashattn")}
+    models["flashattn"].load_state_dict(models["native"].state_dict())
+    ids = torch.randint(0, args.vocab, (1, 32), generator=torch.Generator().manual_seed(3))
+    n = args.gen_tokens
+    outs = {}
+
+    def gen(k):
+        def run():
+            with torch.no_grad():
+                outs[k] = models[k].generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                                             min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0)
+        return run
+
+    with ctx:
+        med = interleaved({"native sdpa": gen("native"), "flashattn (fa_cpu)": gen("flashattn")},
+                          max(3, args.runs // 2))
+    same = torch.equal(outs["native"], outs["flashattn"])
+    for k, sec in med.items():
+        row("generate", k, sec, extra={"tokens/s": n / sec, "same_tokens": same}, tokens=n)
+
+
+MEMORY_CHILD = r"""
+import resource, sys, json, torch
+sys.argv = ['bench_torch.py'] + json.loads(sys.argv[1])
+sys.path.insert(0, %r)
+import bench_torch as b
+args = b.parse_args()
+args.train_seq = args.mem_seq
+torch.set_num_threads(args.threads)
+m = b.build_model(args, args.mem_impl)
+opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+ids = torch.randint(0, args.vocab, (1, args.train_seq))
+import flashattn
+def hwm():
+    # the kernel's peak RSS (VmHWM), KiB
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+with flashattn.Context(threads=args.threads):
+    opt.zero_grad(); m(ids, labels=ids).loss.backward(); opt.step()  # optimizer state now exists
+    before = rss()
+    try:  # Linux >= 4.0: "5" resets VmHWM to the current RSS, so the peak is the steps'
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        reset = True
+    except OSError:
+        reset = False
+    for _ in range(2):
+        opt.zero_grad(); m(ids, labels=ids).loss.backward(); opt.step()
+peak = hwm()
+print(json.dumps({"peak_kib": peak, "before_kib": before, "reset": reset}))
+"""
+
+
+def case_memory(args, seq):
+    res = {}
+    for impl in ("native", "flashattn"):
+        a = strip_opt(strip_opt(sys.argv[1:], "--plot"), "--cases") + ["--mem-seq", str(seq), "--mem-impl", impl]
+        code = MEMORY_CHILD % os.path.dirname(os.path.abspath(__file__))
+        r = subprocess.run([sys.executable, "-c", code, json.dumps(a)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"memory subprocess failed: {r.stderr[-2000:]}")
+        res[impl] = json.loads(r.stdout.strip().splitlines()[-1])
+    for impl, r in res.items():
+        row("train_peak_rss", "native sdpa" if impl == "native" else "flashattn (fa_cpu)", 0.0,
+            extra={"peak_MiB": r["peak_kib"] / 1024, "step_growth_MiB": (r["peak_kib"] - r["before_kib"]) / 1024,
+                   "peak_of_steps_only": r["reset"]},
+            seq=seq)
+    return res
+
+
+def strip_opt(argv, name):
+    out, skip = [], False
+    for i, x in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if x == name:
+            skip = True
+            continue
+        if x.startswith(name + "="):
+            continue
+        out.append(x)
+    return out
+
+
+# ---------------------------------------------------------------- output
+
+def print_table():
+    cols = ["case", "variant", "shape", "ms", "GFLOP/s", "other"]
+    lines = []
+    for r in ROWS:
+        shape = ",".join(f"{k}={r[k]}" for k in ("B", "H", "Hq", "Hk", "N", "S", "L", "D", "seq", "tokens") if k in r)
+        other = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()
+                          if k in ("us", "us_above_c", "kv_GB/s", "tokens/s", "same_tokens", "routed", "fallbacks",
+                                   "peak_MiB", "step_growth_MiB", "peak_of_steps_only"))
+        ms = f"{r['ms']:.4g}" if r["ms"] else "-"
+        gf = f"{r['gflops']:.1f}" if "gflops" in r else "-"
+        lines.append([r["case"], r["variant"], shape, ms, gf, other])
+    widths = [max(len(c), *(len(l[i]) for l in lines)) for i, c in enumerate(cols)] if lines else [len(c) for c in cols]
+    fmt = " | ".join("{:<%d}" % w for w in widths)
+    print(fmt.format(*cols))
+    print("-+-".join("-" * w for w in widths))
+    for l in lines:
+        print(fmt.format(*l))
+    # the ratios the issue's targets are stated in
+    by = {}
+    for r in ROWS:
+        by.setdefault((r["case"], r.get("N")), {})[r["variant"]] = r
+    print()
+    for (case, N), vs in by.items():
+        if "torch SDPA" in vs and "flashattn SDPA" in vs:
+            s = vs["torch SDPA"]["ms"] / vs["flashattn SDPA"]["ms"]
+            extra = ""
+            if "flashattn C loop" in vs:
+                extra = f"; Python/C loop {vs['flashattn SDPA']['ms'] / vs['flashattn C loop']['ms']:.3f}"
+            print(f"# {case} N={N}: flashattn is {s:.2f}x torch SDPA{extra}")
+        if "native sdpa" in vs and "flashattn (fa_cpu)" in vs and vs["native sdpa"]["ms"]:
+            print(f"# {case}: flashattn is {vs['native sdpa']['ms'] / vs['flashattn (fa_cpu)']['ms']:.2f}x native")
+
+
+def plot(path, seqs):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for case, style in (("fwd_float32", "-"), ("fwd_bfloat16", "--"), ("fwdbwd_float32", ":")):
+        for variant, color in (("torch SDPA", "tab:orange"), ("flashattn SDPA", "tab:blue")):
+            pts = sorted((r["N"], r["ms"]) for r in ROWS if r["case"] == case and r["variant"] == variant)
+            if pts:
+                a1.plot(*zip(*pts), style, marker="o", color=color, label=f"{variant}, {case}")
+    a1.set_xscale("log", base=2)
+    a1.set_yscale("log")
+    a1.set_xlabel(f"N (sequence length), B=1, H={ARGS.heads}, D={ARGS.dim}")
+    a1.set_ylabel("median ms")
+    a1.set_title("attention latency vs N")
+    a1.legend(fontsize=7)
+    for variant, color in (("native sdpa", "tab:orange"), ("flashattn (fa_cpu)", "tab:blue")):
+        pts = sorted((r["seq"], r["step_growth_MiB"]) for r in ROWS
+                     if r["case"] == "train_peak_rss" and r["variant"] == variant)
+        if pts:
+            a2.plot(*zip(*pts), marker="o", color=color, label=variant)
+    a2.set_xscale("log", base=2)
+    a2.set_xlabel("sequence length of the training step")
+    a2.set_ylabel("peak RSS of the steps above the RSS before them, MiB")
+    a2.set_title("small Llama training step: peak memory vs N")
+    a2.legend(fontsize=8)
+    title = f"flashattn vs torch {torch.__version__} SDPA, {torch.get_num_threads()} threads"
+    if ARGS.smoke:
+        title += " -- SMOKE RUN (tiny shapes), not figures"
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    log(f"plot written to {path}")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--seqs", default="2048", help="N for fwd/fwdbwd, comma separated (the plot's x axis)")
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--decode-len", type=int, default=4096)
+    p.add_argument("--train-seq", type=int, default=2048)
+    p.add_argument("--mem-seqs", default=None, help="sequence lengths for the memory rows (default: --train-seq)")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--gen-tokens", type=int, default=128)
+    p.add_argument("--cases", default="overhead,fwd,fwdbwd,decode,train,generate,memory")
+    p.add_argument("--smoke", action="store_true", help="tiny shapes, a few seconds: does the script work")
+    p.add_argument("--json", action="store_true", help="one JSON object per row on stdout instead of the table")
+    p.add_argument("--plot", default=None, help="PNG path: latency and memory against N")
+    p.add_argument("--mem-impl", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--mem-seq", type=int, default=None, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.smoke:
+        a.runs, a.seqs, a.heads, a.dim, a.decode_len = 3, "64,128", 4, 32, 256
+        a.train_seq, a.layers, a.hidden, a.vocab, a.gen_tokens = 64, 2, 128, 256, 8
+        a.mem_seqs = a.mem_seqs or "64,128"
+    return a
+
+
+ARGS = None
+
+
+def main():
+    global ARGS
+    ARGS = args = parse_args()
+    torch.set_num_threads(args.threads)
+    ctx = flashattn.Context(threads=args.threads)
+    cases = args.cases.split(",")
+    seqs = [int(s) for s in args.seqs.split(",")]
+    mem_seqs = [int(s) for s in (args.mem_seqs or str(args.train_seq)).split(",")]
+    plan = []
+    if "overhead" in cases:
+        plan.append(("overhead", lambda: case_overhead(args, ctx)))
+    for N in seqs:
+        if "fwd" in cases:
+            for dt in ("float32", "bfloat16"):
+                plan.append((f"fwd {dt} N={N}", lambda dt=dt, N=N: case_fwd(args, ctx, dt, N)))
+        if "fwdbwd" in cases:
+            plan.append((f"fwd+bwd float32 N={N}", lambda N=N: case_fwd(args, ctx, "float32", N, backward=True)))
+    if "decode" in cases:
+        for dt in ("float32", "bfloat16"):
+            plan.append((f"decode {dt}", lambda dt=dt: case_decode(args, ctx, dt)))
+    if "train" in cases:
+        plan.append((f"train step seq={args.train_seq}", lambda: case_train(args, ctx)))
+    if "generate" in cases:
+        plan.append((f"generate {args.gen_tokens} tokens", lambda: case_generate(args, ctx)))
+    if "memory" in cases:
+        for s in mem_seqs:
+            plan.append((f"peak memory seq={s}", lambda s=s: case_memory(args, s)))
+    log(f"flashattn {flashattn.__version__} ({ctx.isa}), torch {torch.__version__}, {args.threads} threads, "
+        f"{len(plan)} steps")
+    t0 = time.time()
+    for i, (name, fn) in enumerate(plan, 1):
+        log(f"[{i}/{len(plan)}] {name} ({time.time() - t0:.0f} s so far)")
+        fn()
+    if args.json:
+        for r in ROWS:
+            print(json.dumps(r))
+    else:
+        print(f"# flashattn {flashattn.__version__} isa {ctx.isa}; torch {torch.__version__}; "
+              f"{args.threads} threads both sides; medians of {args.runs} interleaved runs")
+        print_table()
+    if args.plot:
+        plot(args.plot, seqs)
+
+
+if __name__ == "__main__":
+    main()

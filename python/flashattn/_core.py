@@ -1,0 +1,149 @@
+"""flashattn._core: contexts, and the argument rules shared by every front end.
+
+Owns:
+  - Context, the Python face of one fa_context (threads, algorithm);
+  - the per-thread default context and the `with ctx:` stack that makes a Context
+    current for this thread only (a context serves one thread at a time: the C
+    library answers FA_ERR_BUSY otherwise, so nothing here shares one implicitly);
+  - the translation of flash-attn 2.x's arguments (softmax_scale, causal,
+    window_size, ...) into the binding's (scale, causal code, window) so that
+    the NumPy path and the torch custom ops read them the same way.
+torch is never imported here.
+"""
+
+import sys
+import threading
+
+from . import _C
+
+CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = 0, 1, 2
+_ALGOS = {"auto": 0, "flash": 1, "standard": 2, "reference": 3}
+
+
+class Context:
+    """A flashattn context: worker threads and the algorithm every call on it runs.
+
+    threads: worker threads including the caller, 0 = one per online CPU.
+    algo: "auto" (flash), "flash", "standard" or "reference" (fp64 loops, the oracle).
+
+    A Context serves one thread at a time. `with ctx:` makes it the current context
+    of the calling thread (for flash_attn_func and the torch ops too); using one
+    from two threads at once raises RuntimeError (the library's FA_ERR_BUSY).
+    """
+
+    def __init__(self, threads=0, algo="auto"):
+        if isinstance(algo, str):
+            if algo not in _ALGOS:
+                raise ValueError(f"algo must be one of {sorted(_ALGOS)}, got {algo!r}")
+            algo = _ALGOS[algo]
+        self._c = _C.Context(int(threads), int(algo))
+
+    @property
+    def threads(self):
+        return self._c.get(_C.PARAM_THREADS)
+
+    @threads.setter
+    def threads(self, n):
+        self._c.set(_C.PARAM_THREADS, int(n))
+
+    @property
+    def algo(self):
+        return _C.algo_name(self._c.get(_C.PARAM_ALGO))
+
+    @property
+    def isa(self):
+        """The micro-kernel path: "ref", "avx2", "avx512", "avx512bf16" or "neon"."""
+        return self._c.isa
+
+    def last(self):
+        """What the last successful call ran: algorithm, threads, extra bytes allocated."""
+        return {
+            "algo": _C.algo_name(self._c.get(_C.PARAM_LAST_ALGO)),
+            "threads": self._c.get(_C.PARAM_LAST_THREADS),
+            "extra_bytes": self._c.get(_C.PARAM_LAST_EXTRA_BYTES),
+        }
+
+    def close(self):
+        self._c.close()
+
+    def __enter__(self):
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc):
+        stack = _stack()
+        if stack and stack[-1] is self:
+            stack.pop()
+        return False
+
+    def __repr__(self):
+        if self._c.closed:
+            return "flashattn.Context(closed)"
+        return f"flashattn.Context(threads={self.threads}, algo={self.algo!r}, isa={self.isa!r})"
+
+
+_local = threading.local()
+
+
+def _stack():
+    s = getattr(_local, "stack", None)
+    if s is None:
+        s = _local.stack = []
+    return s
+
+
+def current_context():
+    """The calling thread's context: the innermost `with ctx:`, else this thread's
+    own default (created on first use, one worker per online CPU)."""
+    s = getattr(_local, "stack", None)
+    if s:
+        return s[-1]._c
+    c = getattr(_local, "default", None)
+    if c is None:
+        c = _local.default = _C.Context(0, 0)
+    return c
+
+
+def is_torch(x):
+    t = sys.modules.get("torch")
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def scale_of(softmax_scale):
+    # The C library reads scale 0 as "the default 1/sqrt(D)": a caller's explicit 0
+    # would silently mean something else, so it is refused.
+    if softmax_scale is None:
+        return 0.0
+    s = float(softmax_scale)
+    if s == 0.0:
+        raise ValueError("softmax_scale = 0 is not supported (flashattn reads 0 as the default 1/sqrt(headdim))")
+    return s
+
+
+def causal_of(causal):
+    """flash-attn's causal=True is bottom-right; "top-left" is PyTorch's is_causal."""
+    if causal is False or causal is None:
+        return CAUSAL_NONE
+    if causal is True or causal == "bottom-right":
+        return CAUSAL_BOTTOM_RIGHT
+    if causal == "top-left":
+        return CAUSAL_TOP_LEFT
+    raise ValueError(f"causal must be True, False, 'bottom-right' or 'top-left', got {causal!r}")
+
+
+def window_of(window_size):
+    try:
+        left, right = window_size
+        left, right = int(left), int(right)
+    except (TypeError, ValueError):
+        raise ValueError(f"window_size must be a pair (left, right), got {window_size!r}") from None
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size sides must be -1 (unbounded) or >= 0, got {window_size!r}")
+    return left, right
+
+
+def check_dropout(dropout_p):
+    p = float(dropout_p)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout_p must lie in [0, 1), got {dropout_p!r}")
+    return p

@@ -1,0 +1,320 @@
+"""flashattn.interface: the flash-attn 2.x functions, for NumPy arrays and torch tensors.
+
+Owns the public call signatures (names, argument names, defaults and BSND layouts
+of Dao-AILab's flash-attn 2.x) and the extensions beyond them: a bool or float
+`attn_mask`, `causal="top-left"`, explicit dropout seeds, int8 KV caches and
+merge_states. torch tensors go to flashattn.torch._ops (differentiable custom
+ops); anything else is read as a NumPy array and gives NumPy results (forward only).
+"""
+
+import numpy as np
+
+from . import _C, _core
+from ._core import is_torch
+
+
+_ops_module = None
+
+
+def _ops():
+    global _ops_module
+    if _ops_module is None:
+        from .torch import _ops  # imports torch: only reached with torch tensors in hand
+
+        _ops_module = _ops
+    return _ops_module
+
+
+def _np(x, name):
+    if x is None:
+        return None
+    a = np.asarray(x)
+    return a
+
+
+def _need_ndim(x, n, name, shape):
+    if x.ndim != n:
+        raise ValueError(f"{name} must be {n}-d {shape}, got shape {tuple(x.shape)}")
+
+
+def _pad4(m):
+    """A mask or bias broadcastable to (batch, nheads, seqlen_q, seqlen_k), as a 4-d view."""
+    if m.ndim > 4:
+        raise ValueError(f"attn_mask must have at most 4 dims (batch, nheads, seqlen_q, seqlen_k), got {m.ndim}")
+    return m.reshape((1,) * (4 - m.ndim) + tuple(m.shape))
+
+
+def _mask_split(attn_mask, torch_side):
+    """attn_mask -> (bias, mask): bool means attend-where-true, float is added to the scores."""
+    if attn_mask is None:
+        return None, None
+    if torch_side:
+        import torch
+
+        m = _pad4(attn_mask)
+        return (None, m) if m.dtype == torch.bool else (m, None)
+    m = _pad4(np.asarray(attn_mask))
+    return (None, m) if m.dtype == np.bool_ else (m, None)
+
+
+def _seed(dropout_p, dropout_seed, torch_side):
+    if dropout_p == 0.0:
+        return 0
+    if dropout_seed is not None:
+        s = int(dropout_seed)
+        if not 0 <= s < 2**63:
+            raise ValueError("dropout_seed must lie in [0, 2^63)")
+        return s
+    if torch_side:
+        import torch
+
+        return int(torch.randint(0, 2**62, (1,)).item())  # follows torch.manual_seed
+    return int(np.random.randint(0, 2**62, dtype=np.int64))  # follows np.random.seed
+
+
+def _offset(dropout_offset):
+    o = int(dropout_offset)
+    if not 0 <= o < 2**32:
+        raise ValueError("dropout_offset must lie in [0, 2^32)")
+    return o
+
+
+def _alibi(alibi_slopes, torch_side):
+    if alibi_slopes is None:
+        return None
+    if torch_side:
+        import torch
+
+        return alibi_slopes.detach().to(torch.float32).contiguous()
+    return np.ascontiguousarray(alibi_slopes, dtype=np.float32)
+
+
+def _np_forward(q, k, v, *, bias=None, mask=None, alibi=None, cu_q=None, cu_k=None, opts, want_mask=False):
+    """The NumPy forward: allocates o, lse (and the dropout mask) and calls the library."""
+    scale, softcap, causal, wl, wr, p, seed, offset = opts
+    B, Sq, Hq, _ = q.shape
+    out = np.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype)
+    lse = np.empty((B, Hq, Sq), dtype=np.float32)
+    dm = np.empty((B, Hq, Sq, k.shape[1]), dtype=np.bool_) if want_mask else None
+    _C.forward(_core.current_context(), q, k, v, out, lse, scale, softcap, causal, wl, wr, alibi, bias, mask,
+               cu_q, cu_k, None, None, None, None, None, None, None, 0, 0, p, seed, offset, dm)
+    return out, lse, dm
+
+
+def _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, torch_side):
+    p = _core.check_dropout(dropout_p)
+    softcap = float(softcap)
+    if softcap < 0:
+        raise ValueError(f"softcap must be >= 0 (0 = off), got {softcap}")
+    wl, wr = _core.window_of(window_size)
+    return (_core.scale_of(softmax_scale), softcap, _core.causal_of(causal), wl, wr, p,
+            _seed(p, dropout_seed, torch_side), _offset(dropout_offset))
+
+
+def _result(out, lse, dm, return_attn_probs):
+    return (out, lse, dm) if return_attn_probs else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, attn_mask=None,
+                    dropout_seed=None, dropout_offset=0):
+    """Attention over q (batch, seqlen_q, nheads, headdim), k, v (batch, seqlen_k, nheads_k, headdim[_v]).
+
+    As flash-attn 2.x: causal is aligned bottom-right, window_size (left, right)
+    likewise, nheads % nheads_k == 0 is GQA/MQA, alibi_slopes (nheads,) or
+    (batch, nheads) fp32. Returns out (batch, seqlen_q, nheads, headdim_v); with
+    return_attn_probs also softmax_lse (batch, nheads, seqlen_q) fp32 and the dropout
+    keep-mask (batch, nheads, seqlen_q, seqlen_k) bool (None without dropout) --
+    flash-attn's S_dmask encodes the same pattern in the signs of P instead.
+    deterministic is accepted and has nothing to do: the backward is always
+    deterministic.
+
+    Beyond flash-attn (keyword-only): attn_mask, bool (True = attend) or float (added
+    to the scores), broadcastable to (batch, nheads, seqlen_q, seqlen_k);
+    causal="top-left" (PyTorch's alignment); dropout_seed / dropout_offset fix the
+    Philox stream (default: a seed drawn from torch's or NumPy's global generator).
+    """
+    t = is_torch(q)
+    opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t)
+    want = bool(return_attn_probs) and opts[5] > 0
+    if t:
+        bias, mask = _mask_split(attn_mask, True)
+        out, lse, dm = _ops().attention(q, k, v, bias, mask, _alibi(alibi_slopes, True), None, None, opts, want,
+                                        need_lse=bool(return_attn_probs))
+        return _result(out, lse, dm if want else None, return_attn_probs)
+    q, k, v = _np(q, "q"), _np(k, "k"), _np(v, "v")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _need_ndim(x, 4, name, "(batch, seqlen, nheads, headdim)")
+    bias, mask = _mask_split(attn_mask, False)
+    out, lse, dm = _np_forward(q, k, v, bias=bias, mask=mask, alibi=_alibi(alibi_slopes, False), opts=opts,
+                               want_mask=want)
+    return _result(out, lse, dm, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, **kw):
+    """qkv (batch, seqlen, 3, nheads, headdim): the three are strided views, no copy."""
+    if qkv.ndim != 5 or qkv.shape[2] != 3:
+        raise ValueError(f"qkv must be (batch, seqlen, 3, nheads, headdim), got shape {tuple(qkv.shape)}")
+    return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
+                           softcap, alibi_slopes, deterministic, return_attn_probs, **kw)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, **kw):
+    """kv (batch, seqlen_k, 2, nheads_k, headdim)."""
+    if kv.ndim != 5 or kv.shape[2] != 2:
+        raise ValueError(f"kv must be (batch, seqlen_k, 2, nheads_k, headdim), got shape {tuple(kv.shape)}")
+    return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs, **kw)
+
+
+def _int32(x, torch_side, name):
+    """An index array as contiguous int32; any integer dtype is converted, others refused."""
+    if x is None:
+        return None
+    if is_torch(x):
+        import torch
+
+        if x.device.type != "cpu":
+            raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise ValueError(f"{name} must be an integer array (int32), got {x.dtype}")
+        return x.detach().to(torch.int32).contiguous()
+    a = np.asarray(x)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{name} must be an integer array (int32), got {a.dtype}")
+    a = np.ascontiguousarray(a, dtype=np.int32)
+    if torch_side:
+        import torch
+
+        return torch.from_numpy(a)
+    return a
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None, *, dropout_seed=None,
+                           dropout_offset=0):
+    """Packed sequences: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim[_v]),
+    cu_seqlens_* int32 (batch + 1,) prefix sums. Returns out (total_q, nheads, headdim_v);
+    with return_attn_probs also softmax_lse (nheads, total_q) and None (the dropout
+    mask is a dense-call output). max_seqlen_* are checked against cu_seqlens when
+    given as ints. block_table (paged keys) is not supported here: use
+    flash_attn_with_kvcache."""
+    if block_table is not None:
+        raise ValueError("flash_attn_varlen_func: block_table is not supported; use flash_attn_with_kvcache")
+    t = is_torch(q)
+    opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _need_ndim(x, 3, name, "(total, nheads, headdim)")
+    cu_q, cu_k = _int32(cu_seqlens_q, t, "cu_seqlens_q"), _int32(cu_seqlens_k, t, "cu_seqlens_k")
+    checkable = not (t and _ops().torch.compiler.is_compiling())  # a data-dependent check would break the graph
+    for name, cu, mx in (("max_seqlen_q", cu_q, max_seqlen_q), ("max_seqlen_k", cu_k, max_seqlen_k)):
+        if checkable and isinstance(mx, int) and cu.shape[0] > 1:
+            longest = int((cu[1:] - cu[:-1]).max())
+            if longest > mx:
+                raise ValueError(f"{name} = {mx} but a sequence has {longest} rows")
+    if t:
+        out, lse, _ = _ops().attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), None, None,
+                                       _alibi(alibi_slopes, True), cu_q, cu_k, opts, False)
+        out, lse = out[0], lse[0]
+    else:
+        q, k, v = _np(q, "q"), _np(k, "k"), _np(v, "v")
+        out, lse, _ = _np_forward(q[None], k[None], v[None], alibi=_alibi(alibi_slopes, False), cu_q=cu_q,
+                                  cu_k=cu_k, opts=opts)
+        out, lse = out[0], lse[0]
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False,
+                            *, k_scale=None, v_scale=None):
+    """Attention of q (batch, seqlen_q, nheads, headdim) over a KV cache, appending k, v first.
+
+    k_cache, v_cache: (batch_cache, seqlen_max, nheads_k, headdim[_v]), or with
+    block_table (batch, max_pages) int32 page pools (num_pages, page_size, nheads_k,
+    headdim[_v]) of any page size. k, v (batch, seqlen_new, nheads_k, ...) are written
+    in place at cache_seqlens[b] (an int or int32 (batch,)), which the caller advances
+    afterwards, as in flash-attn. causal is bottom-right over the valid keys.
+    Beyond flash-attn: int8 caches with k_scale, v_scale fp32 (.., .., nheads_k)
+    (appends quantise with max|x|/127). Not differentiable; rotary embedding and
+    cache_leftpad are not implemented (ValueError); num_splits > 0 forces the
+    split-KV chunk count.
+    """
+    if rotary_cos is not None or rotary_sin is not None:
+        raise ValueError("flash_attn_with_kvcache: rotary embedding is not implemented; apply it to q and k first")
+    if cache_leftpad is not None:
+        raise ValueError("flash_attn_with_kvcache: cache_leftpad is not implemented")
+    t = is_torch(q)
+    opts = _options(0.0, softmax_scale, causal, window_size, softcap, None, 0, t)
+    scale, softcap_, causal_, wl, wr = opts[:5]
+    _need_ndim(q, 4, "q", "(batch, seqlen_q, nheads, headdim)")
+    B = q.shape[0]
+    if cache_seqlens is None:
+        raise ValueError("flash_attn_with_kvcache: cache_seqlens is required (an int or int32 (batch,))")
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = np.full((B,), cache_seqlens, dtype=np.int32)
+    seqlens = _int32(cache_seqlens, t, "cache_seqlens")
+    bidx = _int32(cache_batch_idx, t, "cache_batch_idx")
+    table = _int32(block_table, t, "block_table")
+    if t:
+        import torch
+
+        # the cache is written in place and the call is not differentiable
+        q, k, v = (None if x is None else x.detach() for x in (q, k, v))
+        for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+            if x.device.type != "cpu":
+                raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
+        out = torch.empty((B, q.shape[1], q.shape[2], v_cache.shape[3]), dtype=q.dtype)
+        lse = torch.empty((B, q.shape[2], q.shape[1]), dtype=torch.float32)
+    else:
+        q, k, v = _np(q, "q"), _np(k, "k"), _np(v, "v")
+        out = np.empty((B, q.shape[1], q.shape[2], v_cache.shape[3]), dtype=q.dtype)
+        lse = np.empty((B, q.shape[2], q.shape[1]), dtype=np.float32)
+    args = (q, k, v, out, lse, _alibi(alibi_slopes, t), k_cache, v_cache, k_scale, v_scale, seqlens, bidx, table)
+    if t:
+        # DLPack capsules: ~0.2 us each against ~2 us through Tensor.__dlpack__ (decoding calls are short)
+        from torch.utils.dlpack import to_dlpack
+
+        args = tuple(None if x is None else to_dlpack(x) for x in args)
+    q_, k_, v_, out_, lse_, alibi_, kc_, vc_, ks_, vs_, seqlens_, bidx_, table_ = args
+    ctx = _core.current_context()
+    if num_splits:
+        ctx.set(_C.PARAM_KV_SPLITS, int(num_splits))
+    try:
+        _C.forward(ctx, q_, k_, v_, out_, lse_, scale, softcap_, causal_, wl, wr, alibi_, None, None, None, None, kc_,
+                   vc_, ks_, vs_, seqlens_, bidx_, table_, 0, 0, 0.0, 0, 0, None)
+    finally:
+        if num_splits:
+            ctx.set(_C.PARAM_KV_SPLITS, 0)
+    return (out, lse) if return_softmax_lse else out
+
+
+def merge_states(out_parts, lse_parts, out_dtype=None):
+    """Merges partial results over disjoint key sets: out_parts[i] (batch, seqlen, nheads, headdim_v),
+    lse_parts[i] (batch, nheads, seqlen) fp32. Returns (out, lse) with
+    lse = log(sum_i exp(lse_i)) and out = sum_i exp(lse_i - lse) out_i."""
+    out_parts, lse_parts = list(out_parts), list(lse_parts)
+    if not out_parts or len(out_parts) != len(lse_parts):
+        raise ValueError("merge_states needs one or more parts, as many lse parts as output parts")
+    o0 = out_parts[0]
+    if o0.ndim != 4:
+        raise ValueError(f"out parts must be (batch, seqlen, nheads, headdim_v), got shape {tuple(o0.shape)}")
+    B, S, H, Dv = o0.shape
+    if is_torch(o0):
+        import torch
+
+        out = torch.empty((B, S, H, Dv), dtype=out_dtype or o0.dtype)
+        lse = torch.empty((B, H, S), dtype=torch.float32)
+        out_parts = [x.detach() for x in out_parts]
+        lse_parts = [x.detach() for x in lse_parts]
+    else:
+        out_parts = [np.asarray(x) for x in out_parts]
+        lse_parts = [np.asarray(x) for x in lse_parts]
+        out = np.empty((B, S, H, Dv), dtype=out_dtype or out_parts[0].dtype)
+        lse = np.empty((B, H, S), dtype=np.float32)
+    _C.merge_states(_core.current_context(), out_parts, lse_parts, out, lse)
+    return out, lse

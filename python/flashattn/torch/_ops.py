@@ -1,0 +1,162 @@
+"""flashattn.torch._ops: the torch.library custom ops flashattn::fwd and flashattn::bwd.
+
+Owns the differentiable attention for torch tensors: fwd returns (out, lse,
+dropout_mask) from q, k, v in (batch, seq, heads, dim) of any strides; bwd runs
+fa_backward from the saved q, k, v, out, lse and the same options, so autograd
+never holds an N x N matrix. Both have fake (meta) implementations so that
+torch.compile traces through them without graph breaks.
+
+Eager calls skip the dispatcher, whose Python custom-op path costs some 100 us
+per call: without a gradient attention() calls the library directly, with one it
+uses _Attention, a torch.autograd.Function over the very same two
+implementations. Tensors reach the binding as DLPack capsules
+(torch.utils.dlpack.to_dlpack, ~0.2 us) rather than through Tensor.__dlpack__
+(~2 us each).
+"""
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from torch.utils.dlpack import to_dlpack as _to_dlpack
+
+from .. import _C, _core
+
+
+def _dl(x):
+    return None if x is None else _to_dlpack(x)
+
+
+def _cpu(x, name):
+    if x is not None and x.device.type != "cpu":
+        raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
+
+
+def _fwd_impl(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal, window_left,
+              window_right, dropout_p, seed, offset, return_mask, lean=False):
+    # lean (inference without read-outs): no lse and no placeholder mask, each
+    # allocation being ~1.5 us of a ~10 us small call
+    B, Sq, Hq, _ = q.shape
+    out = torch.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype)
+    lse = None if lean else torch.empty((B, Hq, Sq), dtype=torch.float32)
+    dm = torch.empty((B, Hq, Sq, k.shape[1]), dtype=torch.bool) if return_mask else (
+        None if lean else torch.empty((0,), dtype=torch.bool))
+    _C.forward(_core.current_context(), _dl(q), _dl(k), _dl(v), _dl(out), _dl(lse), scale, softcap, causal,
+               window_left, window_right, _dl(alibi_slopes), _dl(bias), _dl(mask), _dl(cu_seqlens_q),
+               _dl(cu_seqlens_k), None, None, None, None, None, None, None, 0, 0, dropout_p, seed, offset,
+               _dl(dm) if return_mask else None)
+    return out, lse, dm
+
+
+def _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal,
+              window_left, window_right, dropout_p, seed, offset):
+    # Fresh row-major outputs: empty_like would copy the strides of a transposed q.
+    dq = torch.empty(q.shape, dtype=q.dtype)
+    dk = torch.empty(k.shape, dtype=k.dtype)
+    dv = torch.empty(v.shape, dtype=v.dtype)
+    _C.backward(_core.current_context(), _dl(dout), _dl(dq), _dl(dk), _dl(dv), _dl(q), _dl(k), _dl(v), _dl(out),
+                _dl(lse), scale, softcap, causal, window_left, window_right, _dl(alibi_slopes), _dl(bias), _dl(mask),
+                _dl(cu_seqlens_q), _dl(cu_seqlens_k), None, None, None, None, None, None, None, 0, 0, dropout_p, seed,
+                offset, None)
+    return dq, dk, dv
+
+
+@torch.library.custom_op("flashattn::fwd", mutates_args=(), device_types="cpu")
+def fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], mask: Optional[Tensor],
+        alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], scale: float,
+        softcap: float, causal: int, window_left: int, window_right: int, dropout_p: float, seed: int, offset: int,
+        return_mask: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    return _fwd_impl(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal,
+                     window_left, window_right, dropout_p, seed, offset, return_mask)
+
+
+@fwd.register_fake
+def _(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal, window_left,
+      window_right, dropout_p, seed, offset, return_mask):
+    B, Sq, Hq, _ = q.shape
+    out = q.new_empty((B, Sq, Hq, v.shape[3]))
+    lse = q.new_empty((B, Hq, Sq), dtype=torch.float32)
+    dm = q.new_empty((B, Hq, Sq, k.shape[1]) if return_mask else (0,), dtype=torch.bool)
+    return out, lse, dm
+
+
+@torch.library.custom_op("flashattn::bwd", mutates_args=(), device_types="cpu")
+def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
+        mask: Optional[Tensor], alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+        cu_seqlens_k: Optional[Tensor], scale: float, softcap: float, causal: int, window_left: int,
+        window_right: int, dropout_p: float, seed: int, offset: int) -> Tuple[Tensor, Tensor, Tensor]:
+    return _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap,
+                     causal, window_left, window_right, dropout_p, seed, offset)
+
+
+@bwd.register_fake
+def _(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal,
+      window_left, window_right, dropout_p, seed, offset):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset, _) = inputs
+    out, lse, _dm = output
+    ctx.save_for_backward(q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k)
+    ctx.options = (scale, softcap, causal, wl, wr, p, seed, offset)
+
+
+def _backward(ctx, dout, _dlse, _ddm):
+    # lse and the dropout mask are read-outs: flash-attn gives them no gradient either.
+    q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = torch.ops.flashattn.bwd(dout, q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, *ctx.options)
+    return (dq, dk, dv) + (None,) * 14
+
+
+torch.library.register_autograd("flashattn::fwd", _backward, setup_context=_setup_context)
+
+
+class _Attention(torch.autograd.Function):
+    """Eager autograd over _fwd_impl/_bwd_impl: what flashattn::fwd's registered
+    autograd does, without the dispatcher's per-call cost."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset, rm):
+        out, lse, dm = _fwd_impl(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed,
+                                 offset, rm)
+        ctx.save_for_backward(q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k)
+        ctx.options = (scale, softcap, causal, wl, wr, p, seed, offset)
+        ctx.mark_non_differentiable(lse, dm)
+        return out, lse, dm
+
+    @staticmethod
+    def backward(ctx, dout, _dlse, _ddm):
+        q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k = ctx.saved_tensors
+        dq, dk, dv = _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, *ctx.options)
+        return (dq, dk, dv) + (None,) * 14
+
+
+def attention(q, k, v, bias, mask, alibi, cu_q, cu_k, opts, return_mask, need_lse=True, checked=False):
+    """The torch entry of every dense and varlen call: (out, lse, dropout_mask); lse is
+    None when not need_lse and no gradient is taken. checked: the caller (the SDPA
+    route) has already made sure of devices, ranks and the mask's requires_grad."""
+    if not checked:
+        if not (q.is_cpu and k.is_cpu and v.is_cpu and (bias is None or bias.is_cpu) and
+                (mask is None or mask.is_cpu)):
+            for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", bias), ("attn_mask", mask)):
+                _cpu(x, name)
+        if not q.dim() == k.dim() == v.dim() == 4:
+            for name, x in (("q", q), ("k", k), ("v", v)):
+                if x.dim() != 4:
+                    raise ValueError(f"{name} must be 4-d (batch, seqlen, nheads, headdim), "
+                                     f"got shape {tuple(x.shape)}")
+        if bias is not None and bias.requires_grad:
+            raise ValueError("a float attn_mask that requires grad is not supported: flashattn gives no bias gradient")
+    scale, softcap, causal, wl, wr, p, seed, offset = opts
+    # Compiling, or under torch.profiler: the dispatcher path, so that the graph and
+    # the profile show flashattn::fwd / flashattn::bwd (the profiler is our msprof)
+    if torch.compiler.is_compiling() or torch.autograd._profiler_enabled():
+        return torch.ops.flashattn.fwd(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed,
+                                       offset, return_mask)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _Attention.apply(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed,
+                                offset, return_mask)
+    return _fwd_impl(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset,
+                     return_mask, lean=not need_lse)

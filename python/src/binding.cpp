@@ -1,0 +1,448 @@
+// binding.cpp: the compiled module flashattn._C, a thin nanobind layer over
+// include/flashattn.h.
+//
+// It owns three things and nothing else:
+//  - turning any array that speaks DLPack or the buffer protocol (NumPy, PyTorch,
+//    JAX) into an fa_tensor with its real strides, without a copy;
+//  - calling fa_forward / fa_backward / fa_merge_states with the GIL released;
+//  - turning every fa_status into a Python exception that carries
+//    fa_context_error()'s words.
+// It never allocates outputs: the Python layer (flashattn/_core.py) allocates them
+// with the caller's framework and passes them in, so the binding stays one
+// code path for every framework. Shapes are checked by the library itself.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <flashattn.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace nb = nanobind;
+
+namespace {
+
+// Inputs are read-only views; outputs need write access. Any device is accepted at
+// the type level so that a CUDA tensor gets our ValueError, not an overload error.
+using in_array = nb::ndarray<nb::ro>;
+using out_array = nb::ndarray<>;
+
+[[noreturn]] void raise(PyObject *type, const std::string &msg)
+{
+    PyErr_SetString(type, msg.c_str());
+    throw nb::python_error();
+}
+
+// The exception class of a status (issue 12: ValueError for what the caller got
+// wrong, MemoryError, RuntimeError for the rest; NotImplementedError, a
+// RuntimeError, for a form the chosen algorithm does not run).
+PyObject *exception_of(fa_status st)
+{
+    switch (st) {
+    case FA_ERR_NULL_POINTER:
+    case FA_ERR_STRUCT_SIZE:
+    case FA_ERR_INVALID_DIM:
+    case FA_ERR_SHAPE_MISMATCH:
+    case FA_ERR_HEAD_RATIO:
+    case FA_ERR_DTYPE:
+    case FA_ERR_OVERFLOW:
+    case FA_ERR_BROADCAST:
+    case FA_ERR_INVALID_ARGUMENT:
+    case FA_ERR_OUT_OF_RANGE:
+        return PyExc_ValueError;
+    case FA_ERR_OUT_OF_MEMORY:
+        return PyExc_MemoryError;
+    case FA_ERR_UNSUPPORTED:
+        // the chosen algorithm cannot run this form; a RuntimeError subclass
+        return PyExc_NotImplementedError;
+    default:
+        return PyExc_RuntimeError;
+    }
+}
+
+void check(fa_status st, const fa_context *ctx, const char *what)
+{
+    if (st == FA_OK)
+        return;
+    std::string msg = std::string(what) + ": " + fa_status_string(st);
+    // A busy context did not write its message (it belongs to the other thread).
+    const char *detail = (ctx && st != FA_ERR_BUSY) ? fa_context_error(ctx) : "";
+    if (detail && *detail)
+        msg += ": " + std::string(detail);
+    if (st == FA_ERR_BUSY)
+        msg += " (a flashattn.Context serves one thread at a time; give each thread its own)";
+    raise(exception_of(st), msg);
+}
+
+// The owner of one fa_context. Python's Context class wraps it.
+struct Context {
+    fa_context *ctx = nullptr;
+    explicit Context(int64_t threads, int64_t algo)
+    {
+        check(fa_context_create(&ctx), nullptr, "fa_context_create");
+        fa_status st = fa_context_set(ctx, FA_PARAM_THREADS, threads);
+        if (st == FA_OK)
+            st = fa_context_set(ctx, FA_PARAM_ALGO, algo);
+        if (st != FA_OK) {
+            std::string msg = std::string("flashattn.Context: ") + fa_status_string(st) + ": " + fa_context_error(ctx);
+            fa_context_free(ctx);
+            ctx = nullptr;
+            raise(exception_of(st), msg);
+        }
+    }
+    ~Context() { fa_context_free(ctx); }
+    Context(const Context &) = delete;
+    Context &operator=(const Context &) = delete;
+    fa_context *get() const
+    {
+        if (!ctx)
+            raise(PyExc_ValueError, "flashattn.Context is closed");
+        return ctx;
+    }
+};
+
+fa_dtype dtype_of(const nb::dlpack::dtype &t, const char *name, bool allow_bool, bool allow_i8)
+{
+    using code = nb::dlpack::dtype_code;
+    const auto c = static_cast<code>(t.code);
+    if (t.lanes == 1) {
+        if (c == code::Float && t.bits == 32)
+            return FA_DTYPE_F32;
+        if (c == code::Float && t.bits == 16)
+            return FA_DTYPE_F16;
+        if (c == code::Bfloat && t.bits == 16)
+            return FA_DTYPE_BF16;
+        if (allow_bool && t.bits == 8 && (c == code::Bool || c == code::UInt))
+            return FA_DTYPE_BOOL;
+        if (allow_i8 && c == code::Int && t.bits == 8)
+            return FA_DTYPE_I8;
+    }
+    raise(PyExc_ValueError, std::string(name) + ": unsupported dtype (code " + std::to_string(t.code) + ", " +
+                                std::to_string(t.bits) + " bits); flashattn takes float32, float16 or bfloat16" +
+                                (allow_bool ? " (or bool for a mask)" : "") + (allow_i8 ? " (or int8 for a cache)" : ""));
+}
+
+template <typename A> void check_cpu(const A &a, const char *name)
+{
+    if (a.device_type() != nb::device::cpu::value)
+        raise(PyExc_ValueError, std::string(name) + " is not on the CPU (DLPack device type " +
+                                    std::to_string(a.device_type()) + "); flashattn runs on CPU tensors only");
+}
+
+// A 4-d fa_tensor over the array's memory and strides (elements), or an absent one.
+// lse (B, H, S) and int8 scales (N, S, Hk) may come 3-d: the library's trailing
+// extent of 1 is added here, which saves the caller a view per call.
+template <typename A>
+fa_tensor tensor_of(const nb::handle &obj, const char *name, bool allow_bool = false, bool allow_i8 = false,
+                    bool allow_3d = false)
+{
+    fa_tensor t;
+    std::memset(&t, 0, sizeof t);
+    if (obj.is_none())
+        return t;
+    A a;
+    if (!nb::try_cast(obj, a))
+        raise(PyExc_TypeError, std::string(name) + ": expected an array (DLPack or buffer protocol)" +
+                                   (std::is_same<A, out_array>::value ? ", writable" : "") + ", got " +
+                                   nb::type_name(obj.type()).c_str());
+    check_cpu(a, name);
+    const size_t nd = a.ndim();
+    if (nd != 4 && !(allow_3d && nd == 3))
+        raise(PyExc_ValueError, std::string(name) + " must be " + (allow_3d ? "3-d or " : "") + "4-d, got " +
+                                    std::to_string(nd) + "-d");
+    t.data = const_cast<void *>(static_cast<const void *>(a.data()));
+    t.dtype = dtype_of(a.dtype(), name, allow_bool, allow_i8);
+    for (size_t i = 0; i < 4; i++) {
+        t.shape[i] = i < nd ? static_cast<int64_t>(a.shape(i)) : 1;
+        t.stride[i] = i < nd ? a.stride(i) : 1;
+    }
+    // The library needs a data pointer even for an empty tensor.
+    if (!t.data)
+        t.data = &t;
+    return t;
+}
+
+// A contiguous 1-d (or row-major 2-d) int32 array for cu_seqlens, seqlens,
+// batch_idx and block tables; its pointer, or NULL for None.
+const int32_t *int32_of(const nb::handle &obj, const char *name, int64_t *rows = nullptr, int64_t *cols = nullptr)
+{
+    if (obj.is_none())
+        return nullptr;
+    in_array a;
+    if (!nb::try_cast(obj, a))
+        raise(PyExc_TypeError, std::string(name) + ": expected an int32 array");
+    check_cpu(a, name);
+    const auto t = a.dtype();
+    if (t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Int) || t.bits != 32 || t.lanes != 1)
+        raise(PyExc_ValueError, std::string(name) + " must be int32");
+    if (a.ndim() == 1) {
+        if (a.shape(0) > 1 && a.stride(0) != 1)
+            raise(PyExc_ValueError, std::string(name) + " must be contiguous");
+        if (rows)
+            *rows = 1;
+        if (cols)
+            *cols = static_cast<int64_t>(a.shape(0));
+    } else if (a.ndim() == 2 && cols) {
+        if ((a.shape(1) > 1 && a.stride(1) != 1) || (a.shape(0) > 1 && a.stride(0) != (int64_t)a.shape(1)))
+            raise(PyExc_ValueError, std::string(name) + " must be contiguous (row-major)");
+        *rows = static_cast<int64_t>(a.shape(0));
+        *cols = static_cast<int64_t>(a.shape(1));
+    } else {
+        raise(PyExc_ValueError, std::string(name) + " must be 1-d" + (cols ? " or 2-d" : ""));
+    }
+    static const int32_t empty = 0;
+    return a.data() ? static_cast<const int32_t *>(a.data()) : &empty;
+}
+
+// Everything fa_forward_args holds besides the data, kept alive for one call.
+// The library's init functions rather than the INIT macros: C++ warns about their
+// brace-elided {0} members.
+struct Call {
+    fa_forward_args a;
+    fa_kv_cache cache;
+    Call()
+    {
+        fa_forward_args_init(&a);
+        fa_kv_cache_init(&cache);
+    }
+};
+
+// Fills *c from the Python arguments shared by forward and backward.
+void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, double scale,
+          double softcap, int causal, int64_t window_left, int64_t window_right, nb::handle alibi, nb::handle bias,
+          nb::handle mask, nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle k_cache, nb::handle v_cache,
+          nb::handle k_scale, nb::handle v_scale, nb::handle cache_seqlens, nb::handle cache_batch_idx,
+          nb::handle block_table, int64_t q_start, int64_t k_start, double dropout_p, uint64_t dropout_seed,
+          uint32_t dropout_offset, nb::handle dropout_mask)
+{
+    fa_forward_args &a = c.a;
+    a.q = tensor_of<in_array>(q, "q");
+    a.k = tensor_of<in_array>(k, "k");
+    a.v = tensor_of<in_array>(v, "v");
+    a.o = tensor_of<out_array>(o, "out");
+    a.lse = tensor_of<out_array>(lse, "softmax_lse", false, false, true);
+    a.scale = static_cast<float>(scale);
+    a.softcap = static_cast<float>(softcap);
+    a.causal = static_cast<fa_causal>(causal);
+    a.window_left = window_left;
+    a.window_right = window_right;
+    if (!alibi.is_none()) {
+        in_array s;
+        if (!nb::try_cast(alibi, s))
+            raise(PyExc_TypeError, "alibi_slopes: expected a float32 array");
+        check_cpu(s, "alibi_slopes");
+        const auto t = s.dtype();
+        if (t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Float) || t.bits != 32)
+            raise(PyExc_ValueError, "alibi_slopes must be float32");
+        if (s.ndim() < 1 || s.ndim() > 2 || (s.shape(s.ndim() - 1) > 1 && s.stride(s.ndim() - 1) != 1))
+            raise(PyExc_ValueError, "alibi_slopes must be (nheads,) or (batch, nheads) with contiguous rows");
+        // the library reads slopes[b * stride_b + h] for every h < Hq (and b < B): plain
+        // pointers carry no length, so the extents are checked here
+        const int64_t hq = a.q.shape[2], bq = a.q.shape[0];
+        if (static_cast<int64_t>(s.shape(s.ndim() - 1)) < hq ||
+            (s.ndim() == 2 && s.shape(0) != 1 && static_cast<int64_t>(s.shape(0)) < bq))
+            raise(PyExc_ValueError, "alibi_slopes must be (nheads,) or (batch, nheads) for nheads = " +
+                                        std::to_string(hq) + ", batch = " + std::to_string(bq));
+        a.alibi_slopes = static_cast<const float *>(s.data());
+        a.alibi_stride_b = s.ndim() == 2 ? s.stride(0) : 0;
+        if (s.ndim() == 2 && s.shape(0) == 1)
+            a.alibi_stride_b = 0;
+    }
+    a.bias = tensor_of<in_array>(bias, "bias");
+    a.mask = tensor_of<in_array>(mask, "mask", true);
+    int64_t n_q = 0, n_k = 0, rows = 0;
+    a.cu_seqlens_q = int32_of(cu_seqlens_q, "cu_seqlens_q", &rows, &n_q);
+    a.cu_seqlens_k = int32_of(cu_seqlens_k, "cu_seqlens_k", &rows, &n_k);
+    if (a.cu_seqlens_q) {
+        if (a.cu_seqlens_k && n_k != n_q)
+            raise(PyExc_ValueError, "cu_seqlens_q and cu_seqlens_k must have the same length");
+        if (n_q < 1)
+            raise(PyExc_ValueError, "cu_seqlens_q needs batch + 1 >= 1 entries");
+        a.num_seqs = n_q - 1;
+    }
+    if (!k_cache.is_none() || !v_cache.is_none()) {
+        fa_kv_cache &kc = c.cache;
+        kc.k = tensor_of<out_array>(k_cache, "k_cache", false, true);
+        kc.v = tensor_of<out_array>(v_cache, "v_cache", false, true);
+        kc.k_scale = tensor_of<out_array>(k_scale, "k_scale", false, false, true);
+        kc.v_scale = tensor_of<out_array>(v_scale, "v_scale", false, false, true);
+        // seqlens, batch_idx and the block table are plain pointers to the library:
+        // each must cover every sequence of the call
+        const int64_t batch = a.cu_seqlens_q ? a.num_seqs : a.q.shape[0];
+        auto covers = [batch](const char *name, int64_t have) {
+            if (have < batch)
+                raise(PyExc_ValueError, std::string(name) + " has " + std::to_string(have) +
+                                            " entries for a batch of " + std::to_string(batch));
+        };
+        int64_t r = 0, n = 0;
+        kc.seqlens = int32_of(cache_seqlens, "cache_seqlens", &r, &n);
+        if (kc.seqlens)
+            covers("cache_seqlens", r * n);
+        kc.batch_idx = int32_of(cache_batch_idx, "cache_batch_idx", &r, &n);
+        if (kc.batch_idx)
+            covers("cache_batch_idx", r * n);
+        int64_t bt_rows = 0, bt_cols = 0;
+        kc.block_table = int32_of(block_table, "block_table", &bt_rows, &bt_cols);
+        if (kc.block_table)
+            covers("block_table (rows)", bt_rows);
+        kc.max_pages = kc.block_table ? bt_cols : 0;
+        a.kv_cache = &kc;
+    }
+    a.q_start = q_start;
+    a.k_start = k_start;
+    a.dropout_p = static_cast<float>(dropout_p);
+    a.dropout_seed = dropout_seed;
+    a.dropout_offset = dropout_offset;
+    a.dropout_mask = tensor_of<out_array>(dropout_mask, "dropout_mask", true);
+}
+
+#define FA_FWD_PARAMS                                                                                              \
+    nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, double scale, double softcap,          \
+        int causal, int64_t window_left, int64_t window_right, nb::handle alibi, nb::handle bias, nb::handle mask, \
+        nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle k_cache, nb::handle v_cache,                  \
+        nb::handle k_scale, nb::handle v_scale, nb::handle cache_seqlens, nb::handle cache_batch_idx,              \
+        nb::handle block_table, int64_t q_start, int64_t k_start, double dropout_p, uint64_t dropout_seed,         \
+        uint32_t dropout_offset, nb::handle dropout_mask
+#define FA_FWD_NAMES                                                                                              \
+    q, k, v, o, lse, scale, softcap, causal, window_left, window_right, alibi, bias, mask, cu_seqlens_q,           \
+        cu_seqlens_k, k_cache, v_cache, k_scale, v_scale, cache_seqlens, cache_batch_idx, block_table, q_start,    \
+        k_start, dropout_p, dropout_seed, dropout_offset, dropout_mask
+#define FA_FWD_ARGS                                                                                                \
+    nb::arg("q"), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out"), nb::arg("softmax_lse").none() = nb::none(), \
+        nb::arg("scale") = 0.0, nb::arg("softcap") = 0.0, nb::arg("causal") = 0, nb::arg("window_left") = -1,       \
+        nb::arg("window_right") = -1, nb::arg("alibi_slopes").none() = nb::none(),                                \
+        nb::arg("bias").none() = nb::none(), nb::arg("mask").none() = nb::none(),                                  \
+        nb::arg("cu_seqlens_q").none() = nb::none(), nb::arg("cu_seqlens_k").none() = nb::none(),                  \
+        nb::arg("k_cache").none() = nb::none(), nb::arg("v_cache").none() = nb::none(),                            \
+        nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none(),                            \
+        nb::arg("cache_seqlens").none() = nb::none(), nb::arg("cache_batch_idx").none() = nb::none(),              \
+        nb::arg("block_table").none() = nb::none(), nb::arg("q_start") = 0, nb::arg("k_start") = 0,                \
+        nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,                    \
+        nb::arg("dropout_mask").none() = nb::none()
+
+void forward(Context &ctx, FA_FWD_PARAMS)
+{
+    fa_context *c = ctx.get();
+    Call call;
+    fill(call, FA_FWD_NAMES);
+    fa_status st;
+    {
+        nb::gil_scoped_release unlocked;
+        st = fa_forward(c, &call.a);
+    }
+    check(st, c, "fa_forward");
+}
+
+void backward(Context &ctx, nb::handle dout, nb::handle dq, nb::handle dk, nb::handle dv, FA_FWD_PARAMS)
+{
+    fa_context *c = ctx.get();
+    Call call;
+    fill(call, FA_FWD_NAMES);
+    fa_backward_args b;
+    fa_backward_args_init(&b);
+    b.fwd = &call.a;
+    b.do_ = tensor_of<in_array>(dout, "dout");
+    b.dq = tensor_of<out_array>(dq, "dq");
+    b.dk = tensor_of<out_array>(dk, "dk");
+    b.dv = tensor_of<out_array>(dv, "dv");
+    fa_status st;
+    {
+        nb::gil_scoped_release unlocked;
+        st = fa_backward(c, &b);
+    }
+    check(st, c, "fa_backward");
+}
+
+void merge_states(Context &ctx, const std::vector<nb::handle> &o_parts, const std::vector<nb::handle> &lse_parts,
+                  nb::handle o, nb::handle lse)
+{
+    fa_context *c = ctx.get();
+    if (o_parts.size() != lse_parts.size())
+        raise(PyExc_ValueError, "merge_states: as many lse parts as output parts are needed");
+    std::vector<fa_tensor> os, ls;
+    for (size_t i = 0; i < o_parts.size(); i++) {
+        os.push_back(tensor_of<in_array>(o_parts[i], "out part"));
+        ls.push_back(tensor_of<in_array>(lse_parts[i], "lse part", false, false, true));
+    }
+    fa_tensor ot = tensor_of<out_array>(o, "out");
+    fa_tensor lt = tensor_of<out_array>(lse, "lse", false, false, true);
+    fa_status st;
+    {
+        nb::gil_scoped_release unlocked;
+        st = fa_merge_states(c, static_cast<int>(os.size()), os.data(), ls.data(), &ot, &lt);
+    }
+    check(st, c, "fa_merge_states");
+}
+
+// For the benchmark: the C call alone, `runs` times on arguments built once, so
+// that the binding's own per-call cost is (Python per-call time - this).
+double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb::handle o, int64_t runs)
+{
+    fa_context *c = ctx.get();
+    Call call;
+    call.a.q = tensor_of<in_array>(q, "q");
+    call.a.k = tensor_of<in_array>(k, "k");
+    call.a.v = tensor_of<in_array>(v, "v");
+    call.a.o = tensor_of<out_array>(o, "out");
+    fa_status st = FA_OK;
+    double seconds;
+    {
+        nb::gil_scoped_release unlocked;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t r = 0; r < runs && st == FA_OK; r++)
+            st = fa_forward(c, &call.a);
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    check(st, c, "fa_forward");
+    return seconds / static_cast<double>(runs > 0 ? runs : 1);
+}
+
+int64_t context_get(const Context &ctx, int param)
+{
+    int64_t value = 0;
+    check(fa_context_get(ctx.get(), static_cast<fa_param>(param), &value), ctx.get(), "fa_context_get");
+    return value;
+}
+
+} // namespace
+
+NB_MODULE(_C, m)
+{
+    m.doc() = "flashattn._C: the compiled binding of libflashattn (see flashattn for the Python API)";
+
+    nb::class_<Context>(m, "Context")
+        .def(nb::init<int64_t, int64_t>(), nb::arg("threads") = 0, nb::arg("algo") = 0)
+        .def("set",
+             [](Context &c, int param, int64_t value) {
+                 check(fa_context_set(c.get(), static_cast<fa_param>(param), value), c.get(), "fa_context_set");
+             })
+        .def("get", &context_get)
+        .def_prop_ro("isa", [](const Context &c) { return std::string(fa_context_isa(c.get())); })
+        .def_prop_ro("closed", [](const Context &c) { return c.ctx == nullptr; })
+        .def("close", [](Context &c) {
+            fa_context_free(c.ctx);
+            c.ctx = nullptr;
+        });
+
+    m.def("forward", &forward, nb::arg("ctx"), FA_FWD_ARGS);
+    m.def("backward", &backward, nb::arg("ctx"), nb::arg("dout"), nb::arg("dq").none(), nb::arg("dk").none(),
+          nb::arg("dv").none(), FA_FWD_ARGS);
+    m.def("merge_states", &merge_states, nb::arg("ctx"), nb::arg("out_parts"), nb::arg("lse_parts"),
+          nb::arg("out"), nb::arg("lse").none());
+    m.def("time_forward_c", &time_forward_c, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
+          nb::arg("out"), nb::arg("runs"));
+    m.def("version", []() { return std::string(fa_version_string()); });
+    m.def("cpu_features", []() { return std::string(fa_cpu_features()); });
+    m.def("algo_name", [](int algo) { return std::string(fa_algo_name(static_cast<fa_algo>(algo))); });
+
+    m.attr("PARAM_THREADS") = static_cast<int>(FA_PARAM_THREADS);
+    m.attr("PARAM_ALGO") = static_cast<int>(FA_PARAM_ALGO);
+    m.attr("PARAM_KV_SPLITS") = static_cast<int>(FA_PARAM_KV_SPLITS);
+    m.attr("PARAM_LAST_ALGO") = static_cast<int>(FA_PARAM_LAST_ALGO);
+    m.attr("PARAM_LAST_THREADS") = static_cast<int>(FA_PARAM_LAST_THREADS);
+    m.attr("PARAM_LAST_EXTRA_BYTES") = static_cast<int>(FA_PARAM_LAST_EXTRA_BYTES);
+}

@@ -1,0 +1,176 @@
+"""test_inference.py: varlen, KV cache append then attend, paged and int8 caches, merge_states.
+
+Each form is checked against the float64 formula on the equivalent dense problem
+(sequence by sequence), and the cache contents after an append against what
+docs/semantics.md, section 8 says must be stored.
+"""
+
+import numpy as np
+import pytest
+
+from conftest import assert_rule, attn_ref, needs_torch, randn, torch
+
+pytestmark = needs_torch
+
+if torch is not None:
+    import flashattn
+    from flashattn import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, merge_states
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_varlen_forward_backward(dtype):
+    dt = getattr(torch, dtype)
+    cu_q = torch.tensor([0, 5, 5, 17], dtype=torch.int32)  # an empty sequence in the middle
+    cu_k = torch.tensor([0, 9, 12, 30], dtype=torch.int32)
+    q, k, v = randn(17, 4, 16, dtype=dt, seed=1), randn(30, 2, 16, dtype=dt, seed=2), randn(30, 2, 8, dtype=dt, seed=3)
+    qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
+    out, lse, _ = flash_attn_varlen_func(qs, ks, vs, cu_q, cu_k, 12, 18, causal=True, return_attn_probs=True)
+    assert out.shape == (17, 4, 8) and lse.shape == (4, 17)
+    dout = randn(*out.shape, dtype=dt, seed=4)
+    out.backward(dout)
+    for b in range(3):
+        a, e = int(cu_q[b]), int(cu_q[b + 1])
+        c, f = int(cu_k[b]), int(cu_k[b + 1])
+        if a == e:
+            continue
+        sl = (slice(a, e), slice(c, f))
+        q64, k64, v64 = (x[s][None].double().requires_grad_() for x, s in ((q, sl[0]), (k, sl[1]), (v, sl[1])))
+        ro, rl = attn_ref(q64, k64, v64, causal="bottom-right")
+        ro.backward(dout[sl[0]][None].double())
+        qn, kn, vn = (x[s][None].clone().requires_grad_() for x, s in ((q, sl[0]), (k, sl[1]), (v, sl[1])))
+        no, nl = attn_ref(qn, kn, vn, causal="bottom-right", dtype=dt)
+        no.backward(dout[sl[0]][None])
+        assert_rule(out[sl[0]][None], ro.detach(), no.detach(), what=f"out seq {b}")
+        assert_rule(lse[:, sl[0]][None], rl.detach(), nl.detach(), what=f"lse seq {b}")
+        assert_rule(qs.grad[sl[0]][None], q64.grad, qn.grad, ulps=16, what=f"dq seq {b}")
+        assert_rule(ks.grad[sl[1]][None], k64.grad, kn.grad, ulps=16, what=f"dk seq {b}")
+        assert_rule(vs.grad[sl[1]][None], v64.grad, vn.grad, ulps=16, what=f"dv seq {b}")
+    with pytest.raises(ValueError, match="max_seqlen_q"):
+        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 3, 18)
+
+
+def test_varlen_numpy():
+    cu = np.array([0, 3, 10], dtype=np.int32)
+    q = randn(10, 2, 8, seed=5).numpy()
+    out = flash_attn_varlen_func(q, q, q, cu, cu, 7, 7)
+    assert isinstance(out, np.ndarray)
+    for a, e in ((0, 3), (3, 10)):
+        t = torch.from_numpy(q[a:e])[None].double()
+        ref, _ = attn_ref(t, t, t)
+        assert np.abs(out[a:e] - ref[0].numpy()).max() < 1e-6
+
+
+@pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16", "float16"])
+def test_kvcache_append_then_attend(cache_dtype):
+    cdt = getattr(torch, cache_dtype)
+    B, Bc, Smax, Hq, Hk, D, new = 2, 3, 32, 4, 2, 16, 3
+    kc = randn(Bc, Smax, Hk, D, dtype=cdt, seed=10)
+    vc = randn(Bc, Smax, Hk, D, dtype=cdt, seed=11)
+    kc0, vc0 = kc.clone(), vc.clone()
+    seqlens = torch.tensor([5, 11], dtype=torch.int32)
+    bidx = torch.tensor([2, 0], dtype=torch.int32)
+    q = randn(B, new, Hq, D, seed=12)
+    kn, vn = randn(B, new, Hk, D, seed=13), randn(B, new, Hk, D, seed=14)
+    out, lse = flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens, cache_batch_idx=bidx, causal=True,
+                                       return_softmax_lse=True)
+    for b in range(B):
+        r, n = int(bidx[b]), int(seqlens[b])
+        # appended in place, rounded to the cache dtype; nothing else touched
+        assert torch.equal(kc[r, n:n + new], kn[b].to(cdt)) and torch.equal(vc[r, n:n + new], vn[b].to(cdt))
+        assert torch.equal(kc[r, :n], kc0[r, :n]) and torch.equal(kc[r, n + new:], kc0[r, n + new:])
+        keys, vals = kc[r, :n + new][None].double(), vc[r, :n + new][None].double()
+        ro, rl = attn_ref(q[b:b + 1].double(), keys, vals, causal="bottom-right")
+        no, _ = attn_ref(q[b:b + 1], keys.float(), vals.float(), causal="bottom-right", dtype=torch.float32)
+        assert_rule(out[b:b + 1], ro, no, what=f"out {b}")
+        assert (lse[b] - rl[0]).abs().max().item() < 1e-5
+    assert torch.equal(kc[1], kc0[1])  # cache row 1 is nobody's
+    # an append beyond S_max is refused before anything is written
+    before = kc.clone()
+    with pytest.raises(ValueError, match="fa_forward"):
+        flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=torch.tensor([30, 1], dtype=torch.int32))
+    assert torch.equal(kc, before)
+
+
+def test_paged_cache_matches_contiguous():
+    B, Hq, Hk, D, page, pages, maxp = 2, 4, 2, 8, 4, 12, 5
+    lens = [13, 6]
+    gen = torch.Generator().manual_seed(3)
+    kpool, vpool = randn(pages, page, Hk, D, seed=20), randn(pages, page, Hk, D, seed=21)
+    table = torch.randperm(pages, generator=gen)[:B * maxp].reshape(B, maxp).to(torch.int32)
+    q = randn(B, 2, Hq, D, seed=22)
+    kn, vn = randn(B, 2, Hk, D, seed=23), randn(B, 2, Hk, D, seed=24)
+    out = flash_attn_with_kvcache(q, kpool, vpool, kn, vn, cache_seqlens=torch.tensor(lens, dtype=torch.int32),
+                                  block_table=table, causal=True)
+    for b in range(B):
+        n = lens[b] + 2
+        rows = [kpool[table[b, j // page], j % page] for j in range(n)]
+        vrows = [vpool[table[b, j // page], j % page] for j in range(n)]
+        keys, vals = torch.stack(rows)[None], torch.stack(vrows)[None]
+        assert torch.equal(keys[0, lens[b]:], kn[b]) and torch.equal(vals[0, lens[b]:], vn[b])
+        ro, _ = attn_ref(q[b:b + 1].double(), keys.double(), vals.double(), causal="bottom-right")
+        no, _ = attn_ref(q[b:b + 1], keys, vals, causal="bottom-right", dtype=torch.float32)
+        assert_rule(out[b:b + 1], ro, no, what=f"paged {b}")
+
+
+def test_int8_cache_quantises_by_the_rule():
+    Bc, Smax, Hk, D = 1, 16, 2, 8
+    kc = torch.zeros(Bc, Smax, Hk, D, dtype=torch.int8)
+    vc = torch.zeros(Bc, Smax, Hk, D, dtype=torch.int8)
+    ks = torch.zeros(Bc, Smax, Hk)
+    vs = torch.zeros(Bc, Smax, Hk)
+    q = randn(1, 5, 4, D, seed=30)
+    kn, vn = randn(1, 5, Hk, D, seed=31), randn(1, 5, Hk, D, seed=32)
+    kn[0, 2, 1] = 0  # an all-zero row stores scale 0
+    out = flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=0, causal=True, k_scale=ks, v_scale=vs)
+    for x, c, s in ((kn, kc, ks), (vn, vc, vs)):
+        x = x[0].numpy()
+        scale = np.abs(x).max(-1) / np.float32(127)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv = np.where(scale > 0, np.float32(1) / scale, np.float32(0))
+        q8 = np.clip(np.rint(x * inv[..., None]), -127, 127).astype(np.int8)
+        np.testing.assert_array_equal(s[0, :5].numpy(), scale.astype(np.float32))
+        np.testing.assert_array_equal(c[0, :5].numpy(), q8)
+    kd = (kc[0, :5].float() * ks[0, :5, :, None])[None].double()
+    vd = (vc[0, :5].float() * vs[0, :5, :, None])[None].double()
+    ro, _ = attn_ref(q.double(), kd, vd, causal="bottom-right")
+    no, _ = attn_ref(q, kd.float(), vd.float(), causal="bottom-right", dtype=torch.float32)
+    assert_rule(out, ro, no, what="int8 cache")
+
+
+def test_merge_states_equals_whole():
+    q, k, v = randn(2, 7, 4, 16, seed=40), randn(2, 30, 2, 16, seed=41), randn(2, 30, 2, 8, seed=42)
+    o1, l1, _ = flash_attn_func(q, k[:, :12], v[:, :12], return_attn_probs=True)
+    o2, l2, _ = flash_attn_func(q, k[:, 12:], v[:, 12:], return_attn_probs=True)
+    o, lse = merge_states([o1, o2], [l1, l2])
+    ro, rl = attn_ref(q.double(), k.double(), v.double())
+    assert (o.double() - ro).abs().max().item() < 2e-6
+    assert (lse.double() - rl).abs().max().item() < 2e-6
+    on, ln = merge_states([o1.numpy(), o2.numpy()], [l1.numpy(), l2.numpy()])
+    assert np.array_equal(on, o.numpy()) and np.array_equal(ln, lse.numpy())
+
+
+def test_kvcache_numpy_in_numpy_out():
+    kc = np.zeros((1, 8, 1, 4), np.float32)
+    vc = np.zeros((1, 8, 1, 4), np.float32)
+    q = randn(1, 1, 2, 4, seed=50).numpy()
+    kn, vn = randn(1, 3, 1, 4, seed=51).numpy(), randn(1, 3, 1, 4, seed=52).numpy()
+    out = flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=2)
+    assert isinstance(out, np.ndarray) and np.array_equal(kc[0, 2:5], kn[0]) and not kc[0, 5:].any()
+    ref, _ = attn_ref(torch.from_numpy(q).double(), torch.from_numpy(kc[:, :5]).double(),
+                      torch.from_numpy(vc[:, :5]).double())
+    assert np.abs(out - ref.numpy()).max() < 1e-6
+
+
+def test_short_index_arrays_are_refused_not_read_past():
+    q = randn(2, 1, 2, 4, seed=60)
+    kc, vc = torch.zeros(2, 8, 1, 4), torch.zeros(2, 8, 1, 4)
+    with pytest.raises(ValueError, match="cache_seqlens has 1 entries for a batch of 2"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.tensor([3], dtype=torch.int32))
+    with pytest.raises(ValueError, match="cache_batch_idx"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=1, cache_batch_idx=torch.tensor([0], dtype=torch.int32))
+    with pytest.raises(ValueError, match="block_table"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=1, block_table=torch.zeros(1, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        flash_attn_func(q, kc[:, :3], vc[:, :3], alibi_slopes=torch.ones(1))
+    with pytest.raises(ValueError, match="int32"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.tensor([1.0, 2.0]))
