@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: a Release build and an ASan+UBSan build (each
-# built and run through ctest), a ThreadSanitizer build of the threaded tests, a
-# two-minute fuzz run (scripts/fuzz.sh) and the NEON build under qemu. Exits non-zero
-# on any failure.
+# The whole test suite, as CI runs it: a Release build with the MPI component and an
+# ASan+UBSan build (each built and run through ctest), a ThreadSanitizer build of the
+# threaded tests, the Python package's pytest suite (scripts/test-python.sh), a
+# short fixed fuzz run (scripts/fuzz.sh) and the NEON build under qemu. Exits
+# non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 jobs=$(nproc)
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+# The Release build includes the MPI component (libflashattn_mpi) and its tests
+# (ctest label "mpi", run under mpirun): Open MPI comes from Debian's packages.
+bash scripts/deps.sh libopenmpi-dev openmpi-bin
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_MPI=ON >/dev/null
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
 
@@ -25,6 +29,10 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g"
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DFLASHATTN_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target test_threads test_api test_inference
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --output-on-failure -j "$jobs" -L threads)
+
+# The Python package (pip install . into the cached venv of scripts/venv.sh, which
+# it builds when absent) and its pytest suite; pytest's "no tests collected" fails.
+bash scripts/test-python.sh
 
 # A short fixed fuzz run of tests/fuzz (clang's libFuzzer; skipped, loudly, without clang).
 if command -v clang >/dev/null 2>&1 || bash scripts/deps.sh clang libclang-rt-14-dev; then
