@@ -93,9 +93,17 @@ def _verbose(line):
 
 
 def _why_not(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    """None when flashattn can run this call exactly as torch defines it, else the reason.
-    Ordered cheap-first: it runs on every routed call (shapes are unpacked, not
-    sliced: a torch.Size slice is a new object, ~0.3 us)."""
+    """None when flashattn can run this call exactly as torch defines it, else the reason."""
+    plan = _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return plan if type(plan) is str else None
+
+
+def _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """The reason (a str) when flashattn cannot run this call exactly as torch defines
+    it, else (N, Hq, L, Ev, rank) of the output (Hq = 1 for 3-d inputs), which the caller
+    would otherwise read from the shapes again (each .shape is a new torch.Size,
+    ~0.2 us). Ordered cheap-first: it runs on every routed call; shapes are unpacked,
+    not sliced."""
     Tensor = _Tensor
     if not (isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor)):
         return "not a tensor"
@@ -115,13 +123,15 @@ def _why_not(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
     if nd == 4 and len(ks) == 4 and len(vs) == 4:
         n, hq, l, e = qs
         kn, hk, s, ke = ks
-        if n != kn or kn != vs[0] or hk != vs[1] or s != vs[2]:
+        vn, vh, vsl, ev = vs
+        if n != kn or kn != vn or hk != vh or s != vsl:
             return "batch broadcast"
     elif nd == 3 and len(ks) == 3 and len(vs) == 3:
         n, l, e = qs
         kn, s, ke = ks
+        vn, vsl, ev = vs
         hq = hk = 1
-        if n != kn or kn != vs[0] or s != vs[1]:
+        if n != kn or kn != vn or s != vsl:
             return "batch broadcast"
     else:
         return "rank (3-d or 4-d q, k, v only)"
@@ -151,7 +161,7 @@ def _why_not(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
         return "scale 0"
     if dropout_p and not 0.0 <= float(dropout_p) < 1.0:
         return "dropout_p outside [0, 1)"
-    return None
+    return n, hq, l, ev, nd
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -163,13 +173,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     own CPU flash kernel does). A call flashattn cannot take runs torch's kernel
     instead and is counted in stats()["fallbacks"].
     """
-    reason = _why_not(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    if reason is not None:
+    plan = _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if type(plan) is str:
+        reason = plan
         _count(reason)
         _verbose(f"sdpa,fallback:{reason}")
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                            scale=scale, enable_gqa=enable_gqa)
-    nd = query.dim()
+    nd = plan[4]
     bias = mask = None
     if attn_mask is not None:
         m = attn_mask
@@ -197,7 +208,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                  f"causal:{'top-left' if is_causal else 'none'},"
                  f"mask:{'none' if attn_mask is None else ('bool' if mask is not None else 'float')},dropout:{p},"
                  f"grad:{torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))}")
-    out = _ops.sdpa_lean(query, key, value, bias, mask, opts)
+    out = _ops.sdpa_lean(query, key, value, bias, mask, opts, plan)
     if out is not None:
         return out
     if nd == 4:

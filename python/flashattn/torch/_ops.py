@@ -194,30 +194,31 @@ def forward_lean(q, k, v, bias, mask, opts, checked=False):
         _check(q, k, v, bias, mask)
     B, Sq, Hq, _ = q.shape
     out = _empty(B, Sq, Hq, v.shape[3], dtype=q.dtype)
+    scale, softcap, causal, wl, wr, p, seed, offset = opts
     dl = _to_dlpack
-    _forward(_context(), dl(q), dl(k), dl(v), dl(out), None, opts[0], opts[1], opts[2], opts[3], opts[4], None,
+    _forward(_context(), dl(q), dl(k), dl(v), dl(out), None, scale, softcap, causal, wl, wr, None,
              None if bias is None else dl(bias), None if mask is None else dl(mask), None, None, None, None, None,
-             None, None, None, None, 0, 0, opts[5], opts[6], opts[7], None)
+             None, None, None, None, 0, 0, p, seed, offset, None)
     return out
 
 
-def sdpa_lean(query, key, value, bias, mask, opts):
+def sdpa_lean(query, key, value, bias, mask, opts, dims):
     """forward_lean for the SDPA route: query (N, Hq, L, E), key, value (N, Hk, S, E[v])
-    or 3-d (N, L, E) as torch takes them, already checked (flashattn.torch._why_not).
-    The binding swaps the head and sequence axes in the strides (bnsd), so no view is
-    made; out is (N, Hq, L, Ev), a transposed view of a (N, L, Hq, Ev) buffer as
-    before (and as torch's own CPU flash kernel returns), or (N, L, Ev)."""
+    or 3-d (N, L, E) as torch takes them, already checked (flashattn.torch._plan,
+    which also gives dims = (N, Hq, L, Ev, the inputs' rank)). The binding
+    swaps the head and sequence axes in the strides (bnsd), so no view is made; out
+    is (N, Hq, L, Ev), a transposed view of a (N, L, Hq, Ev) buffer as before (and
+    as torch's own CPU flash kernel returns), or (N, L, Ev)."""
     if _needs_op(query, key, value):
         return None
-    qs = query.shape
-    dv = value.shape[-1]
-    if len(qs) == 4:
-        n, h, l = qs[0], qs[1], qs[2]
+    n, h, l, dv, nd = dims
+    if nd == 4:
         out = _empty_strided((n, h, l, dv), (l * h * dv, dv, h * dv, 1), dtype=query.dtype)
     else:
-        out = _empty(qs[0], qs[1], dv, dtype=query.dtype)
+        out = _empty(n, l, dv, dtype=query.dtype)
+    scale, softcap, causal, wl, wr, p, seed, offset = opts
     dl = _to_dlpack
-    _forward(_context(), dl(query), dl(key), dl(value), dl(out), None, opts[0], opts[1], opts[2], opts[3], opts[4],
-             None, None if bias is None else dl(bias), None if mask is None else dl(mask), None, None, None, None,
-             None, None, None, None, None, 0, 0, opts[5], opts[6], opts[7], None, True)
+    _forward(_context(), dl(query), dl(key), dl(value), dl(out), None, scale, softcap, causal, wl, wr, None,
+             None if bias is None else dl(bias), None if mask is None else dl(mask), None, None, None, None, None,
+             None, None, None, None, 0, 0, p, seed, offset, None, True)
     return out
