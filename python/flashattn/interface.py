@@ -155,7 +155,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     t = is_torch(q)
     opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t)
     if t and attn_mask is None and alibi_slopes is None and not return_attn_probs:
-        out = _ops().forward_lean(q, k, v, None, None, opts)  # None: autograd, compile or profiler
+        out = _ops().forward_lean(q, k, v, opts)  # None: autograd, compile or profiler
         if out is not None:
             return out
     want = bool(return_attn_probs) and opts[5] > 0

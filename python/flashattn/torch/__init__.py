@@ -208,7 +208,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                  f"causal:{'top-left' if is_causal else 'none'},"
                  f"mask:{'none' if attn_mask is None else ('bool' if mask is not None else 'float')},dropout:{p},"
                  f"grad:{torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))}")
-    out = _ops.sdpa_lean(query, key, value, bias, mask, opts, plan)
+    out = _ops.sdpa_lean(query, key, value, bias, mask, opts)
     if out is not None:
         return out
     if nd == 4:

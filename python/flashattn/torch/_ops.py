@@ -33,11 +33,12 @@ def _dl(x):
 _forward = _C.forward
 _context = _core.current_context
 _empty = torch.empty
-_empty_strided = torch.empty_strided
 _grad_enabled = torch.is_grad_enabled
 _is_compiling = torch.compiler.is_compiling
 _profiling = torch.autograd._profiler_enabled
 _f32, _bool = torch.float32, torch.bool
+_C.torch_setup(_to_dlpack, torch.empty_strided)
+_forward_torch = _C.forward_torch
 
 
 def _cpu(x, name):
@@ -183,42 +184,27 @@ def attention(q, k, v, bias, mask, alibi, cu_q, cu_k, opts, return_mask, need_ls
                      return_mask, lean=not need_lse)
 
 
-def forward_lean(q, k, v, bias, mask, opts, checked=False):
-    """out alone for a dense (batch, seqlen, nheads, dim) call that needs neither the
-    custom op nor autograd (see _needs_op): the binding straight away, no lse. None
-    when the call needs them; the caller then takes attention(), which decides the
-    same way. Checks what attention() checks, with the same messages."""
+def forward_lean(q, k, v, opts):
+    """out alone for a dense (batch, seqlen, nheads, dim) call without a mask that
+    needs neither the custom op nor autograd (see _needs_op): one binding call
+    (_C.forward_torch: to_dlpack, the output's torch.empty_strided and fa_forward,
+    all from C++), no lse. None when the call needs more, or when the binding does
+    not take the tensors (not on the CPU, not 4-d): the caller then takes
+    attention(), which decides the same way and raises its own messages."""
     if _needs_op(q, k, v):
         return None
-    if not checked:
-        _check(q, k, v, bias, mask)
-    B, Sq, Hq, _ = q.shape
-    out = _empty(B, Sq, Hq, v.shape[3], dtype=q.dtype)
     scale, softcap, causal, wl, wr, p, seed, offset = opts
-    dl = _to_dlpack
-    _forward(_context(), dl(q), dl(k), dl(v), dl(out), None, scale, softcap, causal, wl, wr, None,
-             None if bias is None else dl(bias), None if mask is None else dl(mask), None, None, None, None, None,
-             None, None, None, None, 0, 0, p, seed, offset, None)
-    return out
+    return _forward_torch(_context(), q, k, v, None, None, scale, softcap, causal, wl, wr, p, seed, offset, False)
 
 
-def sdpa_lean(query, key, value, bias, mask, opts, dims):
+def sdpa_lean(query, key, value, bias, mask, opts):
     """forward_lean for the SDPA route: query (N, Hq, L, E), key, value (N, Hk, S, E[v])
-    or 3-d (N, L, E) as torch takes them, already checked (flashattn.torch._plan,
-    which also gives dims = (N, Hq, L, Ev, the inputs' rank)). The binding
-    swaps the head and sequence axes in the strides (bnsd), so no view is made; out
-    is (N, Hq, L, Ev), a transposed view of a (N, L, Hq, Ev) buffer as before (and
-    as torch's own CPU flash kernel returns), or (N, L, Ev)."""
+    or 3-d (N, L, E) as torch takes them, already checked (flashattn.torch._plan).
+    The binding swaps the head and sequence axes in the strides (bnsd), so no view is
+    made; out is (N, Hq, L, Ev), a transposed view of a (N, L, Hq, Ev) buffer as
+    before (and as torch's own CPU flash kernel returns), or (N, L, Ev)."""
     if _needs_op(query, key, value):
         return None
-    n, h, l, dv, nd = dims
-    if nd == 4:
-        out = _empty_strided((n, h, l, dv), (l * h * dv, dv, h * dv, 1), dtype=query.dtype)
-    else:
-        out = _empty(n, l, dv, dtype=query.dtype)
     scale, softcap, causal, wl, wr, p, seed, offset = opts
-    dl = _to_dlpack
-    _forward(_context(), dl(query), dl(key), dl(value), dl(out), None, scale, softcap, causal, wl, wr, None,
-             None if bias is None else dl(bias), None if mask is None else dl(mask), None, None, None, None, None,
-             None, None, None, None, 0, 0, p, seed, offset, None, True)
-    return out
+    return _forward_torch(_context(), query, key, value, bias, mask, scale, softcap, causal, wl, wr, p, seed, offset,
+                          True)
