@@ -111,6 +111,37 @@ def test_sdpa_3d_inputs():
     assert out.shape == (3, 9, 8) and (out.double() - ref).abs().max().item() < 2e-6
 
 
+def test_stats_count_every_thread_and_outlive_it():
+    # stats() is exact over threads that count at once and then end, and an ended
+    # thread's tally is folded away rather than kept (one per live thread).
+    import threading
+    import time
+
+    q = randn(1, 2, 8, 16, seed=21)
+    q64 = q.double()
+    live_before = len(fat._live)
+    fat.reset_stats()
+
+    def work():
+        for _ in range(5):
+            fat.scaled_dot_product_attention(q, q, q)
+        fat.scaled_dot_product_attention(q64, q64, q64)  # falls back: dtype float64
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert fat.stats() == {"routed": 20, "fallbacks": {"dtype float64": 4}}
+    deadline = time.monotonic() + 5
+    while len(fat._live) > live_before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(fat._live) <= live_before
+    assert fat.stats() == {"routed": 20, "fallbacks": {"dtype float64": 4}}
+    fat.reset_stats()
+    assert fat.stats() == {"routed": 0, "fallbacks": {}}
+
+
 def test_routing_enable_disable_and_context_manager():
     q = randn(1, 2, 8, 16, seed=9)
     fat.reset_stats()

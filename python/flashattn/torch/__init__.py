@@ -11,9 +11,11 @@ Owns:
 Whatever flashattn cannot take falls back to torch's own kernel, with a reason.
 """
 
+import itertools
 import os
 import sys
 import threading
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -30,20 +32,47 @@ _bool = torch.bool
 _Tensor = torch.Tensor
 
 # Counting without a lock on the routed path (a lock is ~0.3 us of a ~5 us call):
-# each thread counts into its own tally, which only that thread writes and which
-# only grows; stats() sums the tallies of every thread that ever counted, minus
-# the sums at the last reset_stats(). No update is lost and no thread writes
-# another's tally. The lock guards the list of tallies and the baseline only.
+# each thread counts into its own tally, [routed, {reason: calls}], which only that
+# thread writes and which only grows. stats() sums the live threads' tallies and
+# those retired by threads that have ended, minus the sums at the last
+# reset_stats(). No update is lost and no thread writes another's tally. A
+# thread's tally retires when the thread ends (its threading.local slot is freed,
+# and with it the _Keeper whose finalizer folds the tally into _retired), so a
+# program that starts many threads keeps one tally per live thread, not per thread
+# ever started. The lock guards _live, _retired and the baseline.
 _lock = threading.Lock()
-_tallies = []  # one [routed, {reason: calls}] per thread that has counted
+_live = {}  # key -> tally of a live thread
+_retired = [0, {}]
 _baseline = (0, {})
 _own = threading.local()
+_keys = itertools.count()
+
+
+class _Keeper:
+    """Lives in a thread's threading.local slot: it dies with the thread."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _fold(into, tally):
+    into[0] += tally[0]
+    for reason, n in tally[1].items():
+        into[1][reason] = into[1].get(reason, 0) + n
+
+
+def _retire(key, tally):
+    with _lock:
+        _live.pop(key, None)
+        _fold(_retired, tally)
 
 
 def _new_tally():
-    tally = _own.tally = [0, {}]
+    tally, keeper, key = [0, {}], _Keeper(), next(_keys)
     with _lock:
-        _tallies.append(tally)
+        _live[key] = tally
+    weakref.finalize(keeper, _retire, key, tally)
+    _own.keeper = keeper
+    _own.tally = tally
     return tally
 
 
@@ -59,12 +88,12 @@ def _count(reason):
 
 
 def _sums():
-    routed, fallbacks = 0, {}
-    for r, f in list(_tallies):
-        routed += r
-        for reason, n in list(f.items()):
-            fallbacks[reason] = fallbacks.get(reason, 0) + n
-    return routed, fallbacks
+    # under _lock; the tallies' owners may be counting meanwhile (copies, then sums)
+    total = [0, {}]
+    _fold(total, _retired)
+    for tally in list(_live.values()):
+        _fold(total, [tally[0], dict(tally[1])])
+    return total[0], total[1]
 
 
 def stats():
@@ -100,10 +129,8 @@ def _why_not(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
 
 def _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     """The reason (a str) when flashattn cannot run this call exactly as torch defines
-    it, else (N, Hq, L, Ev, rank) of the output (Hq = 1 for 3-d inputs), which the caller
-    would otherwise read from the shapes again (each .shape is a new torch.Size,
-    ~0.2 us). Ordered cheap-first: it runs on every routed call; shapes are unpacked,
-    not sliced."""
+    it, else the inputs' rank (4 or 3). Ordered cheap-first: it runs on every routed
+    call; shapes are unpacked, not sliced (a torch.Size slice is a new object)."""
     Tensor = _Tensor
     if not (isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor)):
         return "not a tensor"
@@ -123,13 +150,13 @@ def _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if nd == 4 and len(ks) == 4 and len(vs) == 4:
         n, hq, l, e = qs
         kn, hk, s, ke = ks
-        vn, vh, vsl, ev = vs
+        vn, vh, vsl, _ = vs
         if n != kn or kn != vn or hk != vh or s != vsl:
             return "batch broadcast"
     elif nd == 3 and len(ks) == 3 and len(vs) == 3:
         n, l, e = qs
         kn, s, ke = ks
-        vn, vsl, ev = vs
+        vn, vsl, _ = vs
         hq = hk = 1
         if n != kn or kn != vn or s != vsl:
             return "batch broadcast"
@@ -161,7 +188,7 @@ def _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         return "scale 0"
     if dropout_p and not 0.0 <= float(dropout_p) < 1.0:
         return "dropout_p outside [0, 1)"
-    return n, hq, l, ev, nd
+    return nd
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -180,7 +207,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         _verbose(f"sdpa,fallback:{reason}")
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                            scale=scale, enable_gqa=enable_gqa)
-    nd = plan[4]
+    nd = plan
     bias = mask = None
     if attn_mask is not None:
         m = attn_mask
