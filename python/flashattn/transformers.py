@@ -53,8 +53,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # BSND views
-    Sq, Sk = q.shape[1], k.shape[1]
+    Sq, Sk = query.shape[2], key.shape[2]
     # With no mask the model means plain causal over the cache: the last query row
     # sees every key, i.e. bottom-right (equal to top-left when Sq == Sk).
     causal = _core.CAUSAL_BOTTOM_RIGHT if attention_mask is None and is_causal and Sq > 1 else _core.CAUSAL_NONE
@@ -76,8 +75,15 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     opts = (_core.scale_of(scaling), softcap, causal, window[0], window[1], p, seed, 0)
     _count(None)
     if _torch_side._VERBOSE:
-        _verbose(f"transformers,routed,dtype:{str(q.dtype).replace('torch.', '')},B:{q.shape[0]},Hq:{q.shape[2]},"
-                 f"Hk:{k.shape[2]},Sq:{Sq},Sk:{Sk},D:{q.shape[3]},mask:{'none' if attention_mask is None else 'yes'}")
+        _verbose(f"transformers,routed,dtype:{str(query.dtype).replace('torch.', '')},B:{query.shape[0]},"
+                 f"Hq:{query.shape[1]},Hk:{key.shape[1]},Sq:{Sq},Sk:{Sk},D:{query.shape[3]},"
+                 f"mask:{'none' if attention_mask is None else 'yes'}")
+    # Inference (generate()): the binding reads BNSD itself; its (B, H, S, Dv) view of
+    # a (B, S, H, Dv) buffer transposes back to that contiguous buffer.
+    out = _ops.sdpa_lean(query, key, value, bias, mask, opts) if query.dim() == 4 else None
+    if out is not None:
+        return out.transpose(1, 2), None
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # BSND views
     out, _, _ = _ops.attention(q, k, v, bias, mask, None, None, None, opts, False, need_lse=False, checked=True)
     return out, None
 

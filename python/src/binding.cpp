@@ -7,9 +7,11 @@
 //  - calling fa_forward / fa_backward / fa_merge_states with the GIL released;
 //  - turning every fa_status into a Python exception that carries
 //    fa_context_error()'s words.
-// It never allocates outputs: the Python layer (flashattn/_core.py) allocates them
+// It does not allocate outputs: the Python layer (flashattn/_core.py) allocates them
 // with the caller's framework and passes them in, so the binding stays one
-// code path for every framework. Shapes are checked by the library itself.
+// code path for every framework. The one exception is forward_torch, the torch
+// inference fast path, which has torch allocate its output through a function
+// handed over from Python (torch_setup). Shapes are checked by the library itself.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nb = nanobind;
@@ -133,37 +136,64 @@ template <typename A> void check_cpu(const A &a, const char *name)
                                     std::to_string(a.device_type()) + "); flashattn runs on CPU tensors only");
 }
 
-// A 4-d fa_tensor over the array's memory and strides (elements), or an absent one.
+// tensor_from: a 4-d fa_tensor over an imported array's memory and strides
+// (elements); tensor_of: the same from any Python array, or an absent one for None.
 // lse (B, H, S) and int8 scales (N, S, Hk) may come 3-d: the library's trailing
 // extent of 1 is added here, which saves the caller a view per call.
+//
+// bnsd: the array is (batch, nheads, seqlen, dim), PyTorch SDPA's layout, or 3-d
+// (batch, seqlen, dim) with one head; axes 1 and 2 are swapped here, in the strides,
+// which saves the SDPA wrapper a transposed view per tensor per call (~1 us each;
+// forward_torch only).
 template <typename A>
-fa_tensor tensor_of(const nb::handle &obj, const char *name, bool allow_bool = false, bool allow_i8 = false,
-                    bool allow_3d = false)
+fa_tensor tensor_from(const A &a, const char *name, bool allow_bool = false, bool allow_i8 = false,
+                      bool allow_3d = false, bool bnsd = false)
 {
     fa_tensor t;
     std::memset(&t, 0, sizeof t);
-    if (obj.is_none())
-        return t;
-    A a;
-    if (!nb::try_cast(obj, a))
-        raise(PyExc_TypeError, std::string(name) + ": expected an array (DLPack or buffer protocol)" +
-                                   (std::is_same<A, out_array>::value ? ", writable" : "") + ", got " +
-                                   nb::type_name(obj.type()).c_str());
     check_cpu(a, name);
     const size_t nd = a.ndim();
-    if (nd != 4 && !(allow_3d && nd == 3))
-        raise(PyExc_ValueError, std::string(name) + " must be " + (allow_3d ? "3-d or " : "") + "4-d, got " +
+    if (nd != 4 && !((allow_3d || bnsd) && nd == 3))
+        raise(PyExc_ValueError, std::string(name) + " must be " + (allow_3d || bnsd ? "3-d or " : "") + "4-d, got " +
                                     std::to_string(nd) + "-d");
     t.data = const_cast<void *>(static_cast<const void *>(a.data()));
     t.dtype = dtype_of(a.dtype(), name, allow_bool, allow_i8);
-    for (size_t i = 0; i < 4; i++) {
-        t.shape[i] = i < nd ? static_cast<int64_t>(a.shape(i)) : 1;
-        t.stride[i] = i < nd ? a.stride(i) : 1;
+    if (bnsd) {
+        // (B, H, S, D) -> (B, S, H, D); a 3-d (B, S, D) is (B, S, 1, D)
+        const bool three = nd == 3;
+        const size_t from[4] = {0, three ? 1u : 2u, three ? 3u : 1u, three ? 2u : 3u};
+        for (size_t i = 0; i < 4; i++) {
+            const size_t j = from[i];
+            t.shape[i] = j < nd ? static_cast<int64_t>(a.shape(j)) : 1;
+            t.stride[i] = j < nd ? a.stride(j) : 1;
+        }
+    } else {
+        for (size_t i = 0; i < 4; i++) {
+            t.shape[i] = i < nd ? static_cast<int64_t>(a.shape(i)) : 1;
+            t.stride[i] = i < nd ? a.stride(i) : 1;
+        }
     }
     // The library needs a data pointer even for an empty tensor.
     if (!t.data)
         t.data = &t;
     return t;
+}
+
+template <typename A>
+fa_tensor tensor_of(const nb::handle &obj, const char *name, bool allow_bool = false, bool allow_i8 = false,
+                    bool allow_3d = false)
+{
+    if (obj.is_none()) {
+        fa_tensor t;
+        std::memset(&t, 0, sizeof t);
+        return t;
+    }
+    A a;
+    if (!nb::try_cast(obj, a))
+        raise(PyExc_TypeError, std::string(name) + ": expected an array (DLPack or buffer protocol)" +
+                                   (std::is_same<A, out_array>::value ? ", writable" : "") + ", got " +
+                                   nb::type_name(obj.type()).c_str());
+    return tensor_from(a, name, allow_bool, allow_i8, allow_3d);
 }
 
 // A contiguous 1-d (or row-major 2-d) int32 array for cu_seqlens, seqlens,
@@ -378,6 +408,139 @@ void merge_states(Context &ctx, const std::vector<nb::handle> &o_parts, const st
     check(st, c, "fa_merge_states");
 }
 
+// The torch fast path (flashattn.torch._ops.forward_lean / sdpa_lean): one call from
+// Python for an inference forward on torch tensors, which here become DLPack
+// capsules (torch.utils.dlpack.to_dlpack, ~0.2 us; Tensor.__dlpack__ costs ~2 us)
+// and get their output from torch.empty_strided, both called through the C API.
+// The binding never links libtorch: flashattn.torch._ops hands the two functions
+// over once at import (torch_setup), so nothing here imports torch. What the path
+// does not take (a non-CPU tensor, another rank) gives None, and the caller's
+// general path raises its own message.
+PyObject *g_to_dlpack = nullptr;
+PyObject *g_empty_strided = nullptr;
+PyObject *g_dtype_kwname = nullptr; // ("dtype",), the keyword names of the vectorcall
+PyObject *g_dtype_attr = nullptr;   // "dtype", interned
+
+void torch_setup(nb::handle to_dlpack, nb::handle empty_strided)
+{
+    // Held for the life of the process, as the torch module itself is.
+    g_to_dlpack = nb::borrow(to_dlpack).release().ptr();
+    g_empty_strided = nb::borrow(empty_strided).release().ptr();
+    g_dtype_attr = PyUnicode_InternFromString("dtype");
+    g_dtype_kwname = PyTuple_Pack(1, g_dtype_attr);
+    if (!g_dtype_attr || !g_dtype_kwname)
+        throw nb::python_error();
+}
+
+nb::object call_or_raise(PyObject *r)
+{
+    if (!r)
+        throw nb::python_error();
+    return nb::steal(r);
+}
+
+nb::object dlpack_of(nb::handle tensor)
+{
+    return call_or_raise(PyObject_CallOneArg(g_to_dlpack, tensor.ptr()));
+}
+
+// torch.empty_strided(shape, strides, dtype=dtype) for an n-d row-major or
+// head-major (bnsd) output.
+nb::object empty_strided(const int64_t *shape, const int64_t *strides, size_t nd, nb::handle dtype)
+{
+    nb::object sh = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(nd)));
+    nb::object st = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(nd)));
+    if (!sh.is_valid() || !st.is_valid())
+        throw nb::python_error();
+    for (size_t i = 0; i < nd; i++) {
+        PyObject *a = PyLong_FromLongLong(shape[i]), *b = PyLong_FromLongLong(strides[i]);
+        if (!a || !b) {
+            Py_XDECREF(a);
+            Py_XDECREF(b);
+            throw nb::python_error();
+        }
+        PyTuple_SET_ITEM(sh.ptr(), static_cast<Py_ssize_t>(i), a);
+        PyTuple_SET_ITEM(st.ptr(), static_cast<Py_ssize_t>(i), b);
+    }
+    PyObject *args[3] = {sh.ptr(), st.ptr(), dtype.ptr()};
+    return call_or_raise(PyObject_Vectorcall(g_empty_strided, args, 2, g_dtype_kwname));
+}
+
+nb::object forward_torch(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb::handle bias, nb::handle mask,
+                         double scale, double softcap, int causal, int64_t window_left, int64_t window_right,
+                         double dropout_p, uint64_t dropout_seed, uint32_t dropout_offset, bool bnsd)
+{
+    fa_context *c = ctx.get();
+    if (!g_to_dlpack)
+        raise(PyExc_RuntimeError, "flashattn._C.forward_torch: torch_setup() has not run");
+    // A tensor torch cannot export (meta, sparse, ...) is not this path's either:
+    // the caller's general path says why.
+    nb::object cq, ck, cv;
+    for (auto [t, cap] : {std::pair<nb::handle, nb::object *>{q, &cq}, {k, &ck}, {v, &cv}}) {
+        PyObject *r = PyObject_CallOneArg(g_to_dlpack, t.ptr());
+        if (!r) {
+            PyErr_Clear();
+            return nb::none();
+        }
+        *cap = nb::steal(r);
+    }
+    in_array aq, ak, av;
+    if (!nb::try_cast(cq, aq) || !nb::try_cast(ck, ak) || !nb::try_cast(cv, av))
+        return nb::none();
+    const size_t nd = aq.ndim();
+    const auto cpu = nb::device::cpu::value;
+    if (aq.device_type() != cpu || ak.device_type() != cpu || av.device_type() != cpu || ak.ndim() != nd ||
+        av.ndim() != nd || !(nd == 4 || (bnsd && nd == 3)))
+        return nb::none();
+    Call call;
+    fa_forward_args &a = call.a;
+    a.q = tensor_from(aq, "q", false, false, false, bnsd);
+    a.k = tensor_from(ak, "k", false, false, false, bnsd);
+    a.v = tensor_from(av, "v", false, false, false, bnsd);
+    nb::object cb, cm;
+    if (!bias.is_none())
+        cb = dlpack_of(bias);
+    if (!mask.is_none())
+        cm = dlpack_of(mask);
+    a.bias = tensor_of<in_array>(cb.is_valid() ? nb::handle(cb) : nb::handle(Py_None), "bias");
+    a.mask = tensor_of<in_array>(cm.is_valid() ? nb::handle(cm) : nb::handle(Py_None), "mask", true);
+    a.scale = static_cast<float>(scale);
+    a.softcap = static_cast<float>(softcap);
+    a.causal = static_cast<fa_causal>(causal);
+    a.window_left = window_left;
+    a.window_right = window_right;
+    a.dropout_p = static_cast<float>(dropout_p);
+    a.dropout_seed = dropout_seed;
+    a.dropout_offset = dropout_offset;
+    // out: (B, Sq, Hq, Dv) row-major; for bnsd the (B, Hq, Sq, Dv) view of that
+    // buffer (SDPA's layout), or (B, Sq, Dv) for 3-d inputs
+    const int64_t B = a.q.shape[0], S = a.q.shape[1], H = a.q.shape[2], Dv = a.v.shape[3];
+    nb::object dtype = call_or_raise(PyObject_GetAttr(q.ptr(), g_dtype_attr));
+    nb::object out;
+    if (!bnsd) {
+        const int64_t shape[4] = {B, S, H, Dv}, strides[4] = {S * H * Dv, H * Dv, Dv, 1};
+        out = empty_strided(shape, strides, 4, dtype);
+    } else if (nd == 4) {
+        const int64_t shape[4] = {B, H, S, Dv}, strides[4] = {S * H * Dv, Dv, H * Dv, 1};
+        out = empty_strided(shape, strides, 4, dtype);
+    } else {
+        const int64_t shape[3] = {B, S, Dv}, strides[3] = {S * Dv, Dv, 1};
+        out = empty_strided(shape, strides, 3, dtype);
+    }
+    nb::object co = dlpack_of(out);
+    out_array ao;
+    if (!nb::try_cast(co, ao))
+        raise(PyExc_RuntimeError, "flashattn._C.forward_torch: the output tensor gave no DLPack view");
+    a.o = tensor_from(ao, "out", false, false, false, bnsd);
+    fa_status st;
+    {
+        nb::gil_scoped_release unlocked;
+        st = fa_forward(c, &a);
+    }
+    check(st, c, "fa_forward");
+    return out;
+}
+
 // For the benchmark: the C call alone, `runs` times on arguments built once, so
 // that the binding's own per-call cost is (Python per-call time - this).
 double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb::handle o, int64_t runs)
@@ -429,6 +592,11 @@ NB_MODULE(_C, m)
         });
 
     m.def("forward", &forward, nb::arg("ctx"), FA_FWD_ARGS);
+    m.def("torch_setup", &torch_setup, nb::arg("to_dlpack"), nb::arg("empty_strided"));
+    m.def("forward_torch", &forward_torch, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
+          nb::arg("bias").none(), nb::arg("mask").none(), nb::arg("scale"), nb::arg("softcap"), nb::arg("causal"),
+          nb::arg("window_left"), nb::arg("window_right"), nb::arg("dropout_p"), nb::arg("dropout_seed"),
+          nb::arg("dropout_offset"), nb::arg("bnsd"));
     m.def("backward", &backward, nb::arg("ctx"), nb::arg("dout"), nb::arg("dq").none(), nb::arg("dk").none(),
           nb::arg("dv").none(), FA_FWD_ARGS);
     m.def("merge_states", &merge_states, nb::arg("ctx"), nb::arg("out_parts"), nb::arg("lse_parts"),

@@ -126,3 +126,29 @@ def test_gradcheck_catches_a_wrong_gradient():
 
     with flashattn.Context(threads=1, algo="reference"):
         assert not torch.autograd.gradcheck(f, (q,), eps=1e-3, atol=2e-3, rtol=2e-3, raise_exception=False)
+
+
+def test_dropout_on_the_inference_paths_is_the_semantics_rule():
+    # Without a gradient, flash_attn_func (no read-outs) and the SDPA route take the
+    # lean binding path: the same Philox mask must be applied there.
+    p, seed = 0.3, 1234
+    B, Sq, Sk, Hq, Hk, D = 2, 9, 23, 4, 2, 8
+    q, k, v = randn(B, Sq, Hq, D, seed=11), randn(B, Sk, Hk, D, seed=12), randn(B, Sk, Hk, D, seed=13)
+    keep = torch.from_numpy(dropout_keep_rule(B, Hq, Sq, Sk, p, seed, 0))
+    ro, _ = attn_ref(q.double(), k.double(), v.double(), causal="bottom-right", keep=keep, dropout_p=p)
+    no, _ = attn_ref(q, k, v, causal="bottom-right", keep=keep, dropout_p=p, dtype=torch.float32)
+    out = flash_attn_func(q, k, v, dropout_p=p, causal=True, dropout_seed=seed)
+    assert_rule(out, ro, no)
+
+    import flashattn.torch as fat
+
+    torch.manual_seed(7)
+    drawn = int(torch.randint(0, 2**62, (1,)).item())  # the seed the route draws after manual_seed(7)
+    keep = torch.from_numpy(dropout_keep_rule(B, Hq, Sq, Sk, p, drawn, 0))
+    ro, _ = attn_ref(q.double(), k.double(), v.double(), keep=keep, dropout_p=p)
+    no, _ = attn_ref(q, k, v, keep=keep, dropout_p=p, dtype=torch.float32)
+    torch.manual_seed(7)
+    with torch.no_grad():
+        got = fat.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=p,
+                                               enable_gqa=True)
+    assert_rule(got.transpose(1, 2), ro, no)

@@ -77,6 +77,31 @@ def test_sdpa_against_torch_math_float64(name, mask, kw, dtype):
         assert_rule(got.grad, r.grad, n.grad, ulps=16, what=w)
 
 
+@pytest.mark.parametrize("layout", ["bnsd", "bsnd_view"])
+@pytest.mark.parametrize("name,mask,kw", CASES, ids=[c[0] for c in CASES])
+def test_sdpa_inference_path_against_torch_math_float64(name, mask, kw, layout):
+    # No input requires grad: the call takes the lean path (the binding reads BNSD
+    # strides itself). bsnd_view: q, k, v are the transposed views a model makes of
+    # (N, L, H, E) projections, so that path sees non-contiguous strides too.
+    N, Hq, L, S, E, Ev = 2, 4, 17, 23, 16, 8
+    Hk = 2 if kw.get("enable_gqa") else Hq
+    if layout == "bnsd":
+        q, k, v = randn(N, Hq, L, E, seed=1), randn(N, Hk, S, E, seed=2), randn(N, Hk, S, Ev, seed=3)
+    else:
+        q, k, v = (randn(N, n, h, d, seed=i).transpose(1, 2)
+                   for i, (n, h, d) in enumerate(((L, Hq, E), (S, Hk, E), (S, Hk, Ev)), 1))
+    m = _masks(N, Hq, L, S, torch.float32)[mask]
+    fat.reset_stats()
+    out = fat.scaled_dot_product_attention(q, k, v, attn_mask=m, **kw)
+    assert fat.stats() == {"routed": 1, "fallbacks": {}}
+    # a transposed view of a (N, L, Hq, Ev) buffer, as torch's CPU flash kernel returns
+    assert out.shape == (N, Hq, L, Ev) and out.stride() == (L * Hq * Ev, Ev, Hq * Ev, 1)
+    m64 = m if m is None or m.dtype == torch.bool else m.double()
+    ref = _math_sdpa(q.double(), k.double(), v.double(), attn_mask=m64, **kw)
+    naive = _math_sdpa(q, k, v, attn_mask=m, **kw)
+    assert_rule(out, ref, naive)
+
+
 def test_sdpa_3d_inputs():
     q, k, v = randn(3, 9, 16, seed=6), randn(3, 12, 16, seed=7), randn(3, 12, 8, seed=8)
     m = torch.rand(9, 12, generator=torch.Generator().manual_seed(1)) < 0.7
@@ -84,6 +109,37 @@ def test_sdpa_3d_inputs():
     out = fat.scaled_dot_product_attention(q, k, v, attn_mask=m)
     ref = _math_sdpa(q.double(), k.double(), v.double(), attn_mask=m)
     assert out.shape == (3, 9, 8) and (out.double() - ref).abs().max().item() < 2e-6
+
+
+def test_stats_count_every_thread_and_outlive_it():
+    # stats() is exact over threads that count at once and then end, and an ended
+    # thread's tally is folded away rather than kept (one per live thread).
+    import threading
+    import time
+
+    q = randn(1, 2, 8, 16, seed=21)
+    q64 = q.double()
+    live_before = len(fat._live)
+    fat.reset_stats()
+
+    def work():
+        for _ in range(5):
+            fat.scaled_dot_product_attention(q, q, q)
+        fat.scaled_dot_product_attention(q64, q64, q64)  # falls back: dtype float64
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert fat.stats() == {"routed": 20, "fallbacks": {"dtype float64": 4}}
+    deadline = time.monotonic() + 5
+    while len(fat._live) > live_before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(fat._live) <= live_before
+    assert fat.stats() == {"routed": 20, "fallbacks": {"dtype float64": 4}}
+    fat.reset_stats()
+    assert fat.stats() == {"routed": 0, "fallbacks": {}}
 
 
 def test_routing_enable_disable_and_context_manager():

@@ -7,8 +7,9 @@ never holds an N x N matrix. Both have fake (meta) implementations so that
 torch.compile traces through them without graph breaks.
 
 Eager calls skip the dispatcher, whose Python custom-op path costs some 100 us
-per call: without a gradient attention() calls the library directly, with one it
-uses _Attention, a torch.autograd.Function over the very same two
+per call: without a gradient attention() calls the library directly (and
+forward_lean / sdpa_lean, the per-call minimum, do for flash_attn_func and SDPA),
+with one it uses _Attention, a torch.autograd.Function over the very same two
 implementations. Tensors reach the binding as DLPack capsules
 (torch.utils.dlpack.to_dlpack, ~0.2 us) rather than through Tensor.__dlpack__
 (~2 us each).
@@ -28,6 +29,18 @@ def _dl(x):
     return None if x is None else _to_dlpack(x)
 
 
+# Bound once: each module attribute lookup is a measurable part of a ~5 us call.
+_forward = _C.forward
+_context = _core.current_context
+_empty = torch.empty
+_grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling
+_profiling = torch.autograd._profiler_enabled
+_f32, _bool = torch.float32, torch.bool
+_C.torch_setup(_to_dlpack, torch.empty_strided)
+_forward_torch = _C.forward_torch
+
+
 def _cpu(x, name):
     if x is not None and x.device.type != "cpu":
         raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
@@ -36,16 +49,16 @@ def _cpu(x, name):
 def _fwd_impl(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal, window_left,
               window_right, dropout_p, seed, offset, return_mask, lean=False):
     # lean (inference without read-outs): no lse and no placeholder mask, each
-    # allocation being ~1.5 us of a ~10 us small call
+    # allocation being ~1 us of a ~5 us small call
     B, Sq, Hq, _ = q.shape
-    out = torch.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype)
-    lse = None if lean else torch.empty((B, Hq, Sq), dtype=torch.float32)
-    dm = torch.empty((B, Hq, Sq, k.shape[1]), dtype=torch.bool) if return_mask else (
-        None if lean else torch.empty((0,), dtype=torch.bool))
-    _C.forward(_core.current_context(), _dl(q), _dl(k), _dl(v), _dl(out), _dl(lse), scale, softcap, causal,
-               window_left, window_right, _dl(alibi_slopes), _dl(bias), _dl(mask), _dl(cu_seqlens_q),
-               _dl(cu_seqlens_k), None, None, None, None, None, None, None, 0, 0, dropout_p, seed, offset,
-               _dl(dm) if return_mask else None)
+    out = _empty(B, Sq, Hq, v.shape[3], dtype=q.dtype)  # the varargs form parses faster than a tuple
+    lse = None if lean else _empty(B, Hq, Sq, dtype=_f32)
+    dm = _empty(B, Hq, Sq, k.shape[1], dtype=_bool) if return_mask else (None if lean else _empty(0, dtype=_bool))
+    dl = _to_dlpack
+    _forward(_context(), dl(q), dl(k), dl(v), dl(out), None if lean else dl(lse), scale, softcap, causal,
+             window_left, window_right, _dl(alibi_slopes), _dl(bias), _dl(mask), _dl(cu_seqlens_q),
+             _dl(cu_seqlens_k), None, None, None, None, None, None, None, 0, 0, dropout_p, seed, offset,
+             dl(dm) if return_mask else None)
     return out, lse, dm
 
 
@@ -133,30 +146,65 @@ class _Attention(torch.autograd.Function):
         return (dq, dk, dv) + (None,) * 14
 
 
+def _needs_op(q, k, v):
+    # Compiling, or under torch.profiler: the dispatcher path, so that the graph and
+    # the profile show flashattn::fwd / flashattn::bwd (the profiler is our msprof).
+    # A gradient to take: autograd. Ordered by what an inference call pays.
+    return ((_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) or _is_compiling() or
+            _profiling())
+
+
+def _check(q, k, v, bias, mask):
+    if not (q.is_cpu and k.is_cpu and v.is_cpu and (bias is None or bias.is_cpu) and
+            (mask is None or mask.is_cpu)):
+        for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", bias), ("attn_mask", mask)):
+            _cpu(x, name)
+    if not q.dim() == k.dim() == v.dim() == 4:
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if x.dim() != 4:
+                raise ValueError(f"{name} must be 4-d (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
+    if bias is not None and bias.requires_grad:
+        raise ValueError("a float attn_mask that requires grad is not supported: flashattn gives no bias gradient")
+
+
 def attention(q, k, v, bias, mask, alibi, cu_q, cu_k, opts, return_mask, need_lse=True, checked=False):
     """The torch entry of every dense and varlen call: (out, lse, dropout_mask); lse is
     None when not need_lse and no gradient is taken. checked: the caller (the SDPA
     route) has already made sure of devices, ranks and the mask's requires_grad."""
     if not checked:
-        if not (q.is_cpu and k.is_cpu and v.is_cpu and (bias is None or bias.is_cpu) and
-                (mask is None or mask.is_cpu)):
-            for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", bias), ("attn_mask", mask)):
-                _cpu(x, name)
-        if not q.dim() == k.dim() == v.dim() == 4:
-            for name, x in (("q", q), ("k", k), ("v", v)):
-                if x.dim() != 4:
-                    raise ValueError(f"{name} must be 4-d (batch, seqlen, nheads, headdim), "
-                                     f"got shape {tuple(x.shape)}")
-        if bias is not None and bias.requires_grad:
-            raise ValueError("a float attn_mask that requires grad is not supported: flashattn gives no bias gradient")
+        _check(q, k, v, bias, mask)
     scale, softcap, causal, wl, wr, p, seed, offset = opts
-    # Compiling, or under torch.profiler: the dispatcher path, so that the graph and
-    # the profile show flashattn::fwd / flashattn::bwd (the profiler is our msprof)
-    if torch.compiler.is_compiling() or torch.autograd._profiler_enabled():
+    if _is_compiling() or _profiling():
         return torch.ops.flashattn.fwd(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed,
                                        offset, return_mask)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _Attention.apply(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed,
                                 offset, return_mask)
     return _fwd_impl(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset,
                      return_mask, lean=not need_lse)
+
+
+def forward_lean(q, k, v, opts):
+    """out alone for a dense (batch, seqlen, nheads, dim) call without a mask that
+    needs neither the custom op nor autograd (see _needs_op): one binding call
+    (_C.forward_torch: to_dlpack, the output's torch.empty_strided and fa_forward,
+    all from C++), no lse. None when the call needs more, or when the binding does
+    not take the tensors (not on the CPU, not 4-d): the caller then takes
+    attention(), which decides the same way and raises its own messages."""
+    if _needs_op(q, k, v):
+        return None
+    scale, softcap, causal, wl, wr, p, seed, offset = opts
+    return _forward_torch(_context(), q, k, v, None, None, scale, softcap, causal, wl, wr, p, seed, offset, False)
+
+
+def sdpa_lean(query, key, value, bias, mask, opts):
+    """forward_lean for the SDPA route: query (N, Hq, L, E), key, value (N, Hk, S, E[v])
+    or 3-d (N, L, E) as torch takes them, already checked (flashattn.torch._plan).
+    The binding swaps the head and sequence axes in the strides (bnsd), so no view is
+    made; out is (N, Hq, L, Ev), a transposed view of a (N, L, Hq, Ev) buffer as
+    before (and as torch's own CPU flash kernel returns), or (N, L, Ev)."""
+    if _needs_op(query, key, value):
+        return None
+    scale, softcap, causal, wl, wr, p, seed, offset = opts
+    return _forward_torch(_context(), query, key, value, bias, mask, scale, softcap, causal, wl, wr, p, seed, offset,
+                          True)
