@@ -83,12 +83,27 @@ def fwd_flops(B, H, Sq, Sk, D, Dv):
 
 
 ROWS = []
+PEAKS = {}  # fa_probe: "fma" and "bf16" GFLOP/s, "read_bw" GB/s
+
+
+def peak_of(case):
+    """The peak a case's GFLOP/s is divided by: the bf16 dot-product peak for the bf16
+    forward (its products run as bf16 pairs), else the fp32 FMA peak (the backward
+    multiplies in fp32 for every dtype, as the C bench counts it)."""
+    if case.startswith("fwd_bfloat16") and "bf16" in PEAKS:
+        return PEAKS["bf16"]
+    return PEAKS.get("fma")
 
 
 def row(case, variant, seconds, flops=None, extra=None, **shape):
     r = {"case": case, "variant": variant, "ms": seconds * 1e3, **shape}
     if flops:
         r["gflops"] = flops / seconds * 1e-9
+        pk = peak_of(case)
+        if pk and not case.startswith("decode"):
+            r["pct_peak"] = 100.0 * r["gflops"] / pk
+    if extra and "kv_GB/s" in extra and PEAKS.get("read_bw"):
+        extra = dict(extra, pct_read_bw=100.0 * extra["kv_GB/s"] / PEAKS["read_bw"])
     if extra:
         r.update(extra)
     ROWS.append(r)
@@ -325,7 +340,7 @@ def print_table():
     for r in ROWS:
         shape = ",".join(f"{k}={r[k]}" for k in ("B", "H", "Hq", "Hk", "N", "S", "L", "D", "seq", "tokens") if k in r)
         other = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()
-                          if k in ("us", "us_above_c", "kv_GB/s", "tokens/s", "same_tokens", "routed", "fallbacks",
+                          if k in ("us", "us_above_c", "pct_peak", "kv_GB/s", "pct_read_bw", "tokens/s", "same_tokens", "routed", "fallbacks",
                                    "peak_MiB", "step_growth_MiB", "peak_of_steps_only"))
         ms = f"{r['ms']:.4g}" if r["ms"] else "-"
         gf = f"{r['gflops']:.1f}" if "gflops" in r else "-"
@@ -359,7 +374,7 @@ def plot(path, seqs):
     import matplotlib.pyplot as plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for case, style in (("fwd_float32", "-"), ("fwd_bfloat16", "--"), ("fwdbwd_float32", ":")):
+    for case, style in (("fwd_float32", "-"), ("fwd_bfloat16", "--"), ("fwdbwd_float32", ":"), ("fwdbwd_bfloat16", "-.")):
         for variant, color in (("torch SDPA", "tab:orange"), ("flashattn SDPA", "tab:blue")):
             pts = sorted((r["N"], r["ms"]) for r in ROWS if r["case"] == case and r["variant"] == variant)
             if pts:
@@ -436,7 +451,8 @@ def main():
             for dt in ("float32", "bfloat16"):
                 plan.append((f"fwd {dt} N={N}", lambda dt=dt, N=N: case_fwd(args, ctx, dt, N)))
         if "fwdbwd" in cases:
-            plan.append((f"fwd+bwd float32 N={N}", lambda N=N: case_fwd(args, ctx, "float32", N, backward=True)))
+            for dt in ("float32", "bfloat16"):
+                plan.append((f"fwd+bwd {dt} N={N}", lambda dt=dt, N=N: case_fwd(args, ctx, dt, N, backward=True)))
     if "decode" in cases:
         for dt in ("float32", "bfloat16"):
             plan.append((f"decode {dt}", lambda dt=dt: case_decode(args, ctx, dt)))
@@ -447,6 +463,13 @@ def main():
     if "memory" in cases:
         for s in mem_seqs:
             plan.append((f"peak memory seq={s}", lambda s=s: case_memory(args, s)))
+    # the peaks of this run (fa_probe on flashattn's threads and ISA path), for % of peak
+    for kind, key in ((_C.PROBE_FMA_PEAK, "fma"), (_C.PROBE_BF16_PEAK, "bf16"), (_C.PROBE_READ_BW, "read_bw")):
+        try:
+            PEAKS[key] = _C.probe(ctx._c, kind)
+        except RuntimeError:  # no bf16 dot product on this path
+            pass
+    log(f"peaks (fa_probe): " + ", ".join(f"{k} {v:.1f}" for k, v in PEAKS.items()))
     log(f"flashattn {flashattn.__version__} ({ctx.isa}), torch {torch.__version__}, {args.threads} threads, "
         f"{len(plan)} steps")
     t0 = time.time()
@@ -457,6 +480,7 @@ def main():
         for r in ROWS:
             print(json.dumps(r))
     else:
+        print("# peaks (fa_probe, this run): " + ", ".join(f"{k} {v:.1f}" for k, v in PEAKS.items()))
         print(f"# flashattn {flashattn.__version__} isa {ctx.isa}; torch {torch.__version__}; "
               f"{args.threads} threads both sides; medians of {args.runs} interleaved runs")
         print_table()

@@ -564,6 +564,19 @@ double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb
     return seconds / static_cast<double>(runs > 0 ? runs : 1);
 }
 
+// fa_probe on the context's threads and ISA path: the peaks the benchmark divides by.
+double probe(Context &ctx, int kind)
+{
+    double value = 0.0;
+    fa_status st;
+    {
+        nb::gil_scoped_release unlocked;
+        st = fa_probe(ctx.get(), static_cast<fa_probe_kind>(kind), &value);
+    }
+    check(st, ctx.get(), "fa_probe");
+    return value;
+}
+
 int64_t context_get(const Context &ctx, int param)
 {
     int64_t value = 0;
@@ -603,6 +616,10 @@ NB_MODULE(_C, m)
           nb::arg("out"), nb::arg("lse").none());
     m.def("time_forward_c", &time_forward_c, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
           nb::arg("out"), nb::arg("runs"));
+    m.def("probe", &probe, nb::arg("ctx"), nb::arg("kind"));
+    m.attr("PROBE_FMA_PEAK") = static_cast<int>(FA_PROBE_FMA_PEAK);
+    m.attr("PROBE_BF16_PEAK") = static_cast<int>(FA_PROBE_BF16_PEAK);
+    m.attr("PROBE_READ_BW") = static_cast<int>(FA_PROBE_READ_BW);
     m.def("version", []() { return std::string(fa_version_string()); });
     m.def("cpu_features", []() { return std::string(fa_cpu_features()); });
     m.def("algo_name", [](int algo) { return std::string(fa_algo_name(static_cast<fa_algo>(algo))); });
