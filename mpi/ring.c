@@ -309,6 +309,18 @@ static void fill_desc(const ring_call *rc, fa_status st, int64_t grads, int64_t 
 }
 
 /* Pass 2: every rank derives the same verdict from everybody's descriptor. */
+/* The opening of every ring call: a clean error, and this rank's place in the
+ * communicator (the one check that cannot be agreed on: a null communicator). */
+static fa_status ring_begin(ring_call *rc, MPI_Comm comm)
+{
+    ring_clear_error();
+    memset(rc, 0, sizeof *rc);
+    if (comm == MPI_COMM_NULL) return ring_fail(FA_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
+    MPI_Comm_size(comm, &rc->P);
+    MPI_Comm_rank(comm, &rc->rank);
+    return FA_OK;
+}
+
 static fa_status agree(ring_call *rc, MPI_Comm comm, fa_status local_st, int64_t grads)
 {
     int64_t desc[D_COUNT];
@@ -542,12 +554,8 @@ static double progress(ring_call *rc, xfer *const *xs, int nx)
 fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ring, const fa_forward_args *local)
 {
     const double t0 = MPI_Wtime();
-    ring_clear_error();
-    if (comm == MPI_COMM_NULL) return ring_fail(FA_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
     ring_call rc;
-    memset(&rc, 0, sizeof rc);
-    MPI_Comm_size(comm, &rc.P);
-    MPI_Comm_rank(comm, &rc.rank);
+    if (ring_begin(&rc, comm) != FA_OK) return FA_ERR_INVALID_ARGUMENT;
     fa_status st = check_forward(&rc, ctx, ring, local);
     if ((st = agree(&rc, comm, st, 0)) != FA_OK) return st;
 
@@ -745,12 +753,8 @@ static double bwd_pieces(ring_call *rc, const piece *pcs, int from, int to, cons
 fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ring, const fa_backward_args *local)
 {
     const double t0 = MPI_Wtime();
-    ring_clear_error();
-    if (comm == MPI_COMM_NULL) return ring_fail(FA_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
     ring_call rc;
-    memset(&rc, 0, sizeof rc);
-    MPI_Comm_size(comm, &rc.P);
-    MPI_Comm_rank(comm, &rc.rank);
+    if (ring_begin(&rc, comm) != FA_OK) return FA_ERR_INVALID_ARGUMENT;
     int64_t grads = 0;
     fa_status st = check_backward(&rc, ctx, ring, local, &grads);
     if ((st = agree(&rc, comm, st, grads)) != FA_OK) return st;
