@@ -473,7 +473,7 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
     fa_forward_args na = *a;
     fa_tensor mask = h_alloc(FA_DTYPE_BOOL, B, Hq, Sq, Sk), bias = h_alloc(FA_DTYPE_F32, B, Hq, Sq, Sk);
     const int64_t group = a->k.shape[2] > 0 ? Hq / a->k.shape[2] : 1;
-    (void)group;
+    double smag = 0.0; /* max over kept pairs of |scale| sum_e |q_e k_e| + |bias + ALiBi| */
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++)
             for (int64_t i = 0; i < Sq; i++)
@@ -494,6 +494,12 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
                         const double slope = a->alibi_slopes[b * a->alibi_stride_b + h];
                         const int64_t diag = i + a->q_start - a->k_start + Sk - Sq;
                         x += -slope * (double)llabs(diag - j);
+                    }
+                    if (keep) {
+                        double dot_abs = 0.0;
+                        for (int64_t e = 0; e < a->q.shape[3]; e++)
+                            dot_abs += fabs(h_get(&a->q, b, i, h, e) * h_get(&a->k, b, j, h / group, e));
+                        smag = fmax(smag, fabs((double)a->scale) * dot_abs + fabs(x));
                     }
                     h_set(&mask, b, h, i, j, keep);
                     h_set(&bias, b, h, i, j, x);
@@ -547,17 +553,23 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
      * mean of v). Both are bounded by u * sum_j p_ij |v_j| <= u * max|v| for P, and as
      * much again for the normaliser, so 2u * max|v| = h_eps(bf16) * max|v| is allowed
      * beside the naive's draw: a bound, not a second draw. */
-    double p_round = 0.0;
-    if (a->q.dtype == FA_DTYPE_BF16) {
-        double vmax = 0.0;
-        for (int64_t b = 0; b < a->v.shape[0]; b++)
-            for (int64_t j = 0; j < Sk; j++)
-                for (int64_t h = 0; h < a->v.shape[2]; h++)
-                    for (int64_t e = 0; e < Dv; e++) vmax = fmax(vmax, fabs(h_get(&a->v, b, j, h, e)));
-        p_round = h_eps(FA_DTYPE_BF16) * vmax;
-    }
+    /* Scores: each fp32 score carries a rounding error of a few ulps of the magnitude of
+     * its terms (smag), and so does the row max, so every p_ij = exp(s_ij - m_i) has a
+     * relative error up to about 4 FLT_EPSILON smag, which moves o by at most that times
+     * max|v| / pk. With large scores (scale 3, a bias) and a peaked row this is no longer
+     * small, and it need not cancel: dropping the dominant key leaves o a sum of tiny
+     * p_ij whose relative errors survive in full, while the undropped naive's draw, where
+     * o is close to that key's v, shows none of it. A bound, not a draw, as p_round. */
+    double vmax = 0.0;
+    for (int64_t b = 0; b < a->v.shape[0]; b++)
+        for (int64_t j = 0; j < Sk; j++)
+            for (int64_t h = 0; h < a->v.shape[2]; h++)
+                for (int64_t e = 0; e < Dv; e++) vmax = fmax(vmax, fabs(h_get(&a->v, b, j, h, e)));
+    const double p_round = a->q.dtype == FA_DTYPE_BF16 ? h_eps(FA_DTYPE_BF16) * vmax : 0.0;
+    const double s_round = 4.0 * FLT_EPSILON * smag * vmax;
     const double otol =
-        drop_gain * (2.0 * naive_o + p_round + h_prop_ulps(o_got->dtype) * h_eps(o_got->dtype) * fmax(1.0, omax)) +
+        drop_gain * (2.0 * naive_o + p_round + s_round +
+                     h_prop_ulps(o_got->dtype) * h_eps(o_got->dtype) * fmax(1.0, omax)) +
         (drop ? 2.0 * drop_gain * h_eps(a->q.dtype) * fmax(1.0, omax) : 0.0);
     /* a 16-bit o cannot hold what a near-1 dropout_p scales it to (1/pk up to 2^24) */
     const int o_check = !(drop && o_got->dtype != FA_DTYPE_F32 && drop_gain > 1e3);
