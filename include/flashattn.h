@@ -167,7 +167,11 @@ typedef enum fa_param {
     FA_PARAM_LAST_TILE_KV = 103,   /* read-only: key/value rows per tile it used (0 otherwise) */
     FA_PARAM_LAST_THREADS = 104,   /* read-only: threads the last call ran on */
     FA_PARAM_BF16_DOT_ACTIVE = 105, /* read-only: 1 if bf16 inputs take the bf16 dot-product path now */
-    FA_PARAM_LAST_KV_SPLITS = 106  /* read-only: the most chunks any sequence's keys were split into last call */
+    FA_PARAM_LAST_KV_SPLITS = 106, /* read-only: the most chunks any sequence's keys were split into last call */
+    FA_PARAM_LAST_BACKWARD_PASSES = 107 /* read-only: how the last flash backward ran: 1 = one fused walk
+                                      per (sequence, kv head), 2 = two passes of finer tasks (key tiles
+                                      for dK and dV, query blocks for dQ), taken when the fused walks
+                                      are too few for the threads; same bits either way; 0 otherwise */
 } fa_param;
 
 /* *out receives a new context, or NULL on failure. */

@@ -148,7 +148,7 @@ fa_status fa_run_standard(fa_context *ctx, const fa_problem *p, fa_run_info *inf
  * whole sequence. Memory O(Sq * Sk) per thread, like the forward above. */
 fa_status fa_run_standard_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info)
 {
-    const fa_status st = fa_backward_tiled(ctx, p, g, p->Sq > 0 ? p->Sq : 1, p->Sk > 0 ? p->Sk : 1, info);
+    const fa_status st = fa_backward_tiled(ctx, p, g, p->Sq > 0 ? p->Sq : 1, p->Sk > 0 ? p->Sk : 1, 0, info);
     if (st == FA_OK) info->br = info->bc = 0; /* no tiles to speak of */
     return st;
 }

@@ -261,6 +261,7 @@ fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi)
     case FA_PARAM_LAST_THREADS: *lo = 0; *hi = 1024; return FA_OK;
     case FA_PARAM_BF16_DOT_ACTIVE: *lo = 0; *hi = 1; return FA_OK;
     case FA_PARAM_LAST_KV_SPLITS: *lo = 0; *hi = FA_MAX_KV_SPLITS; return FA_OK;
+    case FA_PARAM_LAST_BACKWARD_PASSES: *lo = 0; *hi = 2; return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }
@@ -316,6 +317,7 @@ fa_status fa_context_get(const fa_context *ctx, fa_param param, int64_t *value)
     case FA_PARAM_BF16_DOT_ACTIVE: *value = fa_bf16_dot_active(ctx); return FA_OK;
     case FA_PARAM_KV_SPLITS: *value = ctx->kv_splits; return FA_OK;
     case FA_PARAM_LAST_KV_SPLITS: *value = ctx->last_kv_splits; return FA_OK;
+    case FA_PARAM_LAST_BACKWARD_PASSES: *value = ctx->last_backward_passes; return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }

@@ -35,6 +35,7 @@ struct fa_context {
     void *ws_kept;           /* fa_context_workspace: a buffer kept between calls */
     int64_t ws_kept_bytes;
     int64_t last_kv_splits;
+    int64_t last_backward_passes;
     atomic_int busy;         /* 1 while a call runs on this context (fa_context_enter) */
     char error[320];
 
@@ -241,6 +242,7 @@ typedef struct fa_run_info {
     const char *path; /* compute path, e.g. "f32" or "bf16-dot" */
     int64_t kv_splits; /* most key chunks of any sequence (0 where not applicable) */
     int backward;      /* a backward pass (the trace says so) */
+    int backward_passes; /* flash backward: 1 fused, 2 two-pass (0 otherwise) */
 } fa_run_info;
 
 /* FLASHATTN_VERBOSE lines on stderr (src/verbose.c). */
@@ -256,11 +258,12 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info);
 fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
 fa_status fa_run_standard_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
 fa_status fa_run_flash_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
-/* The tiled backward loop (algo_flash_bwd.c) with br x bc tiles: flash plans them;
- * the standard algorithm takes one tile of the whole sequence, which materialises
- * S, P, dP and dS per head as eager attention does. */
+/* The tiled backward loop (algo_flash_bwd.c) with br x bc tiles: flash plans them
+ * and lets the loop run in two passes when that fills the threads better
+ * (two_pass_ok); the standard algorithm takes one tile of the whole sequence, which
+ * materialises S, P, dP and dS per head as eager attention does, in one pass. */
 fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads *g, int64_t br, int64_t bc,
-                            fa_run_info *info);
+                            int two_pass_ok, fa_run_info *info);
 /* The backward's checks: fwd as the forward validates it (p), plus lse, o and the
  * gradient tensors (g). */
 fa_status fa_validate_backward(fa_context *ctx, const fa_backward_args *args, fa_problem *p, fa_grads *g);

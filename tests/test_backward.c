@@ -13,7 +13,9 @@
  *  4. Dropout: Philox4x32-10 of the test's own against the known answers of
  *     docs/semantics.md; the library's returned mask against it; the keep rate
  *     within 5 sigma; the forward with dropout against the fp64 masked naive sum.
- *  5. Determinism: bitwise equal gradients on 1, 2 and 3 threads and two runs.
+ *  5. Determinism: bitwise equal gradients on 1, 2 and 3 threads and two runs, and
+ *     for one MQA sequence on 1 to 4 threads, where more than one takes the two-pass
+ *     schedule; with all gradients asked for and with only dQ or only dK, dV.
  *  6. Misuse: a status and message for every new field, and dq, dk, dv untouched.
  * Tolerance: the error of the fp32 pipeline is a few ulps per accumulated term;
  * f16/bf16 inputs are read exactly and computed in fp32, so their gradients carry
@@ -538,6 +540,44 @@ static void test_dropout(h_rng *r)
 
 /* ------------------------------------------------------------ determinism */
 
+/*
+ * The gradients of case c on 1 .. max_threads threads, each twice, and with only dQ
+ * or only dK and dV asked for, must be the 1-thread run's bit for bit. With
+ * expect_two_pass (one MQA sequence: B * Hk = 1 fused walk) every run on more than
+ * one thread must have taken the two-pass schedule, key tiles for dK, dV and query
+ * blocks for dQ (either pass alone when one side is not asked for).
+ */
+static void same_bits(const char *name, const bcase *c, h_rng *r, int max_threads, int expect_two_pass)
+{
+    bprob bp;
+    bprob_build(&bp, c, r);
+    h_case("%s: threads 1", name);
+    CHECK(run_both(&bp, FA_ALGO_FLASH, 1) == FA_OK, "%s", fa_context_error(g_ctx));
+    const size_t nq = (size_t)h_numel(&bp.dq) * 4, nk = (size_t)h_numel(&bp.dk) * 4, nv = (size_t)h_numel(&bp.dv) * 4;
+    unsigned char *q1 = malloc(nq), *k1 = malloc(nk), *v1 = malloc(nv);
+    memcpy(q1, bp.dq.data, nq), memcpy(k1, bp.dk.data, nk), memcpy(v1, bp.dv.data, nv);
+    for (int th = 1; th <= max_threads; th++)
+        for (int which = 0; which < 4; which++) { /* all three twice, dQ only, dK and dV only */
+            h_case("%s: threads %d, %s", name, th, which < 2 ? "dq dk dv" : which == 2 ? "dq" : "dk dv");
+            h_fill(&bp.dq, 777.0), h_fill(&bp.dk, 777.0), h_fill(&bp.dv, 777.0);
+            fa_backward_args b = bwd_args(&bp);
+            if (which == 2) b.dk.data = NULL, b.dv.data = NULL;
+            if (which == 3) b.dq.data = NULL;
+            fa_context_set(g_ctx, FA_PARAM_THREADS, th);
+            fa_context_set(g_ctx, FA_PARAM_ALGO, FA_ALGO_FLASH);
+            CHECK(fa_backward(g_ctx, &b) == FA_OK, "%s", fa_context_error(g_ctx));
+            int64_t passes = 0;
+            fa_context_get(g_ctx, FA_PARAM_LAST_BACKWARD_PASSES, &passes);
+            if (expect_two_pass)
+                CHECK(passes == (th > 1 ? 2 : 1), "LAST_BACKWARD_PASSES %lld on %d threads", (long long)passes, th);
+            CHECK(which == 3 || !memcmp(q1, bp.dq.data, nq), "dq differs bitwise from the 1-thread run");
+            CHECK(which == 2 || (!memcmp(k1, bp.dk.data, nk) && !memcmp(v1, bp.dv.data, nv)),
+                  "dk or dv differs bitwise from the 1-thread run");
+        }
+    free(q1), free(k1), free(v1);
+    bprob_free(&bp);
+}
+
 static void test_determinism(h_rng *r)
 {
     bcase c;
@@ -547,22 +587,10 @@ static void test_determinism(h_rng *r)
     c.causal = 1;
     c.dropout = 1;
     c.aligned = 1;
-    bprob bp;
-    bprob_build(&bp, &c, r);
-    h_case("determinism: threads 1");
-    CHECK(run_both(&bp, FA_ALGO_FLASH, 1) == FA_OK, "%s", fa_context_error(g_ctx));
-    const size_t nq = (size_t)h_numel(&bp.dq) * 4, nk = (size_t)h_numel(&bp.dk) * 4, nv = (size_t)h_numel(&bp.dv) * 4;
-    unsigned char *q1 = malloc(nq), *k1 = malloc(nk), *v1 = malloc(nv);
-    memcpy(q1, bp.dq.data, nq), memcpy(k1, bp.dk.data, nk), memcpy(v1, bp.dv.data, nv);
-    for (int th = 1; th <= 3; th++)
-        for (int run = 0; run < 2; run++) {
-            h_case("determinism: threads %d, run %d", th, run);
-            CHECK(run_both(&bp, FA_ALGO_FLASH, th) == FA_OK, "%s", fa_context_error(g_ctx));
-            CHECK(!memcmp(q1, bp.dq.data, nq) && !memcmp(k1, bp.dk.data, nk) && !memcmp(v1, bp.dv.data, nv),
-                  "gradients differ bitwise from the 1-thread run");
-        }
-    free(q1), free(k1), free(v1);
-    bprob_free(&bp);
+    same_bits("determinism", &c, r, 3, 0);
+    c.d = (h_dims){1, 700, 520, 4, 1, 64, 48};
+    c.aligned = 0;
+    same_bits("two-pass MQA", &c, r, 4, 1);
 }
 
 /* ------------------------------------------------------------------ varlen */

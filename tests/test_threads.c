@@ -9,6 +9,10 @@
  *                fa_context_set each return their own result or FA_ERR_BUSY, never
  *                anything else; an OK result is bitwise the serial one, a BUSY call
  *                leaves its outputs untouched.
+ *   backward     the pool's threads sharing one MQA backward: one (sequence, kv head)
+ *                walk, so 2 to 4 threads take the two-pass schedule (key tiles, then
+ *                query blocks, in one pool of tasks); dq, dk, dv bitwise the fused
+ *                1-thread run's.
  *
  * Runs in the Release and ASan builds and, with the label "threads", in the TSan build,
  * which also sees any data race between contexts or inside one. Worker threads record
@@ -283,6 +287,52 @@ static void test_shared(void) {
     h_problem_free(&g_small);
 }
 
+/* ------------------------------------------------------------ backward on the pool */
+
+static void test_backward_pool(void) {
+    h_rng r;
+    h_rng_seed(&r, h_env_u64("FA_TEST_SEED", 78));
+    h_problem p;
+    h_problem_alloc(&p, (h_dims){1, 90, 150, 4, 1, 32, 24}, FA_DTYPE_F32, FA_DTYPE_F32);
+    h_fill_normal(&p.args.q, &r, 1.0);
+    h_fill_normal(&p.args.k, &r, 1.0);
+    h_fill_normal(&p.args.v, &r, 1.0);
+    p.args.causal = FA_CAUSAL_BOTTOM_RIGHT;
+    p.args.dropout_p = 0.2f, p.args.dropout_seed = 5;
+    fa_tensor dout = h_alloc(FA_DTYPE_F32, 1, 90, 4, 24);
+    h_fill_normal(&dout, &r, 1.0);
+    fa_tensor g[2][3];
+    for (int k = 0; k < 2; k++) {
+        g[k][0] = h_alloc(FA_DTYPE_F32, 1, 90, 4, 32);
+        g[k][1] = h_alloc(FA_DTYPE_F32, 1, 150, 1, 32);
+        g[k][2] = h_alloc(FA_DTYPE_F32, 1, 150, 1, 24);
+    }
+    fa_context *ctx;
+    CHECK(h_context_create(&ctx) == FA_OK, "fa_context_create");
+    for (int th = 1; th <= 4; th++) {
+        h_case("backward on %d pool threads", th);
+        fa_context_set(ctx, FA_PARAM_THREADS, th);
+        fa_context_set(ctx, FA_PARAM_ALGO, FA_ALGO_FLASH);
+        const int k = th > 1;
+        fa_backward_args b = FA_BACKWARD_ARGS_INIT;
+        b.fwd = &p.args, b.do_ = dout, b.dq = g[k][0], b.dk = g[k][1], b.dv = g[k][2];
+        fa_status st = fa_forward(ctx, &p.args);
+        if (st == FA_OK) st = fa_backward(ctx, &b);
+        int64_t passes = 0;
+        fa_context_get(ctx, FA_PARAM_LAST_BACKWARD_PASSES, &passes);
+        CHECK(st == FA_OK, "%s", fa_context_error(ctx));
+        CHECK(passes == (th > 1 ? 2 : 1), "LAST_BACKWARD_PASSES %lld on %d threads", (long long)passes, th);
+        if (th > 1)
+            CHECK(same(&g[0][0], &g[1][0]) && same(&g[0][1], &g[1][1]) && same(&g[0][2], &g[1][2]),
+                  "gradients differ bitwise from the 1-thread fused run");
+    }
+    fa_context_free(ctx);
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < 3; t++) free(g[k][t].data);
+    free(dout.data);
+    h_problem_free(&p);
+}
+
 int main(void) {
     fa_context *ctx;
     const fa_status st = h_context_create(&ctx);
@@ -301,6 +351,7 @@ int main(void) {
 
     test_independent();
     test_shared();
+    test_backward_pool();
 
     free(g_dense_o.data), free(g_dense_lse.data), free(g_dec_o.data), free(g_dec_lse.data);
     free(g_kc_after.data), free(g_vc_after.data);

@@ -79,8 +79,12 @@ typedef struct bwd_row {
     double standard_s; /* standard's time for the same pass; 0 when unknown */
 } bwd_row;
 
+/* The pass, and "2-pass" where flash's backward ran as two passes of finer tasks
+ * (FA_PARAM_LAST_BACKWARD_PASSES: too few (sequence, kv head) walks for the threads). */
 static const char *pass_name(const bwd_row *r)
 {
+    if (r->t.passes == 2)
+        return r->step ? "fwd+bwd 2-pass" : "backward 2-pass";
     return r->step ? "fwd+bwd" : "backward";
 }
 
@@ -101,7 +105,8 @@ static void print_row_json(const cli_shape *s, const char *isa, const bwd_row *r
     fputs(",\"extra_bytes\":", f);
     cli_json_int(f, t->extra_bytes, !t->oom);
     fputs(",\"pass\":", f);
-    cli_json_string(f, pass_name(r));
+    cli_json_string(f, r->step ? "fwd+bwd" : "backward");
+    fprintf(f, ",\"backward_passes\":%lld", (long long)r->t.passes);
     fputs(",\"dropout\":", f);
     cli_json_number(f, s->dropout);
     fprintf(f, ",\"window_left\":%lld,\"window_right\":%lld,\"runs\":%lld,\"flops\":",

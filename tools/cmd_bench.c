@@ -83,8 +83,11 @@ static void bench_usage(FILE *f)
                "                     With --seqs: one table of flash against standard\n"
                "                     backward per N (no traffic model). Standard keeps P, dP\n"
                "                     and dS per head and may be \"out of memory\" at large N.\n"
-               "                     %% peak is of the fp32 FMA peak for every dtype (the\n"
-               "                     backward multiplies in fp32). --dropout P applies to\n"
+               "                     %% peak is of the same probe as the forward's (bf16 dot\n"
+               "                     where bf16 inputs multiply as bf16 pairs). Pass\n"
+               "                     \"backward 2-pass\" (JSON backward_passes 2): flash ran\n"
+               "                     two passes of finer tasks, the (sequence, kv head)\n"
+               "                     walks being too few for the threads. --dropout P applies to\n"
                "                     both algorithms.\n\n",
             SEQS_DEFAULT_RUNS);
     bench_mode_usage(f);

@@ -173,6 +173,7 @@ int cli_time_backward(fa_context *ctx, const cli_shape *s, fa_algo algo,
         if (st != FA_OK)
             break;
         note_extra(ctx, t);
+        fa_context_get(ctx, FA_PARAM_LAST_BACKWARD_PASSES, &t->passes);
         if (r >= 0)
             times[r] = dt;
     }

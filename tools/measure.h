@@ -32,6 +32,7 @@ typedef struct cli_timing {
     int64_t extra_bytes;     /* FA_PARAM_LAST_EXTRA_BYTES, the largest over the runs */
     int64_t threads;         /* FA_PARAM_LAST_THREADS */
     int64_t tile_q, tile_kv; /* FA_PARAM_LAST_TILE_Q/_KV: 0 when the algorithm has no tiles */
+    int64_t passes;          /* FA_PARAM_LAST_BACKWARD_PASSES of a timed backward (0 otherwise) */
 } cli_timing;
 
 /*

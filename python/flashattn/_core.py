@@ -56,11 +56,14 @@ class Context:
         return self._c.isa
 
     def last(self):
-        """What the last successful call ran: algorithm, threads, extra bytes allocated."""
+        """What the last successful call ran: algorithm, threads, extra bytes allocated,
+        and for a flash backward its passes (1 fused; 2 when the (sequence, kv head)
+        walks were too few for the threads; 0 otherwise)."""
         return {
             "algo": _C.algo_name(self._c.get(_C.PARAM_LAST_ALGO)),
             "threads": self._c.get(_C.PARAM_LAST_THREADS),
             "extra_bytes": self._c.get(_C.PARAM_LAST_EXTRA_BYTES),
+            "backward_passes": self._c.get(_C.PARAM_LAST_BACKWARD_PASSES),
         }
 
     def close(self):

@@ -179,9 +179,21 @@ fa_tensor tensor_from(const A &a, const char *name, bool allow_bool = false, boo
     return t;
 }
 
+// The arrays a call reads and writes, held until the call is over. An ndarray made
+// from a DLPack capsule owns the capsule's tensor (nanobind consumes the capsule), so
+// when the capsule was the only reference, as for `to_dlpack(x.contiguous())`, the
+// tensor's memory lives exactly as long as that ndarray: it must outlive fa_forward,
+// not just the conversion.
+struct Keep {
+    std::vector<in_array> in;
+    std::vector<out_array> out;
+    void hold(const in_array &a) { in.push_back(a); }
+    void hold(const out_array &a) { out.push_back(a); }
+};
+
 template <typename A>
-fa_tensor tensor_of(const nb::handle &obj, const char *name, bool allow_bool = false, bool allow_i8 = false,
-                    bool allow_3d = false)
+fa_tensor tensor_of(Keep &keep, const nb::handle &obj, const char *name, bool allow_bool = false,
+                    bool allow_i8 = false, bool allow_3d = false)
 {
     if (obj.is_none()) {
         fa_tensor t;
@@ -193,18 +205,21 @@ fa_tensor tensor_of(const nb::handle &obj, const char *name, bool allow_bool = f
         raise(PyExc_TypeError, std::string(name) + ": expected an array (DLPack or buffer protocol)" +
                                    (std::is_same<A, out_array>::value ? ", writable" : "") + ", got " +
                                    nb::type_name(obj.type()).c_str());
+    keep.hold(a);
     return tensor_from(a, name, allow_bool, allow_i8, allow_3d);
 }
 
 // A contiguous 1-d (or row-major 2-d) int32 array for cu_seqlens, seqlens,
 // batch_idx and block tables; its pointer, or NULL for None.
-const int32_t *int32_of(const nb::handle &obj, const char *name, int64_t *rows = nullptr, int64_t *cols = nullptr)
+const int32_t *int32_of(Keep &keep, const nb::handle &obj, const char *name, int64_t *rows = nullptr,
+                        int64_t *cols = nullptr)
 {
     if (obj.is_none())
         return nullptr;
     in_array a;
     if (!nb::try_cast(obj, a))
         raise(PyExc_TypeError, std::string(name) + ": expected an int32 array");
+    keep.hold(a);
     check_cpu(a, name);
     const auto t = a.dtype();
     if (t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Int) || t.bits != 32 || t.lanes != 1)
@@ -234,6 +249,7 @@ const int32_t *int32_of(const nb::handle &obj, const char *name, int64_t *rows =
 struct Call {
     fa_forward_args a;
     fa_kv_cache cache;
+    Keep keep;
     Call()
     {
         fa_forward_args_init(&a);
@@ -250,11 +266,11 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
           uint32_t dropout_offset, nb::handle dropout_mask)
 {
     fa_forward_args &a = c.a;
-    a.q = tensor_of<in_array>(q, "q");
-    a.k = tensor_of<in_array>(k, "k");
-    a.v = tensor_of<in_array>(v, "v");
-    a.o = tensor_of<out_array>(o, "out");
-    a.lse = tensor_of<out_array>(lse, "softmax_lse", false, false, true);
+    a.q = tensor_of<in_array>(c.keep, q, "q");
+    a.k = tensor_of<in_array>(c.keep, k, "k");
+    a.v = tensor_of<in_array>(c.keep, v, "v");
+    a.o = tensor_of<out_array>(c.keep, o, "out");
+    a.lse = tensor_of<out_array>(c.keep, lse, "softmax_lse", false, false, true);
     a.scale = static_cast<float>(scale);
     a.softcap = static_cast<float>(softcap);
     a.causal = static_cast<fa_causal>(causal);
@@ -282,11 +298,11 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
         if (s.ndim() == 2 && s.shape(0) == 1)
             a.alibi_stride_b = 0;
     }
-    a.bias = tensor_of<in_array>(bias, "bias");
-    a.mask = tensor_of<in_array>(mask, "mask", true);
+    a.bias = tensor_of<in_array>(c.keep, bias, "bias");
+    a.mask = tensor_of<in_array>(c.keep, mask, "mask", true);
     int64_t n_q = 0, n_k = 0, rows = 0;
-    a.cu_seqlens_q = int32_of(cu_seqlens_q, "cu_seqlens_q", &rows, &n_q);
-    a.cu_seqlens_k = int32_of(cu_seqlens_k, "cu_seqlens_k", &rows, &n_k);
+    a.cu_seqlens_q = int32_of(c.keep, cu_seqlens_q, "cu_seqlens_q", &rows, &n_q);
+    a.cu_seqlens_k = int32_of(c.keep, cu_seqlens_k, "cu_seqlens_k", &rows, &n_k);
     if (a.cu_seqlens_q) {
         if (a.cu_seqlens_k && n_k != n_q)
             raise(PyExc_ValueError, "cu_seqlens_q and cu_seqlens_k must have the same length");
@@ -296,10 +312,10 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
     }
     if (!k_cache.is_none() || !v_cache.is_none()) {
         fa_kv_cache &kc = c.cache;
-        kc.k = tensor_of<out_array>(k_cache, "k_cache", false, true);
-        kc.v = tensor_of<out_array>(v_cache, "v_cache", false, true);
-        kc.k_scale = tensor_of<out_array>(k_scale, "k_scale", false, false, true);
-        kc.v_scale = tensor_of<out_array>(v_scale, "v_scale", false, false, true);
+        kc.k = tensor_of<out_array>(c.keep, k_cache, "k_cache", false, true);
+        kc.v = tensor_of<out_array>(c.keep, v_cache, "v_cache", false, true);
+        kc.k_scale = tensor_of<out_array>(c.keep, k_scale, "k_scale", false, false, true);
+        kc.v_scale = tensor_of<out_array>(c.keep, v_scale, "v_scale", false, false, true);
         // seqlens, batch_idx and the block table are plain pointers to the library:
         // each must cover every sequence of the call
         const int64_t batch = a.cu_seqlens_q ? a.num_seqs : a.q.shape[0];
@@ -309,14 +325,14 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
                                             " entries for a batch of " + std::to_string(batch));
         };
         int64_t r = 0, n = 0;
-        kc.seqlens = int32_of(cache_seqlens, "cache_seqlens", &r, &n);
+        kc.seqlens = int32_of(c.keep, cache_seqlens, "cache_seqlens", &r, &n);
         if (kc.seqlens)
             covers("cache_seqlens", r * n);
-        kc.batch_idx = int32_of(cache_batch_idx, "cache_batch_idx", &r, &n);
+        kc.batch_idx = int32_of(c.keep, cache_batch_idx, "cache_batch_idx", &r, &n);
         if (kc.batch_idx)
             covers("cache_batch_idx", r * n);
         int64_t bt_rows = 0, bt_cols = 0;
-        kc.block_table = int32_of(block_table, "block_table", &bt_rows, &bt_cols);
+        kc.block_table = int32_of(c.keep, block_table, "block_table", &bt_rows, &bt_cols);
         if (kc.block_table)
             covers("block_table (rows)", bt_rows);
         kc.max_pages = kc.block_table ? bt_cols : 0;
@@ -327,7 +343,7 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
     a.dropout_p = static_cast<float>(dropout_p);
     a.dropout_seed = dropout_seed;
     a.dropout_offset = dropout_offset;
-    a.dropout_mask = tensor_of<out_array>(dropout_mask, "dropout_mask", true);
+    a.dropout_mask = tensor_of<out_array>(c.keep, dropout_mask, "dropout_mask", true);
 }
 
 #define FA_FWD_PARAMS                                                                                              \
@@ -375,10 +391,10 @@ void backward(Context &ctx, nb::handle dout, nb::handle dq, nb::handle dk, nb::h
     fa_backward_args b;
     fa_backward_args_init(&b);
     b.fwd = &call.a;
-    b.do_ = tensor_of<in_array>(dout, "dout");
-    b.dq = tensor_of<out_array>(dq, "dq");
-    b.dk = tensor_of<out_array>(dk, "dk");
-    b.dv = tensor_of<out_array>(dv, "dv");
+    b.do_ = tensor_of<in_array>(call.keep, dout, "dout");
+    b.dq = tensor_of<out_array>(call.keep, dq, "dq");
+    b.dk = tensor_of<out_array>(call.keep, dk, "dk");
+    b.dv = tensor_of<out_array>(call.keep, dv, "dv");
     fa_status st;
     {
         nb::gil_scoped_release unlocked;
@@ -393,13 +409,14 @@ void merge_states(Context &ctx, const std::vector<nb::handle> &o_parts, const st
     fa_context *c = ctx.get();
     if (o_parts.size() != lse_parts.size())
         raise(PyExc_ValueError, "merge_states: as many lse parts as output parts are needed");
+    Keep keep;
     std::vector<fa_tensor> os, ls;
     for (size_t i = 0; i < o_parts.size(); i++) {
-        os.push_back(tensor_of<in_array>(o_parts[i], "out part"));
-        ls.push_back(tensor_of<in_array>(lse_parts[i], "lse part", false, false, true));
+        os.push_back(tensor_of<in_array>(keep, o_parts[i], "out part"));
+        ls.push_back(tensor_of<in_array>(keep, lse_parts[i], "lse part", false, false, true));
     }
-    fa_tensor ot = tensor_of<out_array>(o, "out");
-    fa_tensor lt = tensor_of<out_array>(lse, "lse", false, false, true);
+    fa_tensor ot = tensor_of<out_array>(keep, o, "out");
+    fa_tensor lt = tensor_of<out_array>(keep, lse, "lse", false, false, true);
     fa_status st;
     {
         nb::gil_scoped_release unlocked;
@@ -502,8 +519,8 @@ nb::object forward_torch(Context &ctx, nb::handle q, nb::handle k, nb::handle v,
         cb = dlpack_of(bias);
     if (!mask.is_none())
         cm = dlpack_of(mask);
-    a.bias = tensor_of<in_array>(cb.is_valid() ? nb::handle(cb) : nb::handle(Py_None), "bias");
-    a.mask = tensor_of<in_array>(cm.is_valid() ? nb::handle(cm) : nb::handle(Py_None), "mask", true);
+    a.bias = tensor_of<in_array>(call.keep, cb.is_valid() ? nb::handle(cb) : nb::handle(Py_None), "bias");
+    a.mask = tensor_of<in_array>(call.keep, cm.is_valid() ? nb::handle(cm) : nb::handle(Py_None), "mask", true);
     a.scale = static_cast<float>(scale);
     a.softcap = static_cast<float>(softcap);
     a.causal = static_cast<fa_causal>(causal);
@@ -547,10 +564,10 @@ double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb
 {
     fa_context *c = ctx.get();
     Call call;
-    call.a.q = tensor_of<in_array>(q, "q");
-    call.a.k = tensor_of<in_array>(k, "k");
-    call.a.v = tensor_of<in_array>(v, "v");
-    call.a.o = tensor_of<out_array>(o, "out");
+    call.a.q = tensor_of<in_array>(call.keep, q, "q");
+    call.a.k = tensor_of<in_array>(call.keep, k, "k");
+    call.a.v = tensor_of<in_array>(call.keep, v, "v");
+    call.a.o = tensor_of<out_array>(call.keep, o, "out");
     fa_status st = FA_OK;
     double seconds;
     {
@@ -630,4 +647,5 @@ NB_MODULE(_C, m)
     m.attr("PARAM_LAST_ALGO") = static_cast<int>(FA_PARAM_LAST_ALGO);
     m.attr("PARAM_LAST_THREADS") = static_cast<int>(FA_PARAM_LAST_THREADS);
     m.attr("PARAM_LAST_EXTRA_BYTES") = static_cast<int>(FA_PARAM_LAST_EXTRA_BYTES);
+    m.attr("PARAM_LAST_BACKWARD_PASSES") = static_cast<int>(FA_PARAM_LAST_BACKWARD_PASSES);
 }

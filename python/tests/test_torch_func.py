@@ -146,6 +146,63 @@ def test_mqa_and_empty_rows():
     assert (out.double() - ro).abs().max().item() < 1e-6
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_mqa_gradients_two_pass_same_bits(dtype):
+    # one MQA sequence: a single (sequence, kv head) walk, so on 2 threads the backward
+    # runs two passes (key tiles, then query blocks); the gradients must be the
+    # 1-thread fused run's bit for bit, and right by the rule
+    dt = getattr(torch, dtype)
+    q, k, v = randn(1, 150, 4, 32, dtype=dt, seed=60), randn(1, 170, 1, 32, dtype=dt, seed=61), \
+        randn(1, 170, 1, 32, dtype=dt, seed=62)
+    dout = randn(1, 150, 4, 32, dtype=dt, seed=63)
+    grads, passes = [], []
+    for threads in (1, 2):
+        with flashattn.Context(threads=threads) as ctx:
+            qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
+            flash_attn_func(qs, ks, vs, causal=True).backward(dout)
+            passes.append(ctx.last()["backward_passes"])
+            grads.append((qs.grad, ks.grad, vs.grad))
+    assert passes == [1, 2]
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    q64, k64, v64 = (x.double().requires_grad_() for x in (q, k, v))
+    attn_ref(q64, k64, v64, causal="bottom-right")[0].backward(dout.double())
+    qn, kn, vn = (x.clone().requires_grad_() for x in (q, k, v))
+    attn_ref(qn, kn, vn, dtype=dt, causal="bottom-right")[0].backward(dout)
+    for got, ref, naive, w in zip(grads[1], (q64, k64, v64), (qn, kn, vn), ("dq", "dk", "dv")):
+        assert_rule(got, ref.grad, naive.grad, ulps=16, what=w)
+
+
+def test_capsule_only_reference_lives_through_the_call():
+    # A DLPack capsule that is the only reference to its tensor (to_dlpack of a
+    # temporary, as the package makes for converted alibi slopes) hands the tensor to
+    # the binding, which must keep it until fa_forward returns. 64 MB tensors are
+    # mmapped by the allocator, so one freed too early is unmapped and a read or write
+    # of it faults: run in a subprocess and ask for a clean exit and the right result.
+    import subprocess
+    import sys
+
+    code = """
+import torch, flashattn
+from flashattn import _C
+from torch.utils.dlpack import to_dlpack as dl
+ctx = flashattn.current_context()
+g = torch.Generator().manual_seed(0)
+q = torch.randn(1, 8192, 16, 128, generator=g)            # 64 MB
+k, v = torch.randn(1, 8, 16, 128, generator=g), torch.randn(1, 8, 16, 128, generator=g)
+want = torch.empty_like(q)
+_C.forward(ctx, dl(q), dl(k), dl(v), dl(want))
+for _ in range(3):
+    got = torch.empty_like(q)
+    _C.forward(ctx, dl(q.clone()), dl(k.clone()), dl(v.clone()), dl(got))   # temporary inputs
+    assert torch.equal(got, want)
+    _C.forward(ctx, dl(q), dl(k), dl(v), dl(torch.empty_like(q)))           # a temporary output
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stdout, r.stderr[-2000:])
+
+
 def test_no_grad_and_inference_mode_paths():
     q = randn(1, 8, 2, 16, seed=50)
     a = flash_attn_func(q, q, q)
