@@ -13,7 +13,10 @@ medians; progress goes to stderr, the table to stdout.
   fwd        forward, f32 and bf16, B=1, H=32, N, D=128, torch SDPA against
              flashattn.torch.scaled_dot_product_attention on the same BNSD tensors
              (and the C loop on them: "as fast as flashattn bench")
-  fwdbwd     forward + backward, same shape, f32
+  fwdbwd     forward + backward, same shape, f32 and bf16
+  mqa        forward + backward of one causal MQA sequence, B=1, Hq=8, Hk=1, N, D=128,
+             f32 and bf16 (torch with enable_gqa): the shape whose single (sequence,
+             kv head) walk makes flashattn's backward run two passes on 2+ threads
   decode     one query token against a KV cache of --decode-len keys (GQA 32/8):
              torch SDPA (enable_gqa) against flash_attn_with_kvcache
   train      one training step (forward, backward, AdamW) of a small Llama-style
@@ -145,12 +148,16 @@ def case_overhead(args, ctx):
         row("overhead", k, per, extra={"us": per * 1e6, "us_above_c": (per - base) * 1e6}, B=1, H=1, S=1, D=64)
 
 
-def case_fwd(args, ctx, dtype, N, backward=False):
-    B, H, D = 1, args.heads, args.dim
+def case_fwd(args, ctx, dtype, N, backward=False, mqa=False):
+    B, H, D = 1, (8 if mqa else args.heads), args.dim
+    Hk = 1 if mqa else H
     dt = getattr(torch, dtype)
     g = torch.Generator().manual_seed(N)
-    q, k, v = (torch.randn(B, H, N, D, generator=g).to(dt) for _ in range(3))
-    flops = fwd_flops(B, H, N, N, D, D) * (3.5 if backward else 1.0)
+    q = torch.randn(B, H, N, D, generator=g).to(dt)
+    k, v = (torch.randn(B, Hk, N, D, generator=g).to(dt) for _ in range(2))
+    kw = {"is_causal": True, "enable_gqa": True} if mqa else {}
+    kept = N * (N + 1) / 2 if mqa else N * N  # causal: the kept (i, j) pairs
+    flops = 2.0 * (D + D) * B * H * kept * (3.5 if backward else 1.0)
     with ctx:
         if not backward:
             out = torch.empty(B, N, H, D, dtype=dt)
@@ -169,15 +176,16 @@ def case_fwd(args, ctx, dtype, N, backward=False):
                 def run():
                     for x in (qg, kg, vg):
                         x.grad = None
-                    fn(qg, kg, vg).backward(dout)
+                    fn(qg, kg, vg, **kw).backward(dout)
                 return run
 
             fns = {"torch SDPA": step(F.scaled_dot_product_attention),
                    "flashattn SDPA": step(fat.scaled_dot_product_attention)}
         med = interleaved(fns, args.runs)
-    case = ("fwdbwd_" if backward else "fwd_") + dtype
+    case = ("fwdbwd_mqa_" if mqa else "fwdbwd_" if backward else "fwd_") + dtype
+    shape = {"B": B, "Hq": H, "Hk": Hk} if mqa else {"B": B, "H": H}
     for kname, sec in med.items():
-        row(case, kname, sec, flops, B=B, H=H, N=N, D=D)
+        row(case, kname, sec, flops, **shape, N=N, D=D)
     return med
 
 
@@ -428,7 +436,7 @@ def parse_args():
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--gen-tokens", type=int, default=128)
-    p.add_argument("--cases", default="overhead,fwd,fwdbwd,decode,train,generate,memory")
+    p.add_argument("--cases", default="overhead,fwd,fwdbwd,mqa,decode,train,generate,memory")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, a few seconds: does the script work")
     p.add_argument("--json", action="store_true", help="one JSON object per row on stdout instead of the table")
     p.add_argument("--plot", default=None, help="PNG path: latency and memory against N")
@@ -463,6 +471,10 @@ def main():
         if "fwdbwd" in cases:
             for dt in ("float32", "bfloat16"):
                 plan.append((f"fwd+bwd {dt} N={N}", lambda dt=dt, N=N: case_fwd(args, ctx, dt, N, backward=True)))
+        if "mqa" in cases:
+            for dt in ("float32", "bfloat16"):
+                plan.append((f"fwd+bwd MQA {dt} N={N}",
+                             lambda dt=dt, N=N: case_fwd(args, ctx, dt, N, backward=True, mqa=True)))
     if "decode" in cases:
         for dt in ("float32", "bfloat16"):
             plan.append((f"decode {dt}", lambda dt=dt: case_decode(args, ctx, dt)))
