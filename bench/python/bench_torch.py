@@ -17,6 +17,9 @@ medians; progress goes to stderr, the table to stdout.
   mqa        forward + backward of one causal MQA sequence, B=1, Hq=8, Hk=1, N, D=128,
              f32 and bf16 (torch with enable_gqa): the shape whose single (sequence,
              kv head) walk makes flashattn's backward run two passes on 2+ threads
+  sweep      (only when asked for) a matrix of other shapes, forward and forward +
+             backward through the SDPA: dtypes, short and long N, batches, head dims,
+             causal, GQA and MQA (SWEEP below), torch SDPA against flashattn SDPA
   decode     one query token against a KV cache of --decode-len keys (GQA 32/8):
              torch SDPA (enable_gqa) against flash_attn_with_kvcache
   train      one training step (forward, backward, AdamW) of a small Llama-style
@@ -187,6 +190,56 @@ def case_fwd(args, ctx, dtype, N, backward=False, mqa=False):
     for kname, sec in med.items():
         row(case, kname, sec, flops, **shape, N=N, D=D)
     return med
+
+
+# (dtype, B, Hq, Hk, N, D, causal, backward): shapes beside the headline ones
+SWEEP = [
+    ("float32", 1, 32, 32, 128, 128, False, False), ("float32", 1, 32, 32, 256, 128, False, False),
+    ("float32", 1, 32, 32, 512, 128, False, False), ("float32", 1, 32, 32, 256, 64, False, False),
+    ("float32", 8, 32, 32, 256, 128, False, False), ("float32", 1, 32, 32, 256, 128, True, False),
+    ("float32", 1, 32, 32, 1024, 64, False, False), ("float32", 1, 32, 32, 4096, 128, True, False),
+    ("float32", 4, 16, 16, 512, 64, True, False), ("float32", 16, 12, 12, 128, 64, False, False),
+    ("float32", 1, 32, 8, 2048, 128, True, False), ("bfloat16", 1, 32, 32, 256, 128, False, False),
+    ("bfloat16", 4, 16, 16, 512, 64, True, False), ("bfloat16", 1, 32, 8, 2048, 128, True, False),
+    ("bfloat16", 1, 32, 32, 4096, 128, True, False), ("float16", 1, 32, 32, 256, 128, False, False),
+    ("float16", 1, 32, 32, 1024, 128, False, False),
+    ("float32", 1, 32, 32, 256, 128, False, True), ("float32", 16, 12, 12, 128, 64, False, True),
+    ("float32", 1, 32, 8, 1024, 128, True, True), ("float32", 1, 8, 1, 2048, 128, True, True),
+    ("bfloat16", 1, 32, 32, 256, 128, False, True), ("bfloat16", 1, 32, 8, 1024, 128, True, True),
+    ("bfloat16", 1, 8, 1, 2048, 128, True, True), ("float16", 1, 32, 32, 1024, 128, False, True),
+]
+
+
+def case_sweep(args, ctx, spec):
+    dtype, B, Hq, Hk, N, D, causal, backward = spec
+    if args.smoke:
+        N = min(N, 64)
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(N)
+    q = torch.randn(B, Hq, N, D, generator=g).to(dt)
+    k, v = (torch.randn(B, Hk, N, D, generator=g).to(dt) for _ in range(2))
+    kw = {"is_causal": causal, "enable_gqa": Hq != Hk}
+    kept = N * (N + 1) / 2 if causal else N * N
+    flops = 2.0 * (D + D) * B * Hq * kept * (3.5 if backward else 1.0)
+    if backward:
+        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+        dout = torch.randn(B, Hq, N, D, generator=g).to(dt)
+
+        def step(fn):
+            def run():
+                for x in (qg, kg, vg):
+                    x.grad = None
+                fn(qg, kg, vg, **kw).backward(dout)
+            return run
+        fns = {"torch SDPA": step(F.scaled_dot_product_attention), "flashattn SDPA": step(fat.scaled_dot_product_attention)}
+    else:
+        fns = {"torch SDPA": lambda: F.scaled_dot_product_attention(q, k, v, **kw),
+               "flashattn SDPA": lambda: fat.scaled_dot_product_attention(q, k, v, **kw)}
+    with ctx:
+        med = interleaved(fns, args.runs)
+    case = f"sweep_{dtype}_{'fwdbwd' if backward else 'fwd'}{'_causal' if causal else ''}_B{B}_H{Hq}/{Hk}_D{D}"
+    for kname, sec in med.items():
+        row(case, kname, sec, flops, B=B, Hq=Hq, Hk=Hk, N=N, D=D)
 
 
 def case_decode(args, ctx, dtype):
@@ -475,6 +528,9 @@ def main():
             for dt in ("float32", "bfloat16"):
                 plan.append((f"fwd+bwd MQA {dt} N={N}",
                              lambda dt=dt, N=N: case_fwd(args, ctx, dt, N, backward=True, mqa=True)))
+    if "sweep" in cases:
+        for spec in SWEEP:
+            plan.append((f"sweep {spec}", lambda spec=spec: case_sweep(args, ctx, spec)))
     if "decode" in cases:
         for dt in ("float32", "bfloat16"):
             plan.append((f"decode {dt}", lambda dt=dt: case_decode(args, ctx, dt)))

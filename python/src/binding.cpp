@@ -187,6 +187,12 @@ fa_tensor tensor_from(const A &a, const char *name, bool allow_bool = false, boo
 struct Keep {
     std::vector<in_array> in;
     std::vector<out_array> out;
+    Keep()
+    {
+        // one allocation each for any call but a merge of many parts (a call costs ~1 us)
+        in.reserve(12);
+        out.reserve(8);
+    }
     void hold(const in_array &a) { in.push_back(a); }
     void hold(const out_array &a) { out.push_back(a); }
 };
