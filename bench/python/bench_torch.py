@@ -151,6 +151,20 @@ def case_overhead(args, ctx):
         row("overhead", k, per, extra={"us": per * 1e6, "us_above_c": (per - base) * 1e6}, B=1, H=1, S=1, D=64)
 
 
+def fwdbwd_fns(q, k, v, dout, kw):
+    """torch's SDPA and flashattn's, each a forward + backward on leaf copies of q, k, v."""
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+
+    def step(fn):
+        def run():
+            for x in (qg, kg, vg):
+                x.grad = None
+            fn(qg, kg, vg, **kw).backward(dout)
+        return run
+
+    return {"torch SDPA": step(F.scaled_dot_product_attention), "flashattn SDPA": step(fat.scaled_dot_product_attention)}
+
+
 def case_fwd(args, ctx, dtype, N, backward=False, mqa=False):
     B, H, D = 1, (8 if mqa else args.heads), args.dim
     Hk = 1 if mqa else H
@@ -172,18 +186,7 @@ def case_fwd(args, ctx, dtype, N, backward=False, mqa=False):
                 "flashattn C loop": lambda: _C.time_forward_c(ctx._c, dl(qs), dl(ks), dl(vs), dl(out), 1),
             }
         else:
-            qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-            dout = torch.randn(B, H, N, D, generator=g).to(dt)
-
-            def step(fn):
-                def run():
-                    for x in (qg, kg, vg):
-                        x.grad = None
-                    fn(qg, kg, vg, **kw).backward(dout)
-                return run
-
-            fns = {"torch SDPA": step(F.scaled_dot_product_attention),
-                   "flashattn SDPA": step(fat.scaled_dot_product_attention)}
+            fns = fwdbwd_fns(q, k, v, torch.randn(B, H, N, D, generator=g).to(dt), kw)
         med = interleaved(fns, args.runs)
     case = ("fwdbwd_mqa_" if mqa else "fwdbwd_" if backward else "fwd_") + dtype
     shape = {"B": B, "Hq": H, "Hk": Hk} if mqa else {"B": B, "H": H}
@@ -222,16 +225,7 @@ def case_sweep(args, ctx, spec):
     kept = N * (N + 1) / 2 if causal else N * N
     flops = 2.0 * (D + D) * B * Hq * kept * (3.5 if backward else 1.0)
     if backward:
-        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-        dout = torch.randn(B, Hq, N, D, generator=g).to(dt)
-
-        def step(fn):
-            def run():
-                for x in (qg, kg, vg):
-                    x.grad = None
-                fn(qg, kg, vg, **kw).backward(dout)
-            return run
-        fns = {"torch SDPA": step(F.scaled_dot_product_attention), "flashattn SDPA": step(fat.scaled_dot_product_attention)}
+        fns = fwdbwd_fns(q, k, v, torch.randn(B, Hq, N, D, generator=g).to(dt), kw)
     else:
         fns = {"torch SDPA": lambda: F.scaled_dot_product_attention(q, k, v, **kw),
                "flashattn SDPA": lambda: fat.scaled_dot_product_attention(q, k, v, **kw)}
