@@ -236,9 +236,14 @@ for o in objs:
     if o["peak_gflops"] is not None:
         assert abs(o["pct_peak"] - 100 * o["gflops"] / o["peak_gflops"]) < 1e-3 * o["pct_peak"], o
     assert (o["tile_q"] is None) == (o["algo"] == "standard"), o
+    assert o["backward_passes"] in ((1, 2) if o["algo"] == "flash" else (0,)), o
     if o["algo"] == "standard":
         assert o["speedup_vs_standard"] == 1, o
 ' "$bin" bench --backward --seq 256 --heads 2 --runs 2 --json
+expect_text "bench --backward names the two-pass schedule (one MQA sequence, 2 threads)" '
+rows = [l.split()[:3] for l in text.splitlines() if l.startswith("flash")]
+assert rows == [["flash", "backward", "2-pass"], ["flash", "fwd+bwd", "2-pass"]], rows
+' "$bin" bench --backward --algo flash --threads 2 --seq 200 --heads 4 --kv-heads 1 --dim 32 --runs 1 --no-probe
 expect_text "bench --backward --seqs table" '
 lines = [l for l in text.splitlines() if l and not l.startswith("#")]
 assert [l.split()[0] for l in lines] == ["N", "128", "256"], lines
