@@ -625,6 +625,24 @@ static void test_varlen(h_rng *r)
     a.dropout_p = 0.0f;
     CHECK(h_run(g_ctx, FA_ALGO_FLASH, 2, &a) == FA_OK && fa_backward(g_ctx, &ba) == FA_OK, "no dropout: %s",
           fa_context_error(g_ctx));
+    /* 8 threads for B * Hk = 8 walks of unequal length: the two-pass schedule, whose
+     * tasks cut sequences into key tiles and query blocks; the same bits */
+    {
+        h_case("varlen backward, two passes on 8 threads");
+        fa_tensor g2[3] = {h_alloc(FA_DTYPE_F32, 1, cuq[4], Hq, D), h_alloc(FA_DTYPE_F32, 1, cuk[4], Hk, D),
+                           h_alloc(FA_DTYPE_F32, 1, cuk[4], Hk, Dv)};
+        fa_backward_args b8 = ba;
+        b8.dq = g2[0], b8.dk = g2[1], b8.dv = g2[2];
+        fa_context_set(g_ctx, FA_PARAM_THREADS, 8);
+        CHECK(fa_backward(g_ctx, &b8) == FA_OK, "%s", fa_context_error(g_ctx));
+        int64_t passes = 0;
+        fa_context_get(g_ctx, FA_PARAM_LAST_BACKWARD_PASSES, &passes);
+        CHECK(passes == 2, "LAST_BACKWARD_PASSES %lld on 8 threads", (long long)passes);
+        CHECK(!memcmp(g2[0].data, dq.data, (size_t)h_numel(&dq) * 4) && !memcmp(g2[1].data, dk.data, (size_t)h_numel(&dk) * 4) &&
+                  !memcmp(g2[2].data, dv.data, (size_t)h_numel(&dv) * 4),
+              "gradients differ bitwise from the 2-thread run");
+        for (int t = 0; t < 3; t++) free(g2[t].data);
+    }
     for (int b = 0; b < 4; b++) {
         fa_forward_args s = FA_FORWARD_ARGS_INIT;
         const size_t fq = 4;
