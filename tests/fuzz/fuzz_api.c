@@ -1049,7 +1049,12 @@ static void fuzz_cache(reader *r, int paged) {
      * own mistake (skip it), one beyond 64 bits the library must refuse (keep it) */
     const int64_t table_entries = paged ? mul_or_neg(B, c.max_pages) : 0;
     const int table_short = paged && table_entries > (int64_t)(sizeof table / sizeof table[0]);
-    if (w.skip || table_short || (work >= 0 && work > MAX_WORK) || numel(&c.k) > MAX_WORK || numel(&c.v) > MAX_WORK) {
+    /* seqlens and batch_idx hold MAX_SEQS entries, the block table MAX_SEQS * 4: a
+     * batch beyond them (a dim make() changed) would have the library read past the
+     * fuzzer's own arrays, which the contract sizes by the batch */
+    const int arrays_short = a.q.shape[0] > MAX_SEQS && (c.seqlens || c.batch_idx || c.block_table);
+    if (w.skip || table_short || arrays_short || (work >= 0 && work > MAX_WORK) || numel(&c.k) > MAX_WORK ||
+        numel(&c.v) > MAX_WORK) {
         world_free(&w);
         return;
     }
@@ -1074,17 +1079,21 @@ static void fuzz_cache(reader *r, int paged) {
         return;
     }
     /* appended rows hold the new values (float caches: rounded; int8: within half a
-     * step of their scale); then every other cache byte must be as before */
-    for (int64_t b = 0; b < B && append && Snew > 0; b++)
-        for (int64_t t = 0; t < Snew; t++) {
+     * step of their scale); then every other cache byte must be as before. The
+     * geometry is the call's, which the library checked, not the one planned above:
+     * make() may have changed a dim of q, k and v alike (a batch of 0 is a no-op that
+     * appends nothing, a fuzzer finding) */
+    const int64_t Bc = a.q.shape[0], Sn = append ? a.k.shape[1] : 0, Hkc = a.k.shape[2];
+    for (int64_t b = 0; b < Bc && Sn > 0; b++)
+        for (int64_t t = 0; t < Sn; t++) {
             const int64_t j = seqlens[b] + t;
             int64_t blk = paged ? table[b * c.max_pages + j / slots1] : (c.batch_idx ? batch_idx[b] : b);
             const int64_t row = paged ? j % slots1 : j;
-            for (int64_t h = 0; h < Hk; h++)
+            for (int64_t h = 0; h < Hkc; h++)
                 for (int which = 0; which < 2; which++) {
                     const fa_tensor *ct = which ? &c.v : &c.k, *nt = which ? &a.v : &a.k;
                     const fa_tensor *sc = which ? &c.v_scale : &c.k_scale;
-                    const int64_t dim = which ? Dv : D;
+                    const int64_t dim = nt->shape[3];
                     double amax = 0.0;
                     for (int64_t e = 0; e < dim; e++) amax = fmax(amax, fabs(load_value(at(nt, b, t, h, e), nt->dtype)));
                     const double scale = cdt == FA_DTYPE_I8 ? load_value(at(sc, blk, row, h, 0), FA_DTYPE_F32) : 1.0;
