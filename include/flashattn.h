@@ -161,6 +161,11 @@ typedef enum fa_param {
     FA_PARAM_KV_SPLITS = 7,        /* split-KV: chunks each sequence's keys are cut into, each chunk a
                                       task whose partial (o, lse) are merged exactly;
                                       0 = planned (default: see fa_forward), 1..256 = forced */
+    FA_PARAM_KV_PACK = 8,          /* flash forward: copy each (sequence, kv head)'s K and V once into
+                                      dense rows in the kernels' layout, shared by all its query blocks:
+                                      0 = auto (where conversion, strides or bf16 pairing would otherwise
+                                      be redone per query block; default), 1 = never, 2 = wherever a
+                                      (sequence, kv head) has two or more wide tasks. Same bits either way */
     FA_PARAM_LAST_ALGO = 100,      /* read-only: the fa_algo the last successful call ran */
     FA_PARAM_LAST_EXTRA_BYTES = 101, /* read-only: peak bytes the last successful call allocated */
     FA_PARAM_LAST_TILE_Q = 102,    /* read-only: query rows per tile the last flash call used (0 otherwise) */
@@ -168,10 +173,12 @@ typedef enum fa_param {
     FA_PARAM_LAST_THREADS = 104,   /* read-only: threads the last call ran on */
     FA_PARAM_BF16_DOT_ACTIVE = 105, /* read-only: 1 if bf16 inputs take the bf16 dot-product path now */
     FA_PARAM_LAST_KV_SPLITS = 106, /* read-only: the most chunks any sequence's keys were split into last call */
-    FA_PARAM_LAST_BACKWARD_PASSES = 107 /* read-only: how the last flash backward ran: 1 = one fused walk
+    FA_PARAM_LAST_BACKWARD_PASSES = 107, /* read-only: how the last flash backward ran: 1 = one fused walk
                                       per (sequence, kv head), 2 = two passes of finer tasks (key tiles
                                       for dK and dV, query blocks for dQ), taken when the fused walks
                                       are too few for the threads; same bits either way; 0 otherwise */
+    FA_PARAM_LAST_KV_PACKED = 108  /* read-only: (sequence, kv head) units whose K/V the last flash
+                                      forward packed (FA_PARAM_KV_PACK); 0 otherwise */
 } fa_param;
 
 /* *out receives a new context, or NULL on failure. */

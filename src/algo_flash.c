@@ -30,6 +30,7 @@
 #include "threadpool.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,34 @@ typedef struct {
     char *workspace;
     int64_t per_thread; /* bytes */
     atomic_llong next;
+    /* packed K/V (kv.h) in waves of units that share two buffers; steps == NULL:
+     * nothing packed, the tasks run in items' order */
+    fa_kv_packing pack;
+    struct flash_step *steps;
+    int64_t n_steps;
+    char *wave_buf[2];
+    int64_t wave_units;             /* units per wave */
+    atomic_llong *packed, *computed; /* per wave: its pack and task steps done so far */
+    int64_t *pack_steps, *task_steps; /* per wave: its pack and task steps in all */
+    int64_t *wave_cursor;           /* planning: where the next task step of a wave goes */
+    int64_t *unit_of_order;         /* planning: the unit packed order-th */
 } flash_job;
+
+/*
+ * One step of a packed run: a pack step (task < 0) writes keys j0 .. j0+cols-1 of
+ * unit (b, hk) into slot `slot` of its wave's buffer; a task step runs items[task]
+ * on the unit in that slot (wave < 0: on the caller's tensors). The steps run in
+ * order from one counter: wave w's packs, then its tasks, then wave w+1's, so
+ * packing one wave overlaps the tail of the last. Every wait is on earlier steps,
+ * which are all taken and running: a task waits for its wave's packs, a pack for
+ * the tasks of the wave that used its buffer before (w - 2).
+ */
+typedef struct flash_step {
+    int64_t task;
+    int32_t wave, slot;
+    int32_t b, hk;
+    int64_t j0, cols;
+} flash_step;
 
 typedef struct {
     float *q;        /* (br, D)      Q rows as f32, when they are not f32 already */
@@ -68,7 +96,8 @@ typedef struct {
     const void **kp, **vp; /* (bc) small path: K/V row pointers */
     float *ks, *vs;        /* (bc) small path: their int8 scales */
     /* bf16 dot-product path only */
-    uint16_t *q16, *qt2, *k16, *v16, *pv_scratch;
+    uint16_t *q16, *qt2, *k16, *v16;
+    uint32_t *v_pairs, *pv_scratch; /* a V tile as row pairs when not packed; P pairs */
 } flash_scratch;
 
 static int64_t round16(int64_t x) { return fa_round_up(x, FA_ROW_ALIGN); }
@@ -106,9 +135,11 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->vs, bc * 4},
         {(void **)&sc->q16, b16 ? fa_bytes3(br, D, 2) : 0},
         {(void **)&sc->qt2, b16 ? fa_bytes3((D + 1) / 2 * 2, bp, 2) : 0},
-        {(void **)&sc->k16, b16 ? fa_bytes3(bc, D, 2) : 0},
-        {(void **)&sc->v16, b16 ? fa_bytes3(bc, Dv, 2) : 0},
-        {(void **)&sc->pv_scratch, b16 ? fa_bytes3(bc + 1, Dv + 32 + bp, 2) : 0},
+        /* a pack step may take one row more than a tile (kv.h: its rows start even) */
+        {(void **)&sc->k16, b16 ? fa_bytes3(bc + 1, D, 2) : 0},
+        {(void **)&sc->v16, b16 ? fa_bytes3(bc + 1, Dv, 2) : 0},
+        {(void **)&sc->v_pairs, b16 ? fa_bytes3((bc + 1) / 2, fa_packed_ld(Dv), 4) : 0},
+        {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc) : 0},
     };
     return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
 }
@@ -241,8 +272,9 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
 #undef STACK_ALPHA
 }
 
-/* The wide path: one stack of rows, vectors along rows (kernels.h). */
-static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_task *it)
+/* The wide path: one stack of rows, vectors along rows (kernels.h). unit: this
+ * task's K/V packed (kv.h), or NULL to read them from the caller's tensors. */
+static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_task *it, const char *unit)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
@@ -259,6 +291,8 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_t
     const int elementwise = fa_problem_has_elementwise(&s);
     const int b16 = job->bf16_dot && ng == 1 && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
                     s.q.dtype == FA_DTYPE_BF16;
+    const fa_kv_packing *pk = &job->pack;
+    if (unit && pk->bf16 != b16) unit = NULL; /* a stacked task of a bf16 job widens to f32 itself */
     int64_t ldq, ldk, ldv;
 
     /* 1. the Q rows of every stacked head, transposed and scaled */
@@ -288,13 +322,17 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_t
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
         const float *v = NULL;
-        const uint16_t *v16 = NULL;
 
         /* 2. scaled scores S^T = K (scale Q)^T */
         if (b16) {
-            const uint16_t *k = fa_rows_u16(&s.k, 0, j0, cols, hk, D, sc->k16, &ldk);
-            v16 = fa_rows_u16(&s.v, 0, j0, cols, hk, Dv, sc->v16, &ldv);
+            const uint16_t *k = unit ? (const uint16_t *)unit + j0 * (ldk = pk->ldk)
+                                     : fa_rows_u16(&s.k, 0, j0, cols, hk, D, sc->k16, &ldk);
             kern->qk_bf16(n, cols, D, sc->qt2, 2 * bp, k, ldk, p->scale, sc->st, bp);
+        } else if (unit) {
+            ldk = pk->ldk;
+            ldv = pk->ldv;
+            v = (const float *)(unit + pk->v_offset) + j0 * ldv;
+            kern->qk(rows, cols, D, sc->qt, bp, (const float *)unit + j0 * ldk, ldk, sc->st, bp);
         } else {
             const float *k = fa_kv_tile_f32(&s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
             v = fa_kv_tile_f32(&s, 1, kern, j0, cols, hk, Dv, sc->v, &ldv);
@@ -321,8 +359,20 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_t
          * too, so a NaN/inf in a masked V row would leak into rows that never see
          * it; such tiles go through the reference kernel, which skips p == 0. */
         if (b16) {
+            /* the natural rows only where they are needed: a partial tile's check, or
+             * pairs of a tile at an odd key (a window's or a chunk's first) */
+            const uint16_t *v16 = NULL;
+            if (!unit || partial || (j0 & 1)) v16 = fa_rows_u16(&s.v, 0, j0, cols, hk, Dv, sc->v16, &ldv);
             if (!partial || fa_rows_finite16(v16, ldv, cols, Dv, 0x7f80u)) {
-                kern->pv_bf16(n, cols, Dv, sc->st, bp, v16, ldv, sc->alpha, sc->acc, ldacc, sc->pv_scratch);
+                const uint32_t *vp = sc->v_pairs;
+                int64_t ldvp = fa_packed_ld(Dv);
+                if (unit && !(j0 & 1)) {
+                    vp = (const uint32_t *)(unit + pk->v_offset) + j0 / 2 * pk->ldv;
+                    ldvp = pk->ldv;
+                } else {
+                    kern->pack_pairs_bf16(cols, Dv, v16, ldv, sc->v_pairs, ldvp);
+                }
+                kern->pv_bf16(n, cols, Dv, sc->st, bp, vp, ldvp, sc->alpha, sc->acc, ldacc, sc->pv_scratch);
                 continue;
             }
             /* rare: widen the tile and take the careful path */
@@ -336,6 +386,151 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_t
             kern->pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
     }
     finish_rows(job, &s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
+}
+
+/* ------------------------------------------------------------ packed K/V */
+
+/* Bytes of packed units a wave holds, unless the threads need more: a few MiB,
+ * so that what the running tasks read stays in cache (measured on 2 threads,
+ * N = 2048..4096: 3 MiB waves were up to 6% faster than 8 MiB ones, at a third
+ * of the memory). */
+enum { PACK_WAVE_BYTES = 3 << 20 };
+
+/* The unit (b * Hk + hk) a task's packed K/V would be, or -1 when it reads none:
+ * small-row tasks read each row once anyway, and a stacked task of a bf16-form
+ * job widens K/V to f32 itself. */
+static int64_t task_unit(const flash_job *job, const fa_task *it)
+{
+    if (it->nkv > 0 || (job->pack.bf16 && it->ng != 1)) return -1;
+    return (int64_t)it->b * job->p->Hk + it->h0 / job->p->group;
+}
+
+/* Keys per pack step: a tile's, made even in the bf16 form (whole V pairs). */
+static int64_t pack_chunk(const flash_job *job) { return job->plan.bc + (job->pack.bf16 ? job->plan.bc & 1 : 0); }
+
+/* The pack plan's sizes, from pack_count to pack_fill. */
+typedef struct {
+    int64_t packed;     /* units packed */
+    int64_t waves;
+    int64_t pack_steps; /* in all */
+} pack_counts;
+
+/* The second workspace as one table (fa_ws_layout): the wave buffers (one when
+ * there is one wave), the steps, and per wave two counters, two totals and a
+ * cursor, and the units in packing order. */
+static int64_t pack_layout(flash_job *job, const pack_counts *pc, char *base)
+{
+    const int64_t bufs = pc->waves > 1 ? 2 : 1;
+    const fa_ws_part parts[] = {
+        {(void **)&job->wave_buf[0], fa_bytes3(job->wave_units, job->pack.unit_bytes, 1)},
+        {(void **)&job->wave_buf[1], bufs > 1 ? fa_bytes3(job->wave_units, job->pack.unit_bytes, 1) : 0},
+        {(void **)&job->steps, fa_bytes3(job->n_steps, (int64_t)sizeof(flash_step), 1)},
+        {(void **)&job->packed, fa_bytes3(pc->waves, (int64_t)sizeof(atomic_llong), 1)},
+        {(void **)&job->computed, fa_bytes3(pc->waves, (int64_t)sizeof(atomic_llong), 1)},
+        {(void **)&job->pack_steps, fa_bytes3(pc->waves, 8, 1)},
+        {(void **)&job->task_steps, fa_bytes3(pc->waves, 8, 1)},
+        {(void **)&job->wave_cursor, fa_bytes3(pc->waves, 8, 1)},
+        {(void **)&job->unit_of_order, fa_bytes3(pc->packed, 8, 1)},
+    };
+    return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
+}
+
+/*
+ * Which units to pack, from the filled tasks: those two or more tasks read. On
+ * return units[u] >= 0 counts the readers of an unpacked unit and -2 - order marks
+ * a packed one, order being where the tasks (most expensive first) first reach it.
+ * Returns the second workspace's bytes (0: nothing to pack), or -1 on overflow.
+ */
+static int64_t pack_count(flash_job *job, int form, int nth, int64_t *units, pack_counts *pc)
+{
+    const fa_problem *p = job->p;
+    memset(pc, 0, sizeof *pc);
+    memset(units, 0, (size_t)(p->B * p->Hk) * sizeof *units);
+    job->pack.bf16 = form;
+    for (int64_t t = 0; t < job->n_items; t++) {
+        const int64_t u = task_unit(job, &job->items[t]);
+        if (u >= 0) units[u]++;
+    }
+    int64_t sk_max = 0, unpacked = 0;
+    for (int64_t t = 0; t < job->n_items; t++) {
+        const int64_t u = task_unit(job, &job->items[t]);
+        if (u < 0 || (units[u] >= 0 && units[u] < 2)) {
+            unpacked++;
+            continue;
+        }
+        if (units[u] <= -2) continue; /* a later reader of a unit already placed */
+        fa_problem s;
+        fa_seq_view(p, job->items[t].b, &s);
+        if (s.Sk > sk_max) sk_max = s.Sk;
+        pc->pack_steps += (s.Sk + pack_chunk(job) - 1) / pack_chunk(job);
+        units[u] = -2 - pc->packed++;
+    }
+    if (pc->packed == 0) return 0;
+    if (!fa_kv_packing_plan(form, sk_max, p->D, p->Dv, &job->pack)) return -1;
+    job->wave_units = job->pack.unit_bytes > 0 && job->pack.unit_bytes < PACK_WAVE_BYTES
+                          ? PACK_WAVE_BYTES / job->pack.unit_bytes : 1;
+    /* two waves are in flight at most, so each needs tasks for every thread, twice
+     * over: units enough for 2 * nth tasks at the mean number of readers */
+    const int64_t readers = job->n_items - unpacked, for_threads = (2 * nth * pc->packed + readers - 1) / readers;
+    if (job->wave_units < for_threads) job->wave_units = for_threads;
+    if (job->wave_units > pc->packed) job->wave_units = pc->packed;
+    pc->waves = (pc->packed + job->wave_units - 1) / job->wave_units;
+    job->n_steps = job->n_items + pc->pack_steps;
+    return pack_layout(job, pc, NULL);
+}
+
+/* Lays out the second workspace and writes the steps: the unpacked tasks first,
+ * then wave by wave its units' pack steps (keys in tiles of bc) and its tasks, each
+ * group in the tasks' order. */
+static void pack_fill(flash_job *job, const int64_t *units, const pack_counts *pc, char *ws)
+{
+    const fa_problem *p = job->p;
+    const int64_t wu = job->wave_units, bc = pack_chunk(job);
+    pack_layout(job, pc, ws);
+    for (int64_t w = 0; w < pc->waves; w++) {
+        atomic_init(&job->packed[w], 0);
+        atomic_init(&job->computed[w], 0);
+        job->pack_steps[w] = job->task_steps[w] = 0;
+    }
+    for (int64_t u = 0; u < p->B * p->Hk; u++)
+        if (units[u] <= -2) job->unit_of_order[-2 - units[u]] = u;
+    int64_t unpacked = 0;
+    for (int64_t t = 0; t < job->n_items; t++) {
+        const int64_t u = task_unit(job, &job->items[t]);
+        if (u >= 0 && units[u] <= -2) job->task_steps[(-2 - units[u]) / wu]++;
+        else unpacked++;
+    }
+    /* each wave: its pack steps, written now, then room for its tasks */
+    int64_t pos = unpacked;
+    for (int64_t w = 0; w < pc->waves; w++) {
+        for (int64_t o = w * wu; o < pc->packed && o < (w + 1) * wu; o++) {
+            const int64_t u = job->unit_of_order[o];
+            fa_problem s;
+            fa_seq_view(p, u / p->Hk, &s);
+            for (int64_t j0 = 0; j0 < s.Sk; j0 += bc) {
+                const flash_step st = {.task = -1, .wave = (int32_t)w, .slot = (int32_t)(o - w * wu),
+                                       .b = (int32_t)(u / p->Hk), .hk = (int32_t)(u % p->Hk), .j0 = j0,
+                                       .cols = s.Sk - j0 < bc ? s.Sk - j0 : bc};
+                job->steps[pos++] = st;
+                job->pack_steps[w]++;
+            }
+        }
+        job->wave_cursor[w] = pos;
+        pos += job->task_steps[w];
+    }
+    int64_t upos = 0;
+    for (int64_t t = 0; t < job->n_items; t++) {
+        const int64_t u = task_unit(job, &job->items[t]);
+        flash_step st = {.task = t, .wave = -1, .slot = -1};
+        if (u >= 0 && units[u] <= -2) {
+            const int64_t o = -2 - units[u];
+            st.wave = (int32_t)(o / wu);
+            st.slot = (int32_t)(o % wu);
+            job->steps[job->wave_cursor[st.wave]++] = st;
+        } else {
+            job->steps[upos++] = st;
+        }
+    }
 }
 
 /* Merges the key chunks of one split unit into o and lse. */
@@ -363,13 +558,44 @@ static void merge_unit(const flash_job *job, const flash_scratch *sc, const fa_t
     }
 }
 
+/* Waits for a count another thread raises: a short spin, then yielding, which an
+ * oversubscribed machine needs (the awaited step may be on a descheduled thread). */
+static void wait_for(atomic_llong *count, int64_t want)
+{
+    for (int spins = 0; atomic_load_explicit(count, memory_order_acquire) < want; spins++)
+        if (spins >= 64) sched_yield();
+}
+
 static void flash_worker(void *arg, int ith, int nth)
 {
     (void)nth;
     flash_job *job = arg;
     flash_scratch sc;
     scratch_layout(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
-    for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < job->n_items;) flash_task(job, &sc, &job->items[t]);
+    if (!job->steps) {
+        for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < job->n_items;)
+            flash_task(job, &sc, &job->items[t], NULL);
+        return;
+    }
+    for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < job->n_steps;) {
+        const flash_step *st = &job->steps[t];
+        if (st->wave < 0) {
+            flash_task(job, &sc, &job->items[st->task], NULL);
+            continue;
+        }
+        char *unit = job->wave_buf[st->wave & 1] + st->slot * job->pack.unit_bytes;
+        if (st->task < 0) {
+            if (st->wave >= 2) wait_for(&job->computed[st->wave - 2], job->task_steps[st->wave - 2]);
+            fa_problem s;
+            fa_seq_view(job->p, st->b, &s);
+            fa_kv_pack_rows(&s, job->kern, &job->pack, st->hk, st->j0, st->cols, unit, sc.k16, sc.v16);
+            atomic_fetch_add_explicit(&job->packed[st->wave], 1, memory_order_release);
+        } else {
+            wait_for(&job->packed[st->wave], job->pack_steps[st->wave]);
+            flash_task(job, &sc, &job->items[st->task], unit);
+            atomic_fetch_add_explicit(&job->computed[st->wave], 1, memory_order_release);
+        }
+    }
 }
 
 static void merge_worker(void *arg, int ith, int nth)
@@ -417,14 +643,18 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     job.slot_lse = counts.max_rows * job.ldacc; /* the most rows a task holds */
     job.slot_floats = job.slot_lse + round16(counts.max_rows);
     char *scratch;
-    int64_t *merges;
+    int64_t *merges, *units;
     float *append_row;
+    /* packed K/V are planned from the tasks, into a second workspace; here only the
+     * per-unit counts that plan needs */
+    const int form = fa_kv_packing_form(p, job.bf16_dot, ctx->kv_pack);
     const fa_ws_part parts[] = {
         {(void **)&scratch, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
         {(void **)&job.items, fa_bytes3(counts.tasks, (int64_t)sizeof(fa_task), 1)},
         {(void **)&merges, fa_bytes3(counts.units, (int64_t)sizeof(int64_t), 1)},
         {(void **)&job.slots, fa_bytes3(counts.slots, job.slot_floats, 4)},
         {(void **)&append_row, fa_bytes3(p->D > p->Dv ? p->D : p->Dv, 4, 1)},
+        {(void **)&units, form < 0 ? 0 : fa_bytes3(p->B, p->Hk, 8)},
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
     if (bytes < 0) return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: the workspace size overflows 64 bits");
@@ -435,14 +665,25 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     job.workspace = scratch;
     job.merges = merges;
 
-    /* the only write to an input, once nothing can fail any more */
-    if (p->append) fa_cache_append(p, append_row);
-
     fa_tasks_fill(p, &rules, &counts, job.items);
     job.n_items = counts.tasks;
     job.n_merges = 0;
     for (int64_t t = 0; t < job.n_items; t++)
         if (job.items[t].nsplit > 1 && job.items[t].split == 0) job.merges[job.n_merges++] = t;
+
+    pack_counts pc = {0};
+    char *ws2 = NULL;
+    const int64_t bytes2 = form < 0 ? 0 : pack_count(&job, form, nth, units, &pc);
+    if (bytes2 < 0 || (bytes2 > 0 && !(ws2 = fa_context_workspace_slot(ctx, 1, bytes2)))) {
+        fa_context_workspace_done(ctx, ws);
+        return bytes2 < 0 ? fa_fail(ctx, FA_ERR_OVERFLOW, "flash: the packed K/V size overflows 64 bits")
+                          : fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "flash: cannot allocate %lld bytes for packed K/V",
+                                    (long long)bytes2);
+    }
+    if (ws2) pack_fill(&job, units, &pc, ws2);
+
+    /* the only write to an input, once nothing can fail any more */
+    if (p->append) fa_cache_append(p, append_row);
 
     atomic_init(&job.next, 0);
     if (job.n_items > 0) fa_pool_run(ctx->pool, nth, flash_worker, &job);
@@ -453,7 +694,9 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     /* sequences with no query rows have nothing to write; rows with no keys were
      * written by their tasks (o = 0, lse = -inf) */
     fa_context_workspace_done(ctx, ws);
-    info->extra_bytes = bytes;
+    if (ws2) fa_context_workspace_done(ctx, ws2);
+    info->extra_bytes = bytes + bytes2;
+    info->kv_packed = pc.packed;
     info->br = job.plan.br;
     info->bc = job.plan.bc;
     info->threads = nth;

@@ -85,6 +85,7 @@ typedef struct {
     /* bf16 pair path only: the same operands kept as bf16, their pair panels, and the
      * kernels' repacking scratch */
     uint16_t *q16, *do16, *k16, *v16, *qt2, *dot2, *pair_scratch;
+    uint32_t *k_pairs;  /* (ceil(bc/2), fa_packed_ld(D)) the key tile as row pairs, for dQ += dS K */
 } bwd_scratch;
 
 static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
@@ -112,9 +113,10 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
         {(void **)&sc->v16, job->b16 ? fa_bytes3(bc, Dv, 2) : 0},
         {(void **)&sc->qt2, job->b16 ? fa_bytes3((D + 1) / 2, 2 * bp, 2) : 0},
         {(void **)&sc->dot2, job->b16 ? fa_bytes3((Dv + 1) / 2, 2 * bp, 2) : 0},
-        /* the larger of pv_bf16's ((bc+1)(D+32) + (bc+1) bp) and stx_bf16's needs */
+        /* room for pv_bf16's needs or stx_bf16's */
         {(void **)&sc->pair_scratch,
-         job->b16 ? 2 * ((bc + 1) * ((D > Dv ? D : Dv) + 32 + bp) + FA_STX_BF16_SCRATCH(br, bc, (D > Dv ? D : Dv), bp)) : 0},
+         job->b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc) + 2 * FA_STX_BF16_SCRATCH(br, bc, (D > Dv ? D : Dv), bp) : 0},
+        {(void **)&sc->k_pairs, job->b16 ? fa_bytes3((bc + 1) / 2, fa_packed_ld(D), 4) : 0},
     };
     return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
 }
@@ -188,7 +190,8 @@ static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_proble
 typedef struct {
     const float *k, *v;
     const uint16_t *k16, *v16;
-    int64_t ldk, ldv;
+    const uint32_t *k_pairs; /* bf16 with dQ: K as row pairs, packed once for every query block */
+    int64_t ldk, ldv, ldkp;
     int kv_finite;
 } bwd_tile;
 
@@ -201,6 +204,11 @@ static void load_tile(const bwd_job *job, const bwd_scratch *sc, const fa_proble
         t->k16 = fa_rows_u16(&s->k, 0, j0, cols, hk, D, sc->k16, &t->ldk);
         t->v16 = fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, sc->v16, &t->ldv);
         t->kv_finite = fa_rows_finite16(t->k16, t->ldk, cols, D, 0x7f80u);
+        if (job->g->has_dq) {
+            t->ldkp = fa_packed_ld(D);
+            job->kern->pack_pairs_bf16(cols, D, t->k16, t->ldk, sc->k_pairs, t->ldkp);
+            t->k_pairs = sc->k_pairs;
+        }
     } else {
         t->k = fa_kv_tile_f32(s, 0, job->kern, j0, cols, hk, D, sc->k, &t->ldk);
         t->v = fa_kv_tile_f32(s, 1, job->kern, j0, cols, hk, Dv, sc->v, &t->ldv);
@@ -278,7 +286,7 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
                                    : kern;
         if (want_dv) kx->stx_bf16(n, cols, Dv, sc->st, bp, d16, lddo, sc->dv, job->lddv, sc->pair_scratch);
         if (want_dk) kx->stx_bf16(n, cols, D, sc->dpt, bp, q16, ldq, sc->dk, job->ldd, sc->pair_scratch);
-        if (dq_rows) kq->pv_bf16(n, cols, D, sc->dpt, bp, t->k16, t->ldk, NULL, dq_rows, ldq_acc, sc->pair_scratch);
+        if (dq_rows) kq->pv_bf16(n, cols, D, sc->dpt, bp, t->k_pairs, t->ldkp, NULL, dq_rows, ldq_acc, sc->pair_scratch);
         return;
     }
     const fa_kernels *kx = (want_dv || want_dk) && partial &&

@@ -238,7 +238,8 @@ void fa_context_free(fa_context *ctx)
 {
     if (!ctx) return;
     fa_pool_free(ctx->pool);
-    fa_workspace_free(ctx->ws_kept);
+    fa_workspace_free(ctx->ws_kept[0]);
+    fa_workspace_free(ctx->ws_kept[1]);
     fa_tune_free(ctx->tune);
     fa_free(ctx);
 }
@@ -254,6 +255,7 @@ fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi)
     case FA_PARAM_VERBOSE: *lo = 0; *hi = 1; return FA_OK;
     case FA_PARAM_BF16_DOT: *lo = 0; *hi = 2; return FA_OK;
     case FA_PARAM_KV_SPLITS: *lo = 0; *hi = FA_MAX_KV_SPLITS; return FA_OK;
+    case FA_PARAM_KV_PACK: *lo = 0; *hi = 2; return FA_OK;
     case FA_PARAM_LAST_ALGO: *lo = FA_ALGO_AUTO; *hi = FA_ALGO_REFERENCE; return FA_OK;
     case FA_PARAM_LAST_EXTRA_BYTES: *lo = 0; *hi = INT64_MAX; return FA_OK;
     case FA_PARAM_LAST_TILE_Q: *lo = 0; *hi = INT64_MAX; return FA_OK;
@@ -262,6 +264,7 @@ fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi)
     case FA_PARAM_BF16_DOT_ACTIVE: *lo = 0; *hi = 1; return FA_OK;
     case FA_PARAM_LAST_KV_SPLITS: *lo = 0; *hi = FA_MAX_KV_SPLITS; return FA_OK;
     case FA_PARAM_LAST_BACKWARD_PASSES: *lo = 0; *hi = 2; return FA_OK;
+    case FA_PARAM_LAST_KV_PACKED: *lo = 0; *hi = INT64_MAX; return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }
@@ -284,6 +287,7 @@ static fa_status context_set(fa_context *ctx, fa_param param, int64_t value)
     case FA_PARAM_VERBOSE: ctx->verbose = (int)value; return FA_OK;
     case FA_PARAM_BF16_DOT: ctx->bf16_dot = (int)value; return FA_OK;
     case FA_PARAM_KV_SPLITS: ctx->kv_splits = value; return FA_OK;
+    case FA_PARAM_KV_PACK: ctx->kv_pack = (int)value; return FA_OK;
     default: break;
     }
     return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown parameter %d", (int)param);
@@ -318,6 +322,8 @@ fa_status fa_context_get(const fa_context *ctx, fa_param param, int64_t *value)
     case FA_PARAM_KV_SPLITS: *value = ctx->kv_splits; return FA_OK;
     case FA_PARAM_LAST_KV_SPLITS: *value = ctx->last_kv_splits; return FA_OK;
     case FA_PARAM_LAST_BACKWARD_PASSES: *value = ctx->last_backward_passes; return FA_OK;
+    case FA_PARAM_KV_PACK: *value = ctx->kv_pack; return FA_OK;
+    case FA_PARAM_LAST_KV_PACKED: *value = ctx->last_kv_packed; return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }
@@ -371,19 +377,21 @@ int64_t fa_ws_layout(const fa_ws_part *parts, size_t n, char *base)
     return off;
 }
 
-void *fa_context_workspace(fa_context *ctx, int64_t bytes)
+void *fa_context_workspace_slot(fa_context *ctx, int slot, int64_t bytes)
 {
     if (bytes > FA_WORKSPACE_KEEP) return fa_workspace_alloc(bytes);
-    if (ctx->ws_kept && ctx->ws_kept_bytes >= bytes) return ctx->ws_kept;
+    if (ctx->ws_kept[slot] && ctx->ws_kept_bytes[slot] >= bytes) return ctx->ws_kept[slot];
     void *ws = fa_workspace_alloc(bytes);
     if (!ws) return NULL;
-    fa_workspace_free(ctx->ws_kept);
-    ctx->ws_kept = ws;
-    ctx->ws_kept_bytes = bytes;
+    fa_workspace_free(ctx->ws_kept[slot]);
+    ctx->ws_kept[slot] = ws;
+    ctx->ws_kept_bytes[slot] = bytes;
     return ws;
 }
 
+void *fa_context_workspace(fa_context *ctx, int64_t bytes) { return fa_context_workspace_slot(ctx, 0, bytes); }
+
 void fa_context_workspace_done(fa_context *ctx, void *ptr)
 {
-    if (ptr != ctx->ws_kept) fa_workspace_free(ptr);
+    if (ptr != ctx->ws_kept[0] && ptr != ctx->ws_kept[1]) fa_workspace_free(ptr);
 }

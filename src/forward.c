@@ -73,6 +73,7 @@ static void record_run(fa_context *ctx, const fa_problem *p, const fa_algo_entry
     ctx->last_threads = info->threads;
     ctx->last_kv_splits = info->kv_splits;
     ctx->last_backward_passes = info->backward_passes;
+    ctx->last_kv_packed = info->kv_packed;
     if (ctx->verbose) fa_verbose_exec(ctx, p, e->algo, fallback, info, (fa_now_s() - t0) * 1e3);
 }
 
@@ -130,7 +131,7 @@ static fa_status forward(fa_context *ctx, const fa_forward_args *args)
     const fa_algo_entry *e = choose_algo(ctx, &p, &fallback, &st);
     if (!e) return st;
 
-    fa_run_info info = {0, 0, 0, 1, "", 0, 0, 0};
+    fa_run_info info = {.threads = 1, .path = ""};
     const double t0 = ctx->verbose ? fa_now_s() : 0.0;
     if (!fa_problem_is_form(&p) && (p.B == 0 || p.Sq == 0 || p.Hq == 0)) {
         info.path = "empty"; /* nothing to compute or write */
@@ -183,7 +184,7 @@ static fa_status backward(fa_context *ctx, const fa_backward_args *args)
     const fa_algo_entry *e = choose_algo(ctx, &p, &fallback, &st);
     if (!e) return st;
 
-    fa_run_info info = {0, 0, 0, 1, "", 0, 0, 0};
+    fa_run_info info = {.threads = 1, .path = ""};
     const double t0 = ctx->verbose ? fa_now_s() : 0.0;
     if (!fa_problem_is_form(&p) && (p.B == 0 || p.Sq == 0 || p.Hq == 0 || p.Sk == 0)) {
         /* no (i, j) pair at all: every gradient is zero */

@@ -32,10 +32,12 @@ struct fa_context {
     int64_t last_extra_bytes;
     int64_t last_tile_q, last_tile_kv, last_threads;
     int64_t kv_splits;       /* FA_PARAM_KV_SPLITS: 0 = planned */
-    void *ws_kept;           /* fa_context_workspace: a buffer kept between calls */
-    int64_t ws_kept_bytes;
+    int kv_pack;             /* FA_PARAM_KV_PACK: 0 auto, 1 never, 2 wherever shared */
+    void *ws_kept[2];        /* fa_context_workspace: buffers kept between calls, per slot */
+    int64_t ws_kept_bytes[2];
     int64_t last_kv_splits;
     int64_t last_backward_passes;
+    int64_t last_kv_packed;
     atomic_int busy;         /* 1 while a call runs on this context (fa_context_enter) */
     char error[320];
 
@@ -199,6 +201,9 @@ void fa_workspace_free(void *ptr);
 #define FA_WORKSPACE_KEEP ((int64_t)64 << 20)
 void *fa_context_workspace(fa_context *ctx, int64_t bytes);
 void fa_context_workspace_done(fa_context *ctx, void *ptr);
+/* The same for a second buffer a call sizes only after filling the first (slot 1:
+ * the forward's packed K/V, planned from its tasks); slot 0 is fa_context_workspace's. */
+void *fa_context_workspace_slot(fa_context *ctx, int slot, int64_t bytes);
 #define FA_CACHE_LINE 64
 #define FA_MAX_KV_SPLITS 256
 /* x rounded up to a multiple of m (x >= 0, m >= 1; the caller keeps x + m in range). */
@@ -243,6 +248,7 @@ typedef struct fa_run_info {
     int64_t kv_splits; /* most key chunks of any sequence (0 where not applicable) */
     int backward;      /* a backward pass (the trace says so) */
     int backward_passes; /* flash backward: 1 fused, 2 two-pass (0 otherwise) */
+    int64_t kv_packed;   /* flash forward: (sequence, kv head) units with packed K/V */
 } fa_run_info;
 
 /* FLASHATTN_VERBOSE lines on stderr (src/verbose.c). */

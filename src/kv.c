@@ -5,6 +5,7 @@
 #include "convert.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 int fa_kv_type(fa_dtype d)
@@ -83,4 +84,75 @@ int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int6
         }
     }
     return !bad;
+}
+
+/* Rows this far apart fall into a few cache sets and each needs its own TLB entry,
+ * so the kernels' reuse of a tile misses (measured in avx512_kernels.c's pv). */
+static int rows_scattered(const fa_tensor *t)
+{
+    const int64_t bytes = (t->stride[1] < 0 ? -t->stride[1] : t->stride[1]) * (int64_t)fa_dtype_size(t->dtype);
+    return bytes >= 4096 || (bytes >= 1024 && bytes % 1024 == 0);
+}
+
+int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mode)
+{
+    if (mode == 1) return -1;
+    const int bf16 = bf16_dot && !p->pages && !p->quant && p->q.dtype == FA_DTYPE_BF16 &&
+                     p->k.dtype == FA_DTYPE_BF16 && p->v.dtype == FA_DTYPE_BF16;
+    if (bf16 || mode == 2) return bf16; /* pv_bf16 would pair V for every tile */
+    if (p->pages || p->quant) return 0;
+    const fa_tensor *t[2] = {&p->k, &p->v};
+    for (int i = 0; i < 2; i++)
+        if (t[i]->dtype != FA_DTYPE_F32 || t[i]->stride[3] != 1 || rows_scattered(t[i])) return 0;
+    return -1; /* dense f32 rows: the kernels read them in place as well as packed */
+}
+
+int fa_kv_packing_plan(int bf16, int64_t sk, int64_t D, int64_t Dv, fa_kv_packing *pk)
+{
+    pk->bf16 = bf16;
+    int64_t kb, vb;
+    if (bf16) {
+        pk->ldk = 2 * fa_packed_ld((D + 1) / 2);
+        pk->ldv = fa_packed_ld(Dv);
+        kb = fa_bytes3(sk, pk->ldk, 2);
+        vb = fa_bytes3((sk + 1) / 2, pk->ldv, 4);
+    } else {
+        pk->ldk = fa_packed_ld(D);
+        pk->ldv = fa_packed_ld(Dv);
+        kb = fa_bytes3(sk, pk->ldk, 4);
+        vb = fa_bytes3(sk, pk->ldv, 4);
+    }
+    /* every row is a multiple of 64 bytes, so both parts are too */
+    if (kb < 0 || vb < 0 || kb > INT64_MAX - vb) return 0;
+    pk->v_offset = kb;
+    pk->unit_bytes = kb + vb;
+    return 1;
+}
+
+void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
+                     int64_t cols, char *unit, uint16_t *k16, uint16_t *v16)
+{
+    const int64_t D = s->D, Dv = s->Dv;
+    if (pk->bf16) { /* dense bf16 tensors only (no pages, no int8): rows evenly spaced */
+        int64_t ld;
+        const uint16_t *k = fa_rows_u16(&s->k, 0, j0, cols, hk, D, k16, &ld);
+        uint16_t *kd = (uint16_t *)unit + j0 * pk->ldk;
+        for (int64_t c = 0; c < cols; c++) {
+            memcpy(kd + c * pk->ldk, k + c * ld, (size_t)D * sizeof *kd);
+            memset(kd + c * pk->ldk + D, 0, (size_t)(pk->ldk - D) * sizeof *kd);
+        }
+        const uint16_t *v = fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, v16, &ld);
+        kern->pack_pairs_bf16(cols, Dv, v, ld, (uint32_t *)(unit + pk->v_offset) + j0 / 2 * pk->ldv, pk->ldv);
+        return;
+    }
+    for (int which = 0; which < 2; which++) {
+        const fa_tensor *t = which ? &s->v : &s->k;
+        const int64_t dim = which ? Dv : D, ldp = which ? pk->ldv : pk->ldk;
+        float *dst = (float *)(unit + (which ? pk->v_offset : 0)) + j0 * ldp;
+        for (int64_t c = 0; c < cols; c++) {
+            float scale;
+            const void *row = fa_kv_row(s, which, j0 + c, hk, &scale);
+            row_to_f32(kern, row, t->dtype, t->stride[3], scale, dim, dst + c * ldp);
+        }
+    }
 }

@@ -237,6 +237,7 @@ typedef struct iprob {
     int ncache;
     size_t o_bytes, lse_bytes;
     int64_t last_splits;
+    int64_t last_packed; /* FA_PARAM_LAST_KV_PACKED after the last run */
     /* the oracle, computed once per problem (runs differ only in threads and splits) */
     int have_oracle;
     double *ref, *nv, *lref, *lnv;
@@ -535,8 +536,9 @@ static fa_status iprob_run(fa_context *ctx, iprob *p, fa_algo algo, int64_t thre
     fa_status st = fa_context_set(ctx, FA_PARAM_KV_SPLITS, splits);
     if (st == FA_OK) st = h_set_tiles(ctx, p->c.tile_q, p->c.tile_kv);
     if (st == FA_OK) st = h_run(ctx, algo, threads, &p->a);
-    p->last_splits = -1;
+    p->last_splits = p->last_packed = -1;
     if (st == FA_OK) fa_context_get(ctx, FA_PARAM_LAST_KV_SPLITS, &p->last_splits);
+    if (st == FA_OK) fa_context_get(ctx, FA_PARAM_LAST_KV_PACKED, &p->last_packed);
     return st;
 }
 
@@ -773,11 +775,15 @@ static void check_numbers(fa_context *ctx, iprob *p) {
 }
 
 static int64_t g_refused_checked;
+/* det cases run again with packed K/V switched the other way (FA_PARAM_KV_PACK), and
+ * those where one of the two runs packed */
+static int64_t g_pack_compared, g_pack_packed;
 
 /*
  * Runs a case: flash with `threads` and forced `splits` (0 = planned), then the cache,
  * unowned rows and numbers. With `det`, a second flash run with the other thread count
- * must give the same bytes. With `refuse`, STANDARD and REFERENCE must refuse the call
+ * must give the same bytes, and so must a third with packed K/V the other way (never
+ * where the first packed, always where it did not). With `refuse`, STANDARD and REFERENCE must refuse the call
  * and leave o, lse and the cache alone.
  */
 static void run_case(const icase *c, uint64_t seed, int64_t threads, int64_t splits, int det, int refuse) {
@@ -809,6 +815,24 @@ static void run_case(const icase *c, uint64_t seed, int64_t threads, int64_t spl
                       (long long)p.last_splits);
                 CHECK(s1 == p.last_splits, "LAST_KV_SPLITS depends on the thread count: %lld vs %lld", (long long)s1,
                       (long long)p.last_splits);
+            }
+            const int64_t packed1 = p.last_packed, mode = packed1 > 0 ? 1 : 2;
+            h_case("%s | seed=%llu threads=%lld, KV_PACK %lld (auto packed %lld units)", p.desc,
+                   (unsigned long long)seed, (long long)threads, (long long)mode, (long long)packed1);
+            st = fa_context_set(g_ctx, FA_PARAM_KV_PACK, mode);
+            if (st == FA_OK) st = iprob_run(g_ctx, &p, FA_ALGO_FLASH, threads, splits);
+            fa_context_set(g_ctx, FA_PARAM_KV_PACK, 0);
+            if (CHECK(st == FA_OK, "flash with KV_PACK %lld: status %d: %s", (long long)mode, (int)st,
+                      fa_context_error(g_ctx))) {
+                CHECK(memcmp(o1, p.a.o.data, p.o_bytes) == 0 && memcmp(l1, p.lse_t.data, p.lse_bytes) == 0,
+                      "packed and unpacked K/V differ bitwise (o %s, lse %s; packed units %lld vs %lld)",
+                      memcmp(o1, p.a.o.data, p.o_bytes) ? "differs" : "same",
+                      memcmp(l1, p.lse_t.data, p.lse_bytes) ? "differs" : "same", (long long)packed1,
+                      (long long)p.last_packed);
+                CHECK(mode == 2 || p.last_packed == 0, "KV_PACK 1 (never) still packed %lld units",
+                      (long long)p.last_packed);
+                g_pack_compared++;
+                g_pack_packed += packed1 > 0 || p.last_packed > 0;
             }
             free(o1), free(l1);
         }
@@ -2166,6 +2190,10 @@ int main(void) {
     test_old_struct(seed);
 
     fa_context_free(g_ctx);
+    h_case("packed K/V compared with unpacked");
+    CHECK(g_pack_packed > 0, "none of the %lld cases compared packed K/V", (long long)g_pack_compared);
+    printf("%lld cases bitwise against K/V packed the other way, %lld of them with packed K/V\n",
+           (long long)g_pack_compared, (long long)g_pack_packed);
     printf("%lld inference cases (%lld refusals by standard/reference checked); worst o err/tol (q f32 f16 bf16): "
            "%.3f %.3f %.3f\n",
            (long long)g_cases, (long long)g_refused_checked, g_worst[0], g_worst[1], g_worst[2]);

@@ -1753,6 +1753,43 @@ static void case_qk_bf16(table_stats *ts, int64_t rows, int64_t cols, int64_t d,
     sm_free(&q), sm_free(&k);
 }
 
+/* The row-pair layout (kernels.h's pack_pairs_bf16), written from its definition:
+ * dword [p][e] = (rows 2p, 2p+1 at column e), zero past len and for a missing
+ * partner. ld32 dwords per pair row; 64-byte aligned, guarded. */
+static obuf pairs_of(const smat *v, int64_t nrows, int64_t len, int64_t ld32) {
+    const int64_t np = (nrows + 1) / 2;
+    obuf b = ob_alloc((size_t)(np * ld32) * 4);
+    uint32_t *d = b.p;
+    for (int64_t p = 0; p < np; p++)
+        for (int64_t e = 0; e < ld32; e++) {
+            const uint32_t lo = e < len ? sm_u(v, 2 * p)[e] : 0;
+            const uint32_t hi = e < len && 2 * p + 1 < nrows ? sm_u(v, 2 * p + 1)[e] : 0;
+            d[p * ld32 + e] = lo | hi << 16;
+        }
+    return b;
+}
+
+static void case_pack_pairs_bf16(const table_stats *ts, int64_t nrows, int64_t len, int64_t ld, size_t off,
+                                 int64_t ld32) {
+    const fa_kernels *kt = ts->k;
+    smat v = sm_alloc(nrows, len, ld, 2, off);
+    sm_fill(&v, &g_rng);
+    h_case("pack_pairs_bf16 isa=%s nrows=%lld len=%lld ld=%lld offset=%zu ld32=%lld", kt->name, (long long)nrows,
+           (long long)len, (long long)ld, off, (long long)ld32);
+    obuf want = pairs_of(&v, nrows, len, ld32);
+    obuf got = ob_alloc(want.bytes);
+    kt->pack_pairs_bf16(nrows, len, sm_u(&v, 0), ld, got.p, ld32);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < (int64_t)(want.bytes / 4); i++)
+        if (((uint32_t *)got.p)[i] != ((uint32_t *)want.p)[i] && bad++ == 0) first = i;
+    CHECK(bad == 0, "%lld dwords differ from the pair layout (first at pair %lld, column %lld)", (long long)bad,
+          first >= 0 ? (long long)(first / ld32) : -1LL, first >= 0 ? (long long)(first % ld32) : -1LL);
+    CHECK(ob_guards_ok(&got), "writes outside ceil(nrows / 2) x ld32 dwords");
+    CHECK(sm_unchanged(&v), "src changed");
+    free(want.raw), free(got.raw);
+    sm_free(&v);
+}
+
 static void case_pv_bf16(table_stats *ts, int64_t rows, int64_t cols, int64_t dv, int64_t ldv, size_t voff,
                          int64_t ldst, int64_t ldacc, int alpha_mode, int nan_rows) {
     const fa_kernels *kt = ts->k;
@@ -1769,15 +1806,18 @@ static void case_pv_bf16(table_stats *ts, int64_t rows, int64_t cols, int64_t dv
            (long long)ldacc, in.alpha ? "given" : "NULL", nan_rows);
     obuf acc = ob_alloc((size_t)(rows * ldacc) * 4);
     memcpy(acc.p, in.acc0, (size_t)(rows * ldacc) * 4);
-    /* exactly the scratch kernels.h promises */
-    obuf scratch = ob_alloc(sizeof(uint16_t) * (size_t)((cols + 1) * (dv + 32) + (cols + 1) * ldst));
-    kt->pv_bf16(rows, cols, dv, in.st.p, ldst, sm_u(&v, 0), ldv, in.alpha ? alpha.p : NULL, obf(&acc), ldacc,
-                scratch.p);
+    /* V as the pairs the caller packs, at a row distance that varies with ldacc;
+     * exactly the scratch kernels.h promises */
+    const int64_t ldvp = ldacc == round16(dv) ? round16(dv) : fa_packed_ld(dv);
+    obuf vp = pairs_of(&v, cols, dv, ldvp);
+    obuf scratch = ob_alloc(4 * (size_t)FA_PV_BF16_SCRATCH(rows, cols));
+    kt->pv_bf16(rows, cols, dv, in.st.p, ldst, vp.p, ldvp, in.alpha ? alpha.p : NULL, obf(&acc), ldacc, scratch.p);
+    CHECK(ob_guards_ok(&vp), "pv_bf16 wrote into V");
     const double w = pv_check(&in, &acc, want, sum);
     if (w > ts->pv16) ts->pv16 = w;
     CHECK(ob_guards_ok(&scratch), "writes outside the promised scratch");
     CHECK(ib_unchanged(&in.st) && sm_unchanged(&v) && (!in.alpha || ib_unchanged(&alpha)), "st, v or alpha changed");
-    free(acc.raw), free(scratch.raw), free(want), free(sum);
+    free(acc.raw), free(scratch.raw), free(vp.raw), free(want), free(sum);
     if (in.alpha) ib_free(&alpha);
     sm_free(&v);
     pv_free(&in);
@@ -1789,7 +1829,8 @@ static int bf16_inherited(const fa_kernels *k) {
     for (int i = 0; k->parent && i < fa_kernels_count(); i++) {
         const fa_kernels *p = fa_kernels_at(i, NULL);
         if (strcmp(p->name, k->parent) == 0)
-            return p->pack_qt_bf16 == k->pack_qt_bf16 && p->qk_bf16 == k->qk_bf16 && p->pv_bf16 == k->pv_bf16;
+            return p->pack_qt_bf16 == k->pack_qt_bf16 && p->qk_bf16 == k->qk_bf16 && p->pv_bf16 == k->pv_bf16 &&
+                   p->pack_pairs_bf16 == k->pack_pairs_bf16;
     }
     return 0;
 }
@@ -1816,7 +1857,11 @@ static void test_bf16(table_stats *ts) {
         const size_t voff = (size_t)h_rng_int(&g_rng, 0, 31) * 2;
         const int64_t ldacc = round16(dv) + 16 * h_rng_int(&g_rng, 0, 1);
         case_pv_bf16(ts, rows, cols, dv, ldv, voff, ldst, ldacc, i % 3 != 0, i % 5 == 0);
+        case_pack_pairs_bf16(ts, cols, dv, ldv, voff, i % 2 ? fa_packed_ld(dv) : round16(dv) + 16 * h_rng_int(&g_rng, 0, 1));
     }
+    case_pack_pairs_bf16(ts, 1, 1, 1, 0, 16);
+    case_pack_pairs_bf16(ts, 599, 512, -512, 6, fa_packed_ld(512));
+    case_pack_pairs_bf16(ts, 64, 33, 0, 2, 48);
     case_pack_qt_bf16(ts, 300, 511, 511, 2, 2 * 304);
     case_qk_bf16(ts, 300, 600, 3, 3, 2, 304, 320, 0.5f, 0);
     case_qk_bf16(ts, 1, 600, 511, -513, 6, 16, 16, 0.125f, 1);
@@ -1848,6 +1893,7 @@ static void test_registry(void) {
         const fa_kernels *k = fa_kernels_at(i, &runs);
         h_case("registry entry %d (%s)", i, k && k->name ? k->name : "?");
         if (!CHECK(k && k->name && k->pack_qt && k->qk && k->softmax && k->pv && k->f16_to_f32 && k->bf16_to_f32 &&
+                       k->pack_pairs_bf16 && k->pv_bf16 &&
                        (runs == 0 || runs == 1),
                    "a table with a NULL name or required kernel, or runs_here = %d", runs))
             continue;
@@ -1900,7 +1946,8 @@ static const struct {
     KERNEL_ENTRY(pack_qt),       KERNEL_ENTRY(qk),        KERNEL_ENTRY(softmax),      KERNEL_ENTRY(pv),
     KERNEL_ENTRY(ds),            KERNEL_ENTRY(stx),
     KERNEL_ENTRY(f16_to_f32),    KERNEL_ENTRY(bf16_to_f32), KERNEL_ENTRY(pack_qt_bf16), KERNEL_ENTRY(qk_bf16),
-    KERNEL_ENTRY(pv_bf16),       KERNEL_ENTRY(stx_bf16),  KERNEL_ENTRY(qk_small),  KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
+    KERNEL_ENTRY(pack_pairs_bf16), KERNEL_ENTRY(pv_bf16),  KERNEL_ENTRY(stx_bf16),
+    KERNEL_ENTRY(qk_small),      KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
     KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(thread_begin), KERNEL_ENTRY(thread_end),
 };
 
@@ -1922,7 +1969,7 @@ static const struct {
     {"ref", NULL, "", FA_KERNELS_SMALL_ROWS},
     {"avx2", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
     {"avx512", "avx2", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
-    {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pv_bf16 stx_bf16 probe_bf16", FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT},
+    {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16", FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT},
     {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
 };
 

@@ -9,6 +9,10 @@
  *                fa_context_set each return their own result or FA_ERR_BUSY, never
  *                anything else; an OK result is bitwise the serial one, a BUSY call
  *                leaves its outputs untouched.
+ *   packed waves the pool's threads on a forward whose packed K/V (FA_PARAM_KV_PACK) come
+ *                in three waves through two buffers, so packing a wave waits for the
+ *                tasks of the one before last; o and lse bitwise the unpacked 1-thread
+ *                run's on 1 to 4 threads.
  *   backward     the pool's threads sharing one MQA backward: one (sequence, kv head)
  *                walk, so 2 to 4 threads take the two-pass schedule (key tiles, then
  *                query blocks, in one pool of tasks); dq, dk, dv bitwise the fused
@@ -287,16 +291,56 @@ static void test_shared(void) {
     h_problem_free(&g_small);
 }
 
+/* An f32 problem with q, k, v drawn from N(0, 1), the seed from FA_TEST_SEED or
+ * `seed`; r is left for further draws. */
+static void random_problem(h_problem *p, h_dims d, uint64_t seed, h_rng *r) {
+    h_rng_seed(r, h_env_u64("FA_TEST_SEED", seed));
+    h_problem_alloc(p, d, FA_DTYPE_F32, FA_DTYPE_F32);
+    h_fill_normal(&p->args.q, r, 1.0);
+    h_fill_normal(&p->args.k, r, 1.0);
+    h_fill_normal(&p->args.v, r, 1.0);
+}
+
+/* ------------------------------------------------------------ packed waves */
+
+/* f32 BSND K/V of 6 kv heads of 128 (rows 3 KB apart, which auto packs): each unit
+ * is 4 MiB, more than a wave's share, so waves hold as many units as the threads
+ * need (twice their number in tasks): 6 waves on 1 thread, 3 on 2, 2 on 3 or 4. */
+static void test_packed_waves(void) {
+    h_rng r;
+    h_problem p;
+    random_problem(&p, (h_dims){1, 32, 4096, 6, 6, 128, 128}, 79, &r);
+    p.args.window_left = 3001; /* tiles from an odd key too (the band's first) */
+    fa_tensor want_o = clone(&p.args.o), want_lse = clone(&p.args.lse);
+    fa_context *ctx;
+    CHECK(h_context_create(&ctx) == FA_OK, "fa_context_create");
+    fa_context_set(ctx, FA_PARAM_ALGO, FA_ALGO_FLASH);
+    h_set_tiles(ctx, 16, 0); /* two query blocks per head: every unit is read twice */
+    for (int th = 0; th <= 4; th++) {
+        /* th = 0: the unpacked serial run the others must match */
+        h_case("packed waves on %d pool threads", th);
+        fa_context_set(ctx, FA_PARAM_THREADS, th ? th : 1);
+        fa_context_set(ctx, FA_PARAM_KV_PACK, th ? 0 : 1);
+        fa_forward_args a = p.args;
+        if (th == 0) a.o = want_o, a.lse = want_lse;
+        const fa_status st = fa_forward(ctx, &a);
+        int64_t packed = -1;
+        fa_context_get(ctx, FA_PARAM_LAST_KV_PACKED, &packed);
+        if (!CHECK(st == FA_OK, "%s", fa_context_error(ctx))) continue;
+        CHECK(packed == (th ? 6 : 0), "LAST_KV_PACKED %lld", (long long)packed);
+        if (th) CHECK(same(&a.o, &want_o) && same(&a.lse, &want_lse), "o or lse differ bitwise from the unpacked run");
+    }
+    fa_context_free(ctx);
+    free(want_o.data), free(want_lse.data);
+    h_problem_free(&p);
+}
+
 /* ------------------------------------------------------------ backward on the pool */
 
 static void test_backward_pool(void) {
     h_rng r;
-    h_rng_seed(&r, h_env_u64("FA_TEST_SEED", 78));
     h_problem p;
-    h_problem_alloc(&p, (h_dims){1, 90, 150, 4, 1, 32, 24}, FA_DTYPE_F32, FA_DTYPE_F32);
-    h_fill_normal(&p.args.q, &r, 1.0);
-    h_fill_normal(&p.args.k, &r, 1.0);
-    h_fill_normal(&p.args.v, &r, 1.0);
+    random_problem(&p, (h_dims){1, 90, 150, 4, 1, 32, 24}, 78, &r);
     p.args.causal = FA_CAUSAL_BOTTOM_RIGHT;
     p.args.dropout_p = 0.2f, p.args.dropout_seed = 5;
     fa_tensor dout = h_alloc(FA_DTYPE_F32, 1, 90, 4, 24);
@@ -351,6 +395,7 @@ int main(void) {
 
     test_independent();
     test_shared();
+    test_packed_waves();
     test_backward_pool();
 
     free(g_dense_o.data), free(g_dense_lse.data), free(g_dec_o.data), free(g_dec_lse.data);

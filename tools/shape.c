@@ -122,6 +122,7 @@ int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb
         {"--threads", &s->threads, 0, "an integer >= 0; 0 = all CPUs", NULL},
         {"--tile-q", &s->tile_q, 0, "an integer >= 0; 0 = planned", NULL},
         {"--tile-kv", &s->tile_kv, 0, "an integer >= 0; 0 = planned", NULL},
+        {"--kv-pack", &s->kv_pack, 0, "0 (auto), 1 (never) or 2 (always)", NULL},
         {"--runs", &s->runs, 1, "an integer >= 1", &s->runs_given},
         {"--seed", &s->seed, 0, "an integer >= 0", NULL},
     };
@@ -267,6 +268,7 @@ int cli_shape_finish(cli_shape *s, const char *verb)
         {FA_PARAM_THREADS, "--threads", s->threads},
         {FA_PARAM_TILE_Q, "--tile-q", s->tile_q},
         {FA_PARAM_TILE_KV, "--tile-kv", s->tile_kv},
+        {FA_PARAM_KV_PACK, "--kv-pack", s->kv_pack},
     };
     for (size_t n = 0; n < sizeof bounded / sizeof bounded[0]; n++) {
         int64_t lo, hi;
@@ -331,6 +333,8 @@ void cli_shape_usage(FILE *f, const cli_shape *d)
             "  --algo A           auto | flash | standard | reference [%s]\n"
             "  --tile-q N         flash Q tile rows, 0 = planned      [%lld]\n"
             "  --tile-kv N        flash K/V tile rows, 0 = planned    [%lld]\n"
+            "  --kv-pack M        flash forward: pack each (sequence, kv head)'s K/V once,\n"
+            "                     0 = where it pays, 1 = never, 2 = always [0]\n"
             "  --runs N           timed runs                          [%lld]\n"
             "  --seed N           seed of the random inputs and the dropout mask [%lld]\n"
             "  --dropout P        dropout probability in [0, 1), offset 0  [0]\n",
@@ -395,6 +399,7 @@ int cli_context_make(const cli_shape *s, const char *verb, fa_context **out)
         {FA_PARAM_THREADS, "threads", s->threads},
         {FA_PARAM_TILE_Q, "tile_q", s->tile_q},
         {FA_PARAM_TILE_KV, "tile_kv", s->tile_kv},
+        {FA_PARAM_KV_PACK, "kv_pack", s->kv_pack},
     };
     for (size_t n = 0; n < sizeof settings / sizeof settings[0]; n++) {
         st = fa_context_set(ctx, settings[n].param, settings[n].value);

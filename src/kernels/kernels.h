@@ -51,6 +51,18 @@
 /* uint16 of scratch stx_bf16 needs: x repacked as pairs along r, st as bf16 pairs. */
 #define FA_STX_BF16_SCRATCH(rows, cols, n, ldst) (((rows) + 2) * ((n) + 32) + ((cols) + 1) * ((ldst) + 2))
 
+/* dwords of scratch pv_bf16 needs: P as bf16 pairs. */
+#define FA_PV_BF16_SCRATCH(rows, cols) ((((cols) + 1) / 2) * (((rows) + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN))
+
+/* The row distance of packed rows of len 4-byte elements (f32, or bf16 pairs):
+ * whole vectors, and never a multiple of 1 KB, whose rows would fall into a few
+ * cache sets (the kernels walk a column slice down many rows). */
+static inline int64_t fa_packed_ld(int64_t len)
+{
+    const int64_t ld = (len + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN;
+    return ld % 256 == 0 ? ld + FA_ROW_ALIGN : ld;
+}
+
 /* Rows the small-row (decode) kernels take at most, and columns per call. */
 #define FA_SMALL_ROWS 8
 #define FA_SMALL_COLS 512
@@ -152,15 +164,29 @@ typedef struct fa_kernels {
      *        (uint16 units), x padded to even with zeros, rows padded with zeros;
      *        NOT pre-scaled (bf16 rounding of q*scale would add error): qk_bf16 scales.
      *   k    bf16 K rows, natural layout, ldk in uint16 units.
-     *   pv_bf16 rounds P to bf16 and repacks V tile pairs in `scratch`, which holds
-     *        at least (cols+1)*(dv+32) + (cols+1)*ldst uint16 (64-byte aligned).
+     *   vp   V as row pairs (pack_pairs_bf16's layout), ldvp dwords: pv_bf16 reduces
+     *        along keys, so the two keys of a bf16 pair must sit in one dword. The
+     *        core packs V once per (sequence, kv head) and shares it across query
+     *        blocks, or per tile into scratch; the backward packs each K tile once
+     *        for all the query blocks that meet it. A tile matrix unit (AMX) takes
+     *        the same layout as its B operand.
+     *   pv_bf16 rounds P to bf16 (nearest even) and pairs it in `scratch`, which
+     *        holds at least FA_PV_BF16_SCRATCH(rows, cols) dwords (64-byte aligned).
+     *
+     * pack_pairs_bf16: dst[p][e] = the dword (src[2p][e], src[2p+1][e]) (low word
+     *   from row 2p) for p < ceil(nrows / 2) and e < ld32, zero for e >= len and for
+     *   the missing partner of an odd nrows. src: any ld (uint16), no alignment;
+     *   dst 64-byte aligned, ld32 a multiple of FA_ROW_ALIGN and >= len. The pair
+     *   layout of pv_bf16's V and of stx_bf16's x, whose reductions run along rows.
      */
     void (*pack_qt_bf16)(int64_t rows, int64_t d, const uint16_t *q, int64_t ldq, uint16_t *qt2,
                          int64_t ldqt2);
     void (*qk_bf16)(int64_t rows, int64_t cols, int64_t d, const uint16_t *qt2, int64_t ldqt2,
                     const uint16_t *k, int64_t ldk, float scale, float *st, int64_t ldst);
+    void (*pack_pairs_bf16)(int64_t nrows, int64_t len, const uint16_t *src, int64_t ld, uint32_t *dst,
+                            int64_t ld32);
     void (*pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst,
-                    const uint16_t *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc,
+                    const uint32_t *vp, int64_t ldvp, const float *alpha, float *acc, int64_t ldacc,
                     void *scratch);
     /* The backward's stx on bf16 data: acc[c][e] += sum_{r < rows} bf16(st[c][r]) * x[r][e],
      * st rounded to bf16 (nearest even) as a naive bf16 backward rounds P and dS, x bf16

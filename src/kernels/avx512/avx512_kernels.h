@@ -40,8 +40,10 @@ void fa_avx512_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, 
 void fa_avx512bf16_pack_qt(int64_t rows, int64_t d, const uint16_t *q, int64_t ldq, uint16_t *qt2, int64_t ldqt2);
 void fa_avx512bf16_qk_64x6(int64_t rows, int64_t cols, int64_t d, const uint16_t *qt2, int64_t ldqt2,
                            const uint16_t *k, int64_t ldk, float scale, float *st, int64_t ldst);
-void fa_avx512bf16_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const uint16_t *v,
-                           int64_t ldv, const float *alpha, float *acc, int64_t ldacc, void *scratch);
+void fa_avx512bf16_pack_pairs(int64_t nrows, int64_t len, const uint16_t *src, int64_t ld, uint32_t *dst,
+                              int64_t ld32);
+void fa_avx512bf16_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const uint32_t *vp,
+                           int64_t ldvp, const float *alpha, float *acc, int64_t ldacc, void *scratch);
 /* the backward's stx on bf16 x: register block 6 acc rows c x 64 columns e, as the fp32 stx */
 void fa_avx512bf16_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,
                             int64_t ldx, float *acc, int64_t ldacc, void *scratch);

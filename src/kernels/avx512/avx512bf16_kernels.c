@@ -42,13 +42,9 @@ static inline int32_t load_pair(const uint16_t *p)
 
 /* ------------------------------------------------------------ row pairs */
 
-/*
- * dst[p][e] = the dword (src[2p][e], src[2p+1][e]) for p < ceil(nrows / 2), e < ld32
- * (a multiple of 16): word 2e of a dword row from row 2p, word 2e+1 from row 2p+1,
- * zero past len and for the missing partner of an odd nrows (from the masked loads).
- * The pair layout of both pv_bf16's V and stx_bf16's x, whose reduction runs along rows.
- */
-static void pack_row_pairs(int64_t nrows, int64_t len, const uint16_t *src, int64_t ld, uint32_t *dst, int64_t ld32)
+/* kernels.h's pack_pairs_bf16: word 2e of a dword row from row 2p, word 2e+1 from
+ * row 2p+1; the masked loads supply the zeros past len and of a missing partner. */
+void fa_avx512bf16_pack_pairs(int64_t nrows, int64_t len, const uint16_t *src, int64_t ld, uint32_t *dst, int64_t ld32)
 {
     const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
                                             37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
@@ -59,7 +55,7 @@ static void pack_row_pairs(int64_t nrows, int64_t len, const uint16_t *src, int6
         const uint16_t *s0 = src + 2 * p * ld, *s1 = has1 ? s0 + ld : s0;
         uint32_t *d = dst + p * ld32;
         for (int64_t e = 0; e < ld32; e += 32) {
-            const __mmask32 ke = head_mask32(len - e);
+            const __mmask32 ke = e < len ? head_mask32(len - e) : 0; /* ld32 may run past len */
             const __m512i a = _mm512_maskz_loadu_epi16(ke, s0 + e);
             const __m512i b = has1 ? _mm512_maskz_loadu_epi16(ke, s1 + e) : _mm512_setzero_si512();
             _mm512_store_si512(d + e, _mm512_permutex2var_epi16(a, lo_idx, b));
@@ -284,22 +280,15 @@ static void pvb_panel3m(const pvb_args *a) { pvb_panel(3, 1, a); }
 static void pvb_panel2m(const pvb_args *a) { pvb_panel(2, 1, a); }
 static void pvb_panel1m(const pvb_args *a) { pvb_panel(1, 1, a); }
 
-/*
- * Scratch layout (dwords, 64-byte aligned pieces), np = ceil(cols / 2):
- *   vp  [np][round16(dv)]    V pairs, e padded with zeros to whole vectors
- *   pp  [np][round16(rows)]  P pairs
- * = 2*np*round16(dv) + 2*np*round16(rows) uint16 <= (cols+1)*(dv+32) + (cols+1)*ldst.
- */
-void fa_avx512bf16_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const uint16_t *v,
-                          int64_t ldv, const float *alpha, float *acc, int64_t ldacc, void *scratch)
+/* scratch: P as pairs, pp[np][round16(rows)] dwords, np = ceil(cols / 2). V comes
+ * as pairs already (kernels.h), packed once by the caller for every query block. */
+void fa_avx512bf16_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const uint32_t *vp,
+                          int64_t ldvp, const float *alpha, float *acc, int64_t ldacc, void *scratch)
 {
-    const int64_t np = (cols + 1) / 2, ldvp = (dv + 15) / 16 * 16, ldp = (rows + 15) / 16 * 16;
-    uint32_t *vp = scratch, *pp = vp + np * ldvp;
+    const int64_t np = (cols + 1) / 2, ldp = (rows + 15) / 16 * 16;
+    uint32_t *pp = scratch;
 
-    /* 1. V pairs (zero past cols and past dv) */
-    pack_row_pairs(cols, dv, v, ldv, vp, ldvp);
-
-    /* 2. P pairs, rounded to nearest-even bf16 (st's padding rows are converted
+    /* 1. P pairs, rounded to nearest-even bf16 (st's padding rows are converted
      * too, harmlessly: they are never multiplied into a real row) */
     const __m512i il_idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                                             21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -314,7 +303,7 @@ void fa_avx512bf16_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *
         }
     }
 
-    /* 3. acc = alpha * acc + P V, 128 pairs at a time (see avx512_kernels.c's pv) */
+    /* 2. acc = alpha * acc + P V, 128 pairs at a time (see avx512_kernels.c's pv) */
     static void (*const whole[PVB_NV + 1])(const pvb_args *) = {NULL, pvb_panel1, pvb_panel2, pvb_panel3, pvb_panel4};
     static void (*const part[PVB_NV + 1])(const pvb_args *) = {NULL, pvb_panel1m, pvb_panel2m, pvb_panel3m,
                                                                pvb_panel4m};
@@ -445,7 +434,7 @@ void fa_avx512bf16_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *
     uint32_t *xp = scratch, *sp = xp + np * ldxp;
 
     /* 1. x pairs */
-    pack_row_pairs(rows, n, x, ldx, xp, ldxp);
+    fa_avx512bf16_pack_pairs(rows, n, x, ldx, xp, ldxp);
 
     /* 2. st in bf16, 32 rows (16 pairs) per step: the high words of two rounded
      * vectors. Rows past `rows` load as 0 (st's padding rows may hold anything: a

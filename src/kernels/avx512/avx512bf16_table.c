@@ -13,6 +13,7 @@ void fa_kernels_init_avx512bf16(fa_kernels *k)
     k->flags |= FA_KERNELS_BF16_DOT;
     k->pack_qt_bf16 = fa_avx512bf16_pack_qt;
     k->qk_bf16 = fa_avx512bf16_qk_64x6;
+    k->pack_pairs_bf16 = fa_avx512bf16_pack_pairs;
     k->pv_bf16 = fa_avx512bf16_pv_6x64;
     k->stx_bf16 = fa_avx512bf16_stx_6x64;
     k->probe_bf16 = fa_avx512bf16_probe;

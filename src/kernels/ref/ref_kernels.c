@@ -258,9 +258,21 @@ static void ref_qk_bf16(int64_t rows, int64_t cols, int64_t d, const uint16_t *q
     }
 }
 
-/* As ref_pv, with p rounded to bf16 first (as a native kernel must, to pair it). */
+static void ref_pack_pairs_bf16(int64_t nrows, int64_t len, const uint16_t *src, int64_t ld, uint32_t *dst,
+                                int64_t ld32)
+{
+    for (int64_t p = 0; p < (nrows + 1) / 2; p++)
+        for (int64_t e = 0; e < ld32; e++) {
+            const uint32_t lo = e < len ? src[2 * p * ld + e] : 0;
+            const uint32_t hi = e < len && 2 * p + 1 < nrows ? src[(2 * p + 1) * ld + e] : 0;
+            dst[p * ld32 + e] = lo | hi << 16;
+        }
+}
+
+/* As ref_pv, with p rounded to bf16 first (as a native kernel must, to pair it),
+ * v_c[e] read from its pair. */
 static void ref_pv_bf16(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst,
-                        const uint16_t *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc,
+                        const uint32_t *vp, int64_t ldvp, const float *alpha, float *acc, int64_t ldacc,
                         void *scratch)
 {
     (void)scratch; /* nothing to repack */
@@ -270,12 +282,13 @@ static void ref_pv_bf16(int64_t rows, int64_t cols, int64_t dv, const float *st,
                 for (int64_t e = 0; e < dv; e++) acc[r * ldacc + e] *= alpha[r];
     for (int64_t c = 0; c < cols; c++) {
         const float *sc = st + c * ldst;
-        const uint16_t *vc = v + c * ldv;
+        const uint32_t *pair = vp + (c / 2) * ldvp;
+        const int shift = (c & 1) * 16;
         for (int64_t r = 0; r < rows; r++) {
             const float w = fa_bf16_to_f32(fa_f32_to_bf16(sc[r]));
             if (w == 0.0f) continue; /* masked (or underflowed): never read v */
             float *ar = acc + r * ldacc;
-            for (int64_t e = 0; e < dv; e++) ar[e] += w * fa_bf16_to_f32(vc[e]);
+            for (int64_t e = 0; e < dv; e++) ar[e] += w * fa_bf16_to_f32((uint16_t)(pair[e] >> shift));
         }
     }
 }
@@ -331,6 +344,7 @@ const fa_kernels fa_kernels_ref = {
     .bf16_to_f32 = ref_bf16_to_f32,
     .pack_qt_bf16 = ref_pack_qt_bf16,
     .qk_bf16 = ref_qk_bf16,
+    .pack_pairs_bf16 = ref_pack_pairs_bf16,
     .pv_bf16 = ref_pv_bf16,
     .stx_bf16 = ref_stx_bf16,
     .qk_small = ref_qk_small,
