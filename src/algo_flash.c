@@ -5,7 +5,10 @@
  * cache and never materialising S or P. The softmax is online: each row keeps
  * its running max m and sum l, and the output accumulator is rescaled by
  * exp(m_old - m_new) whenever m grows (inside the pv kernel). Extra memory is a
- * few tiles per thread, independent of the sequence length.
+ * few tiles per thread, plus (where it pays) packed K/V: each (sequence, kv head)
+ * converted, gathered or paired once into the kernels' layout for all the query
+ * blocks that read it, in waves through two buffers of bounded size (kv.h,
+ * flash_step below).
  *
  * Work is split into tasks handed out by an atomic counter, most expensive first
  * (causal blocks and ragged sequences differ in cost), so threads finish together.
@@ -395,6 +398,10 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_t
  * N = 2048..4096: 3 MiB waves were up to 6% faster than 8 MiB ones, at a third
  * of the memory). */
 enum { PACK_WAVE_BYTES = 3 << 20 };
+/* The most both wave buffers may take: packing keeps the forward's extra memory
+ * bounded (and within what a context keeps between calls), so a unit too large
+ * for two to fit (f32, D = Dv = 128: beyond 32k keys) is read in place. */
+#define PACK_MEMORY_MAX FA_WORKSPACE_KEEP
 
 /* The unit (b * Hk + hk) a task's packed K/V would be, or -1 when it reads none:
  * small-row tasks read each row once anyway, and a stacked task of a bf16-form
@@ -466,14 +473,20 @@ static int64_t pack_count(flash_job *job, int form, int nth, int64_t *units, pac
         units[u] = -2 - pc->packed++;
     }
     if (pc->packed == 0) return 0;
-    if (!fa_kv_packing_plan(form, sk_max, p->D, p->Dv, &job->pack)) return -1;
-    job->wave_units = job->pack.unit_bytes > 0 && job->pack.unit_bytes < PACK_WAVE_BYTES
-                          ? PACK_WAVE_BYTES / job->pack.unit_bytes : 1;
+    if (!fa_kv_packing_plan(form, sk_max, p->D, p->Dv, &job->pack) || job->pack.unit_bytes == 0 ||
+        job->pack.unit_bytes > PACK_MEMORY_MAX / 2) {
+        /* no keys, or too many (even beyond int64): read in place; units[] is unread without pack_fill */
+        pc->packed = 0;
+        return 0;
+    }
+    job->wave_units = job->pack.unit_bytes < PACK_WAVE_BYTES ? PACK_WAVE_BYTES / job->pack.unit_bytes : 1;
     /* two waves are in flight at most, so each needs tasks for every thread, twice
      * over: units enough for 2 * nth tasks at the mean number of readers */
     const int64_t readers = job->n_items - unpacked, for_threads = (2 * nth * pc->packed + readers - 1) / readers;
     if (job->wave_units < for_threads) job->wave_units = for_threads;
     if (job->wave_units > pc->packed) job->wave_units = pc->packed;
+    if (job->wave_units > PACK_MEMORY_MAX / 2 / job->pack.unit_bytes)
+        job->wave_units = PACK_MEMORY_MAX / 2 / job->pack.unit_bytes;
     pc->waves = (pc->packed + job->wave_units - 1) / job->wave_units;
     job->n_steps = job->n_items + pc->pack_steps;
     return pack_layout(job, pc, NULL);

@@ -171,6 +171,7 @@ static void print_json(const cli_shape *s, const char *isa, const cli_timing *t,
     cli_json_int(f, t->tile_q, t->tile_q > 0);
     fputs(",\"tile_kv\":", f);
     cli_json_int(f, t->tile_kv, t->tile_kv > 0);
+    fprintf(f, ",\"kv_packed\":%lld", (long long)t->kv_packed);
     /* The reference runs fp64 on one thread: a share of the threads' fp32 peak means nothing. */
     cli_json_peak(f, peak, t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak));
     if (t->oom)

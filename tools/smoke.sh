@@ -213,6 +213,17 @@ expect_text "check --backward f16 dropout window" "$check_backward
 assert \"dropout=0.2\" in lines[0], lines[0]
 " "$bin" check --backward --dtype f16 --seq 48 --heads 2 --dim 16 --window 5,2 --dropout 0.2
 expect 0 "check forward with dropout" "$bin" check --seq 64 --dropout 0.5 --causal
+expect_text "bench --kv-pack: f16 K/V packed once per kv head, or never" '
+import json
+rows = [json.loads(l) for l in text.splitlines()]
+assert [r["kv_packed"] for r in rows] == [2], rows
+' "$bin" bench --algo flash --dtype f16 --seq 300 --heads 2 --dim 32 --tile-q 64 --runs 1 --json --no-probe
+expect_text "... --kv-pack 1 packs nothing" '
+import json
+rows = [json.loads(l) for l in text.splitlines()]
+assert [r["kv_packed"] for r in rows] == [0], rows
+' "$bin" bench --algo flash --dtype f16 --seq 300 --heads 2 --dim 32 --tile-q 64 --runs 1 --json --no-probe --kv-pack 1
+expect 2 "bad --kv-pack" "$bin" bench --kv-pack 3
 expect_text "bench --backward table" '
 rows = [l.split()[:2] for l in text.splitlines() if l and not l.startswith("#")]
 assert rows == [["algo", "pass"], ["flash", "backward"], ["flash", "fwd+bwd"],

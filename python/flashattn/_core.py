@@ -50,6 +50,22 @@ class Context:
     def algo(self):
         return _C.algo_name(self._c.get(_C.PARAM_ALGO))
 
+    _KV_PACK = {"auto": 0, "never": 1, "always": 2}
+
+    @property
+    def kv_pack(self):
+        """Whether the flash forward copies each (sequence, kv head)'s K and V once
+        into dense rows shared by its query blocks: "auto" (where converting,
+        gathering or pairing them per tile would cost more; the default), "never"
+        or "always". Results are bitwise the same either way."""
+        return {v: k for k, v in self._KV_PACK.items()}[self._c.get(_C.PARAM_KV_PACK)]
+
+    @kv_pack.setter
+    def kv_pack(self, mode):
+        if mode not in self._KV_PACK:
+            raise ValueError(f"kv_pack must be one of {sorted(self._KV_PACK)}, got {mode!r}")
+        self._c.set(_C.PARAM_KV_PACK, self._KV_PACK[mode])
+
     @property
     def isa(self):
         """The micro-kernel path: "ref", "avx2", "avx512", "avx512bf16" or "neon"."""
@@ -57,13 +73,15 @@ class Context:
 
     def last(self):
         """What the last successful call ran: algorithm, threads, extra bytes allocated,
-        and for a flash backward its passes (1 fused; 2 when the (sequence, kv head)
-        walks were too few for the threads; 0 otherwise)."""
+        for a flash backward its passes (1 fused; 2 when the (sequence, kv head)
+        walks were too few for the threads; 0 otherwise), and for a flash forward the
+        (sequence, kv head) units whose K/V it packed (see kv_pack)."""
         return {
             "algo": _C.algo_name(self._c.get(_C.PARAM_LAST_ALGO)),
             "threads": self._c.get(_C.PARAM_LAST_THREADS),
             "extra_bytes": self._c.get(_C.PARAM_LAST_EXTRA_BYTES),
             "backward_passes": self._c.get(_C.PARAM_LAST_BACKWARD_PASSES),
+            "kv_packed": self._c.get(_C.PARAM_LAST_KV_PACKED),
         }
 
     def close(self):

@@ -654,4 +654,6 @@ NB_MODULE(_C, m)
     m.attr("PARAM_LAST_THREADS") = static_cast<int>(FA_PARAM_LAST_THREADS);
     m.attr("PARAM_LAST_EXTRA_BYTES") = static_cast<int>(FA_PARAM_LAST_EXTRA_BYTES);
     m.attr("PARAM_LAST_BACKWARD_PASSES") = static_cast<int>(FA_PARAM_LAST_BACKWARD_PASSES);
+    m.attr("PARAM_KV_PACK") = static_cast<int>(FA_PARAM_KV_PACK);
+    m.attr("PARAM_LAST_KV_PACKED") = static_cast<int>(FA_PARAM_LAST_KV_PACKED);
 }

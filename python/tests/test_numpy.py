@@ -84,6 +84,24 @@ def test_numpy_any_strides_zero_copy():
     np.testing.assert_allclose(out, np_ref(q, k, v)[0], atol=2e-6, rtol=0)
 
 
+def test_kv_pack_modes_same_bits():
+    # f16 K/V widen to f32 once per (sequence, kv head) when packed: auto packs here
+    # (two query blocks read each kv head), never does not, always does; same bits
+    q, k, v = (rnd(1, 300, 4, 32, seed=s).astype(np.float16) for s in (20, 21, 22))
+    outs, packed = [], []
+    for mode in ("never", "auto", "always"):
+        with flashattn.Context(threads=2) as ctx:
+            ctx.kv_pack = mode
+            assert ctx.kv_pack == mode
+            outs.append(flashattn.flash_attn_func(q, k, v, causal=True))
+            packed.append(ctx.last()["kv_packed"])
+    assert packed[0] == 0 and packed[1] == 4 and packed[2] == 4, packed
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+    np.testing.assert_allclose(outs[0].astype(np.float64), np_ref(q, k, v, causal=True)[0], atol=2e-3, rtol=0)
+    with pytest.raises(ValueError, match="kv_pack must be"):
+        flashattn.Context().kv_pack = "sometimes"
+
+
 def test_numpy_read_only_and_broadcast_inputs():
     q = rnd(1, 8, 2, 16, seed=7)
     k = np.broadcast_to(rnd(1, 1, 2, 16, seed=8), (1, 12, 2, 16))  # stride 0, read-only
