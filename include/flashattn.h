@@ -164,8 +164,9 @@ typedef enum fa_param {
     FA_PARAM_KV_PACK = 8,          /* flash forward: copy each (sequence, kv head)'s K and V once into
                                       dense rows in the kernels' layout, shared by all its query blocks:
                                       0 = auto (where conversion, strides or bf16 pairing would otherwise
-                                      be redone per query block; default), 1 = never, 2 = wherever a
-                                      (sequence, kv head) has two or more wide tasks. Same bits either way */
+                                      be redone per query block, for enough of them; default), 1 = never,
+                                      2 = wherever a (sequence, kv head) has two or more wide tasks.
+                                      Same bits either way (docs/semantics.md, "Packed K/V") */
     FA_PARAM_LAST_ALGO = 100,      /* read-only: the fa_algo the last successful call ran */
     FA_PARAM_LAST_EXTRA_BYTES = 101, /* read-only: peak bytes the last successful call allocated */
     FA_PARAM_LAST_TILE_Q = 102,    /* read-only: query rows per tile the last flash call used (0 otherwise) */

@@ -165,13 +165,21 @@ def fwdbwd_fns(q, k, v, dout, kw):
     return {"torch SDPA": step(F.scaled_dot_product_attention), "flashattn SDPA": step(fat.scaled_dot_product_attention)}
 
 
-def case_fwd(args, ctx, dtype, N, backward=False, mqa=False):
+def case_fwd(args, ctx, dtype, N, backward=False, mqa=False, bshd=False):
+    """bshd: q, k, v are (B, H, N, D) views of (B, N, H, D) memory, as a Hugging Face
+    model hands them to SDPA (its projections, viewed per head and transposed)."""
     B, H, D = 1, (8 if mqa else args.heads), args.dim
     Hk = 1 if mqa else H
     dt = getattr(torch, dtype)
     g = torch.Generator().manual_seed(N)
-    q = torch.randn(B, H, N, D, generator=g).to(dt)
-    k, v = (torch.randn(B, Hk, N, D, generator=g).to(dt) for _ in range(2))
+
+    def draw(heads):
+        if bshd:
+            return torch.randn(B, N, heads, D, generator=g).to(dt).transpose(1, 2)
+        return torch.randn(B, heads, N, D, generator=g).to(dt)
+
+    q = draw(H)
+    k, v = (draw(Hk) for _ in range(2))
     kw = {"is_causal": True, "enable_gqa": True} if mqa else {}
     kept = N * (N + 1) / 2 if mqa else N * N  # causal: the kept (i, j) pairs
     flops = 2.0 * (D + D) * B * H * kept * (3.5 if backward else 1.0)
@@ -188,7 +196,7 @@ def case_fwd(args, ctx, dtype, N, backward=False, mqa=False):
         else:
             fns = fwdbwd_fns(q, k, v, torch.randn(B, H, N, D, generator=g).to(dt), kw)
         med = interleaved(fns, args.runs)
-    case = ("fwdbwd_mqa_" if mqa else "fwdbwd_" if backward else "fwd_") + dtype
+    case = ("fwdbwd_mqa_" if mqa else "fwdbwd_" if backward else "fwd_bshd_" if bshd else "fwd_") + dtype
     shape = {"B": B, "Hq": H, "Hk": Hk} if mqa else {"B": B, "H": H}
     for kname, sec in med.items():
         row(case, kname, sec, flops, **shape, N=N, D=D)
@@ -515,6 +523,10 @@ def main():
         if "fwd" in cases:
             for dt in ("float32", "bfloat16"):
                 plan.append((f"fwd {dt} N={N}", lambda dt=dt, N=N: case_fwd(args, ctx, dt, N)))
+        if "fwd_bshd" in cases:
+            for dt in ("float32", "bfloat16"):
+                plan.append((f"fwd {dt} N={N}, BSHD memory",
+                             lambda dt=dt, N=N: case_fwd(args, ctx, dt, N, bshd=True)))
         if "fwdbwd" in cases:
             for dt in ("float32", "bfloat16"):
                 plan.append((f"fwd+bwd {dt} N={N}", lambda dt=dt, N=N: case_fwd(args, ctx, dt, N, backward=True)))

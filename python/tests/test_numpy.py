@@ -86,8 +86,8 @@ def test_numpy_any_strides_zero_copy():
 
 def test_kv_pack_modes_same_bits():
     # f16 K/V widen to f32 once per (sequence, kv head) when packed: auto packs here
-    # (two query blocks read each kv head), never does not, always does; same bits
-    q, k, v = (rnd(1, 300, 4, 32, seed=s).astype(np.float16) for s in (20, 21, 22))
+    # (five 128-row query blocks read each kv head), never does not, always does; same bits
+    q, k, v = (rnd(1, 600, 4, 32, seed=s).astype(np.float16) for s in (20, 21, 22))
     outs, packed = [], []
     for mode in ("never", "auto", "always"):
         with flashattn.Context(threads=2) as ctx:
