@@ -357,8 +357,12 @@ static int64_t apply_settings(reader *r, fa_algo *algo) {
     }
     if (s & 16) splits = u8(r) % 9;
     if (s & 32) dot = u8(r) % 3;
+    /* packed K/V forced wherever shared (2) or left to auto (0); from the settings
+     * byte itself, so that older inputs keep their meaning byte for byte */
+    const int64_t pack = s & 128 ? 2 : 0;
     if (fa_context_set(g_ctx, FA_PARAM_TILE_Q, tq) != FA_OK || fa_context_set(g_ctx, FA_PARAM_TILE_KV, tk) != FA_OK ||
-        fa_context_set(g_ctx, FA_PARAM_KV_SPLITS, splits) != FA_OK || fa_context_set(g_ctx, FA_PARAM_BF16_DOT, dot) != FA_OK)
+        fa_context_set(g_ctx, FA_PARAM_KV_SPLITS, splits) != FA_OK || fa_context_set(g_ctx, FA_PARAM_BF16_DOT, dot) != FA_OK ||
+        fa_context_set(g_ctx, FA_PARAM_KV_PACK, pack) != FA_OK)
         FINDING("a valid setting was refused: %s", fa_context_error(g_ctx));
     if (s & 64) { /* invalid settings: refused, nothing changes */
         static const int64_t bad[4] = {-1, 1025, INT64_MAX, INT64_MIN};
