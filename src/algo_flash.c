@@ -193,7 +193,7 @@ static void finish_rows(const flash_job *job, const fa_problem *s, const fa_task
         }
     }
     if (!slot)
-        for (int64_t g = 0; g < ng; g++) fa_store_rows(&s->o, 0, i0, n, h0 + g, Dv, acc + g * n * ldacc, ldacc);
+        for (int64_t g = 0; g < ng; g++) fa_store_rows(&s->o, job->kern, 0, i0, n, h0 + g, Dv, acc + g * n * ldacc, ldacc);
 }
 
 /*
@@ -572,7 +572,7 @@ static void merge_unit(const flash_job *job, const flash_scratch *sc, const fa_t
         float lse;
         fa_merge_rows(it->nsplit, parts, lses, p->Dv, sc->acc, &lse);
         const int64_t h = it->h0 + r / n, i = i0 + r % n;
-        fa_store_rows(&s.o, 0, i, 1, h, p->Dv, sc->acc, ldacc);
+        fa_store_rows(&s.o, job->kern, 0, i, 1, h, p->Dv, sc->acc, ldacc);
         if (s.has_lse) ((float *)s.lse.data)[h * s.lse.stride[1] + i * s.lse.stride[2]] = lse;
     }
 }

@@ -329,9 +329,9 @@ static void key_tile_run(const bwd_job *job, const bwd_scratch *sc, const fa_pro
     if (gs->has_dk) {
         for (int64_t c = 0; c < cols; c++)
             for (int64_t x = 0; x < D; x++) sc->dk[c * job->ldd + x] *= p->scale;
-        fa_store_rows(&gs->dk, 0, j0, cols, hk, D, sc->dk, job->ldd);
+        fa_store_rows(&gs->dk, job->kern, 0, j0, cols, hk, D, sc->dk, job->ldd);
     }
-    if (gs->has_dv) fa_store_rows(&gs->dv, 0, j0, cols, hk, Dv, sc->dv, job->lddv);
+    if (gs->has_dv) fa_store_rows(&gs->dv, job->kern, 0, j0, cols, hk, Dv, sc->dv, job->lddv);
 }
 
 /* Where head h's dQ rows accumulate: the caller's f32 dq itself, or scratch. */
@@ -365,7 +365,7 @@ static void dq_rows_finish(const bwd_job *job, const fa_grads *gs, float *dq, in
         float *rows = dq + g * hstride;
         for (int64_t i = 0; i < n; i++)
             for (int64_t x = 0; x < D; x++) rows[i * ldq_acc + x] *= job->p->scale;
-        if (!job->dq_in_place) fa_store_rows(&gs->dq, 0, i0, n, h0 + g, D, rows, job->ldd);
+        if (!job->dq_in_place) fa_store_rows(&gs->dq, job->kern, 0, i0, n, h0 + g, D, rows, job->ldd);
     }
 }
 

@@ -79,7 +79,7 @@ fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *in
             }
         }
         for (int64_t e = 0; e < p->Dv; e++) o32[e] = (float)o[e];
-        fa_store_rows(&p->o, b, i, 1, h, p->Dv, o32, p->Dv);
+        fa_store_rows(&p->o, &fa_kernels_ref, b, i, 1, h, p->Dv, o32, p->Dv);
         if (p->has_lse) {
             float *l = p->lse.data;
             l[b * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]] = (float)lse;
@@ -168,18 +168,18 @@ fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const 
             }
             if (g->has_dq) {
                 for (int64_t d = 0; d < D; d++) row32[d] = (float)dq[d];
-                fa_store_rows(&g->dq, b, i, 1, h, D, row32, D);
+                fa_store_rows(&g->dq, &fa_kernels_ref, b, i, 1, h, D, row32, D);
             }
         }
         for (int64_t j = 0; j < p->Sk; j++)
             for (int64_t hk = 0; hk < p->Hk; hk++) {
                 if (g->has_dk) {
                     for (int64_t d = 0; d < D; d++) row32[d] = (float)dk[(j * p->Hk + hk) * D + d];
-                    fa_store_rows(&g->dk, b, j, 1, hk, D, row32, D);
+                    fa_store_rows(&g->dk, &fa_kernels_ref, b, j, 1, hk, D, row32, D);
                 }
                 if (g->has_dv) {
                     for (int64_t e = 0; e < Dv; e++) row32[e] = (float)dv[(j * p->Hk + hk) * Dv + e];
-                    fa_store_rows(&g->dv, b, j, 1, hk, Dv, row32, Dv);
+                    fa_store_rows(&g->dv, &fa_kernels_ref, b, j, 1, hk, Dv, row32, Dv);
                 }
             }
     }

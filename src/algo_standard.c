@@ -102,7 +102,7 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
     if (Dv == 0) return; /* the lse was all there was to compute */
     memset(sc->o, 0, (size_t)(Sq * job->ldo) * sizeof(float));
     (fa_rows_finite(v, ldv, Sk, Dv) ? kern->pv : fa_kernels_ref.pv)(Sq, Sk, Dv, sc->st, sp, v, ldv, NULL, sc->o, job->ldo);
-    fa_store_rows(&p->o, b, 0, Sq, h, Dv, sc->o, job->ldo);
+    fa_store_rows(&p->o, job->kern, b, 0, Sq, h, Dv, sc->o, job->ldo);
 }
 
 static void standard_worker(void *arg, int ith, int nth)

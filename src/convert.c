@@ -40,8 +40,8 @@ void fa_pack_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64
     }
 }
 
-void fa_store_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
-                   const float *src, int64_t ld)
+void fa_store_rows(const fa_tensor *t, const fa_kernels *kern, int64_t b, int64_t s0, int64_t rows, int64_t h,
+                   int64_t cols, const float *src, int64_t ld)
 {
     const int64_t sd = t->stride[3];
     for (int64_t r = 0; r < rows; r++) {
@@ -50,17 +50,23 @@ void fa_store_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int6
         switch (t->dtype) {
         case FA_DTYPE_F32: {
             float *out = (float *)t->data + base;
-            for (int64_t c = 0; c < cols; c++) out[c * sd] = in[c];
+            if (sd == 1) memcpy(out, in, (size_t)cols * sizeof *out);
+            else
+                for (int64_t c = 0; c < cols; c++) out[c * sd] = in[c];
             break;
         }
         case FA_DTYPE_F16: {
             uint16_t *out = (uint16_t *)t->data + base;
-            for (int64_t c = 0; c < cols; c++) out[c * sd] = fa_f32_to_f16(in[c]);
+            if (sd == 1) kern->f32_to_f16(in, out, cols);
+            else
+                for (int64_t c = 0; c < cols; c++) out[c * sd] = fa_f32_to_f16(in[c]);
             break;
         }
         case FA_DTYPE_BF16: {
             uint16_t *out = (uint16_t *)t->data + base;
-            for (int64_t c = 0; c < cols; c++) out[c * sd] = fa_f32_to_bf16(in[c]);
+            if (sd == 1) kern->f32_to_bf16(in, out, cols);
+            else
+                for (int64_t c = 0; c < cols; c++) out[c * sd] = fa_f32_to_bf16(in[c]);
             break;
         }
         default:

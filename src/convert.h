@@ -53,8 +53,9 @@ int fa_rows_finite(const float *x, int64_t ld, int64_t rows, int64_t cols);
 /* The same for f16 (exp_mask 0x7c00) or bf16 (0x7f80) data kept as it is. */
 int fa_rows_finite16(const uint16_t *x, int64_t ld, int64_t rows, int64_t cols, uint16_t exp_mask);
 
-/* The inverse of pack_rows for an output tensor: rounds to its dtype. */
-void fa_store_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
-                   const float *src, int64_t ld);
+/* The inverse of pack_rows for an output tensor: rounds to its dtype (with kern's
+ * row converters where the row is contiguous; the bits are the same either way). */
+void fa_store_rows(const fa_tensor *t, const fa_kernels *kern, int64_t b, int64_t s0, int64_t rows, int64_t h,
+                   int64_t cols, const float *src, int64_t ld);
 
 #endif

@@ -91,7 +91,7 @@ static void write_empty_rows(const fa_problem *p)
                 fa_tensor o = p->o; /* columns e0 .. of every row */
                 o.data = (char *)o.data + e0 * o.stride[3] * (int64_t)fa_dtype_size(o.dtype);
                 for (int64_t i = 0; i < p->Sq; i++)
-                    fa_store_rows(&o, b, i, 1, h, p->Dv - e0 < 256 ? p->Dv - e0 : 256, zeros, 0);
+                    fa_store_rows(&o, &fa_kernels_ref, b, i, 1, h, p->Dv - e0 < 256 ? p->Dv - e0 : 256, zeros, 0);
             }
             if (p->has_lse)
                 for (int64_t i = 0; i < p->Sq; i++)
@@ -170,7 +170,7 @@ static void write_zeros(const fa_tensor *t)
                 for (int64_t e0 = 0; e0 < t->shape[3]; e0 += 256) {
                     fa_tensor v = *t;
                     v.data = (char *)v.data + e0 * v.stride[3] * (int64_t)fa_dtype_size(v.dtype);
-                    fa_store_rows(&v, b, s, 1, h, t->shape[3] - e0 < 256 ? t->shape[3] - e0 : 256, zeros, 0);
+                    fa_store_rows(&v, &fa_kernels_ref, b, s, 1, h, t->shape[3] - e0 < 256 ? t->shape[3] - e0 : 256, zeros, 0);
                 }
 }
 

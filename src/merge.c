@@ -96,7 +96,7 @@ static void merge_worker(void *arg, int ith, int nth)
             }
             float l;
             fa_merge_rows(n, sc.ptrs, sc.lses, Dv, sc.merged, &l);
-            fa_store_rows(job->o, b, s, 1, h, Dv, sc.merged, Dv);
+            fa_store_rows(job->o, &fa_kernels_ref, b, s, 1, h, Dv, sc.merged, Dv);
             if (job->lse)
                 ((float *)job->lse->data)[b * job->lse->stride[0] + h * job->lse->stride[1] + s * job->lse->stride[2]] = l;
         }

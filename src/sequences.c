@@ -347,7 +347,7 @@ static void store_row(const fa_tensor *cache, const fa_tensor *scale, int64_t bl
                       const float *x, int64_t dim)
 {
     if (cache->dtype != FA_DTYPE_I8) {
-        fa_store_rows(cache, blk, row, 1, hk, dim, x, dim);
+        fa_store_rows(cache, &fa_kernels_ref, blk, row, 1, hk, dim, x, dim);
         return;
     }
     /* symmetric per-row quantisation: scale = max|x| / 127, q = round(x / scale) */

@@ -4,6 +4,7 @@
  * inputs as the scalar reference table, and both are held to an fp64 computation of the
  * contract in src/kernels/kernels.h:
  *   pack_qt, pack_qt_bf16   bitwise (one float multiply; pure copies)
+ *   f32_to_f16, f32_to_bf16 bitwise vs the reference around every 16-bit value, ties, NaNs
  *   f16_to_f32, bf16_to_f32 all 65536 inputs bitwise vs the reference (an f16 signalling
  *                           NaN may come back quieted), plus short misaligned rows
  *   qk, pv, qk_bf16, pv_bf16  within (DOT_ULPS + sqrt(terms)) x FLT_EPSILON x sum|terms|
@@ -1658,6 +1659,82 @@ static void test_conversions(table_stats *ts) {
     free(src), free(ref);
 }
 
+/*
+ * f32_to_f16 and f32_to_bf16 against the reference bitwise, NaNs included (the
+ * contract: half.h's bits), and the reference against the harness's own rounding
+ * (every non-NaN input; a NaN must stay a NaN of the same sign). Inputs: every
+ * 16-bit value widened, one f32 ulp either side, the exact midpoints between
+ * neighbours (the ties) and one ulp either side of them, f32 subnormals, NaNs of
+ * many payloads, and random bit patterns; rows of every length up to 40 at odd
+ * offsets for the tails.
+ */
+static void test_narrowing(const table_stats *ts) {
+    const fa_kernels *kt = ts->k;
+    enum { RANDOM = 1 << 16 };
+    const int64_t n = 65536 * 2 * 6 + RANDOM;
+    uint32_t *bits = xmalloc(sizeof(uint32_t) * (size_t)n);
+    int64_t k = 0;
+    for (int which = 0; which < 2; which++)
+        for (uint32_t h = 0; h < 65536; h++) {
+            const float a = which ? h_bf16_to_f32((uint16_t)h) : h_f16_to_f32((uint16_t)h);
+            const float b = which ? h_bf16_to_f32((uint16_t)(h + 1)) : h_f16_to_f32((uint16_t)(h + 1));
+            const uint32_t ua = fbits(a), um = fbits((float)(((double)a + (double)b) / 2));
+            const uint32_t c[6] = {ua, ua + 1, ua - 1, um, um + 1, um - 1};
+            for (int i = 0; i < 6; i++) bits[k++] = c[i];
+        }
+    for (int64_t i = 0; i < RANDOM; i++) bits[k++] = (uint32_t)h_rng_next(&g_rng);
+    float *x = xmalloc(sizeof(float) * (size_t)n);
+    memcpy(x, bits, sizeof(float) * (size_t)n);
+    for (int which = 0; which < 2; which++) {
+        const char *name = which ? "f32_to_bf16" : "f32_to_f16";
+        void (*conv)(const float *, uint16_t *, int64_t) = which ? kt->f32_to_bf16 : kt->f32_to_f16;
+        void (*rconv)(const float *, uint16_t *, int64_t) =
+            which ? fa_kernels_ref.f32_to_bf16 : fa_kernels_ref.f32_to_f16;
+        h_case("%s isa=%s: %lld inputs around every 16-bit value, ties, NaNs, random", name, kt->name,
+               (long long)n);
+        uint16_t *want = xmalloc(sizeof(uint16_t) * (size_t)n);
+        rconv(x, want, n);
+        if (kt == &fa_kernels_ref) {
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const uint16_t h = which ? h_f32_to_bf16(x[i]) : h_f32_to_f16(x[i]);
+                if (x[i] != x[i]) { /* NaN: a NaN of the same sign */
+                    const float back = which ? h_bf16_to_f32(want[i]) : h_f16_to_f32(want[i]);
+                    bad += back == back || (want[i] ^ h) >> 15;
+                } else {
+                    bad += want[i] != h;
+                }
+            }
+            CHECK(bad == 0, "%lld reference results differ from the harness's rounding", (long long)bad);
+        }
+        obuf got = ob_alloc(sizeof(uint16_t) * (size_t)n);
+        conv(x, got.p, n);
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n; i++)
+            if (((uint16_t *)got.p)[i] != want[i] && bad++ == 0) first = i;
+        CHECK(bad == 0, "%lld inputs differ bitwise from the reference (first 0x%08x: got 0x%04x want 0x%04x)",
+              (long long)bad, first >= 0 ? (unsigned)bits[first] : 0u,
+              first >= 0 ? (unsigned)((uint16_t *)got.p)[first] : 0u, first >= 0 ? (unsigned)want[first] : 0u);
+        CHECK(ob_guards_ok(&got), "writes outside dst");
+        free(got.raw);
+        h_case("%s isa=%s: rows of 0..40 at odd offsets", name, kt->name);
+        int64_t tail_bad = 0, outside = 0;
+        for (int64_t len = 0; len <= 40; len++) {
+            const int64_t off = len % 5;
+            obuf d = ob_alloc(sizeof(uint16_t) * (size_t)(off + len));
+            conv(x + 7 * len, (uint16_t *)d.p + off, len);
+            for (int64_t i = 0; i < off; i++) outside += ((uint16_t *)d.p)[i] != 0xffffu;
+            for (int64_t i = 0; i < len; i++) tail_bad += ((uint16_t *)d.p)[off + i] != want[7 * len + i];
+            outside += !ob_guards_ok(&d);
+            free(d.raw);
+        }
+        CHECK(tail_bad == 0, "%lld short-row results differ from the reference", (long long)tail_bad);
+        CHECK(outside == 0, "%lld short rows wrote outside dst[0..n)", (long long)outside);
+        free(want);
+    }
+    free(x), free(bits);
+}
+
 /* ------------------------------------------------------------ bf16 */
 
 /* Our own qt2: qt2[(x/2)*ldqt2 + 2r + (x&1)] = q[r][x]; zeros for x = d (odd d) and for
@@ -1945,7 +2022,8 @@ static const struct {
 } KERNEL_ENTRIES[] = {
     KERNEL_ENTRY(pack_qt),       KERNEL_ENTRY(qk),        KERNEL_ENTRY(softmax),      KERNEL_ENTRY(pv),
     KERNEL_ENTRY(ds),            KERNEL_ENTRY(stx),
-    KERNEL_ENTRY(f16_to_f32),    KERNEL_ENTRY(bf16_to_f32), KERNEL_ENTRY(pack_qt_bf16), KERNEL_ENTRY(qk_bf16),
+    KERNEL_ENTRY(f16_to_f32),    KERNEL_ENTRY(bf16_to_f32), KERNEL_ENTRY(f32_to_f16), KERNEL_ENTRY(f32_to_bf16),
+    KERNEL_ENTRY(pack_qt_bf16), KERNEL_ENTRY(qk_bf16),
     KERNEL_ENTRY(pack_pairs_bf16), KERNEL_ENTRY(pv_bf16),  KERNEL_ENTRY(stx_bf16),
     KERNEL_ENTRY(qk_small),      KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
     KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(thread_begin), KERNEL_ENTRY(thread_end),
@@ -1968,7 +2046,7 @@ static const struct {
 } KNOWN_TABLES[] = {
     {"ref", NULL, "", FA_KERNELS_SMALL_ROWS},
     {"avx2", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
-    {"avx512", "avx2", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
+    {"avx512", "avx2", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
     {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16", FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT},
     {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
 };
@@ -2157,6 +2235,7 @@ int main(void) {
     sweep_points();
     for (int t = 0; t < g_ntab; t++) {
         test_conversions(&g_tab[t]);
+        test_narrowing(&g_tab[t]);
         sweep_table(&g_tab[t]);
         if (!bf16_inherited(g_tab[t].k)) test_bf16(&g_tab[t]);
     }

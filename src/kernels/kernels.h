@@ -154,6 +154,11 @@ typedef struct fa_kernels {
     /* Row conversions used when packing f16/bf16 tensors into fp32 panels. */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    /* The other way, for f16/bf16 outputs: each element exactly as half.h's
+     * fa_f32_to_f16 / fa_f32_to_bf16 rounds it (nearest even, overflow to inf, the
+     * same quiet NaN bits), so the bits never depend on the ISA. */
+    void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
+    void (*f32_to_bf16)(const float *src, uint16_t *dst, int64_t n);
 
     /*
      * The bf16 dot-product path (native where flags has FA_KERNELS_BF16_DOT; the

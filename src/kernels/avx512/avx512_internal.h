@@ -113,4 +113,17 @@ FA_AVX512_INLINE __m512 fa_avx512_exp(__m512 x)
     return _mm512_scalef_ps(p, n);
 }
 
+/* Dwords whose high word is fa_f32_to_bf16 of each lane (half.h), bit for bit: round
+ * to nearest even by integer addition, a NaN quieted instead. Not vcvtne2ps2bf16,
+ * which would flush subnormal inputs to zero, where the reference rounds them. */
+FA_AVX512_INLINE __m512i fa_avx512_round_bf16_hi(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rn = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_or_epi32(rn, nan, u, _mm512_set1_epi32(0x00400000));
+}
+
 #endif

@@ -657,6 +657,38 @@ void fa_avx512_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
+/* f32 -> f16 by vcvtps2ph, round to nearest even: half.h's rounding, overflow and
+ * NaN bits (sign, quiet bit, the payload's top ten bits) exactly. */
+void fa_avx512_f32_to_f16(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (i < n) {
+        const __mmask16 k = fa_avx512_head_mask(n - i);
+        _mm256_mask_storeu_epi16(dst + i, k,
+                                 _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, src + i),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+}
+
+/* f32 -> bf16 exactly as half.h rounds it: the high halves of the rounded dwords. */
+FA_AVX512_INLINE __m256i f32x16_to_bf16(__m512 v)
+{
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(fa_avx512_round_bf16_hi(v), 16));
+}
+
+void fa_avx512_f32_to_bf16(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(dst + i), f32x16_to_bf16(_mm512_loadu_ps(src + i)));
+    if (i < n) {
+        const __mmask16 k = fa_avx512_head_mask(n - i);
+        _mm256_mask_storeu_epi16(dst + i, k, f32x16_to_bf16(_mm512_maskz_loadu_ps(k, src + i)));
+    }
+}
+
 /* ------------------------------------------------------ small-row (decode) path */
 
 /*

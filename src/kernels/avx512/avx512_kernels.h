@@ -27,6 +27,8 @@ void fa_avx512_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *st, 
                         int64_t ldx, float *acc, int64_t ldacc);
 void fa_avx512_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void fa_avx512_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
+void fa_avx512_f32_to_f16(const float *src, uint16_t *dst, int64_t n);
+void fa_avx512_f32_to_bf16(const float *src, uint16_t *dst, int64_t n);
 double fa_avx512_probe_fma(int64_t iters);
 /* The small-row (decode) path, kernels.h's qk_small, softmax_small, pv_small. */
 void fa_avx512_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq, const void *const *krow,

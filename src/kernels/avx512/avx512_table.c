@@ -21,6 +21,8 @@ void fa_kernels_init_avx512(fa_kernels *k)
     k->stx = fa_avx512_stx_6x64;
     k->f16_to_f32 = fa_avx512_f16_to_f32;
     k->bf16_to_f32 = fa_avx512_bf16_to_f32;
+    k->f32_to_f16 = fa_avx512_f32_to_f16;
+    k->f32_to_bf16 = fa_avx512_f32_to_bf16;
     k->qk_small = fa_avx512_qk_small;
     k->softmax_small = fa_avx512_softmax_small;
     k->pv_small = fa_avx512_pv_small;

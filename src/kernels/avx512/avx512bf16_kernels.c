@@ -323,19 +323,6 @@ void fa_avx512bf16_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *
 
 enum { STB_NC = 6, STB_NV = 4, STB_PCHUNK = 128 /* pairs: a 64-e slice of the x pairs is 32 KB */ };
 
-/* Dwords whose high word is fa_f32_to_bf16 of each lane (half.h), bit for bit: round
- * to nearest even by integer addition, a NaN quieted instead. Not vcvtne2ps2bf16,
- * which would flush subnormal inputs to zero, where the reference rounds them. */
-static inline __m512i round_bf16_hi(__m512 v)
-{
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i rn = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
-    const __mmask16 nan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_or_epi32(rn, nan, u, _mm512_set1_epi32(0x00400000));
-}
-
 /*
  * acc[j][16i..] += sum_p dot(sp[j][p], xp[p][16i..]) for j < valid <= nc, i < nv:
  * pv_bf16's tile with the roles of the two pair operands' strides swapped (a row j of
@@ -448,7 +435,7 @@ void fa_avx512bf16_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *
             const __m512 v0 = _mm512_maskz_load_ps(fa_avx512_head_mask(rows - r), s + r);
             const __m512 v1 =
                 r + 16 < rows ? _mm512_maskz_load_ps(fa_avx512_head_mask(rows - r - 16), s + r + 16) : _mm512_setzero_ps();
-            const __m512i w = _mm512_permutex2var_epi16(round_bf16_hi(v0), hi_words, round_bf16_hi(v1));
+            const __m512i w = _mm512_permutex2var_epi16(fa_avx512_round_bf16_hi(v0), hi_words, fa_avx512_round_bf16_hi(v1));
             _mm512_mask_storeu_epi16(d + r, head_mask32(2 * ldsp - r), w);
         }
     }

@@ -146,6 +146,16 @@ static void ref_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
     for (int64_t i = 0; i < n; i++) dst[i] = fa_bf16_to_f32(src[i]);
 }
 
+static void ref_f32_to_f16(const float *src, uint16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = fa_f32_to_f16(src[i]);
+}
+
+static void ref_f32_to_bf16(const float *src, uint16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = fa_f32_to_bf16(src[i]);
+}
+
 /* ------------------------------------------------ small-row (decode) path */
 
 /* Element x of a K/V row of type kv, times its per-row scale for int8. */
@@ -342,6 +352,8 @@ const fa_kernels fa_kernels_ref = {
     .stx = ref_stx,
     .f16_to_f32 = ref_f16_to_f32,
     .bf16_to_f32 = ref_bf16_to_f32,
+    .f32_to_f16 = ref_f32_to_f16,
+    .f32_to_bf16 = ref_f32_to_bf16,
     .pack_qt_bf16 = ref_pack_qt_bf16,
     .qk_bf16 = ref_qk_bf16,
     .pack_pairs_bf16 = ref_pack_pairs_bf16,
