@@ -178,8 +178,10 @@ typedef enum fa_param {
                                       per (sequence, kv head), 2 = two passes of finer tasks (key tiles
                                       for dK and dV, query blocks for dQ), taken when the fused walks
                                       are too few for the threads; same bits either way; 0 otherwise */
-    FA_PARAM_LAST_KV_PACKED = 108  /* read-only: (sequence, kv head) units whose K/V the last flash
+    FA_PARAM_LAST_KV_PACKED = 108, /* read-only: (sequence, kv head) units whose K/V the last flash
                                       forward packed (FA_PARAM_KV_PACK); 0 otherwise */
+    FA_PARAM_LAST_KV_PACK_US = 109 /* read-only: microseconds the last flash forward's threads spent
+                                      packing K/V, summed over the threads; 0 otherwise */
 } fa_param;
 
 /* *out receives a new context, or NULL on failure. */

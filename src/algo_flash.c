@@ -66,6 +66,7 @@ typedef struct {
     char *wave_buf[2];
     int64_t wave_units;             /* units per wave */
     atomic_llong *packed, *computed; /* per wave: its pack and task steps done so far */
+    atomic_llong pack_ns;           /* thread time in pack steps, for FA_PARAM_LAST_KV_PACK_US */
     int64_t *pack_steps, *task_steps; /* per wave: its pack and task steps in all */
     int64_t *wave_cursor;           /* planning: where the next task step of a wave goes */
     int64_t *unit_of_order;         /* planning: the unit packed order-th */
@@ -605,10 +606,12 @@ static void flash_worker(void *arg, int ith, int nth)
         char *unit = job->wave_buf[st->wave & 1] + st->slot * job->pack.unit_bytes;
         if (st->task < 0) {
             if (st->wave >= 2) wait_for(&job->computed[st->wave - 2], job->task_steps[st->wave - 2]);
+            const double t0 = fa_now_s();
             fa_problem s;
             fa_seq_view(job->p, st->b, &s);
             fa_kv_pack_rows(&s, job->kern, &job->pack, st->hk, st->j0, st->cols, unit, sc.k16, sc.v16);
             atomic_fetch_add_explicit(&job->packed[st->wave], 1, memory_order_release);
+            atomic_fetch_add_explicit(&job->pack_ns, (long long)((fa_now_s() - t0) * 1e9), memory_order_relaxed);
         } else {
             wait_for(&job->packed[st->wave], job->pack_steps[st->wave]);
             flash_task(job, &sc, &job->items[st->task], unit);
@@ -705,6 +708,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     if (p->append) fa_cache_append(p, append_row);
 
     atomic_init(&job.next, 0);
+    atomic_init(&job.pack_ns, 0);
     if (job.n_items > 0) fa_pool_run(ctx->pool, nth, flash_worker, &job);
     if (job.n_merges > 0) {
         atomic_store(&job.next, 0);
@@ -716,6 +720,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     if (ws2) fa_context_workspace_done(ctx, ws2);
     info->extra_bytes = bytes + bytes2;
     info->kv_packed = pc.packed;
+    info->kv_pack_us = atomic_load(&job.pack_ns) / 1000;
     info->br = job.plan.br;
     info->bc = job.plan.bc;
     info->threads = nth;

@@ -265,6 +265,7 @@ fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi)
     case FA_PARAM_LAST_KV_SPLITS: *lo = 0; *hi = FA_MAX_KV_SPLITS; return FA_OK;
     case FA_PARAM_LAST_BACKWARD_PASSES: *lo = 0; *hi = 2; return FA_OK;
     case FA_PARAM_LAST_KV_PACKED: *lo = 0; *hi = INT64_MAX; return FA_OK;
+    case FA_PARAM_LAST_KV_PACK_US: *lo = 0; *hi = INT64_MAX; return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }
@@ -324,6 +325,7 @@ fa_status fa_context_get(const fa_context *ctx, fa_param param, int64_t *value)
     case FA_PARAM_LAST_BACKWARD_PASSES: *value = ctx->last_backward_passes; return FA_OK;
     case FA_PARAM_KV_PACK: *value = ctx->kv_pack; return FA_OK;
     case FA_PARAM_LAST_KV_PACKED: *value = ctx->last_kv_packed; return FA_OK;
+    case FA_PARAM_LAST_KV_PACK_US: *value = ctx->last_kv_pack_us; return FA_OK;
     }
     return FA_ERR_INVALID_ARGUMENT;
 }

@@ -74,6 +74,7 @@ static void record_run(fa_context *ctx, const fa_problem *p, const fa_algo_entry
     ctx->last_kv_splits = info->kv_splits;
     ctx->last_backward_passes = info->backward_passes;
     ctx->last_kv_packed = info->kv_packed;
+    ctx->last_kv_pack_us = info->kv_pack_us;
     if (ctx->verbose) fa_verbose_exec(ctx, p, e->algo, fallback, info, (fa_now_s() - t0) * 1e3);
 }
 

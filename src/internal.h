@@ -37,7 +37,7 @@ struct fa_context {
     int64_t ws_kept_bytes[2];
     int64_t last_kv_splits;
     int64_t last_backward_passes;
-    int64_t last_kv_packed;
+    int64_t last_kv_packed, last_kv_pack_us;
     atomic_int busy;         /* 1 while a call runs on this context (fa_context_enter) */
     char error[320];
 
@@ -249,6 +249,7 @@ typedef struct fa_run_info {
     int backward;      /* a backward pass (the trace says so) */
     int backward_passes; /* flash backward: 1 fused, 2 two-pass (0 otherwise) */
     int64_t kv_packed;   /* flash forward: (sequence, kv head) units with packed K/V */
+    int64_t kv_pack_us;  /* ... and the thread time spent packing them */
 } fa_run_info;
 
 /* FLASHATTN_VERBOSE lines on stderr (src/verbose.c). */

@@ -324,10 +324,12 @@ static void test_packed_waves(void) {
         fa_forward_args a = p.args;
         if (th == 0) a.o = want_o, a.lse = want_lse;
         const fa_status st = fa_forward(ctx, &a);
-        int64_t packed = -1;
+        int64_t packed = -1, us = -1;
         fa_context_get(ctx, FA_PARAM_LAST_KV_PACKED, &packed);
+        fa_context_get(ctx, FA_PARAM_LAST_KV_PACK_US, &us);
         if (!CHECK(st == FA_OK, "%s", fa_context_error(ctx))) continue;
         CHECK(packed == (th ? 6 : 0), "LAST_KV_PACKED %lld", (long long)packed);
+        CHECK(th ? us > 0 : us == 0, "LAST_KV_PACK_US %lld with %lld units packed", (long long)us, (long long)packed);
         if (th) CHECK(same(&a.o, &want_o) && same(&a.lse, &want_lse), "o or lse differ bitwise from the unpacked run");
     }
     fa_context_free(ctx);

@@ -62,10 +62,11 @@ static void bench_usage(FILE *f)
                "  --json             one JSON object per line: per algorithm, fields first\n"
                "                     algo isa dtype B Hq Hk Sq Sk D Dv causal threads\n"
                "                     median_ms gflops extra_bytes, later tile_q tile_kv\n"
-               "                     kv_packed (the (sequence, kv head) units whose K/V\n"
-               "                     flash packed once, see --kv-pack; extra_bytes counts\n"
-               "                     their buffers) peak_gflops pct_peak; with --seqs one\n"
-               "                     object per N\n"
+               "                     kv_packed kv_pack_ms (the (sequence, kv head) units\n"
+               "                     whose K/V flash packed once, see --kv-pack, and the\n"
+               "                     thread time that took in the last run; extra_bytes\n"
+               "                     counts their buffers) peak_gflops pct_peak; with\n"
+               "                     --seqs one object per N\n"
                "  --no-probe         skip the peak probe (about 0.5 s); %% peak is then empty\n"
                "  --model-only       print the traffic model of flash and standard for the\n"
                "                     shape (or each --seqs N) without timing: flash runs\n"
@@ -174,7 +175,7 @@ static void print_json(const cli_shape *s, const char *isa, const cli_timing *t,
     cli_json_int(f, t->tile_q, t->tile_q > 0);
     fputs(",\"tile_kv\":", f);
     cli_json_int(f, t->tile_kv, t->tile_kv > 0);
-    fprintf(f, ",\"kv_packed\":%lld", (long long)t->kv_packed);
+    fprintf(f, ",\"kv_packed\":%lld,\"kv_pack_ms\":%.3f", (long long)t->kv_packed, (double)t->kv_pack_us * 1e-3);
     /* The reference runs fp64 on one thread: a share of the threads' fp32 peak means nothing. */
     cli_json_peak(f, peak, t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak));
     if (t->oom)
@@ -226,6 +227,14 @@ static void print_table(const cli_shape *s, const char *isa, const cli_timing *r
             snprintf(cli_cell(cells, SINGLE_COLS, r, 10), CLI_CELL, "-");
     }
     cli_print_table(stdout, SINGLE_COLS, head, right, n < 3 ? n : 3, cells);
+    /* the breakdown's one part the library times itself: its packing of K/V */
+    for (int r = 0; r < n && r < 3; r++)
+        if (!rows[r].oom && rows[r].kv_packed > 0)
+            printf("# %s packed the K/V of %lld (sequence, kv head) units once each: %.3f ms of thread time, "
+                   "%.1f%% of the call's %lld threads x %.3f ms\n",
+                   fa_algo_name(rows[r].algo), (long long)rows[r].kv_packed, (double)rows[r].kv_pack_us * 1e-3,
+                   100.0 * (double)rows[r].kv_pack_us * 1e-6 / ((double)rows[r].threads * rows[r].median_s),
+                   (long long)rows[r].threads, rows[r].median_s * 1e3);
 }
 
 static int bench_single(fa_context *ctx, const cli_shape *s, int json, const cli_peak *peak,

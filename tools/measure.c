@@ -120,6 +120,8 @@ static int finish_timing(fa_context *ctx, const cli_shape *s, fa_algo algo, fa_s
         t->tile_kv = v;
     if (fa_context_get(ctx, FA_PARAM_LAST_KV_PACKED, &v) == FA_OK)
         t->kv_packed = v;
+    if (fa_context_get(ctx, FA_PARAM_LAST_KV_PACK_US, &v) == FA_OK)
+        t->kv_pack_us = v;
     if (s->runs > 0) {
         qsort(times, (size_t)s->runs, sizeof *times, cmp_double);
         int64_t m = s->runs / 2;

@@ -34,6 +34,7 @@ typedef struct cli_timing {
     int64_t tile_q, tile_kv; /* FA_PARAM_LAST_TILE_Q/_KV: 0 when the algorithm has no tiles */
     int64_t passes;          /* FA_PARAM_LAST_BACKWARD_PASSES of a timed backward (0 otherwise) */
     int64_t kv_packed;       /* FA_PARAM_LAST_KV_PACKED of the last forward */
+    int64_t kv_pack_us;      /* FA_PARAM_LAST_KV_PACK_US of the last forward */
 } cli_timing;
 
 /*

@@ -217,11 +217,12 @@ expect_text "bench --kv-pack: f16 K/V packed once per kv head, or never" '
 import json
 rows = [json.loads(l) for l in text.splitlines()]
 assert [r["kv_packed"] for r in rows] == [2], rows
+assert rows[0]["kv_pack_ms"] > 0, rows
 ' "$bin" bench --algo flash --dtype f16 --seq 300 --heads 2 --dim 32 --tile-q 64 --runs 1 --json --no-probe
 expect_text "... --kv-pack 1 packs nothing" '
 import json
 rows = [json.loads(l) for l in text.splitlines()]
-assert [r["kv_packed"] for r in rows] == [0], rows
+assert [r["kv_packed"] for r in rows] == [0] and rows[0]["kv_pack_ms"] == 0, rows
 ' "$bin" bench --algo flash --dtype f16 --seq 300 --heads 2 --dim 32 --tile-q 64 --runs 1 --json --no-probe --kv-pack 1
 expect 2 "bad --kv-pack" "$bin" bench --kv-pack 3
 expect_text "bench --backward table" '

@@ -75,13 +75,15 @@ class Context:
         """What the last successful call ran: algorithm, threads, extra bytes allocated,
         for a flash backward its passes (1 fused; 2 when the (sequence, kv head)
         walks were too few for the threads; 0 otherwise), and for a flash forward the
-        (sequence, kv head) units whose K/V it packed (see kv_pack)."""
+        (sequence, kv head) units whose K/V it packed (see kv_pack) and the thread time
+        that took, in microseconds."""
         return {
             "algo": _C.algo_name(self._c.get(_C.PARAM_LAST_ALGO)),
             "threads": self._c.get(_C.PARAM_LAST_THREADS),
             "extra_bytes": self._c.get(_C.PARAM_LAST_EXTRA_BYTES),
             "backward_passes": self._c.get(_C.PARAM_LAST_BACKWARD_PASSES),
             "kv_packed": self._c.get(_C.PARAM_LAST_KV_PACKED),
+            "kv_pack_us": self._c.get(_C.PARAM_LAST_KV_PACK_US),
         }
 
     def close(self):

@@ -656,4 +656,5 @@ NB_MODULE(_C, m)
     m.attr("PARAM_LAST_BACKWARD_PASSES") = static_cast<int>(FA_PARAM_LAST_BACKWARD_PASSES);
     m.attr("PARAM_KV_PACK") = static_cast<int>(FA_PARAM_KV_PACK);
     m.attr("PARAM_LAST_KV_PACKED") = static_cast<int>(FA_PARAM_LAST_KV_PACKED);
+    m.attr("PARAM_LAST_KV_PACK_US") = static_cast<int>(FA_PARAM_LAST_KV_PACK_US);
 }
