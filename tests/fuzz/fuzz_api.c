@@ -478,6 +478,8 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
     fa_tensor mask = h_alloc(FA_DTYPE_BOOL, B, Hq, Sq, Sk), bias = h_alloc(FA_DTYPE_F32, B, Hq, Sq, Sk);
     const int64_t group = a->k.shape[2] > 0 ? Hq / a->k.shape[2] : 1;
     double smag = 0.0; /* max over kept pairs of |scale| sum_e |q_e k_e| + |bias + ALiBi| */
+    /* the scale the call uses: 0 asks for 1/sqrt(D) */
+    const double scale_abs = a->scale != 0.0f ? fabs((double)a->scale) : 1.0 / sqrt((double)a->q.shape[3]);
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++)
             for (int64_t i = 0; i < Sq; i++)
@@ -503,7 +505,7 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
                         double dot_abs = 0.0;
                         for (int64_t e = 0; e < a->q.shape[3]; e++)
                             dot_abs += fabs(h_get(&a->q, b, i, h, e) * h_get(&a->k, b, j, h / group, e));
-                        smag = fmax(smag, fabs((double)a->scale) * dot_abs + fabs(x));
+                        smag = fmax(smag, scale_abs * dot_abs + fabs(x));
                     }
                     h_set(&mask, b, h, i, j, keep);
                     h_set(&bias, b, h, i, j, x);
