@@ -419,6 +419,7 @@ static int64_t pack_chunk(const flash_job *job) { return job->plan.bc + (job->pa
 /* The pack plan's sizes, from pack_count to pack_fill. */
 typedef struct {
     int64_t packed;     /* units packed */
+    int64_t unpacked;   /* tasks that read no packed unit */
     int64_t waves;
     int64_t pack_steps; /* in all */
 } pack_counts;
@@ -465,11 +466,11 @@ static int64_t pack_count(flash_job *job, int form, int mode, int nth, int64_t *
      * won 7% at 4; bf16 pairs lost 2% at 4 and won 11% at 6). Forced packing takes
      * any shared unit. */
     const int64_t min_readers = mode == 2 ? 2 : form ? 6 : 4;
-    int64_t sk_max = 0, unpacked = 0;
+    int64_t sk_max = 0;
     for (int64_t t = 0; t < job->n_items; t++) {
         const int64_t u = task_unit(job, &job->items[t]);
         if (u < 0 || (units[u] >= 0 && units[u] < min_readers)) {
-            unpacked++;
+            pc->unpacked++;
             continue;
         }
         if (units[u] <= -2) continue; /* a later reader of a unit already placed */
@@ -489,7 +490,7 @@ static int64_t pack_count(flash_job *job, int form, int mode, int nth, int64_t *
     job->wave_units = job->pack.unit_bytes < PACK_WAVE_BYTES ? PACK_WAVE_BYTES / job->pack.unit_bytes : 1;
     /* two waves are in flight at most, so each needs tasks for every thread, twice
      * over: units enough for 2 * nth tasks at the mean number of readers */
-    const int64_t readers = job->n_items - unpacked, for_threads = (2 * nth * pc->packed + readers - 1) / readers;
+    const int64_t readers = job->n_items - pc->unpacked, for_threads = (2 * nth * pc->packed + readers - 1) / readers;
     if (job->wave_units < for_threads) job->wave_units = for_threads;
     if (job->wave_units > pc->packed) job->wave_units = pc->packed;
     if (job->wave_units > PACK_MEMORY_MAX / 2 / job->pack.unit_bytes)
@@ -514,14 +515,12 @@ static void pack_fill(flash_job *job, const int64_t *units, const pack_counts *p
     }
     for (int64_t u = 0; u < p->B * p->Hk; u++)
         if (units[u] <= -2) job->unit_of_order[-2 - units[u]] = u;
-    int64_t unpacked = 0;
     for (int64_t t = 0; t < job->n_items; t++) {
         const int64_t u = task_unit(job, &job->items[t]);
         if (u >= 0 && units[u] <= -2) job->task_steps[(-2 - units[u]) / wu]++;
-        else unpacked++;
     }
     /* each wave: its pack steps, written now, then room for its tasks */
-    int64_t pos = unpacked;
+    int64_t pos = pc->unpacked;
     for (int64_t w = 0; w < pc->waves; w++) {
         for (int64_t o = w * wu; o < pc->packed && o < (w + 1) * wu; o++) {
             const int64_t u = job->unit_of_order[o];

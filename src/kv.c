@@ -86,14 +86,6 @@ int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int6
     return !bad;
 }
 
-/* Rows this far apart fall into a few cache sets and each needs its own TLB entry,
- * so the kernels' reuse of a tile misses (measured in avx512_kernels.c's pv). */
-static int rows_scattered(const fa_tensor *t)
-{
-    const int64_t bytes = (t->stride[1] < 0 ? -t->stride[1] : t->stride[1]) * (int64_t)fa_dtype_size(t->dtype);
-    return bytes >= 4096 || (bytes >= 1024 && bytes % 1024 == 0);
-}
-
 int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mode)
 {
     if (mode == 1) return -1;
@@ -103,7 +95,9 @@ int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mode)
     if (p->pages || p->quant) return 0;
     const fa_tensor *t[2] = {&p->k, &p->v};
     for (int i = 0; i < 2; i++)
-        if (t[i]->dtype != FA_DTYPE_F32 || t[i]->stride[3] != 1 || rows_scattered(t[i])) return 0;
+        if (t[i]->dtype != FA_DTYPE_F32 || t[i]->stride[3] != 1 ||
+            fa_rows_scattered(t[i]->stride[1] * (int64_t)fa_dtype_size(t[i]->dtype)))
+            return 0;
     return -1; /* dense f32 rows: the kernels read them in place as well as packed */
 }
 

@@ -54,6 +54,15 @@
 /* dwords of scratch pv_bf16 needs: P as bf16 pairs. */
 #define FA_PV_BF16_SCRATCH(rows, cols) ((((cols) + 1) / 2) * (((rows) + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN))
 
+/* Rows this many bytes apart (a page or more, or a multiple of 1 KB) fall into a
+ * few cache sets and each needs its own TLB entry, so a kernel's reuse of a tile
+ * of them misses (measured in avx512_kernels.c's pv); the core packs such rows. */
+static inline int fa_rows_scattered(int64_t row_bytes)
+{
+    const int64_t b = row_bytes < 0 ? -row_bytes : row_bytes;
+    return b >= 4096 || (b >= 1024 && b % 1024 == 0);
+}
+
 /* The row distance of packed rows of len 4-byte elements (f32, or bf16 pairs):
  * whole vectors, and never a multiple of 1 KB, whose rows would fall into a few
  * cache sets (the kernels walk a column slice down many rows). */

@@ -415,12 +415,6 @@ static void pv_slice(int64_t nv, __mmask16 tail, int64_t rows, int64_t cc, const
  * 79% at 64 rows and 87% at 256: the copy waits on L3 once per row and slice,
  * a cost the rows share. A caller that packs V rows densely avoids both.
  */
-static int pv_v_scattered(int64_t ldv)
-{
-    const int64_t bytes = (ldv < 0 ? -ldv : ldv) * (int64_t)sizeof(float);
-    return bytes >= 4096 || (bytes >= 1024 && bytes % 1024 == 0);
-}
-
 static void pv_copying(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                        int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
@@ -446,7 +440,7 @@ static void pv_copying(int64_t rows, int64_t cols, int64_t dv, const float *st, 
 void fa_avx512_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                   int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
-    if (rows > 2 * PV_NR && pv_v_scattered(ldv)) {
+    if (rows > 2 * PV_NR && fa_rows_scattered(ldv * (int64_t)sizeof(float))) {
         pv_copying(rows, cols, dv, st, ldst, v, ldv, alpha, acc, ldacc);
         return;
     }
@@ -600,12 +594,12 @@ static void stx_slice(int64_t nv, __mmask16 tail, int64_t rows, int64_t cols, co
 }
 
 /* x rows of a user tensor (Q, dO) are often 4 KB or more apart: the slice the c
- * blocks share is then copied first, for pv_v_scattered's reason. */
+ * blocks share is then copied first, for fa_rows_scattered's reason (kernels.h). */
 void fa_avx512_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
                         int64_t ldx, float *acc, int64_t ldacc)
 {
     _Alignas(64) float buf[STX_RCHUNK * 16 * STX_NV]; /* (STX_RCHUNK, 64) */
-    const int copy = cols > 2 * STX_NC && pv_v_scattered(ldx);
+    const int copy = cols > 2 * STX_NC && fa_rows_scattered(ldx * (int64_t)sizeof(float));
     for (int64_t r0 = 0; r0 < rows; r0 += STX_RCHUNK) {
         const int64_t rr = MIN64(STX_RCHUNK, rows - r0);
         for (int64_t e0 = 0; e0 < n; e0 += 16 * STX_NV) {
