@@ -361,6 +361,37 @@ FA_API void fa_forward_args_init(fa_forward_args *args);
  */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_forward_args *args);
 
+/*
+ * Validation alone: the status fa_forward would return for this call on this context
+ * before running anything (the same checks, by the same code, for dense calls and
+ * every inference form, the algorithm's support included), with the same
+ * fa_context_error message. Writes nothing: not o, lse, dropout_mask or a KV cache,
+ * and no FA_PARAM_LAST_* read-out. For a caller that must agree on validity before
+ * it commits (the ring in libflashattn_mpi, a binding).
+ */
+FA_API fa_status fa_forward_check(fa_context *ctx, const fa_forward_args *args);
+
+/*
+ * The work of a forward call (docs/semantics.md, section 9), the one FLOP rule every
+ * benchmark of this project reports: 2*(D+Dv) FLOPs per (i, j) pair the causal and
+ * window band keeps, summed over batch (sequences) and query heads; bias and mask
+ * values, softcap and ALiBi are not counted. Varlen and KV-cache calls count each
+ * sequence at its own lengths (keys after the append), q_start/k_start place the band.
+ */
+typedef struct fa_work {
+    size_t struct_size;     /* sizeof(fa_work) as the caller compiled it */
+    int64_t pairs;          /* kept (i, j) pairs, summed over batch and Hq */
+    double flops;           /* the forward's: 2*(D+Dv)*pairs */
+    double backward_flops;  /* the backward's credit: 2.5 * flops (five products per pair
+                               against the forward's two); a training step is flops + this */
+} fa_work;
+
+#define FA_WORK_INIT {sizeof(fa_work), 0, 0.0, 0.0}
+
+/* Fills *out for `args`, which must be a call fa_forward_check accepts (else its
+ * status and message). Nothing runs and nothing is written but *out. */
+FA_API fa_status fa_forward_work(fa_context *ctx, const fa_forward_args *args, fa_work *out);
+
 /* ---------------------------------------------------------------- backward */
 
 /*
@@ -394,6 +425,22 @@ typedef struct fa_backward_args {
 #define FA_BACKWARD_ARGS_INIT {sizeof(fa_backward_args), 0, {0}, {0}, {0}, {0}}
 FA_API void fa_backward_args_init(fa_backward_args *args);
 FA_API fa_status fa_backward(fa_context *ctx, const fa_backward_args *args);
+/* Validation alone, as fa_forward_check: the status fa_backward would return before
+ * running (its fwd validated as fa_forward_check does), writing nothing. */
+FA_API fa_status fa_backward_check(fa_context *ctx, const fa_backward_args *args);
+
+/*
+ * The rule every versioned struct of this library is read by (its struct_size first;
+ * see "Stability" above), for libraries built on this one to read their own structs
+ * and this library's the same way (libflashattn_mpi does). dst holds lib_size bytes
+ * of defaults; `user`'s struct_size bytes are copied over them (at most lib_size), and
+ * dst's struct_size becomes lib_size. FA_ERR_STRUCT_SIZE when struct_size is below
+ * min_size (the fields every caller must have) or absurdly large, or when bytes
+ * beyond lib_size are not zero (a newer caller's fields this reader lacks), with
+ * `name` in the message on ctx (ctx may be NULL: then no message).
+ */
+FA_API fa_status fa_struct_read(fa_context *ctx, const char *name, const void *user, void *dst, size_t lib_size,
+                                size_t min_size);
 
 /*
  * Split-KV and decoding. fa_forward hands its threads tasks of (sequence, query

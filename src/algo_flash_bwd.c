@@ -435,14 +435,7 @@ static int by_cost_desc(const void *a, const void *b)
 static int64_t kept_pairs(const fa_problem *s, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int exact)
 {
     int64_t cost = 0;
-    if (exact) {
-        for (int64_t i = i0; i < i1; i++) {
-            int64_t lo, hi;
-            fa_row_band(s, i, &lo, &hi);
-            if (hi >= lo) cost += hi - lo + 1;
-        }
-        return cost;
-    }
+    if (exact) return fa_kept_pairs(s, i0, i1, j0, j1);
     for (int e = 0; e < 2; e++) {
         int64_t lo, hi;
         fa_row_band(s, e ? i1 - 1 : i0, &lo, &hi);

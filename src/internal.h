@@ -178,6 +178,12 @@ static inline void fa_row_band(const fa_problem *p, int64_t i, int64_t *lo, int6
     *hi = b;
 }
 
+/* Kept (i, j) pairs of rows [i0, i1) with keys in [j0, j1) under the band above:
+ * the sum of fa_row_band's widths, clipped to [j0, j1), in closed form (a few
+ * steps, whatever the lengths). The one count of kept pairs: the planners' task
+ * costs, fa_forward_work and (through it) the tools and the ring use it. */
+int64_t fa_kept_pairs(const fa_problem *p, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+
 /* Softcap, bias, ALiBi and every mask applied to a tile of scaled scores, element
  * (r, c) at st[c*ldc + r*ldr] (transposed tiles: ldr = 1; row-major: ldc = 1), for
  * rows i0.. and columns j0..; dropped entries become -inf.
