@@ -2,8 +2,8 @@
  * bench_modes.c: `flashattn bench --decode` and `flashattn bench --varlen`
  * (see bench_modes.h and bench/README.md).
  *
- * Both count FLOPs as the rest of bench does (STYLE.md rule 10): 2*(D+Dv) per
- * (i, j) pair the masks keep, times Hq, summed over the sequences. Decode is
+ * Both count FLOPs as the rest of bench does (fa_forward_work's rule,
+ * docs/semantics.md section 9): 2*(D+Dv) per (i, j) pair the masks keep, times Hq, summed over the sequences. Decode is
  * also judged by bandwidth: the bytes of K and V (and int8 scales) that the
  * call must read, i.e. the cached rows some query row can see, over the time,
  * against the streaming read bandwidth fa_probe measures on the same threads.

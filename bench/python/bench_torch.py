@@ -33,7 +33,7 @@ medians; progress goes to stderr, the table to stdout.
              the RSS before them. tracemalloc cannot see torch's allocator, and a
              process per variant keeps one variant's peak from hiding the other's
 
-GFLOP/s follow the repo's rule (STYLE.md, tools/measure.h): 2*(D+Dv) per kept
+GFLOP/s follow the repo's rule (fa_forward_work, docs/semantics.md section 9): 2*(D+Dv) per kept
 (i, j) pair times B*H for a forward; forward+backward is 3.5 times that.
 
 Run it through bench/python/run.sh (the venv with torch and transformers, and
