@@ -168,10 +168,7 @@ static void test_check_agrees(void)
 {
     const h_dims d = {2, 5, 6, 4, 2, 8, 8};
     h_problem p;
-    h_problem_alloc(&p, d, FA_DTYPE_F32, FA_DTYPE_F32);
-    h_fill_normal(&p.args.q, &g_rng, 1.0);
-    h_fill_normal(&p.args.k, &g_rng, 1.0);
-    h_fill_normal(&p.args.v, &g_rng, 1.0);
+    h_problem_alloc(&p, d, FA_DTYPE_F32, FA_DTYPE_F32); /* zero inputs: only statuses are looked at */
     const size_t o_bytes = (size_t)h_numel(&p.args.o) * 4;
     unsigned char *before = malloc(o_bytes);
 
