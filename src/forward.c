@@ -122,7 +122,7 @@ static void write_dropout_mask(const fa_problem *p)
                 }
 }
 
-static fa_status forward(fa_context *ctx, const fa_forward_args *args)
+fa_status fa_forward_run(fa_context *ctx, const fa_forward_args *args)
 {
     fa_problem p;
     fa_status st = fa_validate_forward(ctx, args, &p);
@@ -151,7 +151,7 @@ fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
 {
     if (!ctx) return FA_ERR_NULL_CONTEXT;
     if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
-    const fa_status st = forward(ctx, args);
+    const fa_status st = fa_forward_run(ctx, args);
     if (st != FA_OK && ctx->verbose) fa_verbose_error(ctx, st);
     fa_context_leave(ctx);
     return st;
