@@ -83,7 +83,8 @@ typedef enum fa_status {
     FA_ERR_ISA_UNAVAILABLE = 14,  /* FLASHATTN_ARCH names a path this CPU or build lacks */
     FA_ERR_OUT_OF_RANGE = 15,     /* an index or length points outside its tensor: KV cache overflow, a bad
                                      page id or batch_idx, cu_seqlens not non-decreasing within the packed length */
-    FA_ERR_BUSY = 16              /* the context is in use by another thread; nothing was touched */
+    FA_ERR_BUSY = 16,             /* the context is in use by another thread; nothing was touched */
+    FA_ERR_IO = 17                /* fa_tune: the tune file could not be read, replaced or written */
 } fa_status;
 
 /* A fixed description of a status code; never NULL. */
@@ -199,6 +200,10 @@ FA_API const char *fa_context_error(const fa_context *ctx);
 FA_API const char *fa_context_isa(const fa_context *ctx);
 /* The CPU features the library detected, space separated, e.g. "sse2 avx2 fma f16c". */
 FA_API const char *fa_cpu_features(void);
+/* The CPU model that keys the tune file's entries: x86 the CPUID brand string, aarch64
+ * MIDR_EL1 as the kernel shows it ("0x...."), macOS the brand string, else "unknown";
+ * printable, blanks trimmed and runs of them made one space. Detected once. */
+FA_API const char *fa_cpu_model(void);
 FA_API const char *fa_algo_name(fa_algo algo);
 
 typedef enum fa_probe_kind {
@@ -391,6 +396,92 @@ typedef struct fa_work {
 /* Fills *out for `args`, which must be a call fa_forward_check accepts (else its
  * status and message). Nothing runs and nothing is written but *out. */
 FA_API fa_status fa_forward_work(fa_context *ctx, const fa_forward_args *args, fa_work *out);
+
+/* ------------------------------------------------------------------- tune */
+
+/*
+ * Tuned tile sizes. fa_tune times the flash forward of one call over a grid of
+ * tile sizes (FA_PARAM_TILE_Q x FA_PARAM_TILE_KV) and over the planner's own
+ * tiles, and saves the fastest pair in the tune file, keyed by the call's shape
+ * class: the CPU model, the ISA path (fa_context_isa), the dtype, D, Dv, the
+ * smallest powers of two at least Sk and the rows a task holds (Sq x Hq/Hk), and
+ * whether a causal mask or a window is set. Every context reads that file once,
+ * at its first planned flash call, and plans a matching entry's tiles instead of
+ * the heuristic's (FA_PARAM_TILE_Q / _KV still win). README.md, "The tune file",
+ * documents the file: its path, format (version 1) and rules.
+ *
+ * The call runs as given, many times: every candidate gets one warm-up and `runs`
+ * timed forwards, and each writes o, lse, a dropout mask and a KV cache's appended
+ * rows as fa_forward would (an append writes the same rows each time), so on
+ * success they hold the last candidate's result. The sweep runs flash whatever
+ * the context's algorithm, on its threads, with neither its tile settings nor the
+ * tune file (the planned pair is the heuristic); the settings are restored after.
+ * A context that tuned reads the tune file again at its next planned call.
+ *
+ * Errors: the call is validated as fa_forward validates it; an empty call (no
+ * rows or no keys: nothing to plan) is FA_ERR_INVALID_ARGUMENT. A candidate that
+ * runs out of memory is recorded (ms NaN) and the sweep goes on; when none ran,
+ * FA_ERR_OUT_OF_MEMORY. With `save`, an existing file that does not start with
+ * the version line is refused before anything runs (FA_ERR_IO: it may be
+ * something else the path points at by mistake), and so is a file that cannot be
+ * written after the sweep: then, unlike every other failure, *result is filled
+ * all the same (saved = 0), so the timings are not lost. The library never
+ * prints: progress goes to the callback.
+ */
+#define FA_TUNE_MAX_TILES 16  /* candidates per side at most */
+#define FA_TUNE_DEFAULT_RUNS 3
+
+typedef struct fa_tune_options {
+    size_t struct_size;     /* sizeof(fa_tune_options) as the caller compiled it */
+    const int64_t *tile_qs; /* candidate query tiles, each in [1, 4096]; NULL: 16, 32, 64, 128, 256 */
+    int n_tile_qs;          /* entries of tile_qs, 1..FA_TUNE_MAX_TILES */
+    const int64_t *tile_kvs; /* candidate key/value tiles, each in [1, 65536]; NULL: 32, 64, 128, 256, 512 */
+    int n_tile_kvs;
+    int64_t runs;           /* timed runs per candidate after one warm-up, median kept; 0 = FA_TUNE_DEFAULT_RUNS */
+    int save;               /* 1: save the best pair in the tune file (default); 0: only time */
+    const char *path;       /* the tune file; NULL: the library's rule ($FLASHATTN_TUNE_FILE, else
+                               $XDG_CACHE_HOME/flashattn/tune.txt, else $HOME/.cache/flashattn/tune.txt) */
+    /* optional: called after each candidate, done of total, with its tiles as the call used
+     * them (as asked when it ran out of memory; 0 x 0 asks for the planner's) and its
+     * median milliseconds (NaN: out of memory). On the caller's thread. */
+    void (*progress)(void *user, int done, int total, int64_t tile_q, int64_t tile_kv, double ms);
+    void *user;
+} fa_tune_options;
+
+#define FA_TUNE_OPTIONS_INIT {sizeof(fa_tune_options), 0, 0, 0, 0, 0, 1, 0, 0, 0}
+FA_API void fa_tune_options_init(fa_tune_options *options);
+
+/* One timed candidate. */
+typedef struct fa_tune_timing {
+    int64_t tile_q, tile_kv;   /* as the call used them (FA_PARAM_LAST_TILE_Q/_KV: a tile longer than
+                                  the rows or keys is cut to them); as asked when out of memory */
+    int64_t asked_q, asked_kv; /* as set; 0 x 0: the planner's heuristic */
+    double ms;                 /* median; NaN: out of memory */
+} fa_tune_timing;
+
+typedef struct fa_tune_result {
+    size_t struct_size;        /* set by the caller: sizeof(fa_tune_result) (FA_TUNE_RESULT_INIT) */
+    fa_tune_timing best;       /* the fastest */
+    fa_tune_timing heuristic;  /* the planner's own tiles */
+    int64_t saved_tile_q, saved_tile_kv; /* the entry's tiles: as asked (a tile cut to this call's
+                                  length is cut to every length of its class too); the
+                                  heuristic's as it ran */
+    int64_t threads;           /* the threads the best candidate ran on */
+    int64_t runs;              /* timed runs per candidate */
+    int saved;                 /* 1: written to path */
+    char path[4096];           /* the tune file, "" when there is none (see note) */
+    char key[256];             /* the entry's shape class: "isa=.. dtype=.. d=.. dv=.. sk=.. rows=.. masked=.." */
+    char cpu[64];              /* the CPU model the entry is for (its cpu= field) */
+    char note[320];            /* why it was not saved, or what saving dropped; "" otherwise */
+    int n_timings;             /* distinct pairs timed: a candidate that ran as an earlier one did is left out */
+    fa_tune_timing timings[1 + FA_TUNE_MAX_TILES * FA_TUNE_MAX_TILES]; /* fastest first, out of memory last */
+} fa_tune_result;
+
+#define FA_TUNE_RESULT_INIT {sizeof(fa_tune_result)}
+
+/* Sweeps, keeps the best, saves it (see above). options NULL: the defaults. */
+FA_API fa_status fa_tune(fa_context *ctx, const fa_forward_args *args, const fa_tune_options *options,
+                         fa_tune_result *result);
 
 /* ---------------------------------------------------------------- backward */
 

@@ -46,6 +46,7 @@ const char *fa_status_string(fa_status status)
     case FA_ERR_ISA_UNAVAILABLE: return "the requested instruction-set path is not available";
     case FA_ERR_OUT_OF_RANGE: return "an index or length is out of range";
     case FA_ERR_BUSY: return "the context is in use by another thread";
+    case FA_ERR_IO: return "the tune file could not be read or written";
     }
     return "unknown status code";
 }

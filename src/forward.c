@@ -137,7 +137,7 @@ static fa_status prepare_forward(fa_context *ctx, const fa_forward_args *args, f
     return *e ? FA_OK : st;
 }
 
-static fa_status forward(fa_context *ctx, const fa_forward_args *args)
+fa_status fa_forward_run(fa_context *ctx, const fa_forward_args *args)
 {
     fa_problem p;
     const char *fallback = NULL;
@@ -164,7 +164,7 @@ fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
 {
     if (!ctx) return FA_ERR_NULL_CONTEXT;
     if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
-    const fa_status st = forward(ctx, args);
+    const fa_status st = fa_forward_run(ctx, args);
     if (st != FA_OK && ctx->verbose) fa_verbose_error(ctx, st);
     fa_context_leave(ctx);
     return st;

@@ -17,6 +17,7 @@ from .interface import (
     flash_attn_varlen_func,
     flash_attn_with_kvcache,
     merge_states,
+    tune,
 )
 
 __version__ = _C.version()
@@ -30,10 +31,17 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
     "merge_states",
+    "tune",
     "cpu_features",
+    "cpu_model",
 ]
 
 
 def cpu_features():
     """The CPU features the library detected, e.g. "sse2 avx2 fma f16c avx512f"."""
     return _C.cpu_features()
+
+
+def cpu_model():
+    """The CPU model the tune file's entries are keyed by, e.g. "AMD EPYC 9R14 96-Core Processor"."""
+    return _C.cpu_model()

@@ -350,3 +350,44 @@ def merge_states(out_parts, lse_parts, out_dtype=None):
         lse = np.empty((B, H, S), dtype=np.float32)
     _C.merge_states(_core.current_context(), out_parts, lse_parts, out, lse)
     return out, lse
+
+
+def tune(q, k, v, causal=False, window_size=(-1, -1), softmax_scale=None, softcap=0.0, *, tile_qs=None,
+         tile_kvs=None, runs=0, save=True, path=None, progress=None):
+    """Finds the fastest flash tile sizes for this call's shape class and saves them.
+
+    The library's fa_tune (include/flashattn.h): times the forward of q (batch, seqlen_q,
+    nheads, headdim), k, v (batch, seqlen_k, nheads_k, headdim[_v]) on the current
+    context with the planner's own tiles and with every pair of tile_qs x tile_kvs
+    (default {16..256} x {32..512}), each one warm-up then `runs` timed runs (0: 3),
+    and saves the fastest pair in the tune file, which later contexts read for calls of
+    the same class (CPU, ISA path, dtype, head dims, length buckets, masking). `path`
+    overrides the file ($FLASHATTN_TUNE_FILE, else ~/.cache/flashattn/tune.txt);
+    save=False only times. `progress(done, total, tile_q, tile_kv, ms)` is called after
+    each candidate (ms None: out of memory). NumPy arrays or CPU torch tensors (no
+    gradient is taken).
+
+    Returns a dict: "best" and "heuristic" ({"tile_q", "tile_kv", "asked_q", "asked_kv",
+    "ms"}), "saved_tiles", "saved", "path", "key", "cpu", "note", "threads", "runs" and
+    "timings" (every distinct pair, fastest first). A file that is not a tune file, or
+    one that cannot be written, raises OSError.
+    """
+    t = is_torch(q)
+    opts = _options(0.0, softmax_scale, causal, window_size, softcap, None, 0, t)
+    if t:
+        out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
+        q, k, v, out = q.detach(), k.detach(), v.detach(), out.detach()
+    else:
+        q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            _need_ndim(x, 4, name, "(batch, seqlen, nheads, headdim)")
+        out = np.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype)
+    scale, softcap, causal, wl, wr, _, _, _ = opts
+
+    def report(done, total, tile_q, tile_kv, ms):
+        progress(done, total, tile_q, tile_kv, None if ms != ms else ms)
+
+    return _C.tune(_core.current_context(), [int(x) for x in tile_qs or ()], [int(x) for x in tile_kvs or ()],
+                   int(runs), bool(save), None if path is None else str(path), None if progress is None else report,
+                   q=q, k=k, v=v, out=out, scale=scale, softcap=softcap, causal=causal, window_left=wl,
+                   window_right=wr)
