@@ -361,7 +361,8 @@ def _kv_buffers(plan, k, v, per_row):
     return bufs
 
 
-def _kv_of(plan, buf, src, B, Hk, D, Dv):
+def _kv_of(buf, plan, src, B, Hk, D, Dv):
+    """The (k, v) views, or (dK, dV), of a buffer holding rank src's shard."""
     S = plan.lengths[src]
     nk = B * S * Hk * D
     return buf[:nk].view(B, S, Hk, D), buf[nk:nk + B * S * Hk * Dv].view(B, S, Hk, Dv)
@@ -384,6 +385,18 @@ class _Transfers:
 
     def recv(self, plan, t, frm):
         self.works.append(dist.irecv(t, plan.peers[frm], group=plan.group, tag=self.tag))
+
+    def pass_kv(self, plan, bufs, s, per_row):
+        """Step s of the ring: receives the next step's k/v shard (rank r - s - 1's)
+        from rank r - 1 and sends the one at hand (rank r - s's) to rank r + 1;
+        returns the bytes sent."""
+        P, r = plan.P, plan.rank
+        if s >= P - 1:
+            return 0
+        n = per_row * plan.lengths[(r - s) % P]
+        self.recv(plan, bufs[(s + 1) % 2][:per_row * plan.lengths[(r - s - 1) % P]], (r - 1) % P)
+        self.send(plan, bufs[s % 2][:n], (r + 1) % P)
+        return n * bufs[0].element_size()
 
     def wait(self):
         t0 = time.perf_counter()
@@ -420,13 +433,10 @@ def _ring_forward(plan, q, k, v):
     compute = exposed = 0.0
     sent = 0
     for s in range(P):
-        src, nsrc = (r - s) % P, (r - s - 1) % P
+        src = (r - s) % P
         cur = bufs[s % 2]
-        if s < P - 1:
-            x.recv(plan, bufs[(s + 1) % 2][:per_row * plan.lengths[nsrc]], (r - 1) % P)
-            x.send(plan, cur[:per_row * plan.lengths[src]], (r + 1) % P)
-            sent += per_row * plan.lengths[src] * cur.element_size()
-        kt, vt = _kv_of(plan, cur, src, B, Hk, D, Dv)
+        sent += x.pass_kv(plan, bufs, s, per_row)
+        kt, vt = _kv_of(cur, plan, src, B, Hk, D, Dv)
         t0 = time.perf_counter()
         for blk in _blocks(plan, src):
             qo, n = blk[0], blk[2]
@@ -463,12 +473,6 @@ def _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, dkv):
         dv_acc[:, ko:ko + m] += dv
 
 
-def _acc_views(buf, plan, src, B, Hk, D, Dv):
-    S = plan.lengths[src]
-    nk = B * S * Hk * D
-    return buf[:nk].view(B, S, Hk, D), buf[nk:nk + B * S * Hk * Dv].view(B, S, Hk, Dv)
-
-
 def _ring_backward(plan, dout, q, k, v, o, lse):
     """(dq, dk, dv): the k/v shards go round the ring again; at step s >= 1 this rank
     adds its terms for the visiting shard into that shard's f32 dK/dV accumulator,
@@ -491,25 +495,22 @@ def _ring_backward(plan, dout, q, k, v, o, lse):
     sent = 0
     late = []
     for s in range(P):
-        src, nsrc = (r - s) % P, (r - s - 1) % P
+        src = (r - s) % P
         cur = bufs[s % 2]
-        if s < P - 1:
-            xkv.recv(plan, bufs[(s + 1) % 2][:per_row * plan.lengths[nsrc]], (r - 1) % P)
-            xkv.send(plan, cur[:per_row * plan.lengths[src]], (r + 1) % P)
-            sent += per_row * plan.lengths[src] * cur.element_size()
+        sent += xkv.pass_kv(plan, bufs, s, per_row)
         n_acc = per_row * plan.lengths[src]
         acc = accs[s % 2][:n_acc] if s > 0 else None
         if s >= 2:  # the accumulator of src, from the rank that held src last step
             xin.recv(plan, acc, (r - 1) % P)
-        kt, vt = _kv_of(plan, cur, src, B, Hk, D, Dv)
+        kt, vt = _kv_of(cur, plan, src, B, Hk, D, Dv)
         t0 = time.perf_counter()
         blocks = _blocks(plan, src)
         if s == 0:
             blocks, late = _halves(plan, blocks) if P > 1 else (blocks, [])
-            _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, _acc_views(own, plan, r, B, Hk, D, Dv))
+            _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, _kv_of(own, plan, r, B, Hk, D, Dv))
         else:
             terms = torch.zeros(n_acc, dtype=_f32)
-            _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, _acc_views(terms, plan, src, B, Hk, D, Dv))
+            _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, _kv_of(terms, plan, src, B, Hk, D, Dv))
         compute += time.perf_counter() - t0
         if s > 0:
             exposed += xin.wait()
@@ -527,11 +528,11 @@ def _ring_backward(plan, dout, q, k, v, o, lse):
         mine = accs[P % 2][:per_row * S]
         xin.recv(plan, mine, (r - 1) % P)
         t0 = time.perf_counter()
-        _bwd_calls(plan, late, q, k, v, o, lse, dout, dq_acc, _acc_views(own, plan, r, B, Hk, D, Dv))
+        _bwd_calls(plan, late, q, k, v, o, lse, dout, dq_acc, _kv_of(own, plan, r, B, Hk, D, Dv))
         compute += time.perf_counter() - t0
         exposed += xin.wait() + xout.wait()
         own += mine
-    dk, dv = _acc_views(own, plan, r, B, Hk, D, Dv)
+    dk, dv = _kv_of(own, plan, r, B, Hk, D, Dv)
     _record("ring_backward", total=time.perf_counter() - t_start, compute=compute, exposed=exposed, bytes_sent=sent)
     return dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
@@ -624,26 +625,17 @@ def _heads_to_seq(plan, y):
     return recv.view(P, B, S, h, X).permute(1, 2, 0, 3, 4).reshape(B, S, P * h, X)
 
 
-class _SeqToHeads(torch.autograd.Function):
+class _AllToAll(torch.autograd.Function):
+    """_seq_to_heads (to_heads) or _heads_to_seq; the gradient goes the other way."""
+
     @staticmethod
-    def forward(ctx, x, plan):
-        ctx.plan = plan
-        return _seq_to_heads(plan, x)
+    def forward(ctx, x, plan, to_heads):
+        ctx.plan, ctx.to_heads = plan, to_heads
+        return (_seq_to_heads if to_heads else _heads_to_seq)(plan, x)
 
     @staticmethod
     def backward(ctx, g):
-        return _heads_to_seq(ctx.plan, g.contiguous()), None
-
-
-class _HeadsToSeq(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, y, plan):
-        ctx.plan = plan
-        return _heads_to_seq(plan, y)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _seq_to_heads(ctx.plan, g.contiguous()), None
+        return (_heads_to_seq if ctx.to_heads else _seq_to_heads)(ctx.plan, g.contiguous()), None, None
 
 
 def ulysses_attention(q, k, v, *, group=None, causal=False, window=None, softcap=0.0, alibi_slopes=None,
@@ -664,7 +656,7 @@ def ulysses_attention(q, k, v, *, group=None, causal=False, window=None, softcap
         opts = e
     plan = _agree(group, "ulysses_attention", q, k, v, opts, layout, ulysses=True)
     t0 = time.perf_counter()
-    qh, kh, vh = (_SeqToHeads.apply(t, plan) for t in (q, k, v))
+    qh, kh, vh = (_AllToAll.apply(t, plan, True) for t in (q, k, v))
     alibi = plan.alibi
     if alibi is not None:
         h = q.shape[2] // plan.P
@@ -674,7 +666,7 @@ def ulysses_attention(q, k, v, *, group=None, causal=False, window=None, softcap
                           (plan.scale, plan.softcap, _core.CAUSAL_BOTTOM_RIGHT if plan.causal else _core.CAUSAL_NONE,
                            plan.wl, plan.wr, 0.0, 0, 0), False, need_lse=False)
     t2 = time.perf_counter()
-    o = _HeadsToSeq.apply(oh, plan)
+    o = _AllToAll.apply(oh, plan, False)
     t3 = time.perf_counter()
     _record("ulysses", total=t3 - t0, compute=t2 - t1, exposed=(t1 - t0) + (t3 - t2), bytes_sent=0)
     return o
