@@ -117,6 +117,17 @@ static void copy_row64(uint16_t *restrict dst, const uint16_t *restrict src, int
 
 /* ---------------------------------------------------------------- qk_bf16 */
 
+/* dst[c][0..16) = scale * src[c][0..16) for c < n (src == dst allowed: one row at a time). */
+static void scale_rows(int64_t n, const float *src, int64_t lds, float scale, float *dst, int64_t ldd)
+{
+    for (int64_t c = 0; c < n; c++) {
+        float row[16];
+        memcpy(row, src + c * lds, sizeof row);
+        for (int r = 0; r < 16; r++) row[r] *= scale;
+        memcpy(dst + c * ldd, row, sizeof row);
+    }
+}
+
 /*
  * st[c][r] = scale * sum_x q[r][x] k[c][x] for c < cols, r < round16(rows). Per
  * 32-row block (two B tiles) and 32-column block (two A tiles), the 2 x 2 C tiles run
@@ -194,11 +205,7 @@ void FA_AMX_FN(qk_bf16)(int64_t rows, int64_t cols, int64_t d, const uint16_t *q
                     else if (t == 1) FA_TILE_STORE(TC1, out, 4 * ldo);
                     else if (t == 2) FA_TILE_STORE(TC2, out, 4 * ldo);
                     else FA_TILE_STORE(TC3, out, 4 * ldo);
-                    for (int64_t c = 0; c < nc; c++) {
-                        const float *s = out + c * ldo;
-                        float *o = dst + c * ldst;
-                        for (int r = 0; r < 16; r++) o[r] = s[r] * scale;
-                    }
+                    scale_rows(nc, out, ldo, scale, dst, ldst);
                 }
         }
     }
