@@ -195,9 +195,14 @@ FA_API fa_status fa_context_get(const fa_context *ctx, fa_param param, int64_t *
 FA_API fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi);
 /* What the last failed call on ctx found wrong, in words; "" after a success. */
 FA_API const char *fa_context_error(const fa_context *ctx);
-/* The micro-kernel path this context runs: "ref", "avx2", "avx512", "avx512bf16"
- * or "neon"; the best the CPU has, or the one FLASHATTN_ARCH names. */
+/* The micro-kernel path this context runs: "ref", "avx2", "avx512", "avx512bf16",
+ * "amx" or "neon" (or "amx-model", only by name); the best the CPU has, or the one
+ * FLASHATTN_ARCH names. */
 FA_API const char *fa_context_isa(const fa_context *ctx);
+/* The kernel paths this build has, best first: for index 0, 1, ... their name and
+ * whether this machine runs them (1, or 0 with *why saying why not; "" when it runs);
+ * -1 past the last. name and why may be NULL; the strings are static. */
+FA_API int fa_isa_info(int index, const char **name, const char **why);
 /* The CPU features the library detected, space separated, e.g. "sse2 avx2 fma f16c". */
 FA_API const char *fa_cpu_features(void);
 /* The CPU model that keys the tune file's entries: x86 the CPUID brand string, aarch64
@@ -209,7 +214,8 @@ FA_API const char *fa_algo_name(fa_algo algo);
 typedef enum fa_probe_kind {
     FA_PROBE_FMA_PEAK = 1, /* GFLOP/s of the path's widest fp32 FMA, on the context's threads */
     FA_PROBE_BF16_PEAK = 2, /* GFLOP/s of its bf16 dot product (FA_ERR_UNSUPPORTED where it has none) */
-    FA_PROBE_READ_BW = 3    /* GB/s (1e9 bytes) of streaming reads from main memory, on the context's threads */
+    FA_PROBE_READ_BW = 3,   /* GB/s (1e9 bytes) of streaming reads from main memory, on the context's threads */
+    FA_PROBE_TILE_PEAK = 4  /* GFLOP/s of the path's tile unit (bf16, e.g. AMX); FA_ERR_UNSUPPORTED where it has none */
 } fa_probe_kind;
 
 /* Measures the machine (about 0.1-0.5 s) so that benchmarks can report % of peak. */

@@ -341,6 +341,16 @@ const char *fa_context_isa(const fa_context *ctx)
     return ctx && ctx->kernels ? ctx->kernels->name : "none";
 }
 
+int fa_isa_info(int index, const char **name, const char **why)
+{
+    int runs = 0;
+    const fa_kernels *k = fa_kernels_at(index, &runs);
+    if (!k) return -1;
+    if (name) *name = k->name;
+    if (why) *why = fa_kernels_why_not(index);
+    return runs;
+}
+
 void *fa_workspace_alloc(int64_t bytes)
 {
     /* a negative size is a wrapped product upstream: never a small buffer */

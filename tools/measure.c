@@ -218,7 +218,15 @@ void cli_measure_peak(fa_context *ctx, fa_dtype dtype, int skip, cli_peak *peak)
         return;
     }
     double g = 0.0;
-    fa_status st = fa_probe(ctx, kind, &g);
+    fa_status st = FA_ERR_UNSUPPORTED;
+    /* a path with a tile unit (AMX) multiplies bf16 on it: its peak is the tile
+     * product's; elsewhere the probe answers FA_ERR_UNSUPPORTED at once */
+    if (kind == FA_PROBE_BF16_PEAK && (st = fa_probe(ctx, FA_PROBE_TILE_PEAK, &g)) == FA_OK) {
+        peak->kind = "bf16 tile";
+        peak->json_kind = "bf16_tile";
+    } else {
+        st = fa_probe(ctx, kind, &g);
+    }
     if (st != FA_OK || !(g > 0.0)) {
         snprintf(peak->why, sizeof peak->why, "not measured: %s",
                  st != FA_OK ? fa_context_error(ctx) : "the probe returned no rate");

@@ -85,12 +85,13 @@ int cli_time_backward(fa_context *ctx, const cli_shape *s, fa_algo algo,
 /*
  * The peak a run is compared with: fp32 FMA for f32 and f16 inputs (both are
  * computed in fp32); for bf16 on the avx512bf16 path, whose kernels multiply
- * bf16 pairs, the bf16 dot-product peak.
+ * bf16 pairs, the bf16 dot-product peak; on a path with a tile unit (amx), the
+ * tile product's peak (FA_PROBE_TILE_PEAK).
  */
 typedef struct cli_peak {
     double gflops;    /* 0 when not measured */
-    const char *kind; /* "fp32 FMA" or "bf16 dot" */
-    const char *json_kind; /* "fp32_fma" or "bf16_dot" */
+    const char *kind; /* "fp32 FMA", "bf16 dot" or "bf16 tile" */
+    const char *json_kind; /* "fp32_fma", "bf16_dot" or "bf16_tile" */
     char why[160];    /* when not measured: why */
 } cli_peak;
 
