@@ -16,6 +16,7 @@ from .interface import (
     flash_attn_qkvpacked_func,
     flash_attn_varlen_func,
     flash_attn_with_kvcache,
+    forward_work,
     merge_states,
     tune,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
+    "forward_work",
     "merge_states",
     "tune",
     "cpu_features",

@@ -166,10 +166,3 @@ def window_of(window_size):
     if left < -1 or right < -1:
         raise ValueError(f"window_size sides must be -1 (unbounded) or >= 0, got {window_size!r}")
     return left, right
-
-
-def check_dropout(dropout_p):
-    p = float(dropout_p)
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout_p must lie in [0, 1), got {dropout_p!r}")
-    return p

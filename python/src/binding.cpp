@@ -4,7 +4,8 @@
 // It owns three things and nothing else:
 //  - turning any array that speaks DLPack or the buffer protocol (NumPy, PyTorch,
 //    JAX) into an fa_tensor with its real strides, without a copy;
-//  - calling fa_forward / fa_backward / fa_merge_states / fa_tune with the GIL released;
+//  - calling fa_forward / fa_backward / fa_merge_states / fa_tune with the GIL released,
+//    and fa_forward_work (a call's kept pairs and FLOPs) on the same arguments;
 //  - turning every fa_status into a Python exception that carries
 //    fa_context_error()'s words.
 // It does not allocate outputs: the Python layer (flashattn/_core.py) allocates them
@@ -394,6 +395,23 @@ void forward(Context &ctx, FA_FWD_PARAMS)
     check(st, c, "fa_forward");
 }
 
+// fa_forward_work: the kept pairs and FLOPs of the call forward() would make, by the
+// library's one rule (docs/semantics.md, section 9); nothing runs and nothing is
+// written. An invalid call raises what forward() would.
+nb::dict forward_work(Context &ctx, FA_FWD_PARAMS)
+{
+    fa_context *c = ctx.get();
+    Call call;
+    fill(call, FA_FWD_NAMES);
+    fa_work w = FA_WORK_INIT;
+    check(fa_forward_work(c, &call.a, &w), c, "fa_forward_work");
+    nb::dict d;
+    d["pairs"] = w.pairs;
+    d["flops"] = w.flops;
+    d["backward_flops"] = w.backward_flops;
+    return d;
+}
+
 void backward(Context &ctx, nb::handle dout, nb::handle dq, nb::handle dk, nb::handle dv, FA_FWD_PARAMS)
 {
     fa_context *c = ctx.get();
@@ -727,6 +745,7 @@ NB_MODULE(_C, m)
         });
 
     m.def("forward", &forward, nb::arg("ctx"), FA_FWD_ARGS);
+    m.def("forward_work", &forward_work, nb::arg("ctx"), FA_FWD_ARGS);
     m.def("torch_setup", &torch_setup, nb::arg("to_dlpack"), nb::arg("empty_strided"));
     m.def("forward_torch", &forward_torch, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
           nb::arg("bias").none(), nb::arg("mask").none(), nb::arg("scale"), nb::arg("softcap"), nb::arg("causal"),
