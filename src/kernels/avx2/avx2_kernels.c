@@ -5,8 +5,9 @@
  *   qk  16 rows (2 vectors along r) x 6 key columns = 12 accumulators, K values
  *       broadcast from K rows read in place;
  *   pv  3 rows x 32 output columns (4 vectors along e) = 12 accumulators, P values
- *       broadcast, the alpha rescale applied when the accumulators are loaded;
- *       V (and P for large ldst) copied to small contiguous panels first;
+ *       broadcast from st in place, the alpha rescale applied when the
+ *       accumulators are loaded; each 128 x 32 strip of V copied once to a
+ *       contiguous panel that every row block then streams;
  *   softmax  16 rows (2 vectors along r) walked down the columns twice (max, exp);
  *   stx (backward)  3 acc rows c x 32 e (4 vectors along e) = 12 accumulators, st
  *       broadcast, x copied to contiguous zero-padded panels first;
@@ -384,126 +385,135 @@ void fa_avx2_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, const 
 /* ----------------------------------------------------------------------- pv */
 
 enum {
-    PV_NR = 3,               /* rows per register block */
-    PV_NV = 4,               /* vectors along e per register block */
-    PV_EB = 8 * PV_NV,       /* e values per register block */
-    PV_CC = 64,              /* columns per pass */
-    PV_RC = 66,              /* rows per pass (a multiple of PV_NR) */
-    PV_PLD = PV_RC + 14      /* P panel stride: 320 bytes, not a power of two */
+    PV_NR = 3,         /* rows per register block */
+    PV_NV = 4,         /* vectors along e per register block */
+    PV_EB = 8 * PV_NV, /* e values per register block, the width of a V panel */
+    PV_CC = 128        /* key columns per pass: a V panel of PV_CC x PV_EB is 16 KiB */
 };
 
 /*
- * acc[i][0..8nv) = (alpha ? alpha[i] : 1) * acc[i][..] + sum over c < nc of pp[c * pld + i] * vp[c * vld + ..]
- * for i < nr. With `masked`, the last vector of acc and of V goes through `tail`.
+ * acc[i][0..8nv) = (alpha ? alpha[i] : 1) * acc[i][..] + sum over c < nc of p[c * ldp + i] * v[c * ldv + ..]
+ * for i < nr. acc is read and written in whole vectors: its rows are aligned and
+ * its padding (dv <= e < ldacc, ldacc a multiple of 16) is free to use. With
+ * `masked`, V's last vector goes through `tail` (V read in place); a panel's
+ * zero padding needs no mask.
  */
-AVX2_INLINE void pv_block(int nr, int nv, int masked, __m256i tail, int64_t nc, const float *pp, int64_t pld,
-                          const float *vp, int64_t vld, const float *alpha, float *acc, int64_t ldacc)
+AVX2_INLINE void pv_block(const int nr, const int nv, const int masked, __m256i tail, int64_t nc, const float *p,
+                          int64_t ldp, const float *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
     __m256 a[PV_NR][PV_NV];
     for (int i = 0; i < nr; i++) {
         const float *ai = acc + i * ldacc;
-        for (int j = 0; j < nv; j++)
-            a[i][j] = masked && j == nv - 1 ? _mm256_maskload_ps(ai + 8 * j, tail) : _mm256_loadu_ps(ai + 8 * j);
+        for (int j = 0; j < nv; j++) a[i][j] = _mm256_load_ps(ai + 8 * j);
         if (alpha) {
             const __m256 s = _mm256_broadcast_ss(alpha + i);
             for (int j = 0; j < nv; j++) a[i][j] = _mm256_mul_ps(a[i][j], s);
         }
     }
     for (int64_t c = 0; c < nc; c++) {
-        __m256 p[PV_NR];
-        for (int i = 0; i < nr; i++) p[i] = _mm256_broadcast_ss(pp + c * pld + i);
+        __m256 pb[PV_NR];
+        for (int i = 0; i < nr; i++) pb[i] = _mm256_broadcast_ss(p + c * ldp + i);
         for (int j = 0; j < nv; j++) {
-            const float *vj = vp + c * vld + 8 * j;
+            const float *vj = v + c * ldv + 8 * j;
             const __m256 vv = masked && j == nv - 1 ? _mm256_maskload_ps(vj, tail) : _mm256_loadu_ps(vj);
-            for (int i = 0; i < nr; i++) a[i][j] = _mm256_fmadd_ps(p[i], vv, a[i][j]);
+            for (int i = 0; i < nr; i++) a[i][j] = _mm256_fmadd_ps(pb[i], vv, a[i][j]);
         }
     }
-    for (int i = 0; i < nr; i++) {
-        float *ai = acc + i * ldacc;
-        for (int j = 0; j < nv; j++) {
-            if (masked && j == nv - 1)
-                _mm256_maskstore_ps(ai + 8 * j, tail, a[i][j]);
-            else
-                _mm256_storeu_ps(ai + 8 * j, a[i][j]);
-        }
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < nv; j++) _mm256_store_ps(acc + i * ldacc + 8 * j, a[i][j]);
+}
+
+/* All rows against one V panel (nc x PV_EB, 8nv columns of it used): 3-row
+ * blocks, then the 1 or 2 rows left. One function per width (see qk_block_edge). */
+AVX2_INLINE void pv_rows(const int nv, int64_t rows, int64_t nc, const float *p, int64_t ldp, const float *vp,
+                         const float *alpha, float *acc, int64_t ldacc)
+{
+    const __m256i none = _mm256_setzero_si256();
+    int64_t r = 0;
+    for (; r + PV_NR <= rows; r += PV_NR)
+        pv_block(PV_NR, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+    if (rows - r == 2) pv_block(2, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+    if (rows - r == 1) pv_block(1, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+}
+
+static void pv_rows4(int64_t rows, int64_t nc, const float *p, int64_t ldp, const float *vp, const float *alpha,
+                     float *acc, int64_t ldacc)
+{
+    pv_rows(4, rows, nc, p, ldp, vp, alpha, acc, ldacc);
+}
+
+static void pv_rows_part(int nv, int64_t rows, int64_t nc, const float *p, int64_t ldp, const float *vp,
+                         const float *alpha, float *acc, int64_t ldacc)
+{
+    switch (nv) {
+    case 1: pv_rows(1, rows, nc, p, ldp, vp, alpha, acc, ldacc); break;
+    case 2: pv_rows(2, rows, nc, p, ldp, vp, alpha, acc, ldacc); break;
+    default: pv_rows(3, rows, nc, p, ldp, vp, alpha, acc, ldacc); break;
     }
 }
 
-/* Every block other than the full unmasked 3 x 4 one: fewer rows, fewer vectors;
- * the last vector always goes through the mask (all lanes when dv allows). */
-static void pv_edge(int nr, int nv, __m256i tail, int64_t nc, const float *pp, int64_t pld, const float *vp,
-                    int64_t vld, const float *alpha, float *acc, int64_t ldacc)
+/* At most 3 rows (decoding): V is used once, so it is read in place, its last vector masked. */
+static void pv_few(int nr, int nv, __m256i tail, int64_t nc, const float *p, int64_t ldp, const float *v,
+                   int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
     switch (nr * 10 + nv) {
-    case 11: pv_block(1, 1, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 12: pv_block(1, 2, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 13: pv_block(1, 3, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 14: pv_block(1, 4, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 21: pv_block(2, 1, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 22: pv_block(2, 2, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 23: pv_block(2, 3, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 24: pv_block(2, 4, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 31: pv_block(3, 1, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 32: pv_block(3, 2, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 33: pv_block(3, 3, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    default: pv_block(3, 4, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
+    case 11: pv_block(1, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 12: pv_block(1, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 13: pv_block(1, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 14: pv_block(1, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 21: pv_block(2, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 22: pv_block(2, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 23: pv_block(2, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 24: pv_block(2, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 31: pv_block(3, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 32: pv_block(3, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 33: pv_block(3, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    default: pv_block(3, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
     }
 }
 
 /*
- * Loops: key columns in passes of 64, rows in passes of 66, 32-wide strips of e,
- * then 3-row register blocks. Each strip of V is copied to a contiguous 64 x 32
- * panel (8 KiB, zero-padded past dv so only acc needs masks): V rows are often a
- * multiple of 4 KiB apart (BSND tensors) and would all fall onto two L1 sets. P
- * is read in place when ldst <= 64, else copied to a 64 x 66 panel, for the
- * reason given at fa_avx2_qk_16x6. With at most 3 rows (decoding) V is used once and is
- * read in place instead. The sum over c runs in order, pass after pass, as in the
- * reference; alpha is applied on the first pass.
+ * Loops: key columns in passes of PV_CC, 32-wide strips of e, then every row in
+ * 3-row register blocks. Each strip of V is copied once per pass into a
+ * contiguous PV_CC x 32 panel (16 KiB, zero-padded past dv), which all the row
+ * blocks then stream: read in place, a 128-byte slice of rows 512 bytes or more
+ * apart would use a quarter of the L1 sets or less and miss. P is broadcast in
+ * place, st[c][r..r+2]: a row block walks one cache line per column, shared by
+ * the blocks of the same 16 rows. Only acc rows cross passes (loaded and stored
+ * once per pass); alpha is applied on the first. The sum over c runs in order,
+ * as in the reference.
  */
 void fa_avx2_pv_3x32(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
-                    int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
+                     int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
-    _Alignas(64) float pp[PV_CC * PV_PLD]; /* (PV_CC, PV_PLD) P rows c, columns r */
-    _Alignas(64) float vp[PV_CC * PV_EB];  /* (PV_CC, PV_EB)  V strip */
+    _Alignas(64) float vp[PV_CC * PV_EB]; /* (PV_CC, PV_EB) V strip */
     for (int64_t c0 = 0; c0 < cols; c0 += PV_CC) {
         const int64_t nc = cols - c0 < PV_CC ? cols - c0 : PV_CC;
-        for (int64_t r0 = 0; r0 < rows; r0 += PV_RC) {
-            const int64_t nrr = rows - r0 < PV_RC ? rows - r0 : PV_RC;
-            const float *pc = st + c0 * ldst + r0;
-            int64_t pld = ldst;
-            if (ldst > 64) {
-                for (int64_t c = 0; c < nc; c++) memcpy(pp + c * PV_PLD, pc + c * ldst, (size_t)nrr * sizeof *pp);
-                pc = pp;
-                pld = PV_PLD;
+        const float *pc = st + c0 * ldst, *vc = v + c0 * ldv;
+        const float *al = c0 == 0 ? alpha : NULL;
+        for (int64_t e0 = 0; e0 < dv; e0 += PV_EB) {
+            const int64_t ne = dv - e0 < PV_EB ? dv - e0 : PV_EB;
+            const int nv = (int)((ne + 7) / 8);
+            if (rows <= PV_NR) {
+                pv_few((int)rows, nv, lanes_below(ne - 8 * (nv - 1)), nc, pc, ldst, vc + e0, ldv, al, acc + e0, ldacc);
+                continue;
             }
-            const float *al = alpha && c0 == 0 ? alpha + r0 : NULL;
-            for (int64_t e0 = 0; e0 < dv; e0 += PV_EB) {
-                const int64_t ne = dv - e0 < PV_EB ? dv - e0 : PV_EB;
-                const int nv = (int)((ne + 7) / 8);
-                const __m256i tail = lanes_below(ne - 8 * (nv - 1));
-                if (rows <= PV_NR) {
-                    pv_edge((int)rows, nv, tail, nc, pc, pld, v + c0 * ldv + e0, ldv, al, acc + e0, ldacc);
-                    continue;
-                }
+            if (ne == PV_EB) {
                 for (int64_t c = 0; c < nc; c++) {
-                    const float *src = v + (c0 + c) * ldv + e0;
+                    const float *src = vc + c * ldv + e0;
                     float *dst = vp + c * PV_EB;
-                    if (ne == PV_EB) {
-                        for (int j = 0; j < PV_NV; j++) _mm256_store_ps(dst + 8 * j, _mm256_loadu_ps(src + 8 * j));
-                    } else {
-                        for (int j = 0; j < PV_NV; j++)
-                            _mm256_store_ps(dst + 8 * j, _mm256_maskload_ps(src + 8 * j, lanes_below(ne - 8 * j)));
-                    }
+                    for (int j = 0; j < PV_NV; j++) _mm256_store_ps(dst + 8 * j, _mm256_loadu_ps(src + 8 * j));
                 }
-                float *ac = acc + r0 * ldacc + e0;
-                int64_t r = 0;
-                if (ne == PV_EB)
-                    for (; r + PV_NR <= nrr; r += PV_NR)
-                        pv_block(PV_NR, PV_NV, 0, tail, nc, pc + r, pld, vp, PV_EB, al ? al + r : NULL, ac + r * ldacc, ldacc);
-                for (; r < nrr; r += PV_NR) {
-                    const int nr = nrr - r < PV_NR ? (int)(nrr - r) : PV_NR;
-                    pv_edge(nr, nv, tail, nc, pc + r, pld, vp, PV_EB, al ? al + r : NULL, ac + r * ldacc, ldacc);
+                pv_rows4(rows, nc, pc, ldst, vp, al, acc + e0, ldacc);
+            } else {
+                for (int64_t c = 0; c < nc; c++) {
+                    const float *src = vc + c * ldv + e0;
+                    float *dst = vp + c * PV_EB;
+                    for (int j = 0; j < nv; j++)
+                        _mm256_store_ps(dst + 8 * j, _mm256_maskload_ps(src + 8 * j, lanes_below(ne - 8 * j)));
                 }
+                if (nv == PV_NV) pv_rows4(rows, nc, pc, ldst, vp, al, acc + e0, ldacc);
+                else pv_rows_part(nv, rows, nc, pc, ldst, vp, al, acc + e0, ldacc);
             }
         }
     }
