@@ -429,16 +429,20 @@ AVX2_INLINE void pv_block(const int nr, const int nv, const int masked, __m256i 
 }
 
 /* All rows against one V panel (nc x PV_EB, 8nv columns of it used): 3-row
- * blocks, then the 1 or 2 rows left. One function per width (see qk_block_edge). */
+ * blocks, then 2-row ones for what is left; one 1-row block (a third of the
+ * FMAs per load) only when rows is 1. The planner's row counts are multiples
+ * of 16, 3k + 1: their last 4 rows go as 2 + 2. */
 AVX2_INLINE void pv_rows(const int nv, int64_t rows, int64_t nc, const float *p, int64_t ldp, const float *vp,
                          const float *alpha, float *acc, int64_t ldacc)
 {
     const __m256i none = _mm256_setzero_si256();
+    const int64_t r3 = rows % 3 == 1 && rows >= 4 ? rows - 4 : rows - rows % 3;
     int64_t r = 0;
-    for (; r + PV_NR <= rows; r += PV_NR)
+    for (; r < r3; r += PV_NR)
         pv_block(PV_NR, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
-    if (rows - r == 2) pv_block(2, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
-    if (rows - r == 1) pv_block(1, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+    for (; r + 2 <= rows; r += 2)
+        pv_block(2, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+    if (r < rows) pv_block(1, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
 }
 
 static void pv_rows4(int64_t rows, int64_t nc, const float *p, int64_t ldp, const float *vp, const float *alpha,
@@ -632,12 +636,15 @@ void fa_avx2_stx_3x32(int64_t rows, int64_t cols, int64_t n, const float *st, in
             }
             const float *sc = st + r0;
             float *ac = acc + e0;
+            /* 3-column blocks, then 2-column ones (pv_rows: a count 3k + 1 ends in 2 + 2) */
+            const int64_t c3 = cols % 3 == 1 && cols >= 4 ? cols - 4 : cols - cols % 3;
             int64_t c = 0;
             if (nv == STX_NV)
-                for (; c + STX_NC <= cols; c += STX_NC)
+                for (; c < c3; c += STX_NC)
                     stx_block(STX_NC, STX_NV, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
-            for (; c < cols; c += STX_NC) {
-                const int nc = cols - c < STX_NC ? (int)(cols - c) : STX_NC;
+            for (; c < c3; c += STX_NC) stx_edge(STX_NC, nv, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
+            for (; c < cols; c += 2) {
+                const int nc = cols - c < 2 ? 1 : 2;
                 stx_edge(nc, nv, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
             }
         }
