@@ -5,8 +5,9 @@
  *   qk  16 rows (2 vectors along r) x 6 key columns = 12 accumulators, K values
  *       broadcast from K rows read in place;
  *   pv  3 rows x 32 output columns (4 vectors along e) = 12 accumulators, P values
- *       broadcast, the alpha rescale applied when the accumulators are loaded;
- *       V (and P for large ldst) copied to small contiguous panels first;
+ *       broadcast from st in place, the alpha rescale applied when the
+ *       accumulators are loaded; each 128 x 32 strip of V copied once to a
+ *       contiguous panel that every row block then streams;
  *   softmax  16 rows (2 vectors along r) walked down the columns twice (max, exp);
  *   stx (backward)  3 acc rows c x 32 e (4 vectors along e) = 12 accumulators, st
  *       broadcast, x copied to contiguous zero-padded panels first;
@@ -25,6 +26,16 @@
 #define AVX2_INLINE static inline __attribute__((always_inline))
 #else
 #define AVX2_INLINE static inline
+#endif
+
+/* The register blocks below are arrays indexed by loops with constant trip
+ * counts; unless those loops are unrolled completely the arrays live in memory.
+ * GCC 12 does that at -O3 only: at -O2 (RelWithDebInfo) qk and pv ran at 25% of
+ * the FMA probe. clang needs its own spelling (see avx512_internal.h). */
+#if defined(__clang__)
+#define AVX2_UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define AVX2_UNROLL _Pragma("GCC unroll 16")
 #endif
 
 static int64_t round_rows(int64_t rows)
@@ -48,14 +59,14 @@ AVX2_INLINE __m256i lanes_below(int64_t n)
  * from the exact value. Below, the result is p * 2^-126 (a subnormal, absolute
  * error < 2^-149 + 1e-7 * 2^-126) down to x = -87.68, then exactly 0 (absolute
  * error < 8.4e-39; expf gives subnormals down to -103.97): so exp(-inf) = 0.
- * NaN gives NaN; positive x is accurate up to 88.37, +inf beyond (the softmax
- * only passes x > 0 in lanes it masks to 0).
+ * NaN gives NaN; positive x is accurate up to 88.37 and meaningless beyond: the
+ * softmaxes pass x > 0 only in lanes they mask to 0, so there is no upper clamp
+ * (one op of the ~16 per vector; the softmax got 5-10% faster without it).
  */
 AVX2_INLINE __m256 exp_ps(__m256 x)
 {
     /* max(lo, x) / min(hi, x) return x when x is NaN, so NaN flows through */
     x = _mm256_max_ps(_mm256_set1_ps(-88.0f), x);
-    x = _mm256_min_ps(_mm256_set1_ps(88.7228394f), x);
     /* 1.5 * 2^23 + 127: adding it rounds x*log2(e) to an integer n held in the low
      * mantissa bits as n + 127, ready to be shifted into the exponent field */
     const __m256 shift = _mm256_set1_ps(12583039.0f);
@@ -128,7 +139,7 @@ void fa_avx2_pack_qt(int64_t rows, int64_t d, const float *q, int64_t ldq, float
 enum {
     QK_NC = 6,   /* key columns per register block */
     QK_XC = 128, /* d values per pass */
-    QK_CC = 48   /* key columns per pass (8 register blocks) */
+    QK_CC = 24   /* key columns per pass (4 register blocks) */
 };
 
 /*
@@ -140,18 +151,21 @@ AVX2_INLINE void qk_block(int nc, int64_t nx, const float *qp, int64_t qld, cons
                           float *out, int64_t ldo, int first)
 {
     __m256 a0[QK_NC], a1[QK_NC];
+    AVX2_UNROLL
     for (int j = 0; j < nc; j++) {
         a0[j] = first ? _mm256_setzero_ps() : _mm256_load_ps(out + j * ldo);
         a1[j] = first ? _mm256_setzero_ps() : _mm256_load_ps(out + j * ldo + 8);
     }
     for (int64_t x = 0; x < nx; x++) {
         const __m256 q0 = _mm256_load_ps(qp + x * qld), q1 = _mm256_load_ps(qp + x * qld + 8);
+        AVX2_UNROLL
         for (int j = 0; j < nc; j++) {
             const __m256 b = _mm256_broadcast_ss(kp + j * kld + x);
             a0[j] = _mm256_fmadd_ps(q0, b, a0[j]);
             a1[j] = _mm256_fmadd_ps(q1, b, a1[j]);
         }
     }
+    AVX2_UNROLL
     for (int j = 0; j < nc; j++) {
         _mm256_store_ps(out + j * ldo, a0[j]);
         _mm256_store_ps(out + j * ldo + 8, a1[j]);
@@ -181,24 +195,32 @@ AVX2_INLINE void qk_dot_block(int nr, int64_t nx, const float *qr, int64_t qld, 
                               __m256i tail, float *out, int64_t ldo, int first)
 {
     __m256 a[3][4];
+    AVX2_UNROLL
     for (int i = 0; i < nr; i++)
+        AVX2_UNROLL
         for (int j = 0; j < 4; j++) a[i][j] = _mm256_setzero_ps();
     int64_t x = 0;
     for (; x + 8 <= nx; x += 8)
+        AVX2_UNROLL
         for (int j = 0; j < 4; j++) {
             const __m256 kv = _mm256_loadu_ps(kc[j] + x);
+            AVX2_UNROLL
             for (int i = 0; i < nr; i++) a[i][j] = _mm256_fmadd_ps(_mm256_load_ps(qr + i * qld + x), kv, a[i][j]);
         }
     if (x < nx)
+        AVX2_UNROLL
         for (int j = 0; j < 4; j++) {
             const __m256 kv = _mm256_maskload_ps(kc[j] + x, tail);
+            AVX2_UNROLL
             for (int i = 0; i < nr; i++) a[i][j] = _mm256_fmadd_ps(_mm256_load_ps(qr + i * qld + x), kv, a[i][j]);
         }
+    AVX2_UNROLL
     for (int i = 0; i < nr; i++) {
         /* the 4 horizontal sums as one vector (j = 0..3) */
         const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[i][0], a[i][1]), _mm256_hadd_ps(a[i][2], a[i][3]));
         float v4[4];
         _mm_storeu_ps(v4, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+        AVX2_UNROLL
         for (int j = 0; j < 4; j++) out[j * ldo + i] = first ? v4[j] : out[j * ldo + i] + v4[j];
     }
 }
@@ -247,12 +269,17 @@ static void qk_dot(int64_t rows, int64_t cols, int64_t d, const float *qt, int64
 }
 
 /*
- * Loops: d in passes of 128, key columns in passes of 48 (their K rows, 24 KiB at
+ * Loops: d in passes of 128, key columns in passes of 24 (their K rows, 12 KiB at
  * d = 128, stay in L1 while every 16-row block of Q goes by), then 16-row blocks,
- * then 6-column register blocks. K is read in place. A Q block with ldqt > 64 is
- * first copied to a contiguous 16 x 128 panel: read in place, rows 1 KiB or more
- * apart fall onto a few L1 sets and evict each other before the 8 column blocks
- * have reused them.
+ * then 6-column register blocks. K is read in place, and so is Q: a 16 x 128
+ * block of qt (8 KiB) is reused by the 4 column blocks of a pass. 12 + 8 KiB
+ * leave room in a 32 KiB L1 (Zen 2/3, Intel client cores); passes of 48
+ * columns did not (cachegrind, 32 KiB 8-way L1, 256 x 256 x 128: 40% more L1
+ * read misses). Only a qt whose rows are a multiple of 256 bytes apart is first
+ * copied to a contiguous panel: its column slice would fall onto a quarter of
+ * the L1 sets or fewer and evict itself (the core's panels never are:
+ * fa_panel_ld). Measured against the FMA probe (EMR, one process, alternating):
+ * dropping the copy of every block gained 2-5 points.
  */
 void fa_avx2_qk_16x6(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
                     int64_t ldk, float *st, int64_t ldst)
@@ -263,7 +290,7 @@ void fa_avx2_qk_16x6(int64_t rows, int64_t cols, int64_t d, const float *qt, int
     }
     _Alignas(64) float panel[QK_XC * 16]; /* (QK_XC, 16) */
     const int64_t padded = round_rows(rows);
-    const int copy = ldqt > 64;
+    const int copy = ldqt % 64 == 0;
     for (int64_t x0 = 0; x0 < d; x0 += QK_XC) {
         const int64_t nx = d - x0 < QK_XC ? d - x0 : QK_XC;
         const int first = x0 == 0;
@@ -305,6 +332,7 @@ AVX2_INLINE void softmax_strip(int nv, const int64_t nrow[2], int64_t cols, floa
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     __m256i lane[2], vlo[2], vhi[2];
     __m256 mx[2], unord[2], dead[2];
+    AVX2_UNROLL
     for (int v = 0; v < nv; v++) {
         lane[v] = lanes_below(nrow[v]);
         if (lo) {
@@ -319,6 +347,7 @@ AVX2_INLINE void softmax_strip(int nv, const int64_t nrow[2], int64_t cols, floa
     for (int64_t c = 0; c < cols; c++) {
         const float *sc = st + c * ldst;
         const __m256i vc = _mm256_set1_epi32((int)c);
+        AVX2_UNROLL
         for (int v = 0; v < nv; v++) {
             __m256 s = _mm256_load_ps(sc + 8 * v);
             if (lo) {
@@ -333,6 +362,7 @@ AVX2_INLINE void softmax_strip(int nv, const int64_t nrow[2], int64_t cols, floa
     /* new maxima, rescale factors, and which rows keep anything at all */
     __m256 mnew[2], lv[2];
     int all_live = 1;
+    AVX2_UNROLL
     for (int v = 0; v < nv; v++) {
         const __m256 tmax = _mm256_blendv_ps(mx[v], _mm256_set1_ps(NAN), unord[v]);
         const __m256 mold = _mm256_maskload_ps(m + 8 * v, lane[v]);
@@ -352,6 +382,7 @@ AVX2_INLINE void softmax_strip(int nv, const int64_t nrow[2], int64_t cols, floa
     for (int64_t c = 0; c < cols; c++) {
         float *sc = st + c * ldst;
         const __m256i vc = _mm256_set1_epi32((int)c);
+        AVX2_UNROLL
         for (int v = 0; v < nv; v++) {
             __m256 p = exp_ps(_mm256_sub_ps(_mm256_load_ps(sc + 8 * v), mnew[v]));
             if (lo) {
@@ -364,6 +395,7 @@ AVX2_INLINE void softmax_strip(int nv, const int64_t nrow[2], int64_t cols, floa
             _mm256_store_ps(sc + 8 * v, p);
         }
     }
+    AVX2_UNROLL
     for (int v = 0; v < nv; v++) _mm256_maskstore_ps(l + 8 * v, lane[v], lv[v]);
 }
 
@@ -384,126 +416,147 @@ void fa_avx2_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, const 
 /* ----------------------------------------------------------------------- pv */
 
 enum {
-    PV_NR = 3,               /* rows per register block */
-    PV_NV = 4,               /* vectors along e per register block */
-    PV_EB = 8 * PV_NV,       /* e values per register block */
-    PV_CC = 64,              /* columns per pass */
-    PV_RC = 66,              /* rows per pass (a multiple of PV_NR) */
-    PV_PLD = PV_RC + 14      /* P panel stride: 320 bytes, not a power of two */
+    PV_NR = 3,         /* rows per register block */
+    PV_NV = 4,         /* vectors along e per register block */
+    PV_EB = 8 * PV_NV, /* e values per register block, the width of a V panel */
+    PV_CC = 128        /* key columns per pass: a V panel of PV_CC x PV_EB is 16 KiB */
 };
 
 /*
- * acc[i][0..8nv) = (alpha ? alpha[i] : 1) * acc[i][..] + sum over c < nc of pp[c * pld + i] * vp[c * vld + ..]
- * for i < nr. With `masked`, the last vector of acc and of V goes through `tail`.
+ * acc[i][0..8nv) = (alpha ? alpha[i] : 1) * acc[i][..] + sum over c < nc of p[c * ldp + i] * v[c * ldv + ..]
+ * for i < nr. acc is read and written in whole vectors: its rows are aligned and
+ * its padding (dv <= e < ldacc, ldacc a multiple of 16) is free to use. With
+ * `masked`, V's last vector goes through `tail` (V read in place); a panel's
+ * zero padding needs no mask.
  */
-AVX2_INLINE void pv_block(int nr, int nv, int masked, __m256i tail, int64_t nc, const float *pp, int64_t pld,
-                          const float *vp, int64_t vld, const float *alpha, float *acc, int64_t ldacc)
+AVX2_INLINE void pv_block(const int nr, const int nv, const int masked, __m256i tail, int64_t nc, const float *p,
+                          int64_t ldp, const float *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
     __m256 a[PV_NR][PV_NV];
+    AVX2_UNROLL
     for (int i = 0; i < nr; i++) {
         const float *ai = acc + i * ldacc;
-        for (int j = 0; j < nv; j++)
-            a[i][j] = masked && j == nv - 1 ? _mm256_maskload_ps(ai + 8 * j, tail) : _mm256_loadu_ps(ai + 8 * j);
+        AVX2_UNROLL
+        for (int j = 0; j < nv; j++) a[i][j] = _mm256_load_ps(ai + 8 * j);
         if (alpha) {
             const __m256 s = _mm256_broadcast_ss(alpha + i);
+            AVX2_UNROLL
             for (int j = 0; j < nv; j++) a[i][j] = _mm256_mul_ps(a[i][j], s);
         }
     }
     for (int64_t c = 0; c < nc; c++) {
-        __m256 p[PV_NR];
-        for (int i = 0; i < nr; i++) p[i] = _mm256_broadcast_ss(pp + c * pld + i);
+        __m256 pb[PV_NR];
+        AVX2_UNROLL
+        for (int i = 0; i < nr; i++) pb[i] = _mm256_broadcast_ss(p + c * ldp + i);
+        AVX2_UNROLL
         for (int j = 0; j < nv; j++) {
-            const float *vj = vp + c * vld + 8 * j;
+            const float *vj = v + c * ldv + 8 * j;
             const __m256 vv = masked && j == nv - 1 ? _mm256_maskload_ps(vj, tail) : _mm256_loadu_ps(vj);
-            for (int i = 0; i < nr; i++) a[i][j] = _mm256_fmadd_ps(p[i], vv, a[i][j]);
+            AVX2_UNROLL
+            for (int i = 0; i < nr; i++) a[i][j] = _mm256_fmadd_ps(pb[i], vv, a[i][j]);
         }
     }
-    for (int i = 0; i < nr; i++) {
-        float *ai = acc + i * ldacc;
-        for (int j = 0; j < nv; j++) {
-            if (masked && j == nv - 1)
-                _mm256_maskstore_ps(ai + 8 * j, tail, a[i][j]);
-            else
-                _mm256_storeu_ps(ai + 8 * j, a[i][j]);
-        }
+    AVX2_UNROLL
+    for (int i = 0; i < nr; i++)
+        AVX2_UNROLL
+        for (int j = 0; j < nv; j++) _mm256_store_ps(acc + i * ldacc + 8 * j, a[i][j]);
+}
+
+/* All rows against one V panel (nc x PV_EB, 8nv columns of it used): 3-row
+ * blocks, then 2-row ones for what is left; one 1-row block (a third of the
+ * FMAs per load) only when rows is 1. The planner's row counts are multiples
+ * of 16, 3k + 1: their last 4 rows go as 2 + 2. */
+AVX2_INLINE void pv_rows(const int nv, int64_t rows, int64_t nc, const float *p, int64_t ldp, const float *vp,
+                         const float *alpha, float *acc, int64_t ldacc)
+{
+    const __m256i none = _mm256_setzero_si256();
+    const int64_t r3 = rows % 3 == 1 && rows >= 4 ? rows - 4 : rows - rows % 3;
+    int64_t r = 0;
+    for (; r < r3; r += PV_NR)
+        pv_block(PV_NR, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+    for (; r + 2 <= rows; r += 2)
+        pv_block(2, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+    if (r < rows) pv_block(1, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+}
+
+static void pv_rows4(int64_t rows, int64_t nc, const float *p, int64_t ldp, const float *vp, const float *alpha,
+                     float *acc, int64_t ldacc)
+{
+    pv_rows(4, rows, nc, p, ldp, vp, alpha, acc, ldacc);
+}
+
+static void pv_rows_part(int nv, int64_t rows, int64_t nc, const float *p, int64_t ldp, const float *vp,
+                         const float *alpha, float *acc, int64_t ldacc)
+{
+    switch (nv) {
+    case 1: pv_rows(1, rows, nc, p, ldp, vp, alpha, acc, ldacc); break;
+    case 2: pv_rows(2, rows, nc, p, ldp, vp, alpha, acc, ldacc); break;
+    default: pv_rows(3, rows, nc, p, ldp, vp, alpha, acc, ldacc); break;
     }
 }
 
-/* Every block other than the full unmasked 3 x 4 one: fewer rows, fewer vectors;
- * the last vector always goes through the mask (all lanes when dv allows). */
-static void pv_edge(int nr, int nv, __m256i tail, int64_t nc, const float *pp, int64_t pld, const float *vp,
-                    int64_t vld, const float *alpha, float *acc, int64_t ldacc)
+/* At most 3 rows (decoding): V is used once, so it is read in place, its last vector masked. */
+static void pv_few(int nr, int nv, __m256i tail, int64_t nc, const float *p, int64_t ldp, const float *v,
+                   int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
     switch (nr * 10 + nv) {
-    case 11: pv_block(1, 1, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 12: pv_block(1, 2, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 13: pv_block(1, 3, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 14: pv_block(1, 4, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 21: pv_block(2, 1, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 22: pv_block(2, 2, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 23: pv_block(2, 3, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 24: pv_block(2, 4, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 31: pv_block(3, 1, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 32: pv_block(3, 2, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    case 33: pv_block(3, 3, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
-    default: pv_block(3, 4, 1, tail, nc, pp, pld, vp, vld, alpha, acc, ldacc); break;
+    case 11: pv_block(1, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 12: pv_block(1, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 13: pv_block(1, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 14: pv_block(1, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 21: pv_block(2, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 22: pv_block(2, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 23: pv_block(2, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 24: pv_block(2, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 31: pv_block(3, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 32: pv_block(3, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 33: pv_block(3, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    default: pv_block(3, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
     }
 }
 
 /*
- * Loops: key columns in passes of 64, rows in passes of 66, 32-wide strips of e,
- * then 3-row register blocks. Each strip of V is copied to a contiguous 64 x 32
- * panel (8 KiB, zero-padded past dv so only acc needs masks): V rows are often a
- * multiple of 4 KiB apart (BSND tensors) and would all fall onto two L1 sets. P
- * is read in place when ldst <= 64, else copied to a 64 x 66 panel, for the
- * reason given at fa_avx2_qk_16x6. With at most 3 rows (decoding) V is used once and is
- * read in place instead. The sum over c runs in order, pass after pass, as in the
- * reference; alpha is applied on the first pass.
+ * Loops: key columns in passes of PV_CC, 32-wide strips of e, then every row in
+ * 3-row register blocks. Each strip of V is copied once per pass into a
+ * contiguous PV_CC x 32 panel (16 KiB, zero-padded past dv), which all the row
+ * blocks then stream: read in place, a 128-byte slice of rows 512 bytes or more
+ * apart would use a quarter of the L1 sets or less and miss. P is broadcast in
+ * place, st[c][r..r+2]: a row block walks one cache line per column, shared by
+ * the blocks of the same 16 rows. Only acc rows cross passes (loaded and stored
+ * once per pass); alpha is applied on the first. The sum over c runs in order,
+ * as in the reference.
  */
 void fa_avx2_pv_3x32(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
-                    int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
+                     int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
-    _Alignas(64) float pp[PV_CC * PV_PLD]; /* (PV_CC, PV_PLD) P rows c, columns r */
-    _Alignas(64) float vp[PV_CC * PV_EB];  /* (PV_CC, PV_EB)  V strip */
+    _Alignas(64) float vp[PV_CC * PV_EB]; /* (PV_CC, PV_EB) V strip */
     for (int64_t c0 = 0; c0 < cols; c0 += PV_CC) {
         const int64_t nc = cols - c0 < PV_CC ? cols - c0 : PV_CC;
-        for (int64_t r0 = 0; r0 < rows; r0 += PV_RC) {
-            const int64_t nrr = rows - r0 < PV_RC ? rows - r0 : PV_RC;
-            const float *pc = st + c0 * ldst + r0;
-            int64_t pld = ldst;
-            if (ldst > 64) {
-                for (int64_t c = 0; c < nc; c++) memcpy(pp + c * PV_PLD, pc + c * ldst, (size_t)nrr * sizeof *pp);
-                pc = pp;
-                pld = PV_PLD;
+        const float *pc = st + c0 * ldst, *vc = v + c0 * ldv;
+        const float *al = c0 == 0 ? alpha : NULL;
+        for (int64_t e0 = 0; e0 < dv; e0 += PV_EB) {
+            const int64_t ne = dv - e0 < PV_EB ? dv - e0 : PV_EB;
+            const int nv = (int)((ne + 7) / 8);
+            if (rows <= PV_NR) {
+                pv_few((int)rows, nv, lanes_below(ne - 8 * (nv - 1)), nc, pc, ldst, vc + e0, ldv, al, acc + e0, ldacc);
+                continue;
             }
-            const float *al = alpha && c0 == 0 ? alpha + r0 : NULL;
-            for (int64_t e0 = 0; e0 < dv; e0 += PV_EB) {
-                const int64_t ne = dv - e0 < PV_EB ? dv - e0 : PV_EB;
-                const int nv = (int)((ne + 7) / 8);
-                const __m256i tail = lanes_below(ne - 8 * (nv - 1));
-                if (rows <= PV_NR) {
-                    pv_edge((int)rows, nv, tail, nc, pc, pld, v + c0 * ldv + e0, ldv, al, acc + e0, ldacc);
-                    continue;
-                }
+            if (ne == PV_EB) {
                 for (int64_t c = 0; c < nc; c++) {
-                    const float *src = v + (c0 + c) * ldv + e0;
+                    const float *src = vc + c * ldv + e0;
                     float *dst = vp + c * PV_EB;
-                    if (ne == PV_EB) {
-                        for (int j = 0; j < PV_NV; j++) _mm256_store_ps(dst + 8 * j, _mm256_loadu_ps(src + 8 * j));
-                    } else {
-                        for (int j = 0; j < PV_NV; j++)
-                            _mm256_store_ps(dst + 8 * j, _mm256_maskload_ps(src + 8 * j, lanes_below(ne - 8 * j)));
-                    }
+                    for (int j = 0; j < PV_NV; j++) _mm256_store_ps(dst + 8 * j, _mm256_loadu_ps(src + 8 * j));
                 }
-                float *ac = acc + r0 * ldacc + e0;
-                int64_t r = 0;
-                if (ne == PV_EB)
-                    for (; r + PV_NR <= nrr; r += PV_NR)
-                        pv_block(PV_NR, PV_NV, 0, tail, nc, pc + r, pld, vp, PV_EB, al ? al + r : NULL, ac + r * ldacc, ldacc);
-                for (; r < nrr; r += PV_NR) {
-                    const int nr = nrr - r < PV_NR ? (int)(nrr - r) : PV_NR;
-                    pv_edge(nr, nv, tail, nc, pc + r, pld, vp, PV_EB, al ? al + r : NULL, ac + r * ldacc, ldacc);
+                pv_rows4(rows, nc, pc, ldst, vp, al, acc + e0, ldacc);
+            } else {
+                for (int64_t c = 0; c < nc; c++) {
+                    const float *src = vc + c * ldv + e0;
+                    float *dst = vp + c * PV_EB;
+                    for (int j = 0; j < nv; j++)
+                        _mm256_store_ps(dst + 8 * j, _mm256_maskload_ps(src + 8 * j, lanes_below(ne - 8 * j)));
                 }
+                if (nv == PV_NV) pv_rows4(rows, nc, pc, ldst, vp, al, acc + e0, ldacc);
+                else pv_rows_part(nv, rows, nc, pc, ldst, vp, al, acc + e0, ldacc);
             }
         }
     }
@@ -563,17 +616,24 @@ AVX2_INLINE void stx_block(const int nc, const int nv, int64_t rows, const float
                            float *acc, int64_t ldacc)
 {
     __m256 a[STX_NC][STX_NV];
+    AVX2_UNROLL
     for (int j = 0; j < nc; j++)
+        AVX2_UNROLL
         for (int i = 0; i < nv; i++) a[j][i] = _mm256_loadu_ps(acc + j * ldacc + 8 * i);
     for (int64_t r = 0; r < rows; r++) {
         __m256 s[STX_NC];
+        AVX2_UNROLL
         for (int j = 0; j < nc; j++) s[j] = _mm256_broadcast_ss(st + j * ldst + r);
+        AVX2_UNROLL
         for (int i = 0; i < nv; i++) {
             const __m256 xv = _mm256_load_ps(xp + r * STX_EB + 8 * i);
+            AVX2_UNROLL
             for (int j = 0; j < nc; j++) a[j][i] = _mm256_fmadd_ps(s[j], xv, a[j][i]);
         }
     }
+    AVX2_UNROLL
     for (int j = 0; j < nc; j++)
+        AVX2_UNROLL
         for (int i = 0; i < nv; i++) _mm256_storeu_ps(acc + j * ldacc + 8 * i, a[j][i]);
 }
 
@@ -617,12 +677,15 @@ void fa_avx2_stx_3x32(int64_t rows, int64_t cols, int64_t n, const float *st, in
             }
             const float *sc = st + r0;
             float *ac = acc + e0;
+            /* 3-column blocks, then 2-column ones (pv_rows: a count 3k + 1 ends in 2 + 2) */
+            const int64_t c3 = cols % 3 == 1 && cols >= 4 ? cols - 4 : cols - cols % 3;
             int64_t c = 0;
             if (nv == STX_NV)
-                for (; c + STX_NC <= cols; c += STX_NC)
+                for (; c < c3; c += STX_NC)
                     stx_block(STX_NC, STX_NV, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
-            for (; c < cols; c += STX_NC) {
-                const int nc = cols - c < STX_NC ? (int)(cols - c) : STX_NC;
+            for (; c < c3; c += STX_NC) stx_edge(STX_NC, nv, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
+            for (; c < cols; c += 2) {
+                const int nc = cols - c < 2 ? 1 : 2;
                 stx_edge(nc, nv, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
             }
         }
