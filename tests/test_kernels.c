@@ -2418,6 +2418,103 @@ static void test_pool_hooks(void) {
     }
 }
 
+/* ------------------------------------------------------- amx against its model */
+
+/*
+ * The same tile kernels on the hardware (amx) and on the software model of the tiles
+ * (amx-model), on identical inputs: the model follows the SDM's TDPBF16PS bit for bit
+ * (tests/test_amx_model.c checks it instruction by instruction against the hardware)
+ * and the glue around the tiles is the same C source, so every output must agree
+ * bitwise. Run where the CPU has AMX; elsewhere said and skipped, never counted.
+ */
+static const fa_kernels *table_named(const char *name) {
+    for (int t = 0; t < g_ntab; t++)
+        if (is_table(g_tab[t].k, name)) return g_tab[t].k;
+    return NULL;
+}
+
+/* a bf16 value of wide range: most N(0, 1), some large, some tiny (denormal as bf16) */
+static uint16_t agree_value(h_rng *r) {
+    const double u = h_rng_uniform(r);
+    double v = h_rng_normal(r);
+    if (u < 0.05) v *= 1e30;
+    else if (u < 0.10) v *= 1e-39;
+    return h_f32_to_bf16((float)v);
+}
+
+typedef struct {
+    int64_t elems, differ;
+} agree_count;
+
+static void agree_compare(agree_count *a, const float *x, const float *y, int64_t n, int64_t ld, int64_t len) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < len; j++) {
+            a->elems++;
+            a->differ += fbits(x[i * ld + j]) != fbits(y[i * ld + j]);
+        }
+}
+
+/* One shape through qk_bf16, pv_bf16 and stx_bf16 on both tables. */
+static void agree_case(const fa_kernels *hw, const fa_kernels *md, int64_t rows, int64_t cols, int64_t d,
+                       agree_count *a) {
+    const int64_t ldqt = round16(rows), ldst = round16(rows), ldk = d + 3, ldacc = round16(d), ldvp = round16(d);
+    const int64_t dpad = d + (d & 1);
+    uint16_t *qt2 = xaligned(sizeof(uint16_t) * (size_t)(dpad / 2 * 2 * ldqt));
+    memset(qt2, 0, sizeof(uint16_t) * (size_t)(dpad / 2 * 2 * ldqt));
+    for (int64_t x = 0; x < d; x++)
+        for (int64_t r = 0; r < rows; r++) qt2[(x / 2) * 2 * ldqt + 2 * r + (x & 1)] = agree_value(&g_rng);
+    uint16_t *k = xmalloc(sizeof(uint16_t) * (size_t)(cols * ldk));
+    for (int64_t i = 0; i < cols * ldk; i++) k[i] = agree_value(&g_rng);
+    float *st[2], *acc[2], *dk[2];
+    const size_t st_bytes = 4 * (size_t)(cols * ldst), acc_bytes = 4 * (size_t)(rows * ldacc);
+    const size_t dk_bytes = 4 * (size_t)(cols * ldacc);
+    float *alpha = xmalloc(4 * (size_t)rows), *acc0 = xmalloc(acc_bytes), *dk0 = xmalloc(dk_bytes);
+    for (int64_t r = 0; r < rows; r++) alpha[r] = (float)h_rng_uniform(&g_rng);
+    for (int64_t i = 0; i < rows * ldacc; i++) acc0[i] = (float)h_rng_normal(&g_rng);
+    for (int64_t i = 0; i < cols * ldacc; i++) dk0[i] = (float)h_rng_normal(&g_rng);
+    uint32_t *vp = xaligned(4 * (size_t)((cols + 1) / 2 * ldvp));
+    fa_kernels_ref.pack_pairs_bf16(cols, d, k, ldk, vp, ldvp);
+    const size_t pv_scr = 4 * (size_t)FA_PV_BF16_SCRATCH(rows, cols, d);
+    const size_t stx_scr = 2 * (size_t)FA_STX_BF16_SCRATCH(rows, cols, d, ldst);
+    void *scratch = xaligned(pv_scr > stx_scr ? pv_scr : stx_scr);
+    uint16_t *x = xmalloc(sizeof(uint16_t) * (size_t)(rows * ldk));
+    for (int64_t i = 0; i < rows * ldk; i++) x[i] = agree_value(&g_rng);
+    for (int w = 0; w < 2; w++) {
+        const fa_kernels *kt = w ? md : hw;
+        h_case("amx vs amx-model rows=%lld cols=%lld d=%lld on %s", (long long)rows, (long long)cols, (long long)d,
+               kt->name);
+        st[w] = xaligned(st_bytes), acc[w] = xaligned(acc_bytes), dk[w] = xaligned(dk_bytes);
+        memcpy(acc[w], acc0, acc_bytes), memcpy(dk[w], dk0, dk_bytes);
+        tiles_begin(kt);
+        kt->qk_bf16(rows, cols, d, qt2, 2 * ldqt, k, ldk, 0.125f, st[w], ldst);
+        /* P from the scores, finite and in [0, 1] as the softmax leaves it */
+        for (int64_t i = 0; i < cols * ldst; i++) st[w][i] = isfinite(st[w][i]) ? 1.0f / (1.0f + fabsf(st[w][i])) : 0.0f;
+        kt->pv_bf16(rows, cols, d, st[w], ldst, vp, ldvp, alpha, acc[w], ldacc, scratch);
+        kt->stx_bf16(rows, cols, d, st[w], ldst, x, ldk, dk[w], ldacc, scratch);
+        tiles_end(kt);
+    }
+    agree_compare(a, st[0], st[1], cols, ldst, rows);
+    agree_compare(a, acc[0], acc[1], rows, ldacc, d);
+    agree_compare(a, dk[0], dk[1], cols, ldacc, d);
+    for (int w = 0; w < 2; w++) free(st[w]), free(acc[w]), free(dk[w]);
+    free(qt2), free(k), free(alpha), free(acc0), free(dk0), free(vp), free(scratch), free(x);
+}
+
+static void test_amx_agreement(void) {
+    const fa_kernels *hw = table_named("amx"), *md = table_named("amx-model");
+    if (!hw || !md) {
+        printf("amx vs amx-model: skipped (%s does not run here)\n", hw ? "amx-model" : "the amx table");
+        return;
+    }
+    static const int64_t shapes[][3] = {{16, 32, 32}, {1, 1, 1}, {17, 33, 31}, {64, 128, 128}, {33, 70, 65},
+                                        {128, 96, 64}, {5, 300, 7}, {48, 31, 256}};
+    agree_count a = {0, 0};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) agree_case(hw, md, shapes[i][0], shapes[i][1], shapes[i][2], &a);
+    printf("amx vs amx-model: %lld of %lld outputs of qk_bf16, pv_bf16 and stx_bf16 bitwise equal\n",
+           (long long)(a.elems - a.differ), (long long)a.elems);
+    CHECK(a.differ == 0, "%lld outputs differ between the hardware tiles and the model", (long long)a.differ);
+}
+
 int main(void) {
     h_rng_seed(&g_rng, h_env_u64("FA_TEST_SEED", 31337));
     printf("flashattn %s, kernel tables in this build: %d; FA_TEST_SCALE %g\n", fa_version_string(), fa_kernels_count(),
@@ -2442,6 +2539,7 @@ int main(void) {
     test_stx();
     test_stx_bf16();
     test_small();
+    test_amx_agreement();
     free(g_sweep);
 
     printf("per table: max err / (FLT_EPSILON * sum|terms|) (limit %g + sqrt(terms)), exp error in ulps\n", DOT_ULPS);
