@@ -10,6 +10,9 @@
  *   memory_*      TILELOADD/TILESTORED round trips with odd and negative strides, the
  *                 zeroing outside the configured shape, state cleared by release
  *   threads       two threads with their own configurations at once
+ *   fast path     TDPBF16PS (exact double arithmetic where the inputs are finite) against
+ *                 the model's integer-only fa_tm_fma32 in the SDM's order, bit for bit,
+ *                 on random, edge, near-FTZ, near-overflow and exponent-gap inputs
  *   hardware      random and edge inputs through the real instructions and the model,
  *                 bit for bit (x86-64 with AMX only; otherwise says why, counts nothing)
  *
@@ -18,6 +21,7 @@
  * Tile layout in every TDPBF16PS case: tmm0 = C (M x 4N bytes), tmm1 = A (M x 4K),
  * tmm2 = B (K x 4N), B's row k holding the bf16 pairs (B[2k][n], B[2k+1][n]).
  */
+#include <fenv.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -569,9 +573,7 @@ static void test_threads(void)
     CHECK(!fa_tm_configured() && fa_tm_faults() == 0, "the main thread's state changed");
 }
 
-/* -------------------------------------------------------------- hardware */
-
-#if defined(FA_AMX_HW_PROBE)
+/* ------------------------------------------------- random and edge inputs */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15u;
 static uint64_t rnd(void)
@@ -611,9 +613,28 @@ static float ldexpf_(float f, int e)
     return f;
 }
 
-/* kind 0: N(0,1); 1: N(0,1) times 2^[-40, 40]; 2: values near cancellation; 3: edges */
+/* kind 0: N(0,1); 1: N(0,1) times 2^[-40, 40]; 2: values near cancellation; 3: edges;
+ * the boundaries of the model's fast path (amx_model.c, add_round):
+ * 4: products and sums near 2^-126 (FTZ after rounding, tiny before but normal after),
+ *    with zeros and denormals among them;
+ * 5: products and C near 2^128 (overflow, rows redone on the integer path), and
+ *    FLT_MAX;
+ * 6: few significant bits over 2^[-30, 30] (products, C 2^[-40, 40]): exact ties, powers
+ *    of two, exponent gaps on both sides of the fast path's 26. */
+enum { KINDS = 7 };
+
 static uint16_t gen16(int kind)
 {
+    const uint16_t sign = (uint16_t)((rnd() & 1) << 15);
+    if (kind == 4) {
+        if (rnd() % 8 == 0) return (uint16_t)(sign | (rnd() % 2 ? 0x0000 : 0x0001 + rnd() % 0x7f));
+        return (uint16_t)(sign | (127 - 63 + (int)(rnd() % 7) - 3) << 7 | (uint16_t)(rnd() & 0x7f));
+    }
+    if (kind == 5) {
+        if (rnd() % 8 == 0) return (uint16_t)(sign | 0x7f7f);
+        return (uint16_t)(sign | (127 + 63 + (int)(rnd() % 3) - 1) << 7 | (uint16_t)(rnd() & 0x7f));
+    }
+    if (kind == 6) return (uint16_t)(sign | (127 + (int)(rnd() % 61) - 30) << 7 | (uint16_t)((rnd() % 8) << 4));
     if (kind == 3 && rnd() % 3 == 0) return edge16[rnd() % (sizeof edge16 / sizeof edge16[0])];
     float f = gauss();
     if (kind == 1) f = ldexpf_(f, (int)(rnd() % 81) - 40);
@@ -623,6 +644,21 @@ static uint16_t gen16(int kind)
 
 static uint32_t gen32(int kind)
 {
+    const uint32_t sign = (uint32_t)(rnd() & 1) << 31;
+    if (kind == 4) {
+        const unsigned r = (unsigned)(rnd() % 8);
+        if (r == 0) return sign;
+        if (r == 1) return sign | (uint32_t)(1 + rnd() % 0x7fffff); /* denormal, read as zero */
+        return sign | (uint32_t)(1 + rnd() % 4) << 23 | (uint32_t)(rnd() & 0x7fffff);
+    }
+    if (kind == 5) {
+        if (rnd() % 8 == 0) return sign | 0x7f7fffffu;
+        return sign | (uint32_t)(250 + rnd() % 5) << 23 | (uint32_t)(rnd() & 0x7fffff);
+    }
+    if (kind == 6) {
+        const uint32_t m = rnd() % 3 == 0 ? 0 : rnd() % 2 ? 1 : (uint32_t)(rnd() & 0x7fffff);
+        return sign | (uint32_t)(127 + (int)(rnd() % 81) - 40) << 23 | m;
+    }
     if (kind == 3 && rnd() % 3 == 0) return edge32[rnd() % (sizeof edge32 / sizeof edge32[0])];
     float f = gauss() * (kind == 2 ? 8.0f : 1.0f);
     if (kind == 1) f = ldexpf_(f, (int)(rnd() % 81) - 40);
@@ -632,6 +668,64 @@ static uint32_t gen32(int kind)
 }
 
 static int is_nan32(uint32_t x) { return (x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu); }
+
+/* TDPBF16PS's element (m, n) as the SDM writes it, on fa_tm_fma32 alone (the model's
+ * integer-only soft float): two lanes accumulated over k, even + odd, then C + that. */
+static uint32_t sdm_fma32(uint32_t c, int K, uint16_t a[16][32], int m, uint16_t b[16][32], int n)
+{
+    uint32_t even = 0, odd = 0;
+    for (int k = 0; k < K; k++) {
+        even = fa_tm_fma32((uint32_t)a[m][2 * k] << 16, (uint32_t)b[k][2 * n] << 16, even);
+        odd = fa_tm_fma32((uint32_t)a[m][2 * k + 1] << 16, (uint32_t)b[k][2 * n + 1] << 16, odd);
+    }
+    return fa_tm_fma32(c, 0x3f800000u, fa_tm_fma32(even, 0x3f800000u, odd));
+}
+
+/* The tiles' fast path (exact double arithmetic, rows with inf/NaN or an overflow
+ * redone in integers) against the integer-only soft float, bit for bit, NaN payloads
+ * included, on every kind of input: runs everywhere, hardware or not. `mode` names the
+ * rounding mode the FPU is in meanwhile: the model must not depend on it. */
+static void test_fast_path(const char *mode)
+{
+    g_case = mode;
+    long elems = 0, bad = 0, zeros = 0, infs = 0, nans = 0;
+    int printed = 0;
+    for (int kind = 0; kind < KINDS; kind++)
+        for (int it = 0; it < 200; it++) {
+            const int M = it < 40 ? 16 : 1 + (int)(rnd() % 16), K = it < 40 ? 16 : 1 + (int)(rnd() % 16),
+                      N = it < 40 ? 16 : 1 + (int)(rnd() % 16);
+            const fa_tilecfg cfg = dp_cfg(M, K, N);
+            static uint16_t a[16][32], b[16][32];
+            static uint32_t c0[16][16], cm[16][16];
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 32; j++) a[i][j] = gen16(kind), b[i][j] = gen16(kind);
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 16; j++) c0[i][j] = gen32(kind);
+            memcpy(cm, c0, sizeof cm);
+            fa_tm_clear_faults();
+            model_dp(&cfg, cm, a, b);
+            CHECK(fa_tm_faults() == 0, "model faults %#x", fa_tm_faults());
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    const uint32_t want = sdm_fma32(c0[m][n], K, a, m, b, n), got = cm[m][n];
+                    elems++;
+                    zeros += !(want & 0x7fffffffu), infs += (want & 0x7fffffffu) == 0x7f800000u;
+                    nans += is_nan32(want);
+                    if (got == want) continue;
+                    bad++;
+                    if (printed++ < 12)
+                        printf("  differ: kind %d M %d K %d N %d at (%d,%d): C %#010x tiles %#010x fma32 %#010x\n",
+                               kind, M, K, N, m, n, c0[m][n], got, want);
+                }
+        }
+    printf("fast path vs integer soft float, %s: %ld elements (%ld zeros, %ld infinities, %ld NaNs), %ld differ\n",
+           mode, elems, zeros, infs, nans, bad);
+    CHECK(bad == 0, "%ld of %ld elements differ from fa_tm_fma32", bad, elems);
+}
+
+/* -------------------------------------------------------------- hardware */
+
+#if defined(FA_AMX_HW_PROBE)
 
 /* ulps between two non-NaN fp32 (as ordered integers) */
 static uint64_t ulps(uint32_t x, uint32_t y)
@@ -748,7 +842,7 @@ static void test_hardware(void)
            sizeof cases / sizeof cases[0] - (size_t)hand_bad, sizeof cases / sizeof cases[0]);
 
     /* TDPBF16PS, random and edge inputs */
-    const int kinds = 4, per_kind = 150;
+    const int kinds = KINDS, per_kind = 150;
     long elems = 0, same = 0, nan_payload = 0, nan_mismatch = 0, other = 0, vmatch[3] = {0, 0, 0};
     uint64_t worst = 0;
     int printed = 0;
@@ -820,6 +914,18 @@ int main(void)
     test_dp();
     test_memory();
     test_threads();
+    test_fast_path("FPU rounding to nearest");
+    /* the same with the FPU rounding elsewhere (the inputs differ too: gauss() rounds) */
+#if defined(FE_UPWARD)
+    if (fesetround(FE_UPWARD) == 0) test_fast_path("FPU rounding upward");
+#endif
+#if defined(FE_DOWNWARD)
+    if (fesetround(FE_DOWNWARD) == 0) test_fast_path("FPU rounding downward"); /* x - x = -0 there */
+#endif
+#if defined(FE_TOWARDZERO)
+    if (fesetround(FE_TOWARDZERO) == 0) test_fast_path("FPU rounding toward zero");
+#endif
+    fesetround(FE_TONEAREST);
     test_hardware();
     printf("%ld passed, %ld failed\n", g_passed, g_failed);
     fflush(stdout);

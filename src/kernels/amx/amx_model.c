@@ -19,13 +19,27 @@
  * A call the hardware would fault on (#GP, #UD) changes nothing and sets a bit of
  * fa_tm_faults(). Nothing aborts or prints; nothing is shared between threads.
  *
- * The arithmetic is integer-only (fma32 below): the bits never depend on the
- * compiler's FP environment, on contraction, x87 excess precision, MXCSR or the
- * target's own denormal and NaN rules, so x86-64 and aarch64 give the same tiles.
+ * The bits never depend on the compiler's FP environment, on contraction, x87 excess
+ * precision, MXCSR (rounding mode, FTZ, DAZ) or the target's own denormal and NaN
+ * rules, so x86-64 and aarch64 give the same tiles. Two paths give the same bits:
+ *
+ *   fa_tm_fma32   integer-only soft float, every case (NaN, inf, overflow); the
+ *                 reference, and TDPBF16PS's path for a row that meets a NaN or an
+ *                 inf or overflows.
+ *   add_round     the fast path for finite rows: double arithmetic that is exact
+ *                 (proof at add_round), rounded to fp32 in integer arithmetic, so no
+ *                 FP rounding mode, contraction or flush mode is ever consulted.
  */
 #include "amx_model.h"
 
 #include <string.h>
+
+/* Nothing below rounds in floating point (every double operation is exact), so
+ * contraction could not change a bit; clang is told anyway (gcc rejects the pragma
+ * under -Werror and contracts nothing across statements in ISO C mode). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 typedef struct tm_state {
     int configured;
@@ -265,6 +279,108 @@ static void put32(uint8_t *p, uint32_t x)
 /* make_fp32: a bf16 is the upper half of an fp32 */
 static uint32_t bf16_at(const uint8_t *p) { return ((uint32_t)p[0] | (uint32_t)p[1] << 8) << 16; }
 
+/* ------------------------------------------------------------- the fast path */
+
+/*
+ * Values here are doubles holding either an fp32 value (24 significant bits, DAZ'd,
+ * so zero or |x| in [2^-126, 2^128)) or the product of two DAZ'd bf16 values (16
+ * significant bits, zero or |x| in [2^-252, 2^256)): every such product is exact in
+ * double (16 <= 53 bits, exponents far inside double's range) and every nonzero one
+ * is a normal double, so MXCSR/FPCR flush modes never see a denormal.
+ */
+#define D_SIGN UINT64_C(0x8000000000000000)
+
+static double d_of(uint64_t u)
+{
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+static uint64_t u_of(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+/*
+ * fa_tm_fma32's result for x + y (x, y as above; x is the product a * b in a lane,
+ * or an fp32 value in the two final adds), returned as the double bit pattern of
+ * that fp32 value; *ovf becomes nonzero when the result overflows (then the caller
+ * redoes the row on the integer path, which owns inf and NaN).
+ *
+ * Proof of exactness. Let ex, ey be the biased double exponents (ex = 0 for a zero),
+ * so a nonzero x has its leading bit at 2^(ex-1023) and, having at most 24 significant
+ * bits, its lowest bit at or above 2^(ex-1023-23).
+ *  - |ex - ey| <= 25, both nonzero: the exact sum's bits lie between the lowest bit
+ *    of the smaller (>= 2^(min-1023-23)) and one carry above the larger
+ *    (2^(max-1023+1)): at most 25 + 23 + 2 = 50 <= 53 bits, so x + y is exact in
+ *    double whatever the rounding mode (and nonzero or an exact cancellation).
+ *  - ex - ey >= 26 (y may be zero: ey = 0): |y| < 2^(ey-1022) <= 2^(ex-1023-25), a
+ *    quarter of x's ulp at 24 bits even when x is a power of two (the ulp below it
+ *    is 2^(ex-1023-24), half of it 2^(ex-1023-25)), so x + y rounds to x at 24 bits
+ *    with an unbounded exponent: the result is x, then FTZ/overflow as below.
+ *    Symmetrically for ey - ex >= 26. Both zero: ex = ey = 0, the first case.
+ * The exact (or selected) value s is then rounded to 24 bits, nearest even, on its
+ * bits: adding 2^28 - 1 + lsb to the magnitude and clearing the low 29 bits carries
+ * into the exponent as it should. A rounded exponent below 2^-126 is flushed to a
+ * zero of s's sign (tininess after rounding, as fa_tm_fma32). A zero s is an exact
+ * cancellation (+0) or a sum of zeros (-0 only when both are -0): the sign is
+ * sign(x) & sign(y) in both cases, written out rather than taken from the FPU,
+ * whose rounding mode decides it. All compares are on integers; nothing depends on
+ * rounding mode, flush modes, excess precision or contraction.
+ */
+static inline uint64_t add_round(double x, double y, uint64_t *ovf)
+{
+    const uint64_t xu = u_of(x), yu = u_of(y);
+    const int64_t ex = (int64_t)(xu >> 52 & 0x7ff), ey = (int64_t)(yu >> 52 & 0x7ff);
+    uint64_t su = u_of(x + y);
+    su = ex - ey >= 26 ? xu : su;
+    su = ey - ex >= 26 ? yu : su;
+    const uint64_t sign = su & D_SIGN, mag = su & ~D_SIGN;
+    const uint64_t r = (mag + UINT64_C(0x0fffffff) + (mag >> 29 & 1)) & ~UINT64_C(0x1fffffff);
+    *ovf |= r >= ((uint64_t)(1023 + 128) << 52);
+    const uint64_t zero = mag ? sign : (xu & yu & D_SIGN);
+    return r < ((uint64_t)(1023 - 126) << 52) ? zero : (sign | r);
+}
+
+/* fp32 bits (DAZ applied) -> double; *special set for inf or NaN */
+static double d_of_f32(uint32_t u, unsigned *special)
+{
+    const uint32_t e = u >> 23 & 0xff;
+    *special |= e == 0xff;
+    if (!e) return (u >> 31) ? -0.0 : 0.0;
+    return d_of((uint64_t)(u >> 31) << 63 | (uint64_t)(e + 896) << 52 | (uint64_t)(u & 0x7fffffu) << 29);
+}
+
+/* an fp32 value as a double bit pattern (zero or in the normal range) -> fp32 bits */
+static uint32_t f32_of_du(uint64_t du)
+{
+    const uint32_t sign = (uint32_t)(du >> 32) & 0x80000000u;
+    const uint64_t mag = du & ~D_SIGN;
+    if (!mag) return sign;
+    return sign | (uint32_t)((mag >> 52) - 896) << 23 | (uint32_t)(mag >> 29 & 0x7fffffu);
+}
+
+/* ------------------------------------------------------------------ TDPBF16PS */
+
+/* Row m on the integer path: the SDM's pseudo-code as written. */
+static void dp_row_slow(int c, int a, int b, int m, int K, int N)
+{
+    uint32_t temp[2 * FA_TILE_MAX_COLSB / 4] = {0};
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < N; n++) {
+            temp[2 * n] = fa_tm_fma32(bf16_at(&tm.data[a][m][4 * k]), bf16_at(&tm.data[b][k][4 * n]), temp[2 * n]);
+            temp[2 * n + 1] =
+                fa_tm_fma32(bf16_at(&tm.data[a][m][4 * k + 2]), bf16_at(&tm.data[b][k][4 * n + 2]), temp[2 * n + 1]);
+        }
+    for (int n = 0; n < N; n++) {
+        const uint32_t t = f32_add(temp[2 * n], temp[2 * n + 1]);
+        put32(&tm.data[c][m][4 * n], f32_add(get32(&tm.data[c][m][4 * n]), t));
+    }
+}
+
 void fa_tm_dpbf16ps(int c, int a, int b)
 {
     if (!tile_ok(c) || !tile_ok(a) || !tile_ok(b)) return;
@@ -278,19 +394,40 @@ void fa_tm_dpbf16ps(int c, int a, int b)
         tm.faults |= FA_TM_FAULT_CONFIG;
         return;
     }
+    enum { KM = FA_TILE_MAX_COLSB / 4, NM = FA_TILE_MAX_COLSB / 4 };
     const int M = tm.rows[c], K = tm.colsb[a] / 4, N = tm.colsb[c] / 4;
-    for (int m = 0; m < M; m++) {
-        uint32_t temp[2 * FA_TILE_MAX_COLSB / 4] = {0};
-        for (int k = 0; k < K; k++)
-            for (int n = 0; n < N; n++) {
-                temp[2 * n] = fa_tm_fma32(bf16_at(&tm.data[a][m][4 * k]), bf16_at(&tm.data[b][k][4 * n]), temp[2 * n]);
-                temp[2 * n + 1] =
-                    fa_tm_fma32(bf16_at(&tm.data[a][m][4 * k + 2]), bf16_at(&tm.data[b][k][4 * n + 2]), temp[2 * n + 1]);
-            }
+    /* B once per instruction, DAZ'd, as doubles: bd[lane][k][n] */
+    double bd[2][KM][NM];
+    unsigned b_special = 0;
+    for (int k = 0; k < K; k++)
         for (int n = 0; n < N; n++) {
-            const uint32_t t = f32_add(temp[2 * n], temp[2 * n + 1]);
-            put32(&tm.data[c][m][4 * n], f32_add(get32(&tm.data[c][m][4 * n]), t));
+            bd[0][k][n] = d_of_f32(bf16_at(&tm.data[b][k][4 * n]), &b_special);
+            bd[1][k][n] = d_of_f32(bf16_at(&tm.data[b][k][4 * n + 2]), &b_special);
         }
+    for (int m = 0; m < M; m++) {
+        double ad[2][KM], cd[NM];
+        unsigned special = b_special;
+        for (int k = 0; k < K; k++) {
+            ad[0][k] = d_of_f32(bf16_at(&tm.data[a][m][4 * k]), &special);
+            ad[1][k] = d_of_f32(bf16_at(&tm.data[a][m][4 * k + 2]), &special);
+        }
+        for (int n = 0; n < N; n++) cd[n] = d_of_f32(get32(&tm.data[c][m][4 * n]), &special);
+        uint64_t ovf = 0;
+        if (!special) {
+            double te[NM] = {0}, to[NM] = {0}; /* the even and odd lanes, +0 to start */
+            for (int k = 0; k < K; k++) {
+                const double a0 = ad[0][k], a1 = ad[1][k];
+                for (int n = 0; n < N; n++) {
+                    te[n] = d_of(add_round(a0 * bd[0][k][n], te[n], &ovf));
+                    to[n] = d_of(add_round(a1 * bd[1][k][n], to[n], &ovf));
+                }
+            }
+            uint64_t out[NM];
+            for (int n = 0; n < N; n++) out[n] = add_round(cd[n], d_of(add_round(te[n], to[n], &ovf)), &ovf);
+            if (!ovf)
+                for (int n = 0; n < N; n++) put32(&tm.data[c][m][4 * n], f32_of_du(out[n]));
+        }
+        if (special || ovf) dp_row_slow(c, a, b, m, K, N);
         memset(&tm.data[c][m][4 * N], 0, FA_TILE_MAX_COLSB - 4 * (size_t)N); /* write_row_and_zero */
     }
     for (int m = M; m < FA_TILE_MAX_ROWS; m++) memset(tm.data[c][m], 0, FA_TILE_MAX_COLSB); /* zero_upper_rows */
