@@ -20,7 +20,7 @@
  *  - stacks of at most FA_SMALL_ROWS rows take the small-row kernels, which run
  *    vectors along the head dim instead of along (mostly padding) rows;
  *  - when there are too few tasks for the threads, keys are split into chunks
- *    whose partial (o, lse) are merged afterwards (split-KV; see plan_splits).
+ *    whose partial (o, lse) are merged afterwards (split-KV; tasks.c, plan_splits).
  * A task's arithmetic does not depend on which thread runs it, and the split
  * plan depends only on shapes, so results are bitwise identical for any thread
  * count. The plan (tasks and steps) is tasks.c's, K/V rows are reached through
@@ -473,30 +473,36 @@ static void merge_worker(void *arg, int ith, int nth)
         merge_unit(job, &sc, &job->items[job->merges[t]]);
 }
 
+/* The job's tiles, paths and per-thread scratch, from the shapes and the context. */
+static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
+{
+    /* plan for the rows a task holds: a short q block stacks the heads of its group */
+    fa_problem plan_p = *p;
+    if (plan_p.Sq < 1) plan_p.Sq = 1;
+    if (!fa_mul_ok(plan_p.Sq, p->group > 0 ? p->group : 1, &plan_p.Sq)) plan_p.Sq = INT64_MAX / 2;
+    if (plan_p.Sk < 1) plan_p.Sk = 1;
+    fa_plan_tiles(ctx, &plan_p, &job->plan);
+    /* bf16 dot products only where they are faster than widening to fp32 (auto), or forced */
+    job->bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
+    job->ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
+    job->lds = round16(job->plan.bc);
+    /* decoding takes no dropout: the small-row loop leaves it to the wide one */
+    job->small = (ctx->kernels->flags & FA_KERNELS_SMALL_ROWS) && job->plan.bc <= FA_SMALL_COLS && !p->drop.on;
+    /* stacks one small-row task may hold: their Q rows, accumulators and softmax
+     * state within 256 KiB, a share of L2 */
+    job->stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job->ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
+    if (job->stacks_max > p->Hq) job->stacks_max = p->Hq;
+    if (job->stacks_max < 1) job->stacks_max = 1;
+    job->per_thread = scratch_layout(job, NULL, NULL);
+}
+
 fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 {
     flash_job job = {.p = p, .kern = ctx->kernels};
     if (p->B > INT32_MAX || p->Hq > INT32_MAX)
         return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: B = %lld or Hq = %lld exceeds the task index range",
                        (long long)p->B, (long long)p->Hq);
-    /* plan for the rows a task holds: a short q block stacks the heads of its group */
-    fa_problem plan_p = *p;
-    if (plan_p.Sq < 1) plan_p.Sq = 1;
-    if (!fa_mul_ok(plan_p.Sq, p->group > 0 ? p->group : 1, &plan_p.Sq)) plan_p.Sq = INT64_MAX / 2;
-    if (plan_p.Sk < 1) plan_p.Sk = 1;
-    fa_plan_tiles(ctx, &plan_p, &job.plan);
-    /* bf16 dot products only where they are faster than widening to fp32 (auto), or forced */
-    job.bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
-    job.ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
-    job.lds = round16(job.plan.bc);
-    /* decoding takes no dropout: the small-row loop leaves it to the wide one */
-    job.small = (ctx->kernels->flags & FA_KERNELS_SMALL_ROWS) && job.plan.bc <= FA_SMALL_COLS && !p->drop.on;
-    /* stacks one small-row task may hold: their Q rows, accumulators and softmax
-     * state within 256 KiB, a share of L2 */
-    job.stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job.ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
-    if (job.stacks_max > p->Hq) job.stacks_max = p->Hq;
-    if (job.stacks_max < 1) job.stacks_max = 1;
-    job.per_thread = scratch_layout(&job, NULL, NULL);
+    flash_plan(ctx, p, &job);
 
     const fa_task_rules rules = {.br = job.plan.br, .small = job.small, .stacks_max = job.stacks_max,
                                  .kv_splits = ctx->kv_splits};
@@ -532,9 +538,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 
     fa_tasks_fill(p, &rules, &counts, job.items);
     job.n_items = counts.tasks;
-    job.n_merges = 0;
-    for (int64_t t = 0; t < job.n_items; t++)
-        if (job.items[t].nsplit > 1 && job.items[t].split == 0) job.merges[job.n_merges++] = t;
+    job.n_merges = fa_tasks_merges(job.items, job.n_items, job.merges);
 
     fa_steps_init(&job.steps, job.items, job.n_items);
     const fa_pack_rules pack_rules = {.form = form, .mode = ctx->kv_pack, .threads = nth, .bc = job.plan.bc};

@@ -203,6 +203,14 @@ void fa_tasks_fill(const fa_problem *p, const fa_task_rules *rules, const fa_tas
     qsort(tasks, (size_t)again.tasks, sizeof *tasks, by_cost_desc);
 }
 
+int64_t fa_tasks_merges(const fa_task *tasks, int64_t n_tasks, int64_t *merges)
+{
+    int64_t n = 0;
+    for (int64_t t = 0; t < n_tasks; t++)
+        if (tasks[t].nsplit > 1 && tasks[t].split == 0) merges[n++] = t;
+    return n;
+}
+
 /* ------------------------------------------------ the forward's steps */
 
 /* Bytes of packed units a wave holds, unless the threads need more: a few MiB,

@@ -56,6 +56,10 @@ void fa_tasks_count(const fa_problem *p, const fa_task_rules *rules, fa_task_cou
 /* Writes counts->tasks tasks, most expensive first. */
 void fa_tasks_fill(const fa_problem *p, const fa_task_rules *rules, const fa_task_counts *counts, fa_task *tasks);
 
+/* The merge pass of split-KV: writes the indices of split 0 of every split unit
+ * (room for counts->units), in the tasks' order; returns how many. */
+int64_t fa_tasks_merges(const fa_task *tasks, int64_t n_tasks, int64_t *merges);
+
 /* Keys [*ca, *cb) of chunk `split` of `nsplit` over sk keys. */
 void fa_chunk_range(int64_t sk, int64_t split, int64_t nsplit, int64_t *ca, int64_t *cb);
 /* The keys [*lo, *hi] rows i0 .. i0+n-1 of sequence view s keep within the task's
