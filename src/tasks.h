@@ -97,7 +97,7 @@ typedef struct fa_pack_rules {
  * step t is task t on the caller's K/V. With packing, the plan is
  *   the unpacked tasks, in the tasks' order; then for each wave w: the pack steps
  *   of its units (units in the order the tasks first reach them, keys ascending in
- *   tiles of bc), then its tasks, in the tasks' order;
+ *   tiles of bc, made even in the bf16 form), then its tasks, in the tasks' order;
  * and a task step waits for every pack step of its wave, a pack step of wave w for
  * every task step of wave w - 2 (the last to use its buffer). Packing one wave thus
  * overlaps the tail of the one before.
