@@ -108,7 +108,7 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
         {(void **)&sc->dot2, job->b16 ? fa_bytes3((Dv + 1) / 2, 2 * bp, 2) : 0},
         /* room for pv_bf16's needs or stx_bf16's */
         {(void **)&sc->pair_scratch,
-         job->b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc) + 2 * FA_STX_BF16_SCRATCH(br, bc, (D > Dv ? D : Dv), bp) : 0},
+         job->b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, D) + 2 * FA_STX_BF16_SCRATCH(br, bc, (D > Dv ? D : Dv), bp) : 0},
         {(void **)&sc->k_pairs, job->b16 ? fa_bytes3((bc + 1) / 2, fa_packed_ld(D), 4) : 0},
     };
     return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
