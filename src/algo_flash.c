@@ -7,8 +7,8 @@
  * exp(m_old - m_new) whenever m grows (inside the pv kernel). Extra memory is a
  * few tiles per thread, plus (where it pays) packed K/V: each (sequence, kv head)
  * converted, gathered or paired once into the kernels' layout for all the query
- * blocks that read it, in waves through two buffers of bounded size (kv.h,
- * flash_step below).
+ * blocks that read it, in waves through two buffers of bounded size (kv.h; the
+ * waves' steps are tasks.c's).
  *
  * Work is split into tasks handed out by an atomic counter, most expensive first
  * (causal blocks and ragged sequences differ in cost), so threads finish together.
@@ -20,11 +20,15 @@
  *  - stacks of at most FA_SMALL_ROWS rows take the small-row kernels, which run
  *    vectors along the head dim instead of along (mostly padding) rows;
  *  - when there are too few tasks for the threads, keys are split into chunks
- *    whose partial (o, lse) are merged afterwards (split-KV; see plan_splits).
+ *    whose partial (o, lse) are merged afterwards (split-KV; tasks.c, plan_splits).
  * A task's arithmetic does not depend on which thread runs it, and the split
  * plan depends only on shapes, so results are bitwise identical for any thread
- * count. The plan is tasks.c's, K/V rows are reached through kv.h; this file
- * holds the forward loops alone.
+ * count. The plan (tasks and steps) is tasks.c's, K/V rows are reached through
+ * kv.h; this file runs the steps: the forward loops, a pack step, the merge.
+ *
+ * Comments number the steps of the computation as docs/semantics.md, section 3:
+ * 1 scores, 2-5 softcap, bias, ALiBi and masks, 6-7 the (online) softmax, 8 dropout,
+ * 9 the output.
  */
 #include "internal.h"
 #include "convert.h"
@@ -33,7 +37,6 @@
 #include "threadpool.h"
 
 #include <math.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,36 +60,12 @@ typedef struct {
     int64_t slot_lse;   /* offset of the lse values in a slot */
     char *workspace;
     int64_t per_thread; /* bytes */
-    atomic_llong next;
-    /* packed K/V (kv.h) in waves of units that share two buffers; steps == NULL:
-     * nothing packed, the tasks run in items' order */
-    fa_kv_packing pack;
-    struct flash_step *steps;
-    int64_t n_steps;
-    char *wave_buf[2];
-    int64_t wave_units;             /* units per wave */
-    atomic_llong *packed, *computed; /* per wave: its pack and task steps done so far */
-    atomic_llong pack_ns;           /* thread time in pack steps, for FA_PARAM_LAST_KV_PACK_US */
-    int64_t *pack_steps, *task_steps; /* per wave: its pack and task steps in all */
-    int64_t *wave_cursor;           /* planning: where the next task step of a wave goes */
-    int64_t *unit_of_order;         /* planning: the unit packed order-th */
+    /* the steps (tasks.h): the tasks, and where K/V are packed (kv.h) the packs of
+     * the units they share, in waves through two buffers */
+    fa_steps steps;
+    atomic_llong pack_ns; /* thread time in pack steps, for FA_PARAM_LAST_KV_PACK_US */
+    atomic_llong next;    /* the next split unit to merge */
 } flash_job;
-
-/*
- * One step of a packed run: a pack step (task < 0) writes keys j0 .. j0+cols-1 of
- * unit (b, hk) into slot `slot` of its wave's buffer; a task step runs items[task]
- * on the unit in that slot (wave < 0: on the caller's tensors). The steps run in
- * order from one counter: wave w's packs, then its tasks, then wave w+1's, so
- * packing one wave overlaps the tail of the last. Every wait is on earlier steps,
- * which are all taken and running: a task waits for its wave's packs, a pack for
- * the tasks of the wave that used its buffer before (w - 2).
- */
-typedef struct flash_step {
-    int64_t task;
-    int32_t wave, slot;
-    int32_t b, hk;
-    int64_t j0, cols;
-} flash_step;
 
 typedef struct {
     float *q;        /* (br, D)      Q rows as f32, when they are not f32 already */
@@ -276,6 +255,106 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
 #undef STACK_ALPHA
 }
 
+/* A wide task's fixed facts, shared by its steps below. */
+typedef struct {
+    const fa_problem *s; /* its sequence as a dense B = 1 problem */
+    int64_t i0, n;       /* first row and rows per head */
+    int64_t ng, rows;    /* heads stacked from h0, and so rows n * ng */
+    int64_t h0, hk;
+    int b16;             /* bf16 pairs (one head, dense bf16 q and k) */
+    const char *unit;    /* its K/V packed (kv.h), or NULL: the caller's tensors */
+} wide_task;
+
+/* Before step 1: the Q rows of every stacked head, transposed and scaled; the
+ * softmax state and the accumulator cleared. */
+static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide_task *w)
+{
+    const fa_problem *s = w->s;
+    const fa_kernels *kern = job->kern;
+    const int64_t D = s->D, bp = job->plan.br_pad, n = w->n;
+    int64_t ldq;
+    if (w->b16) {
+        const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0, D, sc->q16, &ldq);
+        kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
+    } else if (w->ng == 1) {
+        const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0, D, sc->q, &ldq);
+        kern->pack_qt(n, D, q, ldq, s->scale, sc->qt, bp);
+    } else {
+        for (int64_t g = 0; g < w->ng; g++) {
+            float *dst = sc->q + g * n * D;
+            const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
+            if (q != dst)
+                for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
+        }
+        kern->pack_qt(w->rows, D, sc->q, D, s->scale, sc->qt, bp);
+    }
+    for (int64_t r = 0; r < w->rows; r++) {
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0.0f;
+    }
+    memset(sc->acc, 0, (size_t)(w->rows * job->ldacc) * sizeof(float));
+}
+
+/* Step 1 for keys j0 .. j0+cols-1: scaled scores S^T = K (scale Q)^T into sc->st.
+ * Returns the tile's V rows as f32 (*ldv apart) on the f32 path, NULL on the bf16 one. */
+static const float *wide_scores(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
+                                int64_t cols, int64_t *ldv)
+{
+    const fa_problem *s = w->s;
+    const fa_kernels *kern = job->kern;
+    const fa_kv_packing *pk = &job->steps.pack;
+    const int64_t D = s->D, bp = job->plan.br_pad;
+    int64_t ldk;
+    if (w->b16) {
+        const uint16_t *k = w->unit ? (const uint16_t *)w->unit + j0 * (ldk = pk->ldk)
+                                    : fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
+        kern->qk_bf16(w->n, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
+        return NULL;
+    }
+    if (w->unit) {
+        ldk = pk->ldk;
+        *ldv = pk->ldv;
+        kern->qk(w->rows, cols, D, sc->qt, bp, (const float *)w->unit + j0 * ldk, ldk, sc->st, bp);
+        return (const float *)(w->unit + pk->v_offset) + j0 * *ldv;
+    }
+    const float *k = fa_kv_tile_f32(s, 0, kern, j0, cols, w->hk, D, sc->k, &ldk);
+    const float *v = fa_kv_tile_f32(s, 1, kern, j0, cols, w->hk, s->Dv, sc->v, ldv);
+    kern->qk(w->rows, cols, D, sc->qt, bp, k, ldk, sc->st, bp);
+    return v;
+}
+
+/* Step 9 on the bf16 path: acc = alpha * acc + P V with V as bf16 row pairs. A vector
+ * kernel multiplies a masked p = 0 by v too, so a NaN/inf in a masked V row would leak
+ * into rows that never see it; a partial tile with one takes the reference kernel,
+ * which skips p == 0. */
+static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0, int64_t cols,
+                         int partial)
+{
+    const fa_kernels *kern = job->kern;
+    const fa_kv_packing *pk = &job->steps.pack;
+    const int64_t Dv = w->s->Dv, bp = job->plan.br_pad;
+    /* the natural rows only where they are needed: a partial tile's check, or
+     * pairs of a tile at an odd key (a window's or a chunk's first) */
+    const uint16_t *v16 = NULL;
+    int64_t ldv = 0;
+    if (!w->unit || partial || (j0 & 1)) v16 = fa_rows_u16(&w->s->v, 0, j0, cols, w->hk, Dv, sc->v16, &ldv);
+    if (!partial || fa_rows_finite16(v16, ldv, cols, Dv, 0x7f80u)) {
+        const uint32_t *vp = sc->v_pairs;
+        int64_t ldvp = fa_packed_ld(Dv);
+        if (w->unit && !(j0 & 1)) {
+            vp = (const uint32_t *)(w->unit + pk->v_offset) + j0 / 2 * pk->ldv;
+            ldvp = pk->ldv;
+        } else {
+            kern->pack_pairs_bf16(cols, Dv, v16, ldv, sc->v_pairs, ldvp);
+        }
+        kern->pv_bf16(w->n, cols, Dv, sc->st, bp, vp, ldvp, sc->alpha, sc->acc, job->ldacc, sc->pv_scratch);
+        return;
+    }
+    /* rare: widen the tile and take the careful path */
+    for (int64_t c = 0; c < cols; c++) kern->bf16_to_f32(v16 + c * ldv, sc->v + c * Dv, Dv);
+    fa_kernels_ref.pv(w->n, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, job->ldacc);
+}
+
 /* The wide path: one stack of rows, vectors along rows (kernels.h). unit: this
  * task's K/V packed (kv.h), or NULL to read them from the caller's tensors. */
 static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_task *it, const char *unit)
@@ -288,268 +367,53 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_t
         flash_task_small(job, sc, &s, it);
         return;
     }
-    const int64_t D = p->D, Dv = p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
-    const int64_t i0 = (int64_t)it->qb * job->plan.br;
-    const int64_t n = s.Sq - i0 < job->plan.br ? s.Sq - i0 : job->plan.br; /* rows per head */
-    const int64_t ng = it->ng, rows = n * ng, h0 = it->h0, hk = h0 / p->group;
+    const int64_t Dv = p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
+    wide_task w = {.s = &s, .i0 = (int64_t)it->qb * job->plan.br, .ng = it->ng, .h0 = it->h0,
+                   .hk = it->h0 / p->group, .unit = unit};
+    w.n = s.Sq - w.i0 < job->plan.br ? s.Sq - w.i0 : job->plan.br;
+    w.rows = w.n * w.ng;
+    w.b16 = job->bf16_dot && w.ng == 1 && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
+            s.q.dtype == FA_DTYPE_BF16;
+    if (unit && job->steps.pack.bf16 != w.b16) w.unit = NULL; /* a stacked task of a bf16 job widens to f32 itself */
     const int elementwise = fa_problem_has_elementwise(&s);
-    const int b16 = job->bf16_dot && ng == 1 && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
-                    s.q.dtype == FA_DTYPE_BF16;
-    const fa_kv_packing *pk = &job->pack;
-    if (unit && pk->bf16 != b16) unit = NULL; /* a stacked task of a bf16 job widens to f32 itself */
-    int64_t ldq, ldk, ldv;
-
-    /* 1. the Q rows of every stacked head, transposed and scaled */
-    if (b16) {
-        const uint16_t *q = fa_rows_u16(&s.q, 0, i0, n, h0, D, sc->q16, &ldq);
-        kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
-    } else if (ng == 1) {
-        const float *q = fa_rows_f32(&s.q, kern, 0, i0, n, h0, D, sc->q, &ldq);
-        kern->pack_qt(n, D, q, ldq, p->scale, sc->qt, bp);
-    } else {
-        for (int64_t g = 0; g < ng; g++) {
-            float *dst = sc->q + g * n * D;
-            const float *q = fa_rows_f32(&s.q, kern, 0, i0, n, h0 + g, D, dst, &ldq);
-            if (q != dst)
-                for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
-        }
-        kern->pack_qt(rows, D, sc->q, D, p->scale, sc->qt, bp);
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        sc->m[r] = -INFINITY;
-        sc->l[r] = 0.0f;
-    }
-    memset(sc->acc, 0, (size_t)(rows * ldacc) * sizeof(float));
+    const int64_t i0 = w.i0, n = w.n, ng = w.ng, rows = w.rows, h0 = w.h0;
+    wide_begin(job, sc, &w);
 
     int64_t lo, hi;
     fa_task_columns(&s, it, i0, n, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
-        const float *v = NULL;
+        int64_t ldv = 0;
+        /* 1. scaled scores */
+        const float *v = wide_scores(job, sc, &w, j0, cols, &ldv);
 
-        /* 2. scaled scores S^T = K (scale Q)^T */
-        if (b16) {
-            const uint16_t *k = unit ? (const uint16_t *)unit + j0 * (ldk = pk->ldk)
-                                     : fa_rows_u16(&s.k, 0, j0, cols, hk, D, sc->k16, &ldk);
-            kern->qk_bf16(n, cols, D, sc->qt2, 2 * bp, k, ldk, p->scale, sc->st, bp);
-        } else if (unit) {
-            ldk = pk->ldk;
-            ldv = pk->ldv;
-            v = (const float *)(unit + pk->v_offset) + j0 * ldv;
-            kern->qk(rows, cols, D, sc->qt, bp, (const float *)unit + j0 * ldk, ldk, sc->st, bp);
-        } else {
-            const float *k = fa_kv_tile_f32(&s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
-            v = fa_kv_tile_f32(&s, 1, kern, j0, cols, hk, Dv, sc->v, &ldv);
-            kern->qk(rows, cols, D, sc->qt, bp, k, ldk, sc->st, bp);
-        }
-
-        /* 3. masks and score modifiers, head by head; a band-only tile passes its
-         * bounds to the kernel (the same for every stacked head) */
+        /* 2-5. softcap, bias, ALiBi and masks, head by head; a band-only tile passes
+         * its bounds to the kernel (the same for every stacked head) */
         if (elementwise)
             for (int64_t g = 0; g < ng; g++) fa_scores_finish(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1);
         const int32_t *tlo, *thi;
         const int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
 
-        /* 4. online softmax: new max, P = exp(S - m), alpha = exp(m_old - m_new) */
+        /* 6-7. online softmax: new max, P = exp(S - m), alpha = exp(m_old - m_new) */
         kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
-        /* dropout scales P after the running sum took it: the lse stays the undropped row's */
+        /* 8. dropout scales P after the running sum took it: the lse stays the undropped row's */
         if (s.drop.on)
             for (int64_t g = 0; g < ng; g++)
                 fa_dropout_tile_t(&s.drop, it->b, h0 + g, p->Hq, s.q_start + i0, n, s.k_start + j0, cols,
                                   sc->st + g * n, bp);
 
         if (Dv == 0) continue; /* the lse is all there is to compute */
-        /* 5. acc = alpha * acc + P V. A vector kernel multiplies a masked p = 0 by v
-         * too, so a NaN/inf in a masked V row would leak into rows that never see
-         * it; such tiles go through the reference kernel, which skips p == 0. */
-        if (b16) {
-            /* the natural rows only where they are needed: a partial tile's check, or
-             * pairs of a tile at an odd key (a window's or a chunk's first) */
-            const uint16_t *v16 = NULL;
-            if (!unit || partial || (j0 & 1)) v16 = fa_rows_u16(&s.v, 0, j0, cols, hk, Dv, sc->v16, &ldv);
-            if (!partial || fa_rows_finite16(v16, ldv, cols, Dv, 0x7f80u)) {
-                const uint32_t *vp = sc->v_pairs;
-                int64_t ldvp = fa_packed_ld(Dv);
-                if (unit && !(j0 & 1)) {
-                    vp = (const uint32_t *)(unit + pk->v_offset) + j0 / 2 * pk->ldv;
-                    ldvp = pk->ldv;
-                } else {
-                    kern->pack_pairs_bf16(cols, Dv, v16, ldv, sc->v_pairs, ldvp);
-                }
-                kern->pv_bf16(n, cols, Dv, sc->st, bp, vp, ldvp, sc->alpha, sc->acc, ldacc, sc->pv_scratch);
-                continue;
-            }
-            /* rare: widen the tile and take the careful path */
-            for (int64_t c = 0; c < cols; c++) kern->bf16_to_f32(v16 + c * ldv, sc->v + c * Dv, Dv);
-            fa_kernels_ref.pv(n, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, ldacc);
-            continue;
-        }
-        if (partial && kern != &fa_kernels_ref && !fa_rows_finite(v, ldv, cols, Dv))
+        /* 9. acc = alpha * acc + P V; a partial tile with a NaN/inf V row takes the
+         * reference kernel (see wide_pv_bf16) */
+        if (w.b16)
+            wide_pv_bf16(job, sc, &w, j0, cols, partial);
+        else if (partial && kern != &fa_kernels_ref && !fa_rows_finite(v, ldv, cols, Dv))
             fa_kernels_ref.pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
         else
             kern->pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
     }
+    /* 6-7 completed: P normalised by the row's sum, lse = m + log l */
     finish_rows(job, &s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
-}
-
-/* ------------------------------------------------------------ packed K/V */
-
-/* Bytes of packed units a wave holds, unless the threads need more: a few MiB,
- * so that what the running tasks read stays in cache (measured on 2 threads,
- * N = 2048..4096: 3 MiB waves were up to 6% faster than 8 MiB ones, at a third
- * of the memory). */
-enum { PACK_WAVE_BYTES = 3 << 20 };
-/* The most both wave buffers may take: packing keeps the forward's extra memory
- * bounded (and within what a context keeps between calls), so a unit too large
- * for two to fit (f32, D = Dv = 128: beyond 32k keys) is read in place. */
-#define PACK_MEMORY_MAX FA_WORKSPACE_KEEP
-
-/* The unit (b * Hk + hk) a task's packed K/V would be, or -1 when it reads none:
- * small-row tasks read each row once anyway, and a stacked task of a bf16-form
- * job widens K/V to f32 itself. */
-static int64_t task_unit(const flash_job *job, const fa_task *it)
-{
-    if (it->nkv > 0 || (job->pack.bf16 && it->ng != 1)) return -1;
-    return (int64_t)it->b * job->p->Hk + it->h0 / job->p->group;
-}
-
-/* Keys per pack step: a tile's, made even in the bf16 form (whole V pairs). */
-static int64_t pack_chunk(const flash_job *job) { return job->plan.bc + (job->pack.bf16 ? job->plan.bc & 1 : 0); }
-
-/* The pack plan's sizes, from pack_count to pack_fill. */
-typedef struct {
-    int64_t packed;     /* units packed */
-    int64_t unpacked;   /* tasks that read no packed unit */
-    int64_t waves;
-    int64_t pack_steps; /* in all */
-} pack_counts;
-
-/* The second workspace as one table (fa_ws_layout): the wave buffers (one when
- * there is one wave), the steps, and per wave two counters, two totals and a
- * cursor, and the units in packing order. */
-static int64_t pack_layout(flash_job *job, const pack_counts *pc, char *base)
-{
-    const int64_t bufs = pc->waves > 1 ? 2 : 1;
-    const fa_ws_part parts[] = {
-        {(void **)&job->wave_buf[0], fa_bytes3(job->wave_units, job->pack.unit_bytes, 1)},
-        {(void **)&job->wave_buf[1], bufs > 1 ? fa_bytes3(job->wave_units, job->pack.unit_bytes, 1) : 0},
-        {(void **)&job->steps, fa_bytes3(job->n_steps, (int64_t)sizeof(flash_step), 1)},
-        {(void **)&job->packed, fa_bytes3(pc->waves, (int64_t)sizeof(atomic_llong), 1)},
-        {(void **)&job->computed, fa_bytes3(pc->waves, (int64_t)sizeof(atomic_llong), 1)},
-        {(void **)&job->pack_steps, fa_bytes3(pc->waves, 8, 1)},
-        {(void **)&job->task_steps, fa_bytes3(pc->waves, 8, 1)},
-        {(void **)&job->wave_cursor, fa_bytes3(pc->waves, 8, 1)},
-        {(void **)&job->unit_of_order, fa_bytes3(pc->packed, 8, 1)},
-    };
-    return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
-}
-
-/*
- * Which units to pack, from the filled tasks: those enough tasks read. On
- * return units[u] >= 0 counts the readers of an unpacked unit and -2 - order marks
- * a packed one, order being where the tasks (most expensive first) first reach it.
- * Returns the second workspace's bytes (0: nothing to pack), or -1 on overflow.
- */
-static int64_t pack_count(flash_job *job, int form, int mode, int nth, int64_t *units, pack_counts *pc)
-{
-    const fa_problem *p = job->p;
-    memset(pc, 0, sizeof *pc);
-    memset(units, 0, (size_t)(p->B * p->Hk) * sizeof *units);
-    job->pack.bf16 = form;
-    for (int64_t t = 0; t < job->n_items; t++) {
-        const int64_t u = task_unit(job, &job->items[t]);
-        if (u >= 0) units[u]++;
-    }
-    /* Below this many reading tasks a copy costs more than it saves: the packed rows
-     * come back from L3, while a unit's few in-place readers find them in L2 (measured,
-     * 2 threads, H = 32, D = 128, 128-row query blocks: f16 lost 5% at 3 readers and
-     * won 7% at 4; bf16 pairs lost 2% at 4 and won 11% at 6). Forced packing takes
-     * any shared unit. */
-    const int64_t min_readers = mode == 2 ? 2 : form ? 6 : 4;
-    int64_t sk_max = 0;
-    for (int64_t t = 0; t < job->n_items; t++) {
-        const int64_t u = task_unit(job, &job->items[t]);
-        if (u < 0 || (units[u] >= 0 && units[u] < min_readers)) {
-            pc->unpacked++;
-            continue;
-        }
-        if (units[u] <= -2) continue; /* a later reader of a unit already placed */
-        fa_problem s;
-        fa_seq_view(p, job->items[t].b, &s);
-        if (s.Sk > sk_max) sk_max = s.Sk;
-        pc->pack_steps += (s.Sk + pack_chunk(job) - 1) / pack_chunk(job);
-        units[u] = -2 - pc->packed++;
-    }
-    if (pc->packed == 0) return 0;
-    if (!fa_kv_packing_plan(form, sk_max, p->D, p->Dv, &job->pack) || job->pack.unit_bytes == 0 ||
-        job->pack.unit_bytes > PACK_MEMORY_MAX / 2) {
-        /* no keys, or too many (even beyond int64): read in place; units[] is unread without pack_fill */
-        pc->packed = 0;
-        return 0;
-    }
-    job->wave_units = job->pack.unit_bytes < PACK_WAVE_BYTES ? PACK_WAVE_BYTES / job->pack.unit_bytes : 1;
-    /* two waves are in flight at most, so each needs tasks for every thread, twice
-     * over: units enough for 2 * nth tasks at the mean number of readers */
-    const int64_t readers = job->n_items - pc->unpacked, for_threads = (2 * nth * pc->packed + readers - 1) / readers;
-    if (job->wave_units < for_threads) job->wave_units = for_threads;
-    if (job->wave_units > pc->packed) job->wave_units = pc->packed;
-    if (job->wave_units > PACK_MEMORY_MAX / 2 / job->pack.unit_bytes)
-        job->wave_units = PACK_MEMORY_MAX / 2 / job->pack.unit_bytes;
-    pc->waves = (pc->packed + job->wave_units - 1) / job->wave_units;
-    job->n_steps = job->n_items + pc->pack_steps;
-    return pack_layout(job, pc, NULL);
-}
-
-/* Lays out the second workspace and writes the steps: the unpacked tasks first,
- * then wave by wave its units' pack steps (keys in tiles of bc) and its tasks, each
- * group in the tasks' order. */
-static void pack_fill(flash_job *job, const int64_t *units, const pack_counts *pc, char *ws)
-{
-    const fa_problem *p = job->p;
-    const int64_t wu = job->wave_units, bc = pack_chunk(job);
-    pack_layout(job, pc, ws);
-    for (int64_t w = 0; w < pc->waves; w++) {
-        atomic_init(&job->packed[w], 0);
-        atomic_init(&job->computed[w], 0);
-        job->pack_steps[w] = job->task_steps[w] = 0;
-    }
-    for (int64_t u = 0; u < p->B * p->Hk; u++)
-        if (units[u] <= -2) job->unit_of_order[-2 - units[u]] = u;
-    for (int64_t t = 0; t < job->n_items; t++) {
-        const int64_t u = task_unit(job, &job->items[t]);
-        if (u >= 0 && units[u] <= -2) job->task_steps[(-2 - units[u]) / wu]++;
-    }
-    /* each wave: its pack steps, written now, then room for its tasks */
-    int64_t pos = pc->unpacked;
-    for (int64_t w = 0; w < pc->waves; w++) {
-        for (int64_t o = w * wu; o < pc->packed && o < (w + 1) * wu; o++) {
-            const int64_t u = job->unit_of_order[o];
-            fa_problem s;
-            fa_seq_view(p, u / p->Hk, &s);
-            for (int64_t j0 = 0; j0 < s.Sk; j0 += bc) {
-                const flash_step st = {.task = -1, .wave = (int32_t)w, .slot = (int32_t)(o - w * wu),
-                                       .b = (int32_t)(u / p->Hk), .hk = (int32_t)(u % p->Hk), .j0 = j0,
-                                       .cols = s.Sk - j0 < bc ? s.Sk - j0 : bc};
-                job->steps[pos++] = st;
-                job->pack_steps[w]++;
-            }
-        }
-        job->wave_cursor[w] = pos;
-        pos += job->task_steps[w];
-    }
-    int64_t upos = 0;
-    for (int64_t t = 0; t < job->n_items; t++) {
-        const int64_t u = task_unit(job, &job->items[t]);
-        flash_step st = {.task = t, .wave = -1, .slot = -1};
-        if (u >= 0 && units[u] <= -2) {
-            const int64_t o = -2 - units[u];
-            st.wave = (int32_t)(o / wu);
-            st.slot = (int32_t)(o % wu);
-            job->steps[job->wave_cursor[st.wave]++] = st;
-        } else {
-            job->steps[upos++] = st;
-        }
-    }
 }
 
 /* Merges the key chunks of one split unit into o and lse. */
@@ -577,45 +441,25 @@ static void merge_unit(const flash_job *job, const flash_scratch *sc, const fa_t
     }
 }
 
-/* Waits for a count another thread raises: a short spin, then yielding, which an
- * oversubscribed machine needs (the awaited step may be on a descheduled thread). */
-static void wait_for(atomic_llong *count, int64_t want)
-{
-    for (int spins = 0; atomic_load_explicit(count, memory_order_acquire) < want; spins++)
-        if (spins >= 64) sched_yield();
-}
-
 static void flash_worker(void *arg, int ith, int nth)
 {
     (void)nth;
     flash_job *job = arg;
     flash_scratch sc;
     scratch_layout(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
-    if (!job->steps) {
-        for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < job->n_items;)
-            flash_task(job, &sc, &job->items[t], NULL);
-        return;
-    }
-    for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < job->n_steps;) {
-        const flash_step *st = &job->steps[t];
-        if (st->wave < 0) {
-            flash_task(job, &sc, &job->items[st->task], NULL);
-            continue;
-        }
-        char *unit = job->wave_buf[st->wave & 1] + st->slot * job->pack.unit_bytes;
-        if (st->task < 0) {
-            if (st->wave >= 2) wait_for(&job->computed[st->wave - 2], job->task_steps[st->wave - 2]);
+    /* fa_steps_take hands the steps out in order and returns once the step's waits are over */
+    for (fa_step st; fa_steps_take(&job->steps, &st);) {
+        char *unit = fa_steps_unit(&job->steps, &st);
+        if (st.task >= 0) {
+            flash_task(job, &sc, &job->items[st.task], unit);
+        } else {
             const double t0 = fa_now_s();
             fa_problem s;
-            fa_seq_view(job->p, st->b, &s);
-            fa_kv_pack_rows(&s, job->kern, &job->pack, st->hk, st->j0, st->cols, unit, sc.k16, sc.v16);
-            atomic_fetch_add_explicit(&job->packed[st->wave], 1, memory_order_release);
+            fa_seq_view(job->p, st.b, &s);
+            fa_kv_pack_rows(&s, job->kern, &job->steps.pack, st.hk, st.j0, st.cols, unit, sc.k16, sc.v16);
             atomic_fetch_add_explicit(&job->pack_ns, (long long)((fa_now_s() - t0) * 1e9), memory_order_relaxed);
-        } else {
-            wait_for(&job->packed[st->wave], job->pack_steps[st->wave]);
-            flash_task(job, &sc, &job->items[st->task], unit);
-            atomic_fetch_add_explicit(&job->computed[st->wave], 1, memory_order_release);
         }
+        fa_steps_done(&job->steps, &st);
     }
 }
 
@@ -629,30 +473,36 @@ static void merge_worker(void *arg, int ith, int nth)
         merge_unit(job, &sc, &job->items[job->merges[t]]);
 }
 
+/* The job's tiles, paths and per-thread scratch, from the shapes and the context. */
+static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
+{
+    /* plan for the rows a task holds: a short q block stacks the heads of its group */
+    fa_problem plan_p = *p;
+    if (plan_p.Sq < 1) plan_p.Sq = 1;
+    if (!fa_mul_ok(plan_p.Sq, p->group > 0 ? p->group : 1, &plan_p.Sq)) plan_p.Sq = INT64_MAX / 2;
+    if (plan_p.Sk < 1) plan_p.Sk = 1;
+    fa_plan_tiles(ctx, &plan_p, &job->plan);
+    /* bf16 dot products only where they are faster than widening to fp32 (auto), or forced */
+    job->bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
+    job->ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
+    job->lds = round16(job->plan.bc);
+    /* decoding takes no dropout: the small-row loop leaves it to the wide one */
+    job->small = (ctx->kernels->flags & FA_KERNELS_SMALL_ROWS) && job->plan.bc <= FA_SMALL_COLS && !p->drop.on;
+    /* stacks one small-row task may hold: their Q rows, accumulators and softmax
+     * state within 256 KiB, a share of L2 */
+    job->stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job->ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
+    if (job->stacks_max > p->Hq) job->stacks_max = p->Hq;
+    if (job->stacks_max < 1) job->stacks_max = 1;
+    job->per_thread = scratch_layout(job, NULL, NULL);
+}
+
 fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 {
     flash_job job = {.p = p, .kern = ctx->kernels};
     if (p->B > INT32_MAX || p->Hq > INT32_MAX)
         return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: B = %lld or Hq = %lld exceeds the task index range",
                        (long long)p->B, (long long)p->Hq);
-    /* plan for the rows a task holds: a short q block stacks the heads of its group */
-    fa_problem plan_p = *p;
-    if (plan_p.Sq < 1) plan_p.Sq = 1;
-    if (!fa_mul_ok(plan_p.Sq, p->group > 0 ? p->group : 1, &plan_p.Sq)) plan_p.Sq = INT64_MAX / 2;
-    if (plan_p.Sk < 1) plan_p.Sk = 1;
-    fa_plan_tiles(ctx, &plan_p, &job.plan);
-    /* bf16 dot products only where they are faster than widening to fp32 (auto), or forced */
-    job.bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
-    job.ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
-    job.lds = round16(job.plan.bc);
-    /* decoding takes no dropout: the small-row loop leaves it to the wide one */
-    job.small = (ctx->kernels->flags & FA_KERNELS_SMALL_ROWS) && job.plan.bc <= FA_SMALL_COLS && !p->drop.on;
-    /* stacks one small-row task may hold: their Q rows, accumulators and softmax
-     * state within 256 KiB, a share of L2 */
-    job.stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job.ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
-    if (job.stacks_max > p->Hq) job.stacks_max = p->Hq;
-    if (job.stacks_max < 1) job.stacks_max = 1;
-    job.per_thread = scratch_layout(&job, NULL, NULL);
+    flash_plan(ctx, p, &job);
 
     const fa_task_rules rules = {.br = job.plan.br, .small = job.small, .stacks_max = job.stacks_max,
                                  .kv_splits = ctx->kv_splits};
@@ -688,37 +538,33 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 
     fa_tasks_fill(p, &rules, &counts, job.items);
     job.n_items = counts.tasks;
-    job.n_merges = 0;
-    for (int64_t t = 0; t < job.n_items; t++)
-        if (job.items[t].nsplit > 1 && job.items[t].split == 0) job.merges[job.n_merges++] = t;
+    job.n_merges = fa_tasks_merges(job.items, job.n_items, job.merges);
 
-    pack_counts pc = {0};
+    fa_steps_init(&job.steps, job.items, job.n_items);
+    const fa_pack_rules pack_rules = {.form = form, .mode = ctx->kv_pack, .threads = nth, .bc = job.plan.bc};
     char *ws2 = NULL;
-    const int64_t bytes2 = form < 0 ? 0 : pack_count(&job, form, ctx->kv_pack, nth, units, &pc);
+    const int64_t bytes2 = form < 0 ? 0 : fa_steps_plan(&job.steps, p, &pack_rules, units);
     if (bytes2 < 0 || (bytes2 > 0 && !(ws2 = fa_context_workspace_slot(ctx, 1, bytes2)))) {
         fa_context_workspace_done(ctx, ws);
         return bytes2 < 0 ? fa_fail(ctx, FA_ERR_OVERFLOW, "flash: the packed K/V size overflows 64 bits")
                           : fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "flash: cannot allocate %lld bytes for packed K/V",
                                     (long long)bytes2);
     }
-    if (ws2) pack_fill(&job, units, &pc, ws2);
+    if (ws2) fa_steps_fill(&job.steps, p, &pack_rules, units, ws2);
 
     /* the only write to an input, once nothing can fail any more */
     if (p->append) fa_cache_append(p, append_row);
 
-    atomic_init(&job.next, 0);
     atomic_init(&job.pack_ns, 0);
     if (job.n_items > 0) fa_pool_run(ctx->pool, nth, flash_worker, &job);
-    if (job.n_merges > 0) {
-        atomic_store(&job.next, 0);
-        fa_pool_run(ctx->pool, nth, merge_worker, &job);
-    }
+    atomic_init(&job.next, 0);
+    if (job.n_merges > 0) fa_pool_run(ctx->pool, nth, merge_worker, &job);
     /* sequences with no query rows have nothing to write; rows with no keys were
      * written by their tasks (o = 0, lse = -inf) */
     fa_context_workspace_done(ctx, ws);
     if (ws2) fa_context_workspace_done(ctx, ws2);
     info->extra_bytes = bytes + bytes2;
-    info->kv_packed = pc.packed;
+    info->kv_packed = job.steps.packed;
     info->kv_pack_us = atomic_load(&job.pack_ns) / 1000;
     info->br = job.plan.br;
     info->bc = job.plan.bc;

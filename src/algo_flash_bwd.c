@@ -3,16 +3,17 @@
  * algo_flash.c. It never holds an N x N matrix: for each tile it recomputes the
  * scores S from q and k and the probabilities P from the forward's lse, then
  * takes the five products of the backward on the same transposed tiles the
- * forward uses (kernels.h):
+ * forward uses (kernels.h). Steps are numbered as in docs/semantics.md, section 3:
  *
- *   forward                               backward (this file)
- *   1. S^T  = K (scale Q)^T      qk       dP^T = V dO^T                 qk
- *   3. masks, softcap, bias      finish   dS^T = P^T (dP^T - D)         ds, then x (1 - tanh^2) for softcap
- *   4. P^T  = exp(S^T - m)       softmax  P^T  = exp(S^T - lse)         softmax with m = lse
- *   8. dropout: P *= keep/pk              dP *= keep/pk, P~ = P keep/pk
- *   5. O   += P V                pv       dV  += P~^T dO                stx
- *                                         dK  += scale dS^T Q           stx
- *                                         dQ  += scale dS K             pv
+ *   forward step                             backward (this file)
+ *   1.   S^T  = K (scale Q)^T      qk        dP^T = V dO^T (of 9)           qk
+ *   2-5. softcap, bias, ALiBi,     finish    dS^T = P^T (dP^T - D) (of 7)   ds, then x (1 - tanh^2) (of 2)
+ *        masks
+ *   6-7. P^T  = exp(S^T - m)       softmax   P^T  = exp(S^T - lse)          softmax with m = lse
+ *   8.   dropout: P *= keep/pk               dP *= keep/pk, P~ = P keep/pk
+ *   9.   O   += P V                pv        dV  += P~^T dO (of 9)          stx
+ *                                            dK  += scale dS^T Q (of 1)     stx
+ *                                            dQ  += scale dS K (of 1)       pv
  * with D_i = dot(dO_i, o_i), one number per row, computed first.
  *
  * The loop is K-outer: a task is one (sequence, kv head); it walks the key tiles,
@@ -28,6 +29,8 @@
  * the block's tiles in the fused walk's order). Each gradient's arithmetic is the
  * same in both schedules, and no two tasks write the same output row, so the
  * gradients are bitwise the same for either schedule, any thread count and any run.
+ * Which schedule runs, and its tasks in order, are tasks.c's (fa_bwd_tasks_count,
+ * fa_bwd_tasks_fill); this file runs a task.
  */
 #include "internal.h"
 #include "alloc.h"
@@ -38,17 +41,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
-
-typedef enum { BWD_FUSED, BWD_KEY_TILE, BWD_QUERY_BLOCK } bwd_task_kind;
-
-typedef struct {
-    int32_t b, head; /* sequence; kv head (fused, key tile) or query head (query block) */
-    int32_t kind;    /* bwd_task_kind */
-    int64_t start;   /* first key (key tile) or query row (query block) */
-    int64_t cost;    /* about the kept (i, j) pairs times heads */
-} bwd_task;
 
 typedef struct {
     const fa_problem *p;
@@ -62,7 +55,7 @@ typedef struct {
     int b16;                /* bf16 q, k, v, dO multiplied as bf16 pairs (the forward's rule) */
     const float *dvec;      /* (B or 1, Hq, Sq) D_i = dot(dO_i, o_i), laid out as lse */
     int64_t dvec_sb, dvec_sh; /* its strides (b, h); i is contiguous */
-    bwd_task *tasks;
+    fa_bwd_task *tasks;     /* tasks.c's, most expensive first */
     int64_t n_tasks;
     char *workspace;
     int64_t per_thread;
@@ -134,7 +127,8 @@ static int dq_direct(const fa_problem *p, const fa_grads *g)
     return (uintptr_t)t->data % FA_CACHE_LINE == 0;
 }
 
-/* 0. D_i = dot(dO_i, o_i) for every row: what the softmax's backward subtracts. */
+/* Before the tiles: D_i = dot(dO_i, o_i) for every row, what the backward of step 7
+ * (the softmax) subtracts. */
 static void compute_dvec(const fa_problem *p, const fa_grads *g, float *dvec, int64_t sb, int64_t sh, float *rowa,
                          float *rowb)
 {
@@ -155,26 +149,32 @@ static void compute_dvec(const fa_problem *p, const fa_grads *g, float *dvec, in
     }
 }
 
+/* A query block's Q and dO rows (natural, unscaled), as the products take them: f32
+ * rows, or bf16 rows on the pair path (job->b16), the other pair NULL. */
+typedef struct {
+    const float *q, *dout;
+    const uint16_t *q16, *do16;
+    int64_t ldq, lddo;
+} bwd_rows;
+
 /* Rows i0 .. i0+n-1 of head h: Q (natural and transposed-scaled), dO (both), the
  * forward's lse, and D_i. Q and dO are f32 rows wherever the tensors are. */
 static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t b,
-                      int64_t h, int64_t i0, int64_t n, const float **q, int64_t *ldq, const float **dout,
-                      int64_t *lddo)
+                      int64_t h, int64_t i0, int64_t n, bwd_rows *rw)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
+    memset(rw, 0, sizeof *rw);
     if (job->b16) { /* as bf16 rows and pair panels; qk_bf16 applies the scale itself */
-        const uint16_t *q16 = fa_rows_u16(&s->q, 0, i0, n, h, p->D, sc->q16, ldq);
-        kern->pack_qt_bf16(n, p->D, q16, *ldq, sc->qt2, 2 * job->bp);
-        const uint16_t *d16 = fa_rows_u16(&gs->dout, 0, i0, n, h, p->Dv, sc->do16, lddo);
-        if (p->Dv > 0) kern->pack_qt_bf16(n, p->Dv, d16, *lddo, sc->dot2, 2 * job->bp);
-        *q = (const float *)q16; /* typed by job->b16 */
-        *dout = (const float *)d16;
+        rw->q16 = fa_rows_u16(&s->q, 0, i0, n, h, p->D, sc->q16, &rw->ldq);
+        kern->pack_qt_bf16(n, p->D, rw->q16, rw->ldq, sc->qt2, 2 * job->bp);
+        rw->do16 = fa_rows_u16(&gs->dout, 0, i0, n, h, p->Dv, sc->do16, &rw->lddo);
+        if (p->Dv > 0) kern->pack_qt_bf16(n, p->Dv, rw->do16, rw->lddo, sc->dot2, 2 * job->bp);
     } else {
-        *q = fa_rows_f32(&s->q, kern, 0, i0, n, h, p->D, sc->q, ldq);
-        kern->pack_qt(n, p->D, *q, *ldq, p->scale, sc->qt, job->bp);
-        *dout = fa_rows_f32(&gs->dout, kern, 0, i0, n, h, p->Dv, sc->dout, lddo);
-        if (p->Dv > 0) kern->pack_qt(n, p->Dv, *dout, *lddo, 1.0f, sc->dot, job->bp);
+        rw->q = fa_rows_f32(&s->q, kern, 0, i0, n, h, p->D, sc->q, &rw->ldq);
+        kern->pack_qt(n, p->D, rw->q, rw->ldq, p->scale, sc->qt, job->bp);
+        rw->dout = fa_rows_f32(&gs->dout, kern, 0, i0, n, h, p->Dv, sc->dout, &rw->lddo);
+        if (p->Dv > 0) kern->pack_qt(n, p->Dv, rw->dout, rw->lddo, 1.0f, sc->dot, job->bp);
     }
     const float *lse = s->lse.data;
     const int64_t row0 = p->cu_q ? p->cu_q[b] : 0;
@@ -231,11 +231,10 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     const fa_kernels *kern = job->kern;
     const int64_t D = p->D, Dv = p->Dv, bp = job->bp;
     const int elementwise = fa_problem_has_elementwise(s);
-    const float *q, *dout;
-    int64_t ldq, lddo;
-    load_rows(job, sc, s, gs, b, h, i0, n, &q, &ldq, &dout, &lddo);
+    bwd_rows rw;
+    load_rows(job, sc, s, gs, b, h, i0, n, &rw);
 
-    /* forward 1-3: S^T, then its masks and modifiers (x kept for the softcap) */
+    /* forward 1-5: S^T, then softcap, bias, ALiBi and masks (x kept for the softcap) */
     if (job->b16)
         kern->qk_bf16(n, cols, D, sc->qt2, 2 * bp, t->k16, t->ldk, p->scale, sc->st, bp);
     else
@@ -246,11 +245,11 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     const int partial = elementwise || !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
     if (partial && !elementwise) tlo = sc->lo, thi = sc->hi;
 
-    /* forward 4 recomputed: P^T = exp(S^T - lse) (the softmax step with m = lse,
+    /* forward 6-7 recomputed: P^T = exp(S^T - lse) (the softmax step with m = lse,
      * which is the row's final max-and-sum in one number) */
     kern->softmax(n, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
 
-    /* backward of 5 and 8: dP^T = V dO^T, times the dropout factor (Dv = 0:
+    /* backward of 9 and 8: dP^T = V dO^T, times the dropout factor (Dv = 0:
      * there is no output, so dP = 0; the kernels need a depth >= 1) */
     if (Dv == 0)
         memset(sc->dpt, 0, (size_t)(cols * bp) * sizeof(float));
@@ -260,7 +259,7 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
         kern->qk(n, cols, Dv, sc->dot, bp, t->v, t->ldv, sc->dpt, bp);
     if (s->drop.on) fa_dropout_tile_t(&s->drop, b, h, p->Hq, s->q_start + i0, n, s->k_start + j0, cols, sc->dpt, bp);
 
-    /* backward of 4 (the softmax): dS = P (dP - D); of 2 (softcap): x (1 - tanh^2) */
+    /* backward of 7 (the softmax): dS = P (dP - D); of 2 (softcap): x (1 - tanh^2) */
     kern->ds(n, cols, sc->st, bp, sc->dpt, bp, sc->dv_rows);
     if (p->softcap > 0.0f)
         for (int64_t c = 0; c < cols; c++)
@@ -269,7 +268,7 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
                 sc->dpt[c * bp + r] *= 1.0f - th * th;
             }
 
-    /* backward of 5: dV += P~^T dO, with P~ the dropped probabilities */
+    /* backward of 9: dV += P~^T dO, with P~ the dropped probabilities */
     const int want_dv = kv && gs->has_dv, want_dk = kv && gs->has_dk;
     if (s->drop.on && want_dv)
         fa_dropout_tile_t(&s->drop, b, h, p->Hq, s->q_start + i0, n, s->k_start + j0, cols, sc->st, bp);
@@ -278,24 +277,23 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     const fa_kernels *kq = partial && !t->kv_finite ? &fa_kernels_ref : kern;
     if (job->b16) {
         /* the pair kernels round P~ and dS to bf16, as a naive bf16 backward does */
-        const uint16_t *q16 = (const uint16_t *)q, *d16 = (const uint16_t *)dout;
         const fa_kernels *kx = (want_dv || want_dk) && partial &&
-                                       !(fa_rows_finite16(d16, lddo, n, Dv, 0x7f80u) &&
-                                         fa_rows_finite16(q16, ldq, n, D, 0x7f80u))
+                                       !(fa_rows_finite16(rw.do16, rw.lddo, n, Dv, 0x7f80u) &&
+                                         fa_rows_finite16(rw.q16, rw.ldq, n, D, 0x7f80u))
                                    ? &fa_kernels_ref
                                    : kern;
-        if (want_dv) kx->stx_bf16(n, cols, Dv, sc->st, bp, d16, lddo, sc->dv, job->lddv, sc->pair_scratch);
-        if (want_dk) kx->stx_bf16(n, cols, D, sc->dpt, bp, q16, ldq, sc->dk, job->ldd, sc->pair_scratch);
+        if (want_dv) kx->stx_bf16(n, cols, Dv, sc->st, bp, rw.do16, rw.lddo, sc->dv, job->lddv, sc->pair_scratch);
+        if (want_dk) kx->stx_bf16(n, cols, D, sc->dpt, bp, rw.q16, rw.ldq, sc->dk, job->ldd, sc->pair_scratch);
         if (dq_rows) kq->pv_bf16(n, cols, D, sc->dpt, bp, t->k_pairs, t->ldkp, NULL, dq_rows, ldq_acc, sc->pair_scratch);
         return;
     }
     const fa_kernels *kx = (want_dv || want_dk) && partial &&
-                                   !(fa_rows_finite(dout, lddo, n, Dv) && fa_rows_finite(q, ldq, n, D))
+                                   !(fa_rows_finite(rw.dout, rw.lddo, n, Dv) && fa_rows_finite(rw.q, rw.ldq, n, D))
                                ? &fa_kernels_ref
                                : kern;
-    if (want_dv) kx->stx(n, cols, Dv, sc->st, bp, dout, lddo, sc->dv, job->lddv);
+    if (want_dv) kx->stx(n, cols, Dv, sc->st, bp, rw.dout, rw.lddo, sc->dv, job->lddv);
     /* backward of 1, S = scale Q K^T: dK += dS^T Q (scale applied once, at the store) */
-    if (want_dk) kx->stx(n, cols, D, sc->dpt, bp, q, ldq, sc->dk, job->ldd);
+    if (want_dk) kx->stx(n, cols, D, sc->dpt, bp, rw.q, rw.ldq, sc->dk, job->ldd);
     /* ... and dQ += dS K */
     if (dq_rows) kq->pv(n, cols, D, sc->dpt, bp, t->k, t->ldk, NULL, dq_rows, ldq_acc);
 }
@@ -377,7 +375,7 @@ static void dq_rows_finish(const bwd_job *job, const fa_grads *gs, float *dq, in
  * head `head` (dQ), which recomputes the block's tiles (S, P, dP, dS) in the same
  * order as the fused walk and so accumulates dQ bit for bit as it does.
  */
-static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const bwd_task *t)
+static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const fa_bwd_task *t)
 {
     const fa_problem *p = job->p;
     fa_problem s;
@@ -385,15 +383,15 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const bwd_ta
     fa_seq_view(p, t->b, &s);
     fa_seq_grads(p, job->g, t->b, &gs);
     int64_t ldq_acc = 0, hstride = 0;
-    if (t->kind == BWD_FUSED) {
+    if (t->kind == FA_BWD_FUSED) {
         const int64_t h0 = (int64_t)t->head * p->group;
         float *dq = gs.has_dq ? dq_target(job, sc, &gs, h0, &ldq_acc, &hstride, s.Sq) : NULL;
         if (dq) dq_rows_clear(job, dq, ldq_acc, hstride, p->group, s.Sq);
         for (int64_t j0 = 0; j0 < s.Sk; j0 += job->bc) key_tile_run(job, sc, &s, &gs, t->b, t->head, j0, dq, ldq_acc, hstride);
         if (dq) dq_rows_finish(job, &gs, dq, ldq_acc, hstride, h0, p->group, 0, s.Sq);
-    } else if (t->kind == BWD_KEY_TILE) {
+    } else if (t->kind == FA_BWD_KEY_TILE) {
         key_tile_run(job, sc, &s, &gs, t->b, t->head, t->start, NULL, 0, 0);
-    } else { /* BWD_QUERY_BLOCK: dQ of rows start .. start+n-1 of head `head` */
+    } else { /* FA_BWD_QUERY_BLOCK: dQ of rows start .. start+n-1 of head `head` */
         const int64_t h = t->head, i0 = t->start, n = s.Sq - i0 < job->br ? s.Sq - i0 : job->br;
         float *dq = dq_target(job, sc, &gs, h, &ldq_acc, &hstride, s.Sq);
         if (job->dq_in_place) dq += i0 * ldq_acc; /* scratch holds only this block's rows */
@@ -420,79 +418,6 @@ static void bwd_worker(void *arg, int ith, int nth)
     for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < job->n_tasks;) bwd_task_run(job, &sc, &job->tasks[t]);
 }
 
-static int by_cost_desc(const void *a, const void *b)
-{
-    const bwd_task *x = a, *y = b;
-    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
-    if (x->b != y->b) return x->b < y->b ? -1 : 1;
-    if (x->head != y->head) return x->head < y->head ? -1 : 1;
-    return (x->start > y->start) - (x->start < y->start);
-}
-
-/* Sequence b's kept (i, j) pairs, for rows [i0, i1) and keys [j0, j1): exact for the
- * whole sequence, about right for a block (the band's mean width at its two ends). */
-static int64_t kept_pairs(const fa_problem *s, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int exact)
-{
-    int64_t cost = 0;
-    if (exact) return fa_kept_pairs(s, i0, i1, j0, j1);
-    for (int e = 0; e < 2; e++) {
-        int64_t lo, hi;
-        fa_row_band(s, e ? i1 - 1 : i0, &lo, &hi);
-        lo = lo > j0 ? lo : j0, hi = hi < j1 - 1 ? hi : j1 - 1;
-        if (hi >= lo) cost += hi - lo + 1;
-    }
-    return cost / 2 * (i1 - i0);
-}
-
-/*
- * Whether the two-pass schedule finishes first. The fused one has B * Hk tasks;
- * when they cannot keep the threads busy (one MQA or GQA sequence on more cores
- * than kv heads), pass 1's key tiles and pass 2's query blocks can, although pass 2
- * recomputes S, P, dP and dS: 7 products instead of 5 when dQ and dK or dV are all
- * asked for, and no more work when only one side is. The fused schedule's time is
- * estimated by its tasks' costs (equal within a sequence): at least the largest, the
- * mean load and ceil(n / threads) of the smallest.
- */
-static int two_pass_pays(int threads, int64_t n, double total, double max_cost, double min_cost, int kv, int dq)
-{
-    if (threads <= 1 || n <= 0) return 0;
-    double fused = total / threads;
-    if (max_cost > fused) fused = max_cost;
-    const double rounds = (double)((n + threads - 1) / threads) * min_cost;
-    if (rounds > fused) fused = rounds;
-    const double two_pass = (kv && dq ? 7.0 / 5.0 : 1.0) * total / threads;
-    return two_pass < 0.95 * fused; /* a clear gain only: the finer tasks cost a little more */
-}
-
-/* Fills job->tasks with the two-pass tasks (n1 key tiles, then n2 query blocks). */
-static void fill_two_pass(bwd_job *job, int kv, int dq)
-{
-    const fa_problem *p = job->p;
-    int64_t t = 0;
-    for (int64_t b = 0; b < p->B; b++) {
-        fa_problem s;
-        fa_seq_view(p, b, &s);
-        if (kv)
-            for (int64_t j0 = 0; j0 < s.Sk; j0 += job->bc) {
-                const int64_t j1 = s.Sk - j0 < job->bc ? s.Sk : j0 + job->bc;
-                int64_t ilo, ihi;
-                fa_key_block_rows(&s, j0, j1 - 1, &ilo, &ihi);
-                const int64_t c = ilo <= ihi ? kept_pairs(&s, ilo, ihi + 1, j0, j1, 0) : 0;
-                for (int64_t hk = 0; hk < p->Hk; hk++)
-                    job->tasks[t++] = (bwd_task){(int32_t)b, (int32_t)hk, BWD_KEY_TILE, j0, 4 * c * p->group + 1};
-            }
-        if (dq)
-            for (int64_t i0 = 0; i0 < s.Sq; i0 += job->br) {
-                const int64_t i1 = s.Sq - i0 < job->br ? s.Sq : i0 + job->br;
-                const int64_t c = s.Sk > 0 ? kept_pairs(&s, i0, i1, 0, s.Sk, 0) : 0;
-                for (int64_t h = 0; h < p->Hq; h++)
-                    job->tasks[t++] = (bwd_task){(int32_t)b, (int32_t)h, BWD_QUERY_BLOCK, i0, 3 * c + 1};
-            }
-    }
-    job->n_tasks = t;
-}
-
 fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads *g, int64_t br, int64_t bc,
                             int two_pass_ok, fa_run_info *info)
 {
@@ -507,29 +432,14 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     /* bf16 pairs where the forward takes them (fa_bf16_dot_active), with dO in bf16 too */
     job.b16 = p->dtype == FA_DTYPE_BF16 && g->dout.dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
 
-    /* The fused schedule's tasks: (sequence, kv head); only sequences with both rows
-     * and keys have work, but every (b, hk) is a task so that the empty ones write
-     * their zeros. The two-pass schedule's: every key tile and every query block,
-     * empty ones included for the same reason. */
-    const int kv = g->has_dk || g->has_dv, dq = g->has_dq;
-    int64_t n_fused, n_split = 0, tiles = 0, blocks = 0;
-    double total = 0.0, max_cost = 0.0, min_cost = -1.0;
-    if (!fa_mul_ok(p->B, p->Hk, &n_fused)) return fa_fail(ctx, FA_ERR_OVERFLOW, "backward: B * Hk overflows");
-    for (int64_t b = 0; b < p->B; b++) {
-        fa_problem s;
-        fa_seq_view(p, b, &s);
-        if (s.Sq > job.sq_max) job.sq_max = s.Sq;
-        tiles += (s.Sk + bc - 1) / bc, blocks += (s.Sq + br - 1) / br; /* <= the packed lengths */
-        const double c = (double)kept_pairs(&s, 0, s.Sq, 0, s.Sk, 1) * (double)p->group + 1.0;
-        total += c * (double)p->Hk;
-        if (c > max_cost) max_cost = c;
-        if (min_cost < 0.0 || c < min_cost) min_cost = c;
-    }
-    int64_t n1 = 0, n2 = 0;
-    job.two_pass = two_pass_ok && two_pass_pays(ctx->threads, n_fused, total, max_cost, min_cost, kv, dq) &&
-                   fa_mul_ok(kv ? tiles : 0, p->Hk, &n1) && fa_mul_ok(dq ? blocks : 0, p->Hq, &n2) &&
-                   fa_add_ok(n1, n2, &n_split);
-    const int64_t n_tasks = job.two_pass ? n_split : n_fused;
+    /* the schedule (tasks.c): fused (sequence, kv head) walks, or two passes */
+    const fa_bwd_rules rules = {.br = br, .bc = bc, .threads = ctx->threads, .two_pass_ok = two_pass_ok,
+                                .kv = g->has_dk || g->has_dv, .dq = g->has_dq};
+    fa_bwd_counts counts;
+    if (!fa_bwd_tasks_count(p, &rules, &counts)) return fa_fail(ctx, FA_ERR_OVERFLOW, "backward: B * Hk overflows");
+    job.two_pass = counts.two_pass;
+    job.sq_max = counts.sq_max;
+    const int64_t n_tasks = counts.tasks;
     job.per_thread = scratch_layout(&job, NULL, NULL);
     const int nth = ctx->threads < n_tasks ? ctx->threads : (int)(n_tasks > 0 ? n_tasks : 1);
     /* D_i: laid out (B, Hq, Sq) dense, or (1, Hq, total_q) packed */
@@ -539,7 +449,7 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     float *dvec, *rowa, *rowb;
     const fa_ws_part parts[] = {
         {(void **)&job.workspace, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
-        {(void **)&job.tasks, fa_bytes3(n_tasks, (int64_t)sizeof(bwd_task), 1)},
+        {(void **)&job.tasks, fa_bytes3(n_tasks, (int64_t)sizeof(fa_bwd_task), 1)},
         {(void **)&dvec, fa_bytes3(p->cu_q ? 1 : p->B, p->Hq * rows, 4)},
         {(void **)&rowa, fa_bytes3(p->Dv, 4, 1)},
         {(void **)&rowb, fa_bytes3(p->Dv, 4, 1)},
@@ -556,19 +466,8 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     job.dvec = dvec;
 
     compute_dvec(p, g, dvec, job.dvec_sb, job.dvec_sh, rowa, rowb);
-    if (job.two_pass) {
-        fill_two_pass(&job, kv, dq);
-    } else {
-        for (int64_t b = 0, t = 0; b < p->B; b++) {
-            fa_problem s;
-            fa_seq_view(p, b, &s);
-            const int64_t cost = kept_pairs(&s, 0, s.Sq, 0, s.Sk, 1) * p->group + 1;
-            for (int64_t hk = 0; hk < p->Hk; hk++, t++)
-                job.tasks[t] = (bwd_task){(int32_t)b, (int32_t)hk, BWD_FUSED, 0, cost};
-        }
-        job.n_tasks = n_fused;
-    }
-    qsort(job.tasks, (size_t)job.n_tasks, sizeof *job.tasks, by_cost_desc);
+    fa_bwd_tasks_fill(p, &rules, &counts, job.tasks);
+    job.n_tasks = n_tasks;
     atomic_init(&job.next, 0);
     if (job.n_tasks > 0) fa_pool_run(ctx->pool, nth, bwd_worker, &job);
     fa_context_workspace_done(ctx, ws);

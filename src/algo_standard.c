@@ -66,8 +66,9 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
     const float *k = fa_rows_f32(&p->k, kern, b, 0, Sk, hk, D, sc->k, &ldk);
     const float *v = fa_rows_f32(&p->v, kern, b, 0, Sk, hk, Dv, sc->v, &ldv);
 
-    /* 1. S = scale * Q K^T, then softcap, bias, ALiBi and masks as one more pass
-     * (a causal/window band alone goes to the softmax as bounds, as in flash) */
+    /* 1-5 (docs/semantics.md's steps). S = scale * Q K^T, then softcap, bias, ALiBi
+     * and masks as one more pass (a causal/window band alone goes to the softmax as
+     * bounds, as in flash) */
     kern->pack_qt(Sq, D, q, ldq, p->scale, sc->qt, sp);
     kern->qk(Sq, Sk, D, sc->qt, sp, k, ldk, sc->st, sp);
     const int32_t *lo = NULL, *hi = NULL;
@@ -78,7 +79,7 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
         hi = sc->hi;
     }
 
-    /* 2. P = softmax(S): one online step over the whole row is the exact softmax;
+    /* 6-7. P = softmax(S): one online step over the whole row is the exact softmax;
      * then normalise P itself, as torch.softmax does */
     for (int64_t i = 0; i < Sq; i++) {
         sc->m[i] = -INFINITY;
@@ -90,6 +91,7 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
         float *row = sc->st + j * sp;
         for (int64_t i = 0; i < Sq; i++) row[i] *= sc->alpha[i];
     }
+    /* 8. dropout, after the softmax: the lse stays the undropped row's */
     if (p->drop.on) fa_dropout_tile_t(&p->drop, b, h, p->Hq, p->q_start, Sq, p->k_start, Sk, sc->st, sp);
     if (p->has_lse) {
         float *out = p->lse.data;
@@ -98,7 +100,7 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
                 sc->m[i] == -INFINITY ? -INFINITY : sc->m[i] + logf(sc->l[i]);
     }
 
-    /* 3. O = P V (the careful reference pv when a V row is not finite: see algo_flash.c) */
+    /* 9. O = P V (the careful reference pv when a V row is not finite: see algo_flash.c) */
     if (Dv == 0) return; /* the lse was all there was to compute */
     memset(sc->o, 0, (size_t)(Sq * job->ldo) * sizeof(float));
     (fa_rows_finite(v, ldv, Sk, Dv) ? kern->pv : fa_kernels_ref.pv)(Sq, Sk, Dv, sc->st, sp, v, ldv, NULL, sc->o, job->ldo);

@@ -60,7 +60,7 @@ void fa_kv_row_ptrs(const fa_problem *s, int which, int64_t j0, int64_t cols, in
     }
 }
 
-void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, int64_t dim, float *dst)
+void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, int64_t dim, void *dst)
 {
     const int64_t es = (int64_t)fa_dtype_size(t->dtype), sd = t->stride[3];
     for (int64_t c = 0; c < cols; c++) {

@@ -43,8 +43,9 @@ void fa_kv_row_ptrs(const fa_problem *s, int which, int64_t j0, int64_t cols, in
                     float *scale);
 
 /* Rows with a non-unit inner stride copied, element for element in their own
- * dtype, into dst (room for cols * dim floats); ptr is repointed at the copies. */
-void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, int64_t dim, float *dst);
+ * dtype, into dst (untyped: any K/V dtype; room for cols * dim floats); ptr is
+ * repointed at the copies. */
+void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, int64_t dim, void *dst);
 
 /*
  * Packed K/V: one (sequence, kv head)'s rows copied once into the layout the wide

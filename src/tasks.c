@@ -1,10 +1,15 @@
 /*
- * tasks.c: see tasks.h. The split-KV rule and the head stacking here are the
- * ones the header documents next to fa_merge_states.
+ * tasks.c: see tasks.h. Every schedule of the tiled loops: the forward's tasks
+ * (the split-KV rule and the head stacking here are the ones the header documents
+ * next to fa_merge_states), the forward's steps through the waves of packed K/V,
+ * and the backward's tasks, fused or two-pass. One ordering rule serves both task
+ * lists (cost_then_keys).
  */
 #include "tasks.h"
 
+#include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 
 void fa_chunk_range(int64_t sk, int64_t split, int64_t nsplit, int64_t *ca, int64_t *cb)
 {
@@ -101,14 +106,23 @@ static int64_t block_cost(const fa_problem *s, int64_t i0, int64_t n, int64_t ca
     return fa_kept_pairs(s, i0, i0 + n, ca, cb);
 }
 
+/* The order of every task list: most expensive first, so that threads taking tasks
+ * from a counter finish together; equal costs by position (keys most significant
+ * first, unique within a list), so the order never depends on qsort's. */
+enum { ORDER_KEYS = 4 };
+static int cost_then_keys(int64_t cx, int64_t cy, const int64_t *kx, const int64_t *ky)
+{
+    if (cx != cy) return cx > cy ? -1 : 1;
+    for (int i = 0; i < ORDER_KEYS; i++)
+        if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
+    return 0;
+}
+
 static int by_cost_desc(const void *a, const void *b)
 {
     const fa_task *x = a, *y = b;
-    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-    if (x->b != y->b) return x->b < y->b ? -1 : 1;
-    if (x->qb != y->qb) return x->qb < y->qb ? -1 : 1;
-    if (x->h0 != y->h0) return x->h0 < y->h0 ? -1 : 1;
-    return (x->split > y->split) - (x->split < y->split);
+    const int64_t kx[ORDER_KEYS] = {x->b, x->qb, x->h0, x->split}, ky[ORDER_KEYS] = {y->b, y->qb, y->h0, y->split};
+    return cost_then_keys(x->cost, y->cost, kx, ky);
 }
 
 /* One walk over the plan: counts it, and with `out` also writes the tasks. */
@@ -179,4 +193,326 @@ void fa_tasks_fill(const fa_problem *p, const fa_task_rules *rules, const fa_tas
     walk(p, rules, rules->kv_splits, unsplit.units, tasks, &again);
     (void)counts; /* the same walk as fa_tasks_count: again equals *counts */
     qsort(tasks, (size_t)again.tasks, sizeof *tasks, by_cost_desc);
+}
+
+int64_t fa_tasks_merges(const fa_task *tasks, int64_t n_tasks, int64_t *merges)
+{
+    int64_t n = 0;
+    for (int64_t t = 0; t < n_tasks; t++)
+        if (tasks[t].nsplit > 1 && tasks[t].split == 0) merges[n++] = t;
+    return n;
+}
+
+/* ------------------------------------------------ the forward's steps */
+
+/* Bytes of packed units a wave holds, unless the threads need more: a few MiB,
+ * so that what the running tasks read stays in cache (measured on 2 threads,
+ * N = 2048..4096: 3 MiB waves were up to 6% faster than 8 MiB ones, at a third
+ * of the memory). */
+enum { PACK_WAVE_BYTES = 3 << 20 };
+/* The most both wave buffers may take: packing keeps the forward's extra memory
+ * bounded (and within what a context keeps between calls), so a unit too large
+ * for two to fit (f32, D = Dv = 128: beyond 32k keys) is read in place. */
+#define PACK_MEMORY_MAX FA_WORKSPACE_KEEP
+
+void fa_steps_init(fa_steps *st, const fa_task *tasks, int64_t n_tasks)
+{
+    memset(st, 0, sizeof *st);
+    st->tasks = tasks;
+    st->n_tasks = n_tasks;
+    atomic_init(&st->next, 0);
+}
+
+/* The unit (b * Hk + hk) a task's packed K/V would be, or -1 when it reads none:
+ * small-row tasks read each row once anyway, and a stacked task of a bf16-form
+ * job widens K/V to f32 itself. */
+static int64_t task_unit(const fa_steps *st, const fa_problem *p, const fa_task *it)
+{
+    if (it->nkv > 0 || (st->pack.bf16 && it->ng != 1)) return -1;
+    return (int64_t)it->b * p->Hk + it->h0 / p->group;
+}
+
+/* Keys per pack step: a tile's, made even in the bf16 form (whole V pairs). */
+static int64_t pack_chunk(const fa_steps *st, const fa_pack_rules *r) { return r->bc + (st->pack.bf16 ? r->bc & 1 : 0); }
+
+/* The packing's workspace as one table (fa_ws_layout): the wave buffers (one when
+ * there is one wave), the steps, and per wave two counters, two totals and a
+ * cursor, and the units in packing order. */
+static int64_t steps_layout(fa_steps *st, char *base)
+{
+    const int64_t bufs = st->waves > 1 ? 2 : 1;
+    const fa_ws_part parts[] = {
+        {(void **)&st->buf[0], fa_bytes3(st->wave_units, st->pack.unit_bytes, 1)},
+        {(void **)&st->buf[1], bufs > 1 ? fa_bytes3(st->wave_units, st->pack.unit_bytes, 1) : 0},
+        {(void **)&st->steps, fa_bytes3(st->n_steps, (int64_t)sizeof(fa_step), 1)},
+        {(void **)&st->packs_done, fa_bytes3(st->waves, (int64_t)sizeof(atomic_llong), 1)},
+        {(void **)&st->tasks_done, fa_bytes3(st->waves, (int64_t)sizeof(atomic_llong), 1)},
+        {(void **)&st->wave_packs, fa_bytes3(st->waves, 8, 1)},
+        {(void **)&st->wave_tasks, fa_bytes3(st->waves, 8, 1)},
+        {(void **)&st->wave_cursor, fa_bytes3(st->waves, 8, 1)},
+        {(void **)&st->unit_of_order, fa_bytes3(st->packed, 8, 1)},
+    };
+    return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
+}
+
+/*
+ * Which units to pack, from the tasks: those enough tasks read. On return units[u]
+ * >= 0 counts the readers of an unpacked unit and -2 - order marks a packed one,
+ * order being where the tasks (most expensive first) first reach it.
+ */
+int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, int64_t *units)
+{
+    st->packed = st->unpacked = st->waves = st->pack_steps = 0;
+    memset(units, 0, (size_t)(p->B * p->Hk) * sizeof *units);
+    st->pack.bf16 = rules->form;
+    for (int64_t t = 0; t < st->n_tasks; t++) {
+        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        if (u >= 0) units[u]++;
+    }
+    /* Below this many reading tasks a copy costs more than it saves: the packed rows
+     * come back from L3, while a unit's few in-place readers find them in L2 (measured,
+     * 2 threads, H = 32, D = 128, 128-row query blocks: f16 lost 5% at 3 readers and
+     * won 7% at 4; bf16 pairs lost 2% at 4 and won 11% at 6). Forced packing takes
+     * any shared unit. */
+    const int64_t min_readers = rules->mode == 2 ? 2 : rules->form ? 6 : 4;
+    int64_t sk_max = 0;
+    for (int64_t t = 0; t < st->n_tasks; t++) {
+        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        if (u < 0 || (units[u] >= 0 && units[u] < min_readers)) {
+            st->unpacked++;
+            continue;
+        }
+        if (units[u] <= -2) continue; /* a later reader of a unit already placed */
+        fa_problem s;
+        fa_seq_view(p, st->tasks[t].b, &s);
+        if (s.Sk > sk_max) sk_max = s.Sk;
+        st->pack_steps += (s.Sk + pack_chunk(st, rules) - 1) / pack_chunk(st, rules);
+        units[u] = -2 - st->packed++;
+    }
+    if (st->packed == 0) return 0;
+    if (!fa_kv_packing_plan(rules->form, sk_max, p->D, p->Dv, &st->pack) || st->pack.unit_bytes == 0 ||
+        st->pack.unit_bytes > PACK_MEMORY_MAX / 2) {
+        /* no keys, or too many (even beyond int64): read in place; units[] is unread without fa_steps_fill */
+        st->packed = 0;
+        return 0;
+    }
+    st->wave_units = st->pack.unit_bytes < PACK_WAVE_BYTES ? PACK_WAVE_BYTES / st->pack.unit_bytes : 1;
+    /* two waves are in flight at most, so each needs tasks for every thread, twice
+     * over: units enough for 2 * threads tasks at the mean number of readers */
+    const int64_t readers = st->n_tasks - st->unpacked;
+    const int64_t for_threads = (2 * rules->threads * st->packed + readers - 1) / readers;
+    if (st->wave_units < for_threads) st->wave_units = for_threads;
+    if (st->wave_units > st->packed) st->wave_units = st->packed;
+    if (st->wave_units > PACK_MEMORY_MAX / 2 / st->pack.unit_bytes)
+        st->wave_units = PACK_MEMORY_MAX / 2 / st->pack.unit_bytes;
+    st->waves = (st->packed + st->wave_units - 1) / st->wave_units;
+    st->n_steps = st->n_tasks + st->pack_steps;
+    return steps_layout(st, NULL);
+}
+
+/*
+ * Writes the steps in the order tasks.h states. Why no step waits forever: steps
+ * are handed out in index order from one counter, and every wait is on steps of
+ * smaller index (a wave's packs come before its tasks; wave w - 2's tasks before
+ * wave w's packs). A step of smaller index has been taken already, by a thread
+ * that runs it or waits on a smaller one still; the smallest step not yet done
+ * waits on nothing, so it finishes, and by induction every step does, on any
+ * number of threads (one thread runs them in order without ever waiting).
+ */
+void fa_steps_fill(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, const int64_t *units, char *ws)
+{
+    const int64_t wu = st->wave_units, bc = pack_chunk(st, rules);
+    steps_layout(st, ws);
+    for (int64_t w = 0; w < st->waves; w++) {
+        atomic_init(&st->packs_done[w], 0);
+        atomic_init(&st->tasks_done[w], 0);
+        st->wave_packs[w] = st->wave_tasks[w] = 0;
+    }
+    for (int64_t u = 0; u < p->B * p->Hk; u++)
+        if (units[u] <= -2) st->unit_of_order[-2 - units[u]] = u;
+    for (int64_t t = 0; t < st->n_tasks; t++) {
+        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        if (u >= 0 && units[u] <= -2) st->wave_tasks[(-2 - units[u]) / wu]++;
+    }
+    /* each wave: its pack steps, written now, then room for its tasks */
+    int64_t pos = st->unpacked;
+    for (int64_t w = 0; w < st->waves; w++) {
+        for (int64_t o = w * wu; o < st->packed && o < (w + 1) * wu; o++) {
+            const int64_t u = st->unit_of_order[o];
+            fa_problem s;
+            fa_seq_view(p, u / p->Hk, &s);
+            for (int64_t j0 = 0; j0 < s.Sk; j0 += bc) {
+                const fa_step step = {.task = -1, .wave = (int32_t)w, .slot = (int32_t)(o - w * wu),
+                                      .b = (int32_t)(u / p->Hk), .hk = (int32_t)(u % p->Hk), .j0 = j0,
+                                      .cols = s.Sk - j0 < bc ? s.Sk - j0 : bc};
+                st->steps[pos++] = step;
+                st->wave_packs[w]++;
+            }
+        }
+        st->wave_cursor[w] = pos;
+        pos += st->wave_tasks[w];
+    }
+    int64_t upos = 0;
+    for (int64_t t = 0; t < st->n_tasks; t++) {
+        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        fa_step step = {.task = t, .wave = -1, .slot = -1};
+        if (u >= 0 && units[u] <= -2) {
+            const int64_t o = -2 - units[u];
+            step.wave = (int32_t)(o / wu);
+            step.slot = (int32_t)(o % wu);
+            st->steps[st->wave_cursor[step.wave]++] = step;
+        } else {
+            st->steps[upos++] = step;
+        }
+    }
+}
+
+/* Waits for a count another thread raises: a short spin, then yielding, which an
+ * oversubscribed machine needs (the awaited step may be on a descheduled thread). */
+static void wait_for(atomic_llong *count, int64_t want)
+{
+    for (int spins = 0; atomic_load_explicit(count, memory_order_acquire) < want; spins++)
+        if (spins >= 64) sched_yield();
+}
+
+int fa_steps_take(fa_steps *st, fa_step *step)
+{
+    const int64_t t = atomic_fetch_add(&st->next, 1);
+    if (!st->steps) {
+        if (t >= st->n_tasks) return 0;
+        *step = (fa_step){.task = t, .wave = -1, .slot = -1};
+        return 1;
+    }
+    if (t >= st->n_steps) return 0;
+    *step = st->steps[t];
+    if (step->wave < 0) return 1;
+    if (step->task >= 0)
+        wait_for(&st->packs_done[step->wave], st->wave_packs[step->wave]);
+    else if (step->wave >= 2)
+        wait_for(&st->tasks_done[step->wave - 2], st->wave_tasks[step->wave - 2]);
+    return 1;
+}
+
+void fa_steps_done(fa_steps *st, const fa_step *step)
+{
+    if (step->wave < 0) return;
+    atomic_llong *done = step->task >= 0 ? &st->tasks_done[step->wave] : &st->packs_done[step->wave];
+    atomic_fetch_add_explicit(done, 1, memory_order_release);
+}
+
+/* ------------------------------------------------ the backward's tasks */
+
+/* Sequence b's kept (i, j) pairs, for rows [i0, i1) and keys [j0, j1): exact for the
+ * whole sequence, about right for a block (the band's mean width at its two ends). */
+static int64_t kept_pairs(const fa_problem *s, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int exact)
+{
+    int64_t cost = 0;
+    if (exact) return fa_kept_pairs(s, i0, i1, j0, j1);
+    for (int e = 0; e < 2; e++) {
+        int64_t lo, hi;
+        fa_row_band(s, e ? i1 - 1 : i0, &lo, &hi);
+        lo = lo > j0 ? lo : j0, hi = hi < j1 - 1 ? hi : j1 - 1;
+        if (hi >= lo) cost += hi - lo + 1;
+    }
+    return cost / 2 * (i1 - i0);
+}
+
+/*
+ * Whether the two-pass schedule finishes first. The fused one has B * Hk tasks;
+ * when they cannot keep the threads busy (one MQA or GQA sequence on more cores
+ * than kv heads), pass 1's key tiles and pass 2's query blocks can, although pass 2
+ * recomputes S, P, dP and dS: 7 products instead of 5 when dQ and dK or dV are all
+ * asked for, and no more work when only one side is. The fused schedule's time is
+ * estimated by its tasks' costs (equal within a sequence): at least the largest, the
+ * mean load and ceil(n / threads) of the smallest.
+ */
+static int two_pass_pays(int threads, int64_t n, double total, double max_cost, double min_cost, int kv, int dq)
+{
+    if (threads <= 1 || n <= 0) return 0;
+    double fused = total / threads;
+    if (max_cost > fused) fused = max_cost;
+    const double rounds = (double)((n + threads - 1) / threads) * min_cost;
+    if (rounds > fused) fused = rounds;
+    const double two_pass = (kv && dq ? 7.0 / 5.0 : 1.0) * total / threads;
+    return two_pass < 0.95 * fused; /* a clear gain only: the finer tasks cost a little more */
+}
+
+int fa_bwd_tasks_count(const fa_problem *p, const fa_bwd_rules *r, fa_bwd_counts *c)
+{
+    /* The fused schedule's tasks: (sequence, kv head); only sequences with both rows
+     * and keys have work, but every (b, hk) is a task so that the empty ones write
+     * their zeros. The two-pass schedule's: every key tile and every query block,
+     * empty ones included for the same reason. */
+    int64_t n_fused, n_split = 0, tiles = 0, blocks = 0;
+    double total = 0.0, max_cost = 0.0, min_cost = -1.0;
+    memset(c, 0, sizeof *c);
+    if (!fa_mul_ok(p->B, p->Hk, &n_fused)) return 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        fa_problem s;
+        fa_seq_view(p, b, &s);
+        if (s.Sq > c->sq_max) c->sq_max = s.Sq;
+        tiles += (s.Sk + r->bc - 1) / r->bc, blocks += (s.Sq + r->br - 1) / r->br; /* <= the packed lengths */
+        const double cost = (double)kept_pairs(&s, 0, s.Sq, 0, s.Sk, 1) * (double)p->group + 1.0;
+        total += cost * (double)p->Hk;
+        if (cost > max_cost) max_cost = cost;
+        if (min_cost < 0.0 || cost < min_cost) min_cost = cost;
+    }
+    int64_t n1 = 0, n2 = 0;
+    c->two_pass = r->two_pass_ok && two_pass_pays(r->threads, n_fused, total, max_cost, min_cost, r->kv, r->dq) &&
+                  fa_mul_ok(r->kv ? tiles : 0, p->Hk, &n1) && fa_mul_ok(r->dq ? blocks : 0, p->Hq, &n2) &&
+                  fa_add_ok(n1, n2, &n_split);
+    c->tasks = c->two_pass ? n_split : n_fused;
+    return 1;
+}
+
+/* The two-pass tasks (key tiles, then query blocks, per sequence); returns how many. */
+static int64_t fill_two_pass(const fa_problem *p, const fa_bwd_rules *r, fa_bwd_task *tasks)
+{
+    int64_t t = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        fa_problem s;
+        fa_seq_view(p, b, &s);
+        if (r->kv)
+            for (int64_t j0 = 0; j0 < s.Sk; j0 += r->bc) {
+                const int64_t j1 = s.Sk - j0 < r->bc ? s.Sk : j0 + r->bc;
+                int64_t ilo, ihi;
+                fa_key_block_rows(&s, j0, j1 - 1, &ilo, &ihi);
+                const int64_t c = ilo <= ihi ? kept_pairs(&s, ilo, ihi + 1, j0, j1, 0) : 0;
+                for (int64_t hk = 0; hk < p->Hk; hk++)
+                    tasks[t++] = (fa_bwd_task){(int32_t)b, (int32_t)hk, FA_BWD_KEY_TILE, j0, 4 * c * p->group + 1};
+            }
+        if (r->dq)
+            for (int64_t i0 = 0; i0 < s.Sq; i0 += r->br) {
+                const int64_t i1 = s.Sq - i0 < r->br ? s.Sq : i0 + r->br;
+                const int64_t c = s.Sk > 0 ? kept_pairs(&s, i0, i1, 0, s.Sk, 0) : 0;
+                for (int64_t h = 0; h < p->Hq; h++)
+                    tasks[t++] = (fa_bwd_task){(int32_t)b, (int32_t)h, FA_BWD_QUERY_BLOCK, i0, 3 * c + 1};
+            }
+    }
+    return t;
+}
+
+static int bwd_by_cost_desc(const void *a, const void *b)
+{
+    const fa_bwd_task *x = a, *y = b;
+    const int64_t kx[ORDER_KEYS] = {x->kind, x->b, x->head, x->start}, ky[ORDER_KEYS] = {y->kind, y->b, y->head, y->start};
+    return cost_then_keys(x->cost, y->cost, kx, ky);
+}
+
+void fa_bwd_tasks_fill(const fa_problem *p, const fa_bwd_rules *r, const fa_bwd_counts *c, fa_bwd_task *tasks)
+{
+    int64_t n = 0;
+    if (c->two_pass) {
+        n = fill_two_pass(p, r, tasks);
+    } else {
+        for (int64_t b = 0; b < p->B; b++) {
+            fa_problem s;
+            fa_seq_view(p, b, &s);
+            const int64_t cost = kept_pairs(&s, 0, s.Sq, 0, s.Sk, 1) * p->group + 1;
+            for (int64_t hk = 0; hk < p->Hk; hk++, n++)
+                tasks[n] = (fa_bwd_task){(int32_t)b, (int32_t)hk, FA_BWD_FUSED, 0, cost};
+        }
+    }
+    /* n equals c->tasks: the same walks as fa_bwd_tasks_count's */
+    qsort(tasks, (size_t)n, sizeof *tasks, bwd_by_cost_desc);
 }
