@@ -70,7 +70,8 @@ static fa_status check_scales(fa_context *ctx, const fa_kv_cache *c, fa_problem 
 static fa_status check_storage(fa_context *ctx, const fa_kv_cache *c, fa_problem *p)
 {
     fa_status st;
-    if ((st = fa_check_data(ctx, "kv_cache->k", &c->k)) != FA_OK || (st = fa_check_data(ctx, "kv_cache->v", &c->v)) != FA_OK)
+    if ((st = fa_check_data(ctx, "kv_cache->k", &c->k)) != FA_OK ||
+        (st = fa_check_data(ctx, "kv_cache->v", &c->v)) != FA_OK)
         return st;
     if (!c->seqlens) return fa_fail(ctx, FA_ERR_NULL_POINTER, "kv_cache->seqlens is NULL");
     if (c->k.dtype != c->v.dtype || !(fa_dtype_is_float(c->k.dtype) || c->k.dtype == FA_DTYPE_I8))
@@ -105,9 +106,11 @@ static fa_status check_layout(fa_context *ctx, const fa_kv_cache *c, fa_problem 
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "batch_idx is for contiguous caches; a paged cache maps "
                                                      "sequences to pages with block_table");
     if (c->max_pages < 1)
-        return fa_fail(ctx, FA_ERR_INVALID_DIM, "kv_cache->max_pages is %lld; it must be >= 1", (long long)c->max_pages);
+        return fa_fail(ctx, FA_ERR_INVALID_DIM, "kv_cache->max_pages is %lld; it must be >= 1",
+                       (long long)c->max_pages);
     if (c->k.shape[1] < 1)
-        return fa_fail(ctx, FA_ERR_INVALID_DIM, "a paged cache's page_size (kv_cache->k.shape[1]) is 0; it must be >= 1");
+        return fa_fail(ctx, FA_ERR_INVALID_DIM,
+                       "a paged cache's page_size (kv_cache->k.shape[1]) is 0; it must be >= 1");
     int64_t entries; /* the block table holds B rows of max_pages ids */
     if (!fa_mul_ok(p->B, c->max_pages, &entries))
         return fa_fail(ctx, FA_ERR_OVERFLOW, "the block table's B * max_pages = %lld * %lld entries overflow 64 bits",
@@ -126,7 +129,8 @@ static fa_status check_new_rows(fa_context *ctx, const fa_forward_args *a, fa_pr
     p->append = a->k.data || a->v.data;
     if (!p->append) {
         if (a->cu_seqlens_k)
-            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "with a KV cache, cu_seqlens_k describes new k, v rows; none given");
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT,
+                           "with a KV cache, cu_seqlens_k describes new k, v rows; none given");
         return FA_OK;
     }
     if ((st = fa_check_data(ctx, "k", &a->k)) != FA_OK || (st = fa_check_data(ctx, "v", &a->v)) != FA_OK) return st;
@@ -304,8 +308,8 @@ fa_status fa_cache_append(fa_context *ctx, const fa_problem *p, fa_cache_undo *u
                    fa_add_ok(bytes, row_bytes, &bytes);
     char *buf = ok ? fa_malloc(bytes) : NULL;
     if (!buf)
-        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "the append: cannot allocate a copy of the %lld cache rows it replaces",
-                       (long long)rows);
+        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY,
+                       "the append: cannot allocate a copy of the %lld cache rows it replaces", (long long)rows);
     undo->saved = buf;
     undo->bytes = bytes;
     float *row = (float *)buf;
