@@ -83,7 +83,8 @@ typedef enum fa_status {
     FA_ERR_ISA_UNAVAILABLE = 14,  /* FLASHATTN_ARCH names a path this CPU or build lacks */
     FA_ERR_OUT_OF_RANGE = 15,     /* an index or length points outside its tensor: KV cache overflow, a bad
                                      page id or batch_idx, cu_seqlens not non-decreasing within the packed length */
-    FA_ERR_BUSY = 16              /* the context is in use by another thread; nothing was touched */
+    FA_ERR_BUSY = 16,             /* the context is in use by another thread; nothing was touched */
+    FA_ERR_IO = 17                /* fa_tune: the tune file could not be read, replaced or written */
 } fa_status;
 
 /* A fixed description of a status code; never NULL. */
@@ -194,17 +195,27 @@ FA_API fa_status fa_context_get(const fa_context *ctx, fa_param param, int64_t *
 FA_API fa_status fa_param_bounds(fa_param param, int64_t *lo, int64_t *hi);
 /* What the last failed call on ctx found wrong, in words; "" after a success. */
 FA_API const char *fa_context_error(const fa_context *ctx);
-/* The micro-kernel path this context runs: "ref", "avx2", "avx512", "avx512bf16"
- * or "neon"; the best the CPU has, or the one FLASHATTN_ARCH names. */
+/* The micro-kernel path this context runs: "ref", "avx2", "avx512", "avx512bf16",
+ * "amx" or "neon" (or "amx-model", only by name); the best the CPU has, or the one
+ * FLASHATTN_ARCH names. */
 FA_API const char *fa_context_isa(const fa_context *ctx);
+/* The kernel paths this build has, best first: for index 0, 1, ... their name and
+ * whether this machine runs them (1, or 0 with *why saying why not; "" when it runs);
+ * -1 past the last. name and why may be NULL; the strings are static. */
+FA_API int fa_isa_info(int index, const char **name, const char **why);
 /* The CPU features the library detected, space separated, e.g. "sse2 avx2 fma f16c". */
 FA_API const char *fa_cpu_features(void);
+/* The CPU model that keys the tune file's entries: x86 the CPUID brand string, aarch64
+ * MIDR_EL1 as the kernel shows it ("0x...."), macOS the brand string, else "unknown";
+ * printable, blanks trimmed and runs of them made one space. Detected once. */
+FA_API const char *fa_cpu_model(void);
 FA_API const char *fa_algo_name(fa_algo algo);
 
 typedef enum fa_probe_kind {
     FA_PROBE_FMA_PEAK = 1, /* GFLOP/s of the path's widest fp32 FMA, on the context's threads */
     FA_PROBE_BF16_PEAK = 2, /* GFLOP/s of its bf16 dot product (FA_ERR_UNSUPPORTED where it has none) */
-    FA_PROBE_READ_BW = 3    /* GB/s (1e9 bytes) of streaming reads from main memory, on the context's threads */
+    FA_PROBE_READ_BW = 3,   /* GB/s (1e9 bytes) of streaming reads from main memory, on the context's threads */
+    FA_PROBE_TILE_PEAK = 4  /* GFLOP/s of the path's tile unit (bf16, e.g. AMX); FA_ERR_UNSUPPORTED where it has none */
 } fa_probe_kind;
 
 /* Measures the machine (about 0.1-0.5 s) so that benchmarks can report % of peak. */
@@ -361,6 +372,123 @@ FA_API void fa_forward_args_init(fa_forward_args *args);
  */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_forward_args *args);
 
+/*
+ * Validation alone: the status fa_forward would return for this call on this context
+ * before running anything (the same checks, by the same code, for dense calls and
+ * every inference form, the algorithm's support included), with the same
+ * fa_context_error message. Writes nothing: not o, lse, dropout_mask or a KV cache,
+ * and no FA_PARAM_LAST_* read-out. For a caller that must agree on validity before
+ * it commits (the ring in libflashattn_mpi, a binding).
+ */
+FA_API fa_status fa_forward_check(fa_context *ctx, const fa_forward_args *args);
+
+/*
+ * The work of a forward call (docs/semantics.md, section 9), the one FLOP rule every
+ * benchmark of this project reports: 2*(D+Dv) FLOPs per (i, j) pair the causal and
+ * window band keeps, summed over batch (sequences) and query heads; bias and mask
+ * values, softcap and ALiBi are not counted. Varlen and KV-cache calls count each
+ * sequence at its own lengths (keys after the append), q_start/k_start place the band.
+ */
+typedef struct fa_work {
+    size_t struct_size;     /* sizeof(fa_work) as the caller compiled it */
+    int64_t pairs;          /* kept (i, j) pairs, summed over batch and Hq */
+    double flops;           /* the forward's: 2*(D+Dv)*pairs */
+    double backward_flops;  /* the backward's credit: 2.5 * flops (five products per pair
+                               against the forward's two); a training step is flops + this */
+} fa_work;
+
+#define FA_WORK_INIT {sizeof(fa_work), 0, 0.0, 0.0}
+
+/* Fills *out for `args`, which must be a call fa_forward_check accepts (else its
+ * status and message). Nothing runs and nothing is written but *out. */
+FA_API fa_status fa_forward_work(fa_context *ctx, const fa_forward_args *args, fa_work *out);
+
+/* ------------------------------------------------------------------- tune */
+
+/*
+ * Tuned tile sizes. fa_tune times the flash forward of one call over a grid of
+ * tile sizes (FA_PARAM_TILE_Q x FA_PARAM_TILE_KV) and over the planner's own
+ * tiles, and saves the fastest pair in the tune file, keyed by the call's shape
+ * class: the CPU model, the ISA path (fa_context_isa), the dtype, D, Dv, the
+ * smallest powers of two at least Sk and the rows a task holds (Sq x Hq/Hk), and
+ * whether a causal mask or a window is set. Every context reads that file once,
+ * at its first planned flash call, and plans a matching entry's tiles instead of
+ * the heuristic's (FA_PARAM_TILE_Q / _KV still win). README.md, "The tune file",
+ * documents the file: its path, format (version 1) and rules.
+ *
+ * The call runs as given, many times: every candidate gets one warm-up and `runs`
+ * timed forwards, and each writes o, lse, a dropout mask and a KV cache's appended
+ * rows as fa_forward would (an append writes the same rows each time), so on
+ * success they hold the last candidate's result. The sweep runs flash whatever
+ * the context's algorithm, on its threads, with neither its tile settings nor the
+ * tune file (the planned pair is the heuristic); the settings are restored after.
+ * A context that tuned reads the tune file again at its next planned call.
+ *
+ * Errors: the call is validated as fa_forward validates it; an empty call (no
+ * rows or no keys: nothing to plan) is FA_ERR_INVALID_ARGUMENT. A candidate that
+ * runs out of memory is recorded (ms NaN) and the sweep goes on; when none ran,
+ * FA_ERR_OUT_OF_MEMORY. With `save`, an existing file that does not start with
+ * the version line is refused before anything runs (FA_ERR_IO: it may be
+ * something else the path points at by mistake), and so is a file that cannot be
+ * written after the sweep: then, unlike every other failure, *result is filled
+ * all the same (saved = 0), so the timings are not lost. The library never
+ * prints: progress goes to the callback.
+ */
+#define FA_TUNE_MAX_TILES 16  /* candidates per side at most */
+#define FA_TUNE_DEFAULT_RUNS 3
+
+typedef struct fa_tune_options {
+    size_t struct_size;     /* sizeof(fa_tune_options) as the caller compiled it */
+    const int64_t *tile_qs; /* candidate query tiles, each in [1, 4096]; NULL: 16, 32, 64, 128, 256 */
+    int n_tile_qs;          /* entries of tile_qs, 1..FA_TUNE_MAX_TILES */
+    const int64_t *tile_kvs; /* candidate key/value tiles, each in [1, 65536]; NULL: 32, 64, 128, 256, 512 */
+    int n_tile_kvs;
+    int64_t runs;           /* timed runs per candidate after one warm-up, median kept; 0 = FA_TUNE_DEFAULT_RUNS */
+    int save;               /* 1: save the best pair in the tune file (default); 0: only time */
+    const char *path;       /* the tune file; NULL: the library's rule ($FLASHATTN_TUNE_FILE, else
+                               $XDG_CACHE_HOME/flashattn/tune.txt, else $HOME/.cache/flashattn/tune.txt) */
+    /* optional: called after each candidate, done of total, with its tiles as the call used
+     * them (as asked when it ran out of memory; 0 x 0 asks for the planner's) and its
+     * median milliseconds (NaN: out of memory). On the caller's thread. */
+    void (*progress)(void *user, int done, int total, int64_t tile_q, int64_t tile_kv, double ms);
+    void *user;
+} fa_tune_options;
+
+#define FA_TUNE_OPTIONS_INIT {sizeof(fa_tune_options), 0, 0, 0, 0, 0, 1, 0, 0, 0}
+FA_API void fa_tune_options_init(fa_tune_options *options);
+
+/* One timed candidate. */
+typedef struct fa_tune_timing {
+    int64_t tile_q, tile_kv;   /* as the call used them (FA_PARAM_LAST_TILE_Q/_KV: a tile longer than
+                                  the rows or keys is cut to them); as asked when out of memory */
+    int64_t asked_q, asked_kv; /* as set; 0 x 0: the planner's heuristic */
+    double ms;                 /* median; NaN: out of memory */
+} fa_tune_timing;
+
+typedef struct fa_tune_result {
+    size_t struct_size;        /* set by the caller: sizeof(fa_tune_result) (FA_TUNE_RESULT_INIT) */
+    fa_tune_timing best;       /* the fastest */
+    fa_tune_timing heuristic;  /* the planner's own tiles */
+    int64_t saved_tile_q, saved_tile_kv; /* the entry's tiles: as asked (a tile cut to this call's
+                                  length is cut to every length of its class too); the
+                                  heuristic's as it ran */
+    int64_t threads;           /* the threads the best candidate ran on */
+    int64_t runs;              /* timed runs per candidate */
+    int saved;                 /* 1: written to path */
+    char path[4096];           /* the tune file, "" when there is none (see note) */
+    char key[256];             /* the entry's shape class: "isa=.. dtype=.. d=.. dv=.. sk=.. rows=.. masked=.." */
+    char cpu[64];              /* the CPU model the entry is for (its cpu= field) */
+    char note[320];            /* why it was not saved, or what saving dropped; "" otherwise */
+    int n_timings;             /* distinct pairs timed: a candidate that ran as an earlier one did is left out */
+    fa_tune_timing timings[1 + FA_TUNE_MAX_TILES * FA_TUNE_MAX_TILES]; /* fastest first, out of memory last */
+} fa_tune_result;
+
+#define FA_TUNE_RESULT_INIT {sizeof(fa_tune_result)}
+
+/* Sweeps, keeps the best, saves it (see above). options NULL: the defaults. */
+FA_API fa_status fa_tune(fa_context *ctx, const fa_forward_args *args, const fa_tune_options *options,
+                         fa_tune_result *result);
+
 /* ---------------------------------------------------------------- backward */
 
 /*
@@ -394,6 +522,22 @@ typedef struct fa_backward_args {
 #define FA_BACKWARD_ARGS_INIT {sizeof(fa_backward_args), 0, {0}, {0}, {0}, {0}}
 FA_API void fa_backward_args_init(fa_backward_args *args);
 FA_API fa_status fa_backward(fa_context *ctx, const fa_backward_args *args);
+/* Validation alone, as fa_forward_check: the status fa_backward would return before
+ * running (its fwd validated as fa_forward_check does), writing nothing. */
+FA_API fa_status fa_backward_check(fa_context *ctx, const fa_backward_args *args);
+
+/*
+ * The rule every versioned struct of this library is read by (its struct_size first;
+ * see "Stability" above), for libraries built on this one to read their own structs
+ * and this library's the same way (libflashattn_mpi does). dst holds lib_size bytes
+ * of defaults; `user`'s struct_size bytes are copied over them (at most lib_size), and
+ * dst's struct_size becomes lib_size. FA_ERR_STRUCT_SIZE when struct_size is below
+ * min_size (the fields every caller must have) or absurdly large, or when bytes
+ * beyond lib_size are not zero (a newer caller's fields this reader lacks), with
+ * `name` in the message on ctx (ctx may be NULL: then no message).
+ */
+FA_API fa_status fa_struct_read(fa_context *ctx, const char *name, const void *user, void *dst, size_t lib_size,
+                                size_t min_size);
 
 /*
  * Split-KV and decoding. fa_forward hands its threads tasks of (sequence, query

@@ -20,8 +20,10 @@
  *                (the return to the owner);
  *   overlap efficiency = 1 - exposed / total comm, per call, worst rank (the
  *                issue's definition); strict = 1 - (exposed + testall) / total comm.
- *   GFLOP/s      2*(D+Dv) per kept (i, j) pair per (batch, head) for the forward,
- *                2.5 x that for the backward (the convention of `flashattn bench`).
+ *   GFLOP/s      the core's FLOPs of a kept (i, j) pair (fa_forward_work of the
+ *                rank's local call: its flops, or backward_flops for the backward,
+ *                per pair) times the pairs the rank computed (the rule of
+ *                `flashattn bench`, docs/semantics.md section 9).
  *   balance      kept pairs per rank, max / mean (causal: zig-zag vs contiguous).
  * Each mode runs once to warm up, then --iters times; figures are medians over the
  * iterations of each rank's per-call sums, and rank 0 prints a table.
@@ -164,6 +166,7 @@ typedef struct figures {
     double tested;                  /* of which inside MPI_Testall between pieces */
     double step_compute_max;        /* the slowest step's compute in the last call */
     int64_t kept;
+    double pair_flops;              /* FLOPs of one kept pair over the B x Hq (batch, head)s */
     double *steps_c, *steps_w;      /* last call's per-step split */
 } figures;
 
@@ -192,6 +195,13 @@ static int run_mode(fa_context *ctx, const opts *o, fa_ring_sharding sh, fa_caus
     ring.stats = &st;
     double *c = malloc(sizeof(double) * (size_t)o->iters), *w = malloc(sizeof(double) * (size_t)o->iters);
     double *t = malloc(sizeof(double) * (size_t)o->iters);
+    /* fa_ring_stats.kept_pairs counts pairs of one (batch, head); fa_forward_work
+     * prices a pair of the same call, summed over all of them (a call it refuses, the
+     * ring refuses too, and says why below). */
+    fa_work work = FA_WORK_INIT;
+    fig->pair_flops = fa_forward_work(ctx, &a, &work) == FA_OK && work.pairs > 0
+                          ? (backward ? work.backward_flops : work.flops) / (double)work.pairs * (double)(B * Hq)
+                          : 0.0;
     fa_status s = fa_ring_forward(ctx, MPI_COMM_WORLD, &ring, &a); /* warm-up, and o, lse for the backward */
     if (s == FA_OK && backward) s = fa_ring_backward(ctx, MPI_COMM_WORLD, &ring, &g);
     fig->kept = st.kept_pairs;
@@ -218,7 +228,7 @@ static int run_mode(fa_context *ctx, const opts *o, fa_ring_sharding sh, fa_caus
 }
 
 /* Rank 0 prints one mode's rows: per rank, then per step of the worst rank. */
-static void report(const opts *o, const char *mode, const char *pass, const figures *f, double flop_factor)
+static void report(const char *mode, const char *pass, const figures *f)
 {
     double *all = rank_ == 0 ? malloc(sizeof(double) * 5 * (size_t)nranks) : NULL;
     double *steps = rank_ == 0 ? malloc(sizeof(double) * 2 * (size_t)nranks * (size_t)nranks) : NULL;
@@ -238,7 +248,7 @@ static void report(const opts *o, const char *mode, const char *pass, const figu
             const double eff = x[2] > 0 ? 1.0 - x[1] / x[2] : NAN, strict = x[2] > 0 ? 1.0 - (x[1] + x[4]) / x[2] : NAN;
             if (eff < worst_eff) worst_eff = eff;
             if (strict < worst_strict) worst_strict = strict;
-            const double flops = flop_factor * (double)kept[r] * (double)(o->B * o->Hq) * 2.0 * (double)(o->D + o->Dv);
+            const double flops = (double)kept[r] * f->pair_flops; /* every rank's call has the same shape */
             printf("%-18s %-4s %4d %11.2f %10.3f %11.3f %13.3f %8.1f%% %8.1f%% %9.1f %13lld\n", mode, pass, r,
                    x[0] * 1e3 / nranks, x[1] * 1e3 / nranks, x[4] * 1e3 / nranks, x[2] * 1e3 / nranks, 100.0 * eff,
                    100.0 * strict, x[0] > 0 ? flops / x[0] * 1e-9 : 0.0,
@@ -299,10 +309,10 @@ static int cmd_bench(int argc, char **argv)
     for (int m = 0; m < 3 && ok; m++) {
         if (!(o.modes & (1 << m))) continue;
         ok = run_mode(ctx, &o, modes[m].sh, modes[m].causal, 0, fwd_total, &f);
-        if (ok) report(&o, modes[m].name, "fwd", &f, 1.0);
+        if (ok) report(modes[m].name, "fwd", &f);
         if (ok && o.backward) {
             ok = run_mode(ctx, &o, modes[m].sh, modes[m].causal, 1, bwd_total, &f);
-            if (ok) report(&o, modes[m].name, "bwd", &f, 2.5);
+            if (ok) report(modes[m].name, "bwd", &f);
         }
     }
     free(f.steps_c), free(f.steps_w);

@@ -88,7 +88,8 @@ typedef struct ring_call {
     fa_ring_sharding sharding;
     int pieces;
     int band_offsets;  /* window or ALiBi: offsets follow the bottom-right rule */
-    ring_band band;
+    int causal;        /* either alignment: over the whole sequence both keep j <= i */
+    int64_t window_left, window_right; /* as the ranks agree on them (window_side) */
     int64_t B, Hq, Hk, D, Dv, Sl, Smax;
     fa_dtype dt;
     int64_t es;
@@ -135,35 +136,18 @@ static int64_t float_bits(float x)
     return (int64_t)u;
 }
 
-static int64_t norm_window(int64_t w)
+/* A window side as the ranks agree on it: a side that reaches past every position
+ * the ring can place (FA_POSITION_MAX) bounds nothing, as -1 does, and needs no
+ * bottom-right offsets. Whether a side is valid at all is the core's to say. */
+static int64_t window_side(int64_t w)
 {
-    return (w < 0 || w >= ((int64_t)1 << 62)) ? -1 : w;
+    return w < 0 || w >= FA_POSITION_MAX ? -1 : w;
 }
 
-/* The struct-size rule of the core: older callers get defaults for what they lack;
- * newer callers' unknown fields must be zero. */
-static fa_status copy_sized(void *dst, size_t have, const void *src, size_t given, size_t min, const char *name)
+/* A failure the core found, reported with the core's own message. */
+static fa_status core_fail(fa_status st, fa_context *ctx)
 {
-    if (given < min) return ring_fail(FA_ERR_STRUCT_SIZE, "%s->struct_size %zu is below %zu", name, given, min);
-    memcpy(dst, src, given < have ? given : have);
-    for (size_t k = have; k < given; k++)
-        if (((const unsigned char *)src)[k])
-            return ring_fail(FA_ERR_STRUCT_SIZE, "%s sets fields beyond the %zu bytes this library knows", name, have);
-    return FA_OK;
-}
-
-static int good_dtype(fa_dtype t)
-{
-    return t == FA_DTYPE_F32 || t == FA_DTYPE_F16 || t == FA_DTYPE_BF16;
-}
-
-static fa_status check_shape(const fa_tensor *t, const char *name, int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    if (t->shape[0] != a || t->shape[1] != b || t->shape[2] != c || t->shape[3] != d)
-        return ring_fail(FA_ERR_SHAPE_MISMATCH, "%s is (%lld, %lld, %lld, %lld), expected (%lld, %lld, %lld, %lld)",
-                         name, (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
-                         (long long)t->shape[3], (long long)a, (long long)b, (long long)c, (long long)d);
-    return FA_OK;
+    return ring_fail(st, "%s", fa_context_error(ctx));
 }
 
 static int mul_ok(int64_t *acc, int64_t x)
@@ -174,48 +158,20 @@ static int mul_ok(int64_t *acc, int64_t x)
     return 1;
 }
 
-/* Elements of a (a, b, c, d) tensor; INT64_MAX when that overflows (the extent
- * checks refuse such tensors). */
-static int64_t count4(int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    if (!a || !b || !c || !d) return 0;
-    int64_t n = 1;
-    return mul_ok(&n, a) && mul_ok(&n, b) && mul_ok(&n, c) && mul_ok(&n, d) ? n : INT64_MAX;
-}
-
-/* The core's size rule for one tensor, checked here so that it is agreed on
- * before anything moves: |sum (shape-1) * stride| plus one element, in bytes,
- * fits in 64 bits. */
-static fa_status check_extent(const fa_tensor *t, const char *name)
-{
-    int64_t span = 0, count = 1;
-    for (int d = 0; d < 4; d++)
-        if (t->shape[d] == 0) return FA_OK; /* no element is addressed */
-    for (int d = 0; d < 4; d++) {
-        const int64_t st = t->stride[d], n = t->shape[d] - 1;
-        const int64_t a = st < 0 ? (st == INT64_MIN ? INT64_MAX : -st) : st;
-        if (st == INT64_MIN || (n && a > (INT64_MAX - span) / n) || !mul_ok(&count, t->shape[d]))
-            return ring_fail(FA_ERR_OVERFLOW, "%s: shape times strides overflows 64 bits", name);
-        span += n * a;
-    }
-    const int64_t es = (int64_t)fa_dtype_size(t->dtype);
-    if (span > (INT64_MAX - es) / (es ? es : 1)) return ring_fail(FA_ERR_OVERFLOW, "%s: its byte extent overflows", name);
-    return FA_OK;
-}
-
 /* Pass 1 for the forward's arguments (also run by the backward on its fwd). */
 static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_args *ring,
                                const fa_forward_args *local)
 {
     if (!ctx) return ring_fail(FA_ERR_NULL_CONTEXT, "the context is NULL");
     if (!ring || !local) return ring_fail(FA_ERR_NULL_POINTER, "%s is NULL", ring ? "the forward args" : "ring");
+    /* both structs are read by the core's struct_size rule; fa_forward_check below
+     * holds the caller's fa_forward_args to the core's minimum */
     fa_ring_args rg = FA_RING_ARGS_INIT;
-    fa_status st = copy_sized(&rg, sizeof rg, ring, ring->struct_size, offsetof(fa_ring_args, pieces), "ring");
-    if (st) return st;
     fa_forward_args a = FA_FORWARD_ARGS_INIT;
-    st = copy_sized(&a, sizeof a, local, local->struct_size, offsetof(fa_forward_args, scale), "args");
-    if (st) return st;
-    a.struct_size = sizeof a;
+    fa_status st;
+    if ((st = fa_struct_read(ctx, "ring", ring, &rg, sizeof rg, offsetof(fa_ring_args, pieces))) != FA_OK ||
+        (st = fa_struct_read(ctx, "args", local, &a, sizeof a, sizeof(size_t))) != FA_OK)
+        return core_fail(st, ctx);
     if (rg.sharding != FA_RING_CONTIGUOUS && rg.sharding != FA_RING_ZIGZAG)
         return ring_fail(FA_ERR_INVALID_ARGUMENT, "ring->sharding %d is not a fa_ring_sharding", (int)rg.sharding);
     if (rg.pieces < 0 || rg.pieces > 1024)
@@ -233,43 +189,15 @@ static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_arg
         return ring_fail(FA_ERR_UNSUPPORTED, "dropout_mask is not supported by ring attention");
     if (a.q_start || a.k_start)
         return ring_fail(FA_ERR_UNSUPPORTED, "q_start/k_start are set by the ring from the sharding; pass 0");
-    /* dtypes and shapes */
-    if (!good_dtype(a.q.dtype) || a.k.dtype != a.q.dtype || a.v.dtype != a.q.dtype)
-        return ring_fail(FA_ERR_DTYPE, "q, k, v must share one dtype of f32, f16, bf16");
-    if (a.o.dtype != a.q.dtype && a.o.dtype != FA_DTYPE_F32)
-        return ring_fail(FA_ERR_DTYPE, "o must be q's dtype or f32");
-    if (a.lse.data && a.lse.dtype != FA_DTYPE_F32) return ring_fail(FA_ERR_DTYPE, "lse must be f32");
-    for (int d = 0; d < 4; d++)
-        if (a.q.shape[d] < 0 || a.k.shape[d] < 0 || a.v.shape[d] < 0 || a.o.shape[d] < 0)
-            return ring_fail(FA_ERR_INVALID_DIM, "a negative extent");
+    /* the call itself is the core's to judge: dtypes, shapes, extents, data, scalars */
+    if ((st = fa_forward_check(ctx, local)) != FA_OK) return core_fail(st, ctx);
     const int64_t B = a.q.shape[0], Sl = a.q.shape[1], Hq = a.q.shape[2], D = a.q.shape[3];
     const int64_t Hk = a.k.shape[2], Dv = a.v.shape[3];
-    if (D == 0) return ring_fail(FA_ERR_INVALID_DIM, "D = 0: there are no scores");
-    if (Hk == 0 && Hq > 0) return ring_fail(FA_ERR_INVALID_DIM, "Hk = 0 with Hq > 0");
-    if (Hk > 0 && Hq % Hk) return ring_fail(FA_ERR_HEAD_RATIO, "Hq %lld is not a multiple of Hk %lld", (long long)Hq,
-                                            (long long)Hk);
-    if ((st = check_shape(&a.k, "k", B, Sl, Hk, D)) || (st = check_shape(&a.v, "v", B, Sl, Hk, Dv)) ||
-        (st = check_shape(&a.o, "o", B, Sl, Hq, Dv)))
-        return st;
-    if (a.lse.data && (st = check_shape(&a.lse, "lse", B, Hq, Sl, 1))) return st;
-    if ((st = check_extent(&a.q, "q")) || (st = check_extent(&a.k, "k")) || (st = check_extent(&a.v, "v")) ||
-        (st = check_extent(&a.o, "o")) || (a.lse.data && (st = check_extent(&a.lse, "lse"))))
-        return st;
-    if (D > ((int64_t)1 << 40) || Dv > ((int64_t)1 << 40))
-        return ring_fail(FA_ERR_OVERFLOW, "head dims D = %lld, Dv = %lld: at most 2^40", (long long)D, (long long)Dv);
-    const int64_t nq = count4(B, Sl, Hq, D), nk = count4(B, Sl, Hk, D), nv = count4(B, Sl, Hk, Dv);
-    const int64_t no = count4(B, Sl, Hq, Dv);
-    if ((!a.q.data && nq) || (!a.k.data && nk) || (!a.v.data && nv) || (!a.o.data && no))
-        return ring_fail(FA_ERR_NULL_POINTER, "q, k, v and o need data (unless empty)");
+    if (a.k.shape[1] != Sl)
+        return ring_fail(FA_ERR_SHAPE_MISMATCH, "k has %lld rows and q %lld: a rank holds one shard of the sequence",
+                         (long long)a.k.shape[1], (long long)Sl);
     if (rg.sharding == FA_RING_ZIGZAG && Sl % 2)
         return ring_fail(FA_ERR_INVALID_DIM, "zig-zag sharding needs an even shard length, not %lld", (long long)Sl);
-    /* the scalars the core would refuse, refused here before anything moves */
-    if (!isfinite(a.scale)) return ring_fail(FA_ERR_INVALID_ARGUMENT, "scale is not finite");
-    if (!isfinite(a.softcap) || a.softcap < 0.0f) return ring_fail(FA_ERR_INVALID_ARGUMENT, "softcap must be >= 0");
-    if (a.causal != FA_CAUSAL_NONE && a.causal != FA_CAUSAL_TOP_LEFT && a.causal != FA_CAUSAL_BOTTOM_RIGHT)
-        return ring_fail(FA_ERR_INVALID_ARGUMENT, "causal %d is not a fa_causal", (int)a.causal);
-    if (a.window_left < -1 || a.window_right < -1) return ring_fail(FA_ERR_INVALID_ARGUMENT, "a window side below -1");
-    if (!(a.dropout_p >= 0.0f && a.dropout_p < 1.0f)) return ring_fail(FA_ERR_INVALID_ARGUMENT, "dropout_p not in [0, 1)");
     /* buffer sizes: the f32 accumulators of the widest tensors must fit */
     int64_t n = 16;
     if (!mul_ok(&n, B) || !mul_ok(&n, Sl) || !mul_ok(&n, Hq > Hk ? Hq : Hk) || !mul_ok(&n, D + Dv))
@@ -279,10 +207,10 @@ static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_arg
     rc->sharding = rg.sharding;
     rc->pieces = rg.pieces ? rg.pieces : 4;
     rc->stats = rg.stats;
-    rc->band.causal = a.causal != FA_CAUSAL_NONE;
-    rc->band.left = norm_window(a.window_left);
-    rc->band.right = norm_window(a.window_right);
-    rc->band_offsets = rc->band.left >= 0 || rc->band.right >= 0 || a.alibi_slopes != NULL;
+    rc->causal = a.causal != FA_CAUSAL_NONE;
+    rc->window_left = window_side(a.window_left);
+    rc->window_right = window_side(a.window_right);
+    rc->band_offsets = rc->window_left >= 0 || rc->window_right >= 0 || a.alibi_slopes != NULL;
     rc->B = B, rc->Sl = Sl, rc->Hq = Hq, rc->Hk = Hk, rc->D = D, rc->Dv = Dv;
     rc->dt = a.q.dtype;
     rc->es = (int64_t)fa_dtype_size(a.q.dtype);
@@ -297,8 +225,8 @@ static void fill_desc(const ring_call *rc, fa_status st, int64_t grads, int64_t 
     const fa_forward_args *a = &rc->a;
     d[D_B] = rc->B, d[D_S] = rc->Sl, d[D_HQ] = rc->Hq, d[D_HK] = rc->Hk, d[D_D] = rc->D, d[D_DV] = rc->Dv;
     d[D_DTYPE] = rc->dt;
-    d[D_CAUSAL] = rc->band.causal;
-    d[D_WL] = rc->band.left, d[D_WR] = rc->band.right;
+    d[D_CAUSAL] = rc->causal;
+    d[D_WL] = rc->window_left, d[D_WR] = rc->window_right;
     d[D_SCALE] = float_bits(a->scale), d[D_SOFTCAP] = float_bits(a->softcap);
     d[D_ALIBI] = a->alibi_slopes != NULL;
     d[D_DROP_P] = float_bits(a->dropout_p);
@@ -306,6 +234,25 @@ static void fill_desc(const ring_call *rc, fa_status st, int64_t grads, int64_t 
     d[D_SHARDING] = rc->sharding;
     d[D_PIECES] = rc->pieces;
     d[D_GRADS] = grads;
+}
+
+/* The longest call any rank makes, Smax query rows against Smax keys at the end of
+ * the whole sequence of N positions, checked by the core (positions within
+ * FA_POSITION_MAX, the work within int64): from agreed values only, so every rank
+ * reaches the same verdict. The data is never read. */
+static fa_status check_longest(ring_call *rc, int64_t N)
+{
+    static float never_read[1];
+    const int64_t B = rc->B, S = rc->Smax;
+    fa_forward_args c = rc->a;
+    c.q = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, B, S, rc->Hq, rc->D);
+    c.k = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, B, S, rc->Hk, rc->D);
+    c.v = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, B, S, rc->Hk, rc->Dv);
+    c.o = fa_tensor_make(never_read, FA_DTYPE_F32, FA_LAYOUT_BSND, B, S, rc->Hq, rc->Dv);
+    c.lse = fa_tensor_contiguous(never_read, FA_DTYPE_F32, B, rc->Hq, S, 1);
+    c.q_start = c.k_start = N - S;
+    const fa_status st = fa_forward_check(rc->ctx, &c);
+    return st == FA_OK ? FA_OK : ring_fail(st, "the ring's longest call: %s", fa_context_error(rc->ctx));
 }
 
 /* Pass 2: every rank derives the same verdict from everybody's descriptor. */
@@ -358,14 +305,8 @@ static fa_status agree(ring_call *rc, MPI_Comm comm, fa_status local_st, int64_t
             if (S[x] > rc->Smax) rc->Smax = S[x];
             N = N > FA_POSITION_MAX - S[x] ? FA_POSITION_MAX + 1 : N + S[x];
         }
-        /* the core's limits on every call of the ring: positions, and the work
-         * B*Hq*Sl*Smax*(D+Dv) (the same for every rank's longest call) */
-        int64_t work = 1;
-        if (N > FA_POSITION_MAX)
-            st = ring_fail(FA_ERR_OVERFLOW, "the whole sequence is longer than 2^60 positions");
-        else if (!mul_ok(&work, rc->B) || !mul_ok(&work, rc->Hq) || !mul_ok(&work, rc->Smax) ||
-                 !mul_ok(&work, rc->Smax) || !mul_ok(&work, rc->D + rc->Dv))
-            st = ring_fail(FA_ERR_OVERFLOW, "the work of one ring step B*Hq*Smax*Smax*(D+Dv) overflows 64 bits");
+        /* the core's limits on every call of the ring, asked of the core */
+        st = check_longest(rc, N);
         /* the core's band rules and its dropout counter need different offsets
          * unless every call has Sq = Sk: equal segments and one piece */
         if (st == FA_OK && rc->band_offsets && rc->a.dropout_p > 0.0f) {
@@ -465,14 +406,14 @@ static void place(const ring_call *rc, fa_forward_args *c, int64_t qpos, int64_t
     if (!rc->band_offsets) {
         c->q_start = qpos;
         c->k_start = kpos;
-        c->causal = rc->band.causal ? FA_CAUSAL_TOP_LEFT : FA_CAUSAL_NONE;
+        c->causal = rc->causal ? FA_CAUSAL_TOP_LEFT : FA_CAUSAL_NONE;
         return;
     }
     int64_t qs = qpos - (m - n), ks = kpos; /* with n = m (dropout) these are the positions */
     if (qs < 0) ks -= qs, qs = 0;
     c->q_start = qs;
     c->k_start = ks;
-    c->causal = rc->band.causal ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+    c->causal = rc->causal ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
 }
 
 /* The (query segment, row block, key segment) calls of one step, in a fixed order. */
@@ -481,6 +422,26 @@ typedef struct piece {
     int64_t r0, n, kept;
 } piece;
 
+/* Kept (query, key) pairs of one (batch, head) for query rows at global qpos (n rows)
+ * against keys at kpos (m rows): the core's count of the call place() makes of them. */
+static int64_t pairs_of(const ring_call *rc, int64_t qpos, int64_t n, int64_t kpos, int64_t m)
+{
+    static float never_read[1];
+    if (n <= 0 || m <= 0) return 0;
+    fa_forward_args c = rc->a; /* its scalars; one (batch, head) of width one */
+    c.q = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, 1, n, 1, 1);
+    c.k = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, 1, m, 1, 1);
+    c.v = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, 1, m, 1, 1);
+    c.o = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, 1, n, 1, 1);
+    c.lse = (fa_tensor){0};
+    c.alibi_slopes = NULL;
+    place(rc, &c, qpos, n, kpos, m);
+    fa_work w = FA_WORK_INIT;
+    /* the agreement checked the longest call, so this cannot fail; if it did, the
+     * piece runs and the core's own call reports why */
+    return fa_forward_work(rc->ctx, &c, &w) == FA_OK ? w.pairs : 1;
+}
+
 static int step_pieces(const ring_call *rc, const ring_layout *src, piece *out, int cap, int64_t *kept_total)
 {
     int np = 0;
@@ -488,11 +449,11 @@ static int step_pieces(const ring_call *rc, const ring_layout *src, piece *out, 
     for (int a = 0; a < rc->mine.n; a++)
         for (int b = 0; b < src->n; b++) {
             const ring_seg *qs = &rc->mine.seg[a], *ks = &src->seg[b];
-            if (ring_kept_pairs(&rc->band, qs->pos, qs->len, ks->pos, ks->len) == 0) continue;
+            if (pairs_of(rc, qs->pos, qs->len, ks->pos, ks->len) == 0) continue;
             const int64_t blk = (qs->len + rc->pieces - 1) / rc->pieces;
             for (int64_t r0 = 0; r0 < qs->len && np < cap; r0 += blk) {
                 const int64_t n = qs->len - r0 < blk ? qs->len - r0 : blk;
-                const int64_t kept = ring_kept_pairs(&rc->band, qs->pos + r0, n, ks->pos, ks->len);
+                const int64_t kept = pairs_of(rc, qs->pos + r0, n, ks->pos, ks->len);
                 if (!kept) continue;
                 out[np++] = (piece){qs, ks, r0, n, kept};
                 *kept_total += kept;
@@ -657,26 +618,13 @@ static fa_status check_backward(ring_call *rc, fa_context *ctx, const fa_ring_ar
     *grads = 0;
     if (!local) return ring_fail(FA_ERR_NULL_POINTER, "the backward args are NULL");
     fa_backward_args g = FA_BACKWARD_ARGS_INIT;
-    fa_status st = copy_sized(&g, sizeof g, local, local->struct_size, offsetof(fa_backward_args, do_), "args");
-    if (st) return st;
+    fa_status st = fa_struct_read(ctx, "args", local, &g, sizeof g, sizeof(size_t));
+    if (st != FA_OK) return core_fail(st, ctx);
     if (!g.fwd) return ring_fail(FA_ERR_NULL_POINTER, "args->fwd is NULL: the backward needs the forward's arguments");
     if ((st = check_forward(rc, ctx, ring, g.fwd)) != FA_OK) return st;
-    const fa_forward_args *a = &rc->a;
-    if (!a->lse.data) return ring_fail(FA_ERR_NULL_POINTER, "fwd->lse.data is NULL: the backward needs the global lse");
-    if (!a->o.data && rc->Dv > 0) return ring_fail(FA_ERR_NULL_POINTER, "fwd->o.data is NULL");
-    const int64_t B = rc->B, Sl = rc->Sl;
-    if (g.do_.dtype != rc->dt && g.do_.dtype != FA_DTYPE_F32) return ring_fail(FA_ERR_DTYPE, "do_ must be f32 or q's dtype");
-    if ((st = check_shape(&g.do_, "do_", B, Sl, rc->Hq, rc->Dv))) return st;
-    if (!g.do_.data && B * Sl * rc->Hq * rc->Dv > 0) return ring_fail(FA_ERR_NULL_POINTER, "do_.data is NULL");
-    const fa_tensor *outs[3] = {&g.dq, &g.dk, &g.dv};
-    const char *names[3] = {"dq", "dk", "dv"};
-    const int64_t H[3] = {rc->Hq, rc->Hk, rc->Hk}, X[3] = {rc->D, rc->D, rc->Dv};
-    for (int t = 0; t < 3; t++) {
-        if (!outs[t]->data) continue;
-        if (outs[t]->dtype != rc->dt && outs[t]->dtype != FA_DTYPE_F32)
-            return ring_fail(FA_ERR_DTYPE, "%s must be f32 or q's dtype", names[t]);
-        if ((st = check_shape(outs[t], names[t], B, Sl, H[t], X[t]))) return st;
-    }
+    /* lse, o, do_ and the gradients: the core's backward checks (the global lse of
+     * the local rows is the one the ring needs) */
+    if ((st = fa_backward_check(ctx, local)) != FA_OK) return core_fail(st, ctx);
     rc->g = g;
     rc->g.struct_size = sizeof g;
     rc->g.fwd = &rc->a;

@@ -1,7 +1,6 @@
 /*
  * ring_internal.h: what the files of libflashattn_mpi share and nothing outside
- * it sees: the shard layout (which global rows a shard holds), the band rule that
- * decides whether a (query rows, key rows) block keeps any pair, the error buffer.
+ * it sees: the shard layout (which global rows a shard holds) and the error buffer.
  *
  * Legend: P ranks, S_r rows of rank r; a segment is a run of a shard's rows that
  * is contiguous in the global sequence: one per shard (contiguous sharding), or
@@ -27,16 +26,6 @@ typedef struct ring_layout {
 
 /* Rank r's segments, given every rank's shard length S[0..P-1] (zig-zag: even). */
 void ring_layout_of(fa_ring_sharding sharding, int P, const int64_t *S, int r, ring_layout *out);
-
-/* Which pairs are kept: causal (either alignment: self-attention over the whole
- * sequence, so both are j <= i) and a window (-1 = unbounded), in global positions. */
-typedef struct ring_band {
-    int causal;
-    int64_t left, right;
-} ring_band;
-
-/* Kept (i, j) pairs with i in [q0, q0 + nq) and j in [k0, k0 + nk). */
-int64_t ring_kept_pairs(const ring_band *band, int64_t q0, int64_t nq, int64_t k0, int64_t nk);
 
 /* Test hook (tests/mpi/test_ring.c, linked statically): the ring step at which
  * this rank's core calls fail with FA_ERR_OUT_OF_MEMORY, as a failure inside the

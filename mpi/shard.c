@@ -1,7 +1,8 @@
 /*
  * shard.c: where a shard's rows sit in the global sequence (the layouts of
- * include/flashattn_mpi.h), the band rule in global positions, the shard and
- * unshard helpers (plain memory copies), and the per-thread error message.
+ * include/flashattn_mpi.h), the shard and unshard helpers (plain memory copies),
+ * and the per-thread error message. Which pairs a block keeps is the core's count
+ * (fa_forward_work, in ring.c).
  */
 #include "ring_internal.h"
 
@@ -50,22 +51,6 @@ void ring_layout_of(fa_ring_sharding sharding, int P, const int64_t *S, int r, r
     out->n = 2;
     out->seg[0] = (ring_seg){first, c, 0};
     out->seg[1] = (ring_seg){second, c, c};
-}
-
-int64_t ring_kept_pairs(const ring_band *band, int64_t q0, int64_t nq, int64_t k0, int64_t nk)
-{
-    if (nq <= 0 || nk <= 0) return 0;
-    const int64_t k1 = k0 + nk - 1;
-    /* the rows whose band reaches [k0, k1] at all, then a sum of clipped widths */
-    int64_t kept = 0;
-    for (int64_t i = q0; i < q0 + nq; i++) {
-        int64_t lo = k0, hi = k1;
-        if (band->left >= 0 && i - band->left > lo) lo = i - band->left;
-        if (band->causal && i < hi) hi = i;
-        if (band->right >= 0 && i + band->right < hi) hi = i + band->right;
-        if (hi >= lo) kept += hi - lo + 1;
-    }
-    return kept;
 }
 
 int64_t fa_ring_position(fa_ring_sharding sharding, int rank, int nranks, int64_t s_local, int64_t i)

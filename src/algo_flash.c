@@ -143,7 +143,7 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->k16, b16 ? fa_bytes3(bc + 1, D, 2) : 0},
         {(void **)&sc->v16, b16 ? fa_bytes3(bc + 1, Dv, 2) : 0},
         {(void **)&sc->v_pairs, b16 ? fa_bytes3((bc + 1) / 2, fa_packed_ld(Dv), 4) : 0},
-        {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc) : 0},
+        {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, Dv) : 0},
     };
     return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
 }

@@ -115,7 +115,7 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
         {(void **)&sc->dot2, job->b16 ? fa_bytes3((Dv + 1) / 2, 2 * bp, 2) : 0},
         /* room for pv_bf16's needs or stx_bf16's */
         {(void **)&sc->pair_scratch,
-         job->b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc) + 2 * FA_STX_BF16_SCRATCH(br, bc, (D > Dv ? D : Dv), bp) : 0},
+         job->b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, D) + 2 * FA_STX_BF16_SCRATCH(br, bc, (D > Dv ? D : Dv), bp) : 0},
         {(void **)&sc->k_pairs, job->b16 ? fa_bytes3((bc + 1) / 2, fa_packed_ld(D), 4) : 0},
     };
     return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
@@ -435,14 +435,7 @@ static int by_cost_desc(const void *a, const void *b)
 static int64_t kept_pairs(const fa_problem *s, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int exact)
 {
     int64_t cost = 0;
-    if (exact) {
-        for (int64_t i = i0; i < i1; i++) {
-            int64_t lo, hi;
-            fa_row_band(s, i, &lo, &hi);
-            if (hi >= lo) cost += hi - lo + 1;
-        }
-        return cost;
-    }
+    if (exact) return fa_kept_pairs(s, i0, i1, j0, j1);
     for (int e = 0; e < 2; e++) {
         int64_t lo, hi;
         fa_row_band(s, e ? i1 - 1 : i0, &lo, &hi);

@@ -46,6 +46,23 @@ fa_status fa_read_struct(fa_context *ctx, const char *name, const void *user, si
     return FA_OK;
 }
 
+fa_status fa_struct_read(fa_context *ctx, const char *name, const void *user, void *dst, size_t lib_size,
+                         size_t min_size)
+{
+    if (ctx && !fa_context_enter(ctx)) return FA_ERR_BUSY;
+    if (!name) name = "a struct";
+    fa_status st;
+    if (!user || !dst)
+        st = fa_fail(ctx, FA_ERR_NULL_POINTER, "%s is NULL", user ? "the destination" : name);
+    else if (lib_size < sizeof(size_t) || min_size > lib_size)
+        st = fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: lib_size %zu and min_size %zu describe no struct", name,
+                     lib_size, min_size);
+    else
+        st = fa_read_struct(ctx, name, user, *(const size_t *)user, dst, lib_size, min_size);
+    if (ctx) fa_context_leave(ctx);
+    return st;
+}
+
 int64_t fa_tensor_count(const fa_tensor *t)
 {
     int64_t n = 1;

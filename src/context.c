@@ -46,6 +46,7 @@ const char *fa_status_string(fa_status status)
     case FA_ERR_ISA_UNAVAILABLE: return "the requested instruction-set path is not available";
     case FA_ERR_OUT_OF_RANGE: return "an index or length is out of range";
     case FA_ERR_BUSY: return "the context is in use by another thread";
+    case FA_ERR_IO: return "the tune file could not be read or written";
     }
     return "unknown status code";
 }
@@ -338,6 +339,16 @@ const char *fa_context_error(const fa_context *ctx)
 const char *fa_context_isa(const fa_context *ctx)
 {
     return ctx && ctx->kernels ? ctx->kernels->name : "none";
+}
+
+int fa_isa_info(int index, const char **name, const char **why)
+{
+    int runs = 0;
+    const fa_kernels *k = fa_kernels_at(index, &runs);
+    if (!k) return -1;
+    if (name) *name = k->name;
+    if (why) *why = fa_kernels_why_not(index);
+    return runs;
 }
 
 void *fa_workspace_alloc(int64_t bytes)

@@ -1,10 +1,12 @@
 /*
- * cpu.c: CPU feature detection. x86 asks CPUID for the instructions and XGETBV
- * for whether the OS saves the wider registers (an AVX-512 CPU under an OS that
- * does not save ZMM state must not run AVX-512 code). aarch64 asks the kernel's
- * hwcaps on Linux, and sysctl on macOS. Detection runs once; the result never
- * changes. The model name (for the tune file's key) comes from the CPUID brand
- * string, the kernel's MIDR, or sysctl's machdep.cpu.brand_string.
+ * cpu.c: CPU feature detection. x86 reads the CPUID leaves the tables need (1, 7.0,
+ * 7.1, the vendor) and XCR0 through XGETBV, which says what register state the OS
+ * saves (an AVX-512 CPU under an OS that does not save ZMM state must not run
+ * AVX-512 code); aarch64 the kernel's hwcaps on Linux, and sysctl on macOS. They
+ * are handed to the tables raw: each ISA's predicate (fa_kernels_runs_<isa>, in its
+ * directory) decides from them. Detection runs once; the result never changes.
+ * The model name (for the tune file's key) comes from the CPUID brand string, the
+ * kernel's MIDR, or sysctl's machdep.cpu.brand_string.
  */
 #if defined(__APPLE__)
 /* sysctlbyname is not POSIX: the build's _POSIX_C_SOURCE would hide it. */
@@ -18,6 +20,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+/* aarch64's hwcap bits (Linux's values; macOS's sysctl answers are put in the same form) */
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1)
+#endif
+#ifndef HWCAP_ASIMDHP
+#define HWCAP_ASIMDHP (1 << 10)
+#endif
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1 << 14)
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 
@@ -30,29 +46,21 @@ static uint64_t read_xcr0(void)
 
 static void detect(fa_cpu *c)
 {
-    unsigned a, b, cx, d;
+    unsigned a, b, cx, d, vendor[3];
     if (!__get_cpuid(1, &a, &b, &cx, &d)) return;
-    c->sse2 = (d >> 26) & 1;
-    int osxsave = (cx >> 27) & 1;
-    uint64_t xcr0 = osxsave ? read_xcr0() : 0;
-    int ymm_ok = (xcr0 & 0x6) == 0x6;      /* XMM and YMM state */
-    int zmm_ok = ymm_ok && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM_Hi256, Hi16_ZMM */
-    c->avx = ymm_ok && ((cx >> 28) & 1);
-    c->fma = c->avx && ((cx >> 12) & 1);
-    c->f16c = c->avx && ((cx >> 29) & 1);
+    c->leaf1_ecx = cx;
+    c->leaf1_edx = d;
+    c->xcr0 = (cx >> 27) & 1 ? read_xcr0() : 0; /* OSXSAVE */
+    __cpuid(0, a, vendor[0], vendor[2], vendor[1]);
+    memcpy(c->vendor, vendor, 12);
     if (__get_cpuid_max(0, NULL) < 7) return;
     __cpuid_count(7, 0, a, b, cx, d);
-    c->avx2 = c->avx && ((b >> 5) & 1);
-    c->avx512f = zmm_ok && ((b >> 16) & 1);
-    c->avx512dq = c->avx512f && ((b >> 17) & 1);
-    c->avx512bw = c->avx512f && ((b >> 30) & 1);
-    c->avx512vl = c->avx512f && ((b >> 31) & 1);
-    c->avx512fp16 = c->avx512f && ((d >> 23) & 1);
+    c->leaf7_ebx = b;
+    c->leaf7_ecx = cx;
+    c->leaf7_edx = d;
     __cpuid_count(7, 1, a, b, cx, d);
-    c->avx512bf16 = c->avx512f && ((a >> 5) & 1);
-    unsigned vendor[3];
-    __cpuid(0, a, vendor[0], vendor[2], vendor[1]);
-    c->bf16_dot_fast = c->avx512bf16 && memcmp(vendor, "AuthenticAMD", 12) == 0;
+    c->leaf7s1_eax = a;
+    c->leaf7s1_edx = d;
 }
 
 static void read_model(char *buf, size_t n)
@@ -66,22 +74,10 @@ static void read_model(char *buf, size_t n)
     buf[len] = '\0';
 }
 #elif defined(__aarch64__) && defined(__linux__)
-#include <sys/auxv.h>
-#ifndef HWCAP_ASIMD
-#define HWCAP_ASIMD (1 << 1)
-#endif
-#ifndef HWCAP_ASIMDHP
-#define HWCAP_ASIMDHP (1 << 10)
-#endif
-#ifndef HWCAP2_BF16
-#define HWCAP2_BF16 (1 << 14)
-#endif
 static void detect(fa_cpu *c)
 {
-    unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
-    c->neon = (hw & HWCAP_ASIMD) != 0;
-    c->asimdhp = (hw & HWCAP_ASIMDHP) != 0;
-    c->bf16 = (hw2 & HWCAP2_BF16) != 0;
+    c->hwcap = getauxval(AT_HWCAP);
+    c->hwcap2 = getauxval(AT_HWCAP2);
 }
 
 static void read_model(char *buf, size_t n)
@@ -100,11 +96,12 @@ static int sysctl_flag(const char *name)
     size_t len = sizeof v;
     return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v != 0;
 }
+/* the Linux hwcap bits, so that the tables read one form */
 static void detect(fa_cpu *c)
 {
-    c->neon = 1; /* Advanced SIMD is architecturally present on every arm64 Mac */
-    c->asimdhp = sysctl_flag("hw.optional.arm.FEAT_FP16") || sysctl_flag("hw.optional.neon_fp16");
-    c->bf16 = sysctl_flag("hw.optional.arm.FEAT_BF16");
+    c->hwcap = HWCAP_ASIMD; /* Advanced SIMD is architecturally present on every arm64 Mac */
+    if (sysctl_flag("hw.optional.arm.FEAT_FP16") || sysctl_flag("hw.optional.neon_fp16")) c->hwcap |= HWCAP_ASIMDHP;
+    if (sysctl_flag("hw.optional.arm.FEAT_BF16")) c->hwcap2 |= HWCAP2_BF16;
 }
 
 static void read_model(char *buf, size_t n)
@@ -148,12 +145,20 @@ static void detect_once(void)
     detect(&g_cpu);
     read_model(g_model, sizeof g_model);
     normalise_model();
-    struct { unsigned on; const char *name; } list[] = {
-        {g_cpu.sse2, "sse2"}, {g_cpu.avx, "avx"}, {g_cpu.avx2, "avx2"}, {g_cpu.fma, "fma"},
-        {g_cpu.f16c, "f16c"}, {g_cpu.avx512f, "avx512f"}, {g_cpu.avx512dq, "avx512dq"}, {g_cpu.avx512bw, "avx512bw"},
-        {g_cpu.avx512vl, "avx512vl"}, {g_cpu.avx512bf16, "avx512bf16"},
-        {g_cpu.avx512fp16, "avx512fp16"}, {g_cpu.neon, "neon"}, {g_cpu.asimdhp, "asimdhp"},
-        {g_cpu.bf16, "bf16"},
+    /* the features as the vector tables see them: each only with the OS's support */
+    const fa_cpu *c = &g_cpu;
+    const int avx = fa_cpu_os_ymm(c) && fa_cpu_bit(c->leaf1_ecx, 28);
+    const int avx512f = fa_cpu_os_zmm(c) && fa_cpu_bit(c->leaf7_ebx, 16);
+    const int avx512bf16 = avx512f && fa_cpu_bit(c->leaf7s1_eax, 5);
+    g_cpu.bf16_dot_fast = avx512bf16 && strcmp(c->vendor, "AuthenticAMD") == 0;
+    struct { int on; const char *name; } list[] = {
+        {fa_cpu_bit(c->leaf1_edx, 26), "sse2"}, {avx, "avx"}, {avx && fa_cpu_bit(c->leaf7_ebx, 5), "avx2"},
+        {avx && fa_cpu_bit(c->leaf1_ecx, 12), "fma"}, {avx && fa_cpu_bit(c->leaf1_ecx, 29), "f16c"},
+        {avx512f, "avx512f"}, {avx512f && fa_cpu_bit(c->leaf7_ebx, 17), "avx512dq"},
+        {avx512f && fa_cpu_bit(c->leaf7_ebx, 30), "avx512bw"}, {avx512f && fa_cpu_bit(c->leaf7_ebx, 31), "avx512vl"},
+        {avx512bf16, "avx512bf16"}, {avx512f && fa_cpu_bit(c->leaf7_edx, 23), "avx512fp16"},
+        {(c->hwcap & HWCAP_ASIMD) != 0, "neon"}, {(c->hwcap & HWCAP_ASIMDHP) != 0, "asimdhp"},
+        {(c->hwcap2 & HWCAP2_BF16) != 0, "bf16"},
     };
     size_t len = 0;
     for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {

@@ -9,10 +9,6 @@
 #include "kernels/cpu_features.h"
 #include "kernels/kernels.h"
 
-/* The CPU model that keys tuned tiles (src/tune.c): x86 the CPUID brand string,
- * aarch64 MIDR_EL1 as the kernel shows it ("0x...."), macOS the brand string,
- * else "unknown"; blanks trimmed and runs of them made one space. Detected once,
- * then constant. */
-const char *fa_cpu_model(void);
+/* fa_cpu_model() and fa_cpu_features() are public (flashattn.h). */
 
 #endif

@@ -1,13 +1,15 @@
 /*
- * forward.c: fa_forward: validate, pick the algorithm, append a cached call's new
- * rows, run the algorithm, record what ran. The algorithm table below is the one
- * place a new algorithm is registered.
+ * forward.c: fa_forward and fa_backward: validate, pick the algorithm, append a
+ * cached call's new rows (fa_forward), run the algorithm, record what ran;
+ * fa_forward_check, fa_backward_check and fa_forward_work stop after the first two
+ * steps. The algorithm table below is the one place a new algorithm is registered.
  */
 #include "internal.h"
 #include "cache.h"
 #include "convert.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 typedef struct {
@@ -141,15 +143,25 @@ static fa_status run_forward(fa_context *ctx, const fa_algo_entry *e, const fa_p
     return st;
 }
 
-static fa_status forward(fa_context *ctx, const fa_forward_args *args)
+/* Everything fa_forward decides before it runs: validation, then the algorithm
+ * (whose support is part of validity). fa_forward_check and fa_forward_work stop
+ * here, so what they accept is what fa_forward accepts. */
+static fa_status prepare_forward(fa_context *ctx, const fa_forward_args *args, fa_problem *p,
+                                 const fa_algo_entry **e, const char **fallback)
+{
+    fa_status st = fa_validate_forward(ctx, args, p);
+    if (st != FA_OK) return st;
+    *e = choose_algo(ctx, p, fallback, &st);
+    return *e ? FA_OK : st;
+}
+
+fa_status fa_forward_run(fa_context *ctx, const fa_forward_args *args)
 {
     fa_problem p;
-    fa_status st = fa_validate_forward(ctx, args, &p);
-    if (st != FA_OK) return st;
-
     const char *fallback = NULL;
-    const fa_algo_entry *e = choose_algo(ctx, &p, &fallback, &st);
-    if (!e) return st;
+    const fa_algo_entry *e;
+    fa_status st = prepare_forward(ctx, args, &p, &e, &fallback);
+    if (st != FA_OK) return st;
 
     fa_run_info info = {.threads = 1, .path = ""};
     const double t0 = ctx->verbose ? fa_now_s() : 0.0;
@@ -170,8 +182,74 @@ fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
 {
     if (!ctx) return FA_ERR_NULL_CONTEXT;
     if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
-    const fa_status st = forward(ctx, args);
+    const fa_status st = fa_forward_run(ctx, args);
     if (st != FA_OK && ctx->verbose) fa_verbose_error(ctx, st);
+    fa_context_leave(ctx);
+    return st;
+}
+
+fa_status fa_forward_check(fa_context *ctx, const fa_forward_args *args)
+{
+    if (!ctx) return FA_ERR_NULL_CONTEXT;
+    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
+    fa_problem p;
+    const fa_algo_entry *e;
+    const char *fallback = NULL;
+    const fa_status st = prepare_forward(ctx, args, &p, &e, &fallback);
+    fa_context_leave(ctx);
+    return st;
+}
+
+/* ------------------------------------------------------------------- work */
+
+/* The backward's FLOP credit against the forward's: five products of a kept pair's
+ * rows (S, dP, dV, dQ, dK) against two (S, O), as docs/semantics.md counts them. */
+#define FA_BACKWARD_FLOP_FACTOR 2.5
+/* pairs and flops are required of every caller's fa_work */
+#define FA_WORK_MIN_SIZE (offsetof(fa_work, flops) + sizeof(double))
+
+/* Kept pairs of the validated call p, summed over its sequences and query heads:
+ * every sequence at its own lengths (a dense batch is B alike). Within int64: at
+ * most B*Hq*Sq*Sk, which checks.c bounds. */
+static int64_t problem_pairs(const fa_problem *p)
+{
+    if (p->Hq == 0) return 0;
+    fa_problem s = *p;
+    if (!fa_problem_is_form(p)) return p->B == 0 ? 0 : fa_kept_pairs(p, 0, p->Sq, 0, p->Sk) * p->B * p->Hq;
+    int64_t pairs = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        fa_seq_lengths(p, b, &s.Sq, &s.Sk);
+        pairs += fa_kept_pairs(&s, 0, s.Sq, 0, s.Sk);
+    }
+    return pairs * p->Hq;
+}
+
+static fa_status forward_work(fa_context *ctx, const fa_forward_args *args, fa_work *out)
+{
+    if (!out) return fa_fail(ctx, FA_ERR_NULL_POINTER, "out is NULL");
+    if (out->struct_size < FA_WORK_MIN_SIZE || out->struct_size > sizeof(fa_work) + 4096)
+        return fa_fail(ctx, FA_ERR_STRUCT_SIZE, "out->struct_size is %zu; initialise it with FA_WORK_INIT (%zu)",
+                       out->struct_size, sizeof(fa_work));
+    fa_problem p;
+    const fa_algo_entry *e;
+    const char *fallback = NULL;
+    const fa_status st = prepare_forward(ctx, args, &p, &e, &fallback);
+    if (st != FA_OK) return st;
+    fa_work w = FA_WORK_INIT;
+    w.pairs = problem_pairs(&p);
+    w.flops = 2.0 * (double)(p.D + p.Dv) * (double)w.pairs;
+    w.backward_flops = FA_BACKWARD_FLOP_FACTOR * w.flops;
+    /* the fields the caller's fa_work has, past its struct_size */
+    const size_t n = out->struct_size < sizeof w ? out->struct_size : sizeof w;
+    memcpy((char *)out + sizeof(size_t), (const char *)&w + sizeof(size_t), n - sizeof(size_t));
+    return FA_OK;
+}
+
+fa_status fa_forward_work(fa_context *ctx, const fa_forward_args *args, fa_work *out)
+{
+    if (!ctx) return FA_ERR_NULL_CONTEXT;
+    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
+    const fa_status st = forward_work(ctx, args, out);
     fa_context_leave(ctx);
     return st;
 }
@@ -194,15 +272,24 @@ static void write_zeros(const fa_tensor *t)
                 }
 }
 
+/* fa_backward's decisions before it runs, as prepare_forward. */
+static fa_status prepare_backward(fa_context *ctx, const fa_backward_args *args, fa_problem *p, fa_grads *g,
+                                  const fa_algo_entry **e, const char **fallback)
+{
+    fa_status st = fa_validate_backward(ctx, args, p, g);
+    if (st != FA_OK) return st;
+    *e = choose_algo(ctx, p, fallback, &st);
+    return *e ? FA_OK : st;
+}
+
 static fa_status backward(fa_context *ctx, const fa_backward_args *args)
 {
     fa_problem p;
     fa_grads g;
-    fa_status st = fa_validate_backward(ctx, args, &p, &g);
-    if (st != FA_OK) return st;
     const char *fallback = NULL;
-    const fa_algo_entry *e = choose_algo(ctx, &p, &fallback, &st);
-    if (!e) return st;
+    const fa_algo_entry *e;
+    fa_status st = prepare_backward(ctx, args, &p, &g, &e, &fallback);
+    if (st != FA_OK) return st;
 
     fa_run_info info = {.threads = 1, .path = ""};
     const double t0 = ctx->verbose ? fa_now_s() : 0.0;
@@ -226,6 +313,19 @@ fa_status fa_backward(fa_context *ctx, const fa_backward_args *args)
     if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
     const fa_status st = backward(ctx, args);
     if (st != FA_OK && ctx->verbose) fa_verbose_error(ctx, st);
+    fa_context_leave(ctx);
+    return st;
+}
+
+fa_status fa_backward_check(fa_context *ctx, const fa_backward_args *args)
+{
+    if (!ctx) return FA_ERR_NULL_CONTEXT;
+    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
+    fa_problem p;
+    fa_grads g;
+    const fa_algo_entry *e;
+    const char *fallback = NULL;
+    const fa_status st = prepare_backward(ctx, args, &p, &g, &e, &fallback);
     fa_context_leave(ctx);
     return st;
 }

@@ -19,6 +19,13 @@
 
 typedef struct fa_pool fa_pool;
 
+/* A tune file entry's shape class (src/tune.h); the CPU and ISA are the context's. */
+typedef struct fa_tune_key {
+    fa_dtype dtype;
+    int64_t d, dv, sk, rows; /* sk, rows: the length buckets */
+    int masked;              /* a causal mask or a window */
+} fa_tune_key;
+
 struct fa_context {
     int64_t threads_setting; /* as set: 0 = one per online CPU */
     int threads;             /* resolved, >= 1 */
@@ -48,6 +55,8 @@ struct fa_context {
     struct fa_tune_table *tune;  /* this CPU's and ISA's entries; NULL: none */
     int tune_note_due;           /* the last plan read the file: trace the note */
     int tile_src_q, tile_src_kv; /* where the last plan's tiles came from: FA_TILES_* */
+    int tune_off;                /* fa_tune is sweeping: plans ignore tuned tiles */
+    fa_tune_key tune_class;      /* the shape class the last plan that asked for tuned tiles was of */
     char tune_note[512];
 };
 
@@ -140,6 +149,8 @@ fa_status fa_fail(fa_context *ctx, fa_status status, const char *fmt, ...)
     ;
 
 fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *args, fa_problem *p);
+/* fa_forward on a context the caller has entered (fa_tune's runs). */
+fa_status fa_forward_run(fa_context *ctx, const fa_forward_args *args);
 
 /* Per-element work needed beyond the causal/window band: bias, mask, softcap or ALiBi. */
 static inline int fa_problem_has_elementwise(const fa_problem *p)
@@ -176,6 +187,12 @@ static inline void fa_row_band(const fa_problem *p, int64_t i, int64_t *lo, int6
     *lo = a;
     *hi = b;
 }
+
+/* Kept (i, j) pairs of rows [i0, i1) with keys in [j0, j1) under the band above:
+ * the sum of fa_row_band's widths, clipped to [j0, j1), in closed form (a few
+ * steps, whatever the lengths). The one count of kept pairs: the planners' task
+ * costs, fa_forward_work and (through it) the tools and the ring use it. */
+int64_t fa_kept_pairs(const fa_problem *p, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
 
 /* Softcap, bias, ALiBi and every mask applied to a tile of scaled scores, element
  * (r, c) at st[c*ldc + r*ldr] (transposed tiles: ldr = 1; row-major: ldc = 1), for

@@ -102,5 +102,5 @@ int64_t fa_panel_ld(int64_t rows)
 int fa_bf16_dot_active(const fa_context *ctx)
 {
     if (!(ctx->kernels->flags & FA_KERNELS_BF16_DOT) || ctx->bf16_dot == 2) return 0;
-    return ctx->bf16_dot == 1 || fa_cpu_get()->bf16_dot_fast;
+    return ctx->bf16_dot == 1 || (ctx->kernels->flags & FA_KERNELS_BF16_DOT_FAST) || fa_cpu_get()->bf16_dot_fast;
 }

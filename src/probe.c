@@ -170,19 +170,25 @@ static fa_status probe(fa_context *ctx, fa_probe_kind kind, double *value)
     probe_job job = {0};
     if (kind == FA_PROBE_FMA_PEAK) job.kernel = ctx->kernels->probe_fma;
     else if (kind == FA_PROBE_BF16_PEAK) job.kernel = ctx->kernels->probe_bf16;
+    else if (kind == FA_PROBE_TILE_PEAK) job.kernel = ctx->kernels->probe_tile;
     else return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown probe kind %d", (int)kind);
     /* every table has a probe_bf16 (the reference's is scalar C); a peak only means
      * something for a native bf16 dot product */
     if (kind == FA_PROBE_BF16_PEAK && !(ctx->kernels->flags & FA_KERNELS_BF16_DOT))
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "the %s path has no native bf16 dot product to probe",
                        ctx->kernels->name);
+    if (kind == FA_PROBE_TILE_PEAK && !(ctx->kernels->flags & FA_KERNELS_TILES))
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "the %s path has no tile unit to probe", ctx->kernels->name);
 
     /* calibrate on one thread to ~20 ms, then time all threads together */
     job.iters = 1 << 12;
-    for (;;) {
+    for (;;) { /* between the hooks, as on the pool's threads: a tile unit is configured there */
+        ctx->kernels->thread_begin();
         double t = fa_now_s();
         job.kernel(job.iters);
-        if (fa_now_s() - t > 0.02 || job.iters > ((int64_t)1 << 40)) break;
+        t = fa_now_s() - t;
+        ctx->kernels->thread_end();
+        if (t > 0.02 || job.iters > ((int64_t)1 << 40)) break;
         job.iters *= 2;
     }
     double best = 0.0;

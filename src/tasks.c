@@ -98,15 +98,7 @@ static int64_t plan_splits(int64_t forced, int64_t units, int64_t sk)
 /* Kept (i, j) pairs of rows i0 .. i0+n-1 within keys [ca, cb), from the band alone. */
 static int64_t block_cost(const fa_problem *s, int64_t i0, int64_t n, int64_t ca, int64_t cb)
 {
-    int64_t cost = 0;
-    for (int64_t i = i0; i < i0 + n; i++) {
-        int64_t lo, hi;
-        fa_row_band(s, i, &lo, &hi);
-        if (lo < ca) lo = ca;
-        if (hi > cb - 1) hi = cb - 1;
-        if (hi >= lo) cost += hi - lo + 1;
-    }
-    return cost;
+    return fa_kept_pairs(s, i0, i0 + n, ca, cb);
 }
 
 static int by_cost_desc(const void *a, const void *b)

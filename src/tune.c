@@ -1,308 +1,260 @@
 /*
- * tune.c: reads the tune file (format in tune.h and README.md) into a table of
- * this CPU's and ISA's entries, once per context, and finds a call's entry.
- * Only libc: the file is untrusted input, so every line is read into a bounded
- * buffer, every number is checked digit by digit, and any doubt drops the line
- * (or, for the header, the file). Nothing here can fail a call or print.
+ * tune.c: fa_tune, the sweep behind `flashattn tune` and flashattn.tune(): times
+ * the flash forward of one call with the planner's tiles and with every pair of a
+ * grid, keeps the fastest, and saves it through the tune file's writer
+ * (src/tune_file.c, the file's only home). The shape class comes from the
+ * planner itself (ctx->tune_class, recorded by the heuristic run's plan), so the
+ * saved entry is keyed exactly as later calls look it up. Never prints: progress
+ * goes to the caller's callback.
  */
 #include "tune.h"
-#include "cpu.h"
 #include "alloc.h"
+#include "checks.h"
 
-#include <errno.h>
+#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-/* Lines are short (the CPU model is at most 48 characters); anything longer is not ours. */
-enum { TUNE_LINE_MAX = 512, TUNE_PATH_MAX = 4096 };
-/* Reading stops here: a tune file is a few KiB, a bigger one is not worth the time. */
-#define TUNE_FILE_MAX ((int64_t)16 << 20)
-/* A tuned pair is used only if its tiles fit this (Q panel, K/V tile, score tile):
- * a hand-edited file must not make a call allocate gigabytes or run out of memory. */
-#define TUNE_TILE_BYTES_MAX ((int64_t)64 << 20)
-#define TUNE_DIM_MAX ((int64_t)1 << 31)
+static const int64_t default_qs[] = {16, 32, 64, 128, 256};
+static const int64_t default_kvs[] = {32, 64, 128, 256, 512};
+#define TUNE_RUNS_MAX ((int64_t)1 << 20)
 
-typedef struct tune_entry {
-    fa_dtype dtype;
-    int64_t d, dv, sk, rows;
-    int masked;
-    int64_t tile_q, tile_kv;
-} tune_entry;
+/* One sweep: the call, the resolved options, and the result it builds. */
+typedef struct sweep {
+    fa_context *ctx;
+    const fa_forward_args *args;
+    fa_tune_options opt;
+    double *times; /* opt.runs */
+    int done, total;
+    fa_tune_result r;
+} sweep;
 
-struct fa_tune_table {
-    int64_t n, cap;
-    tune_entry *e;
-};
-
-int64_t fa_tune_bucket(int64_t n)
+/* A candidate list: the caller's, each within its setting's bounds, or the default. */
+static fa_status check_tiles(fa_context *ctx, const char *name, fa_param param, const int64_t **list, int *n,
+                             const int64_t *dflt, int n_dflt)
 {
-    int64_t b = 1;
-    while (b < n && b < ((int64_t)1 << 62)) b <<= 1;
-    return b;
-}
-
-void fa_tune_free(fa_tune_table *t)
-{
-    if (!t) return;
-    fa_free(t->e);
-    fa_free(t);
-}
-
-static int is_blank(int c) { return c == ' ' || c == '\t' || c == '\r'; }
-
-/* Strict decimal: digits only (no sign, no blanks), value <= max. 0 or -1. */
-static int parse_u64(const char *s, size_t len, int64_t max, int64_t *out)
-{
-    if (len == 0 || len > 19) return -1;
-    int64_t v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        const int64_t digit = s[i] - '0';
-        if (v > (max - digit) / 10) return -1;
-        v = v * 10 + digit;
+    if (!*list) {
+        *list = dflt;
+        *n = n_dflt;
+        return FA_OK;
     }
-    *out = v;
-    return 0;
+    if (*n < 1 || *n > FA_TUNE_MAX_TILES)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "options->n_%s is %d; 1 to %d candidates", name, *n,
+                       FA_TUNE_MAX_TILES);
+    int64_t lo, hi;
+    fa_param_bounds(param, &lo, &hi);
+    for (int i = 0; i < *n; i++)
+        if ((*list)[i] < 1 || (*list)[i] > hi)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "options->%s[%d] is %lld; a tile is 1 to %lld", name, i,
+                           (long long)(*list)[i], (long long)hi);
+    return FA_OK;
 }
 
-static int parse_dtype(const char *s, size_t len, fa_dtype *out)
+static fa_status read_options(fa_context *ctx, const fa_tune_options *user, fa_tune_options *opt)
 {
-    static const struct { const char *name; fa_dtype dtype; } names[] = {
-        {"f32", FA_DTYPE_F32}, {"f16", FA_DTYPE_F16}, {"bf16", FA_DTYPE_BF16}};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strlen(names[i].name) == len && memcmp(names[i].name, s, len) == 0) {
-            *out = names[i].dtype;
-            return 0;
+    fa_tune_options_init(opt);
+    if (user) {
+        const fa_status st =
+            fa_read_struct(ctx, "options", user, user->struct_size, opt, sizeof *opt, sizeof *opt);
+        if (st != FA_OK) return st;
+    }
+    fa_status st = check_tiles(ctx, "tile_qs", FA_PARAM_TILE_Q, &opt->tile_qs, &opt->n_tile_qs, default_qs,
+                               (int)(sizeof default_qs / sizeof default_qs[0]));
+    if (st == FA_OK)
+        st = check_tiles(ctx, "tile_kvs", FA_PARAM_TILE_KV, &opt->tile_kvs, &opt->n_tile_kvs, default_kvs,
+                         (int)(sizeof default_kvs / sizeof default_kvs[0]));
+    if (st != FA_OK) return st;
+    if (opt->runs < 0 || opt->runs > TUNE_RUNS_MAX)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "options->runs is %lld; 0 (the default, %d) to %lld",
+                       (long long)opt->runs, FA_TUNE_DEFAULT_RUNS, (long long)TUNE_RUNS_MAX);
+    if (opt->runs == 0) opt->runs = FA_TUNE_DEFAULT_RUNS;
+    if (opt->save != 0 && opt->save != 1)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "options->save is %d; 0 or 1", opt->save);
+    return FA_OK;
+}
+
+static int by_time(const double *a, const double *b)
+{
+    return isnan(*a) ? 0 : isnan(*b) || *a < *b; /* out of memory (NaN) last */
+}
+
+/* One warm-up and opt.runs timed forwards with tiles (tq, tkv) into *t. A run out of
+ * memory gives ms NaN and FA_OK; other failures their status. */
+static fa_status time_candidate(sweep *sw, int64_t tq, int64_t tkv, fa_tune_timing *t)
+{
+    fa_context *ctx = sw->ctx;
+    ctx->tile_q = tq;
+    ctx->tile_kv = tkv;
+    *t = (fa_tune_timing){.tile_q = tq, .tile_kv = tkv, .asked_q = tq, .asked_kv = tkv, .ms = NAN};
+    fa_status st = FA_OK;
+    for (int64_t r = -1; st == FA_OK && r < sw->opt.runs; r++) { /* r = -1: the warm-up */
+        const double t0 = fa_now_s();
+        st = fa_forward_run(ctx, sw->args);
+        if (r >= 0) sw->times[r] = fa_now_s() - t0;
+    }
+    if (st == FA_ERR_OUT_OF_MEMORY) return FA_OK;
+    if (st != FA_OK) return st;
+    t->tile_q = ctx->last_tile_q;
+    t->tile_kv = ctx->last_tile_kv;
+    /* the median, by insertion: runs are few */
+    const int64_t n = sw->opt.runs;
+    for (int64_t i = 1; i < n; i++)
+        for (int64_t j = i; j > 0 && sw->times[j] < sw->times[j - 1]; j--) {
+            const double x = sw->times[j];
+            sw->times[j] = sw->times[j - 1];
+            sw->times[j - 1] = x;
         }
-    return -1;
+    t->ms = 1e3 * (n % 2 ? sw->times[n / 2] : 0.5 * (sw->times[n / 2 - 1] + sw->times[n / 2]));
+    return FA_OK;
 }
 
-/* Whether the text s[0..len) equals `model` once blanks are collapsed (model is
- * fa_cpu_model(): trimmed, single spaces). */
-static int same_model(const char *s, size_t len, const char *model)
+/* Times one candidate and adds it to the result, fastest first, unless it ran as one
+ * already there did. */
+static fa_status add_candidate(sweep *sw, int64_t tq, int64_t tkv)
 {
-    size_t i = 0;
-    while (i < len && is_blank(s[i])) i++;
-    while (len > i && is_blank(s[len - 1])) len--;
-    for (; i < len; model++) {
-        if (is_blank(s[i])) {
-            if (*model != ' ') return 0;
-            while (i < len && is_blank(s[i])) i++;
-        } else {
-            if (*model != s[i]) return 0;
-            i++;
-        }
+    fa_tune_timing t;
+    const fa_status st = time_candidate(sw, tq, tkv, &t);
+    if (st != FA_OK) return st;
+    if (tq == 0 && tkv == 0) {
+        sw->r.heuristic = t;
+        sw->r.threads = sw->ctx->last_threads;
     }
-    return *model == '\0';
+    fa_tune_result *r = &sw->r;
+    int dup = 0;
+    for (int i = 0; i < r->n_timings && !dup; i++)
+        dup = !isnan(t.ms) && !isnan(r->timings[i].ms) && r->timings[i].tile_q == t.tile_q &&
+              r->timings[i].tile_kv == t.tile_kv;
+    if (!dup) {
+        int i = r->n_timings++;
+        for (; i > 0 && by_time(&t.ms, &r->timings[i - 1].ms); i--) r->timings[i] = r->timings[i - 1];
+        r->timings[i] = t;
+        if (i == 0 && !isnan(t.ms)) r->threads = sw->ctx->last_threads;
+    }
+    sw->done++;
+    if (sw->opt.progress) sw->opt.progress(sw->opt.user, sw->done, sw->total, t.tile_q, t.tile_kv, t.ms);
+    return FA_OK;
 }
 
-/* What one line is. */
-enum { LINE_SKIP, LINE_BAD, LINE_OTHER, LINE_OURS };
-
-enum { F_ISA, F_DTYPE, F_D, F_DV, F_SK, F_ROWS, F_MASKED, F_TQ, F_TKV, F_CPU, F_COUNT };
-static const char *const field_names[F_COUNT] = {"isa", "dtype", "d", "dv", "sk", "rows",
-                                                 "masked", "tile_q", "tile_kv", "cpu"};
-
-/* Parses one NUL-free line (no newline) into *e; LINE_OURS when it is an entry of
- * this cpu and isa, LINE_OTHER for a valid entry of another, LINE_SKIP for a blank
- * or comment line, LINE_BAD for anything else. */
-static int parse_line(const char *line, size_t len, const char *cpu, const char *isa, tune_entry *e)
+/* The planner's pair first (it records the call's shape class), then the grid. */
+static fa_status run_sweep(sweep *sw)
 {
-    while (len > 0 && is_blank(line[len - 1])) len--;
-    size_t i = 0;
-    while (i < len && is_blank(line[i])) i++;
-    if (i == len || line[i] == '#') return LINE_SKIP;
-
-    const char *val[F_COUNT] = {0};
-    size_t vlen[F_COUNT] = {0};
-    while (i < len) {
-        const size_t name = i;
-        while (i < len && line[i] != '=' && !is_blank(line[i])) i++;
-        if (i == len || line[i] != '=') return LINE_BAD;
-        int f = -1;
-        for (int k = 0; k < F_COUNT && f < 0; k++)
-            if (strlen(field_names[k]) == i - name && memcmp(field_names[k], line + name, i - name) == 0) f = k;
-        if (f < 0 || val[f]) return LINE_BAD; /* unknown or repeated */
-        const size_t start = ++i;
-        if (f == F_CPU) {
-            i = len; /* the model runs to the end of the line */
-        } else {
-            while (i < len && !is_blank(line[i])) i++;
-        }
-        val[f] = line + start;
-        vlen[f] = i - start;
-        while (i < len && is_blank(line[i])) i++;
-    }
-    for (int k = 0; k < F_COUNT; k++)
-        if (!val[k]) return LINE_BAD;
-
-    int64_t masked;
-    if (parse_dtype(val[F_DTYPE], vlen[F_DTYPE], &e->dtype) != 0 ||
-        parse_u64(val[F_D], vlen[F_D], TUNE_DIM_MAX, &e->d) != 0 || e->d < 1 ||
-        parse_u64(val[F_DV], vlen[F_DV], TUNE_DIM_MAX, &e->dv) != 0 ||
-        parse_u64(val[F_SK], vlen[F_SK], (int64_t)1 << 62, &e->sk) != 0 || fa_tune_bucket(e->sk) != e->sk ||
-        parse_u64(val[F_ROWS], vlen[F_ROWS], (int64_t)1 << 62, &e->rows) != 0 ||
-        fa_tune_bucket(e->rows) != e->rows ||
-        parse_u64(val[F_MASKED], vlen[F_MASKED], 1, &masked) != 0 ||
-        parse_u64(val[F_TQ], vlen[F_TQ], 4096, &e->tile_q) != 0 || e->tile_q < 1 ||
-        parse_u64(val[F_TKV], vlen[F_TKV], 65536, &e->tile_kv) != 0 || e->tile_kv < 1 || vlen[F_ISA] == 0 ||
-        vlen[F_CPU] == 0)
-        return LINE_BAD;
-    e->masked = (int)masked;
-    /* tiles bounded above and dims below 2^31: no overflow */
-    const int64_t tile_bytes = 4 * ((e->tile_q + e->tile_kv) * (e->d + e->dv) + e->tile_q * e->tile_kv);
-    if (tile_bytes > TUNE_TILE_BYTES_MAX) return LINE_BAD;
-    const int our_isa = strlen(isa) == vlen[F_ISA] && memcmp(isa, val[F_ISA], vlen[F_ISA]) == 0;
-    return our_isa && same_model(val[F_CPU], vlen[F_CPU], cpu) ? LINE_OURS : LINE_OTHER;
+    fa_context *ctx = sw->ctx;
+    sw->total = 1 + sw->opt.n_tile_qs * sw->opt.n_tile_kvs;
+    ctx->tune_class.d = 0; /* D >= 1 in every valid call: 0 says no plan ran */
+    fa_status st = add_candidate(sw, 0, 0);
+    if (st != FA_OK) return st;
+    if (ctx->tune_class.d == 0)
+        return isnan(sw->r.heuristic.ms)
+                   ? fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "tune: the planned tiles ran out of memory")
+                   : fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "tune: the call is empty (no rows or no keys): "
+                                                           "there are no tiles to tune");
+    const fa_tune_key key = ctx->tune_class; /* the grid's runs plan with overrides: no lookup */
+    for (int a = 0; a < sw->opt.n_tile_qs && st == FA_OK; a++)
+        for (int b = 0; b < sw->opt.n_tile_kvs && st == FA_OK; b++)
+            st = add_candidate(sw, sw->opt.tile_qs[a], sw->opt.tile_kvs[b]);
+    ctx->tune_class = key;
+    if (st != FA_OK) return st;
+    if (isnan(sw->r.timings[0].ms))
+        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "tune: every candidate ran out of memory");
+    return FA_OK;
 }
 
-/* Reads the next line into buf (NUL-terminated, without the newline). Returns 1 for
- * a whole line that fits, 2 for a line that is too long, holds a NUL byte or has
- * no newline (consumed to its end, to be skipped), 0 at the end of the file. */
-static int read_line(FILE *f, char *buf, size_t cap, size_t *len, int64_t *total)
+/* Saves the best pair where opt.path or the library's rule says; the path, or why
+ * there is none, goes into the result. */
+static fa_status save_best(sweep *sw)
 {
-    size_t n = 0;
-    int bad = 0, c;
-    while ((c = getc(f)) != EOF) {
-        if (++*total > TUNE_FILE_MAX) return 0;
-        if (c == '\n') {
-            buf[n < cap ? n : cap - 1] = '\0';
-            *len = n;
-            return bad ? 2 : 1;
-        }
-        if (c == '\0' || n + 1 >= cap) bad = 1;
-        else buf[n++] = (char)c;
+    fa_context *ctx = sw->ctx;
+    fa_tune_result *r = &sw->r;
+    const fa_tune_timing *best = &r->timings[0];
+    r->saved_tile_q = best->asked_q > 0 ? best->asked_q : best->tile_q;
+    r->saved_tile_kv = best->asked_kv > 0 ? best->asked_kv : best->tile_kv;
+    if (!sw->opt.save || !r->path[0]) return FA_OK;
+    int64_t dropped = 0;
+    const fa_status st = fa_tune_save(ctx, r->path, &ctx->tune_class, r->saved_tile_q, r->saved_tile_kv, &dropped);
+    if (st != FA_OK) {
+        snprintf(r->note, sizeof r->note, "%s", ctx->error);
+        return st;
     }
-    *len = n;
-    buf[n] = '\0';
-    return n > 0 || bad ? 2 : 0;
+    r->saved = 1;
+    if (dropped > 0)
+        snprintf(r->note, sizeof r->note, "dropped %lld line%s that %s not tune entries", (long long)dropped,
+                 dropped == 1 ? "" : "s", dropped == 1 ? "was" : "were");
+    /* the next planned call re-reads the file, and finds the new entry */
+    fa_tune_free(ctx->tune);
+    ctx->tune = NULL;
+    ctx->tune_read = 0;
+    return FA_OK;
 }
 
-static int table_add(fa_tune_table *t, const tune_entry *e)
+/* Validates, resolves where to save (refusing a file that is not a tune file before
+ * anything runs), sweeps and saves. */
+static fa_status tune(sweep *sw, const fa_tune_options *options)
 {
-    if (t->n == t->cap) {
-        const int64_t cap = t->cap ? 2 * t->cap : 16;
-        if (cap > 4096) return 0; /* more entries for one CPU and ISA than any sweep makes */
-        /* allocate, copy, free rather than realloc: the library's allocations all
-         * pass through alloc.c, which has no realloc */
-        tune_entry *grown = fa_malloc(cap * (int64_t)sizeof *grown);
-        if (!grown) return 0;
-        if (t->n > 0) memcpy(grown, t->e, (size_t)t->n * sizeof *grown);
-        fa_free(t->e);
-        t->e = grown;
-        t->cap = cap;
-    }
-    t->e[t->n++] = *e;
-    return 1;
+    fa_context *ctx = sw->ctx;
+    fa_problem p;
+    fa_status st = read_options(ctx, options, &sw->opt);
+    if (st == FA_OK) st = fa_validate_forward(ctx, sw->args, &p);
+    if (st != FA_OK) return st;
+    fa_tune_result *r = &sw->r;
+    r->runs = sw->opt.runs;
+    if (sw->opt.path && snprintf(r->path, sizeof r->path, "%s", sw->opt.path) >= (int)sizeof r->path)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "options->path is longer than %zu bytes", sizeof r->path - 1);
+    if (!sw->opt.path && !fa_tune_path(r->path, sizeof r->path, r->note, sizeof r->note)) r->path[0] = '\0';
+    if (sw->opt.save && r->path[0] && (st = fa_tune_file_check(ctx, r->path)) != FA_OK) return st;
+    sw->times = fa_malloc(sw->opt.runs * (int64_t)sizeof *sw->times);
+    if (!sw->times) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "tune: out of memory for %lld timings",
+                                   (long long)sw->opt.runs);
+    const fa_algo algo = ctx->algo;
+    const int64_t tile_q = ctx->tile_q, tile_kv = ctx->tile_kv;
+    ctx->algo = FA_ALGO_FLASH;
+    ctx->tune_off = 1;
+    st = run_sweep(sw);
+    ctx->algo = algo;
+    ctx->tile_q = tile_q;
+    ctx->tile_kv = tile_kv;
+    ctx->tune_off = 0;
+    fa_free(sw->times);
+    if (st != FA_OK) return st;
+    r->best = r->timings[0];
+    fa_tune_key_text(ctx->kernels->name, &ctx->tune_class, r->key, sizeof r->key);
+    snprintf(r->cpu, sizeof r->cpu, "%s", fa_cpu_model());
+    return save_best(sw);
 }
 
-/* The file's entries for cpu and isa, or NULL; either way `note` says what happened. */
-static fa_tune_table *tune_read_file(const char *path, const char *cpu, const char *isa, char *note, size_t note_size)
+void fa_tune_options_init(fa_tune_options *options)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(note, note_size, "ignored %.240s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    char line[TUNE_LINE_MAX];
-    size_t len = 0;
-    int64_t total = 0, bad = 0, other = 0, dropped = 0;
-    char header[32];
-    snprintf(header, sizeof header, "%s %d", FA_TUNE_HEADER, FA_TUNE_VERSION);
-    const int got = read_line(f, line, sizeof line, &len, &total);
-    while (len > 0 && is_blank(line[len - 1])) line[--len] = '\0';
-    if (got != 1 || strcmp(line, header) != 0) {
-        const size_t hl = strlen(FA_TUNE_HEADER);
-        if (got == 1 && strncmp(line, FA_TUNE_HEADER " ", hl + 1) == 0)
-            snprintf(note, note_size, "ignored %.240s: version '%.16s', this library reads %d", path, line + hl + 1,
-                     FA_TUNE_VERSION);
-        else
-            snprintf(note, note_size, "ignored %.240s: no '%s' header (%s)", path, header,
-                     ferror(f) ? strerror(errno) : "not a tune file");
-        fclose(f);
-        return NULL;
-    }
-    fa_tune_table *t = fa_calloc(1, (int64_t)sizeof *t);
-    if (!t) {
-        fclose(f);
-        snprintf(note, note_size, "ignored %.240s: out of memory", path);
-        return NULL;
-    }
-    int r;
-    while ((r = read_line(f, line, sizeof line, &len, &total)) != 0) {
-        tune_entry e;
-        const int kind = r == 1 ? parse_line(line, len, cpu, isa, &e) : LINE_BAD;
-        if (kind == LINE_BAD) bad++;
-        else if (kind == LINE_OTHER) other++;
-        else if (kind == LINE_OURS && !table_add(t, &e)) dropped++;
-    }
-    const int failed = ferror(f) != 0, cut = total > TUNE_FILE_MAX;
-    fclose(f);
-    char extra[160];
-    /* no commas: the note goes into the comma-separated verbose line */
-    snprintf(extra, sizeof extra, "%lld for other CPUs or ISAs; %lld bad lines skipped%s%s%s", (long long)other,
-             (long long)bad, dropped ? "; too many entries" : "", cut ? "; stopped at 16 MiB" : "",
-             failed ? "; read error" : "");
-    if (t->n == 0) {
-        snprintf(note, note_size, "ignored %.240s: no entries for this CPU (%s) and isa %s; %s", path, cpu, isa, extra);
-        fa_tune_free(t);
-        return NULL;
-    }
-    snprintf(note, note_size, "read %.240s: %lld entries for this CPU and isa; %s", path, (long long)t->n, extra);
-    return t;
+    if (!options) return;
+    const fa_tune_options init = FA_TUNE_OPTIONS_INIT;
+    *options = init;
 }
 
-/* The tune file's path: $FLASHATTN_TUNE_FILE, else $XDG_CACHE_HOME/flashattn/tune.txt
- * (an absolute XDG_CACHE_HOME only, as the XDG spec says), else
- * $HOME/.cache/flashattn/tune.txt. 0 with a note when there is none to read. */
-static int tune_path(char *buf, size_t n, char *note, size_t note_size)
+fa_status fa_tune(fa_context *ctx, const fa_forward_args *args, const fa_tune_options *options,
+                  fa_tune_result *result)
 {
-    const char *env = getenv("FLASHATTN_TUNE_FILE");
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    int w;
-    if (env) {
-        if (!*env) {
-            snprintf(note, note_size, "off (FLASHATTN_TUNE_FILE is empty)");
-            return 0;
-        }
-        w = snprintf(buf, n, "%s", env);
-    } else if (xdg && xdg[0] == '/') {
-        w = snprintf(buf, n, "%s/flashattn/tune.txt", xdg);
-    } else if (home && *home) {
-        w = snprintf(buf, n, "%s/.cache/flashattn/tune.txt", home);
+    if (!ctx) return FA_ERR_NULL_CONTEXT;
+    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
+    fa_status st = FA_OK;
+    if (!args || !result) {
+        st = fa_fail(ctx, FA_ERR_NULL_POINTER, "fa_tune: %s is NULL", !args ? "args" : "result");
+    } else if (result->struct_size < sizeof *result) {
+        st = fa_fail(ctx, FA_ERR_STRUCT_SIZE, "result->struct_size is %zu; initialise it with "
+                     "FA_TUNE_RESULT_INIT (this library's is %zu)", result->struct_size, sizeof *result);
     } else {
-        snprintf(note, note_size, "off (neither FLASHATTN_TUNE_FILE, XDG_CACHE_HOME nor HOME is set)");
-        return 0;
-    }
-    if (w < 0 || (size_t)w >= n) {
-        snprintf(note, note_size, "ignored: the tune file's path is too long");
-        return 0;
-    }
-    return 1;
-}
-
-int fa_tune_lookup(fa_context *ctx, const fa_problem *p, int masked, int64_t *br, int64_t *bc)
-{
-    if (!ctx->tune_read) {
-        char path[TUNE_PATH_MAX];
-        ctx->tune_read = 1;
-        ctx->tune_note_due = 1;
-        if (tune_path(path, sizeof path, ctx->tune_note, sizeof ctx->tune_note))
-            ctx->tune = tune_read_file(path, fa_cpu_model(), ctx->kernels->name, ctx->tune_note,
-                                       sizeof ctx->tune_note);
-    }
-    const fa_tune_table *t = ctx->tune;
-    if (!t) return 0;
-    const int64_t sk = fa_tune_bucket(p->Sk), rows = fa_tune_bucket(p->Sq);
-    for (int64_t i = 0; i < t->n; i++) {
-        const tune_entry *e = &t->e[i];
-        if (e->dtype == p->dtype && e->d == p->D && e->dv == p->Dv && e->sk == sk && e->rows == rows &&
-            e->masked == masked) {
-            *br = e->tile_q;
-            *bc = e->tile_kv;
-            return 1;
+        sweep *sw = fa_calloc(1, (int64_t)sizeof *sw);
+        if (!sw) {
+            st = fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "tune: out of memory");
+        } else {
+            sw->ctx = ctx;
+            sw->args = args;
+            sw->r.struct_size = result->struct_size;
+            st = tune(sw, options);
+            /* a failed save keeps the timings: the one failure that fills the result */
+            if (st == FA_OK || (st == FA_ERR_IO && sw->r.n_timings > 0)) memcpy(result, &sw->r, sizeof sw->r);
+            fa_free(sw);
         }
     }
-    return 0;
+    if (st == FA_OK) ctx->error[0] = '\0'; /* candidates out of memory left their words */
+    if (st != FA_OK && ctx->verbose) fa_verbose_error(ctx, st);
+    fa_context_leave(ctx);
+    return st;
 }

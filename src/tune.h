@@ -1,9 +1,11 @@
 /*
- * tune.h: tuned tile sizes from the tune file that `flashattn tune` writes.
- * The planner (src/plan.c) asks fa_tune_lookup for the tiles of a call's shape
- * class; the file is read once per context, at the first planned flash call.
- * Anything wrong with the file (missing, unreadable, another version, another
- * CPU or ISA, bad lines, absurd values) only means no tuned tiles: never an
+ * tune.h: tuned tile sizes. src/tune_file.c owns the tune file: where it is, its
+ * one reader (the planner, src/plan.c, asks fa_tune_lookup for the tiles of a
+ * call's shape class; the file is read once per context, at the first planned
+ * flash call) and its one writer (fa_tune_save). src/tune.c is fa_tune, the
+ * public sweep that finds the tiles and saves them.
+ * Anything wrong with the file when reading (missing, unreadable, another version,
+ * another CPU or ISA, bad lines, absurd values) only means no tuned tiles: never an
  * error, never output. ctx->tune_note says what happened, for FLASHATTN_VERBOSE.
  *
  * The file, version 1 (README.md, "The tune file"):
@@ -25,9 +27,6 @@
 
 #include "internal.h"
 
-#define FA_TUNE_HEADER "flashattn-tune"
-#define FA_TUNE_VERSION 1
-
 typedef struct fa_tune_table fa_tune_table;
 
 /* Where a plan's tile sizes came from (ctx->tile_src_q, ctx->tile_src_kv). */
@@ -44,12 +43,34 @@ int64_t fa_tune_bucket(int64_t n);
 /*
  * The tuned tiles for the shape class of p (a problem as the planner sees it) and
  * `masked` (causal or window), reading the tune file first if ctx has not yet.
- * 1 with *br, *bc set, or 0. Sets ctx->tune_note_due when this call read the file
- * (the caller clears it before each plan).
+ * 1 with *br, *bc set, or 0. Records the class in ctx->tune_class (for fa_tune);
+ * while ctx->tune_off, answers 0 without reading. Sets ctx->tune_note_due when
+ * this call read the file (the caller clears it before each plan).
  */
 int fa_tune_lookup(fa_context *ctx, const fa_problem *p, int masked, int64_t *br, int64_t *bc);
 
 /* Frees a table read from the file; NULL is fine. */
 void fa_tune_free(fa_tune_table *t);
+
+/* The tune file's path by the library's rule (README.md): 1 with the path in buf;
+ * 0 when there is none (tuned tiles off, or no place), with `note` saying why. */
+int fa_tune_path(char *buf, size_t n, char *note, size_t note_size);
+
+/* The shape class as the entry's text: "isa=.. dtype=.. d=.. dv=.. sk=.. rows=.. masked=..". */
+void fa_tune_key_text(const char *isa, const fa_tune_key *k, char *buf, size_t n);
+
+/* Whether a file at path may be replaced: absent, or starting with the version
+ * line. FA_OK, or FA_ERR_IO with the reason on ctx. */
+fa_status fa_tune_file_check(fa_context *ctx, const char *path);
+
+/*
+ * Saves tiles (tq, tkv) for class k of this CPU and ctx's ISA: the entry of the same
+ * key is replaced, other entries kept, lines that are not entries dropped (counted
+ * in *dropped); written next to the file and renamed over it, so a reader sees the
+ * old file or the new one. FA_OK, or FA_ERR_IO (the file is not a tune file, cannot
+ * be written, or the tiles are beyond what a reader accepts) with the reason on ctx.
+ */
+fa_status fa_tune_save(fa_context *ctx, const char *path, const fa_tune_key *k, int64_t tq, int64_t tkv,
+                       int64_t *dropped);
 
 #endif

@@ -56,6 +56,11 @@ static void expect_forward(const char *name, fa_context *ctx, const fa_forward_a
             const char *err = fa_context_error(ctx);
             CHECK(err && err[0] != '\0', "fa_context_error is empty after a failure");
         }
+        /* validation alone gives the same verdict, by the same code */
+        const fa_status chk = fa_forward_check(ctx, a);
+        CHECK(chk == want, "fa_forward_check: status %d (%s), fa_forward's %d", (int)chk, fa_status_string(chk),
+              (int)want);
+        CHECK(outputs_untouched(), "fa_forward_check wrote to o or lse");
     }
 }
 

@@ -45,8 +45,11 @@
 #include <string.h>
 
 #include "harness.h"
+#include "kernels/amx/amx_tile.h"
 #include "kernels/kernels.h"
 #include "threadpool.h"
+
+#include <pthread.h>
 
 /* ------------------------------------------------------------ TOLERANCES */
 
@@ -110,6 +113,47 @@ static int g_ntab;
 static h_rng g_rng;
 
 static int64_t round16(int64_t n) { return (n + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN; }
+
+/* ------------------------------------------------------------ tile state */
+
+/*
+ * A tile table's kernels run between its thread_begin and thread_end, as the pool runs
+ * them (kernels.h); the tests call them the same way (a no-op elsewhere). After the
+ * end, the calling thread must hold no tile configuration: on the hardware as
+ * ldtilecfg's mirror reads it (fa_amx_tile_configured, built with the AMX flags), on the
+ * model from its own state, which must also have recorded no fault (an instruction the
+ * hardware would have refused).
+ */
+#if defined(FA_BUILD_AMX)
+int fa_amx_tile_configured(void);
+#endif
+
+static int is_table(const fa_kernels *k, const char *name) { return strcmp(k->name, name) == 0; }
+
+/* 1 when the calling thread holds tiles of table k's kind (0 for tables without tiles). */
+static int tiles_held(const fa_kernels *k) {
+#if defined(FA_BUILD_AMX)
+    if (is_table(k, "amx")) return fa_amx_tile_configured();
+#endif
+#if defined(FA_BUILD_AMX_MODEL)
+    if (is_table(k, "amx-model")) return fa_tm_configured();
+#endif
+    (void)k;
+    return 0;
+}
+
+static void tiles_begin(const fa_kernels *k) { k->thread_begin(); }
+
+static void tiles_end(const fa_kernels *k) {
+    k->thread_end();
+    CHECK(!tiles_held(k), "the thread still holds a tile configuration after thread_end");
+#if defined(FA_BUILD_AMX_MODEL)
+    if (is_table(k, "amx-model")) {
+        CHECK(fa_tm_faults() == 0, "the tile model recorded faults 0x%x (the hardware would refuse)", fa_tm_faults());
+        fa_tm_clear_faults();
+    }
+#endif
+}
 
 static void *xmalloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
@@ -1118,7 +1162,11 @@ static void case_stx_any(int bf16, int64_t rows, int64_t cols, int64_t n, int64_
         obuf acc = ob_alloc((size_t)(cols * ldacc) * 4);
         memcpy(acc.p, acc0, (size_t)(cols * ldacc) * 4);
         obuf scratch = ob_alloc(sizeof(uint16_t) * (size_t)FA_STX_BF16_SCRATCH(rows, cols, n, ldst));
-        if (bf16) kt->stx_bf16(rows, cols, n, st.p, ldst, sm_u(&x, 0), ldx, obf(&acc), ldacc, scratch.p);
+        if (bf16) {
+            tiles_begin(kt);
+            kt->stx_bf16(rows, cols, n, st.p, ldst, sm_u(&x, 0), ldx, obf(&acc), ldacc, scratch.p);
+            tiles_end(kt);
+        }
         else kt->stx(rows, cols, n, st.p, ldst, sm_f(&x, 0), ldx, obf(&acc), ldacc);
         dot_check dc = {0, 0, -1, -1, 0, 0, 0, 0};
         for (int64_t c = 0; c < cols; c++)
@@ -1218,7 +1266,9 @@ static void case_stx_bf16_rounding(int64_t rows, int64_t cols) {
         obuf acc = ob_alloc((size_t)(cols * ldacc) * 4);
         for (int64_t i = 0; i < cols * ldacc; i++) obf(&acc)[i] = i % ldacc < n ? 0.0f : NAN;
         obuf scratch = ob_alloc(sizeof(uint16_t) * (size_t)FA_STX_BF16_SCRATCH(rows, cols, n, ldst));
+        tiles_begin(kt);
         kt->stx_bf16(rows, cols, n, stp, ldst, x, 2, obf(&acc), ldacc, scratch.p);
+        tiles_end(kt);
         int64_t bad = 0, fc = -1, fe = -1;
         float fgot = 0, fwant = 0;
         for (int64_t c = 0; c < cols; c++)
@@ -1809,7 +1859,9 @@ static void case_qk_bf16(table_stats *ts, int64_t rows, int64_t cols, int64_t d,
            kt->name, (long long)rows, (long long)cols, (long long)d, (long long)ldk, koff, (long long)ldqt2,
            (long long)ldst, (double)scale, poison);
     obuf st = ob_alloc((size_t)(cols * ldst) * 4);
+    tiles_begin(kt);
     kt->qk_bf16(rows, cols, d, qt2.p, ldqt2, sm_u(&k, 0), ldk, scale, obf(&st), ldst);
+    tiles_end(kt);
     dot_check dc = {0, 0, -1, -1, 0, 0, 0, 0};
     int64_t badpad = 0, touched = 0;
     for (int64_t c = 0; c < cols; c++)
@@ -1887,8 +1939,10 @@ static void case_pv_bf16(table_stats *ts, int64_t rows, int64_t cols, int64_t dv
      * exactly the scratch kernels.h promises */
     const int64_t ldvp = ldacc == round16(dv) ? round16(dv) : fa_packed_ld(dv);
     obuf vp = pairs_of(&v, cols, dv, ldvp);
-    obuf scratch = ob_alloc(4 * (size_t)FA_PV_BF16_SCRATCH(rows, cols));
+    obuf scratch = ob_alloc(4 * (size_t)FA_PV_BF16_SCRATCH(rows, cols, dv));
+    tiles_begin(kt);
     kt->pv_bf16(rows, cols, dv, in.st.p, ldst, vp.p, ldvp, in.alpha ? alpha.p : NULL, obf(&acc), ldacc, scratch.p);
+    tiles_end(kt);
     CHECK(ob_guards_ok(&vp), "pv_bf16 wrote into V");
     const double w = pv_check(&in, &acc, want, sum);
     if (w > ts->pv16) ts->pv16 = w;
@@ -1977,7 +2031,7 @@ static void test_registry(void) {
         for (int j = 0; j < i; j++)
             CHECK(strcmp(fa_kernels_at(j, NULL)->name, k->name) != 0, "two tables are called %s", k->name);
         if (k == &fa_kernels_ref) have_ref = 1, CHECK(runs == 1, "the reference table does not run here");
-        if (runs && !best) best = k->name;
+        if (runs && !best && !(k->flags & FA_KERNELS_EXPLICIT)) best = k->name;
         setenv("FLASHATTN_ARCH", k->name, 1);
         fa_context *ctx = NULL;
         const fa_status st = fa_context_create(&ctx);
@@ -1991,7 +2045,9 @@ static void test_registry(void) {
             g_ntab++;
             printf("table %-11s runs here: tested\n", k->name);
         } else {
-            printf("table %-11s SKIPPED: this CPU lacks its instructions (CPU has: %s)\n", k->name, fa_cpu_features());
+            const char *why = NULL;
+            CHECK(fa_isa_info(i, NULL, &why) == 0 && why && *why, "fa_isa_info gives no reason for %s", k->name);
+            printf("table %-11s SKIPPED: %s (CPU has: %s)\n", k->name, why ? why : "?", fa_cpu_features());
         }
     }
     h_case("registry");
@@ -2026,7 +2082,8 @@ static const struct {
     KERNEL_ENTRY(pack_qt_bf16), KERNEL_ENTRY(qk_bf16),
     KERNEL_ENTRY(pack_pairs_bf16), KERNEL_ENTRY(pv_bf16),  KERNEL_ENTRY(stx_bf16),
     KERNEL_ENTRY(qk_small),      KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
-    KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(thread_begin), KERNEL_ENTRY(thread_end),
+    KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(probe_tile),
+    KERNEL_ENTRY(thread_begin),  KERNEL_ENTRY(thread_end),
 };
 
 typedef void (*any_fn)(void);
@@ -2039,6 +2096,8 @@ static any_fn kernel_entry(const fa_kernels *k, int i) {
 
 /* What each known table overrides of its parent's (kernels.h, the <isa>_table.c files);
  * every other entry must be its parent's, the very same function. */
+#define TILE_KERNELS "qk_bf16 pv_bf16 stx_bf16 probe_tile thread_begin thread_end"
+#define TILE_FLAGS (FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES)
 #define FP32_KERNELS "pack_qt qk softmax pv ds stx f16_to_f32 bf16_to_f32 qk_small softmax_small pv_small probe_fma"
 static const struct {
     const char *table, *parent, *overrides;
@@ -2049,6 +2108,8 @@ static const struct {
     {"avx512", "avx2", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
     {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16", FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT},
     {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
+    {"amx", "avx512bf16", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS},
+    {"amx-model", "ref", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_EXPLICIT},
 };
 
 static int word_in(const char *word, const char *list) {
@@ -2088,8 +2149,16 @@ static void test_tables(void) {
         CHECK(k->qk_block.rows >= 1 && k->qk_block.cols >= 1 && k->pv_block.rows >= 1 && k->pv_block.cols >= 1,
               "register blocks qk %dx%d, pv %dx%d", (int)k->qk_block.rows, (int)k->qk_block.cols,
               (int)k->pv_block.rows, (int)k->pv_block.cols);
-        CHECK((k->flags & ~(unsigned)(FA_KERNELS_BF16_DOT | FA_KERNELS_SMALL_ROWS)) == 0, "unknown flags 0x%x",
-              k->flags);
+        CHECK((k->flags & ~(unsigned)(FA_KERNELS_BF16_DOT | FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT_FAST |
+                                      FA_KERNELS_TILES | FA_KERNELS_EXPLICIT)) == 0,
+              "unknown flags 0x%x", k->flags);
+        CHECK(!(k->flags & (FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES)) || (k->flags & FA_KERNELS_BF16_DOT),
+              "flags 0x%x: a fast bf16 dot product or a tile unit without FA_KERNELS_BF16_DOT", k->flags);
+        CHECK(!(k->flags & FA_KERNELS_TILES) ||
+                  (k->qk_block.rows % 16 == 0 && k->qk_block.cols % 16 == 0 && k->pv_block.rows % 16 == 0 &&
+                   k->pv_block.cols % 16 == 0),
+              "a tile table's blocks qk %dx%d, pv %dx%d are not whole tiles", (int)k->qk_block.rows,
+              (int)k->qk_block.cols, (int)k->pv_block.rows, (int)k->pv_block.cols);
 
         h_case("table %s: inherits from %s", k->name, k->parent ? k->parent : "(root)");
         int depth = 0, ok = 1;
@@ -2141,6 +2210,20 @@ static void test_flags_in_use(void) {
     char *saved = saved_env ? strcpy(xmalloc(strlen(saved_env) + 1), saved_env) : NULL;
     for (int t = 0; t < g_ntab; t++) {
         const fa_kernels *k = g_tab[t].k;
+        h_case("table %s: probe_tile", k->name);
+        if (k->flags & FA_KERNELS_TILES) { /* a few products, not a measurement */
+            tiles_begin(k);
+            const double flops = k->probe_tile(3);
+            tiles_end(k);
+            CHECK(flops == 3 * 6 * 16384.0, "probe_tile(3) counts %g FLOPs", flops);
+        } else {
+            setenv("FLASHATTN_ARCH", k->name, 1);
+            fa_context *ctx = NULL;
+            double peak = -1.0;
+            CHECK(fa_context_create(&ctx) == FA_OK && fa_probe(ctx, FA_PROBE_TILE_PEAK, &peak) == FA_ERR_UNSUPPORTED,
+                  "FA_PROBE_TILE_PEAK without a tile unit is not FA_ERR_UNSUPPORTED");
+            fa_context_free(ctx);
+        }
         if (k->flags & FA_KERNELS_BF16_DOT) continue; /* its probe is a measurement: not run here */
         h_case("table %s without FA_KERNELS_BF16_DOT", k->name);
         setenv("FLASHATTN_ARCH", k->name, 1);
@@ -2155,6 +2238,117 @@ static void test_flags_in_use(void) {
               "FA_PARAM_BF16_DOT=1 turns the bf16 path on (active %lld)", (long long)active);
         fa_context_free(ctx);
     }
+    if (saved) setenv("FLASHATTN_ARCH", saved, 1);
+    else unsetenv("FLASHATTN_ARCH");
+    free(saved);
+}
+
+/* ------------------------------------------------------------ tiles released */
+
+/*
+ * Through the public API, on every tile table that runs here: a bf16 forward and
+ * backward on 2 threads leave the caller's thread without a tile configuration (the
+ * pool's hooks release what they configured), and two contexts on two threads at once
+ * each get the bits one context alone gets. B=1, S=45 (a partial 16-row and 32-key
+ * block), H=3, D=40 (a partial 32-element chunk).
+ */
+enum { TR_S = 45, TR_H = 3, TR_D = 40, TR_N = TR_S * TR_H * TR_D };
+
+typedef struct {
+    const uint16_t *q, *k, *v;
+    float o[TR_N];
+    fa_status st;
+    int tiles_after;     /* the thread held tiles after its calls */
+    const fa_kernels *kt;
+} tr_run;
+
+static void *tr_forward(void *arg) {
+    tr_run *r = arg;
+    fa_context *ctx = NULL;
+    r->st = fa_context_create(&ctx);
+    if (r->st == FA_OK) r->st = fa_context_set(ctx, FA_PARAM_THREADS, 2);
+    if (r->st == FA_OK) r->st = fa_context_set(ctx, FA_PARAM_ALGO, FA_ALGO_FLASH);
+    for (int rep = 0; rep < 3 && r->st == FA_OK; rep++) {
+        fa_forward_args a = FA_FORWARD_ARGS_INIT;
+        a.q = fa_tensor_make((void *)r->q, FA_DTYPE_BF16, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        a.k = fa_tensor_make((void *)r->k, FA_DTYPE_BF16, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        a.v = fa_tensor_make((void *)r->v, FA_DTYPE_BF16, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        a.o = fa_tensor_make(r->o, FA_DTYPE_F32, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        a.causal = FA_CAUSAL_BOTTOM_RIGHT;
+        r->st = fa_forward(ctx, &a);
+    }
+    r->tiles_after = tiles_held(r->kt);
+    fa_context_free(ctx);
+    return NULL;
+}
+
+static void test_tiles_released(void) {
+    const char *saved_env = getenv("FLASHATTN_ARCH");
+    char *saved = saved_env ? strcpy(xmalloc(strlen(saved_env) + 1), saved_env) : NULL;
+    uint16_t *qkv = xmalloc(sizeof(uint16_t) * 3 * TR_N);
+    for (int i = 0; i < 3 * TR_N; i++) qkv[i] = h_f32_to_bf16((float)h_rng_normal(&g_rng));
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *k = g_tab[t].k;
+        if (!(k->flags & FA_KERNELS_TILES)) continue;
+        setenv("FLASHATTN_ARCH", k->name, 1);
+        h_case("table %s: the caller's thread holds no tiles after forward and backward", k->name);
+        fa_context *ctx = NULL;
+        if (!CHECK(fa_context_create(&ctx) == FA_OK && fa_context_set(ctx, FA_PARAM_THREADS, 2) == FA_OK &&
+                       fa_context_set(ctx, FA_PARAM_ALGO, FA_ALGO_FLASH) == FA_OK,
+                   "context on %s", k->name))
+            continue;
+        float *o = xmalloc(sizeof(float) * TR_N), *lse = xmalloc(sizeof(float) * TR_S * TR_H);
+        uint16_t *dout = xmalloc(sizeof(uint16_t) * TR_N);
+        float *grads = xmalloc(sizeof(float) * 3 * TR_N);
+        for (int i = 0; i < TR_N; i++) dout[i] = qkv[(7 * i) % (3 * TR_N)];
+        fa_forward_args a = FA_FORWARD_ARGS_INIT;
+        a.q = fa_tensor_make(qkv, FA_DTYPE_BF16, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        a.k = fa_tensor_make(qkv + TR_N, FA_DTYPE_BF16, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        a.v = fa_tensor_make(qkv + 2 * TR_N, FA_DTYPE_BF16, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        a.o = fa_tensor_make(o, FA_DTYPE_F32, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        a.lse = fa_tensor_contiguous(lse, FA_DTYPE_F32, 1, TR_H, TR_S, 1);
+        fa_status st = fa_forward(ctx, &a);
+        CHECK(st == FA_OK, "forward: %s: %s", fa_status_string(st), fa_context_error(ctx));
+        CHECK(!tiles_held(k), "the caller's thread holds tiles after fa_forward");
+        int64_t active = 0;
+        CHECK(fa_context_get(ctx, FA_PARAM_BF16_DOT_ACTIVE, &active) == FA_OK && active == 1,
+              "bf16 inputs do not take the tile kernels by default");
+        fa_backward_args b = FA_BACKWARD_ARGS_INIT;
+        b.fwd = &a;
+        b.do_ = fa_tensor_make(dout, FA_DTYPE_BF16, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        b.dq = fa_tensor_make(grads, FA_DTYPE_F32, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        b.dk = fa_tensor_make(grads + TR_N, FA_DTYPE_F32, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        b.dv = fa_tensor_make(grads + 2 * TR_N, FA_DTYPE_F32, FA_LAYOUT_BSND, 1, TR_S, TR_H, TR_D);
+        st = fa_backward(ctx, &b);
+        CHECK(st == FA_OK, "backward: %s: %s", fa_status_string(st), fa_context_error(ctx));
+        CHECK(!tiles_held(k), "the caller's thread holds tiles after fa_backward");
+        double peak = 0;
+        st = fa_probe(ctx, FA_PROBE_TILE_PEAK, &peak);
+        CHECK(st == FA_OK && peak > 0, "FA_PROBE_TILE_PEAK: %s, %g GFLOP/s", fa_status_string(st), peak);
+        CHECK(!tiles_held(k), "the caller's thread holds tiles after fa_probe");
+        fa_context_free(ctx);
+        free(o), free(lse), free(dout), free(grads);
+
+        h_case("table %s: two contexts on two threads at once", k->name);
+        tr_run *alone = xmalloc(sizeof *alone), *two = xmalloc(2 * sizeof *two);
+        *alone = (tr_run){qkv, qkv + TR_N, qkv + 2 * TR_N, {0}, FA_OK, 0, k};
+        tr_forward(alone);
+        pthread_t th[2];
+        int made[2] = {0, 0};
+        for (int i = 0; i < 2; i++) {
+            two[i] = (tr_run){qkv, qkv + TR_N, qkv + 2 * TR_N, {0}, FA_OK, 0, k};
+            made[i] = pthread_create(&th[i], NULL, tr_forward, &two[i]) == 0;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (!CHECK(made[i], "pthread_create")) continue;
+            pthread_join(th[i], NULL);
+            CHECK(two[i].st == FA_OK && alone->st == FA_OK, "statuses %d, %d", (int)two[i].st, (int)alone->st);
+            CHECK(memcmp(two[i].o, alone->o, sizeof alone->o) == 0, "thread %d's o differs from one context alone", i);
+            CHECK(!two[i].tiles_after, "thread %d holds tiles after its calls", i);
+        }
+        free(alone), free(two);
+    }
+    free(qkv);
     if (saved) setenv("FLASHATTN_ARCH", saved, 1);
     else unsetenv("FLASHATTN_ARCH");
     free(saved);
@@ -2232,6 +2426,7 @@ int main(void) {
     test_tables();
     test_flags_in_use();
     test_pool_hooks();
+    test_tiles_released();
     sweep_points();
     for (int t = 0; t < g_ntab; t++) {
         test_conversions(&g_tab[t]);

@@ -8,14 +8,16 @@
  * files (garbage, truncated lines, huge or negative numbers, another version, a 1 MiB
  * line, ...) are survived: calls succeed with the heuristic tiles. The verbose trace
  * says where the tiles came from, and what the file gave, once per context.
+ * fa_tune, the sweep that writes the file: the entry it saves is read back here as
+ * text in the documented format, other lines are kept, a file that is not a tune file
+ * is refused untouched, misuse leaves the result untouched and the context's settings
+ * come back.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <unistd.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 
 #include "harness.h"
 
@@ -27,39 +29,6 @@ static h_problem g_p;
 static float *g_ref;   /* o of the reference algorithm on g_p */
 static int64_t g_hq, g_hkv; /* the heuristic tiles of g_p */
 static int64_t g_tq, g_tkv; /* the tiles the test's entries ask for: differ from the heuristic */
-
-/* The CPU model the file is keyed by (README.md): the CPUID brand string on x86, MIDR_EL1
- * as the kernel shows it on aarch64, else "unknown"; blanks trimmed and collapsed. */
-static void cpu_model(char *buf, size_t n)
-{
-    char raw[64] = {0};
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned r[12] = {0};
-    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
-        for (unsigned k = 0; k < 3; k++)
-            __cpuid(0x80000002u + k, r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]);
-        memcpy(raw, r, sizeof r);
-    }
-#elif defined(__aarch64__) && defined(__linux__)
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/regs/identification/midr_el1", "r");
-    if (f) {
-        if (!fgets(raw, sizeof raw, f)) raw[0] = '\0';
-        fclose(f);
-    }
-#endif
-    raw[sizeof raw - 1] = '\0';
-    size_t len = 0;
-    for (const char *c = raw; *c && len + 1 < n; c++) {
-        if (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r') {
-            if (len > 0 && buf[len - 1] != ' ') buf[len++] = ' ';
-        } else {
-            buf[len++] = *c > ' ' && *c < 127 ? *c : '?';
-        }
-    }
-    while (len > 0 && buf[len - 1] == ' ') len--;
-    buf[len] = '\0';
-    if (len == 0) snprintf(buf, n, "unknown");
-}
 
 static void write_bytes(const char *path, const void *data, size_t len)
 {
@@ -459,6 +428,158 @@ static void test_verbose(void)
     unlink(trace);
 }
 
+/* ---------------------------------------------------------------- fa_tune */
+
+static int g_progress_calls, g_progress_total, g_progress_last;
+
+static void count_progress(void *user, int done, int total, int64_t tq, int64_t tkv, double ms)
+{
+    (void)tq;
+    (void)tkv;
+    (void)ms;
+    int *calls = user;
+    ++*calls;
+    g_progress_total = total;
+    g_progress_last = done;
+}
+
+/* The file's text, NUL-terminated, into buf; its length or -1. */
+static long read_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    const size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return (long)n;
+}
+
+/* Sweeps g_p over two candidate pairs into *r, saving to g_path when save. */
+static fa_status tune_small(fa_context *ctx, int save, fa_tune_result *r)
+{
+    static const int64_t qs[] = {16, 32}, kvs[] = {48};
+    fa_tune_options opt = FA_TUNE_OPTIONS_INIT;
+    opt.tile_qs = qs;
+    opt.n_tile_qs = 2;
+    opt.tile_kvs = kvs;
+    opt.n_tile_kvs = 1;
+    opt.runs = 1;
+    opt.save = save;
+    opt.path = g_path;
+    opt.progress = count_progress;
+    opt.user = &g_progress_calls;
+    g_progress_calls = 0;
+    return fa_tune(ctx, &g_p.args, &opt, r);
+}
+
+static void test_fa_tune_saves(void)
+{
+    fa_tune_result *r = calloc(1, sizeof *r);
+    char other[512], stale[512], want[512], text[4096];
+    if (!CHECK(r != NULL, "out of memory")) return;
+    fa_context *ctx = NULL;
+    if (!CHECK(fa_context_create(&ctx) == FA_OK, "fa_context_create")) goto done;
+
+    /* another CPU's entry of the same class is kept; our stale entry is replaced */
+    h_case("fa_tune: saves its best pair");
+    entry(other, sizeof other, g_isa, "f32", 256, 256, 0, 16, 16, "Some Other CPU @ 1.00GHz");
+    our_entry(stale, sizeof stale, 8, 8);
+    snprintf(text, sizeof text, "flashattn-tune 1\n%s%s", other, stale);
+    write_text(text);
+    fa_context_set(ctx, FA_PARAM_TILE_Q, 7);
+    fa_context_set(ctx, FA_PARAM_ALGO, FA_ALGO_STANDARD);
+    r->struct_size = sizeof *r;
+    fa_status st = tune_small(ctx, 1, r);
+    if (!CHECK(st == FA_OK, "fa_tune: %s: %s", fa_status_string(st), fa_context_error(ctx))) goto done;
+    CHECK(r->saved == 1 && strcmp(r->path, g_path) == 0, "saved %d to '%s'", r->saved, r->path);
+    CHECK(g_progress_calls == 3 && g_progress_total == 3 && g_progress_last == 3, "progress: %d calls, %d of %d",
+          g_progress_calls, g_progress_last, g_progress_total);
+    CHECK(r->heuristic.asked_q == 0 && r->heuristic.tile_q == g_hq && r->heuristic.tile_kv == g_hkv,
+          "heuristic %lldx%lld", (long long)r->heuristic.tile_q, (long long)r->heuristic.tile_kv);
+    CHECK(r->n_timings >= 1 && r->n_timings <= 3 && r->best.ms > 0 && r->best.ms <= r->heuristic.ms,
+          "%d timings, best %g ms, heuristic %g ms", r->n_timings, r->best.ms, r->heuristic.ms);
+    CHECK(strcmp(r->cpu, g_cpu) == 0, "cpu '%s'", r->cpu);
+    int64_t v = -1;
+    CHECK(fa_context_get(ctx, FA_PARAM_TILE_Q, &v) == FA_OK && v == 7, "TILE_Q setting after tune: %lld",
+          (long long)v);
+    CHECK(fa_context_get(ctx, FA_PARAM_ALGO, &v) == FA_OK && v == FA_ALGO_STANDARD, "ALGO after tune: %lld",
+          (long long)v);
+
+    /* the file, read as text in the documented format */
+    h_case("fa_tune: the file it wrote");
+    our_entry(want, sizeof want, r->saved_tile_q, r->saved_tile_kv);
+    CHECK(read_text(g_path, text, sizeof text) > 0, "cannot read %s", g_path);
+    CHECK(strncmp(text, "flashattn-tune 1\n", 17) == 0, "no version line: %s", text);
+    CHECK(strstr(text, want) != NULL, "no '%s' in:\n%s", want, text);
+    CHECK(strstr(text, other) != NULL, "the other CPU's entry is gone:\n%s", text);
+    CHECK(strstr(text, stale) == NULL || strcmp(stale, want) == 0, "the stale entry is still there:\n%s", text);
+    CHECK(text[strlen(text) - 1] == '\n', "the file does not end with a newline");
+
+    /* a new context plans the saved tiles */
+    g_tq = r->saved_tile_q;
+    g_tkv = r->saved_tile_kv;
+    expect_tuned("fa_tune's entry");
+done:
+    fa_context_free(ctx);
+    free(r);
+}
+
+static void test_fa_tune_misuse(void)
+{
+    fa_tune_result *r = calloc(1, sizeof *r), *before = calloc(1, sizeof *r);
+    char text[4096];
+    if (!CHECK(r && before, "out of memory")) goto out;
+    fa_context *ctx = NULL;
+    if (!CHECK(fa_context_create(&ctx) == FA_OK, "fa_context_create")) goto out;
+
+    h_case("fa_tune: a file that is not a tune file");
+    write_text("not a tune file\n");
+    memset(r, 0x5a, sizeof *r);
+    r->struct_size = sizeof *r;
+    memcpy(before, r, sizeof *r);
+    fa_status st = tune_small(ctx, 1, r);
+    CHECK(st == FA_ERR_IO, "status %s", fa_status_string(st));
+    CHECK(g_progress_calls == 0, "%d candidates ran", g_progress_calls);
+    CHECK(memcmp(r, before, sizeof *r) == 0, "the result was written");
+    CHECK(read_text(g_path, text, sizeof text) > 0 && strcmp(text, "not a tune file\n") == 0, "the file changed");
+    st = tune_small(ctx, 0, r);
+    CHECK(st == FA_OK && r->saved == 0, "--no-save on it: %s, saved %d", fa_status_string(st), r->saved);
+    CHECK(read_text(g_path, text, sizeof text) > 0 && strcmp(text, "not a tune file\n") == 0, "the file changed");
+
+    h_case("fa_tune: misuse leaves the result untouched");
+    memcpy(r, before, sizeof *r);
+    fa_forward_args bad = g_p.args;
+    bad.k.shape[3] = 32; /* D of k differs from q's */
+    fa_tune_options opt = FA_TUNE_OPTIONS_INIT;
+    opt.save = 0;
+    st = fa_tune(ctx, &bad, &opt, r);
+    CHECK(st == FA_ERR_SHAPE_MISMATCH, "bad shapes: %s", fa_status_string(st));
+    static const int64_t huge[] = {5000};
+    opt.tile_qs = huge;
+    opt.n_tile_qs = 1;
+    st = fa_tune(ctx, &g_p.args, &opt, r);
+    CHECK(st == FA_ERR_INVALID_ARGUMENT, "tile_q 5000: %s", fa_status_string(st));
+    opt = (fa_tune_options)FA_TUNE_OPTIONS_INIT;
+    opt.struct_size = 8;
+    st = fa_tune(ctx, &g_p.args, &opt, r);
+    CHECK(st == FA_ERR_STRUCT_SIZE, "options->struct_size 8: %s", fa_status_string(st));
+    CHECK(memcmp(r, before, sizeof *r) == 0, "the result was written");
+    r->struct_size = 8;
+    CHECK(fa_tune(ctx, &g_p.args, NULL, r) == FA_ERR_STRUCT_SIZE, "result->struct_size 8");
+    CHECK(fa_tune(ctx, &g_p.args, NULL, NULL) == FA_ERR_NULL_POINTER, "result NULL");
+    CHECK(fa_tune(NULL, &g_p.args, NULL, r) == FA_ERR_NULL_CONTEXT, "ctx NULL");
+    fa_forward_args empty = g_p.args;
+    empty.q.shape[1] = empty.o.shape[1] = empty.lse.shape[2] = 0;
+    r->struct_size = sizeof *r;
+    opt = (fa_tune_options)FA_TUNE_OPTIONS_INIT;
+    opt.save = 0;
+    CHECK(fa_tune(ctx, &empty, &opt, r) == FA_ERR_INVALID_ARGUMENT, "an empty call");
+    fa_context_free(ctx);
+out:
+    free(r);
+    free(before);
+}
+
 int main(void)
 {
     h_rng_seed(&g_rng, h_env_u64("FA_TEST_SEED", 9));
@@ -467,7 +588,8 @@ int main(void)
     const fa_status created = h_context_create(&ctx);
     if (!CHECK(created == FA_OK && ctx, "fa_context_create: %s", fa_status_string(created))) return h_summary();
     snprintf(g_isa, sizeof g_isa, "%s", fa_context_isa(ctx));
-    cpu_model(g_cpu, sizeof g_cpu);
+    /* the key's CPU model is the library's detection (fa_cpu_model), not re-derived here */
+    snprintf(g_cpu, sizeof g_cpu, "%s", fa_cpu_model());
     printf("cpu model '%s'\n", g_cpu);
 
     const char *tmp = getenv("TMPDIR");
@@ -503,6 +625,8 @@ int main(void)
     test_foreign();
     test_damaged();
     test_verbose();
+    test_fa_tune_saves();
+    test_fa_tune_misuse();
 
     unlink(g_path);
     rmdir(g_dir);

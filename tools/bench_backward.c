@@ -174,7 +174,7 @@ static void print_rows_table(const cli_shape *s, const char *isa, const bwd_row 
 int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak *peak,
                    cli_flush *flush)
 {
-    const double fwd_flops = cli_flops(s);
+    const double fwd_flops = cli_flops(s), bwd_flops = cli_backward_flops(s);
     fa_algo algos[2];
     int n_algos = 0;
     if (s->algo_given) {
@@ -193,7 +193,7 @@ int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak
     for (int a = 0; a < n_algos; a++) {
         for (int step = 0; step < 2; step++, n++) {
             rows[n].step = step;
-            rows[n].flops = (step ? CLI_STEP_FLOP_FACTOR : CLI_BACKWARD_FLOP_FACTOR) * fwd_flops;
+            rows[n].flops = step ? fwd_flops + bwd_flops : bwd_flops;
             if (cli_time_backward(ctx, s, algos[a], &b.fwd, &b.bwd, step, b.times, flush,
                                   &rows[n].t, "bench") != 0) {
                 buffers_free(&b);
@@ -223,7 +223,7 @@ int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak
            "# GFLOP/s: backward 2.5 x 2*(D+Dv)*kept(i,j)*B*Hq = %.4g GFLOP, fwd+bwd 3.5 x = "
            "%.4g GFLOP, / time\n",
            fa_version_string(), (long long)s->runs, cli_cold_note(flush, note, sizeof note),
-           CLI_BACKWARD_FLOP_FACTOR * fwd_flops * 1e-9, CLI_STEP_FLOP_FACTOR * fwd_flops * 1e-9);
+           bwd_flops * 1e-9, (fwd_flops + bwd_flops) * 1e-9);
     cli_print_peak_line(peak, isa, cli_resolved_threads(s->threads));
     print_rows_table(s, isa, rows, n, peak);
     for (int r = 0; r < n; r++)
@@ -250,7 +250,7 @@ static void print_seq_json(const bwd_seq_row *r, const char *isa, const cli_peak
     cli_json_shape(f, s, isa);
     fputs(",\"pass\":\"backward\",\"dropout\":", f);
     cli_json_number(f, s->dropout);
-    cli_json_seq_pair(f, &r->flash, &r->standard, s->runs, CLI_BACKWARD_FLOP_FACTOR * cli_flops(s), peak);
+    cli_json_seq_pair(f, &r->flash, &r->standard, s->runs, cli_backward_flops(s), peak);
     cli_json_seq_end(f, &r->flash, &r->standard);
 }
 
@@ -264,7 +264,7 @@ static void print_seq_table(const bwd_seq_row *rows, int n, const cli_peak *peak
     static const int right[SEQ_COLS] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     for (int r = 0; r < n; r++) {
         const bwd_seq_row *row = &rows[r];
-        const double flops = CLI_BACKWARD_FLOP_FACTOR * cli_flops(&row->shape);
+        const double flops = cli_backward_flops(&row->shape);
         char *c[SEQ_COLS];
         for (int k = 0; k < SEQ_COLS; k++)
             c[k] = cli_cell(cells, SEQ_COLS, r, k);

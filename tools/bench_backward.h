@@ -6,7 +6,7 @@
  * shapes here.
  *
  * FLOPs: the backward is credited 2.5x the forward's 2*(D+Dv) per kept pair
- * (CLI_BACKWARD_FLOP_FACTOR), a step 3.5x, times B*Hq.
+ * (fa_forward_work's backward_flops), a step 3.5x, times B*Hq.
  */
 #ifndef FLASHATTN_TOOLS_BENCH_BACKWARD_H
 #define FLASHATTN_TOOLS_BENCH_BACKWARD_H

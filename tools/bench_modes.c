@@ -2,8 +2,9 @@
  * bench_modes.c: `flashattn bench --decode` and `flashattn bench --varlen`
  * (see bench_modes.h and bench/README.md).
  *
- * Both count FLOPs as the rest of bench does (STYLE.md rule 10): 2*(D+Dv) per
- * (i, j) pair the masks keep, times Hq, summed over the sequences. Decode is
+ * Both count FLOPs as the rest of bench does, with fa_forward_work on the very call
+ * they time (docs/semantics.md section 9): 2*(D+Dv) per (i, j) pair the masks keep,
+ * times Hq, summed over the sequences at their own lengths. Decode is
  * also judged by bandwidth: the bytes of K and V (and int8 scales) that the
  * call must read, i.e. the cached rows some query row can see, over the time,
  * against the streaming read bandwidth fa_probe measures on the same threads.
@@ -507,16 +508,13 @@ static int decode_cache_make(const cli_shape *s, const bench_mode_opts *o, const
     return 0;
 }
 
-/* The keys one sequence's query rows keep (`kept` pairs) and the cached rows
- * the call must read for it (`rows`: from the first key any row keeps to the
- * last, since the bands only move right). */
-static void decode_counts(const cli_shape *s, int64_t q_rows, int64_t len, int64_t *kept,
-                          int64_t *rows)
+/* The cached rows the call must read for one sequence: from the first key any
+ * query row keeps to the last, since the bands only move right. */
+static int64_t decode_rows(const cli_shape *s, int64_t q_rows, int64_t len)
 {
     cli_shape one = *s;
     one.seq = q_rows;
     one.seq_kv = len;
-    *kept = cli_kept_pairs(&one);
     int64_t first = len, last = -1;
     for (int64_t i = 0; i < q_rows; i++) {
         int64_t lo, hi;
@@ -528,7 +526,7 @@ static void decode_counts(const cli_shape *s, int64_t q_rows, int64_t len, int64
                 last = hi;
         }
     }
-    *rows = last >= first ? last - first + 1 : 0;
+    return last >= first ? last - first + 1 : 0;
 }
 
 /* The read bandwidth, or 0 with the reason in why. */
@@ -565,13 +563,11 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
     }
     spread_lengths(o->cache_lo, o->cache_hi, B, s->seed, lens);
 
-    /* What one call must do: kept pairs for the FLOPs, cached rows for the bytes. */
+    /* What one call must read: the cached rows (its FLOPs are the call's, below). */
     const size_t es = kv_elem_size(o->kv_dtype);
-    double flops = 0.0, kv_bytes = 0.0, tokens = 0.0;
+    double kv_bytes = 0.0, tokens = 0.0;
     for (int64_t b = 0; b < B; b++) {
-        int64_t kept, rows;
-        decode_counts(s, o->q_rows, lens[b], &kept, &rows);
-        flops += 2.0 * (double)(s->dim + s->dim_v) * (double)kept * (double)s->heads;
+        const int64_t rows = decode_rows(s, o->q_rows, lens[b]);
         double row_bytes = (double)s->kv_heads * (double)(s->dim + s->dim_v) * (double)es;
         if (o->kv_dtype == FA_DTYPE_I8)
             row_bytes += (double)s->kv_heads * 2.0 * sizeof(float);
@@ -584,13 +580,6 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
     /* The kernels compute in fp32 whatever the cache holds. */
     cli_peak peak;
     cli_measure_peak(ctx, FA_DTYPE_F32, no_probe, &peak);
-    /* Roofline: the call takes at least max(bytes / bw, flops / peak); the
-     * share of the read bandwidth that leaves is the best this call can reach. */
-    double roof = NAN;
-    if (read_bw > 0 && peak.gflops > 0 && kv_bytes > 0) {
-        const double t_mem = kv_bytes / (read_bw * 1e9), t_fma = flops / (peak.gflops * 1e9);
-        roof = 100.0 * t_mem / (t_mem > t_fma ? t_mem : t_fma);
-    }
 
     int64_t nq, no;
     if (elems(B, o->q_rows, s->heads, s->dim, &nq) != 0 ||
@@ -623,6 +612,19 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
     args.window_left = s->window_left;
     args.window_right = s->window_right;
     args.kv_cache = &c.cache;
+    fa_work work = FA_WORK_INIT;
+    if (fa_forward_work(ctx, &args, &work) != FA_OK) {
+        fprintf(stderr, "flashattn bench: %s\n", fa_context_error(ctx));
+        goto done;
+    }
+    const double flops = work.flops;
+    /* Roofline: the call takes at least max(bytes / bw, flops / peak); the
+     * share of the read bandwidth that leaves is the best this call can reach. */
+    double roof = NAN;
+    if (read_bw > 0 && peak.gflops > 0 && kv_bytes > 0) {
+        const double t_mem = kv_bytes / (read_bw * 1e9), t_fma = flops / (peak.gflops * 1e9);
+        roof = 100.0 * t_mem / (t_mem > t_fma ? t_mem : t_fma);
+    }
 
     cli_timing t;
     if (cli_time_algo(ctx, s, s->algo, &args, times, o->warm ? NULL : &flush, &t, "bench") != 0)
@@ -776,7 +778,8 @@ typedef struct varlen_row {
     const char *mode;       /* "varlen" or "dense" */
     int64_t batch, seq;     /* dense: B x S; varlen: 1 x tokens */
     int64_t tokens;
-    double flops;
+    double flops;           /* fa_forward_work of the timed call */
+    int64_t pairs;          /* its kept pairs, over sequences and Hq */
     cli_timing t;
 } varlen_row;
 
@@ -840,6 +843,20 @@ static void same_work_batch(const cli_shape *s, int64_t tokens, double pairs, in
     *len = equal_work_length(s, b, pairs, tokens);
 }
 
+/* r's FLOPs and kept pairs (summed over sequences and Hq): the core's count of the
+ * call it times. */
+static int call_work(fa_context *ctx, const fa_forward_args *args, varlen_row *r)
+{
+    fa_work w = FA_WORK_INIT;
+    if (fa_forward_work(ctx, args, &w) != FA_OK) {
+        fprintf(stderr, "flashattn bench: %s\n", fa_context_error(ctx));
+        return -1;
+    }
+    r->flops = w.flops;
+    r->pairs = w.pairs;
+    return 0;
+}
+
 static int time_varlen(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o,
                        varlen_row *r)
 {
@@ -870,7 +887,9 @@ static int time_varlen(fa_context *ctx, const cli_shape *s, const bench_mode_opt
     args.cu_seqlens_q = cu;
     args.cu_seqlens_k = cu;
     args.num_seqs = o->n_varlen;
-    rc = cli_time_algo(ctx, s, s->algo, &args, times, NULL, &r->t, "bench");
+    rc = call_work(ctx, &args, r);
+    if (rc == 0)
+        rc = cli_time_algo(ctx, s, s->algo, &args, times, NULL, &r->t, "bench");
 done:
     cli_free(times);
     cli_free(out);
@@ -892,7 +911,9 @@ static int time_dense(fa_context *ctx, const cli_shape *s, varlen_row *r)
     int rc = -1;
     if (out && times) {
         fa_forward_args args = cli_forward_args(&d, &in, out, s->dtype, NULL);
-        rc = cli_time_algo(ctx, &d, s->algo, &args, times, NULL, &r->t, "bench");
+        rc = call_work(ctx, &args, r);
+        if (rc == 0)
+            rc = cli_time_algo(ctx, &d, s->algo, &args, times, NULL, &r->t, "bench");
     } else {
         fprintf(stderr, "flashattn bench: out of memory allocating the output\n");
     }
@@ -945,31 +966,30 @@ int bench_varlen(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
 {
     const int64_t n = o->n_varlen;
     int64_t tokens = 0, len_min = o->varlen[0], len_max = o->varlen[0];
-    double pairs = 0.0;
     for (int64_t b = 0; b < n; b++) {
         tokens += o->varlen[b];
-        pairs += (double)self_pairs(s, o->varlen[b]);
         if (o->varlen[b] < len_min)
             len_min = o->varlen[b];
         if (o->varlen[b] > len_max)
             len_max = o->varlen[b];
     }
-    const double per_pair = 2.0 * (double)(s->dim + s->dim_v) * (double)s->heads;
     varlen_row rows[2];
     memset(rows, 0, sizeof rows);
     rows[0].mode = "varlen";
     rows[0].batch = 1;
     rows[0].seq = tokens;
     rows[0].tokens = tokens;
-    rows[0].flops = pairs * per_pair;
     rows[1].mode = "dense";
-    same_work_batch(s, tokens, pairs, &rows[1].batch, &rows[1].seq);
-    rows[1].tokens = rows[1].batch * rows[1].seq;
-    rows[1].flops = (double)rows[1].batch * (double)self_pairs(s, rows[1].seq) * per_pair;
 
     cli_peak peak;
     cli_measure_peak(ctx, s->dtype, no_probe, &peak);
-    if (time_varlen(ctx, s, o, &rows[0]) != 0 || time_dense(ctx, s, &rows[1]) != 0)
+    if (time_varlen(ctx, s, o, &rows[0]) != 0)
+        return CLI_EXIT_FAIL;
+    /* the dense batch matches the varlen call's kept pairs per (sequence, head) */
+    same_work_batch(s, tokens, s->heads > 0 ? (double)rows[0].pairs / (double)s->heads : 0.0, &rows[1].batch,
+                    &rows[1].seq);
+    rows[1].tokens = rows[1].batch * rows[1].seq;
+    if (time_dense(ctx, s, &rows[1]) != 0)
         return CLI_EXIT_FAIL;
     const double ratio = row_gflops(&rows[0]) / row_gflops(&rows[1]);
     const char *isa = fa_context_isa(ctx);

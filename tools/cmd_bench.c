@@ -12,7 +12,8 @@
  * batch of the same work); and the training mode in tools/bench_backward.c:
  * --backward (the backward, and forward+backward, on one shape or --seqs).
  *
- * FLOPs follow STYLE.md rule 10: 2*(D+Dv) per (i, j) pair the mask keeps,
+ * FLOPs are the core's (fa_forward_work; docs/semantics.md, section 9): 2*(D+Dv)
+ * per (i, j) pair the mask keeps,
  * times B*Hq, so masked variants are credited only for the work they must do.
  */
 #include <math.h>

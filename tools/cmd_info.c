@@ -1,7 +1,8 @@
 /*
  * cmd_info.c: `flashattn info`: what this library and this machine will run:
  * version, detected CPU features, the kernel path a context picks (after any
- * FLASHATTN_ARCH override) and the thread count.
+ * FLASHATTN_ARCH override), every path of the build with why one does not run here,
+ * and the thread count.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,10 @@ int cmd_info(int argc, char **argv)
         printf("threads       %lld\n", (long long)threads);
     if (fa_param_bounds(FA_PARAM_THREADS, &lo, &hi) == FA_OK)
         printf("thread range  %lld..%lld\n", (long long)lo, (long long)hi);
+    /* every path of this build, and why a path does not run here (e.g. the OS refused AMX) */
+    const char *name = NULL, *why = NULL;
+    for (int i = 0, runs; (runs = fa_isa_info(i, &name, &why)) >= 0; i++)
+        printf("%-13s %s%s%s\n", i == 0 ? "paths" : "", name, runs ? "" : ": unavailable, ", runs ? "" : why);
     printf("algorithms    %s %s %s %s\n", fa_algo_name(FA_ALGO_AUTO), fa_algo_name(FA_ALGO_FLASH),
            fa_algo_name(FA_ALGO_STANDARD), fa_algo_name(FA_ALGO_REFERENCE));
     fa_context_free(ctx);

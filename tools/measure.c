@@ -1,5 +1,5 @@
 /*
- * measure.c: the FLOP count, timing, peak probe and output writers that
+ * measure.c: the FLOP count (the core's, fa_forward_work), timing, peak probe and output writers that
  * `bench` and `tune` share (see measure.h). Everything goes through the
  * public API: what ran, its tiles, threads and memory are read back from the
  * context rather than predicted.
@@ -26,24 +26,41 @@ void cli_row_band(const cli_shape *s, int64_t i, int64_t *lo, int64_t *hi)
     *hi = b;
 }
 
-/* Each row keeps a contiguous band, so rows are counted in closed form:
- * Sq steps, not Sq*Sk. */
+/* The shape as a call the core can judge and count, on a pointer it never reads:
+ * fa_forward_work touches no data. */
+static fa_work shape_work(const cli_shape *s)
+{
+    static fa_context *ctx; /* the tools are single-threaded: one, kept for the process */
+    static float never_read[1];
+    fa_work w = FA_WORK_INIT;
+    if (!ctx && fa_context_create(&ctx) != FA_OK) return w;
+    fa_forward_args a = FA_FORWARD_ARGS_INIT;
+    a.q = fa_tensor_make(never_read, s->dtype, FA_LAYOUT_BSND, s->batch, s->seq, s->heads, s->dim);
+    a.k = fa_tensor_make(never_read, s->dtype, FA_LAYOUT_BSND, s->batch, s->seq_kv, s->kv_heads, s->dim);
+    a.v = fa_tensor_make(never_read, s->dtype, FA_LAYOUT_BSND, s->batch, s->seq_kv, s->kv_heads, s->dim_v);
+    a.o = fa_tensor_make(never_read, s->dtype, FA_LAYOUT_BSND, s->batch, s->seq, s->heads, s->dim_v);
+    a.causal = s->causal;
+    a.window_left = s->window_left;
+    a.window_right = s->window_right;
+    if (fa_forward_work(ctx, &a, &w) != FA_OK) w.pairs = 0, w.flops = w.backward_flops = 0.0;
+    return w;
+}
+
 int64_t cli_kept_pairs(const cli_shape *s)
 {
-    int64_t total = 0;
-    for (int64_t i = 0; i < s->seq; i++) {
-        int64_t lo, hi;
-        cli_row_band(s, i, &lo, &hi);
-        if (hi >= lo)
-            total += hi - lo + 1;
-    }
-    return total;
+    const fa_work w = shape_work(s);
+    const int64_t bh = s->batch * s->heads;
+    return bh > 0 ? w.pairs / bh : 0;
 }
 
 double cli_flops(const cli_shape *s)
 {
-    return 2.0 * (double)(s->dim + s->dim_v) * (double)cli_kept_pairs(s) * (double)s->batch *
-           (double)s->heads;
+    return shape_work(s).flops;
+}
+
+double cli_backward_flops(const cli_shape *s)
+{
+    return shape_work(s).backward_flops;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -201,7 +218,15 @@ void cli_measure_peak(fa_context *ctx, fa_dtype dtype, int skip, cli_peak *peak)
         return;
     }
     double g = 0.0;
-    fa_status st = fa_probe(ctx, kind, &g);
+    fa_status st = FA_ERR_UNSUPPORTED;
+    /* a path with a tile unit (AMX) multiplies bf16 on it: its peak is the tile
+     * product's; elsewhere the probe answers FA_ERR_UNSUPPORTED at once */
+    if (kind == FA_PROBE_BF16_PEAK && (st = fa_probe(ctx, FA_PROBE_TILE_PEAK, &g)) == FA_OK) {
+        peak->kind = "bf16 tile";
+        peak->json_kind = "bf16_tile";
+    } else {
+        st = fa_probe(ctx, kind, &g);
+    }
     if (st != FA_OK || !(g > 0.0)) {
         snprintf(peak->why, sizeof peak->why, "not measured: %s",
                  st != FA_OK ? fa_context_error(ctx) : "the probe returned no rate");

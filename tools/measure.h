@@ -1,6 +1,6 @@
 /*
  * measure.h: what the `bench` and `tune` verbs share: the FLOP count of one
- * call (STYLE.md rule 10), timing an algorithm (warm-up, runs, median), the
+ * call (the core's fa_forward_work; docs/semantics.md, section 9), timing an algorithm (warm-up, runs, median), the
  * machine's peak from fa_probe, and the plain-text table and JSON writers.
  */
 #ifndef FLASHATTN_TOOLS_MEASURE_H
@@ -17,11 +17,15 @@
  * Both ends are non-decreasing in i. */
 void cli_row_band(const cli_shape *s, int64_t i, int64_t *lo, int64_t *hi);
 
-/* (i, j) pairs the causal/window masks keep. */
+/* (i, j) pairs the causal/window masks keep, per (batch, head), as the core counts
+ * them (fa_forward_work); 0 for a shape the core refuses. */
 int64_t cli_kept_pairs(const cli_shape *s);
 
-/* FLOPs of one call: 2*(D+Dv) per kept pair, times B*Hq. */
+/* FLOPs of one call, fa_forward_work's: 2*(D+Dv) per kept pair, times B*Hq. */
 double cli_flops(const cli_shape *s);
+/* What the backward is credited with, fa_forward_work's backward_flops (2.5x the
+ * forward's); a training step's is cli_flops + this. */
+double cli_backward_flops(const cli_shape *s);
 
 /* One algorithm, timed. Everything but algo and oom is read from the context
  * after the timed runs, so it names what really ran. */
@@ -78,21 +82,16 @@ int cli_time_backward(fa_context *ctx, const cli_shape *s, fa_algo algo,
                       const fa_forward_args *fwd, const fa_backward_args *bwd, int with_forward,
                       double *times, cli_flush *flush, cli_timing *t, const char *verb);
 
-/* FLOPs the backward is credited with: 2.5x the forward's (STYLE.md rule 10:
- * five products of (D+Dv)-long rows per kept pair against the forward's two),
- * and a training step's, forward plus backward: 3.5x. */
-#define CLI_BACKWARD_FLOP_FACTOR 2.5
-#define CLI_STEP_FLOP_FACTOR 3.5
-
 /*
  * The peak a run is compared with: fp32 FMA for f32 and f16 inputs (both are
  * computed in fp32); for bf16 on the avx512bf16 path, whose kernels multiply
- * bf16 pairs, the bf16 dot-product peak.
+ * bf16 pairs, the bf16 dot-product peak; on a path with a tile unit (amx), the
+ * tile product's peak (FA_PROBE_TILE_PEAK).
  */
 typedef struct cli_peak {
     double gflops;    /* 0 when not measured */
-    const char *kind; /* "fp32 FMA" or "bf16 dot" */
-    const char *json_kind; /* "fp32_fma" or "bf16_dot" */
+    const char *kind; /* "fp32 FMA", "bf16 dot" or "bf16 tile" */
+    const char *json_kind; /* "fp32_fma", "bf16_dot" or "bf16_tile" */
     char why[160];    /* when not measured: why */
 } cli_peak;
 

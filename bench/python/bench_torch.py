@@ -33,8 +33,9 @@ medians; progress goes to stderr, the table to stdout.
              the RSS before them. tracemalloc cannot see torch's allocator, and a
              process per variant keeps one variant's peak from hiding the other's
 
-GFLOP/s follow the repo's rule (STYLE.md, tools/measure.h): 2*(D+Dv) per kept
-(i, j) pair times B*H for a forward; forward+backward is 3.5 times that.
+GFLOP/s follow the repo's rule, counted by the library (flashattn.forward_work, fa_forward_work,
+docs/semantics.md section 9): 2*(D+Dv) per kept (i, j) pair times B*H for a forward;
+forward+backward adds its backward_flops, 3.5 times the forward's in all.
 
 Run it through bench/python/run.sh (the venv with torch and transformers, and
 the package installed from this clone). --smoke runs tiny shapes in seconds.
@@ -84,8 +85,12 @@ def interleaved(fns, runs, inner=None, warmup=2):
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def fwd_flops(B, H, Sq, Sk, D, Dv):
-    return 2.0 * (D + Dv) * B * H * Sq * Sk
+def sdpa_flops(q, k, v, causal, backward=False):
+    """The library's FLOPs (flashattn.forward_work) of torch SDPA's call on BNSD q, k, v:
+    causal is torch's is_causal (top-left); forward + backward when backward."""
+    w = flashattn.forward_work(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                               causal="top-left" if causal else False)
+    return w["flops"] + (w["backward_flops"] if backward else 0.0)
 
 
 ROWS = []
@@ -181,8 +186,7 @@ def case_fwd(args, ctx, dtype, N, backward=False, mqa=False, bshd=False):
     q = draw(H)
     k, v = (draw(Hk) for _ in range(2))
     kw = {"is_causal": True, "enable_gqa": True} if mqa else {}
-    kept = N * (N + 1) / 2 if mqa else N * N  # causal: the kept (i, j) pairs
-    flops = 2.0 * (D + D) * B * H * kept * (3.5 if backward else 1.0)
+    flops = sdpa_flops(q, k, v, causal=mqa, backward=backward)
     with ctx:
         if not backward:
             out = torch.empty(B, N, H, D, dtype=dt)
@@ -230,8 +234,7 @@ def case_sweep(args, ctx, spec):
     q = torch.randn(B, Hq, N, D, generator=g).to(dt)
     k, v = (torch.randn(B, Hk, N, D, generator=g).to(dt) for _ in range(2))
     kw = {"is_causal": causal, "enable_gqa": Hq != Hk}
-    kept = N * (N + 1) / 2 if causal else N * N
-    flops = 2.0 * (D + D) * B * Hq * kept * (3.5 if backward else 1.0)
+    flops = sdpa_flops(q, k, v, causal, backward)
     if backward:
         fns = fwdbwd_fns(q, k, v, torch.randn(B, Hq, N, D, generator=g).to(dt), kw)
     else:
@@ -264,8 +267,9 @@ def case_decode(args, ctx, dtype):
         }
         med = interleaved(fns, args.runs * 4)
     kv_bytes = 2 * B * (L + 1) * Hk * D * kc.element_size()
+    flops = flashattn.forward_work(q, kn, vn, k_cache=kc, v_cache=vc, cache_seqlens=seqlens)["flops"]
     for kname, sec in med.items():
-        row("decode_" + dtype, kname, sec, fwd_flops(B, Hq, 1, L + 1, D, D),
+        row("decode_" + dtype, kname, sec, flops,
             extra={"kv_GB/s": kv_bytes / sec * 1e-9}, B=B, Hq=Hq, Hk=Hk, L=L, D=D)
 
 

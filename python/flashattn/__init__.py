@@ -16,7 +16,9 @@ from .interface import (
     flash_attn_qkvpacked_func,
     flash_attn_varlen_func,
     flash_attn_with_kvcache,
+    forward_work,
     merge_states,
+    tune,
 )
 
 __version__ = _C.version()
@@ -29,11 +31,19 @@ __all__ = [
     "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
+    "forward_work",
     "merge_states",
+    "tune",
     "cpu_features",
+    "cpu_model",
 ]
 
 
 def cpu_features():
     """The CPU features the library detected, e.g. "sse2 avx2 fma f16c avx512f"."""
     return _C.cpu_features()
+
+
+def cpu_model():
+    """The CPU model the tune file's entries are keyed by, e.g. "AMD EPYC 9R14 96-Core Processor"."""
+    return _C.cpu_model()

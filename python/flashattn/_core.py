@@ -76,7 +76,8 @@ class Context:
         for a flash backward its passes (1 fused; 2 when the (sequence, kv head)
         walks were too few for the threads; 0 otherwise), and for a flash forward the
         (sequence, kv head) units whose K/V it packed (see kv_pack) and the thread time
-        that took, in microseconds."""
+        that took, in microseconds, and the tiles it used (0 for other algorithms; see
+        flashattn.tune)."""
         return {
             "algo": _C.algo_name(self._c.get(_C.PARAM_LAST_ALGO)),
             "threads": self._c.get(_C.PARAM_LAST_THREADS),
@@ -84,6 +85,8 @@ class Context:
             "backward_passes": self._c.get(_C.PARAM_LAST_BACKWARD_PASSES),
             "kv_packed": self._c.get(_C.PARAM_LAST_KV_PACKED),
             "kv_pack_us": self._c.get(_C.PARAM_LAST_KV_PACK_US),
+            "tile_q": self._c.get(_C.PARAM_LAST_TILE_Q),
+            "tile_kv": self._c.get(_C.PARAM_LAST_TILE_KV),
         }
 
     def close(self):
@@ -163,10 +166,3 @@ def window_of(window_size):
     if left < -1 or right < -1:
         raise ValueError(f"window_size sides must be -1 (unbounded) or >= 0, got {window_size!r}")
     return left, right
-
-
-def check_dropout(dropout_p):
-    p = float(dropout_p)
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout_p must lie in [0, 1), got {dropout_p!r}")
-    return p

@@ -120,12 +120,11 @@ def _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_see
             return _PLAIN
         if causal is True:
             return _PLAIN_CAUSAL
-    p = _core.check_dropout(dropout_p)
-    softcap = float(softcap)
-    if softcap < 0:
-        raise ValueError(f"softcap must be >= 0 (0 = off), got {softcap}")
+    # dropout_p in [0, 1) and softcap >= 0 are the library's rules: its status
+    # (ValueError, in its words) answers an out-of-range value
+    p = float(dropout_p)
     wl, wr = _core.window_of(window_size)
-    return (_core.scale_of(softmax_scale), softcap, _core.causal_of(causal), wl, wr, p,
+    return (_core.scale_of(softmax_scale), float(softcap), _core.causal_of(causal), wl, wr, p,
             _seed(p, dropout_seed, torch_side), _offset(dropout_offset))
 
 
@@ -259,6 +258,16 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return (out, lse, None) if return_attn_probs else out
 
 
+def _cache_index(batch, cache_seqlens, cache_batch_idx, block_table, torch_side):
+    """A cache call's int32 index arrays: (seqlens, batch_idx, block_table)."""
+    if cache_seqlens is None:
+        raise ValueError("flash_attn_with_kvcache: cache_seqlens is required (an int or int32 (batch,))")
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = np.full((batch,), cache_seqlens, dtype=np.int32)
+    return (_int32(cache_seqlens, torch_side, "cache_seqlens"), _int32(cache_batch_idx, torch_side, "cache_batch_idx"),
+            _int32(block_table, torch_side, "block_table"))
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -285,13 +294,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     scale, softcap_, causal_, wl, wr = opts[:5]
     _need_ndim(q, 4, "q", "(batch, seqlen_q, nheads, headdim)")
     B = q.shape[0]
-    if cache_seqlens is None:
-        raise ValueError("flash_attn_with_kvcache: cache_seqlens is required (an int or int32 (batch,))")
-    if isinstance(cache_seqlens, int):
-        cache_seqlens = np.full((B,), cache_seqlens, dtype=np.int32)
-    seqlens = _int32(cache_seqlens, t, "cache_seqlens")
-    bidx = _int32(cache_batch_idx, t, "cache_batch_idx")
-    table = _int32(block_table, t, "block_table")
+    seqlens, bidx, table = _cache_index(B, cache_seqlens, cache_batch_idx, block_table, t)
     if t:
         import torch
 
@@ -350,3 +353,85 @@ def merge_states(out_parts, lse_parts, out_dtype=None):
         lse = np.empty((B, H, S), dtype=np.float32)
     _C.merge_states(_core.current_context(), out_parts, lse_parts, out, lse)
     return out, lse
+
+
+def tune(q, k, v, causal=False, window_size=(-1, -1), softmax_scale=None, softcap=0.0, *, tile_qs=None,
+         tile_kvs=None, runs=0, save=True, path=None, progress=None):
+    """Finds the fastest flash tile sizes for this call's shape class and saves them.
+
+    The library's fa_tune (include/flashattn.h): times the forward of q (batch, seqlen_q,
+    nheads, headdim), k, v (batch, seqlen_k, nheads_k, headdim[_v]) on the current
+    context with the planner's own tiles and with every pair of tile_qs x tile_kvs
+    (default {16..256} x {32..512}), each one warm-up then `runs` timed runs (0: 3),
+    and saves the fastest pair in the tune file, which later contexts read for calls of
+    the same class (CPU, ISA path, dtype, head dims, length buckets, masking). `path`
+    overrides the file ($FLASHATTN_TUNE_FILE, else ~/.cache/flashattn/tune.txt);
+    save=False only times. `progress(done, total, tile_q, tile_kv, ms)` is called after
+    each candidate (ms None: out of memory). NumPy arrays or CPU torch tensors (no
+    gradient is taken).
+
+    Returns a dict: "best" and "heuristic" ({"tile_q", "tile_kv", "asked_q", "asked_kv",
+    "ms"}), "saved_tiles", "saved", "path", "key", "cpu", "note", "threads", "runs" and
+    "timings" (every distinct pair, fastest first). A file that is not a tune file, or
+    one that cannot be written, raises OSError.
+    """
+    t = is_torch(q)
+    opts = _options(0.0, softmax_scale, causal, window_size, softcap, None, 0, t)
+    if t:
+        out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
+        q, k, v, out = q.detach(), k.detach(), v.detach(), out.detach()
+    else:
+        q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            _need_ndim(x, 4, name, "(batch, seqlen, nheads, headdim)")
+        out = np.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype)
+    scale, softcap, causal, wl, wr, _, _, _ = opts
+
+    def report(done, total, tile_q, tile_kv, ms):
+        progress(done, total, tile_q, tile_kv, None if ms != ms else ms)
+
+    return _C.tune(_core.current_context(), [int(x) for x in tile_qs or ()], [int(x) for x in tile_kvs or ()],
+                   int(runs), bool(save), None if path is None else str(path), None if progress is None else report,
+                   q=q, k=k, v=v, out=out, scale=scale, softcap=softcap, causal=causal, window_left=wl,
+                   window_right=wr)
+
+
+def forward_work(q, k, v, causal=False, window_size=(-1, -1), *, cu_seqlens_q=None, cu_seqlens_k=None,
+                 k_cache=None, v_cache=None, cache_seqlens=None, cache_batch_idx=None, block_table=None, k_scale=None,
+                 v_scale=None):
+    """The work of a forward call, by the library's one FLOP rule (fa_forward_work,
+    docs/semantics.md section 9): a dict with "pairs", the (i, j) pairs the causal and
+    window band keeps summed over batch (or sequences) and query heads, "flops"
+    (2 * (headdim + headdim_v) per pair) and "backward_flops" (2.5 times flops; a
+    training step is flops + backward_flops). Nothing runs and nothing is written.
+
+    The arguments and layouts are those of the call being counted: flash_attn_func's
+    (q (batch, seqlen_q, nheads, headdim), k, v (batch, seqlen_k, nheads_k, ..)); with
+    cu_seqlens_q, cu_seqlens_k flash_attn_varlen_func's (q, k, v (total, nheads, ..),
+    each sequence counted at its own lengths); with k_cache, v_cache
+    flash_attn_with_kvcache's (k, v the new rows or None; keys counted after the
+    append). causal and window_size as there. NumPy arrays or CPU torch tensors. A call
+    the library would refuse raises what the call would.
+    """
+    t = is_torch(q)
+    _, _, causal_, wl, wr = _options(0.0, None, causal, window_size, 0.0, None, 0, t)[:5]
+    if t:
+        q, k, v, k_cache, v_cache = (None if x is None else x.detach() for x in (q, k, v, k_cache, v_cache))
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen:
+        # packed (total, nheads, headdim): the library's batch of one
+        q, k, v = (None if x is None else x[None] for x in (q, k, v))
+        cu_q, cu_k = _int32(cu_seqlens_q, t, "cu_seqlens_q"), _int32(cu_seqlens_k, t, "cu_seqlens_k")
+    else:
+        cu_q = cu_k = None
+    seqlens = bidx = table = None
+    if k_cache is not None or v_cache is not None:
+        seqlens, bidx, table = _cache_index(q.shape[0], cache_seqlens, cache_batch_idx, block_table, t)
+    # Nothing is written: a stride-0 view of one float32 stands in for out (the
+    # library takes an f32 out for any q), whatever the call's size.
+    Dv = (v_cache if v_cache is not None else v).shape[-1]
+    out = np.lib.stride_tricks.as_strided(np.empty(1, np.float32), (q.shape[0], q.shape[1], q.shape[2], Dv),
+                                          (0, 0, 0, 0), writeable=True)
+    return _C.forward_work(_core.current_context(), q, k, v, out, causal=causal_, window_left=wl, window_right=wr,
+                           cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, k_cache=k_cache, v_cache=v_cache, k_scale=k_scale,
+                           v_scale=v_scale, cache_seqlens=seqlens, cache_batch_idx=bidx, block_table=table)

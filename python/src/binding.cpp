@@ -4,7 +4,8 @@
 // It owns three things and nothing else:
 //  - turning any array that speaks DLPack or the buffer protocol (NumPy, PyTorch,
 //    JAX) into an fa_tensor with its real strides, without a copy;
-//  - calling fa_forward / fa_backward / fa_merge_states with the GIL released;
+//  - calling fa_forward / fa_backward / fa_merge_states / fa_tune with the GIL released,
+//    and fa_forward_work (a call's kept pairs and FLOPs) on the same arguments;
 //  - turning every fa_status into a Python exception that carries
 //    fa_context_error()'s words.
 // It does not allocate outputs: the Python layer (flashattn/_core.py) allocates them
@@ -16,6 +17,9 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <memory>
 
 #include <flashattn.h>
 
@@ -59,6 +63,8 @@ PyObject *exception_of(fa_status st)
         return PyExc_ValueError;
     case FA_ERR_OUT_OF_MEMORY:
         return PyExc_MemoryError;
+    case FA_ERR_IO:
+        return PyExc_OSError;
     case FA_ERR_UNSUPPORTED:
         // the chosen algorithm cannot run this form; a RuntimeError subclass
         return PyExc_NotImplementedError;
@@ -389,6 +395,23 @@ void forward(Context &ctx, FA_FWD_PARAMS)
     check(st, c, "fa_forward");
 }
 
+// fa_forward_work: the kept pairs and FLOPs of the call forward() would make, by the
+// library's one rule (docs/semantics.md, section 9); nothing runs and nothing is
+// written. An invalid call raises what forward() would.
+nb::dict forward_work(Context &ctx, FA_FWD_PARAMS)
+{
+    fa_context *c = ctx.get();
+    Call call;
+    fill(call, FA_FWD_NAMES);
+    fa_work w = FA_WORK_INIT;
+    check(fa_forward_work(c, &call.a, &w), c, "fa_forward_work");
+    nb::dict d;
+    d["pairs"] = w.pairs;
+    d["flops"] = w.flops;
+    d["backward_flops"] = w.backward_flops;
+    return d;
+}
+
 void backward(Context &ctx, nb::handle dout, nb::handle dq, nb::handle dk, nb::handle dv, FA_FWD_PARAMS)
 {
     fa_context *c = ctx.get();
@@ -587,6 +610,100 @@ double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb
     return seconds / static_cast<double>(runs > 0 ? runs : 1);
 }
 
+// fa_tune: the sweep with the GIL released; a Python progress callback runs with the
+// GIL taken back, and the first exception it raises stops further calls and is
+// raised once the sweep is over.
+struct Progress {
+    nb::handle fn;
+    std::unique_ptr<nb::python_error> error;
+};
+
+void tune_progress(void *user, int done, int total, int64_t tile_q, int64_t tile_kv, double ms)
+{
+    auto *p = static_cast<Progress *>(user);
+    nb::gil_scoped_acquire gil;
+    if (p->error)
+        return;
+    try {
+        p->fn(done, total, tile_q, tile_kv, ms);
+    } catch (nb::python_error &e) {
+        p->error = std::make_unique<nb::python_error>(e);
+    }
+}
+
+nb::object timing_dict(const fa_tune_timing &t)
+{
+    nb::dict d;
+    d["tile_q"] = t.tile_q;
+    d["tile_kv"] = t.tile_kv;
+    d["asked_q"] = t.asked_q;
+    d["asked_kv"] = t.asked_kv;
+    d["ms"] = std::isnan(t.ms) ? nb::object(nb::none()) : nb::object(nb::float_(t.ms));
+    return d;
+}
+
+nb::dict result_dict(const fa_tune_result &r)
+{
+    nb::dict d;
+    d["best"] = timing_dict(r.best);
+    d["heuristic"] = timing_dict(r.heuristic);
+    d["saved_tiles"] = nb::make_tuple(r.saved_tile_q, r.saved_tile_kv);
+    d["saved"] = r.saved != 0;
+    d["path"] = r.path[0] ? nb::object(nb::str(r.path)) : nb::none();
+    d["key"] = std::string(r.key);
+    d["cpu"] = std::string(r.cpu);
+    d["note"] = std::string(r.note);
+    d["threads"] = r.threads;
+    d["runs"] = r.runs;
+    nb::list timings;
+    for (int i = 0; i < r.n_timings; i++)
+        timings.append(timing_dict(r.timings[i]));
+    d["timings"] = timings;
+    return d;
+}
+
+nb::dict tune(Context &ctx, const std::vector<int64_t> &tile_qs, const std::vector<int64_t> &tile_kvs, int64_t runs,
+              bool save, nb::handle path, nb::handle progress, FA_FWD_PARAMS)
+{
+    fa_context *c = ctx.get();
+    Call call;
+    fill(call, FA_FWD_NAMES);
+    fa_tune_options opt;
+    fa_tune_options_init(&opt);
+    if (!tile_qs.empty()) {
+        opt.tile_qs = tile_qs.data();
+        opt.n_tile_qs = static_cast<int>(tile_qs.size() < 1000 ? tile_qs.size() : 1000);
+    }
+    if (!tile_kvs.empty()) {
+        opt.tile_kvs = tile_kvs.data();
+        opt.n_tile_kvs = static_cast<int>(tile_kvs.size() < 1000 ? tile_kvs.size() : 1000);
+    }
+    opt.runs = runs;
+    opt.save = save ? 1 : 0;
+    std::string file;
+    if (!path.is_none()) {
+        file = nb::cast<std::string>(nb::str(path));
+        opt.path = file.c_str();
+    }
+    Progress p{progress, nullptr};
+    if (!progress.is_none()) {
+        opt.progress = tune_progress;
+        opt.user = &p;
+    }
+    auto r = std::make_unique<fa_tune_result>();
+    std::memset(r.get(), 0, sizeof *r);
+    r->struct_size = sizeof *r;
+    fa_status st;
+    {
+        nb::gil_scoped_release unlocked;
+        st = fa_tune(c, &call.a, &opt, r.get());
+    }
+    if (p.error)
+        throw *p.error;
+    check(st, c, "fa_tune");
+    return result_dict(*r);
+}
+
 // fa_probe on the context's threads and ISA path: the peaks the benchmark divides by.
 double probe(Context &ctx, int kind)
 {
@@ -628,6 +745,7 @@ NB_MODULE(_C, m)
         });
 
     m.def("forward", &forward, nb::arg("ctx"), FA_FWD_ARGS);
+    m.def("forward_work", &forward_work, nb::arg("ctx"), FA_FWD_ARGS);
     m.def("torch_setup", &torch_setup, nb::arg("to_dlpack"), nb::arg("empty_strided"));
     m.def("forward_torch", &forward_torch, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
           nb::arg("bias").none(), nb::arg("mask").none(), nb::arg("scale"), nb::arg("softcap"), nb::arg("causal"),
@@ -640,11 +758,14 @@ NB_MODULE(_C, m)
     m.def("time_forward_c", &time_forward_c, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
           nb::arg("out"), nb::arg("runs"));
     m.def("probe", &probe, nb::arg("ctx"), nb::arg("kind"));
+    m.def("tune", &tune, nb::arg("ctx"), nb::arg("tile_qs"), nb::arg("tile_kvs"), nb::arg("runs"), nb::arg("save"),
+          nb::arg("path").none(), nb::arg("progress").none(), FA_FWD_ARGS);
     m.attr("PROBE_FMA_PEAK") = static_cast<int>(FA_PROBE_FMA_PEAK);
     m.attr("PROBE_BF16_PEAK") = static_cast<int>(FA_PROBE_BF16_PEAK);
     m.attr("PROBE_READ_BW") = static_cast<int>(FA_PROBE_READ_BW);
     m.def("version", []() { return std::string(fa_version_string()); });
     m.def("cpu_features", []() { return std::string(fa_cpu_features()); });
+    m.def("cpu_model", []() { return std::string(fa_cpu_model()); });
     m.def("algo_name", [](int algo) { return std::string(fa_algo_name(static_cast<fa_algo>(algo))); });
 
     m.attr("PARAM_THREADS") = static_cast<int>(FA_PARAM_THREADS);
@@ -657,4 +778,6 @@ NB_MODULE(_C, m)
     m.attr("PARAM_KV_PACK") = static_cast<int>(FA_PARAM_KV_PACK);
     m.attr("PARAM_LAST_KV_PACKED") = static_cast<int>(FA_PARAM_LAST_KV_PACKED);
     m.attr("PARAM_LAST_KV_PACK_US") = static_cast<int>(FA_PARAM_LAST_KV_PACK_US);
+    m.attr("PARAM_LAST_TILE_Q") = static_cast<int>(FA_PARAM_LAST_TILE_Q);
+    m.attr("PARAM_LAST_TILE_KV") = static_cast<int>(FA_PARAM_LAST_TILE_KV);
 }

@@ -3,11 +3,12 @@
  * fills one fa_kernels; only its kernel files are compiled with ISA flags. The core
  * (tile loops, masking, the online-softmax bookkeeping around the kernels,
  * threading) calls through this table and never sees an intrinsic. Adding an
- * ISA = a directory with its kernels and one init function, plus one row in
- * registry.c.
+ * ISA = a directory with its kernels, its table's init function and run-time
+ * predicate (FA_KERNELS_ISA below), one row in registry.c and one CMake line.
  *
  * Tables inherit, as BLIS's contexts do: each ISA's init function starts from
- * its parent's table (ref -> avx2 -> avx512 -> avx512bf16; ref -> neon) and
+ * its parent's table (ref -> avx2 -> avx512 -> avx512bf16 -> amx; ref -> neon;
+ * ref -> amx-model, the tile kernels on a software model of the tiles) and
  * overrides what it has, so NO entry is ever NULL and the core never checks
  * one. What an entry's presence used to say ("this ISA has a native bf16 dot
  * product") is said by `flags` instead. The init functions live in
@@ -48,11 +49,19 @@
  * ISA works on whole vectors along r. A table's row_align divides it. */
 #define FA_ROW_ALIGN 16
 
-/* uint16 of scratch stx_bf16 needs: x repacked as pairs along r, st as bf16 pairs. */
-#define FA_STX_BF16_SCRATCH(rows, cols, n, ldst) (((rows) + 2) * ((n) + 32) + ((cols) + 1) * ((ldst) + 2))
+/* Scratch of the bf16 pair kernels, the one rule every caller allocates by (a bound
+ * for every table's kernels: avx512bf16's repack their operands, amx's also keep
+ * zero-padded copies of partial tiles). Round-ups: */
+#define FA_RUP16(x) (((x) + 15) / 16 * 16)
+#define FA_RUP32(x) (((x) + 31) / 32 * 32)
 
-/* dwords of scratch pv_bf16 needs: P as bf16 pairs. */
-#define FA_PV_BF16_SCRATCH(rows, cols) ((((cols) + 1) / 2) * (((rows) + FA_ROW_ALIGN - 1) / FA_ROW_ALIGN * FA_ROW_ALIGN))
+/* uint16 of scratch stx_bf16 needs: x as row pairs, st in bf16, a partial acc block. */
+#define FA_STX_BF16_SCRATCH(rows, cols, n, ldst)                                                                  \
+    ((FA_RUP32(rows) + 32) * (FA_RUP16(n) + 32) + (FA_RUP16(cols) + 1) * ((ldst) + FA_RUP32(rows) + 34) + 96)
+
+/* dwords of scratch pv_bf16 needs: P as bf16 pairs (or transposed), the last partial
+ * chunk of V pairs, a partial acc block. */
+#define FA_PV_BF16_SCRATCH(rows, cols, dv) (FA_RUP16(rows) * (FA_RUP32(cols) + 32) / 2 + 32 * FA_RUP16(dv) + 48)
 
 /* Rows this many bytes apart (a page or more, or a multiple of 1 KB) fall into a
  * few cache sets and each needs its own TLB entry, so a kernel's reuse of a tile
@@ -95,6 +104,15 @@ enum {
      * rows: the core takes the small-row path only when set. A table that replaces
      * the wide kernels but inherits slower small ones should clear it. */
     FA_KERNELS_SMALL_ROWS = 1u << 1,
+    /* the bf16 pair kernels are faster than widening to fp32 on every CPU that runs the
+     * table (a tile unit), so bf16 inputs take them without asking the CPU
+     * (fa_bf16_dot_active in plan.c); without it only CPUs that issue the table's dot
+     * product at the FMA rate do (fa_cpu.bf16_dot_fast) */
+    FA_KERNELS_BF16_DOT_FAST = 1u << 2,
+    /* a tile unit: thread_begin/thread_end configure and release it, probe_tile measures it */
+    FA_KERNELS_TILES = 1u << 3,
+    /* never chosen automatically, only by FLASHATTN_ARCH (a model of hardware, for tests) */
+    FA_KERNELS_EXPLICIT = 1u << 4,
 };
 
 typedef struct fa_kernels {
@@ -185,7 +203,7 @@ typedef struct fa_kernels {
      *        for all the query blocks that meet it. A tile matrix unit (AMX) takes
      *        the same layout as its B operand.
      *   pv_bf16 rounds P to bf16 (nearest even) and pairs it in `scratch`, which
-     *        holds at least FA_PV_BF16_SCRATCH(rows, cols) dwords (64-byte aligned).
+     *        holds at least FA_PV_BF16_SCRATCH(rows, cols, dv) dwords (64-byte aligned).
      *
      * pack_pairs_bf16: dst[p][e] = the dword (src[2p][e], src[2p+1][e]) (low word
      *   from row 2p) for p < ceil(nrows / 2) and e < ld32, zero for e >= len and for
@@ -249,6 +267,10 @@ typedef struct fa_kernels {
      * only where flags has FA_KERNELS_BF16_DOT (the reference's is scalar C). */
     double (*probe_fma)(int64_t iters);
     double (*probe_bf16)(int64_t iters);
+    /* The tile unit's bf16 product (flags has FA_KERNELS_TILES; elsewhere the
+     * reference's, which does nothing and returns 0). Runs between thread_begin and
+     * thread_end, as every kernel of a tile table does. */
+    double (*probe_tile)(int64_t iters);
 
     /*
      * Run by every thread around its share of each job (the pool calls them on
@@ -271,14 +293,27 @@ extern const fa_kernels fa_kernels_ref;
  * directory was built (see CMakeLists.txt); the registry calls them, once.
  */
 void fa_kernels_init_ref(fa_kernels *k);
-void fa_kernels_init_avx2(fa_kernels *k);
-void fa_kernels_init_avx512(fa_kernels *k);
-void fa_kernels_init_avx512bf16(fa_kernels *k);
-void fa_kernels_init_neon(fa_kernels *k);
 
-/* Every table built in, best first, and whether this CPU runs it (for tests and `info`). */
+/*
+ * What an ISA directory defines next to its table (in <isa>_table.c, built without
+ * the ISA's flags), declared where it is used (the table file itself, a child's
+ * table file, registry.c) by FA_KERNELS_ISA(isa):
+ *   fa_kernels_init_<isa>(k)      the table builder above;
+ *   fa_kernels_runs_<isa>(cpu, why)  1 when this CPU (and OS) run the instructions the
+ *                                 table adds to its parent's, from the raw registers of
+ *                                 cpu_features.h; else 0, and *why may say why (a static
+ *                                 string; `flashattn info` prints it).
+ */
+struct fa_cpu;
+#define FA_KERNELS_ISA(isa)                                                                                        \
+    void fa_kernels_init_##isa(fa_kernels *k);                                                                   \
+    int fa_kernels_runs_##isa(const struct fa_cpu *cpu, const char **why)
+
+/* Every table built in, best first, whether this CPU runs it, and if not why not ("" when
+ * it runs) (for tests and `info`). */
 int fa_kernels_count(void);
 const fa_kernels *fa_kernels_at(int index, int *runs_here);
+const char *fa_kernels_why_not(int index);
 
 /* Picks the best table this CPU runs, or the one FLASHATTN_ARCH names. On
  * failure writes why into msg and returns FA_ERR_ISA_UNAVAILABLE. */

@@ -1,10 +1,12 @@
 /*
  * registry.c: every micro-kernel table built into this library, best first,
- * each with the CPU features it adds to its parent's. The tables are built
+ * each with its run-time predicate (fa_kernels_runs_<isa>, in the ISA's own
+ * directory: the features the table adds to its parent's). The tables are built
  * once, on first use, by their init functions (each starts from its parent's
- * table, see kernels.h); a table runs on a CPU when its own features and its
- * parent's are there. A new ISA adds one row here (guarded by the macro its
- * CMake rule defines) and nothing else in the core.
+ * table, see kernels.h); a table runs on a CPU when its own predicate and its
+ * parent's hold. A new ISA adds one FA_ISA_ROW line here (guarded by the macro its
+ * CMake rule defines) and nothing else in the core. The default choice is the first
+ * table that runs and is not FA_KERNELS_EXPLICIT (a model, chosen only by name).
  */
 #include "cpu_features.h"
 #include "kernels.h"
@@ -15,41 +17,53 @@
 #include <string.h>
 
 typedef struct {
-    void (*init)(fa_kernels *k);       /* NULL: the root, fa_kernels_ref itself */
-    int (*needs)(const fa_cpu *cpu); /* the features this table adds to its parent's */
+    void (*init)(fa_kernels *k);                          /* NULL: the root, fa_kernels_ref itself */
+    int (*runs)(const struct fa_cpu *cpu, const char **why); /* the features this table adds to its parent's */
 } fa_kernel_row;
 
-static int needs_nothing(const fa_cpu *cpu) { (void)cpu; return 1; }
-#if defined(FA_BUILD_AVX512)
-static int needs_avx512(const fa_cpu *c)
-{
-    return c->avx512f && c->avx512dq && c->avx512bw && c->avx512vl && c->fma && c->f16c;
-}
+static int runs_ref(const struct fa_cpu *cpu, const char **why) { (void)cpu, (void)why; return 1; }
+
+/* One row per table: declares the ISA's two functions (kernels.h) and lists them. */
+#define FA_ISA_ROW(isa) {fa_kernels_init_##isa, fa_kernels_runs_##isa}
+#if defined(FA_BUILD_AMX)
+FA_KERNELS_ISA(amx);
 #endif
 #if defined(FA_BUILD_AVX512BF16)
-static int needs_avx512bf16(const fa_cpu *c) { return c->avx512bf16; }
+FA_KERNELS_ISA(avx512bf16);
+#endif
+#if defined(FA_BUILD_AVX512)
+FA_KERNELS_ISA(avx512);
 #endif
 #if defined(FA_BUILD_AVX2)
-static int needs_avx2(const fa_cpu *c) { return c->avx2 && c->fma && c->f16c; }
+FA_KERNELS_ISA(avx2);
 #endif
 #if defined(FA_BUILD_NEON)
-static int needs_neon(const fa_cpu *c) { return c->neon; }
+FA_KERNELS_ISA(neon);
+#endif
+#if defined(FA_BUILD_AMX_MODEL)
+FA_KERNELS_ISA(amx_model);
 #endif
 
 static const fa_kernel_row g_rows[] = {
+#if defined(FA_BUILD_AMX)
+    FA_ISA_ROW(amx),
+#endif
 #if defined(FA_BUILD_AVX512BF16)
-    {fa_kernels_init_avx512bf16, needs_avx512bf16},
+    FA_ISA_ROW(avx512bf16),
 #endif
 #if defined(FA_BUILD_AVX512)
-    {fa_kernels_init_avx512, needs_avx512},
+    FA_ISA_ROW(avx512),
 #endif
 #if defined(FA_BUILD_AVX2)
-    {fa_kernels_init_avx2, needs_avx2},
+    FA_ISA_ROW(avx2),
 #endif
 #if defined(FA_BUILD_NEON)
-    {fa_kernels_init_neon, needs_neon},
+    FA_ISA_ROW(neon),
 #endif
-    {NULL, needs_nothing},
+#if defined(FA_BUILD_AMX_MODEL)
+    FA_ISA_ROW(amx_model),
+#endif
+    {NULL, runs_ref},
 };
 
 #define FA_N_ROWS ((int)(sizeof g_rows / sizeof g_rows[0]))
@@ -57,6 +71,7 @@ static const fa_kernel_row g_rows[] = {
 static fa_kernels g_built[FA_N_ROWS];       /* the tables the init functions fill */
 static const fa_kernels *g_table[FA_N_ROWS]; /* row i's table: g_built[i], or fa_kernels_ref */
 static int g_runs[FA_N_ROWS];                /* whether this CPU runs row i */
+static char g_why[FA_N_ROWS][160];           /* if not, why not */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void build_once(void)
@@ -72,10 +87,18 @@ static void build_once(void)
     }
     /* Best first puts every parent after its children: settle the rows from the end. */
     for (int i = FA_N_ROWS - 1; i >= 0; i--) {
-        int parent_runs = g_table[i]->parent == NULL;
-        for (int j = i + 1; j < FA_N_ROWS && !parent_runs; j++)
-            if (strcmp(g_table[j]->name, g_table[i]->parent) == 0) parent_runs = g_runs[j];
-        g_runs[i] = parent_runs && g_rows[i].needs(cpu);
+        int parent_runs = g_table[i]->parent == NULL, parent = -1;
+        for (int j = i + 1; j < FA_N_ROWS && !parent_runs && parent < 0; j++)
+            if (strcmp(g_table[j]->name, g_table[i]->parent) == 0) parent_runs = g_runs[parent = j];
+        const char *why = NULL;
+        if (!parent_runs) {
+            snprintf(g_why[i], sizeof g_why[i], "its parent table %s does not run here%s%s", g_table[i]->parent,
+                     parent >= 0 && g_why[parent][0] ? ": " : "", parent >= 0 ? g_why[parent] : "");
+            continue;
+        }
+        g_runs[i] = g_rows[i].runs(cpu, &why);
+        if (!g_runs[i])
+            snprintf(g_why[i], sizeof g_why[i], "%s", why ? why : "this CPU lacks the instructions it needs");
     }
 }
 
@@ -89,8 +112,7 @@ fa_status fa_kernels_select(const fa_kernels **out, char *msg, size_t msg_size)
         for (int i = 0; i < FA_N_ROWS; i++) {
             if (strcmp(want, g_table[i]->name) != 0) continue;
             if (!g_runs[i]) {
-                snprintf(msg, msg_size, "FLASHATTN_ARCH=%s: this CPU lacks the instructions it needs (has: %s)",
-                         want, fa_cpu_features());
+                snprintf(msg, msg_size, "FLASHATTN_ARCH=%s: %s (CPU has: %s)", want, g_why[i], fa_cpu_features());
                 return FA_ERR_ISA_UNAVAILABLE;
             }
             *out = g_table[i];
@@ -102,7 +124,7 @@ fa_status fa_kernels_select(const fa_kernels **out, char *msg, size_t msg_size)
         return FA_ERR_ISA_UNAVAILABLE;
     }
     for (int i = 0; i < FA_N_ROWS; i++) {
-        if (g_runs[i]) {
+        if (g_runs[i] && !(g_table[i]->flags & FA_KERNELS_EXPLICIT)) {
             *out = g_table[i];
             return FA_OK;
         }
@@ -119,4 +141,11 @@ const fa_kernels *fa_kernels_at(int index, int *runs_here)
     build();
     if (runs_here) *runs_here = g_runs[index];
     return g_table[index];
+}
+
+const char *fa_kernels_why_not(int index)
+{
+    if (index < 0 || index >= FA_N_ROWS) return NULL;
+    build();
+    return g_why[index];
 }

@@ -5,6 +5,16 @@
  * registry builds every table on any x86 CPU.
  */
 #include "avx2_kernels.h"
+#include "../cpu_features.h"
+
+FA_KERNELS_ISA(avx2);
+
+/* AVX2 with FMA and F16C (and the OS's YMM state). */
+int fa_kernels_runs_avx2(const fa_cpu *c, const char **why)
+{
+    (void)why;
+    return fa_cpu_avx_fma_f16c(c) && fa_cpu_bit(c->leaf7_ebx, 5);
+}
 
 void fa_kernels_init_avx2(fa_kernels *k)
 {

@@ -4,6 +4,18 @@
  * every table on any x86 CPU.
  */
 #include "avx512_kernels.h"
+#include "../cpu_features.h"
+
+FA_KERNELS_ISA(avx2);
+FA_KERNELS_ISA(avx512);
+
+/* AVX-512 F, DQ, BW, VL with the OS's ZMM state, FMA and F16C. */
+int fa_kernels_runs_avx512(const fa_cpu *c, const char **why)
+{
+    (void)why;
+    return fa_cpu_os_zmm(c) && fa_cpu_avx_fma_f16c(c) && fa_cpu_bit(c->leaf7_ebx, 16) &&
+           fa_cpu_bit(c->leaf7_ebx, 17) && fa_cpu_bit(c->leaf7_ebx, 30) && fa_cpu_bit(c->leaf7_ebx, 31);
+}
 
 void fa_kernels_init_avx512(fa_kernels *k)
 {

@@ -4,6 +4,17 @@
  * flags, as the registry builds every table on any x86 CPU.
  */
 #include "avx512_kernels.h"
+#include "../cpu_features.h"
+
+FA_KERNELS_ISA(avx512);
+FA_KERNELS_ISA(avx512bf16);
+
+/* AVX512_BF16 (CPUID 7.1 EAX bit 5); avx512's predicate covers the rest. */
+int fa_kernels_runs_avx512bf16(const fa_cpu *c, const char **why)
+{
+    (void)why;
+    return fa_cpu_os_zmm(c) && fa_cpu_bit(c->leaf7s1_eax, 5);
+}
 
 void fa_kernels_init_avx512bf16(fa_kernels *k)
 {

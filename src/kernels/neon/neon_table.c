@@ -5,6 +5,20 @@
  * every ISA's table, although NEON needs no extra flags.
  */
 #include "neon_kernels.h"
+#include "../cpu_features.h"
+
+FA_KERNELS_ISA(neon);
+
+#ifndef FA_HWCAP_ASIMD
+#define FA_HWCAP_ASIMD (1u << 1) /* Linux's HWCAP_ASIMD (cpu.c gives macOS's answer in this form) */
+#endif
+
+/* Advanced SIMD. */
+int fa_kernels_runs_neon(const fa_cpu *c, const char **why)
+{
+    (void)why;
+    return (c->hwcap & FA_HWCAP_ASIMD) != 0;
+}
 
 void fa_kernels_init_neon(fa_kernels *k)
 {

@@ -334,6 +334,13 @@ static double ref_probe_bf16(int64_t iters)
 /* ------------------------------------------------------------ the table */
 
 /* Plain C keeps no state in a thread. */
+/* No tile unit: nothing measured (kernels.h; probe.c answers FA_ERR_UNSUPPORTED first). */
+static double ref_probe_tile(int64_t iters)
+{
+    (void)iters;
+    return 0.0;
+}
+
 static void ref_thread_begin(void) {}
 static void ref_thread_end(void) {}
 
@@ -364,6 +371,7 @@ const fa_kernels fa_kernels_ref = {
     .pv_small = ref_pv_small,
     .probe_fma = ref_probe_fma,
     .probe_bf16 = ref_probe_bf16,
+    .probe_tile = ref_probe_tile,
     .thread_begin = ref_thread_begin,
     .thread_end = ref_thread_end,
 };
