@@ -510,12 +510,11 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     fa_tasks_count(p, &rules, &counts);
     const int nth = ctx->threads < counts.tasks ? ctx->threads : (int)(counts.tasks > 0 ? counts.tasks : 1);
 
-    /* workspace: per-thread scratch, the tasks, split units, partial slots, an append row */
+    /* workspace: per-thread scratch, the tasks, split units, partial slots */
     job.slot_lse = counts.max_rows * job.ldacc; /* the most rows a task holds */
     job.slot_floats = job.slot_lse + round16(counts.max_rows);
     char *scratch;
     int64_t *merges, *units;
-    float *append_row;
     /* packed K/V are planned from the tasks, into a second workspace; here only the
      * per-unit counts that plan needs */
     const int form = fa_kv_packing_form(p, job.bf16_dot, ctx->kv_pack);
@@ -524,7 +523,6 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
         {(void **)&job.items, fa_bytes3(counts.tasks, (int64_t)sizeof(fa_task), 1)},
         {(void **)&merges, fa_bytes3(counts.units, (int64_t)sizeof(int64_t), 1)},
         {(void **)&job.slots, fa_bytes3(counts.slots, job.slot_floats, 4)},
-        {(void **)&append_row, fa_bytes3(p->D > p->Dv ? p->D : p->Dv, 4, 1)},
         {(void **)&units, form < 0 ? 0 : fa_bytes3(p->B, p->Hk, 8)},
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
@@ -551,9 +549,6 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
                                     (long long)bytes2);
     }
     if (ws2) fa_steps_fill(&job.steps, p, &pack_rules, units, ws2);
-
-    /* the only write to an input, once nothing can fail any more */
-    if (p->append) fa_cache_append(p, append_row);
 
     atomic_init(&job.pack_ns, 0);
     if (job.n_items > 0) fa_pool_run(ctx->pool, nth, flash_worker, &job);

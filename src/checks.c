@@ -1,7 +1,7 @@
 /*
  * checks.c: the checks every entry point shares, beneath the dense validator
- * (validate.c), the inference forms (sequences.c) and the merge (merge.c). Each
- * check is written once, with one message.
+ * (validate.c), the inference forms (sequences.c, cache.c) and the merge
+ * (merge.c). Each check is written once, with one message.
  *
  * The size rule, which every check here serves: every product or sum of
  * user-given sizes, strides, offsets and windows is either checked with

@@ -1,10 +1,11 @@
 /*
- * forward.c: fa_forward and fa_backward: validate, pick the algorithm, run it,
- * record what ran; fa_forward_check, fa_backward_check and fa_forward_work stop
- * after the first two steps.
- * The algorithm table below is the one place a new algorithm is registered.
+ * forward.c: fa_forward and fa_backward: validate, pick the algorithm, append a
+ * cached call's new rows (fa_forward), run the algorithm, record what ran;
+ * fa_forward_check, fa_backward_check and fa_forward_work stop after the first two
+ * steps. The algorithm table below is the one place a new algorithm is registered.
  */
 #include "internal.h"
+#include "cache.h"
 #include "convert.h"
 
 #include <math.h>
@@ -125,6 +126,23 @@ static void write_dropout_mask(const fa_problem *p)
                 }
 }
 
+/* Runs e on p. A cached call's new rows go into the cache first (algorithms read
+ * them there); if the algorithm then fails, what they replaced is put back, so a
+ * failed call leaves the cache as it was. */
+static fa_status run_forward(fa_context *ctx, const fa_algo_entry *e, const fa_problem *p, fa_run_info *info)
+{
+    if (!p->append) return e->run(ctx, p, info);
+    fa_cache_undo undo;
+    fa_status st = fa_cache_append(ctx, p, &undo);
+    if (st != FA_OK) return st;
+    if ((st = e->run(ctx, p, info)) != FA_OK)
+        fa_cache_append_undo(p, &undo);
+    else
+        info->extra_bytes += undo.bytes;
+    fa_cache_append_end(&undo);
+    return st;
+}
+
 /* Everything fa_forward decides before it runs: validation, then the algorithm
  * (whose support is part of validity). fa_forward_check and fa_forward_work stop
  * here, so what they accept is what fa_forward accepts. */
@@ -152,7 +170,7 @@ fa_status fa_forward_run(fa_context *ctx, const fa_forward_args *args)
     } else if (!fa_problem_is_form(&p) && p.Sk == 0) {
         write_empty_rows(&p);
         info.path = "empty";
-    } else if ((st = e->run(ctx, &p, &info)) != FA_OK) {
+    } else if ((st = run_forward(ctx, e, &p, &info)) != FA_OK) {
         return st;
     }
     if (p.has_drop_mask) write_dropout_mask(&p);

@@ -91,11 +91,11 @@ typedef struct fa_problem {
     fa_tensor drop_mask;
 
     /*
-     * Inference forms (src/sequences.c). Sequences may differ in length: B, Sq and Sk
-     * above are then the count and the longest lengths (for planning), and
-     * fa_seq_view() gives each sequence as a dense problem of its own (B = 1) whose
-     * tensors are views into the packed or cached data. A paged view keeps the page
-     * pool in k, v and reaches row j through `pages`.
+     * Inference forms (src/sequences.c; the cache fields are src/cache.c's). Sequences
+     * may differ in length: B, Sq and Sk above are then the count and the longest
+     * lengths (for planning), and fa_seq_view() gives each sequence as a dense problem
+     * of its own (B = 1) whose tensors are views into the packed or cached data. A
+     * paged view keeps the page pool in k, v and reaches row j through `pages`.
      */
     int varlen;               /* q, o (and k, v without a cache) packed by cu_q / cu_k */
     const int32_t *cu_q, *cu_k;
@@ -123,12 +123,11 @@ void fa_seq_grads(const fa_problem *p, const fa_grads *g, int64_t b, fa_grads *o
 void fa_seq_lengths(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk);
 /* Sequence b as a dense B = 1 problem (see above). */
 void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *out);
+/* t with its batch axis fixed at b and its seq axis starting at s0: a (1, len, .., ..) view. */
+fa_tensor fa_seq_tensor(const fa_tensor *t, int64_t b, int64_t s0, int64_t len);
 /* Checks of the varlen and cache fields of a call; p already holds q, o, lse and
  * the scalars. Fills the rest of p. */
 fa_status fa_validate_forms(fa_context *ctx, const fa_forward_args *a, fa_problem *p);
-/* Writes the new k, v rows into the cache (after validation: cannot fail);
- * row is scratch of max(D, Dv) floats. */
-void fa_cache_append(const fa_problem *p, float *row);
 /* Whether p is an inference form: only flash runs those. */
 static inline int fa_problem_is_form(const fa_problem *p) { return p->varlen || p->cache; }
 

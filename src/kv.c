@@ -1,5 +1,6 @@
 /*
- * kv.c: see kv.h.
+ * kv.c: K/V row access for every form (see kv.h): dense, packed, contiguous or
+ * paged cache, int8. Where a cache row lives is cache.h's fa_cache_slot.
  */
 #include "kv.h"
 #include "convert.h"
@@ -30,9 +31,10 @@ const float *fa_kv_tile_f32(const fa_problem *s, int which, const fa_kernels *ke
                             int64_t hk, int64_t dim, float *scratch, int64_t *ld)
 {
     const fa_tensor *t = which ? &s->v : &s->k;
-    if (!s->quant && !s->pages) return fa_rows_f32(t, kern, 0, j0, cols, hk, dim, scratch, ld);
-    if (!s->quant && j0 / s->page_size == (j0 + cols - 1) / s->page_size) /* one page: its axis 0 is the page */
-        return fa_rows_f32(t, kern, s->pages[j0 / s->page_size], j0 % s->page_size, cols, hk, dim, scratch, ld);
+    if (!s->quant && fa_cache_one_block(s->pages, s->page_size, j0, cols)) { /* evenly spaced rows */
+        const fa_slot at = fa_cache_slot(s->pages, s->page_size, 0, j0);
+        return fa_rows_f32(t, kern, at.blk, at.row, cols, hk, dim, scratch, ld);
+    }
     *ld = dim;
     for (int64_t c = 0; c < cols; c++) {
         float scale;

@@ -1,29 +1,26 @@
 /*
  * kv.h: reading K and V rows, wherever they live: a dense tensor, a packed
  * varlen batch, a contiguous or paged KV cache, int8 with per-row scales. Every
- * tiled loop reaches K/V through these, so a new cache form is added here and
- * the loops stay as they are.
+ * tiled loop reaches K/V through these, so the loops stay as they are when a cache
+ * form is added: cache.h places key j (fa_cache_slot), this file reads the row there.
  */
 #ifndef FA_KV_H
 #define FA_KV_H
 
-#include "internal.h"
+#include "cache.h"
 
 /* K (which = 0) or V (1) row j of kv head hk in a dense or per-sequence view, and its
  * int8 scale (1 when not quantised; scale may be NULL). */
 static inline const void *fa_kv_row(const fa_problem *s, int which, int64_t j, int64_t hk, float *scale)
 {
     const fa_tensor *t = which ? &s->v : &s->k;
-    int64_t blk = 0, row = j;
-    if (s->pages) {
-        blk = s->pages[j / s->page_size];
-        row = j % s->page_size;
-    }
-    const int64_t off = blk * t->stride[0] + row * t->stride[1] + hk * t->stride[2];
+    const fa_slot at = fa_cache_slot(s->pages, s->page_size, 0, j); /* a view's rows start at block 0 */
+    const int64_t off = at.blk * t->stride[0] + at.row * t->stride[1] + hk * t->stride[2];
     if (scale) {
         const fa_tensor *st = which ? &s->v_scale : &s->k_scale;
-        *scale = s->quant ? ((const float *)st->data)[blk * st->stride[0] + row * st->stride[1] + hk * st->stride[2]]
-                          : 1.0f;
+        *scale = s->quant
+                     ? ((const float *)st->data)[at.blk * st->stride[0] + at.row * st->stride[1] + hk * st->stride[2]]
+                     : 1.0f;
     }
     return (const char *)t->data + off * (int64_t)fa_dtype_size(t->dtype);
 }

@@ -1,0 +1,356 @@
+/*
+ * cache.c: the KV cache (see cache.h): validation of fa_kv_cache and of the new
+ * rows a call appends, each sequence's view of the cache, and the append itself.
+ *
+ * Every check runs in fa_cache_validate, before anything is written: lengths, page
+ * ids, batch_idx and slot collisions. forward.c then runs fa_cache_append before it
+ * dispatches to an algorithm, and fa_cache_append_undo if the algorithm fails, so a
+ * failed call leaves the cache as it was.
+ */
+#include "cache.h"
+#include "checks.h"
+#include "convert.h"
+#include "alloc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Where key j of sequence b lives in the whole problem's cache. */
+static fa_slot seq_slot(const fa_problem *p, int64_t b, int64_t j)
+{
+    return fa_cache_slot(p->block_table ? p->block_table + b * p->max_pages : NULL, p->page_size,
+                         p->batch_idx ? p->batch_idx[b] : b, j);
+}
+
+void fa_cache_view(const fa_problem *p, int64_t b, fa_problem *s)
+{
+    s->append = 0;
+    s->cache = 0;
+    if (p->block_table) {
+        s->k = p->kc;
+        s->v = p->vc;
+        s->pages = p->block_table + b * p->max_pages;
+        return; /* k_scale, v_scale index pages as they are */
+    }
+    const fa_slot at = seq_slot(p, b, 0); /* keys 0 .. Sk-1 are rows of one cache row */
+    s->k = fa_seq_tensor(&p->kc, at.blk, at.row, s->Sk);
+    s->v = fa_seq_tensor(&p->vc, at.blk, at.row, s->Sk);
+    if (p->quant) {
+        s->k_scale = fa_seq_tensor(&p->k_scale, at.blk, at.row, s->Sk);
+        s->v_scale = fa_seq_tensor(&p->v_scale, at.blk, at.row, s->Sk);
+    }
+}
+
+/* ------------------------------------------------------------- validation */
+
+/* Fields up to and including max_pages are required of every caller. */
+#define FA_KV_CACHE_MIN_SIZE (offsetof(fa_kv_cache, max_pages) + sizeof(int64_t))
+
+/* An int8 cache's scales: f32, one per (token, kv head). */
+static fa_status check_scales(fa_context *ctx, const fa_kv_cache *c, fa_problem *p)
+{
+    fa_status st;
+    if (!c->k_scale.data || !c->v_scale.data)
+        return fa_fail(ctx, FA_ERR_NULL_POINTER, "an i8 cache needs k_scale and v_scale");
+    if (c->k_scale.dtype != FA_DTYPE_F32 || c->v_scale.dtype != FA_DTYPE_F32)
+        return fa_fail(ctx, FA_ERR_DTYPE, "k_scale and v_scale must be f32");
+    if ((st = fa_check_tensor(ctx, "kv_cache->k_scale", &c->k_scale)) != FA_OK) return st;
+    if ((st = fa_check_tensor(ctx, "kv_cache->v_scale", &c->v_scale)) != FA_OK) return st;
+    if ((st = fa_check_shape(ctx, "kv_cache->k_scale", &c->k_scale, c->k.shape[0], c->k.shape[1], p->Hk, 1)) != FA_OK ||
+        (st = fa_check_shape(ctx, "kv_cache->v_scale", &c->v_scale, c->k.shape[0], c->k.shape[1], p->Hk, 1)) != FA_OK)
+        return st;
+    p->quant = 1;
+    p->k_scale = fa_tensor_canonical(c->k_scale);
+    p->v_scale = fa_tensor_canonical(c->v_scale);
+    return FA_OK;
+}
+
+/* The cache's k and v (and scales): dtypes and shapes; fills p's Hk, D, Dv. */
+static fa_status check_storage(fa_context *ctx, const fa_kv_cache *c, fa_problem *p)
+{
+    fa_status st;
+    if ((st = fa_check_data(ctx, "kv_cache->k", &c->k)) != FA_OK ||
+        (st = fa_check_data(ctx, "kv_cache->v", &c->v)) != FA_OK)
+        return st;
+    if (!c->seqlens) return fa_fail(ctx, FA_ERR_NULL_POINTER, "kv_cache->seqlens is NULL");
+    if (c->k.dtype != c->v.dtype || !(fa_dtype_is_float(c->k.dtype) || c->k.dtype == FA_DTYPE_I8))
+        return fa_fail(ctx, FA_ERR_DTYPE, "the cache's k and v must share one dtype of f32, f16, bf16, i8; got %s, %s",
+                       fa_dtype_name(c->k.dtype), fa_dtype_name(c->v.dtype));
+    if ((st = fa_check_tensor(ctx, "kv_cache->k", &c->k)) != FA_OK) return st;
+    if ((st = fa_check_tensor(ctx, "kv_cache->v", &c->v)) != FA_OK) return st;
+    p->kc = fa_tensor_canonical(c->k);
+    p->vc = fa_tensor_canonical(c->v);
+    p->Hk = c->k.shape[2];
+    p->D = c->k.shape[3];
+    p->Dv = c->v.shape[3];
+    if ((st = fa_check_shape(ctx, "kv_cache->v", &c->v, c->k.shape[0], c->k.shape[1], p->Hk, -1)) != FA_OK) return st;
+    if (c->k.dtype == FA_DTYPE_I8) return check_scales(ctx, c, p);
+    if (c->k_scale.data || c->v_scale.data)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k_scale and v_scale belong to i8 caches only; this one is %s",
+                       fa_dtype_name(c->k.dtype));
+    return FA_OK;
+}
+
+/* Paged (block_table, max_pages, page_size) or contiguous (batch_idx); p's capacity. */
+static fa_status check_layout(fa_context *ctx, const fa_kv_cache *c, fa_problem *p)
+{
+    p->cache = 1;
+    p->seqlens = c->seqlens;
+    if (!c->block_table) {
+        p->batch_idx = c->batch_idx;
+        p->capacity = c->k.shape[1];
+        return FA_OK;
+    }
+    if (c->batch_idx)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "batch_idx is for contiguous caches; a paged cache maps "
+                                                     "sequences to pages with block_table");
+    if (c->max_pages < 1)
+        return fa_fail(ctx, FA_ERR_INVALID_DIM, "kv_cache->max_pages is %lld; it must be >= 1",
+                       (long long)c->max_pages);
+    if (c->k.shape[1] < 1)
+        return fa_fail(ctx, FA_ERR_INVALID_DIM,
+                       "a paged cache's page_size (kv_cache->k.shape[1]) is 0; it must be >= 1");
+    int64_t entries; /* the block table holds B rows of max_pages ids */
+    if (!fa_mul_ok(p->B, c->max_pages, &entries))
+        return fa_fail(ctx, FA_ERR_OVERFLOW, "the block table's B * max_pages = %lld * %lld entries overflow 64 bits",
+                       (long long)p->B, (long long)c->max_pages);
+    p->block_table = c->block_table;
+    p->max_pages = c->max_pages;
+    p->page_size = c->k.shape[1];
+    if (!fa_mul_ok(c->max_pages, p->page_size, &p->capacity) || p->capacity > INT32_MAX) p->capacity = INT32_MAX;
+    return FA_OK;
+}
+
+/* The new k, v rows, dense (B, S_new, ..) or packed by cu_seqlens_k, if any. */
+static fa_status check_new_rows(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
+{
+    fa_status st;
+    p->append = a->k.data || a->v.data;
+    if (!p->append) {
+        if (a->cu_seqlens_k)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT,
+                           "with a KV cache, cu_seqlens_k describes new k, v rows; none given");
+        return FA_OK;
+    }
+    if ((st = fa_check_data(ctx, "k", &a->k)) != FA_OK || (st = fa_check_data(ctx, "v", &a->v)) != FA_OK) return st;
+    if (!fa_dtype_is_float(a->k.dtype) || !fa_dtype_is_float(a->v.dtype))
+        return fa_fail(ctx, FA_ERR_DTYPE, "new k, v rows must be f32, f16 or bf16; got %s, %s",
+                       fa_dtype_name(a->k.dtype), fa_dtype_name(a->v.dtype));
+    if ((st = fa_check_tensor(ctx, "k", &a->k)) != FA_OK) return st;
+    if ((st = fa_check_tensor(ctx, "v", &a->v)) != FA_OK) return st;
+    if (p->varlen && !a->cu_seqlens_k)
+        return fa_fail(ctx, FA_ERR_NULL_POINTER, "packed q with new k, v rows needs cu_seqlens_k to split them");
+    const int64_t batch = a->cu_seqlens_k ? 1 : p->B;
+    if ((st = fa_check_shape(ctx, "k", &a->k, batch, -1, p->Hk, p->D)) != FA_OK) return st;
+    if ((st = fa_check_shape(ctx, "v", &a->v, batch, a->k.shape[1], p->Hk, p->Dv)) != FA_OK) return st;
+    if (a->cu_seqlens_k) {
+        if ((st = fa_check_cu(ctx, "cu_seqlens_k", a->cu_seqlens_k, p->B, a->k.shape[1])) != FA_OK) return st;
+        p->cu_k = a->cu_seqlens_k;
+    }
+    p->k = fa_tensor_canonical(a->k);
+    p->v = fa_tensor_canonical(a->v);
+    return FA_OK;
+}
+
+/* Every sequence's length, cache row and pages, against a cache of b_cache rows or pages. */
+static fa_status check_sequences(fa_context *ctx, const fa_problem *p, int64_t b_cache)
+{
+    for (int64_t b = 0; b < p->B; b++) {
+        const int64_t len = p->seqlens[b], add = fa_cache_new_rows(p, b);
+        if (len < 0)
+            return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "kv_cache->seqlens[%lld] is %lld; it must be >= 0", (long long)b,
+                           (long long)len);
+        if (len + add > p->capacity)
+            return fa_fail(ctx, FA_ERR_OUT_OF_RANGE,
+                           "sequence %lld: %lld cached + %lld new rows overflow the cache's %lld rows", (long long)b,
+                           (long long)len, (long long)add, (long long)p->capacity);
+        if (p->batch_idx && (p->batch_idx[b] < 0 || p->batch_idx[b] >= b_cache))
+            return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "kv_cache->batch_idx[%lld] = %d is outside [0, %lld)",
+                           (long long)b, p->batch_idx[b], (long long)b_cache);
+        if (!p->block_table && !p->batch_idx && b >= b_cache)
+            return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH, "the cache holds %lld sequences but the batch has %lld",
+                           (long long)b_cache, (long long)p->B);
+        if (!p->block_table) continue;
+        const int64_t used = (len + add + p->page_size - 1) / p->page_size;
+        for (int64_t g = 0; g < used; g++) {
+            const int32_t id = p->block_table[b * p->max_pages + g];
+            if (id < 0 || id >= b_cache)
+                return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "block_table[%lld][%lld] = %d is not a page id in [0, %lld)",
+                               (long long)b, (long long)g, id, (long long)b_cache);
+        }
+    }
+    return FA_OK;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Two new rows must not land in one slot (sequences may share cache rows or pages). */
+static fa_status check_slots(fa_context *ctx, const fa_problem *p)
+{
+    int64_t total = 0;
+    for (int64_t b = 0; b < p->B; b++)
+        if (!fa_add_ok(total, fa_cache_new_rows(p, b), &total))
+            return fa_fail(ctx, FA_ERR_OVERFLOW, "the number of new rows overflows 64 bits");
+    if (total <= 1) return FA_OK;
+    int64_t *slots = fa_calloc(total, (int64_t)sizeof *slots);
+    if (!slots) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate the append check");
+    const int64_t slot_rows = p->block_table ? p->page_size : p->capacity; /* rows per cache row or page */
+    int64_t n = 0;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t t = 0; t < fa_cache_new_rows(p, b); t++) {
+            const fa_slot at = seq_slot(p, b, p->seqlens[b] + t);
+            slots[n++] = at.blk * slot_rows + at.row;
+        }
+    qsort(slots, (size_t)n, sizeof *slots, cmp_i64);
+    int64_t dup = -1;
+    for (int64_t i = 1; i < n && dup < 0; i++)
+        if (slots[i] == slots[i - 1]) dup = slots[i];
+    fa_free(slots);
+    if (dup < 0) return FA_OK;
+    return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT,
+                   "two new rows would be written to the same cache slot (%s %lld, row %lld): "
+                   "sequences share a cache row or page they both append to",
+                   p->block_table ? "page" : "cache row", (long long)(dup / slot_rows), (long long)(dup % slot_rows));
+}
+
+fa_status fa_cache_validate(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
+{
+    fa_kv_cache cache;
+    fa_kv_cache_init(&cache);
+    fa_status st = fa_read_struct(ctx, "kv_cache", a->kv_cache, a->kv_cache->struct_size, &cache, sizeof cache,
+                                  FA_KV_CACHE_MIN_SIZE);
+    if (st != FA_OK) return st;
+    if ((st = check_storage(ctx, &cache, p)) != FA_OK) return st;
+    if ((st = check_layout(ctx, &cache, p)) != FA_OK) return st;
+    if ((st = check_new_rows(ctx, a, p)) != FA_OK) return st;
+    /* lengths, indices and pages, all before anything is written */
+    if ((st = check_sequences(ctx, p, cache.k.shape[0])) != FA_OK) return st;
+    return p->append ? check_slots(ctx, p) : FA_OK;
+}
+
+/* ------------------------------------------------------------------ append */
+
+/* One row x of dim values into the cache slot (at, hk): rounded to a float cache's
+ * dtype, or quantised into an int8 cache with its scale. */
+static void store_row(const fa_tensor *cache, const fa_tensor *scale, fa_slot at, int64_t hk, const float *x,
+                      int64_t dim)
+{
+    if (cache->dtype != FA_DTYPE_I8) {
+        fa_store_rows(cache, &fa_kernels_ref, at.blk, at.row, 1, hk, dim, x, dim);
+        return;
+    }
+    /* symmetric per-row quantisation: scale = max|x| / 127, q = round(x / scale) */
+    float amax = 0.0f;
+    for (int64_t e = 0; e < dim; e++) {
+        const float m = fabsf(x[e]);
+        if (m > amax || isnan(m)) amax = m;
+    }
+    const float s = amax / 127.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    const int64_t base = at.blk * cache->stride[0] + at.row * cache->stride[1] + hk * cache->stride[2];
+    for (int64_t e = 0; e < dim; e++) {
+        float qv = nearbyintf(x[e] * inv);
+        if (!(qv >= -127.0f)) qv = -127.0f; /* also NaN: its scale carries the NaN */
+        if (qv > 127.0f) qv = 127.0f;
+        ((int8_t *)cache->data)[base + e * cache->stride[3]] = (int8_t)qv;
+    }
+    ((float *)scale->data)[at.blk * scale->stride[0] + at.row * scale->stride[1] + hk * scale->stride[2]] = s;
+}
+
+/* Copies the dim elements of slot (at, hk) of t into buf (save) or back from it. */
+static void keep_row(const fa_tensor *t, fa_slot at, int64_t hk, int64_t dim, char *buf, int save)
+{
+    const int64_t es = (int64_t)fa_dtype_size(t->dtype), step = t->stride[3] == 1 ? dim : 1;
+    char *x = (char *)t->data + (at.blk * t->stride[0] + at.row * t->stride[1] + hk * t->stride[2]) * es;
+    for (int64_t e = 0; e < dim; e += step) { /* a contiguous row in one copy */
+        char *el = x + e * t->stride[3] * es;
+        if (save)
+            memcpy(buf + e * es, el, (size_t)(step * es));
+        else
+            memcpy(el, buf + e * es, (size_t)(step * es));
+    }
+}
+
+/* The bytes the K (which 0) or V (1) row of one new row and kv head replaces: the
+ * row, then an int8 cache's scale. An entry of the undo copy is the K part, then V. */
+static int64_t part_bytes(const fa_problem *p, int which)
+{
+    const fa_tensor *t = which ? &p->vc : &p->kc;
+    return (which ? p->Dv : p->D) * (int64_t)fa_dtype_size(t->dtype) + (p->quant ? (int64_t)sizeof(float) : 0);
+}
+
+/* Saves (save = 1) the part at buf, or puts it back (scale first: the reverse of
+ * saving). Returns the part's end. */
+static char *keep_part(const fa_problem *p, int which, fa_slot at, int64_t hk, char *buf, int save)
+{
+    const fa_tensor *t = which ? &p->vc : &p->kc, *sc = which ? &p->v_scale : &p->k_scale;
+    const int64_t dim = which ? p->Dv : p->D, row = dim * (int64_t)fa_dtype_size(t->dtype);
+    if (p->quant && !save) keep_row(sc, at, hk, 1, buf + row, 0);
+    keep_row(t, at, hk, dim, buf, save);
+    if (p->quant && save) keep_row(sc, at, hk, 1, buf + row, 1);
+    return buf + part_bytes(p, which);
+}
+
+fa_status fa_cache_append(fa_context *ctx, const fa_problem *p, fa_cache_undo *undo)
+{
+    undo->saved = NULL;
+    undo->bytes = 0;
+    int64_t rows = 0, bytes = 0; /* the count was checked by the validation */
+    for (int64_t b = 0; b < p->B; b++) rows += fa_cache_new_rows(p, b);
+    if (rows == 0 || p->Hk == 0) return FA_OK;
+    const int64_t row_bytes = (p->D > p->Dv ? p->D : p->Dv) * (int64_t)sizeof(float); /* the scratch row */
+    const int ok = fa_mul_ok(rows, p->Hk, &bytes) && fa_mul_ok(bytes, part_bytes(p, 0) + part_bytes(p, 1), &bytes) &&
+                   fa_add_ok(bytes, row_bytes, &bytes);
+    char *buf = ok ? fa_malloc(bytes) : NULL;
+    if (!buf)
+        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY,
+                       "the append: cannot allocate a copy of the %lld cache rows it replaces", (long long)rows);
+    undo->saved = buf;
+    undo->bytes = bytes;
+    float *row = (float *)buf;
+    char *kept = buf + row_bytes;
+    for (int64_t b = 0; b < p->B; b++) {
+        const int64_t add = fa_cache_new_rows(p, b);
+        const int64_t sb = p->cu_k ? 0 : b, s0 = p->cu_k ? p->cu_k[b] : 0; /* new row t of sequence b */
+        for (int64_t t = 0; t < add; t++) {
+            const fa_slot at = seq_slot(p, b, p->seqlens[b] + t);
+            for (int64_t hk = 0; hk < p->Hk; hk++) {
+                fa_pack_rows(&p->k, sb, s0 + t, 1, hk, p->D, row, p->D);
+                kept = keep_part(p, 0, at, hk, kept, 1);
+                store_row(&p->kc, &p->k_scale, at, hk, row, p->D);
+                fa_pack_rows(&p->v, sb, s0 + t, 1, hk, p->Dv, row, p->Dv);
+                kept = keep_part(p, 1, at, hk, kept, 1);
+                store_row(&p->vc, &p->v_scale, at, hk, row, p->Dv);
+            }
+        }
+    }
+    return FA_OK;
+}
+
+void fa_cache_append_undo(const fa_problem *p, const fa_cache_undo *undo)
+{
+    if (!undo->saved) return;
+    /* backwards, the last write first: right even where the cache's k and v overlap */
+    const int64_t k_part = part_bytes(p, 0), entry = k_part + part_bytes(p, 1);
+    char *end = undo->saved + undo->bytes;
+    for (int64_t b = p->B - 1; b >= 0; b--)
+        for (int64_t t = fa_cache_new_rows(p, b) - 1; t >= 0; t--) {
+            const fa_slot at = seq_slot(p, b, p->seqlens[b] + t);
+            for (int64_t hk = p->Hk - 1; hk >= 0; hk--) {
+                end -= entry;
+                keep_part(p, 1, at, hk, end + k_part, 0);
+                keep_part(p, 0, at, hk, end, 0);
+            }
+        }
+}
+
+void fa_cache_append_end(fa_cache_undo *undo)
+{
+    fa_free(undo->saved);
+    undo->saved = NULL;
+}
