@@ -30,7 +30,9 @@
  * 1 scores, 2-5 softcap, bias, ALiBi and masks, 6-7 the (online) softmax, 8 dropout,
  * 9 the output.
  */
-#include "internal.h"
+#include "algos.h"
+#include "workspace.h"
+#include "arith.h"
 #include "convert.h"
 #include "kv.h"
 #include "tasks.h"
@@ -505,7 +507,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     flash_plan(ctx, p, &job);
 
     const fa_task_rules rules = {.br = job.plan.br, .small = job.small, .stacks_max = job.stacks_max,
-                                 .kv_splits = ctx->kv_splits};
+                                 .kv_splits = ctx->set.kv_splits};
     fa_task_counts counts;
     fa_tasks_count(p, &rules, &counts);
     const int nth = ctx->threads < counts.tasks ? ctx->threads : (int)(counts.tasks > 0 ? counts.tasks : 1);
@@ -517,7 +519,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     int64_t *merges, *units;
     /* packed K/V are planned from the tasks, into a second workspace; here only the
      * per-unit counts that plan needs */
-    const int form = fa_kv_packing_form(p, job.bf16_dot, ctx->kv_pack);
+    const int form = fa_kv_packing_form(p, job.bf16_dot, ctx->set.kv_pack);
     const fa_ws_part parts[] = {
         {(void **)&scratch, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
         {(void **)&job.items, fa_bytes3(counts.tasks, (int64_t)sizeof(fa_task), 1)},
@@ -539,7 +541,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     job.n_merges = fa_tasks_merges(job.items, job.n_items, job.merges);
 
     fa_steps_init(&job.steps, job.items, job.n_items);
-    const fa_pack_rules pack_rules = {.form = form, .mode = ctx->kv_pack, .threads = nth, .bc = job.plan.bc};
+    const fa_pack_rules pack_rules = {.form = form, .mode = ctx->set.kv_pack, .threads = nth, .bc = job.plan.bc};
     char *ws2 = NULL;
     const int64_t bytes2 = form < 0 ? 0 : fa_steps_plan(&job.steps, p, &pack_rules, units);
     if (bytes2 < 0 || (bytes2 > 0 && !(ws2 = fa_context_workspace_slot(ctx, 1, bytes2)))) {

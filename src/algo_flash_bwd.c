@@ -32,7 +32,9 @@
  * Which schedule runs, and its tasks in order, are tasks.c's (fa_bwd_tasks_count,
  * fa_bwd_tasks_fill); this file runs a task.
  */
-#include "internal.h"
+#include "algos.h"
+#include "workspace.h"
+#include "arith.h"
 #include "alloc.h"
 #include "convert.h"
 #include "kv.h"

@@ -3,7 +3,9 @@
  * docs/semantics.md and accumulate in double; single-threaded and O(Sk) memory.
  * Every faster path is judged against this, so it stays simple to check by eye.
  */
-#include "internal.h"
+#include "algos.h"
+#include "workspace.h"
+#include "arith.h"
 #include "convert.h"
 #include "alloc.h"
 

@@ -8,7 +8,9 @@
  * micro-kernels as flash, so a speed comparison measures the algorithm, not two
  * different GEMMs.
  */
-#include "internal.h"
+#include "algos.h"
+#include "workspace.h"
+#include "arith.h"
 #include "convert.h"
 #include "threadpool.h"
 

@@ -8,6 +8,7 @@
  * failed call leaves the cache as it was.
  */
 #include "cache.h"
+#include "arith.h"
 #include "checks.h"
 #include "convert.h"
 #include "alloc.h"

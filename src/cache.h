@@ -9,7 +9,8 @@
 #ifndef FA_CACHE_H
 #define FA_CACHE_H
 
-#include "internal.h"
+#include "context.h"
+#include "problem.h"
 
 /* A cache row: blk indexes axis 0 (a contiguous cache's row, or a page), row axis 1. */
 typedef struct fa_slot {

@@ -13,7 +13,7 @@
  *  - Head dims D, Dv are at most FA_DIM_MAX (2^40): any product of a head dim with
  *    a tile size or a small count then fits, and no machine holds such a row anyway.
  *  - Positions q_start + Sq and k_start + Sk are at most FA_POSITION_MAX (2^60),
- *    so the diagonal (internal.h, fa_diag) lies within +-2^62.
+ *    so the diagonal (problem.h, fa_diag) lies within +-2^62.
  *  - A window side of FA_WINDOW_HUGE (2^62) or more covers every position
  *    difference: it is clamped to "unbounded" here, so that diag +- window can
  *    never overflow in fa_row_band.
@@ -22,6 +22,7 @@
  * coordinates, and any diag +- window, without overflow.
  */
 #include "checks.h"
+#include "arith.h"
 
 #include <math.h>
 #include <string.h>

@@ -5,7 +5,8 @@
 #ifndef FA_CHECKS_H
 #define FA_CHECKS_H
 
-#include "internal.h"
+#include "context.h"
+#include "problem.h"
 
 /* Copies a caller's versioned struct (struct_size first) into dst, which holds the
  * library's defaults: fields the caller's header lacked keep them; bytes of a newer

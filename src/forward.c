@@ -4,7 +4,7 @@
  * fa_forward_check, fa_backward_check and fa_forward_work stop after the first two
  * steps. The algorithm table below is the one place a new algorithm is registered.
  */
-#include "internal.h"
+#include "algos.h"
 #include "cache.h"
 #include "convert.h"
 
@@ -47,14 +47,14 @@ static const fa_algo_entry *find_algo(fa_algo algo)
  * standard, with *fallback saying why. NULL and *st on failure. */
 static const fa_algo_entry *choose_algo(fa_context *ctx, const fa_problem *p, const char **fallback, fa_status *st)
 {
-    const fa_algo want = ctx->algo == FA_ALGO_AUTO ? FA_ALGO_FLASH : ctx->algo;
+    const fa_algo want = ctx->set.algo == FA_ALGO_AUTO ? FA_ALGO_FLASH : ctx->set.algo;
     const fa_algo_entry *e = find_algo(want);
     if (!e) {
         *st = fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown algorithm %d", (int)want);
         return NULL;
     }
     const char *why = e->cannot_run ? e->cannot_run(p) : NULL;
-    if (why && ctx->algo == FA_ALGO_AUTO) {
+    if (why && ctx->set.algo == FA_ALGO_AUTO) {
         *fallback = why;
         e = find_algo(FA_ALGO_STANDARD);
         why = e->cannot_run ? e->cannot_run(p) : NULL;
@@ -70,16 +70,9 @@ static const fa_algo_entry *choose_algo(fa_context *ctx, const fa_problem *p, co
 static void record_run(fa_context *ctx, const fa_problem *p, const fa_algo_entry *e, const char *fallback,
                        const fa_run_info *info, double t0)
 {
-    ctx->last_algo = e->algo;
-    ctx->last_extra_bytes = info->extra_bytes;
-    ctx->last_tile_q = info->br;
-    ctx->last_tile_kv = info->bc;
-    ctx->last_threads = info->threads;
-    ctx->last_kv_splits = info->kv_splits;
-    ctx->last_backward_passes = info->backward_passes;
-    ctx->last_kv_packed = info->kv_packed;
-    ctx->last_kv_pack_us = info->kv_pack_us;
-    if (ctx->verbose) fa_verbose_exec(ctx, p, e->algo, fallback, info, (fa_now_s() - t0) * 1e3);
+    ctx->last = *info;
+    ctx->last.algo = e->algo;
+    if (ctx->set.verbose) fa_verbose_exec(ctx, p, e->algo, fallback, info, (fa_now_s() - t0) * 1e3);
 }
 
 /* A dense call with no keys: every row keeps nothing, so o = 0 and lse = -inf
@@ -164,7 +157,7 @@ fa_status fa_forward_run(fa_context *ctx, const fa_forward_args *args)
     if (st != FA_OK) return st;
 
     fa_run_info info = {.threads = 1, .path = ""};
-    const double t0 = ctx->verbose ? fa_now_s() : 0.0;
+    const double t0 = ctx->set.verbose ? fa_now_s() : 0.0;
     if (!fa_problem_is_form(&p) && (p.B == 0 || p.Sq == 0 || p.Hq == 0)) {
         info.path = "empty"; /* nothing to compute or write */
     } else if (!fa_problem_is_form(&p) && p.Sk == 0) {
@@ -183,7 +176,7 @@ fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
     if (!ctx) return FA_ERR_NULL_CONTEXT;
     if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
     const fa_status st = fa_forward_run(ctx, args);
-    if (st != FA_OK && ctx->verbose) fa_verbose_error(ctx, st);
+    if (st != FA_OK && ctx->set.verbose) fa_verbose_error(ctx, st);
     fa_context_leave(ctx);
     return st;
 }
@@ -292,7 +285,7 @@ static fa_status backward(fa_context *ctx, const fa_backward_args *args)
     if (st != FA_OK) return st;
 
     fa_run_info info = {.threads = 1, .path = ""};
-    const double t0 = ctx->verbose ? fa_now_s() : 0.0;
+    const double t0 = ctx->set.verbose ? fa_now_s() : 0.0;
     if (!fa_problem_is_form(&p) && (p.B == 0 || p.Sq == 0 || p.Hq == 0 || p.Sk == 0)) {
         /* no (i, j) pair at all: every gradient is zero */
         if (g.has_dq) write_zeros(&g.dq);
@@ -312,7 +305,7 @@ fa_status fa_backward(fa_context *ctx, const fa_backward_args *args)
     if (!ctx) return FA_ERR_NULL_CONTEXT;
     if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
     const fa_status st = backward(ctx, args);
-    if (st != FA_OK && ctx->verbose) fa_verbose_error(ctx, st);
+    if (st != FA_OK && ctx->set.verbose) fa_verbose_error(ctx, st);
     fa_context_leave(ctx);
     return st;
 }

@@ -3,6 +3,7 @@
  * paged cache, int8. Where a cache row lives is cache.h's fa_cache_slot.
  */
 #include "kv.h"
+#include "arith.h"
 #include "convert.h"
 
 #include <math.h>

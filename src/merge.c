@@ -5,6 +5,8 @@
  * split keys themselves (across machines, ring attention, a cache plus new rows).
  */
 #include "checks.h"
+#include "workspace.h"
+#include "arith.h"
 #include "convert.h"
 #include "threadpool.h"
 

@@ -10,7 +10,8 @@
  * src/tune.c) replaces the heuristic; a context setting (FA_PARAM_TILE_Q /
  * FA_PARAM_TILE_KV) overrides either size over both.
  */
-#include "internal.h"
+#include "algos.h"
+#include "arith.h"
 #include "cpu.h"
 #include "tune.h"
 
@@ -74,17 +75,17 @@ void fa_plan_tiles(fa_context *ctx, const fa_problem *p, fa_plan *plan)
         while (bc > 64 && bc > p->Sk / 4) bc /= 2;
     }
 
-    ctx->tile_src_q = ctx->tile_src_kv = FA_TILES_HEURISTIC;
-    ctx->tune_note_due = 0;
-    if ((ctx->tile_q == 0 || ctx->tile_kv == 0) && fa_tune_lookup(ctx, p, masked, &br, &bc))
-        ctx->tile_src_q = ctx->tile_src_kv = FA_TILES_TUNED;
-    if (ctx->tile_q > 0) {
-        br = ctx->tile_q;
-        ctx->tile_src_q = FA_TILES_OVERRIDE;
+    ctx->tune.tile_src_q = ctx->tune.tile_src_kv = FA_TILES_HEURISTIC;
+    ctx->tune.note_due = 0;
+    if ((ctx->set.tile_q == 0 || ctx->set.tile_kv == 0) && fa_tune_lookup(ctx, p, masked, &br, &bc))
+        ctx->tune.tile_src_q = ctx->tune.tile_src_kv = FA_TILES_TUNED;
+    if (ctx->set.tile_q > 0) {
+        br = ctx->set.tile_q;
+        ctx->tune.tile_src_q = FA_TILES_OVERRIDE;
     }
-    if (ctx->tile_kv > 0) {
-        bc = ctx->tile_kv;
-        ctx->tile_src_kv = FA_TILES_OVERRIDE;
+    if (ctx->set.tile_kv > 0) {
+        bc = ctx->set.tile_kv;
+        ctx->tune.tile_src_kv = FA_TILES_OVERRIDE;
     }
     plan->br = br < p->Sq ? br : p->Sq;
     plan->bc = bc < p->Sk ? bc : p->Sk;
@@ -101,6 +102,6 @@ int64_t fa_panel_ld(int64_t rows)
 
 int fa_bf16_dot_active(const fa_context *ctx)
 {
-    if (!(ctx->kernels->flags & FA_KERNELS_BF16_DOT) || ctx->bf16_dot == 2) return 0;
-    return ctx->bf16_dot == 1 || (ctx->kernels->flags & FA_KERNELS_BF16_DOT_FAST) || fa_cpu_get()->bf16_dot_fast;
+    if (!(ctx->kernels->flags & FA_KERNELS_BF16_DOT) || ctx->set.bf16_dot == 2) return 0;
+    return ctx->set.bf16_dot == 1 || (ctx->kernels->flags & FA_KERNELS_BF16_DOT_FAST) || fa_cpu_get()->bf16_dot_fast;
 }

@@ -16,7 +16,7 @@
  * with the streams and the prefetch these loads come within 10-15% of an
  * AVX-512 loop of the same shape; a single stream without them, some 20% below.
  */
-#include "internal.h"
+#include "context.h"
 #include "threadpool.h"
 #include "alloc.h"
 

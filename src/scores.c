@@ -5,7 +5,7 @@
  * algorithm; it works on score tiles of either orientation (see kernels.h). The
  * scale is already in the scores: the Q panel is packed pre-scaled.
  */
-#include "internal.h"
+#include "problem.h"
 #include "convert.h"
 
 #include <math.h>

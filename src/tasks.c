@@ -6,6 +6,8 @@
  * lists (cost_then_keys).
  */
 #include "tasks.h"
+#include "workspace.h"
+#include "arith.h"
 
 #include <sched.h>
 #include <stdlib.h>

@@ -19,7 +19,7 @@
 #ifndef FA_TASKS_H
 #define FA_TASKS_H
 
-#include "internal.h"
+#include "algos.h"
 #include "kv.h"
 
 #include <stdatomic.h>

@@ -3,11 +3,12 @@
  * the flash forward of one call with the planner's tiles and with every pair of a
  * grid, keeps the fastest, and saves it through the tune file's writer
  * (src/tune_file.c, the file's only home). The shape class comes from the
- * planner itself (ctx->tune_class, recorded by the heuristic run's plan), so the
+ * planner itself (ctx->tune.key, recorded by the heuristic run's plan), so the
  * saved entry is keyed exactly as later calls look it up. Never prints: progress
  * goes to the caller's callback.
  */
 #include "tune.h"
+#include "algos.h"
 #include "alloc.h"
 #include "checks.h"
 
@@ -83,8 +84,8 @@ static int by_time(const double *a, const double *b)
 static fa_status time_candidate(sweep *sw, int64_t tq, int64_t tkv, fa_tune_timing *t)
 {
     fa_context *ctx = sw->ctx;
-    ctx->tile_q = tq;
-    ctx->tile_kv = tkv;
+    ctx->set.tile_q = tq;
+    ctx->set.tile_kv = tkv;
     *t = (fa_tune_timing){.tile_q = tq, .tile_kv = tkv, .asked_q = tq, .asked_kv = tkv, .ms = NAN};
     fa_status st = FA_OK;
     for (int64_t r = -1; st == FA_OK && r < sw->opt.runs; r++) { /* r = -1: the warm-up */
@@ -94,8 +95,8 @@ static fa_status time_candidate(sweep *sw, int64_t tq, int64_t tkv, fa_tune_timi
     }
     if (st == FA_ERR_OUT_OF_MEMORY) return FA_OK;
     if (st != FA_OK) return st;
-    t->tile_q = ctx->last_tile_q;
-    t->tile_kv = ctx->last_tile_kv;
+    t->tile_q = ctx->last.br;
+    t->tile_kv = ctx->last.bc;
     /* the median, by insertion: runs are few */
     const int64_t n = sw->opt.runs;
     for (int64_t i = 1; i < n; i++)
@@ -117,7 +118,7 @@ static fa_status add_candidate(sweep *sw, int64_t tq, int64_t tkv)
     if (st != FA_OK) return st;
     if (tq == 0 && tkv == 0) {
         sw->r.heuristic = t;
-        sw->r.threads = sw->ctx->last_threads;
+        sw->r.threads = sw->ctx->last.threads;
     }
     fa_tune_result *r = &sw->r;
     int dup = 0;
@@ -128,7 +129,7 @@ static fa_status add_candidate(sweep *sw, int64_t tq, int64_t tkv)
         int i = r->n_timings++;
         for (; i > 0 && by_time(&t.ms, &r->timings[i - 1].ms); i--) r->timings[i] = r->timings[i - 1];
         r->timings[i] = t;
-        if (i == 0 && !isnan(t.ms)) r->threads = sw->ctx->last_threads;
+        if (i == 0 && !isnan(t.ms)) r->threads = sw->ctx->last.threads;
     }
     sw->done++;
     if (sw->opt.progress) sw->opt.progress(sw->opt.user, sw->done, sw->total, t.tile_q, t.tile_kv, t.ms);
@@ -140,19 +141,19 @@ static fa_status run_sweep(sweep *sw)
 {
     fa_context *ctx = sw->ctx;
     sw->total = 1 + sw->opt.n_tile_qs * sw->opt.n_tile_kvs;
-    ctx->tune_class.d = 0; /* D >= 1 in every valid call: 0 says no plan ran */
+    ctx->tune.key.d = 0; /* D >= 1 in every valid call: 0 says no plan ran */
     fa_status st = add_candidate(sw, 0, 0);
     if (st != FA_OK) return st;
-    if (ctx->tune_class.d == 0)
+    if (ctx->tune.key.d == 0)
         return isnan(sw->r.heuristic.ms)
                    ? fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "tune: the planned tiles ran out of memory")
                    : fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "tune: the call is empty (no rows or no keys): "
                                                            "there are no tiles to tune");
-    const fa_tune_key key = ctx->tune_class; /* the grid's runs plan with overrides: no lookup */
+    const fa_tune_key key = ctx->tune.key; /* the grid's runs plan with overrides: no lookup */
     for (int a = 0; a < sw->opt.n_tile_qs && st == FA_OK; a++)
         for (int b = 0; b < sw->opt.n_tile_kvs && st == FA_OK; b++)
             st = add_candidate(sw, sw->opt.tile_qs[a], sw->opt.tile_kvs[b]);
-    ctx->tune_class = key;
+    ctx->tune.key = key;
     if (st != FA_OK) return st;
     if (isnan(sw->r.timings[0].ms))
         return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "tune: every candidate ran out of memory");
@@ -170,7 +171,7 @@ static fa_status save_best(sweep *sw)
     r->saved_tile_kv = best->asked_kv > 0 ? best->asked_kv : best->tile_kv;
     if (!sw->opt.save || !r->path[0]) return FA_OK;
     int64_t dropped = 0;
-    const fa_status st = fa_tune_save(ctx, r->path, &ctx->tune_class, r->saved_tile_q, r->saved_tile_kv, &dropped);
+    const fa_status st = fa_tune_save(ctx, r->path, &ctx->tune.key, r->saved_tile_q, r->saved_tile_kv, &dropped);
     if (st != FA_OK) {
         snprintf(r->note, sizeof r->note, "%s", ctx->error);
         return st;
@@ -180,9 +181,9 @@ static fa_status save_best(sweep *sw)
         snprintf(r->note, sizeof r->note, "dropped %lld line%s that %s not tune entries", (long long)dropped,
                  dropped == 1 ? "" : "s", dropped == 1 ? "was" : "were");
     /* the next planned call re-reads the file, and finds the new entry */
-    fa_tune_free(ctx->tune);
-    ctx->tune = NULL;
-    ctx->tune_read = 0;
+    fa_tune_free(ctx->tune.table);
+    ctx->tune.table = NULL;
+    ctx->tune.read = 0;
     return FA_OK;
 }
 
@@ -204,19 +205,19 @@ static fa_status tune(sweep *sw, const fa_tune_options *options)
     sw->times = fa_malloc(sw->opt.runs * (int64_t)sizeof *sw->times);
     if (!sw->times) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "tune: out of memory for %lld timings",
                                    (long long)sw->opt.runs);
-    const fa_algo algo = ctx->algo;
-    const int64_t tile_q = ctx->tile_q, tile_kv = ctx->tile_kv;
-    ctx->algo = FA_ALGO_FLASH;
-    ctx->tune_off = 1;
+    const fa_algo algo = ctx->set.algo;
+    const int64_t tile_q = ctx->set.tile_q, tile_kv = ctx->set.tile_kv;
+    ctx->set.algo = FA_ALGO_FLASH;
+    ctx->tune.off = 1;
     st = run_sweep(sw);
-    ctx->algo = algo;
-    ctx->tile_q = tile_q;
-    ctx->tile_kv = tile_kv;
-    ctx->tune_off = 0;
+    ctx->set.algo = algo;
+    ctx->set.tile_q = tile_q;
+    ctx->set.tile_kv = tile_kv;
+    ctx->tune.off = 0;
     fa_free(sw->times);
     if (st != FA_OK) return st;
     r->best = r->timings[0];
-    fa_tune_key_text(ctx->kernels->name, &ctx->tune_class, r->key, sizeof r->key);
+    fa_tune_key_text(ctx->kernels->name, &ctx->tune.key, r->key, sizeof r->key);
     snprintf(r->cpu, sizeof r->cpu, "%s", fa_cpu_model());
     return save_best(sw);
 }
@@ -254,7 +255,7 @@ fa_status fa_tune(fa_context *ctx, const fa_forward_args *args, const fa_tune_op
         }
     }
     if (st == FA_OK) ctx->error[0] = '\0'; /* candidates out of memory left their words */
-    if (st != FA_OK && ctx->verbose) fa_verbose_error(ctx, st);
+    if (st != FA_OK && ctx->set.verbose) fa_verbose_error(ctx, st);
     fa_context_leave(ctx);
     return st;
 }

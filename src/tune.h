@@ -6,7 +6,7 @@
  * public sweep that finds the tiles and saves them.
  * Anything wrong with the file when reading (missing, unreadable, another version,
  * another CPU or ISA, bad lines, absurd values) only means no tuned tiles: never an
- * error, never output. ctx->tune_note says what happened, for FLASHATTN_VERBOSE.
+ * error, never output. ctx->tune.note says what happened, for FLASHATTN_VERBOSE.
  *
  * The file, version 1 (README.md, "The tune file"):
  *
@@ -25,11 +25,12 @@
 #ifndef FA_TUNE_H
 #define FA_TUNE_H
 
-#include "internal.h"
+#include "context.h"
+#include "problem.h"
 
 typedef struct fa_tune_table fa_tune_table;
 
-/* Where a plan's tile sizes came from (ctx->tile_src_q, ctx->tile_src_kv). */
+/* Where a plan's tile sizes came from (ctx->tune.tile_src_q, ctx->tune.tile_src_kv). */
 enum { FA_TILES_HEURISTIC = 0, FA_TILES_TUNED = 1, FA_TILES_OVERRIDE = 2 };
 
 static inline const char *fa_tiles_source_name(int src)
@@ -43,8 +44,8 @@ int64_t fa_tune_bucket(int64_t n);
 /*
  * The tuned tiles for the shape class of p (a problem as the planner sees it) and
  * `masked` (causal or window), reading the tune file first if ctx has not yet.
- * 1 with *br, *bc set, or 0. Records the class in ctx->tune_class (for fa_tune);
- * while ctx->tune_off, answers 0 without reading. Sets ctx->tune_note_due when
+ * 1 with *br, *bc set, or 0. Records the class in ctx->tune.key (for fa_tune);
+ * while ctx->tune.off, answers 0 without reading. Sets ctx->tune.note_due when
  * this call read the file (the caller clears it before each plan).
  */
 int fa_tune_lookup(fa_context *ctx, const fa_problem *p, int masked, int64_t *br, int64_t *bc);

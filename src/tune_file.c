@@ -313,17 +313,17 @@ int fa_tune_lookup(fa_context *ctx, const fa_problem *p, int masked, int64_t *br
 {
     const fa_tune_key want = {.dtype = p->dtype, .d = p->D, .dv = p->Dv, .sk = fa_tune_bucket(p->Sk),
                               .rows = fa_tune_bucket(p->Sq), .masked = masked};
-    ctx->tune_class = want;
-    if (ctx->tune_off) return 0;
-    if (!ctx->tune_read) {
+    ctx->tune.key = want;
+    if (ctx->tune.off) return 0;
+    if (!ctx->tune.read) {
         char path[TUNE_PATH_MAX];
-        ctx->tune_read = 1;
-        ctx->tune_note_due = 1;
-        if (fa_tune_path(path, sizeof path, ctx->tune_note, sizeof ctx->tune_note))
-            ctx->tune = tune_read_file(path, fa_cpu_model(), ctx->kernels->name, ctx->tune_note,
-                                       sizeof ctx->tune_note);
+        ctx->tune.read = 1;
+        ctx->tune.note_due = 1;
+        if (fa_tune_path(path, sizeof path, ctx->tune.note, sizeof ctx->tune.note))
+            ctx->tune.table = tune_read_file(path, fa_cpu_model(), ctx->kernels->name, ctx->tune.note,
+                                       sizeof ctx->tune.note);
     }
-    const fa_tune_table *t = ctx->tune;
+    const fa_tune_table *t = ctx->tune.table;
     if (!t) return 0;
     for (int64_t i = 0; i < t->n; i++) {
         const tune_entry *e = &t->e[i];

@@ -6,7 +6,7 @@
  * output the library ever makes, and only when asked: it lets a user confirm that
  * the fused kernel ran, and whether a tune file was read.
  */
-#include "internal.h"
+#include "algos.h"
 #include "tune.h"
 
 #include <stdio.h>
@@ -25,17 +25,17 @@ void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, co
     if (fallback)
         snprintf(algo, sizeof algo, "%s(fallback:%s)", fa_algo_name(ran), fallback);
     else
-        snprintf(algo, sizeof algo, "%s(%s)", fa_algo_name(ran), ctx->algo == FA_ALGO_AUTO ? "auto" : "forced");
+        snprintf(algo, sizeof algo, "%s(%s)", fa_algo_name(ran), ctx->set.algo == FA_ALGO_AUTO ? "auto" : "forced");
     /* where the tiles came from, one word per side when the sides differ
      * ("override/tuned": tile_q set, tile_kv tuned); and once per context, what
      * the tune file gave */
-    const int sq = ctx->tile_src_q, skv = ctx->tile_src_kv;
+    const int sq = ctx->tune.tile_src_q, skv = ctx->tune.tile_src_kv;
     if (info->br == 0)
         snprintf(tiles, sizeof tiles, "0x0");
     else
         snprintf(tiles, sizeof tiles, "%lldx%lld (%s%s%s)%s%s", (long long)info->br, (long long)info->bc,
                  fa_tiles_source_name(sq), sq == skv ? "" : "/", sq == skv ? "" : fa_tiles_source_name(skv),
-                 ctx->tune_note_due ? ",tune:" : "", ctx->tune_note_due ? ctx->tune_note : "");
+                 ctx->tune.note_due ? ",tune:" : "", ctx->tune.note_due ? ctx->tune.note : "");
     fprintf(stderr,
             "flashattn_verbose,%s,%s,isa:%s,path:%s,dtype:%s,out:%s,B:%lld,Hq:%lld,Hk:%lld,Sq:%lld,Sk:%lld,"
             "D:%lld,Dv:%lld,causal:%s,window:%lld:%lld,softcap:%g,alibi:%d,bias:%d,mask:%d,lse:%d,dropout:%g,"
@@ -45,7 +45,7 @@ void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, co
             (long long)p->D, (long long)p->Dv, causal_name(p->causal), (long long)p->window_left,
             (long long)p->window_right, (double)p->softcap, p->alibi != NULL, p->has_bias, p->has_mask,
             p->has_lse, p->drop.on ? 1.0 - 1.0 / (double)p->drop.scale : 0.0, form, fa_dtype_name(p->cache ? p->kc.dtype : p->k.dtype), (long long)info->kv_splits,
-            (long long)info->kv_packed, (double)info->kv_pack_us * 1e-3, info->backward_passes, tiles, info->threads,
+            (long long)info->kv_packed, (double)info->kv_pack_us * 1e-3, (int)info->backward_passes, tiles, (int)info->threads,
             (long long)info->extra_bytes, ms);
 }
 

@@ -18,7 +18,9 @@
  * Internal functions: this program links the library's objects and sees src/.
  */
 #include "harness.h"
-#include "internal.h"
+#include "problem.h"
+#include "workspace.h"
+#include "arith.h"
 #include "tasks.h"
 
 #include <stdlib.h>

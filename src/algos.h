@@ -1,0 +1,49 @@
+/*
+ * algos.h: the algorithms forward.c's table dispatches to (each runs a validated
+ * problem and fills the run's fa_run_info), and the tile plan of the tiled ones.
+ */
+#ifndef FA_ALGOS_H
+#define FA_ALGOS_H
+
+#include "context.h"
+#include "problem.h"
+
+/* Tile sizes for the flash loop (src/plan.c). */
+typedef struct fa_plan {
+    int64_t br, bc;  /* query rows and key columns per tile */
+    int64_t br_pad;  /* leading dimension of the Q panel and score tile: fa_panel_ld(br) */
+} fa_plan;
+/* Leading dimension for panels of `rows` query rows: a multiple of FA_ROW_ALIGN
+ * that avoids L1 set aliasing. */
+int64_t fa_panel_ld(int64_t rows);
+/* Not const: the first plan of a context reads the tune file (src/tune.c). */
+void fa_plan_tiles(fa_context *ctx, const fa_problem *p, fa_plan *plan);
+/* Whether bf16 inputs are multiplied as bf16 pairs on this context: the path must
+ * have the kernels, and they must outrun fp32 FMA on this CPU (auto) or be forced. */
+int fa_bf16_dot_active(const fa_context *ctx);
+int64_t fa_l2_bytes(void);
+
+/* Algorithms: each runs a validated problem and fills info; the backward of each
+ * differentiates its own forward (forward.c's table holds both). */
+fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *info);
+fa_status fa_run_standard(fa_context *ctx, const fa_problem *p, fa_run_info *info);
+fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info);
+fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
+fa_status fa_run_standard_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
+fa_status fa_run_flash_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
+/* The tiled backward loop (algo_flash_bwd.c) with br x bc tiles: flash plans them
+ * and lets the loop run in two passes when that fills the threads better
+ * (two_pass_ok); the standard algorithm takes one tile of the whole sequence, which
+ * materialises S, P, dP and dS per head as eager attention does, in one pass. */
+fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads *g, int64_t br, int64_t bc,
+                            int two_pass_ok, fa_run_info *info);
+/* fa_forward on a context the caller has entered (fa_tune's runs). */
+fa_status fa_forward_run(fa_context *ctx, const fa_forward_args *args);
+
+
+/* FLASHATTN_VERBOSE lines on stderr (src/verbose.c). */
+void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, const char *fallback,
+                     const fa_run_info *info, double ms);
+void fa_verbose_error(const fa_context *ctx, fa_status st);
+
+#endif

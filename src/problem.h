@@ -1,0 +1,153 @@
+/*
+ * problem.h: a call as every algorithm receives it: the validated problem (dense,
+ * or a varlen/cached form of sequences viewed as dense ones), its gradients, and the
+ * rules on it written once: the diagonals and bands of the masks, the count of kept
+ * pairs, the element-wise score rules, and the validation that builds it.
+ *
+ * Dimension legend used across src/:
+ *   B batch, Sq/Sk query/key length, Hq/Hk query/kv heads, D q/k head dim,
+ *   Dv v/o head dim, i query row, j key column, r/c row/column inside a tile.
+ */
+#ifndef FA_PROBLEM_H
+#define FA_PROBLEM_H
+
+#include "flashattn.h"
+#include "dropout.h"
+
+#include <stdint.h>
+
+/*
+ * A call after validation: dimensions pulled out of the tensors, defaults
+ * resolved, and broadcast dimensions of bias/mask given stride 0 so that every
+ * algorithm indexes them as full [B, Hq, Sq, Sk] tensors.
+ */
+typedef struct fa_problem {
+    int64_t B, Hq, Hk, Sq, Sk, D, Dv;
+    int64_t group;            /* Hq / Hk: query heads per kv head */
+    fa_dtype dtype;           /* of q, k, v */
+    fa_tensor q, k, v, o;     /* (B, S, H, D) views */
+    int has_lse;
+    fa_tensor lse;            /* (B, Hq, Sq, 1) f32 */
+    float scale;              /* resolved: never 0 by default */
+    float softcap;            /* 0 = off */
+    fa_causal causal;
+    int64_t window_left, window_right; /* -1 = unbounded; clamped (checks.c) so diag +- window fits */
+    int64_t q_start, k_start; /* positions of query row 0 and key 0 (fa_diag) */
+    const float *alibi;       /* NULL = off */
+    int64_t alibi_stride_b;
+    int has_bias, has_mask;
+    fa_tensor bias, mask;     /* broadcast dims have stride 0 */
+    fa_dropout drop;          /* drop.on = 0: no dropout */
+    int has_drop_mask;        /* write the keep bits to drop_mask (B, Hq, Sq, Sk) */
+    fa_tensor drop_mask;
+
+    /*
+     * Inference forms (src/sequences.c; the cache fields are src/cache.c's). Sequences
+     * may differ in length: B, Sq and Sk above are then the count and the longest
+     * lengths (for planning), and fa_seq_view() gives each sequence as a dense problem
+     * of its own (B = 1) whose tensors are views into the packed or cached data. A
+     * paged view keeps the page pool in k, v and reaches row j through `pages`.
+     */
+    int varlen;               /* q, o (and k, v without a cache) packed by cu_q / cu_k */
+    const int32_t *cu_q, *cu_k;
+    int cache;                /* keys and values come from kc, vc */
+    fa_tensor kc, vc;         /* the cache: (B_cache, S_max, ..) or pages (P, page_size, ..) */
+    int quant;                /* FA_DTYPE_I8 cache: k_scale, v_scale hold its scales */
+    fa_tensor k_scale, v_scale;
+    const int32_t *seqlens, *batch_idx, *block_table;
+    int64_t max_pages, page_size; /* page_size 0 = contiguous */
+    int64_t capacity;         /* rows a sequence may hold */
+    int append;               /* k, v hold new rows to append (dense: S_new = k.shape[1]) */
+    const int32_t *pages;     /* in a paged per-sequence view: its block_table row */
+} fa_problem;
+
+/* The gradients of a backward call: dout is read, the others written when has_*.
+ * Dense or packed like the problem they go with (dq, dout like q; dk, dv like k). */
+typedef struct fa_grads {
+    fa_tensor dout, dq, dk, dv;
+    int has_dq, has_dk, has_dv;
+} fa_grads;
+/* Sequence b's gradients as B = 1 views, as fa_seq_view does for the problem. */
+void fa_seq_grads(const fa_problem *p, const fa_grads *g, int64_t b, fa_grads *out);
+
+/* Sequence b's query and key lengths (keys after any append). */
+void fa_seq_lengths(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk);
+/* Sequence b as a dense B = 1 problem (see above). */
+void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *out);
+/* t with its batch axis fixed at b and its seq axis starting at s0: a (1, len, .., ..) view. */
+fa_tensor fa_seq_tensor(const fa_tensor *t, int64_t b, int64_t s0, int64_t len);
+/* Checks of the varlen and cache fields of a call; p already holds q, o, lse and
+ * the scalars. Fills the rest of p. */
+fa_status fa_validate_forms(fa_context *ctx, const fa_forward_args *a, fa_problem *p);
+/* Whether p is an inference form: only flash runs those. */
+static inline int fa_problem_is_form(const fa_problem *p) { return p->varlen || p->cache; }
+
+/* Merges n partial rows (o_i normalised, lse_i natural log) into out and *lse_out:
+ * docs/semantics.md's formula, shared by split-KV and fa_merge_states. */
+void fa_merge_rows(int n, const float *const *o, const float *lse, int64_t dv, float *out, float *lse_out);
+
+/* f32, f16 or bf16: the dtypes of attention data (not bool, not i8). */
+static inline int fa_dtype_is_float(fa_dtype d)
+{
+    return d == FA_DTYPE_F32 || d == FA_DTYPE_F16 || d == FA_DTYPE_BF16;
+}
+
+fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *args, fa_problem *p);
+/* Per-element work needed beyond the causal/window band: bias, mask, softcap or ALiBi. */
+static inline int fa_problem_has_elementwise(const fa_problem *p)
+{
+    return p->has_bias || p->has_mask || p->alibi != 0 || p->softcap > 0.0f;
+}
+
+/* A window side at or beyond this reaches every key from every row (positions are
+ * at most FA_POSITION_MAX), so validation turns it into "unbounded". */
+#define FA_WINDOW_HUGE ((int64_t)1 << 62)
+/* The largest head dim D or Dv a call may have (checks.c). */
+#define FA_DIM_MAX ((int64_t)1 << 40)
+
+/* The top-left diagonal of row i: the key at the query's own position. */
+static inline int64_t fa_diag_top_left(const fa_problem *p, int64_t i) { return i + p->q_start - p->k_start; }
+/* The bottom-right diagonal of row i, which causal bottom-right, windows and ALiBi
+ * measure from. Written here once. In range by checks.c: |diag| < 2^62. */
+static inline int64_t fa_diag(const fa_problem *p, int64_t i) { return fa_diag_top_left(p, i) + (p->Sk - p->Sq); }
+
+/*
+ * The band of key columns row i keeps under causal and window masking:
+ * [*lo, *hi], both clamped to [0, Sk-1]; empty when *lo > *hi. Both ends are
+ * non-decreasing in i, which is what lets tile loops skip whole blocks.
+ * A new band-shaped mask is added here and nowhere else.
+ */
+static inline void fa_row_band(const fa_problem *p, int64_t i, int64_t *lo, int64_t *hi)
+{
+    const int64_t diag = fa_diag(p, i);
+    int64_t a = 0, b = p->Sk - 1;
+    if (p->window_left >= 0 && diag - p->window_left > a) a = diag - p->window_left;
+    if (p->window_right >= 0 && diag + p->window_right < b) b = diag + p->window_right;
+    if (p->causal == FA_CAUSAL_BOTTOM_RIGHT && diag < b) b = diag;
+    if (p->causal == FA_CAUSAL_TOP_LEFT && fa_diag_top_left(p, i) < b) b = fa_diag_top_left(p, i);
+    *lo = a;
+    *hi = b;
+}
+
+/* Kept (i, j) pairs of rows [i0, i1) with keys in [j0, j1) under the band above:
+ * the sum of fa_row_band's widths, clipped to [j0, j1), in closed form (a few
+ * steps, whatever the lengths). The one count of kept pairs: the planners' task
+ * costs, fa_forward_work and (through it) the tools and the ring use it. */
+int64_t fa_kept_pairs(const fa_problem *p, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+
+/* Softcap, bias, ALiBi and every mask applied to a tile of scaled scores, element
+ * (r, c) at st[c*ldc + r*ldr] (transposed tiles: ldr = 1; row-major: ldc = 1), for
+ * rows i0.. and columns j0..; dropped entries become -inf.
+ * Shared by flash and standard so the rules are written once (src/scores.c). */
+void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                      int64_t j0, int64_t cols, float *st, int64_t ldc, int64_t ldr);
+/* The causal/window band of a tile for the softmax kernel; 1 when the tile is
+ * entirely inside the band (then lo/hi are not written and not needed). */
+int fa_tile_band(const fa_problem *p, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                 int32_t *lo, int32_t *hi);
+
+/* The backward's checks: fwd as the forward validates it (p), plus lse, o and the
+ * gradient tensors (g). */
+fa_status fa_validate_backward(fa_context *ctx, const fa_backward_args *args, fa_problem *p, fa_grads *g);
+
+#endif
