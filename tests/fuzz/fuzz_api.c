@@ -304,6 +304,9 @@ static void expect_unchanged(world *w, int kinds_mask, const char *when, fa_stat
     }
 }
 
+static fa_status check_first(world *w, const fa_forward_args *seen, const char *what);
+static void check_agrees(fa_status sc, fa_status st, const char *what);
+
 /* ------------------------------------------------------------ sizes */
 
 /* a * b in int64, or -1 when it does not fit (both >= 0). */
@@ -757,7 +760,9 @@ static void fuzz_dense(reader *r) {
     const fa_forward_args eff = effective(seen);
     const int finite = all_finite(&w);
     snapshot(&w);
+    const fa_status sc = check_first(&w, seen, "dense check");
     const fa_status st = fa_forward(g_ctx, seen);
+    check_agrees(sc, st, "dense");
     trace("dense", st);
     if (g_verbose)
         fprintf(stderr, "fuzz_api: q (%lld %lld %lld %lld) k (%lld %lld %lld %lld) v dim %lld\n", (long long)a.q.shape[0],
@@ -943,7 +948,9 @@ static void fuzz_varlen(reader *r) {
     seen->dropout_mask = a.dropout_mask;
     const int finite = all_finite(&w);
     snapshot(&w);
+    const fa_status sc = check_first(&w, seen, "varlen check");
     const fa_status st = fa_forward(g_ctx, seen);
+    check_agrees(sc, st, "varlen");
     trace("varlen", st);
     if (g_verbose) fprintf(stderr, "fuzz_api: varlen dropout p %g, struct %zu\n", (double)seen->dropout_p, seen->struct_size);
     expect_unchanged(&w, 1 << KIND_INPUT, "varlen", st);
@@ -1072,7 +1079,9 @@ static void fuzz_cache(reader *r, int paged) {
         }
     const int finite = all_finite(&w);
     snapshot(&w);
+    const fa_status sc = check_first(&w, &a, "cache check");
     const fa_status st = fa_forward(g_ctx, &a);
+    check_agrees(sc, st, "cache");
     trace(paged ? "paged cache" : "cache", st);
     expect_unchanged(&w, 1 << KIND_INPUT, "cache", st);
     if (st == FA_OK && (dropout_on(a.dropout_p) || a.dropout_mask.data))
@@ -1641,6 +1650,33 @@ static void fuzz_merge(reader *r) {
     world_free(&w);
 }
 
+/* fa_forward_check and fa_forward_work are fa_forward's first half: on the world as
+ * it stands (just snapshotted) they must write nothing at all, and agree with the
+ * call: work only where check accepts it, with FLOPs 2*(D+Dv) per pair and the
+ * backward's 2.5x. Returns check's status, for check_agrees once the call ran. */
+static fa_status check_first(world *w, const fa_forward_args *seen, const char *what) {
+    const fa_status sc = fa_forward_check(g_ctx, seen);
+    fa_work wk = FA_WORK_INIT;
+    const fa_status sw = fa_forward_work(g_ctx, seen, &wk);
+    expect_unchanged(w, (1 << KIND_INPUT) | (1 << KIND_OUTPUT) | (1 << KIND_CACHE), what, sc);
+    if (sw != sc) FINDING("%s: fa_forward_work says %s, fa_forward_check %s", what, fa_status_string(sw), fa_status_string(sc));
+    if (sw == FA_OK) {
+        const double per = 2.0 * (double)(seen->q.shape[3] + seen->o.shape[3]); /* D + Dv: o has Dv */
+        if (wk.pairs < 0 || wk.flops != per * (double)wk.pairs || wk.backward_flops != 2.5 * wk.flops)
+            FINDING("%s: fa_forward_work gave %lld pairs, %g flops, %g backward flops", what, (long long)wk.pairs,
+                    wk.flops, wk.backward_flops);
+    }
+    return sc;
+}
+
+/* The call's status against check's: the same, but for what only running can find
+ * (memory, threads). */
+static void check_agrees(fa_status sc, fa_status st, const char *what) {
+    const int run_only = st == FA_ERR_OUT_OF_MEMORY || st == FA_ERR_THREADS;
+    if (sc != st && !(sc == FA_OK && run_only))
+        FINDING("%s: fa_forward_check said %s, fa_forward %s", what, fa_status_string(sc), fa_status_string(st));
+}
+
 /* ------------------------------------------------------------ the small calls */
 
 static void fuzz_misc(reader *r) {
@@ -1664,7 +1700,7 @@ static void fuzz_misc(reader *r) {
     if (fa_merge_states(NULL, 1, NULL, NULL, NULL, NULL) != FA_ERR_NULL_CONTEXT) FINDING("merge on NULL");
     double pv;
     const fa_probe_kind kind = (fa_probe_kind)(int8_t)u8(r);
-    if (kind < 1 || kind > 3) {
+    if (kind < FA_PROBE_FMA_PEAK || kind > FA_PROBE_TILE_PEAK) {
         if (fa_probe(g_ctx, kind, &pv) == FA_OK) FINDING("probe of kind %d", (int)kind);
     }
     if (fa_probe(g_ctx, FA_PROBE_FMA_PEAK, NULL) == FA_OK) FINDING("probe with NULL value");
