@@ -94,30 +94,13 @@ static void print_row_json(const cli_shape *s, const char *isa, const bwd_row *r
     FILE *f = stdout;
     const cli_timing *t = &r->t;
     const double gflops = gflops_of(t, r->flops);
-    fputs("{\"algo\":", f);
-    cli_json_string(f, fa_algo_name(t->algo));
-    cli_json_shape(f, s, isa);
-    fprintf(f, ",\"threads\":%lld", (long long)t->threads);
-    fputs(",\"median_ms\":", f);
-    cli_json_number(f, t->oom ? NAN : t->median_s * 1e3);
-    fputs(",\"gflops\":", f);
-    cli_json_number(f, gflops);
-    fputs(",\"extra_bytes\":", f);
-    cli_json_int(f, t->extra_bytes, !t->oom);
+    cli_json_run_head(f, s, isa, t, gflops);
     fputs(",\"pass\":", f);
     cli_json_string(f, r->step ? "fwd+bwd" : "backward");
     fprintf(f, ",\"backward_passes\":%lld", (long long)r->t.passes);
     fputs(",\"dropout\":", f);
     cli_json_number(f, s->dropout);
-    fprintf(f, ",\"window_left\":%lld,\"window_right\":%lld,\"runs\":%lld,\"flops\":",
-            (long long)s->window_left, (long long)s->window_right, (long long)s->runs);
-    cli_json_number(f, r->flops);
-    fputs(",\"speedup_vs_standard\":", f);
-    cli_json_number(f, (!t->oom && r->standard_s > 0) ? r->standard_s / t->median_s : NAN);
-    fputs(",\"tile_q\":", f);
-    cli_json_int(f, t->tile_q, t->tile_q > 0);
-    fputs(",\"tile_kv\":", f);
-    cli_json_int(f, t->tile_kv, t->tile_kv > 0);
+    cli_json_run_tiles(f, s, t, r->flops, r->standard_s);
     cli_json_peak(f, peak, pct_of(t, gflops, peak));
     if (t->oom)
         fputs(",\"error\":\"out of memory\"", f);
@@ -148,21 +131,9 @@ static void print_rows_table(const cli_shape *s, const char *isa, const bwd_row 
         snprintf(c[4], CLI_CELL, "%s", shape);
         snprintf(c[5], CLI_CELL, "%lld", (long long)t->threads);
         cli_tiles_cell(c[6], t);
-        if (t->oom) {
-            snprintf(c[7], CLI_CELL, "out of memory");
-            for (int k = 8; k < ROW_COLS; k++)
-                snprintf(c[k], CLI_CELL, "-");
-            continue;
-        }
         const double gflops = gflops_of(t, rows[r].flops);
-        const double pct = pct_of(t, gflops, peak);
-        snprintf(c[7], CLI_CELL, "%.3f", t->median_s * 1e3);
-        snprintf(c[8], CLI_CELL, "%.2f", gflops);
-        if (isfinite(pct))
-            snprintf(c[9], CLI_CELL, "%.1f", pct);
-        else
-            snprintf(c[9], CLI_CELL, "-");
-        snprintf(c[10], CLI_CELL, "%.2f", (double)t->extra_bytes / (1024.0 * 1024.0));
+        if (!cli_run_cells(cells, ROW_COLS, r, 7, t, gflops, pct_of(t, gflops, peak)))
+            continue;
         if (rows[r].standard_s > 0)
             snprintf(c[11], CLI_CELL, "%.2fx", rows[r].standard_s / t->median_s);
         else
@@ -264,38 +235,8 @@ static void print_seq_table(const bwd_seq_row *rows, int n, const cli_peak *peak
     static const int right[SEQ_COLS] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     for (int r = 0; r < n; r++) {
         const bwd_seq_row *row = &rows[r];
-        const double flops = cli_backward_flops(&row->shape);
-        char *c[SEQ_COLS];
-        for (int k = 0; k < SEQ_COLS; k++)
-            c[k] = cli_cell(cells, SEQ_COLS, r, k);
-        snprintf(c[0], CLI_CELL, "%lld", (long long)row->shape.seq);
-        cli_tiles_cell(c[1], &row->flash);
-        if (row->flash.oom) {
-            snprintf(c[2], CLI_CELL, "out of memory");
-            snprintf(c[5], CLI_CELL, "-");
-            snprintf(c[6], CLI_CELL, "-");
-            snprintf(c[7], CLI_CELL, "-");
-        } else {
-            const double gf = gflops_of(&row->flash, flops), pct = cli_pct_peak(gf, peak);
-            snprintf(c[2], CLI_CELL, "%.3f", row->flash.median_s * 1e3);
-            snprintf(c[5], CLI_CELL, "%.2f", gf);
-            if (isfinite(pct))
-                snprintf(c[6], CLI_CELL, "%.1f", pct);
-            else
-                snprintf(c[6], CLI_CELL, "-");
-            cli_format_bytes(c[7], CLI_CELL, (double)row->flash.extra_bytes);
-        }
-        if (row->standard.oom) {
-            snprintf(c[3], CLI_CELL, "out of memory");
-            snprintf(c[8], CLI_CELL, "-");
-        } else {
-            snprintf(c[3], CLI_CELL, "%.3f", row->standard.median_s * 1e3);
-            cli_format_bytes(c[8], CLI_CELL, (double)row->standard.extra_bytes);
-        }
-        if (row->flash.oom || row->standard.oom)
-            snprintf(c[4], CLI_CELL, "-");
-        else
-            snprintf(c[4], CLI_CELL, "%.2fx", row->standard.median_s / row->flash.median_s);
+        cli_seq_pair_cells(cells, SEQ_COLS, r, &row->shape, &row->flash, &row->standard,
+                           cli_backward_flops(&row->shape), peak);
     }
     cli_print_table(stdout, SEQ_COLS, head, right, n, cells);
 }

@@ -157,25 +157,8 @@ static void print_json(const cli_shape *s, const char *isa, const cli_timing *t,
 {
     FILE *f = stdout;
     const double gflops = t->oom ? NAN : flops / t->median_s * 1e-9;
-    fputs("{\"algo\":", f);
-    cli_json_string(f, fa_algo_name(t->algo));
-    cli_json_shape(f, s, isa);
-    fprintf(f, ",\"threads\":%lld", (long long)t->threads);
-    fputs(",\"median_ms\":", f);
-    cli_json_number(f, t->oom ? NAN : t->median_s * 1e3);
-    fputs(",\"gflops\":", f);
-    cli_json_number(f, gflops);
-    fputs(",\"extra_bytes\":", f);
-    cli_json_int(f, t->extra_bytes, !t->oom);
-    fprintf(f, ",\"window_left\":%lld,\"window_right\":%lld,\"runs\":%lld,\"flops\":",
-            (long long)s->window_left, (long long)s->window_right, (long long)s->runs);
-    cli_json_number(f, flops);
-    fputs(",\"speedup_vs_standard\":", f);
-    cli_json_number(f, (!t->oom && standard_s > 0) ? standard_s / t->median_s : NAN);
-    fputs(",\"tile_q\":", f);
-    cli_json_int(f, t->tile_q, t->tile_q > 0);
-    fputs(",\"tile_kv\":", f);
-    cli_json_int(f, t->tile_kv, t->tile_kv > 0);
+    cli_json_run_head(f, s, isa, t, gflops);
+    cli_json_run_tiles(f, s, t, flops, standard_s);
     fprintf(f, ",\"kv_packed\":%lld,\"kv_pack_ms\":%.3f", (long long)t->kv_packed, (double)t->kv_pack_us * 1e-3);
     /* The reference runs fp64 on one thread: a share of the threads' fp32 peak means nothing. */
     cli_json_peak(f, peak, t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak));
@@ -206,22 +189,10 @@ static void print_table(const cli_shape *s, const char *isa, const cli_timing *r
         snprintf(cli_cell(cells, SINGLE_COLS, r, 3), CLI_CELL, "%s", shape);
         snprintf(cli_cell(cells, SINGLE_COLS, r, 4), CLI_CELL, "%lld", (long long)t->threads);
         cli_tiles_cell(cli_cell(cells, SINGLE_COLS, r, 5), t);
-        if (t->oom) {
-            snprintf(cli_cell(cells, SINGLE_COLS, r, 6), CLI_CELL, "out of memory");
-            for (int c = 7; c < SINGLE_COLS; c++)
-                snprintf(cli_cell(cells, SINGLE_COLS, r, c), CLI_CELL, "-");
-            continue;
-        }
         const double gflops = flops / t->median_s * 1e-9;
         const double pct = t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak);
-        snprintf(cli_cell(cells, SINGLE_COLS, r, 6), CLI_CELL, "%.3f", t->median_s * 1e3);
-        snprintf(cli_cell(cells, SINGLE_COLS, r, 7), CLI_CELL, "%.2f", gflops);
-        if (isfinite(pct))
-            snprintf(cli_cell(cells, SINGLE_COLS, r, 8), CLI_CELL, "%.1f", pct);
-        else
-            snprintf(cli_cell(cells, SINGLE_COLS, r, 8), CLI_CELL, "-");
-        snprintf(cli_cell(cells, SINGLE_COLS, r, 9), CLI_CELL, "%.2f",
-                 (double)t->extra_bytes / (1024.0 * 1024.0));
+        if (!cli_run_cells(cells, SINGLE_COLS, r, 6, t, gflops, pct))
+            continue;
         if (standard_s > 0)
             snprintf(cli_cell(cells, SINGLE_COLS, r, 10), CLI_CELL, "%.2fx", standard_s / t->median_s);
         else
@@ -333,37 +304,8 @@ static void print_seq_table(const seq_row *rows, int n, const cli_peak *peak, ch
     static const int right[SEQ_COLS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     for (int r = 0; r < n; r++) {
         const seq_row *row = &rows[r];
-        const double flops = cli_flops(&row->shape);
-        snprintf(cli_cell(cells, SEQ_COLS, r, 0), CLI_CELL, "%lld", (long long)row->shape.seq);
-        cli_tiles_cell(cli_cell(cells, SEQ_COLS, r, 1), &row->flash);
-        if (row->flash.oom) {
-            snprintf(cli_cell(cells, SEQ_COLS, r, 2), CLI_CELL, "out of memory");
-            snprintf(cli_cell(cells, SEQ_COLS, r, 5), CLI_CELL, "-");
-            snprintf(cli_cell(cells, SEQ_COLS, r, 6), CLI_CELL, "-");
-            snprintf(cli_cell(cells, SEQ_COLS, r, 7), CLI_CELL, "-");
-        } else {
-            const double gf = flops / row->flash.median_s * 1e-9, pct = cli_pct_peak(gf, peak);
-            snprintf(cli_cell(cells, SEQ_COLS, r, 2), CLI_CELL, "%.3f", row->flash.median_s * 1e3);
-            snprintf(cli_cell(cells, SEQ_COLS, r, 5), CLI_CELL, "%.2f", gf);
-            if (isfinite(pct))
-                snprintf(cli_cell(cells, SEQ_COLS, r, 6), CLI_CELL, "%.1f", pct);
-            else
-                snprintf(cli_cell(cells, SEQ_COLS, r, 6), CLI_CELL, "-");
-            cli_format_bytes(cli_cell(cells, SEQ_COLS, r, 7), CLI_CELL, (double)row->flash.extra_bytes);
-        }
-        if (row->standard.oom) {
-            snprintf(cli_cell(cells, SEQ_COLS, r, 3), CLI_CELL, "out of memory");
-            snprintf(cli_cell(cells, SEQ_COLS, r, 8), CLI_CELL, "-");
-        } else {
-            snprintf(cli_cell(cells, SEQ_COLS, r, 3), CLI_CELL, "%.3f", row->standard.median_s * 1e3);
-            cli_format_bytes(cli_cell(cells, SEQ_COLS, r, 8), CLI_CELL,
-                             (double)row->standard.extra_bytes);
-        }
-        if (row->flash.oom || row->standard.oom)
-            snprintf(cli_cell(cells, SEQ_COLS, r, 4), CLI_CELL, "-");
-        else
-            snprintf(cli_cell(cells, SEQ_COLS, r, 4), CLI_CELL, "%.2fx",
-                     row->standard.median_s / row->flash.median_s);
+        cli_seq_pair_cells(cells, SEQ_COLS, r, &row->shape, &row->flash, &row->standard, cli_flops(&row->shape),
+                           peak);
         if (row->flash_modelled)
             cli_format_bytes(cli_cell(cells, SEQ_COLS, r, 9), CLI_CELL,
                              row->flash_traffic.read_bytes + row->flash_traffic.write_bytes);
@@ -560,34 +502,21 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
     int json = 0, no_probe = 0, model_only = 0, warmup_only = 0, n_seqs = 0, seq_given = 0;
     int backward = 0;
     int64_t seqs[SEQS_MAX], cold_bytes = 0; /* -1: --cold without a size */
+    const cli_switch switches[] = {{"--json", &json},
+                                   {"--no-probe", &no_probe},
+                                   {"--backward", &backward},
+                                   {"--model-only", &model_only},
+                                   {"--warmup-only", &warmup_only}};
     for (int i = 1; i < argc; i++) {
         const char *value = NULL;
         if (is_flag(argv[i], "--seq") || is_flag(argv[i], "--seq-kv"))
             seq_given = 1;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        if (cli_is_help(argv[i])) {
             bench_usage(stdout);
             return CLI_EXIT_OK;
         }
-        if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
+        if (cli_switch_flag(argv[i], switches, (int)(sizeof switches / sizeof switches[0])))
             continue;
-        }
-        if (strcmp(argv[i], "--no-probe") == 0) {
-            no_probe = 1;
-            continue;
-        }
-        if (strcmp(argv[i], "--backward") == 0) {
-            backward = 1;
-            continue;
-        }
-        if (strcmp(argv[i], "--model-only") == 0) {
-            model_only = 1;
-            continue;
-        }
-        if (strcmp(argv[i], "--warmup-only") == 0) {
-            warmup_only = 1;
-            continue;
-        }
         /* --cold alone is a switch, like --causal: its size only comes after '=' */
         if (strcmp(argv[i], "--cold") == 0) {
             cold_bytes = -1; /* twice the L2, or with --decode the last-level cache */

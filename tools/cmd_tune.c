@@ -128,7 +128,7 @@ static void print_saved(const fa_tune_result *r, int save)
 static int parse_flags(int argc, char **argv, cli_shape *s, int *save)
 {
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        if (cli_is_help(argv[i])) {
             tune_usage(stdout);
             return 1;
         }

@@ -127,6 +127,12 @@ void cli_json_peak(FILE *f, const cli_peak *peak, double pct);
 void cli_json_seq_pair(FILE *f, const cli_timing *flash, const cli_timing *standard, int64_t runs, double flops,
                        const cli_peak *peak);
 void cli_json_seq_end(FILE *f, const cli_timing *flash, const cli_timing *standard);
+/* The first fields of a one-run bench row: {"algo":.. and the shape, then threads,
+ * median_ms, gflops, extra_bytes (null where the run ran out of memory). */
+void cli_json_run_head(FILE *f, const cli_shape *s, const char *isa, const cli_timing *t, double gflops);
+/* A one-run row's window, runs, flops, speedup_vs_standard (standard_s 0: unknown)
+ * and tiles. */
+void cli_json_run_tiles(FILE *f, const cli_shape *s, const cli_timing *t, double flops, double standard_s);
 
 /* ------------------------------------------------------ bench's tables */
 
@@ -149,5 +155,15 @@ char *cli_cell(char *cells, int cols, int r, int c);
 
 /* "128x256", or "-" for an algorithm without tiles. */
 void cli_tiles_cell(char *buf, const cli_timing *t);
+
+/* A run's cells from column k of row r: median ms, GFLOP/s, % peak ("-" unless
+ * finite), extra MiB; a run out of memory: "out of memory", then "-" to the row's
+ * end. 1 when the run has a time, else 0. */
+int cli_run_cells(char *cells, int cols, int r, int k, const cli_timing *t, double gflops, double pct);
+
+/* Columns 0..8 of a --seqs row, flash against standard over `flops`: N, tiles, flash
+ * ms, standard ms, speed-up, GFLOP/s, % peak (of flash), flash extra, std extra. */
+void cli_seq_pair_cells(char *cells, int cols, int r, const cli_shape *s, const cli_timing *flash,
+                        const cli_timing *standard, double flops, const cli_peak *peak);
 
 #endif /* FLASHATTN_TOOLS_MEASURE_H */

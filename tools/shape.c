@@ -250,6 +250,42 @@ static int elems_ok(int64_t a, int64_t b, int64_t c, int64_t d, int64_t *out)
            (uint64_t)*out <= (uint64_t)(SIZE_MAX / 8);
 }
 
+int cli_is_help(const char *arg)
+{
+    return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
+}
+
+int cli_switch_flag(const char *arg, const cli_switch *sw, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (strcmp(arg, sw[k].flag) == 0) {
+            *sw[k].on = 1;
+            return 1;
+        }
+    return 0;
+}
+
+/* The shape's flags that are context settings: checked against the library's
+ * bounds by cli_shape_finish, set by cli_context_make. */
+enum { SHAPE_SETTINGS = 4 };
+typedef struct shape_setting {
+    fa_param param;
+    const char *flag; /* the CLI flag */
+    const char *what; /* the setting, in messages */
+    int64_t value;
+} shape_setting;
+
+static void shape_settings(const cli_shape *s, shape_setting out[SHAPE_SETTINGS])
+{
+    const shape_setting all[SHAPE_SETTINGS] = {
+        {FA_PARAM_THREADS, "--threads", "threads", s->threads},
+        {FA_PARAM_TILE_Q, "--tile-q", "tile_q", s->tile_q},
+        {FA_PARAM_TILE_KV, "--tile-kv", "tile_kv", s->tile_kv},
+        {FA_PARAM_KV_PACK, "--kv-pack", "kv_pack", s->kv_pack},
+    };
+    memcpy(out, all, sizeof all);
+}
+
 int cli_shape_finish(cli_shape *s, const char *verb)
 {
     if (s->kv_heads == 0)
@@ -264,13 +300,9 @@ int cli_shape_finish(cli_shape *s, const char *verb)
         return -1;
     }
     /* The library's own bounds, so a bad value is a usage error, not a failed run. */
-    const struct { fa_param param; const char *flag; int64_t value; } bounded[] = {
-        {FA_PARAM_THREADS, "--threads", s->threads},
-        {FA_PARAM_TILE_Q, "--tile-q", s->tile_q},
-        {FA_PARAM_TILE_KV, "--tile-kv", s->tile_kv},
-        {FA_PARAM_KV_PACK, "--kv-pack", s->kv_pack},
-    };
-    for (size_t n = 0; n < sizeof bounded / sizeof bounded[0]; n++) {
+    shape_setting bounded[SHAPE_SETTINGS];
+    shape_settings(s, bounded);
+    for (size_t n = 0; n < SHAPE_SETTINGS; n++) {
         int64_t lo, hi;
         if (fa_param_bounds(bounded[n].param, &lo, &hi) == FA_OK &&
             (bounded[n].value < lo || bounded[n].value > hi)) {
@@ -395,13 +427,9 @@ int cli_context_make(const cli_shape *s, const char *verb, fa_context **out)
         fprintf(stderr, "flashattn %s: cannot create a context: %s\n", verb, fa_status_string(st));
         return -1;
     }
-    const struct { fa_param param; const char *what; int64_t value; } settings[] = {
-        {FA_PARAM_THREADS, "threads", s->threads},
-        {FA_PARAM_TILE_Q, "tile_q", s->tile_q},
-        {FA_PARAM_TILE_KV, "tile_kv", s->tile_kv},
-        {FA_PARAM_KV_PACK, "kv_pack", s->kv_pack},
-    };
-    for (size_t n = 0; n < sizeof settings / sizeof settings[0]; n++) {
+    shape_setting settings[SHAPE_SETTINGS];
+    shape_settings(s, settings);
+    for (size_t n = 0; n < SHAPE_SETTINGS; n++) {
         st = fa_context_set(ctx, settings[n].param, settings[n].value);
         if (st != FA_OK) {
             fprintf(stderr, "flashattn %s: setting %s: %s: %s\n", verb, settings[n].what,

@@ -48,6 +48,18 @@ cli_shape cli_shape_defaults(void);
  */
 int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb);
 
+/* arg asks for a verb's help: --help or -h. */
+int cli_is_help(const char *arg);
+
+/* A verb's own switches (flags without a value), each setting its int to 1. */
+typedef struct cli_switch {
+    const char *flag;
+    int *on;
+} cli_switch;
+
+/* When arg is one of the n switches, sets it and returns 1; else 0. */
+int cli_switch_flag(const char *arg, const cli_switch *sw, int n);
+
 /* Resolves the defaults that follow other flags and checks the flags together. 0 or -1. */
 int cli_shape_finish(cli_shape *s, const char *verb);
 
