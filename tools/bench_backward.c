@@ -16,44 +16,30 @@
 
 /* Everything one shape's forward and backward read and write. */
 typedef struct bwd_buffers {
-    cli_inputs in;
-    void *o;
-    float *lse;
+    cli_timed_io io;
     cli_grads g;
-    double *times;
     fa_forward_args fwd;
     fa_backward_args bwd; /* bwd.fwd points at fwd: the struct stays where it was made */
 } bwd_buffers;
 
 static void buffers_free(bwd_buffers *b)
 {
-    cli_free(b->times);
-    cli_free(b->o);
-    cli_free(b->lse);
     cli_grads_free(&b->g);
-    cli_inputs_free(&b->in);
+    cli_timed_io_free(&b->io);
     memset(b, 0, sizeof *b);
 }
 
 static int buffers_make(const cli_shape *s, bwd_buffers *b)
 {
     memset(b, 0, sizeof *b);
-    if (cli_inputs_make(s, &b->in) != 0)
+    /* The training forward: the lse is what the backward recomputes P from. */
+    if (cli_timed_io_make(s, 1, &b->io) != 0)
         return -1;
     if (cli_grads_make(s, s->dtype, &b->g) != 0) {
         buffers_free(b);
         return -1;
     }
-    b->o = cli_alloc(b->in.o_elems, fa_dtype_size(s->dtype));
-    b->lse = cli_alloc(b->in.lse_elems, sizeof(float));
-    b->times = cli_alloc(s->runs > 0 ? s->runs : 1, sizeof *b->times);
-    if (!b->o || !b->lse || !b->times) {
-        fprintf(stderr, "flashattn bench: out of memory allocating o and lse\n");
-        buffers_free(b);
-        return -1;
-    }
-    /* The training forward: the lse is what the backward recomputes P from. */
-    b->fwd = cli_forward_args(s, &b->in, b->o, s->dtype, b->lse);
+    b->fwd = cli_forward_args(s, &b->io.in, b->io.o, s->dtype, b->io.lse);
     b->bwd = cli_backward_args(s, &b->fwd, &b->g);
     return 0;
 }
@@ -165,7 +151,7 @@ int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak
         for (int step = 0; step < 2; step++, n++) {
             rows[n].step = step;
             rows[n].flops = step ? fwd_flops + bwd_flops : bwd_flops;
-            if (cli_time_backward(ctx, s, algos[a], &b.fwd, &b.bwd, step, b.times, flush,
+            if (cli_time_backward(ctx, s, algos[a], &b.fwd, &b.bwd, step, b.io.times, flush,
                                   &rows[n].t, "bench") != 0) {
                 buffers_free(&b);
                 return CLI_EXIT_FAIL;
@@ -258,10 +244,10 @@ int bench_backward_seqs(fa_context *ctx, const cli_shape *shapes, int n, int jso
         if (buffers_make(&rows[r].shape, &b) != 0)
             goto done;
         int rc = cli_time_backward(ctx, &rows[r].shape, FA_ALGO_FLASH, &b.fwd, &b.bwd, 0,
-                                   b.times, flush, &rows[r].flash, "bench");
+                                   b.io.times, flush, &rows[r].flash, "bench");
         if (rc == 0)
             rc = cli_time_backward(ctx, &rows[r].shape, FA_ALGO_STANDARD, &b.fwd, &b.bwd, 0,
-                                   b.times, flush, &rows[r].standard, "bench");
+                                   b.io.times, flush, &rows[r].standard, "bench");
         buffers_free(&b);
         if (rc != 0)
             goto done;

@@ -119,34 +119,17 @@ static int64_t workspace_per_thread(const cli_timing *t)
 
 /* Inputs and output of one shape, and room for its run times. */
 typedef struct bench_buffers {
-    cli_inputs in;
-    void *o;
-    double *times;
+    cli_timed_io io;
     fa_forward_args args;
 } bench_buffers;
-
-static void buffers_free(bench_buffers *b)
-{
-    cli_free(b->times);
-    cli_free(b->o);
-    cli_inputs_free(&b->in);
-    memset(b, 0, sizeof *b);
-}
 
 static int buffers_make(const cli_shape *s, bench_buffers *b)
 {
     memset(b, 0, sizeof *b);
-    if (cli_inputs_make(s, &b->in) != 0)
-        return -1;
-    b->o = cli_alloc(b->in.o_elems, fa_dtype_size(s->dtype));
-    b->times = cli_alloc(s->runs > 0 ? s->runs : 1, sizeof *b->times);
-    if (!b->o || !b->times) {
-        fprintf(stderr, "flashattn bench: out of memory allocating the output\n");
-        buffers_free(b);
-        return -1;
-    }
     /* No LSE: the inference forward, which is what a serving stack calls. */
-    b->args = cli_forward_args(s, &b->in, b->o, s->dtype, NULL);
+    if (cli_timed_io_make(s, 0, &b->io) != 0)
+        return -1;
+    b->args = cli_forward_args(s, &b->io.in, b->io.o, s->dtype, NULL);
     return 0;
 }
 
@@ -232,12 +215,12 @@ static int bench_single(fa_context *ctx, const cli_shape *s, int json, const cli
     if (buffers_make(s, &b) != 0)
         return CLI_EXIT_FAIL;
     for (int a = 0; a < n_algos; a++) {
-        if (cli_time_algo(ctx, s, algos[a], &b.args, b.times, flush, &rows[a], "bench") != 0) {
-            buffers_free(&b);
+        if (cli_time_algo(ctx, s, algos[a], &b.args, b.io.times, flush, &rows[a], "bench") != 0) {
+            cli_timed_io_free(&b.io);
             return CLI_EXIT_FAIL;
         }
     }
-    buffers_free(&b);
+    cli_timed_io_free(&b.io);
     if (s->runs == 0)
         return CLI_EXIT_OK; /* --warmup-only */
 
@@ -323,12 +306,12 @@ static int run_seq_row(fa_context *ctx, seq_row *r, int64_t l2, cli_flush *flush
     bench_buffers b;
     if (buffers_make(&r->shape, &b) != 0)
         return -1;
-    int rc = cli_time_algo(ctx, &r->shape, FA_ALGO_FLASH, &b.args, b.times, flush, &r->flash,
+    int rc = cli_time_algo(ctx, &r->shape, FA_ALGO_FLASH, &b.args, b.io.times, flush, &r->flash,
                            "bench");
     if (rc == 0)
-        rc = cli_time_algo(ctx, &r->shape, FA_ALGO_STANDARD, &b.args, b.times, flush,
+        rc = cli_time_algo(ctx, &r->shape, FA_ALGO_STANDARD, &b.args, b.io.times, flush,
                            &r->standard, "bench");
-    buffers_free(&b);
+    cli_timed_io_free(&b.io);
     if (rc != 0)
         return -1;
     r->flash_modelled = !r->flash.oom;
@@ -430,8 +413,8 @@ static int bench_model(fa_context *ctx, const seq_row *proto, int n, int json)
             free(cells);
             return CLI_EXIT_FAIL;
         }
-        int rc = cli_time_algo(ctx, &s, FA_ALGO_FLASH, &b.args, b.times, NULL, &flash, "bench");
-        buffers_free(&b);
+        int rc = cli_time_algo(ctx, &s, FA_ALGO_FLASH, &b.args, b.io.times, NULL, &flash, "bench");
+        cli_timed_io_free(&b.io);
         if (rc != 0 || flash.oom) {
             if (flash.oom)
                 fprintf(stderr, "flashattn bench: flash: out of memory\n");
@@ -544,11 +527,8 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
             r = cli_shape_flag(&s, argc, argv, &i, "bench");
         if (r < 0)
             return CLI_EXIT_USAGE;
-        if (r == 0) {
-            fprintf(stderr, "flashattn bench: unknown argument '%s'\n\n", argv[i]);
-            bench_usage(stderr);
-            return CLI_EXIT_USAGE;
-        }
+        if (r == 0)
+            return cli_unknown_arg("bench", argv[i], bench_usage);
     }
     if (n_seqs > 0 && s.algo_given) {
         fprintf(stderr, "flashattn bench: --seqs always compares flash with standard; "

@@ -177,11 +177,8 @@ int cmd_check(int argc, char **argv)
         int r = cli_shape_flag(&s, argc, argv, &i, "check");
         if (r < 0)
             return CLI_EXIT_USAGE;
-        if (r == 0) {
-            fprintf(stderr, "flashattn check: unknown argument '%s'\n\n", argv[i]);
-            check_usage(stderr);
-            return CLI_EXIT_USAGE;
-        }
+        if (r == 0)
+            return cli_unknown_arg("check", argv[i], check_usage);
     }
     if (cli_shape_finish(&s, "check") != 0)
         return CLI_EXIT_USAGE;

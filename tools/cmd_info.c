@@ -28,9 +28,7 @@ int cmd_info(int argc, char **argv)
             info_usage(stdout);
             return CLI_EXIT_OK;
         }
-        fprintf(stderr, "flashattn info: unknown argument '%s'\n\n", argv[i]);
-        info_usage(stderr);
-        return CLI_EXIT_USAGE;
+        return cli_unknown_arg("info", argv[i], info_usage);
     }
 
     const char *arch = getenv("FLASHATTN_ARCH");

@@ -140,8 +140,7 @@ static int parse_flags(int argc, char **argv, cli_shape *s, int *save)
         if (r < 0)
             return -1;
         if (r == 0) {
-            fprintf(stderr, "flashattn tune: unknown argument '%s'\n\n", argv[i]);
-            tune_usage(stderr);
+            cli_unknown_arg("tune", argv[i], tune_usage);
             return -1;
         }
     }
