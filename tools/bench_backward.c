@@ -132,14 +132,8 @@ int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak
                    cli_flush *flush)
 {
     const double fwd_flops = cli_flops(s), bwd_flops = cli_backward_flops(s);
-    fa_algo algos[2];
-    int n_algos = 0;
-    if (s->algo_given) {
-        algos[n_algos++] = s->algo;
-    } else {
-        algos[n_algos++] = FA_ALGO_FLASH;
-        algos[n_algos++] = FA_ALGO_STANDARD;
-    }
+    fa_algo algos[3];
+    const int n_algos = cli_bench_algos(s, 0, algos);
 
     bwd_buffers b;
     bwd_row rows[MAX_ROWS];
@@ -227,54 +221,44 @@ static void print_seq_table(const bwd_seq_row *rows, int n, const cli_peak *peak
     cli_print_table(stdout, SEQ_COLS, head, right, n, cells);
 }
 
+static int seqs_run(const cli_seqs *sw, void *rows, int r)
+{
+    bwd_seq_row *row = (bwd_seq_row *)rows + r;
+    row->shape = ((const cli_shape *)sw->shapes)[r];
+    bwd_buffers b;
+    if (buffers_make(&row->shape, &b) != 0)
+        return -1;
+    int rc = cli_time_backward(sw->ctx, &row->shape, FA_ALGO_FLASH, &b.fwd, &b.bwd, 0, b.io.times, sw->flush,
+                               &row->flash, "bench");
+    if (rc == 0)
+        rc = cli_time_backward(sw->ctx, &row->shape, FA_ALGO_STANDARD, &b.fwd, &b.bwd, 0, b.io.times, sw->flush,
+                               &row->standard, "bench");
+    buffers_free(&b);
+    return rc != 0 ? -1 : 0;
+}
+
+static void seqs_json(const cli_seqs *sw, const void *rows, int r)
+{
+    print_seq_json((const bwd_seq_row *)rows + r, sw->isa, sw->peak);
+}
+
+static void seqs_text(const cli_seqs *sw, const void *rows_, char *cells)
+{
+    const bwd_seq_row *rows = rows_;
+    const cli_shape *s = sw->shapes;
+    cli_print_seqs_head("--backward --seqs", "flash vs standard backward", s, sw->isa, rows[0].flash.threads,
+                        ", each after one untimed forward", sw->flush);
+    printf("# GFLOP/s and %% peak are flash's: 2.5 x 2*(D+Dv)*kept(i,j)*B*Hq / time\n");
+    cli_print_peak_line(sw->peak, sw->isa, cli_resolved_threads(s->threads));
+    printf("# extra = peak bytes a backward allocated (\"out of memory\": standard "
+           "materialises P, dP and dS per head); no traffic model for the backward\n");
+    print_seq_table(rows, sw->n, sw->peak, cells);
+}
+
 int bench_backward_seqs(fa_context *ctx, const cli_shape *shapes, int n, int json,
                         const cli_peak *peak, cli_flush *flush)
 {
-    const char *isa = fa_context_isa(ctx);
-    bwd_seq_row *rows = calloc((size_t)n, sizeof *rows);
-    char *cells = calloc((size_t)n * SEQ_COLS, CLI_CELL);
-    int status = CLI_EXIT_FAIL;
-    if (!rows || !cells) {
-        fprintf(stderr, "flashattn bench: out of memory\n");
-        goto done;
-    }
-    for (int r = 0; r < n; r++) {
-        rows[r].shape = shapes[r];
-        bwd_buffers b;
-        if (buffers_make(&rows[r].shape, &b) != 0)
-            goto done;
-        int rc = cli_time_backward(ctx, &rows[r].shape, FA_ALGO_FLASH, &b.fwd, &b.bwd, 0,
-                                   b.io.times, flush, &rows[r].flash, "bench");
-        if (rc == 0)
-            rc = cli_time_backward(ctx, &rows[r].shape, FA_ALGO_STANDARD, &b.fwd, &b.bwd, 0,
-                                   b.io.times, flush, &rows[r].standard, "bench");
-        buffers_free(&b);
-        if (rc != 0)
-            goto done;
-        if (json) {
-            print_seq_json(&rows[r], isa, peak);
-            fflush(stdout); /* a long sweep shows each row as it finishes */
-        }
-    }
-    if (!json) {
-        const cli_shape *s = &shapes[0];
-        char shape[CLI_CELL], note[128];
-        cli_compact_shape(s, 0, shape, sizeof shape);
-        printf("# flashattn %s bench --backward --seqs: flash vs standard backward, Sq = Sk = N, "
-               "%s %s, isa %s, %lld thread%s; median of %lld runs after 1 warm-up, each after "
-               "one untimed forward%s\n",
-               fa_version_string(), fa_dtype_name(s->dtype), shape, isa,
-               (long long)rows[0].flash.threads, rows[0].flash.threads == 1 ? "" : "s",
-               (long long)s->runs, cli_cold_note(flush, note, sizeof note));
-        printf("# GFLOP/s and %% peak are flash's: 2.5 x 2*(D+Dv)*kept(i,j)*B*Hq / time\n");
-        cli_print_peak_line(peak, isa, cli_resolved_threads(s->threads));
-        printf("# extra = peak bytes a backward allocated (\"out of memory\": standard "
-               "materialises P, dP and dS per head); no traffic model for the backward\n");
-        print_seq_table(rows, n, peak, cells);
-    }
-    status = CLI_EXIT_OK;
-done:
-    free(cells);
-    free(rows);
-    return status;
+    const cli_seqs sw = {ctx, fa_context_isa(ctx), peak, flush, shapes, n, json, SEQ_COLS, sizeof(bwd_seq_row),
+                         seqs_run, seqs_json, seqs_text};
+    return cli_run_seqs(&sw);
 }

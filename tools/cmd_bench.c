@@ -197,18 +197,9 @@ static int bench_single(fa_context *ctx, const cli_shape *s, int json, const cli
 {
     const double flops = cli_flops(s);
     fa_algo algos[3];
-    int n_algos = 0;
-    int reference_skipped = 0;
-    if (s->algo_given) {
-        algos[n_algos++] = s->algo;
-    } else {
-        algos[n_algos++] = FA_ALGO_FLASH;
-        algos[n_algos++] = FA_ALGO_STANDARD;
-        if (flops <= REFERENCE_MAX_FLOPS)
-            algos[n_algos++] = FA_ALGO_REFERENCE;
-        else
-            reference_skipped = 1;
-    }
+    const int with_reference = flops <= REFERENCE_MAX_FLOPS;
+    const int n_algos = cli_bench_algos(s, with_reference, algos);
+    const int reference_skipped = !s->algo_given && !with_reference;
 
     bench_buffers b;
     cli_timing rows[3];
@@ -322,48 +313,39 @@ static int run_seq_row(fa_context *ctx, seq_row *r, int64_t l2, cli_flush *flush
     return 0;
 }
 
+static int seqs_run(const cli_seqs *sw, void *rows, int r)
+{
+    seq_row *row = (seq_row *)rows + r;
+    *row = ((const seq_row *)sw->shapes)[r];
+    return run_seq_row(sw->ctx, row, cli_l2_bytes(), sw->flush);
+}
+
+static void seqs_json(const cli_seqs *sw, const void *rows, int r)
+{
+    print_seq_json((const seq_row *)rows + r, sw->isa, cli_l2_bytes(), sw->peak);
+}
+
+static void seqs_text(const cli_seqs *sw, const void *rows_, char *cells)
+{
+    const seq_row *rows = rows_;
+    const cli_shape *s = &((const seq_row *)sw->shapes)[0].shape;
+    char l2s[32];
+    cli_format_bytes(l2s, sizeof l2s, (double)cli_l2_bytes());
+    cli_print_seqs_head("--seqs", "flash vs standard", s, sw->isa, rows[0].flash.threads, "", sw->flush);
+    printf("# GFLOP/s and %% peak are flash's: 2*(D+Dv)*kept(i,j)*B*Hq / time\n");
+    cli_print_peak_line(sw->peak, sw->isa, cli_resolved_threads(s->threads));
+    printf("# extra = peak bytes a call allocated; traffic = modelled bytes to and from "
+           "memory beyond the %s L2 (bench/README.md)\n", l2s);
+    print_seq_table(rows, sw->n, sw->peak, cells);
+}
+
+/* proto: the rows' shapes (Sq = Sk = N). */
 static int bench_seqs(fa_context *ctx, const seq_row *proto, int n, int json,
                       const cli_peak *peak, cli_flush *flush)
 {
-    const int64_t l2 = cli_l2_bytes();
-    const char *isa = fa_context_isa(ctx);
-    const cli_shape *s = &proto[0].shape;
-    seq_row *rows = calloc((size_t)n, sizeof *rows);
-    char *cells = calloc((size_t)n * SEQ_COLS, CLI_CELL);
-    int status = CLI_EXIT_FAIL;
-    if (!rows || !cells) {
-        fprintf(stderr, "flashattn bench: out of memory\n");
-        goto done;
-    }
-    for (int r = 0; r < n; r++) {
-        rows[r] = proto[r];
-        if (run_seq_row(ctx, &rows[r], l2, flush) != 0)
-            goto done;
-        if (json) {
-            print_seq_json(&rows[r], isa, l2, peak);
-            fflush(stdout); /* a long sweep shows each row as it finishes */
-        }
-    }
-    if (!json) {
-        char shape[CLI_CELL], l2s[32], note[128];
-        cli_compact_shape(s, 0, shape, sizeof shape);
-        cli_format_bytes(l2s, sizeof l2s, (double)l2);
-        printf("# flashattn %s bench --seqs: flash vs standard, Sq = Sk = N, %s %s, isa %s, "
-               "%lld thread%s; median of %lld runs after 1 warm-up%s\n",
-               fa_version_string(), fa_dtype_name(s->dtype), shape, isa,
-               (long long)rows[0].flash.threads, rows[0].flash.threads == 1 ? "" : "s",
-               (long long)s->runs, cli_cold_note(flush, note, sizeof note));
-        printf("# GFLOP/s and %% peak are flash's: 2*(D+Dv)*kept(i,j)*B*Hq / time\n");
-        cli_print_peak_line(peak, isa, cli_resolved_threads(s->threads));
-        printf("# extra = peak bytes a call allocated; traffic = modelled bytes to and from "
-               "memory beyond the %s L2 (bench/README.md)\n", l2s);
-        print_seq_table(rows, n, peak, cells);
-    }
-    status = CLI_EXIT_OK;
-done:
-    free(cells);
-    free(rows);
-    return status;
+    const cli_seqs sw = {ctx, fa_context_isa(ctx), peak, flush, proto, n, json, SEQ_COLS, sizeof(seq_row),
+                         seqs_run, seqs_json, seqs_text};
+    return cli_run_seqs(&sw);
 }
 
 /* ------------------------------------------------------------ --model-only */

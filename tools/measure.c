@@ -404,6 +404,57 @@ void cli_tiles_cell(char *buf, const cli_timing *t)
         snprintf(buf, CLI_CELL, "-");
 }
 
+int cli_bench_algos(const cli_shape *s, int with_reference, fa_algo algos[3])
+{
+    int n = 0;
+    if (s->algo_given) {
+        algos[n++] = s->algo;
+    } else {
+        algos[n++] = FA_ALGO_FLASH;
+        algos[n++] = FA_ALGO_STANDARD;
+        if (with_reference)
+            algos[n++] = FA_ALGO_REFERENCE;
+    }
+    return n;
+}
+
+int cli_run_seqs(const cli_seqs *sw)
+{
+    char *rows = calloc((size_t)sw->n, sw->row_size);
+    char *cells = calloc((size_t)sw->n * (size_t)sw->cols, CLI_CELL);
+    int status = CLI_EXIT_FAIL;
+    if (!rows || !cells) {
+        fprintf(stderr, "flashattn bench: out of memory\n");
+        goto done;
+    }
+    for (int r = 0; r < sw->n; r++) {
+        if (sw->run(sw, rows, r) != 0)
+            goto done;
+        if (sw->json) {
+            sw->json_row(sw, rows, r);
+            fflush(stdout); /* a long sweep shows each row as it finishes */
+        }
+    }
+    if (!sw->json)
+        sw->text(sw, rows, cells);
+    status = CLI_EXIT_OK;
+done:
+    free(cells);
+    free(rows);
+    return status;
+}
+
+void cli_print_seqs_head(const char *flags, const char *what, const cli_shape *s, const char *isa,
+                         int64_t threads, const char *after, const cli_flush *flush)
+{
+    char shape[CLI_CELL], note[128];
+    cli_compact_shape(s, 0, shape, sizeof shape);
+    printf("# flashattn %s bench %s: %s, Sq = Sk = N, %s %s, isa %s, %lld thread%s; median of %lld runs after 1 "
+           "warm-up%s%s\n",
+           fa_version_string(), flags, what, fa_dtype_name(s->dtype), shape, isa, (long long)threads,
+           threads == 1 ? "" : "s", (long long)s->runs, after, cli_cold_note(flush, note, sizeof note));
+}
+
 int cli_run_cells(char *cells, int cols, int r, int k, const cli_timing *t, double gflops, double pct)
 {
     if (t->oom) {

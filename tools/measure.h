@@ -150,6 +150,36 @@ void cli_json_shape(FILE *f, const cli_shape *s, const char *isa);
  * agree; the sequence lengths only when with_seq. */
 void cli_compact_shape(const cli_shape *s, int with_seq, char *buf, size_t n);
 
+/*
+ * A --seqs sweep of n rows of row_size bytes (zeroed): run(sw, rows, r) times row
+ * r (0, or -1 after a message, which ends the sweep); with json, json_row prints
+ * each row as it finishes, else text prints the header and the table of `cols`
+ * columns (cells, zeroed, n x cols of CLI_CELL) once all ran. CLI_EXIT_OK or
+ * CLI_EXIT_FAIL.
+ */
+typedef struct cli_seqs {
+    fa_context *ctx;
+    const char *isa;
+    const cli_peak *peak;
+    cli_flush *flush;
+    const void *shapes; /* the caller's rows as given */
+    int n, json, cols;
+    size_t row_size;
+    int (*run)(const struct cli_seqs *sw, void *rows, int r);
+    void (*json_row)(const struct cli_seqs *sw, const void *rows, int r);
+    void (*text)(const struct cli_seqs *sw, const void *rows, char *cells);
+} cli_seqs;
+int cli_run_seqs(const cli_seqs *sw);
+
+/* The algorithms a bench times: --algo's alone, else flash, standard and, with
+ * with_reference, the reference. Returns how many (at most 3) are in algos. */
+int cli_bench_algos(const cli_shape *s, int with_reference, fa_algo algos[3]);
+
+/* "# flashattn <version> bench <flags>: <what>, Sq = Sk = N, <dtype> <shape>, isa ..,
+ * N threads; median of R runs after 1 warm-up<after><cold note>", a sweep's first line. */
+void cli_print_seqs_head(const char *flags, const char *what, const cli_shape *s, const char *isa,
+                         int64_t threads, const char *after, const cli_flush *flush);
+
 /* Cell (r, c) of a cli_print_table grid with `cols` columns. */
 char *cli_cell(char *cells, int cols, int r, int c);
 
