@@ -40,6 +40,16 @@ void fa_pack_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64
     }
 }
 
+/* One row of n to a 16-bit dtype: the table's converter on a dense row, else the
+ * scalar one of half.h, which rounds the same way. */
+static void store_half(uint16_t *out, int64_t sd, const float *in, int64_t n,
+                       void (*dense)(const float *, uint16_t *, int64_t), uint16_t (*one)(float))
+{
+    if (sd == 1) dense(in, out, n);
+    else
+        for (int64_t c = 0; c < n; c++) out[c * sd] = one(in[c]);
+}
+
 void fa_store_rows(const fa_tensor *t, const fa_kernels *kern, int64_t b, int64_t s0, int64_t rows, int64_t h,
                    int64_t cols, const float *src, int64_t ld)
 {
@@ -55,20 +65,12 @@ void fa_store_rows(const fa_tensor *t, const fa_kernels *kern, int64_t b, int64_
                 for (int64_t c = 0; c < cols; c++) out[c * sd] = in[c];
             break;
         }
-        case FA_DTYPE_F16: {
-            uint16_t *out = (uint16_t *)t->data + base;
-            if (sd == 1) kern->f32_to_f16(in, out, cols);
-            else
-                for (int64_t c = 0; c < cols; c++) out[c * sd] = fa_f32_to_f16(in[c]);
+        case FA_DTYPE_F16:
+            store_half((uint16_t *)t->data + base, sd, in, cols, kern->f32_to_f16, fa_f32_to_f16);
             break;
-        }
-        case FA_DTYPE_BF16: {
-            uint16_t *out = (uint16_t *)t->data + base;
-            if (sd == 1) kern->f32_to_bf16(in, out, cols);
-            else
-                for (int64_t c = 0; c < cols; c++) out[c * sd] = fa_f32_to_bf16(in[c]);
+        case FA_DTYPE_BF16:
+            store_half((uint16_t *)t->data + base, sd, in, cols, kern->f32_to_bf16, fa_f32_to_bf16);
             break;
-        }
         default:
             break;
         }

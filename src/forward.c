@@ -171,26 +171,44 @@ fa_status fa_forward_run(fa_context *ctx, const fa_forward_args *args)
     return FA_OK;
 }
 
-fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
+/* Every public call of this file on a context: the NULL check, the one-call-at-a-time
+ * guard around the call, and (with trace, for the calls that run) the verbose
+ * line of a failure. args and out are the call's own. */
+typedef fa_status (*entry_call)(fa_context *ctx, const void *args, void *out);
+
+static fa_status enter(fa_context *ctx, entry_call call, const void *args, void *out, int trace)
 {
     if (!ctx) return FA_ERR_NULL_CONTEXT;
     if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
-    const fa_status st = fa_forward_run(ctx, args);
-    if (st != FA_OK && ctx->set.verbose) fa_verbose_error(ctx, st);
+    const fa_status st = call(ctx, args, out);
+    if (trace && st != FA_OK && ctx->set.verbose) fa_verbose_error(ctx, st);
     fa_context_leave(ctx);
     return st;
 }
 
-fa_status fa_forward_check(fa_context *ctx, const fa_forward_args *args)
+static fa_status forward_run(fa_context *ctx, const void *args, void *out)
 {
-    if (!ctx) return FA_ERR_NULL_CONTEXT;
-    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
+    (void)out;
+    return fa_forward_run(ctx, args);
+}
+
+static fa_status forward_check(fa_context *ctx, const void *args, void *out)
+{
+    (void)out;
     fa_problem p;
     const fa_algo_entry *e;
     const char *fallback = NULL;
-    const fa_status st = prepare_forward(ctx, args, &p, &e, &fallback);
-    fa_context_leave(ctx);
-    return st;
+    return prepare_forward(ctx, args, &p, &e, &fallback);
+}
+
+fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
+{
+    return enter(ctx, forward_run, args, NULL, 1);
+}
+
+fa_status fa_forward_check(fa_context *ctx, const fa_forward_args *args)
+{
+    return enter(ctx, forward_check, args, NULL, 0);
 }
 
 /* ------------------------------------------------------------------- work */
@@ -217,8 +235,9 @@ static int64_t problem_pairs(const fa_problem *p)
     return pairs * p->Hq;
 }
 
-static fa_status forward_work(fa_context *ctx, const fa_forward_args *args, fa_work *out)
+static fa_status forward_work(fa_context *ctx, const void *args, void *out_)
 {
+    fa_work *out = out_;
     if (!out) return fa_fail(ctx, FA_ERR_NULL_POINTER, "out is NULL");
     if (out->struct_size < FA_WORK_MIN_SIZE || out->struct_size > sizeof(fa_work) + 4096)
         return fa_fail(ctx, FA_ERR_STRUCT_SIZE, "out->struct_size is %zu; initialise it with FA_WORK_INIT (%zu)",
@@ -240,11 +259,7 @@ static fa_status forward_work(fa_context *ctx, const fa_forward_args *args, fa_w
 
 fa_status fa_forward_work(fa_context *ctx, const fa_forward_args *args, fa_work *out)
 {
-    if (!ctx) return FA_ERR_NULL_CONTEXT;
-    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
-    const fa_status st = forward_work(ctx, args, out);
-    fa_context_leave(ctx);
-    return st;
+    return enter(ctx, forward_work, args, out, 0);
 }
 
 /* ---------------------------------------------------------------- backward */
@@ -275,8 +290,9 @@ static fa_status prepare_backward(fa_context *ctx, const fa_backward_args *args,
     return *e ? FA_OK : st;
 }
 
-static fa_status backward(fa_context *ctx, const fa_backward_args *args)
+static fa_status backward(fa_context *ctx, const void *args, void *out)
 {
+    (void)out;
     fa_problem p;
     fa_grads g;
     const char *fallback = NULL;
@@ -300,25 +316,22 @@ static fa_status backward(fa_context *ctx, const fa_backward_args *args)
     return FA_OK;
 }
 
-fa_status fa_backward(fa_context *ctx, const fa_backward_args *args)
+static fa_status backward_check(fa_context *ctx, const void *args, void *out)
 {
-    if (!ctx) return FA_ERR_NULL_CONTEXT;
-    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
-    const fa_status st = backward(ctx, args);
-    if (st != FA_OK && ctx->set.verbose) fa_verbose_error(ctx, st);
-    fa_context_leave(ctx);
-    return st;
-}
-
-fa_status fa_backward_check(fa_context *ctx, const fa_backward_args *args)
-{
-    if (!ctx) return FA_ERR_NULL_CONTEXT;
-    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
+    (void)out;
     fa_problem p;
     fa_grads g;
     const fa_algo_entry *e;
     const char *fallback = NULL;
-    const fa_status st = prepare_backward(ctx, args, &p, &g, &e, &fallback);
-    fa_context_leave(ctx);
-    return st;
+    return prepare_backward(ctx, args, &p, &g, &e, &fallback);
+}
+
+fa_status fa_backward(fa_context *ctx, const fa_backward_args *args)
+{
+    return enter(ctx, backward, args, NULL, 1);
+}
+
+fa_status fa_backward_check(fa_context *ctx, const fa_backward_args *args)
+{
+    return enter(ctx, backward_check, args, NULL, 0);
 }

@@ -88,42 +88,10 @@ static int64_t stride_mul(int64_t x, int64_t y)
     return fa_mul_ok(x, y, &r) ? r : INT64_MAX;
 }
 
-fa_tensor fa_tensor_make(void *data, fa_dtype dtype, fa_layout layout,
-                         int64_t batch, int64_t seq, int64_t heads, int64_t dim)
-{
-    /* Logical order is always (b, s, n, d); only the strides differ. */
-    fa_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dtype;
-    t.shape[0] = batch;
-    t.shape[1] = seq;
-    t.shape[2] = heads;
-    t.shape[3] = dim;
-    t.stride[3] = 1;
-    switch (layout) {
-    case FA_LAYOUT_BNSD:
-        t.stride[1] = dim;
-        t.stride[2] = stride_mul(seq, dim);
-        t.stride[0] = stride_mul(heads, t.stride[2]);
-        break;
-    case FA_LAYOUT_SBH:
-        t.stride[2] = dim;
-        t.stride[0] = stride_mul(heads, dim);
-        t.stride[1] = stride_mul(batch, t.stride[0]);
-        break;
-    case FA_LAYOUT_BSND:
-    case FA_LAYOUT_BSH:
-    default:
-        t.stride[2] = dim;
-        t.stride[1] = stride_mul(heads, dim);
-        t.stride[0] = stride_mul(seq, t.stride[1]);
-        break;
-    }
-    return t;
-}
-
-fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+/* A dense view of shape (d0, d1, d2, d3): d3 innermost (stride 1), then the dims
+ * o1, o2, o3 from inner to outer, each stride the product of the ones inside it. */
+static fa_tensor tensor_dense(void *data, fa_dtype dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3, int o1,
+                              int o2, int o3)
 {
     fa_tensor t;
     memset(&t, 0, sizeof t);
@@ -134,10 +102,31 @@ fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int64_t d0, int64_t d
     t.shape[2] = d2;
     t.shape[3] = d3;
     t.stride[3] = 1;
-    t.stride[2] = d3;
-    t.stride[1] = stride_mul(d2, d3);
-    t.stride[0] = stride_mul(d1, t.stride[1]);
+    t.stride[o1] = d3;
+    t.stride[o2] = stride_mul(t.shape[o1], d3);
+    t.stride[o3] = stride_mul(t.shape[o2], t.stride[o2]);
     return t;
+}
+
+fa_tensor fa_tensor_make(void *data, fa_dtype dtype, fa_layout layout,
+                         int64_t batch, int64_t seq, int64_t heads, int64_t dim)
+{
+    /* Logical order is always (b, s, n, d); only the strides differ. */
+    switch (layout) {
+    case FA_LAYOUT_BNSD:
+        return tensor_dense(data, dtype, batch, seq, heads, dim, 1, 2, 0);
+    case FA_LAYOUT_SBH:
+        return tensor_dense(data, dtype, batch, seq, heads, dim, 2, 0, 1);
+    case FA_LAYOUT_BSND:
+    case FA_LAYOUT_BSH:
+    default:
+        return tensor_dense(data, dtype, batch, seq, heads, dim, 2, 1, 0);
+    }
+}
+
+fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+    return tensor_dense(data, dtype, d0, d1, d2, d3, 2, 1, 0);
 }
 
 void fa_kv_cache_init(fa_kv_cache *cache)

@@ -16,44 +16,30 @@
 
 /* Everything one shape's forward and backward read and write. */
 typedef struct bwd_buffers {
-    cli_inputs in;
-    void *o;
-    float *lse;
+    cli_timed_io io;
     cli_grads g;
-    double *times;
     fa_forward_args fwd;
     fa_backward_args bwd; /* bwd.fwd points at fwd: the struct stays where it was made */
 } bwd_buffers;
 
 static void buffers_free(bwd_buffers *b)
 {
-    cli_free(b->times);
-    cli_free(b->o);
-    cli_free(b->lse);
     cli_grads_free(&b->g);
-    cli_inputs_free(&b->in);
+    cli_timed_io_free(&b->io);
     memset(b, 0, sizeof *b);
 }
 
 static int buffers_make(const cli_shape *s, bwd_buffers *b)
 {
     memset(b, 0, sizeof *b);
-    if (cli_inputs_make(s, &b->in) != 0)
+    /* The training forward: the lse is what the backward recomputes P from. */
+    if (cli_timed_io_make(s, 1, &b->io) != 0)
         return -1;
     if (cli_grads_make(s, s->dtype, &b->g) != 0) {
         buffers_free(b);
         return -1;
     }
-    b->o = cli_alloc(b->in.o_elems, fa_dtype_size(s->dtype));
-    b->lse = cli_alloc(b->in.lse_elems, sizeof(float));
-    b->times = cli_alloc(s->runs > 0 ? s->runs : 1, sizeof *b->times);
-    if (!b->o || !b->lse || !b->times) {
-        fprintf(stderr, "flashattn bench: out of memory allocating o and lse\n");
-        buffers_free(b);
-        return -1;
-    }
-    /* The training forward: the lse is what the backward recomputes P from. */
-    b->fwd = cli_forward_args(s, &b->in, b->o, s->dtype, b->lse);
+    b->fwd = cli_forward_args(s, &b->io.in, b->io.o, s->dtype, b->io.lse);
     b->bwd = cli_backward_args(s, &b->fwd, &b->g);
     return 0;
 }
@@ -94,30 +80,13 @@ static void print_row_json(const cli_shape *s, const char *isa, const bwd_row *r
     FILE *f = stdout;
     const cli_timing *t = &r->t;
     const double gflops = gflops_of(t, r->flops);
-    fputs("{\"algo\":", f);
-    cli_json_string(f, fa_algo_name(t->algo));
-    cli_json_shape(f, s, isa);
-    fprintf(f, ",\"threads\":%lld", (long long)t->threads);
-    fputs(",\"median_ms\":", f);
-    cli_json_number(f, t->oom ? NAN : t->median_s * 1e3);
-    fputs(",\"gflops\":", f);
-    cli_json_number(f, gflops);
-    fputs(",\"extra_bytes\":", f);
-    cli_json_int(f, t->extra_bytes, !t->oom);
+    cli_json_run_head(f, s, isa, t, gflops);
     fputs(",\"pass\":", f);
     cli_json_string(f, r->step ? "fwd+bwd" : "backward");
     fprintf(f, ",\"backward_passes\":%lld", (long long)r->t.passes);
     fputs(",\"dropout\":", f);
     cli_json_number(f, s->dropout);
-    fprintf(f, ",\"window_left\":%lld,\"window_right\":%lld,\"runs\":%lld,\"flops\":",
-            (long long)s->window_left, (long long)s->window_right, (long long)s->runs);
-    cli_json_number(f, r->flops);
-    fputs(",\"speedup_vs_standard\":", f);
-    cli_json_number(f, (!t->oom && r->standard_s > 0) ? r->standard_s / t->median_s : NAN);
-    fputs(",\"tile_q\":", f);
-    cli_json_int(f, t->tile_q, t->tile_q > 0);
-    fputs(",\"tile_kv\":", f);
-    cli_json_int(f, t->tile_kv, t->tile_kv > 0);
+    cli_json_run_tiles(f, s, t, r->flops, r->standard_s);
     cli_json_peak(f, peak, pct_of(t, gflops, peak));
     if (t->oom)
         fputs(",\"error\":\"out of memory\"", f);
@@ -148,21 +117,9 @@ static void print_rows_table(const cli_shape *s, const char *isa, const bwd_row 
         snprintf(c[4], CLI_CELL, "%s", shape);
         snprintf(c[5], CLI_CELL, "%lld", (long long)t->threads);
         cli_tiles_cell(c[6], t);
-        if (t->oom) {
-            snprintf(c[7], CLI_CELL, "out of memory");
-            for (int k = 8; k < ROW_COLS; k++)
-                snprintf(c[k], CLI_CELL, "-");
-            continue;
-        }
         const double gflops = gflops_of(t, rows[r].flops);
-        const double pct = pct_of(t, gflops, peak);
-        snprintf(c[7], CLI_CELL, "%.3f", t->median_s * 1e3);
-        snprintf(c[8], CLI_CELL, "%.2f", gflops);
-        if (isfinite(pct))
-            snprintf(c[9], CLI_CELL, "%.1f", pct);
-        else
-            snprintf(c[9], CLI_CELL, "-");
-        snprintf(c[10], CLI_CELL, "%.2f", (double)t->extra_bytes / (1024.0 * 1024.0));
+        if (!cli_run_cells(cells, ROW_COLS, r, 7, t, gflops, pct_of(t, gflops, peak)))
+            continue;
         if (rows[r].standard_s > 0)
             snprintf(c[11], CLI_CELL, "%.2fx", rows[r].standard_s / t->median_s);
         else
@@ -175,14 +132,8 @@ int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak
                    cli_flush *flush)
 {
     const double fwd_flops = cli_flops(s), bwd_flops = cli_backward_flops(s);
-    fa_algo algos[2];
-    int n_algos = 0;
-    if (s->algo_given) {
-        algos[n_algos++] = s->algo;
-    } else {
-        algos[n_algos++] = FA_ALGO_FLASH;
-        algos[n_algos++] = FA_ALGO_STANDARD;
-    }
+    fa_algo algos[3];
+    const int n_algos = cli_bench_algos(s, 0, algos);
 
     bwd_buffers b;
     bwd_row rows[MAX_ROWS];
@@ -194,7 +145,7 @@ int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak
         for (int step = 0; step < 2; step++, n++) {
             rows[n].step = step;
             rows[n].flops = step ? fwd_flops + bwd_flops : bwd_flops;
-            if (cli_time_backward(ctx, s, algos[a], &b.fwd, &b.bwd, step, b.times, flush,
+            if (cli_time_backward(ctx, s, algos[a], &b.fwd, &b.bwd, step, b.io.times, flush,
                                   &rows[n].t, "bench") != 0) {
                 buffers_free(&b);
                 return CLI_EXIT_FAIL;
@@ -264,90 +215,50 @@ static void print_seq_table(const bwd_seq_row *rows, int n, const cli_peak *peak
     static const int right[SEQ_COLS] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     for (int r = 0; r < n; r++) {
         const bwd_seq_row *row = &rows[r];
-        const double flops = cli_backward_flops(&row->shape);
-        char *c[SEQ_COLS];
-        for (int k = 0; k < SEQ_COLS; k++)
-            c[k] = cli_cell(cells, SEQ_COLS, r, k);
-        snprintf(c[0], CLI_CELL, "%lld", (long long)row->shape.seq);
-        cli_tiles_cell(c[1], &row->flash);
-        if (row->flash.oom) {
-            snprintf(c[2], CLI_CELL, "out of memory");
-            snprintf(c[5], CLI_CELL, "-");
-            snprintf(c[6], CLI_CELL, "-");
-            snprintf(c[7], CLI_CELL, "-");
-        } else {
-            const double gf = gflops_of(&row->flash, flops), pct = cli_pct_peak(gf, peak);
-            snprintf(c[2], CLI_CELL, "%.3f", row->flash.median_s * 1e3);
-            snprintf(c[5], CLI_CELL, "%.2f", gf);
-            if (isfinite(pct))
-                snprintf(c[6], CLI_CELL, "%.1f", pct);
-            else
-                snprintf(c[6], CLI_CELL, "-");
-            cli_format_bytes(c[7], CLI_CELL, (double)row->flash.extra_bytes);
-        }
-        if (row->standard.oom) {
-            snprintf(c[3], CLI_CELL, "out of memory");
-            snprintf(c[8], CLI_CELL, "-");
-        } else {
-            snprintf(c[3], CLI_CELL, "%.3f", row->standard.median_s * 1e3);
-            cli_format_bytes(c[8], CLI_CELL, (double)row->standard.extra_bytes);
-        }
-        if (row->flash.oom || row->standard.oom)
-            snprintf(c[4], CLI_CELL, "-");
-        else
-            snprintf(c[4], CLI_CELL, "%.2fx", row->standard.median_s / row->flash.median_s);
+        cli_seq_pair_cells(cells, SEQ_COLS, r, &row->shape, &row->flash, &row->standard,
+                           cli_backward_flops(&row->shape), peak);
     }
     cli_print_table(stdout, SEQ_COLS, head, right, n, cells);
+}
+
+static int seqs_run(const cli_seqs *sw, void *rows, int r)
+{
+    bwd_seq_row *row = (bwd_seq_row *)rows + r;
+    row->shape = ((const cli_shape *)sw->shapes)[r];
+    bwd_buffers b;
+    if (buffers_make(&row->shape, &b) != 0)
+        return -1;
+    int rc = cli_time_backward(sw->ctx, &row->shape, FA_ALGO_FLASH, &b.fwd, &b.bwd, 0, b.io.times, sw->flush,
+                               &row->flash, "bench");
+    if (rc == 0)
+        rc = cli_time_backward(sw->ctx, &row->shape, FA_ALGO_STANDARD, &b.fwd, &b.bwd, 0, b.io.times, sw->flush,
+                               &row->standard, "bench");
+    buffers_free(&b);
+    return rc != 0 ? -1 : 0;
+}
+
+static void seqs_json(const cli_seqs *sw, const void *rows, int r)
+{
+    print_seq_json((const bwd_seq_row *)rows + r, sw->isa, sw->peak);
+}
+
+static void seqs_text(const cli_seqs *sw, const void *rows_, char *cells)
+{
+    const bwd_seq_row *rows = rows_;
+    const cli_shape *s = sw->shapes;
+    cli_print_seqs_head("--backward --seqs", "flash vs standard backward", s, sw->isa, rows[0].flash.threads,
+                        ", each after one untimed forward", sw->flush);
+    printf("# GFLOP/s and %% peak are flash's: 2.5 x 2*(D+Dv)*kept(i,j)*B*Hq / time\n");
+    cli_print_peak_line(sw->peak, sw->isa, cli_resolved_threads(s->threads));
+    printf("# extra = peak bytes a backward allocated (\"out of memory\": standard "
+           "materialises P, dP and dS per head); no traffic model for the backward\n");
+    print_seq_table(rows, sw->n, sw->peak, cells);
 }
 
 int bench_backward_seqs(fa_context *ctx, const cli_shape *shapes, int n, int json,
                         const cli_peak *peak, cli_flush *flush)
 {
-    const char *isa = fa_context_isa(ctx);
-    bwd_seq_row *rows = calloc((size_t)n, sizeof *rows);
-    char *cells = calloc((size_t)n * SEQ_COLS, CLI_CELL);
-    int status = CLI_EXIT_FAIL;
-    if (!rows || !cells) {
-        fprintf(stderr, "flashattn bench: out of memory\n");
-        goto done;
-    }
-    for (int r = 0; r < n; r++) {
-        rows[r].shape = shapes[r];
-        bwd_buffers b;
-        if (buffers_make(&rows[r].shape, &b) != 0)
-            goto done;
-        int rc = cli_time_backward(ctx, &rows[r].shape, FA_ALGO_FLASH, &b.fwd, &b.bwd, 0,
-                                   b.times, flush, &rows[r].flash, "bench");
-        if (rc == 0)
-            rc = cli_time_backward(ctx, &rows[r].shape, FA_ALGO_STANDARD, &b.fwd, &b.bwd, 0,
-                                   b.times, flush, &rows[r].standard, "bench");
-        buffers_free(&b);
-        if (rc != 0)
-            goto done;
-        if (json) {
-            print_seq_json(&rows[r], isa, peak);
-            fflush(stdout); /* a long sweep shows each row as it finishes */
-        }
-    }
-    if (!json) {
-        const cli_shape *s = &shapes[0];
-        char shape[CLI_CELL], note[128];
-        cli_compact_shape(s, 0, shape, sizeof shape);
-        printf("# flashattn %s bench --backward --seqs: flash vs standard backward, Sq = Sk = N, "
-               "%s %s, isa %s, %lld thread%s; median of %lld runs after 1 warm-up, each after "
-               "one untimed forward%s\n",
-               fa_version_string(), fa_dtype_name(s->dtype), shape, isa,
-               (long long)rows[0].flash.threads, rows[0].flash.threads == 1 ? "" : "s",
-               (long long)s->runs, cli_cold_note(flush, note, sizeof note));
-        printf("# GFLOP/s and %% peak are flash's: 2.5 x 2*(D+Dv)*kept(i,j)*B*Hq / time\n");
-        cli_print_peak_line(peak, isa, cli_resolved_threads(s->threads));
-        printf("# extra = peak bytes a backward allocated (\"out of memory\": standard "
-               "materialises P, dP and dS per head); no traffic model for the backward\n");
-        print_seq_table(rows, n, peak, cells);
-    }
-    status = CLI_EXIT_OK;
-done:
-    free(cells);
-    free(rows);
-    return status;
+    const cli_seqs sw = {ctx, fa_context_isa(ctx), peak, flush, shapes, n, json, SEQ_COLS, sizeof(bwd_seq_row),
+                         seqs_run, seqs_json, seqs_text};
+    return cli_run_seqs(&sw);
 }

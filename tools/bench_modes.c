@@ -1049,20 +1049,8 @@ int bench_varlen(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
         else
             snprintf(c[4], CLI_CELL, "-");
         snprintf(c[5], CLI_CELL, "%lld", (long long)row->t.threads);
-        if (row->t.oom) {
-            snprintf(c[6], CLI_CELL, "out of memory");
-            for (int k = 7; k < COLS; k++)
-                snprintf(c[k], CLI_CELL, "-");
-            continue;
-        }
-        const double gf = row_gflops(row), pct = cli_pct_peak(gf, &peak);
-        snprintf(c[6], CLI_CELL, "%.3f", row->t.median_s * 1e3);
-        snprintf(c[7], CLI_CELL, "%.2f", gf);
-        if (isfinite(pct))
-            snprintf(c[8], CLI_CELL, "%.1f", pct);
-        else
-            snprintf(c[8], CLI_CELL, "-");
-        snprintf(c[9], CLI_CELL, "%.2f", (double)row->t.extra_bytes / (1024.0 * 1024.0));
+        const double gf = row_gflops(row);
+        cli_run_cells(cells[0], COLS, r, 6, &row->t, gf, cli_pct_peak(gf, &peak));
     }
     print_cells(COLS, head, right, 2, cells);
     if (isfinite(ratio))

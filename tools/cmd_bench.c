@@ -119,34 +119,17 @@ static int64_t workspace_per_thread(const cli_timing *t)
 
 /* Inputs and output of one shape, and room for its run times. */
 typedef struct bench_buffers {
-    cli_inputs in;
-    void *o;
-    double *times;
+    cli_timed_io io;
     fa_forward_args args;
 } bench_buffers;
-
-static void buffers_free(bench_buffers *b)
-{
-    cli_free(b->times);
-    cli_free(b->o);
-    cli_inputs_free(&b->in);
-    memset(b, 0, sizeof *b);
-}
 
 static int buffers_make(const cli_shape *s, bench_buffers *b)
 {
     memset(b, 0, sizeof *b);
-    if (cli_inputs_make(s, &b->in) != 0)
-        return -1;
-    b->o = cli_alloc(b->in.o_elems, fa_dtype_size(s->dtype));
-    b->times = cli_alloc(s->runs > 0 ? s->runs : 1, sizeof *b->times);
-    if (!b->o || !b->times) {
-        fprintf(stderr, "flashattn bench: out of memory allocating the output\n");
-        buffers_free(b);
-        return -1;
-    }
     /* No LSE: the inference forward, which is what a serving stack calls. */
-    b->args = cli_forward_args(s, &b->in, b->o, s->dtype, NULL);
+    if (cli_timed_io_make(s, 0, &b->io) != 0)
+        return -1;
+    b->args = cli_forward_args(s, &b->io.in, b->io.o, s->dtype, NULL);
     return 0;
 }
 
@@ -157,25 +140,8 @@ static void print_json(const cli_shape *s, const char *isa, const cli_timing *t,
 {
     FILE *f = stdout;
     const double gflops = t->oom ? NAN : flops / t->median_s * 1e-9;
-    fputs("{\"algo\":", f);
-    cli_json_string(f, fa_algo_name(t->algo));
-    cli_json_shape(f, s, isa);
-    fprintf(f, ",\"threads\":%lld", (long long)t->threads);
-    fputs(",\"median_ms\":", f);
-    cli_json_number(f, t->oom ? NAN : t->median_s * 1e3);
-    fputs(",\"gflops\":", f);
-    cli_json_number(f, gflops);
-    fputs(",\"extra_bytes\":", f);
-    cli_json_int(f, t->extra_bytes, !t->oom);
-    fprintf(f, ",\"window_left\":%lld,\"window_right\":%lld,\"runs\":%lld,\"flops\":",
-            (long long)s->window_left, (long long)s->window_right, (long long)s->runs);
-    cli_json_number(f, flops);
-    fputs(",\"speedup_vs_standard\":", f);
-    cli_json_number(f, (!t->oom && standard_s > 0) ? standard_s / t->median_s : NAN);
-    fputs(",\"tile_q\":", f);
-    cli_json_int(f, t->tile_q, t->tile_q > 0);
-    fputs(",\"tile_kv\":", f);
-    cli_json_int(f, t->tile_kv, t->tile_kv > 0);
+    cli_json_run_head(f, s, isa, t, gflops);
+    cli_json_run_tiles(f, s, t, flops, standard_s);
     fprintf(f, ",\"kv_packed\":%lld,\"kv_pack_ms\":%.3f", (long long)t->kv_packed, (double)t->kv_pack_us * 1e-3);
     /* The reference runs fp64 on one thread: a share of the threads' fp32 peak means nothing. */
     cli_json_peak(f, peak, t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak));
@@ -206,22 +172,10 @@ static void print_table(const cli_shape *s, const char *isa, const cli_timing *r
         snprintf(cli_cell(cells, SINGLE_COLS, r, 3), CLI_CELL, "%s", shape);
         snprintf(cli_cell(cells, SINGLE_COLS, r, 4), CLI_CELL, "%lld", (long long)t->threads);
         cli_tiles_cell(cli_cell(cells, SINGLE_COLS, r, 5), t);
-        if (t->oom) {
-            snprintf(cli_cell(cells, SINGLE_COLS, r, 6), CLI_CELL, "out of memory");
-            for (int c = 7; c < SINGLE_COLS; c++)
-                snprintf(cli_cell(cells, SINGLE_COLS, r, c), CLI_CELL, "-");
-            continue;
-        }
         const double gflops = flops / t->median_s * 1e-9;
         const double pct = t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak);
-        snprintf(cli_cell(cells, SINGLE_COLS, r, 6), CLI_CELL, "%.3f", t->median_s * 1e3);
-        snprintf(cli_cell(cells, SINGLE_COLS, r, 7), CLI_CELL, "%.2f", gflops);
-        if (isfinite(pct))
-            snprintf(cli_cell(cells, SINGLE_COLS, r, 8), CLI_CELL, "%.1f", pct);
-        else
-            snprintf(cli_cell(cells, SINGLE_COLS, r, 8), CLI_CELL, "-");
-        snprintf(cli_cell(cells, SINGLE_COLS, r, 9), CLI_CELL, "%.2f",
-                 (double)t->extra_bytes / (1024.0 * 1024.0));
+        if (!cli_run_cells(cells, SINGLE_COLS, r, 6, t, gflops, pct))
+            continue;
         if (standard_s > 0)
             snprintf(cli_cell(cells, SINGLE_COLS, r, 10), CLI_CELL, "%.2fx", standard_s / t->median_s);
         else
@@ -243,30 +197,21 @@ static int bench_single(fa_context *ctx, const cli_shape *s, int json, const cli
 {
     const double flops = cli_flops(s);
     fa_algo algos[3];
-    int n_algos = 0;
-    int reference_skipped = 0;
-    if (s->algo_given) {
-        algos[n_algos++] = s->algo;
-    } else {
-        algos[n_algos++] = FA_ALGO_FLASH;
-        algos[n_algos++] = FA_ALGO_STANDARD;
-        if (flops <= REFERENCE_MAX_FLOPS)
-            algos[n_algos++] = FA_ALGO_REFERENCE;
-        else
-            reference_skipped = 1;
-    }
+    const int with_reference = flops <= REFERENCE_MAX_FLOPS;
+    const int n_algos = cli_bench_algos(s, with_reference, algos);
+    const int reference_skipped = !s->algo_given && !with_reference;
 
     bench_buffers b;
     cli_timing rows[3];
     if (buffers_make(s, &b) != 0)
         return CLI_EXIT_FAIL;
     for (int a = 0; a < n_algos; a++) {
-        if (cli_time_algo(ctx, s, algos[a], &b.args, b.times, flush, &rows[a], "bench") != 0) {
-            buffers_free(&b);
+        if (cli_time_algo(ctx, s, algos[a], &b.args, b.io.times, flush, &rows[a], "bench") != 0) {
+            cli_timed_io_free(&b.io);
             return CLI_EXIT_FAIL;
         }
     }
-    buffers_free(&b);
+    cli_timed_io_free(&b.io);
     if (s->runs == 0)
         return CLI_EXIT_OK; /* --warmup-only */
 
@@ -333,37 +278,8 @@ static void print_seq_table(const seq_row *rows, int n, const cli_peak *peak, ch
     static const int right[SEQ_COLS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     for (int r = 0; r < n; r++) {
         const seq_row *row = &rows[r];
-        const double flops = cli_flops(&row->shape);
-        snprintf(cli_cell(cells, SEQ_COLS, r, 0), CLI_CELL, "%lld", (long long)row->shape.seq);
-        cli_tiles_cell(cli_cell(cells, SEQ_COLS, r, 1), &row->flash);
-        if (row->flash.oom) {
-            snprintf(cli_cell(cells, SEQ_COLS, r, 2), CLI_CELL, "out of memory");
-            snprintf(cli_cell(cells, SEQ_COLS, r, 5), CLI_CELL, "-");
-            snprintf(cli_cell(cells, SEQ_COLS, r, 6), CLI_CELL, "-");
-            snprintf(cli_cell(cells, SEQ_COLS, r, 7), CLI_CELL, "-");
-        } else {
-            const double gf = flops / row->flash.median_s * 1e-9, pct = cli_pct_peak(gf, peak);
-            snprintf(cli_cell(cells, SEQ_COLS, r, 2), CLI_CELL, "%.3f", row->flash.median_s * 1e3);
-            snprintf(cli_cell(cells, SEQ_COLS, r, 5), CLI_CELL, "%.2f", gf);
-            if (isfinite(pct))
-                snprintf(cli_cell(cells, SEQ_COLS, r, 6), CLI_CELL, "%.1f", pct);
-            else
-                snprintf(cli_cell(cells, SEQ_COLS, r, 6), CLI_CELL, "-");
-            cli_format_bytes(cli_cell(cells, SEQ_COLS, r, 7), CLI_CELL, (double)row->flash.extra_bytes);
-        }
-        if (row->standard.oom) {
-            snprintf(cli_cell(cells, SEQ_COLS, r, 3), CLI_CELL, "out of memory");
-            snprintf(cli_cell(cells, SEQ_COLS, r, 8), CLI_CELL, "-");
-        } else {
-            snprintf(cli_cell(cells, SEQ_COLS, r, 3), CLI_CELL, "%.3f", row->standard.median_s * 1e3);
-            cli_format_bytes(cli_cell(cells, SEQ_COLS, r, 8), CLI_CELL,
-                             (double)row->standard.extra_bytes);
-        }
-        if (row->flash.oom || row->standard.oom)
-            snprintf(cli_cell(cells, SEQ_COLS, r, 4), CLI_CELL, "-");
-        else
-            snprintf(cli_cell(cells, SEQ_COLS, r, 4), CLI_CELL, "%.2fx",
-                     row->standard.median_s / row->flash.median_s);
+        cli_seq_pair_cells(cells, SEQ_COLS, r, &row->shape, &row->flash, &row->standard, cli_flops(&row->shape),
+                           peak);
         if (row->flash_modelled)
             cli_format_bytes(cli_cell(cells, SEQ_COLS, r, 9), CLI_CELL,
                              row->flash_traffic.read_bytes + row->flash_traffic.write_bytes);
@@ -381,12 +297,12 @@ static int run_seq_row(fa_context *ctx, seq_row *r, int64_t l2, cli_flush *flush
     bench_buffers b;
     if (buffers_make(&r->shape, &b) != 0)
         return -1;
-    int rc = cli_time_algo(ctx, &r->shape, FA_ALGO_FLASH, &b.args, b.times, flush, &r->flash,
+    int rc = cli_time_algo(ctx, &r->shape, FA_ALGO_FLASH, &b.args, b.io.times, flush, &r->flash,
                            "bench");
     if (rc == 0)
-        rc = cli_time_algo(ctx, &r->shape, FA_ALGO_STANDARD, &b.args, b.times, flush,
+        rc = cli_time_algo(ctx, &r->shape, FA_ALGO_STANDARD, &b.args, b.io.times, flush,
                            &r->standard, "bench");
-    buffers_free(&b);
+    cli_timed_io_free(&b.io);
     if (rc != 0)
         return -1;
     r->flash_modelled = !r->flash.oom;
@@ -397,48 +313,39 @@ static int run_seq_row(fa_context *ctx, seq_row *r, int64_t l2, cli_flush *flush
     return 0;
 }
 
+static int seqs_run(const cli_seqs *sw, void *rows, int r)
+{
+    seq_row *row = (seq_row *)rows + r;
+    *row = ((const seq_row *)sw->shapes)[r];
+    return run_seq_row(sw->ctx, row, cli_l2_bytes(), sw->flush);
+}
+
+static void seqs_json(const cli_seqs *sw, const void *rows, int r)
+{
+    print_seq_json((const seq_row *)rows + r, sw->isa, cli_l2_bytes(), sw->peak);
+}
+
+static void seqs_text(const cli_seqs *sw, const void *rows_, char *cells)
+{
+    const seq_row *rows = rows_;
+    const cli_shape *s = &((const seq_row *)sw->shapes)[0].shape;
+    char l2s[32];
+    cli_format_bytes(l2s, sizeof l2s, (double)cli_l2_bytes());
+    cli_print_seqs_head("--seqs", "flash vs standard", s, sw->isa, rows[0].flash.threads, "", sw->flush);
+    printf("# GFLOP/s and %% peak are flash's: 2*(D+Dv)*kept(i,j)*B*Hq / time\n");
+    cli_print_peak_line(sw->peak, sw->isa, cli_resolved_threads(s->threads));
+    printf("# extra = peak bytes a call allocated; traffic = modelled bytes to and from "
+           "memory beyond the %s L2 (bench/README.md)\n", l2s);
+    print_seq_table(rows, sw->n, sw->peak, cells);
+}
+
+/* proto: the rows' shapes (Sq = Sk = N). */
 static int bench_seqs(fa_context *ctx, const seq_row *proto, int n, int json,
                       const cli_peak *peak, cli_flush *flush)
 {
-    const int64_t l2 = cli_l2_bytes();
-    const char *isa = fa_context_isa(ctx);
-    const cli_shape *s = &proto[0].shape;
-    seq_row *rows = calloc((size_t)n, sizeof *rows);
-    char *cells = calloc((size_t)n * SEQ_COLS, CLI_CELL);
-    int status = CLI_EXIT_FAIL;
-    if (!rows || !cells) {
-        fprintf(stderr, "flashattn bench: out of memory\n");
-        goto done;
-    }
-    for (int r = 0; r < n; r++) {
-        rows[r] = proto[r];
-        if (run_seq_row(ctx, &rows[r], l2, flush) != 0)
-            goto done;
-        if (json) {
-            print_seq_json(&rows[r], isa, l2, peak);
-            fflush(stdout); /* a long sweep shows each row as it finishes */
-        }
-    }
-    if (!json) {
-        char shape[CLI_CELL], l2s[32], note[128];
-        cli_compact_shape(s, 0, shape, sizeof shape);
-        cli_format_bytes(l2s, sizeof l2s, (double)l2);
-        printf("# flashattn %s bench --seqs: flash vs standard, Sq = Sk = N, %s %s, isa %s, "
-               "%lld thread%s; median of %lld runs after 1 warm-up%s\n",
-               fa_version_string(), fa_dtype_name(s->dtype), shape, isa,
-               (long long)rows[0].flash.threads, rows[0].flash.threads == 1 ? "" : "s",
-               (long long)s->runs, cli_cold_note(flush, note, sizeof note));
-        printf("# GFLOP/s and %% peak are flash's: 2*(D+Dv)*kept(i,j)*B*Hq / time\n");
-        cli_print_peak_line(peak, isa, cli_resolved_threads(s->threads));
-        printf("# extra = peak bytes a call allocated; traffic = modelled bytes to and from "
-               "memory beyond the %s L2 (bench/README.md)\n", l2s);
-        print_seq_table(rows, n, peak, cells);
-    }
-    status = CLI_EXIT_OK;
-done:
-    free(cells);
-    free(rows);
-    return status;
+    const cli_seqs sw = {ctx, fa_context_isa(ctx), peak, flush, proto, n, json, SEQ_COLS, sizeof(seq_row),
+                         seqs_run, seqs_json, seqs_text};
+    return cli_run_seqs(&sw);
 }
 
 /* ------------------------------------------------------------ --model-only */
@@ -488,8 +395,8 @@ static int bench_model(fa_context *ctx, const seq_row *proto, int n, int json)
             free(cells);
             return CLI_EXIT_FAIL;
         }
-        int rc = cli_time_algo(ctx, &s, FA_ALGO_FLASH, &b.args, b.times, NULL, &flash, "bench");
-        buffers_free(&b);
+        int rc = cli_time_algo(ctx, &s, FA_ALGO_FLASH, &b.args, b.io.times, NULL, &flash, "bench");
+        cli_timed_io_free(&b.io);
         if (rc != 0 || flash.oom) {
             if (flash.oom)
                 fprintf(stderr, "flashattn bench: flash: out of memory\n");
@@ -560,34 +467,21 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
     int json = 0, no_probe = 0, model_only = 0, warmup_only = 0, n_seqs = 0, seq_given = 0;
     int backward = 0;
     int64_t seqs[SEQS_MAX], cold_bytes = 0; /* -1: --cold without a size */
+    const cli_switch switches[] = {{"--json", &json},
+                                   {"--no-probe", &no_probe},
+                                   {"--backward", &backward},
+                                   {"--model-only", &model_only},
+                                   {"--warmup-only", &warmup_only}};
     for (int i = 1; i < argc; i++) {
         const char *value = NULL;
         if (is_flag(argv[i], "--seq") || is_flag(argv[i], "--seq-kv"))
             seq_given = 1;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        if (cli_is_help(argv[i])) {
             bench_usage(stdout);
             return CLI_EXIT_OK;
         }
-        if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
+        if (cli_switch_flag(argv[i], switches, (int)(sizeof switches / sizeof switches[0])))
             continue;
-        }
-        if (strcmp(argv[i], "--no-probe") == 0) {
-            no_probe = 1;
-            continue;
-        }
-        if (strcmp(argv[i], "--backward") == 0) {
-            backward = 1;
-            continue;
-        }
-        if (strcmp(argv[i], "--model-only") == 0) {
-            model_only = 1;
-            continue;
-        }
-        if (strcmp(argv[i], "--warmup-only") == 0) {
-            warmup_only = 1;
-            continue;
-        }
         /* --cold alone is a switch, like --causal: its size only comes after '=' */
         if (strcmp(argv[i], "--cold") == 0) {
             cold_bytes = -1; /* twice the L2, or with --decode the last-level cache */
@@ -615,11 +509,8 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
             r = cli_shape_flag(&s, argc, argv, &i, "bench");
         if (r < 0)
             return CLI_EXIT_USAGE;
-        if (r == 0) {
-            fprintf(stderr, "flashattn bench: unknown argument '%s'\n\n", argv[i]);
-            bench_usage(stderr);
-            return CLI_EXIT_USAGE;
-        }
+        if (r == 0)
+            return cli_unknown_arg("bench", argv[i], bench_usage);
     }
     if (n_seqs > 0 && s.algo_given) {
         fprintf(stderr, "flashattn bench: --seqs always compares flash with standard; "

@@ -166,23 +166,19 @@ int cmd_check(int argc, char **argv)
 {
     cli_shape s = check_defaults();
     int backward = 0;
+    const cli_switch switches[] = {{"--backward", &backward}};
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        if (cli_is_help(argv[i])) {
             check_usage(stdout);
             return CLI_EXIT_OK;
         }
-        if (strcmp(argv[i], "--backward") == 0) {
-            backward = 1;
+        if (cli_switch_flag(argv[i], switches, 1))
             continue;
-        }
         int r = cli_shape_flag(&s, argc, argv, &i, "check");
         if (r < 0)
             return CLI_EXIT_USAGE;
-        if (r == 0) {
-            fprintf(stderr, "flashattn check: unknown argument '%s'\n\n", argv[i]);
-            check_usage(stderr);
-            return CLI_EXIT_USAGE;
-        }
+        if (r == 0)
+            return cli_unknown_arg("check", argv[i], check_usage);
     }
     if (cli_shape_finish(&s, "check") != 0)
         return CLI_EXIT_USAGE;

@@ -24,13 +24,11 @@ static void info_usage(FILE *f)
 int cmd_info(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        if (cli_is_help(argv[i])) {
             info_usage(stdout);
             return CLI_EXIT_OK;
         }
-        fprintf(stderr, "flashattn info: unknown argument '%s'\n\n", argv[i]);
-        info_usage(stderr);
-        return CLI_EXIT_USAGE;
+        return cli_unknown_arg("info", argv[i], info_usage);
     }
 
     const char *arch = getenv("FLASHATTN_ARCH");

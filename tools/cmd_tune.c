@@ -128,7 +128,7 @@ static void print_saved(const fa_tune_result *r, int save)
 static int parse_flags(int argc, char **argv, cli_shape *s, int *save)
 {
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        if (cli_is_help(argv[i])) {
             tune_usage(stdout);
             return 1;
         }
@@ -140,8 +140,7 @@ static int parse_flags(int argc, char **argv, cli_shape *s, int *save)
         if (r < 0)
             return -1;
         if (r == 0) {
-            fprintf(stderr, "flashattn tune: unknown argument '%s'\n\n", argv[i]);
-            tune_usage(stderr);
+            cli_unknown_arg("tune", argv[i], tune_usage);
             return -1;
         }
     }

@@ -404,6 +404,135 @@ void cli_tiles_cell(char *buf, const cli_timing *t)
         snprintf(buf, CLI_CELL, "-");
 }
 
+int cli_bench_algos(const cli_shape *s, int with_reference, fa_algo algos[3])
+{
+    int n = 0;
+    if (s->algo_given) {
+        algos[n++] = s->algo;
+    } else {
+        algos[n++] = FA_ALGO_FLASH;
+        algos[n++] = FA_ALGO_STANDARD;
+        if (with_reference)
+            algos[n++] = FA_ALGO_REFERENCE;
+    }
+    return n;
+}
+
+int cli_run_seqs(const cli_seqs *sw)
+{
+    char *rows = calloc((size_t)sw->n, sw->row_size);
+    char *cells = calloc((size_t)sw->n * (size_t)sw->cols, CLI_CELL);
+    int status = CLI_EXIT_FAIL;
+    if (!rows || !cells) {
+        fprintf(stderr, "flashattn bench: out of memory\n");
+        goto done;
+    }
+    for (int r = 0; r < sw->n; r++) {
+        if (sw->run(sw, rows, r) != 0)
+            goto done;
+        if (sw->json) {
+            sw->json_row(sw, rows, r);
+            fflush(stdout); /* a long sweep shows each row as it finishes */
+        }
+    }
+    if (!sw->json)
+        sw->text(sw, rows, cells);
+    status = CLI_EXIT_OK;
+done:
+    free(cells);
+    free(rows);
+    return status;
+}
+
+void cli_print_seqs_head(const char *flags, const char *what, const cli_shape *s, const char *isa,
+                         int64_t threads, const char *after, const cli_flush *flush)
+{
+    char shape[CLI_CELL], note[128];
+    cli_compact_shape(s, 0, shape, sizeof shape);
+    printf("# flashattn %s bench %s: %s, Sq = Sk = N, %s %s, isa %s, %lld thread%s; median of %lld runs after 1 "
+           "warm-up%s%s\n",
+           fa_version_string(), flags, what, fa_dtype_name(s->dtype), shape, isa, (long long)threads,
+           threads == 1 ? "" : "s", (long long)s->runs, after, cli_cold_note(flush, note, sizeof note));
+}
+
+int cli_run_cells(char *cells, int cols, int r, int k, const cli_timing *t, double gflops, double pct)
+{
+    if (t->oom) {
+        snprintf(cli_cell(cells, cols, r, k), CLI_CELL, "out of memory");
+        for (int c = k + 1; c < cols; c++)
+            snprintf(cli_cell(cells, cols, r, c), CLI_CELL, "-");
+        return 0;
+    }
+    snprintf(cli_cell(cells, cols, r, k), CLI_CELL, "%.3f", t->median_s * 1e3);
+    snprintf(cli_cell(cells, cols, r, k + 1), CLI_CELL, "%.2f", gflops);
+    if (isfinite(pct))
+        snprintf(cli_cell(cells, cols, r, k + 2), CLI_CELL, "%.1f", pct);
+    else
+        snprintf(cli_cell(cells, cols, r, k + 2), CLI_CELL, "-");
+    snprintf(cli_cell(cells, cols, r, k + 3), CLI_CELL, "%.2f", (double)t->extra_bytes / (1024.0 * 1024.0));
+    return 1;
+}
+
+void cli_seq_pair_cells(char *cells, int cols, int r, const cli_shape *s, const cli_timing *flash,
+                        const cli_timing *standard, double flops, const cli_peak *peak)
+{
+    snprintf(cli_cell(cells, cols, r, 0), CLI_CELL, "%lld", (long long)s->seq);
+    cli_tiles_cell(cli_cell(cells, cols, r, 1), flash);
+    if (flash->oom) {
+        snprintf(cli_cell(cells, cols, r, 2), CLI_CELL, "out of memory");
+        snprintf(cli_cell(cells, cols, r, 5), CLI_CELL, "-");
+        snprintf(cli_cell(cells, cols, r, 6), CLI_CELL, "-");
+        snprintf(cli_cell(cells, cols, r, 7), CLI_CELL, "-");
+    } else {
+        const double gf = flops / flash->median_s * 1e-9, pct = cli_pct_peak(gf, peak);
+        snprintf(cli_cell(cells, cols, r, 2), CLI_CELL, "%.3f", flash->median_s * 1e3);
+        snprintf(cli_cell(cells, cols, r, 5), CLI_CELL, "%.2f", gf);
+        if (isfinite(pct))
+            snprintf(cli_cell(cells, cols, r, 6), CLI_CELL, "%.1f", pct);
+        else
+            snprintf(cli_cell(cells, cols, r, 6), CLI_CELL, "-");
+        cli_format_bytes(cli_cell(cells, cols, r, 7), CLI_CELL, (double)flash->extra_bytes);
+    }
+    if (standard->oom) {
+        snprintf(cli_cell(cells, cols, r, 3), CLI_CELL, "out of memory");
+        snprintf(cli_cell(cells, cols, r, 8), CLI_CELL, "-");
+    } else {
+        snprintf(cli_cell(cells, cols, r, 3), CLI_CELL, "%.3f", standard->median_s * 1e3);
+        cli_format_bytes(cli_cell(cells, cols, r, 8), CLI_CELL, (double)standard->extra_bytes);
+    }
+    if (flash->oom || standard->oom)
+        snprintf(cli_cell(cells, cols, r, 4), CLI_CELL, "-");
+    else
+        snprintf(cli_cell(cells, cols, r, 4), CLI_CELL, "%.2fx", standard->median_s / flash->median_s);
+}
+
+void cli_json_run_head(FILE *f, const cli_shape *s, const char *isa, const cli_timing *t, double gflops)
+{
+    fputs("{\"algo\":", f);
+    cli_json_string(f, fa_algo_name(t->algo));
+    cli_json_shape(f, s, isa);
+    fprintf(f, ",\"threads\":%lld", (long long)t->threads);
+    fputs(",\"median_ms\":", f);
+    cli_json_number(f, t->oom ? NAN : t->median_s * 1e3);
+    fputs(",\"gflops\":", f);
+    cli_json_number(f, gflops);
+    fputs(",\"extra_bytes\":", f);
+    cli_json_int(f, t->extra_bytes, !t->oom);
+}
+
+void cli_json_run_tiles(FILE *f, const cli_shape *s, const cli_timing *t, double flops, double standard_s)
+{
+    fprintf(f, ",\"window_left\":%lld,\"window_right\":%lld,\"runs\":%lld,\"flops\":",
+            (long long)s->window_left, (long long)s->window_right, (long long)s->runs);
+    cli_json_number(f, flops);
+    fputs(",\"speedup_vs_standard\":", f);
+    cli_json_number(f, (!t->oom && standard_s > 0) ? standard_s / t->median_s : NAN);
+    fputs(",\"tile_q\":", f);
+    cli_json_int(f, t->tile_q, t->tile_q > 0);
+    fputs(",\"tile_kv\":", f);
+    cli_json_int(f, t->tile_kv, t->tile_kv > 0);
+}
+
 void cli_json_seq_pair(FILE *f, const cli_timing *flash, const cli_timing *standard, int64_t runs, double flops,
                        const cli_peak *peak)
 {

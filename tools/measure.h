@@ -127,6 +127,12 @@ void cli_json_peak(FILE *f, const cli_peak *peak, double pct);
 void cli_json_seq_pair(FILE *f, const cli_timing *flash, const cli_timing *standard, int64_t runs, double flops,
                        const cli_peak *peak);
 void cli_json_seq_end(FILE *f, const cli_timing *flash, const cli_timing *standard);
+/* The first fields of a one-run bench row: {"algo":.. and the shape, then threads,
+ * median_ms, gflops, extra_bytes (null where the run ran out of memory). */
+void cli_json_run_head(FILE *f, const cli_shape *s, const char *isa, const cli_timing *t, double gflops);
+/* A one-run row's window, runs, flops, speedup_vs_standard (standard_s 0: unknown)
+ * and tiles. */
+void cli_json_run_tiles(FILE *f, const cli_shape *s, const cli_timing *t, double flops, double standard_s);
 
 /* ------------------------------------------------------ bench's tables */
 
@@ -144,10 +150,50 @@ void cli_json_shape(FILE *f, const cli_shape *s, const char *isa);
  * agree; the sequence lengths only when with_seq. */
 void cli_compact_shape(const cli_shape *s, int with_seq, char *buf, size_t n);
 
+/*
+ * A --seqs sweep of n rows of row_size bytes (zeroed): run(sw, rows, r) times row
+ * r (0, or -1 after a message, which ends the sweep); with json, json_row prints
+ * each row as it finishes, else text prints the header and the table of `cols`
+ * columns (cells, zeroed, n x cols of CLI_CELL) once all ran. CLI_EXIT_OK or
+ * CLI_EXIT_FAIL.
+ */
+typedef struct cli_seqs {
+    fa_context *ctx;
+    const char *isa;
+    const cli_peak *peak;
+    cli_flush *flush;
+    const void *shapes; /* the caller's rows as given */
+    int n, json, cols;
+    size_t row_size;
+    int (*run)(const struct cli_seqs *sw, void *rows, int r);
+    void (*json_row)(const struct cli_seqs *sw, const void *rows, int r);
+    void (*text)(const struct cli_seqs *sw, const void *rows, char *cells);
+} cli_seqs;
+int cli_run_seqs(const cli_seqs *sw);
+
+/* The algorithms a bench times: --algo's alone, else flash, standard and, with
+ * with_reference, the reference. Returns how many (at most 3) are in algos. */
+int cli_bench_algos(const cli_shape *s, int with_reference, fa_algo algos[3]);
+
+/* "# flashattn <version> bench <flags>: <what>, Sq = Sk = N, <dtype> <shape>, isa ..,
+ * N threads; median of R runs after 1 warm-up<after><cold note>", a sweep's first line. */
+void cli_print_seqs_head(const char *flags, const char *what, const cli_shape *s, const char *isa,
+                         int64_t threads, const char *after, const cli_flush *flush);
+
 /* Cell (r, c) of a cli_print_table grid with `cols` columns. */
 char *cli_cell(char *cells, int cols, int r, int c);
 
 /* "128x256", or "-" for an algorithm without tiles. */
 void cli_tiles_cell(char *buf, const cli_timing *t);
+
+/* A run's cells from column k of row r: median ms, GFLOP/s, % peak ("-" unless
+ * finite), extra MiB; a run out of memory: "out of memory", then "-" to the row's
+ * end. 1 when the run has a time, else 0. */
+int cli_run_cells(char *cells, int cols, int r, int k, const cli_timing *t, double gflops, double pct);
+
+/* Columns 0..8 of a --seqs row, flash against standard over `flops`: N, tiles, flash
+ * ms, standard ms, speed-up, GFLOP/s, % peak (of flash), flash extra, std extra. */
+void cli_seq_pair_cells(char *cells, int cols, int r, const cli_shape *s, const cli_timing *flash,
+                        const cli_timing *standard, double flops, const cli_peak *peak);
 
 #endif /* FLASHATTN_TOOLS_MEASURE_H */

@@ -61,6 +61,23 @@ int cli_parse_i64(const char *text, int64_t *out)
     return 0;
 }
 
+/* A flag's word and the value it stands for. */
+typedef struct named {
+    const char *name;
+    int value;
+} named;
+
+/* When text (NULL: none) is one of the n names, its value in *out and 1; else 0. */
+static int named_value(const char *text, const named *t, size_t n, int *out)
+{
+    for (size_t k = 0; text && k < n; k++)
+        if (strcmp(text, t[k].name) == 0) {
+            *out = t[k].value;
+            return 1;
+        }
+    return 0;
+}
+
 static void bad_value(const char *verb, const char *flag, const char *value, const char *want)
 {
     if (value == NULL)
@@ -140,35 +157,28 @@ int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb
     }
 
     if (cli_take_value("--dtype", argc, argv, i, &value)) {
-        if (value && strcmp(value, "f32") == 0)
-            s->dtype = FA_DTYPE_F32;
-        else if (value && strcmp(value, "f16") == 0)
-            s->dtype = FA_DTYPE_F16;
-        else if (value && strcmp(value, "bf16") == 0)
-            s->dtype = FA_DTYPE_BF16;
-        else {
+        static const named dtypes[] = {{"f32", FA_DTYPE_F32}, {"f16", FA_DTYPE_F16}, {"bf16", FA_DTYPE_BF16}};
+        int v;
+        if (!named_value(value, dtypes, sizeof dtypes / sizeof dtypes[0], &v)) {
             bad_value(verb, "--dtype", value, "f32, f16 or bf16");
             return -1;
         }
+        s->dtype = (fa_dtype)v;
         return 1;
     }
 
     if (cli_take_value("--algo", argc, argv, i, &value)) {
-        static const struct { const char *name; fa_algo algo; } algos[] = {
-            {"auto", FA_ALGO_AUTO},
-            {"flash", FA_ALGO_FLASH},
-            {"standard", FA_ALGO_STANDARD},
-            {"reference", FA_ALGO_REFERENCE},
-        };
-        for (size_t n = 0; n < sizeof algos / sizeof algos[0]; n++) {
-            if (value && strcmp(value, algos[n].name) == 0) {
-                s->algo = algos[n].algo;
-                s->algo_given = 1;
-                return 1;
-            }
+        static const named algos[] = {
+            {"auto", FA_ALGO_AUTO}, {"flash", FA_ALGO_FLASH}, {"standard", FA_ALGO_STANDARD},
+            {"reference", FA_ALGO_REFERENCE}};
+        int v;
+        if (!named_value(value, algos, sizeof algos / sizeof algos[0], &v)) {
+            bad_value(verb, "--algo", value, "auto, flash, standard or reference");
+            return -1;
         }
-        bad_value(verb, "--algo", value, "auto, flash, standard or reference");
-        return -1;
+        s->algo = (fa_algo)v;
+        s->algo_given = 1;
+        return 1;
     }
 
     /* --causal alone is a switch, so its alignment only comes after '=':
@@ -179,17 +189,14 @@ int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb
         return 1;
     }
     if (strncmp(arg, "--causal=", 9) == 0) {
-        const char *a = arg + 9;
-        if (strcmp(a, "bottom-right") == 0)
-            s->causal = FA_CAUSAL_BOTTOM_RIGHT;
-        else if (strcmp(a, "top-left") == 0)
-            s->causal = FA_CAUSAL_TOP_LEFT;
-        else if (strcmp(a, "none") == 0)
-            s->causal = FA_CAUSAL_NONE;
-        else {
-            bad_value(verb, "--causal", a, "bottom-right, top-left or none");
+        static const named aligns[] = {
+            {"bottom-right", FA_CAUSAL_BOTTOM_RIGHT}, {"top-left", FA_CAUSAL_TOP_LEFT}, {"none", FA_CAUSAL_NONE}};
+        int v;
+        if (!named_value(arg + 9, aligns, sizeof aligns / sizeof aligns[0], &v)) {
+            bad_value(verb, "--causal", arg + 9, "bottom-right, top-left or none");
             return -1;
         }
+        s->causal = (fa_causal)v;
         return 1;
     }
 
@@ -250,6 +257,49 @@ static int elems_ok(int64_t a, int64_t b, int64_t c, int64_t d, int64_t *out)
            (uint64_t)*out <= (uint64_t)(SIZE_MAX / 8);
 }
 
+int cli_unknown_arg(const char *verb, const char *arg, void (*usage)(FILE *f))
+{
+    fprintf(stderr, "flashattn %s: unknown argument '%s'\n\n", verb, arg);
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_is_help(const char *arg)
+{
+    return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
+}
+
+int cli_switch_flag(const char *arg, const cli_switch *sw, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (strcmp(arg, sw[k].flag) == 0) {
+            *sw[k].on = 1;
+            return 1;
+        }
+    return 0;
+}
+
+/* The shape's flags that are context settings: checked against the library's
+ * bounds by cli_shape_finish, set by cli_context_make. */
+enum { SHAPE_SETTINGS = 4 };
+typedef struct shape_setting {
+    fa_param param;
+    const char *flag; /* the CLI flag */
+    const char *what; /* the setting, in messages */
+    int64_t value;
+} shape_setting;
+
+static void shape_settings(const cli_shape *s, shape_setting out[SHAPE_SETTINGS])
+{
+    const shape_setting all[SHAPE_SETTINGS] = {
+        {FA_PARAM_THREADS, "--threads", "threads", s->threads},
+        {FA_PARAM_TILE_Q, "--tile-q", "tile_q", s->tile_q},
+        {FA_PARAM_TILE_KV, "--tile-kv", "tile_kv", s->tile_kv},
+        {FA_PARAM_KV_PACK, "--kv-pack", "kv_pack", s->kv_pack},
+    };
+    memcpy(out, all, sizeof all);
+}
+
 int cli_shape_finish(cli_shape *s, const char *verb)
 {
     if (s->kv_heads == 0)
@@ -264,13 +314,9 @@ int cli_shape_finish(cli_shape *s, const char *verb)
         return -1;
     }
     /* The library's own bounds, so a bad value is a usage error, not a failed run. */
-    const struct { fa_param param; const char *flag; int64_t value; } bounded[] = {
-        {FA_PARAM_THREADS, "--threads", s->threads},
-        {FA_PARAM_TILE_Q, "--tile-q", s->tile_q},
-        {FA_PARAM_TILE_KV, "--tile-kv", s->tile_kv},
-        {FA_PARAM_KV_PACK, "--kv-pack", s->kv_pack},
-    };
-    for (size_t n = 0; n < sizeof bounded / sizeof bounded[0]; n++) {
+    shape_setting bounded[SHAPE_SETTINGS];
+    shape_settings(s, bounded);
+    for (size_t n = 0; n < SHAPE_SETTINGS; n++) {
         int64_t lo, hi;
         if (fa_param_bounds(bounded[n].param, &lo, &hi) == FA_OK &&
             (bounded[n].value < lo || bounded[n].value > hi)) {
@@ -395,13 +441,9 @@ int cli_context_make(const cli_shape *s, const char *verb, fa_context **out)
         fprintf(stderr, "flashattn %s: cannot create a context: %s\n", verb, fa_status_string(st));
         return -1;
     }
-    const struct { fa_param param; const char *what; int64_t value; } settings[] = {
-        {FA_PARAM_THREADS, "threads", s->threads},
-        {FA_PARAM_TILE_Q, "tile_q", s->tile_q},
-        {FA_PARAM_TILE_KV, "tile_kv", s->tile_kv},
-        {FA_PARAM_KV_PACK, "kv_pack", s->kv_pack},
-    };
-    for (size_t n = 0; n < sizeof settings / sizeof settings[0]; n++) {
+    shape_setting settings[SHAPE_SETTINGS];
+    shape_settings(s, settings);
+    for (size_t n = 0; n < SHAPE_SETTINGS; n++) {
         st = fa_context_set(ctx, settings[n].param, settings[n].value);
         if (st != FA_OK) {
             fprintf(stderr, "flashattn %s: setting %s: %s: %s\n", verb, settings[n].what,
@@ -622,6 +664,32 @@ fa_forward_args cli_forward_args(const cli_shape *s, const cli_inputs *in,
     a.dropout_seed = (uint64_t)s->seed;
     a.dropout_offset = 0;
     return a;
+}
+
+void cli_timed_io_free(cli_timed_io *b)
+{
+    cli_free(b->times);
+    cli_free(b->o);
+    cli_free(b->lse);
+    cli_inputs_free(&b->in);
+    memset(b, 0, sizeof *b);
+}
+
+int cli_timed_io_make(const cli_shape *s, int with_lse, cli_timed_io *b)
+{
+    memset(b, 0, sizeof *b);
+    if (cli_inputs_make(s, &b->in) != 0)
+        return -1;
+    b->o = cli_alloc(b->in.o_elems, fa_dtype_size(s->dtype));
+    if (with_lse)
+        b->lse = cli_alloc(b->in.lse_elems, sizeof(float));
+    b->times = cli_alloc(s->runs > 0 ? s->runs : 1, sizeof *b->times);
+    if (!b->o || (with_lse && !b->lse) || !b->times) {
+        fprintf(stderr, "flashattn bench: out of memory allocating %s\n", with_lse ? "o and lse" : "the output");
+        cli_timed_io_free(b);
+        return -1;
+    }
+    return 0;
 }
 
 int cli_grads_make(const cli_shape *s, fa_dtype grad_dtype, cli_grads *g)

@@ -48,6 +48,22 @@ cli_shape cli_shape_defaults(void);
  */
 int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb);
 
+/* arg asks for a verb's help: --help or -h. */
+int cli_is_help(const char *arg);
+
+/* "flashattn <verb>: unknown argument 'arg'" and the verb's usage on stderr;
+ * returns CLI_EXIT_USAGE. */
+int cli_unknown_arg(const char *verb, const char *arg, void (*usage)(FILE *f));
+
+/* A verb's own switches (flags without a value), each setting its int to 1. */
+typedef struct cli_switch {
+    const char *flag;
+    int *on;
+} cli_switch;
+
+/* When arg is one of the n switches, sets it and returns 1; else 0. */
+int cli_switch_flag(const char *arg, const cli_switch *sw, int n);
+
 /* Resolves the defaults that follow other flags and checks the flags together. 0 or -1. */
 int cli_shape_finish(cli_shape *s, const char *verb);
 
@@ -96,6 +112,20 @@ typedef struct cli_inputs {
 /* 0, or -1 with a message on stderr (out of memory). Free with cli_inputs_free. */
 int cli_inputs_make(const cli_shape *s, cli_inputs *in);
 void cli_inputs_free(cli_inputs *in);
+
+/* What a timed forward reads and writes: the inputs, o (B, Sq, Hq, Dv) in s->dtype,
+ * with_lse an lse (B, Hq, Sq) f32 (else NULL), and room for s->runs times. */
+typedef struct cli_timed_io {
+    cli_inputs in;
+    void *o;
+    float *lse;
+    double *times;
+} cli_timed_io;
+
+/* 0, or -1 with a message on stderr (out of memory) and nothing left allocated.
+ * Free with cli_timed_io_free. */
+int cli_timed_io_make(const cli_shape *s, int with_lse, cli_timed_io *b);
+void cli_timed_io_free(cli_timed_io *b);
 
 /* 64-byte aligned, zeroed storage for `elems` elements of `elem_size` bytes; NULL on failure. */
 void *cli_alloc(int64_t elems, size_t elem_size);

@@ -21,29 +21,33 @@
 
 #include "measure.h"
 
+/* sysconf's size of the level-2 or level-3 cache, or 0 where it has none to say. */
+static int64_t cache_bytes(int level)
+{
+    long v = -1;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    if (level == 2)
+        v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+    if (level == 3)
+        v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    return v > 0 ? (int64_t)v : 0;
+}
+
 int64_t cli_l2_bytes(void)
 {
-#if defined(_SC_LEVEL2_CACHE_SIZE)
-    long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    if (v > 0)
-        return (int64_t)v;
-#endif
-    return (int64_t)2 << 20;
+    const int64_t l2 = cache_bytes(2);
+    return l2 > 0 ? l2 : (int64_t)2 << 20;
 }
 
 int64_t cli_llc_bytes(void)
 {
-#if defined(_SC_LEVEL3_CACHE_SIZE)
-    long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (v > 0)
-        return (int64_t)v;
-#endif
-#if defined(_SC_LEVEL2_CACHE_SIZE)
-    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    if (l2 > 0)
-        return (int64_t)l2;
-#endif
-    return (int64_t)32 << 20;
+    int64_t v = cache_bytes(3);
+    if (v == 0)
+        v = cache_bytes(2);
+    return v > 0 ? v : (int64_t)32 << 20;
 }
 
 /*

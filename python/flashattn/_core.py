@@ -111,11 +111,18 @@ class Context:
 _local = threading.local()
 
 
-def _stack():
-    s = getattr(_local, "stack", None)
+def _thread_list(local, name):
+    """The list `name` of the calling thread on the threading.local `local`, created
+    empty on first use."""
+    s = getattr(local, name, None)
     if s is None:
-        s = _local.stack = []
+        s = []
+        setattr(local, name, s)
     return s
+
+
+def _stack():
+    return _thread_list(_local, "stack")
 
 
 def current_context():

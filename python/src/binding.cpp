@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -760,24 +761,21 @@ NB_MODULE(_C, m)
     m.def("probe", &probe, nb::arg("ctx"), nb::arg("kind"));
     m.def("tune", &tune, nb::arg("ctx"), nb::arg("tile_qs"), nb::arg("tile_kvs"), nb::arg("runs"), nb::arg("save"),
           nb::arg("path").none(), nb::arg("progress").none(), FA_FWD_ARGS);
-    m.attr("PROBE_FMA_PEAK") = static_cast<int>(FA_PROBE_FMA_PEAK);
-    m.attr("PROBE_BF16_PEAK") = static_cast<int>(FA_PROBE_BF16_PEAK);
-    m.attr("PROBE_READ_BW") = static_cast<int>(FA_PROBE_READ_BW);
+    /* the C enums' values, each under its name without FA_ */
+    const auto ints = [&m](std::initializer_list<std::pair<const char *, int>> values) {
+        for (const auto &v : values) m.attr(v.first) = v.second;
+    };
+    ints({{"PROBE_FMA_PEAK", FA_PROBE_FMA_PEAK}, {"PROBE_BF16_PEAK", FA_PROBE_BF16_PEAK},
+          {"PROBE_READ_BW", FA_PROBE_READ_BW}});
     m.def("version", []() { return std::string(fa_version_string()); });
     m.def("cpu_features", []() { return std::string(fa_cpu_features()); });
     m.def("cpu_model", []() { return std::string(fa_cpu_model()); });
     m.def("algo_name", [](int algo) { return std::string(fa_algo_name(static_cast<fa_algo>(algo))); });
 
-    m.attr("PARAM_THREADS") = static_cast<int>(FA_PARAM_THREADS);
-    m.attr("PARAM_ALGO") = static_cast<int>(FA_PARAM_ALGO);
-    m.attr("PARAM_KV_SPLITS") = static_cast<int>(FA_PARAM_KV_SPLITS);
-    m.attr("PARAM_LAST_ALGO") = static_cast<int>(FA_PARAM_LAST_ALGO);
-    m.attr("PARAM_LAST_THREADS") = static_cast<int>(FA_PARAM_LAST_THREADS);
-    m.attr("PARAM_LAST_EXTRA_BYTES") = static_cast<int>(FA_PARAM_LAST_EXTRA_BYTES);
-    m.attr("PARAM_LAST_BACKWARD_PASSES") = static_cast<int>(FA_PARAM_LAST_BACKWARD_PASSES);
-    m.attr("PARAM_KV_PACK") = static_cast<int>(FA_PARAM_KV_PACK);
-    m.attr("PARAM_LAST_KV_PACKED") = static_cast<int>(FA_PARAM_LAST_KV_PACKED);
-    m.attr("PARAM_LAST_KV_PACK_US") = static_cast<int>(FA_PARAM_LAST_KV_PACK_US);
-    m.attr("PARAM_LAST_TILE_Q") = static_cast<int>(FA_PARAM_LAST_TILE_Q);
-    m.attr("PARAM_LAST_TILE_KV") = static_cast<int>(FA_PARAM_LAST_TILE_KV);
+    ints({{"PARAM_THREADS", FA_PARAM_THREADS}, {"PARAM_ALGO", FA_PARAM_ALGO}, {"PARAM_KV_SPLITS", FA_PARAM_KV_SPLITS},
+          {"PARAM_KV_PACK", FA_PARAM_KV_PACK}, {"PARAM_LAST_ALGO", FA_PARAM_LAST_ALGO},
+          {"PARAM_LAST_THREADS", FA_PARAM_LAST_THREADS}, {"PARAM_LAST_EXTRA_BYTES", FA_PARAM_LAST_EXTRA_BYTES},
+          {"PARAM_LAST_BACKWARD_PASSES", FA_PARAM_LAST_BACKWARD_PASSES},
+          {"PARAM_LAST_KV_PACKED", FA_PARAM_LAST_KV_PACKED}, {"PARAM_LAST_KV_PACK_US", FA_PARAM_LAST_KV_PACK_US},
+          {"PARAM_LAST_TILE_Q", FA_PARAM_LAST_TILE_Q}, {"PARAM_LAST_TILE_KV", FA_PARAM_LAST_TILE_KV}});
 }

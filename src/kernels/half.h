@@ -10,6 +10,21 @@
 #include <stdint.h>
 #include <string.h>
 
+/* An f32's bits and back, through memcpy (no aliasing through pointers). */
+static inline float fa_f32_of_bits(uint32_t bits)
+{
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline uint32_t fa_bits_of_f32(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    return x;
+}
+
 static inline float fa_f16_to_f32(uint16_t h)
 {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
@@ -27,16 +42,13 @@ static inline float fa_f16_to_f32(uint16_t h)
         const float f = (float)man * (1.0f / 16777216.0f);
         return sign ? -f : f;
     }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
+    return fa_f32_of_bits(bits);
 }
 
 /* Round to nearest even; overflow to inf; NaN stays NaN (quieted). */
 static inline uint16_t fa_f32_to_f16(float f)
 {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
+    const uint32_t x = fa_bits_of_f32(f);
     const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     const uint32_t ax = x & 0x7fffffffu;
     if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu)); /* NaN, kept quiet */
@@ -44,8 +56,7 @@ static inline uint16_t fa_f32_to_f16(float f)
     if (ax < 0x38800000u) {
         /* result is subnormal or zero: scale so the integer part is the f16 mantissa,
          * and let the FPU's round-to-nearest-even do the rounding */
-        float af;
-        memcpy(&af, &ax, sizeof af);
+        const float af = fa_f32_of_bits(ax);
         const float scaled = af * 16777216.0f; /* 2^24: one f16 subnormal ulp becomes 1.0 */
         /* adding and subtracting 2^23 rounds to an integer under round-to-nearest-even;
          * volatile keeps the compiler from folding the pair away */
@@ -60,17 +71,13 @@ static inline uint16_t fa_f32_to_f16(float f)
 
 static inline float fa_bf16_to_f32(uint16_t h)
 {
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
+    return fa_f32_of_bits((uint32_t)h << 16);
 }
 
 /* Round to nearest even; NaN stays NaN (quieted). */
 static inline uint16_t fa_f32_to_bf16(float f)
 {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
+    const uint32_t x = fa_bits_of_f32(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
     const uint32_t lsb = (x >> 16) & 1u;
     return (uint16_t)((x + 0x7fffu + lsb) >> 16);

@@ -261,10 +261,7 @@ _local = threading.local()
 
 
 def _modes():
-    m = getattr(_local, "modes", None)
-    if m is None:
-        m = _local.modes = []
-    return m
+    return _core._thread_list(_local, "modes")
 
 
 def enable():

@@ -305,23 +305,27 @@ void fa_avx512_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, cons
 
 /* ----------------------------------------------------------------------- pv */
 
-enum { PV_NR = 6, PV_NV = 4, PV_CCHUNK = 128 };
+enum { SX_NR = 6, SX_NV = 4, PV_CCHUNK = 128, STX_RCHUNK = 128 };
 
 /*
- * acc[j][16i..] = alpha[j] * acc[j][16i..] + sum_c st[c][j] * v[c][16i..] for
- * j < valid <= nr, i < nv; with masked, the last vector of a row is masked by
- * tail (alpha NULL: no rescale). A padded tile runs nr rows too, the missing
+ * pv and stx (backward) are one tile: acc[j][16i..] = alpha[j] * acc[j][16i..] +
+ * sum_k s(j, k) * x[k][16i..] for j < valid <= nr, i < nv, s(j, k) = s[j*sj + k*sk];
+ * with masked, the last vector of a row is masked by tail (alpha NULL: no rescale).
+ *   pv:  j a row r, k a column c: s(r, c) = st[c][r] (sj 1, sk ldst), x = V.
+ *   stx: j a column c, k a row r: s(c, r) = st[c][r] (sj ldst, sk 1), no alpha.
+ * sx_panel passes each one's strides and alpha as constants, so each instance
+ * compiles to a kernel of its own. A padded tile runs nr rows too, the missing
  * ones repeating the last real row, never loaded or stored (see qk_tile).
  */
-FA_AVX512_INLINE void pv_tile(const int nr, const int nv, const int masked, __mmask16 tail, int64_t valid,
-                              int64_t cols, const float *st, int64_t ldst, const float *v, int64_t ldv,
-                              const float *alpha, float *acc, int64_t ldacc)
+FA_AVX512_INLINE void sx_tile(const int nr, const int nv, const int masked, __mmask16 tail, int64_t valid,
+                              int64_t n, const float *s, const int64_t sj, const int64_t sk, const float *x,
+                              int64_t ldx, const float *alpha, float *acc, int64_t ldacc)
 {
-    __m512 a[PV_NR][PV_NV];
-    const float *sr[PV_NR];
+    __m512 a[SX_NR][SX_NV];
+    const float *sr[SX_NR];
     FA_AVX512_UNROLL
     for (int j = 0; j < nr; j++) {
-        sr[j] = st + MIN64(j, valid - 1);
+        sr[j] = s + MIN64(j, valid - 1) * sj;
         float *aj = acc + j * ldacc;
         const __m512 al = _mm512_set1_ps(alpha && j < valid ? alpha[j] : 1.0f);
         FA_AVX512_UNROLL
@@ -332,18 +336,18 @@ FA_AVX512_INLINE void pv_tile(const int nr, const int nv, const int masked, __mm
             if (alpha) a[j][i] = _mm512_mul_ps(a[j][i], al);
         }
     }
-    for (int64_t c = 0; c < cols; c++) {
-        const float *vc = v + c * ldv;
-        const int64_t sc = c * ldst;
-        __m512 vv[PV_NV];
+    for (int64_t k = 0; k < n; k++) {
+        const float *xk = x + k * ldx;
+        const int64_t sc = k * sk;
+        __m512 xv[SX_NV];
         FA_AVX512_UNROLL
         for (int i = 0; i < nv; i++)
-            vv[i] = masked && i == nv - 1 ? _mm512_maskz_loadu_ps(tail, vc + 16 * i) : _mm512_loadu_ps(vc + 16 * i);
+            xv[i] = masked && i == nv - 1 ? _mm512_maskz_loadu_ps(tail, xk + 16 * i) : _mm512_loadu_ps(xk + 16 * i);
         FA_AVX512_UNROLL
         for (int j = 0; j < nr; j++) {
             const __m512 p = _mm512_set1_ps(sr[j][sc]);
             FA_AVX512_UNROLL
-            for (int i = 0; i < nv; i++) a[j][i] = _mm512_fmadd_ps(p, vv[i], a[j][i]);
+            for (int i = 0; i < nv; i++) a[j][i] = _mm512_fmadd_ps(p, xv[i], a[j][i]);
         }
     }
     FA_AVX512_UNROLL
@@ -359,51 +363,59 @@ FA_AVX512_INLINE void pv_tile(const int nr, const int nv, const int masked, __mm
 }
 
 typedef struct {
-    __mmask16 tail; /* the last vector's lanes, when masked */
-    int64_t rows, cols;
+    __mmask16 tail;  /* the last vector's lanes, when masked */
+    int64_t rows, n; /* the acc rows j, and the k summed over */
     const float *st;
     int64_t ldst;
-    const float *v;
-    int64_t ldv;
+    int by_row; /* 1: st[j][k] (stx), 0: st[k][j] (pv) */
+    const float *x;
+    int64_t ldx;
     const float *alpha; /* NULL: no rescale */
     float *acc;
     int64_t ldacc;
-} pv_args;
+} sx_args;
 
-/* Every row against one 16*nv-wide slice of V: 6-row tiles, then 5-row ones
+/* Every row j against one 16*nv-wide slice of x: 6-row tiles, then 5-row ones
  * (see qk_panel). */
-FA_AVX512_INLINE void pv_panel(const int nv, const int masked, const pv_args *a)
+FA_AVX512_INLINE void sx_panel(const int nv, const int masked, const int by_row, const sx_args *a)
 {
+    const int64_t sj = by_row ? a->ldst : 1, sk = by_row ? 1 : a->ldst;
     const int64_t r6 = fa_avx512_split65(a->rows);
-    for (int64_t r = 0; r < r6; r += PV_NR)
-        pv_tile(PV_NR, nv, masked, a->tail, MIN64(PV_NR, r6 - r), a->cols, a->st + r, a->ldst, a->v, a->ldv,
-                a->alpha ? a->alpha + r : NULL, a->acc + r * a->ldacc, a->ldacc);
-    for (int64_t r = r6; r < a->rows; r += PV_NR - 1)
-        pv_tile(PV_NR - 1, nv, masked, a->tail, PV_NR - 1, a->cols, a->st + r, a->ldst, a->v, a->ldv,
-                a->alpha ? a->alpha + r : NULL, a->acc + r * a->ldacc, a->ldacc);
+    for (int64_t r = 0; r < r6; r += SX_NR)
+        sx_tile(SX_NR, nv, masked, a->tail, MIN64(SX_NR, r6 - r), a->n, a->st + r * sj, sj, sk, a->x, a->ldx,
+                !by_row && a->alpha ? a->alpha + r : NULL, a->acc + r * a->ldacc, a->ldacc);
+    for (int64_t r = r6; r < a->rows; r += SX_NR - 1)
+        sx_tile(SX_NR - 1, nv, masked, a->tail, SX_NR - 1, a->n, a->st + r * sj, sj, sk, a->x, a->ldx,
+                !by_row && a->alpha ? a->alpha + r : NULL, a->acc + r * a->ldacc, a->ldacc);
 }
 
-/* One function per block width (see the top of the file). Whole vectors get
- * masked = 0, which compiles to plain loads and stores: masked ones cost a
- * measurable 3% here. */
-static void pv_panel4(const pv_args *a) { pv_panel(4, 0, a); }
-static void pv_panel3(const pv_args *a) { pv_panel(3, 0, a); }
-static void pv_panel2(const pv_args *a) { pv_panel(2, 0, a); }
-static void pv_panel1(const pv_args *a) { pv_panel(1, 0, a); }
-static void pv_panel4m(const pv_args *a) { pv_panel(4, 1, a); }
-static void pv_panel3m(const pv_args *a) { pv_panel(3, 1, a); }
-static void pv_panel2m(const pv_args *a) { pv_panel(2, 1, a); }
-static void pv_panel1m(const pv_args *a) { pv_panel(1, 1, a); }
+/* One function per block width (see the top of the file), each holding pv's and
+ * stx's instances, never merged (their strides differ, not their blocks). Whole
+ * vectors get masked = 0, which compiles to plain loads and stores: masked ones
+ * cost a measurable 3% in pv. */
+static void sx_panel4(const sx_args *a) { a->by_row ? sx_panel(4, 0, 1, a) : sx_panel(4, 0, 0, a); }
+static void sx_panel3(const sx_args *a) { a->by_row ? sx_panel(3, 0, 1, a) : sx_panel(3, 0, 0, a); }
+static void sx_panel2(const sx_args *a) { a->by_row ? sx_panel(2, 0, 1, a) : sx_panel(2, 0, 0, a); }
+static void sx_panel1(const sx_args *a) { a->by_row ? sx_panel(1, 0, 1, a) : sx_panel(1, 0, 0, a); }
+static void sx_panel4m(const sx_args *a) { a->by_row ? sx_panel(4, 1, 1, a) : sx_panel(4, 1, 0, a); }
+static void sx_panel3m(const sx_args *a) { a->by_row ? sx_panel(3, 1, 1, a) : sx_panel(3, 1, 0, a); }
+static void sx_panel2m(const sx_args *a) { a->by_row ? sx_panel(2, 1, 1, a) : sx_panel(2, 1, 0, a); }
+static void sx_panel1m(const sx_args *a) { a->by_row ? sx_panel(1, 1, 1, a) : sx_panel(1, 1, 0, a); }
 
-/* One e-block (16*nv <= 64 wide, its last vector masked by tail) of every row
- * over cc columns. */
+/* One e-block (16*nv <= 64 wide, its last vector masked by a->tail) of every row. */
+static void sx_slice(int64_t nv, const sx_args *a)
+{
+    static void (*const whole[SX_NV + 1])(const sx_args *) = {NULL, sx_panel1, sx_panel2, sx_panel3, sx_panel4};
+    static void (*const part[SX_NV + 1])(const sx_args *) = {NULL, sx_panel1m, sx_panel2m, sx_panel3m, sx_panel4m};
+    (a->tail == 0xFFFF ? whole : part)[nv](a);
+}
+
+/* pv's slice: every row over cc columns. */
 static void pv_slice(int64_t nv, __mmask16 tail, int64_t rows, int64_t cc, const float *sc, int64_t ldst,
                      const float *vp, int64_t ldv, const float *al, float *ap, int64_t ldacc)
 {
-    static void (*const whole[PV_NV + 1])(const pv_args *) = {NULL, pv_panel1, pv_panel2, pv_panel3, pv_panel4};
-    static void (*const part[PV_NV + 1])(const pv_args *) = {NULL, pv_panel1m, pv_panel2m, pv_panel3m, pv_panel4m};
-    const pv_args a = {tail, rows, cc, sc, ldst, vp, ldv, al, ap, ldacc};
-    (tail == 0xFFFF ? whole : part)[nv](&a);
+    const sx_args a = {tail, rows, cc, sc, ldst, 0, vp, ldv, al, ap, ldacc};
+    sx_slice(nv, &a);
 }
 
 /*
@@ -418,21 +430,21 @@ static void pv_slice(int64_t nv, __mmask16 tail, int64_t rows, int64_t cc, const
 static void pv_copying(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                        int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
-    _Alignas(64) float buf[PV_CCHUNK * 16 * PV_NV]; /* (PV_CCHUNK, 64) */
+    _Alignas(64) float buf[PV_CCHUNK * 16 * SX_NV]; /* (PV_CCHUNK, 64) */
     for (int64_t c0 = 0; c0 < cols; c0 += PV_CCHUNK) {
         const int64_t cc = MIN64(PV_CCHUNK, cols - c0);
         const float *al = c0 == 0 ? alpha : NULL;
         const float *sc = st + c0 * ldst;
-        for (int64_t e0 = 0; e0 < dv; e0 += 16 * PV_NV) {
-            const int64_t ne = MIN64(16 * PV_NV, dv - e0), nv = (ne + 15) / 16;
+        for (int64_t e0 = 0; e0 < dv; e0 += 16 * SX_NV) {
+            const int64_t ne = MIN64(16 * SX_NV, dv - e0), nv = (ne + 15) / 16;
             const __mmask16 tail = fa_avx512_head_mask(ne - 16 * (nv - 1));
             for (int64_t c = 0; c < cc; c++) {
                 const float *vr = v + (c0 + c) * ldv + e0;
                 for (int64_t i = 0; i < nv; i++)
-                    _mm512_store_ps(buf + c * 16 * PV_NV + 16 * i,
+                    _mm512_store_ps(buf + c * 16 * SX_NV + 16 * i,
                                     _mm512_maskz_loadu_ps(i == nv - 1 ? tail : (__mmask16)0xFFFF, vr + 16 * i));
             }
-            pv_slice(nv, tail, rows, cc, sc, ldst, buf, 16 * PV_NV, al, acc + e0, ldacc);
+            pv_slice(nv, tail, rows, cc, sc, ldst, buf, 16 * SX_NV, al, acc + e0, ldacc);
         }
     }
 }
@@ -440,7 +452,7 @@ static void pv_copying(int64_t rows, int64_t cols, int64_t dv, const float *st, 
 void fa_avx512_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                   int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
-    if (rows > 2 * PV_NR && fa_rows_scattered(ldv * (int64_t)sizeof(float))) {
+    if (rows > 2 * SX_NR && fa_rows_scattered(ldv * (int64_t)sizeof(float))) {
         pv_copying(rows, cols, dv, st, ldst, v, ldv, alpha, acc, ldacc);
         return;
     }
@@ -451,8 +463,8 @@ void fa_avx512_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, 
         const int64_t cc = MIN64(PV_CCHUNK, cols - c0);
         const float *al = c0 == 0 ? alpha : NULL;
         const float *sc = st + c0 * ldst, *vc = v + c0 * ldv;
-        for (int64_t e0 = 0; e0 < dv; e0 += 16 * PV_NV) {
-            const int64_t ne = MIN64(16 * PV_NV, dv - e0), nv = (ne + 15) / 16;
+        for (int64_t e0 = 0; e0 < dv; e0 += 16 * SX_NV) {
+            const int64_t ne = MIN64(16 * SX_NV, dv - e0), nv = (ne + 15) / 16;
             pv_slice(nv, fa_avx512_head_mask(ne - 16 * (nv - 1)), rows, cc, sc, ldst, vc + e0, ldv, al, acc + e0,
                      ldacc);
         }
@@ -503,94 +515,13 @@ void fa_avx512_ds(int64_t rows, int64_t cols, const float *st, int64_t ldst, flo
  * accumulators over a chunk of rows. The chunk, 128 rows of a 64-wide slice of x
  * (32 KB), is what every c block reuses, as pv's V slice. Column counts go in
  * 6-blocks then 5-blocks (fa_avx512_split65), a padded block repeating its last
- * real row of st, never storing it.
+ * real row of st, never storing it: sx_tile with the strides of st swapped.
  */
-enum { STX_NC = 6, STX_NV = 4, STX_RCHUNK = 128 };
-
-FA_AVX512_INLINE void stx_tile(const int nc, const int nv, const int masked, __mmask16 tail, int64_t valid,
-                               int64_t rows, const float *st, int64_t ldst, const float *x, int64_t ldx, float *acc,
-                               int64_t ldacc)
-{
-    __m512 a[STX_NC][STX_NV];
-    const float *sr[STX_NC];
-    FA_AVX512_UNROLL
-    for (int j = 0; j < nc; j++) {
-        sr[j] = st + MIN64(j, valid - 1) * ldst;
-        const float *aj = acc + j * ldacc;
-        FA_AVX512_UNROLL
-        for (int i = 0; i < nv; i++) {
-            if (j >= valid) a[j][i] = _mm512_setzero_ps();
-            else if (masked && i == nv - 1) a[j][i] = _mm512_maskz_loadu_ps(tail, aj + 16 * i);
-            else a[j][i] = _mm512_loadu_ps(aj + 16 * i);
-        }
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * ldx;
-        __m512 xv[STX_NV];
-        FA_AVX512_UNROLL
-        for (int i = 0; i < nv; i++)
-            xv[i] = masked && i == nv - 1 ? _mm512_maskz_loadu_ps(tail, xr + 16 * i) : _mm512_loadu_ps(xr + 16 * i);
-        FA_AVX512_UNROLL
-        for (int j = 0; j < nc; j++) {
-            const __m512 s = _mm512_set1_ps(sr[j][r]);
-            FA_AVX512_UNROLL
-            for (int i = 0; i < nv; i++) a[j][i] = _mm512_fmadd_ps(s, xv[i], a[j][i]);
-        }
-    }
-    FA_AVX512_UNROLL
-    for (int j = 0; j < nc; j++) {
-        if (j >= valid) break;
-        float *aj = acc + j * ldacc;
-        FA_AVX512_UNROLL
-        for (int i = 0; i < nv; i++) {
-            if (masked && i == nv - 1) _mm512_mask_storeu_ps(aj + 16 * i, tail, a[j][i]);
-            else _mm512_storeu_ps(aj + 16 * i, a[j][i]);
-        }
-    }
-}
-
-typedef struct {
-    __mmask16 tail; /* the last vector's lanes, when masked */
-    int64_t rows, cols;
-    const float *st;
-    int64_t ldst;
-    const float *x;
-    int64_t ldx;
-    float *acc;
-    int64_t ldacc;
-} stx_args;
-
-/* Every column c against one 16*nv-wide slice of x. */
-FA_AVX512_INLINE void stx_panel(const int nv, const int masked, const stx_args *a)
-{
-    const int64_t c6 = fa_avx512_split65(a->cols);
-    for (int64_t c = 0; c < c6; c += STX_NC)
-        stx_tile(STX_NC, nv, masked, a->tail, MIN64(STX_NC, c6 - c), a->rows, a->st + c * a->ldst, a->ldst, a->x,
-                 a->ldx, a->acc + c * a->ldacc, a->ldacc);
-    for (int64_t c = c6; c < a->cols; c += STX_NC - 1)
-        stx_tile(STX_NC - 1, nv, masked, a->tail, STX_NC - 1, a->rows, a->st + c * a->ldst, a->ldst, a->x, a->ldx,
-                 a->acc + c * a->ldacc, a->ldacc);
-}
-
-/* One function per block width, as for pv (see the top of the file). */
-static void stx_panel4(const stx_args *a) { stx_panel(4, 0, a); }
-static void stx_panel3(const stx_args *a) { stx_panel(3, 0, a); }
-static void stx_panel2(const stx_args *a) { stx_panel(2, 0, a); }
-static void stx_panel1(const stx_args *a) { stx_panel(1, 0, a); }
-static void stx_panel4m(const stx_args *a) { stx_panel(4, 1, a); }
-static void stx_panel3m(const stx_args *a) { stx_panel(3, 1, a); }
-static void stx_panel2m(const stx_args *a) { stx_panel(2, 1, a); }
-static void stx_panel1m(const stx_args *a) { stx_panel(1, 1, a); }
-
 static void stx_slice(int64_t nv, __mmask16 tail, int64_t rows, int64_t cols, const float *st, int64_t ldst,
                       const float *x, int64_t ldx, float *acc, int64_t ldacc)
 {
-    static void (*const whole[STX_NV + 1])(const stx_args *) = {NULL, stx_panel1, stx_panel2, stx_panel3,
-                                                                stx_panel4};
-    static void (*const part[STX_NV + 1])(const stx_args *) = {NULL, stx_panel1m, stx_panel2m, stx_panel3m,
-                                                               stx_panel4m};
-    const stx_args a = {tail, rows, cols, st, ldst, x, ldx, acc, ldacc};
-    (tail == 0xFFFF ? whole : part)[nv](&a);
+    const sx_args a = {tail, cols, rows, st, ldst, 1, x, ldx, NULL, acc, ldacc};
+    sx_slice(nv, &a);
 }
 
 /* x rows of a user tensor (Q, dO) are often 4 KB or more apart: the slice the c
@@ -598,23 +529,23 @@ static void stx_slice(int64_t nv, __mmask16 tail, int64_t rows, int64_t cols, co
 void fa_avx512_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
                         int64_t ldx, float *acc, int64_t ldacc)
 {
-    _Alignas(64) float buf[STX_RCHUNK * 16 * STX_NV]; /* (STX_RCHUNK, 64) */
-    const int copy = cols > 2 * STX_NC && fa_rows_scattered(ldx * (int64_t)sizeof(float));
+    _Alignas(64) float buf[STX_RCHUNK * 16 * SX_NV]; /* (STX_RCHUNK, 64) */
+    const int copy = cols > 2 * SX_NR && fa_rows_scattered(ldx * (int64_t)sizeof(float));
     for (int64_t r0 = 0; r0 < rows; r0 += STX_RCHUNK) {
         const int64_t rr = MIN64(STX_RCHUNK, rows - r0);
-        for (int64_t e0 = 0; e0 < n; e0 += 16 * STX_NV) {
-            const int64_t ne = MIN64(16 * STX_NV, n - e0), nv = (ne + 15) / 16;
+        for (int64_t e0 = 0; e0 < n; e0 += 16 * SX_NV) {
+            const int64_t ne = MIN64(16 * SX_NV, n - e0), nv = (ne + 15) / 16;
             const __mmask16 tail = fa_avx512_head_mask(ne - 16 * (nv - 1));
             const float *xs = x + r0 * ldx + e0;
             int64_t lds = ldx;
             if (copy) {
                 for (int64_t r = 0; r < rr; r++)
                     for (int64_t i = 0; i < nv; i++)
-                        _mm512_store_ps(buf + r * 16 * STX_NV + 16 * i,
+                        _mm512_store_ps(buf + r * 16 * SX_NV + 16 * i,
                                         _mm512_maskz_loadu_ps(i == nv - 1 ? tail : (__mmask16)0xFFFF,
                                                               xs + r * ldx + 16 * i));
                 xs = buf;
-                lds = 16 * STX_NV;
+                lds = 16 * SX_NV;
             }
             stx_slice(nv, tail, rr, cols, st + r0, ldst, xs, lds, acc + e0, ldacc);
         }
@@ -623,33 +554,30 @@ void fa_avx512_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *st, 
 
 /* -------------------------------------------------------------- conversions */
 
-void fa_avx512_f16_to_f32(const uint16_t *src, float *dst, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
-    if (i < n) {
-        const __mmask16 k = fa_avx512_head_mask(n - i);
-        _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, src + i)));
-    }
-}
-
 /* bf16 is the top half of an f32: widen and shift, exact (NaN stays NaN). */
 FA_AVX512_INLINE __m512 bf16x16_to_f32(__m256i h)
 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-void fa_avx512_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
+/* n f16 (vcvtph2ps) or bf16 values to f32, the tail masked; bf16 a constant. */
+FA_AVX512_INLINE void half_to_f32(const int bf16, const uint16_t *src, float *dst, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, bf16x16_to_f32(_mm256_loadu_si256((const __m256i *)(src + i))));
+    for (; i + 16 <= n; i += 16) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(src + i));
+        _mm512_storeu_ps(dst + i, bf16 ? bf16x16_to_f32(h) : _mm512_cvtph_ps(h));
+    }
     if (i < n) {
         const __mmask16 k = fa_avx512_head_mask(n - i);
-        _mm512_mask_storeu_ps(dst + i, k, bf16x16_to_f32(_mm256_maskz_loadu_epi16(k, src + i)));
+        const __m256i h = _mm256_maskz_loadu_epi16(k, src + i);
+        _mm512_mask_storeu_ps(dst + i, k, bf16 ? bf16x16_to_f32(h) : _mm512_cvtph_ps(h));
     }
 }
+
+void fa_avx512_f16_to_f32(const uint16_t *src, float *dst, int64_t n) { half_to_f32(0, src, dst, n); }
+
+void fa_avx512_bf16_to_f32(const uint16_t *src, float *dst, int64_t n) { half_to_f32(1, src, dst, n); }
 
 /* f32 -> f16 by vcvtps2ph, round to nearest even: half.h's rounding, overflow and
  * NaN bits (sign, quiet bit, the payload's top ten bits) exactly. */

@@ -196,21 +196,29 @@ void fa_avx512bf16_qk_64x6(int64_t rows, int64_t cols, int64_t d, const uint16_t
 
 /* ------------------------------------------------------------------ pv_bf16 */
 
-enum { PVB_NR = 6, PVB_NV = 4, PVB_PCHUNK = 128 /* pairs: a 64-e slice of the V pairs is 32 KB */ };
+enum { SXB_NR = 6, SXB_NV = 4, PVB_PCHUNK = 128, STB_PCHUNK = 128 /* pairs: a 64-e slice of V or x pairs is 32 KB */ };
 
-/* acc[j][16i..] = alpha[j] * acc[j][16i..] + sum_p dot(pp[p][j], vp[p][16i..]) for
- * j < valid <= nr (a padded tile as in avx512_kernels.c's pv_tile), i < nv:
- * pp holds (p[2p][r], p[2p+1][r]) dwords, vp (v[2p][e], v[2p+1][e]); vp is
- * zero-padded to whole vectors, so only acc's last vector may need the mask. */
-FA_AVX512_INLINE void pvb_tile(const int nr, const int nv, const int masked, __mmask16 tail, int64_t valid,
-                               int64_t np, const uint32_t *pp, int64_t ldp, const uint32_t *vp, int64_t ldvp,
-                               const float *alpha, float *acc, int64_t ldacc)
+/*
+ * pv_bf16 and stx_bf16 are one tile, avx512_kernels.c's sx_tile on pairs:
+ * acc[j][16i..] = alpha[j] * acc[j][16i..] + sum_p dot(s(j, p), xp[p][16i..]) for
+ * j < valid <= nr, i < nv, the dword s(j, p) = s[j*sj + p*sk] a pair of bf16.
+ *   pv:  j a row r, s(r, p) = pp[p][r] = (p[2p][r], p[2p+1][r]) (sj 1, sk ldp),
+ *        xp the V pairs (v[2p][e], v[2p+1][e]).
+ *   stx: j a column c, s(c, p) = sp[c][p] = (st[c][2p], st[c][2p+1]) (sj ldsp, sk 1),
+ *        xp the x pairs, no alpha.
+ * Each caller's strides and alpha are constants in its instance. A padded tile
+ * repeats its last real row j and never stores it; xp is zero-padded to whole
+ * vectors, so only acc's last vector may need the mask.
+ */
+FA_AVX512_INLINE void sxb_tile(const int nr, const int nv, const int masked, __mmask16 tail, int64_t valid,
+                               int64_t np, const uint32_t *s, const int64_t sj, const int64_t sk, const uint32_t *xp,
+                               int64_t ldxp, const float *alpha, float *acc, int64_t ldacc)
 {
-    __m512 a[PVB_NR][PVB_NV];
-    const uint32_t *pr[PVB_NR];
+    __m512 a[SXB_NR][SXB_NV];
+    const uint32_t *sr[SXB_NR];
     FA_AVX512_UNROLL
     for (int j = 0; j < nr; j++) {
-        pr[j] = pp + MIN64(j, valid - 1);
+        sr[j] = s + MIN64(j, valid - 1) * sj;
         float *aj = acc + j * ldacc;
         const __m512 al = _mm512_set1_ps(alpha && j < valid ? alpha[j] : 1.0f);
         FA_AVX512_UNROLL
@@ -222,16 +230,16 @@ FA_AVX512_INLINE void pvb_tile(const int nr, const int nv, const int masked, __m
         }
     }
     for (int64_t p = 0; p < np; p++) {
-        const uint32_t *vr = vp + p * ldvp;
-        const int64_t po = p * ldp;
-        __m512i vv[PVB_NV];
+        const uint32_t *xr = xp + p * ldxp;
+        const int64_t po = p * sk;
+        __m512i xv[SXB_NV];
         FA_AVX512_UNROLL
-        for (int i = 0; i < nv; i++) vv[i] = _mm512_load_si512(vr + 16 * i);
+        for (int i = 0; i < nv; i++) xv[i] = _mm512_load_si512(xr + 16 * i);
         FA_AVX512_UNROLL
         for (int j = 0; j < nr; j++) {
-            const __m512i pb = _mm512_set1_epi32((int32_t)pr[j][po]);
+            const __m512i sb = _mm512_set1_epi32((int32_t)sr[j][po]);
             FA_AVX512_UNROLL
-            for (int i = 0; i < nv; i++) a[j][i] = _mm512_dpbf16_ps(a[j][i], (__m512bh)pb, (__m512bh)vv[i]);
+            for (int i = 0; i < nv; i++) a[j][i] = _mm512_dpbf16_ps(a[j][i], (__m512bh)sb, (__m512bh)xv[i]);
         }
     }
     FA_AVX512_UNROLL
@@ -248,37 +256,66 @@ FA_AVX512_INLINE void pvb_tile(const int nr, const int nv, const int masked, __m
 
 typedef struct {
     __mmask16 tail;
-    int64_t rows, np;
-    const uint32_t *pp;
-    int64_t ldp;
-    const uint32_t *vp;
-    int64_t ldvp;
+    int64_t rows, np; /* the acc rows j, and the pairs p summed over */
+    const uint32_t *s;
+    int64_t lds;
+    int by_row; /* 1: s[j][p] (stx), 0: s[p][j] (pv) */
+    const uint32_t *xp;
+    int64_t ldxp;
     const float *alpha;
     float *acc;
     int64_t ldacc;
-} pvb_args;
+} sxb_args;
 
 /* 6-row tiles, then 5-row ones (see avx512_kernels.c's qk_panel) */
-FA_AVX512_INLINE void pvb_panel(const int nv, const int masked, const pvb_args *a)
+FA_AVX512_INLINE void sxb_panel(const int nv, const int masked, const int by_row, const sxb_args *a)
 {
+    const int64_t sj = by_row ? a->lds : 1, sk = by_row ? 1 : a->lds;
     const int64_t r6 = fa_avx512_split65(a->rows);
-    for (int64_t r = 0; r < r6; r += PVB_NR)
-        pvb_tile(PVB_NR, nv, masked, a->tail, MIN64(PVB_NR, r6 - r), a->np, a->pp + r, a->ldp, a->vp, a->ldvp,
-                 a->alpha ? a->alpha + r : NULL, a->acc + r * a->ldacc, a->ldacc);
-    for (int64_t r = r6; r < a->rows; r += PVB_NR - 1)
-        pvb_tile(PVB_NR - 1, nv, masked, a->tail, PVB_NR - 1, a->np, a->pp + r, a->ldp, a->vp, a->ldvp,
-                 a->alpha ? a->alpha + r : NULL, a->acc + r * a->ldacc, a->ldacc);
+    for (int64_t r = 0; r < r6; r += SXB_NR)
+        sxb_tile(SXB_NR, nv, masked, a->tail, MIN64(SXB_NR, r6 - r), a->np, a->s + r * sj, sj, sk, a->xp, a->ldxp,
+                 !by_row && a->alpha ? a->alpha + r : NULL, a->acc + r * a->ldacc, a->ldacc);
+    for (int64_t r = r6; r < a->rows; r += SXB_NR - 1)
+        sxb_tile(SXB_NR - 1, nv, masked, a->tail, SXB_NR - 1, a->np, a->s + r * sj, sj, sk, a->xp, a->ldxp,
+                 !by_row && a->alpha ? a->alpha + r : NULL, a->acc + r * a->ldacc, a->ldacc);
 }
 
-/* One function per block width; whole vectors unmasked (see avx512_kernels.c's pv_panel4). */
-static void pvb_panel4(const pvb_args *a) { pvb_panel(4, 0, a); }
-static void pvb_panel3(const pvb_args *a) { pvb_panel(3, 0, a); }
-static void pvb_panel2(const pvb_args *a) { pvb_panel(2, 0, a); }
-static void pvb_panel1(const pvb_args *a) { pvb_panel(1, 0, a); }
-static void pvb_panel4m(const pvb_args *a) { pvb_panel(4, 1, a); }
-static void pvb_panel3m(const pvb_args *a) { pvb_panel(3, 1, a); }
-static void pvb_panel2m(const pvb_args *a) { pvb_panel(2, 1, a); }
-static void pvb_panel1m(const pvb_args *a) { pvb_panel(1, 1, a); }
+/* One function per block width, each holding pv's and stx's instances; whole
+ * vectors unmasked (see avx512_kernels.c's sx_panel4). */
+static void sxb_panel4(const sxb_args *a) { a->by_row ? sxb_panel(4, 0, 1, a) : sxb_panel(4, 0, 0, a); }
+static void sxb_panel3(const sxb_args *a) { a->by_row ? sxb_panel(3, 0, 1, a) : sxb_panel(3, 0, 0, a); }
+static void sxb_panel2(const sxb_args *a) { a->by_row ? sxb_panel(2, 0, 1, a) : sxb_panel(2, 0, 0, a); }
+static void sxb_panel1(const sxb_args *a) { a->by_row ? sxb_panel(1, 0, 1, a) : sxb_panel(1, 0, 0, a); }
+static void sxb_panel4m(const sxb_args *a) { a->by_row ? sxb_panel(4, 1, 1, a) : sxb_panel(4, 1, 0, a); }
+static void sxb_panel3m(const sxb_args *a) { a->by_row ? sxb_panel(3, 1, 1, a) : sxb_panel(3, 1, 0, a); }
+static void sxb_panel2m(const sxb_args *a) { a->by_row ? sxb_panel(2, 1, 1, a) : sxb_panel(2, 1, 0, a); }
+static void sxb_panel1m(const sxb_args *a) { a->by_row ? sxb_panel(1, 1, 1, a) : sxb_panel(1, 1, 0, a); }
+
+/* acc (+)= s xp over np pairs and `rows` acc rows, per 64-wide slice of e (n wide),
+ * the pairs chunked by pchunk, alpha (if any) applied in the first chunk only. */
+static void sxb_run(sxb_args a, int64_t np, int64_t pchunk, int64_t n)
+{
+    static void (*const whole[SXB_NV + 1])(const sxb_args *) = {NULL, sxb_panel1, sxb_panel2, sxb_panel3,
+                                                                sxb_panel4};
+    static void (*const part[SXB_NV + 1])(const sxb_args *) = {NULL, sxb_panel1m, sxb_panel2m, sxb_panel3m,
+                                                               sxb_panel4m};
+    const uint32_t *s = a.s, *xp = a.xp;
+    float *acc = a.acc;
+    const float *alpha = a.alpha;
+    const int64_t sk = a.by_row ? 1 : a.lds;
+    for (int64_t p0 = 0; p0 < np; p0 += pchunk) {
+        a.np = MIN64(pchunk, np - p0);
+        a.alpha = p0 == 0 ? alpha : NULL;
+        for (int64_t e0 = 0; e0 < n; e0 += 16 * SXB_NV) {
+            const int64_t ne = MIN64(16 * SXB_NV, n - e0), nv = (ne + 15) / 16;
+            a.tail = fa_avx512_head_mask(ne - 16 * (nv - 1));
+            a.s = s + p0 * sk;
+            a.xp = xp + p0 * a.ldxp + e0;
+            a.acc = acc + e0;
+            (a.tail == 0xFFFF ? whole : part)[nv](&a);
+        }
+    }
+}
 
 /* scratch: P as pairs, pp[np][round16(rows)] dwords, np = ceil(cols / 2). V comes
  * as pairs already (kernels.h), packed once by the caller for every query block. */
@@ -304,105 +341,11 @@ void fa_avx512bf16_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *
     }
 
     /* 2. acc = alpha * acc + P V, 128 pairs at a time (see avx512_kernels.c's pv) */
-    static void (*const whole[PVB_NV + 1])(const pvb_args *) = {NULL, pvb_panel1, pvb_panel2, pvb_panel3, pvb_panel4};
-    static void (*const part[PVB_NV + 1])(const pvb_args *) = {NULL, pvb_panel1m, pvb_panel2m, pvb_panel3m,
-                                                               pvb_panel4m};
-    for (int64_t p0 = 0; p0 < np; p0 += PVB_PCHUNK) {
-        const int64_t n = MIN64(PVB_PCHUNK, np - p0);
-        const float *al = p0 == 0 ? alpha : NULL;
-        for (int64_t e0 = 0; e0 < dv; e0 += 16 * PVB_NV) {
-            const int64_t ne = MIN64(16 * PVB_NV, dv - e0), nv = (ne + 15) / 16;
-            const __mmask16 tail = fa_avx512_head_mask(ne - 16 * (nv - 1));
-            const pvb_args a = {tail, rows, n, pp + p0 * ldp, ldp, vp + p0 * ldvp + e0, ldvp, al, acc + e0, ldacc};
-            (tail == 0xFFFF ? whole : part)[nv](&a);
-        }
-    }
+    const sxb_args a = {0, rows, 0, pp, ldp, 0, vp, ldvp, alpha, acc, ldacc};
+    sxb_run(a, np, PVB_PCHUNK, dv);
 }
 
 /* ----------------------------------------------------------------- stx_bf16 */
-
-enum { STB_NC = 6, STB_NV = 4, STB_PCHUNK = 128 /* pairs: a 64-e slice of the x pairs is 32 KB */ };
-
-/*
- * acc[j][16i..] += sum_p dot(sp[j][p], xp[p][16i..]) for j < valid <= nc, i < nv:
- * pv_bf16's tile with the roles of the two pair operands' strides swapped (a row j of
- * st pairs is contiguous along p here). A padded tile repeats its last real row of st
- * and never stores it; xp is zero-padded to whole vectors, so only acc's last vector
- * may need the mask.
- */
-FA_AVX512_INLINE void stb_tile(const int nc, const int nv, const int masked, __mmask16 tail, int64_t valid,
-                               int64_t np, const uint32_t *sp, int64_t ldsp, const uint32_t *xp, int64_t ldxp,
-                               float *acc, int64_t ldacc)
-{
-    __m512 a[STB_NC][STB_NV];
-    const uint32_t *sr[STB_NC];
-    FA_AVX512_UNROLL
-    for (int j = 0; j < nc; j++) {
-        sr[j] = sp + MIN64(j, valid - 1) * ldsp;
-        const float *aj = acc + j * ldacc;
-        FA_AVX512_UNROLL
-        for (int i = 0; i < nv; i++) {
-            if (j >= valid) a[j][i] = _mm512_setzero_ps();
-            else if (masked && i == nv - 1) a[j][i] = _mm512_maskz_loadu_ps(tail, aj + 16 * i);
-            else a[j][i] = _mm512_loadu_ps(aj + 16 * i);
-        }
-    }
-    for (int64_t p = 0; p < np; p++) {
-        const uint32_t *xr = xp + p * ldxp;
-        __m512i xv[STB_NV];
-        FA_AVX512_UNROLL
-        for (int i = 0; i < nv; i++) xv[i] = _mm512_load_si512(xr + 16 * i);
-        FA_AVX512_UNROLL
-        for (int j = 0; j < nc; j++) {
-            const __m512i sb = _mm512_set1_epi32((int32_t)sr[j][p]);
-            FA_AVX512_UNROLL
-            for (int i = 0; i < nv; i++) a[j][i] = _mm512_dpbf16_ps(a[j][i], (__m512bh)sb, (__m512bh)xv[i]);
-        }
-    }
-    FA_AVX512_UNROLL
-    for (int j = 0; j < nc; j++) {
-        if (j >= valid) break;
-        float *aj = acc + j * ldacc;
-        FA_AVX512_UNROLL
-        for (int i = 0; i < nv; i++) {
-            if (masked && i == nv - 1) _mm512_mask_storeu_ps(aj + 16 * i, tail, a[j][i]);
-            else _mm512_storeu_ps(aj + 16 * i, a[j][i]);
-        }
-    }
-}
-
-typedef struct {
-    __mmask16 tail;
-    int64_t cols, np;
-    const uint32_t *sp;
-    int64_t ldsp;
-    const uint32_t *xp;
-    int64_t ldxp;
-    float *acc;
-    int64_t ldacc;
-} stb_args;
-
-/* Every column c against one 16*nv-wide slice of the x pairs: 6-column tiles, then 5-column ones. */
-FA_AVX512_INLINE void stb_panel(const int nv, const int masked, const stb_args *a)
-{
-    const int64_t c6 = fa_avx512_split65(a->cols);
-    for (int64_t c = 0; c < c6; c += STB_NC)
-        stb_tile(STB_NC, nv, masked, a->tail, MIN64(STB_NC, c6 - c), a->np, a->sp + c * a->ldsp, a->ldsp, a->xp,
-                 a->ldxp, a->acc + c * a->ldacc, a->ldacc);
-    for (int64_t c = c6; c < a->cols; c += STB_NC - 1)
-        stb_tile(STB_NC - 1, nv, masked, a->tail, STB_NC - 1, a->np, a->sp + c * a->ldsp, a->ldsp, a->xp, a->ldxp,
-                 a->acc + c * a->ldacc, a->ldacc);
-}
-
-/* One function per block width (see the top of avx512_kernels.c). */
-static void stb_panel4(const stb_args *a) { stb_panel(4, 0, a); }
-static void stb_panel3(const stb_args *a) { stb_panel(3, 0, a); }
-static void stb_panel2(const stb_args *a) { stb_panel(2, 0, a); }
-static void stb_panel1(const stb_args *a) { stb_panel(1, 0, a); }
-static void stb_panel4m(const stb_args *a) { stb_panel(4, 1, a); }
-static void stb_panel3m(const stb_args *a) { stb_panel(3, 1, a); }
-static void stb_panel2m(const stb_args *a) { stb_panel(2, 1, a); }
-static void stb_panel1m(const stb_args *a) { stb_panel(1, 1, a); }
 
 /*
  * Scratch layout (dwords), np = ceil(rows / 2):
@@ -441,18 +384,8 @@ void fa_avx512bf16_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *
     }
 
     /* 3. acc += st x, 128 pairs at a time, per 64-wide slice of e */
-    static void (*const whole[STB_NV + 1])(const stb_args *) = {NULL, stb_panel1, stb_panel2, stb_panel3, stb_panel4};
-    static void (*const part[STB_NV + 1])(const stb_args *) = {NULL, stb_panel1m, stb_panel2m, stb_panel3m,
-                                                               stb_panel4m};
-    for (int64_t p0 = 0; p0 < np; p0 += STB_PCHUNK) {
-        const int64_t npc = MIN64(STB_PCHUNK, np - p0);
-        for (int64_t e0 = 0; e0 < n; e0 += 16 * STB_NV) {
-            const int64_t ne = MIN64(16 * STB_NV, n - e0), nv = (ne + 15) / 16;
-            const __mmask16 tail = fa_avx512_head_mask(ne - 16 * (nv - 1));
-            const stb_args a = {tail, cols, npc, sp + p0, ldsp, xp + p0 * ldxp + e0, ldxp, acc + e0, ldacc};
-            (tail == 0xFFFF ? whole : part)[nv](&a);
-        }
-    }
+    const sxb_args a = {0, cols, 0, sp, ldsp, 1, xp, ldxp, NULL, acc, ldacc};
+    sxb_run(a, np, STB_PCHUNK, n);
 }
 
 /* -------------------------------------------------------------------- probe */

@@ -32,20 +32,37 @@ static void ref_pack_qt(int64_t rows, int64_t d, const float *q, int64_t ldq, fl
     }
 }
 
+/* A float of an f32 or a bf16 array; bf16 a constant at every call, so each kernel
+ * below compiles to its own plain loop. */
+static inline float ref_load(const void *p, int64_t i, int bf16)
+{
+    return bf16 ? fa_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* st[c][r] = sum_x k[c][x] * qt[x][r] over the padded rows, x in order. The bf16
+ * form reads qt as pairs (row (x/2), element 2r + (x&1)), each product exact in
+ * fp32, and applies the scale last (the f32 form's qt carries it). */
+static inline void ref_qk_rule(int bf16, int64_t rows, int64_t cols, int64_t d, const void *qt, int64_t ldqt,
+                               const void *k, int64_t ldk, float scale, float *st, int64_t ldst)
+{
+    const int64_t padded = round_rows(rows), step = bf16 ? 2 : 1;
+    for (int64_t c = 0; c < cols; c++) {
+        float *sc = st + c * ldst;
+        for (int64_t r = 0; r < padded; r++) sc[r] = 0.0f;
+        for (int64_t x = 0; x < d; x++) {
+            const float kx = ref_load(k, c * ldk + x, bf16);
+            const int64_t qx = bf16 ? (x / 2) * ldqt + (x & 1) : x * ldqt;
+            for (int64_t r = 0; r < padded; r++) sc[r] += kx * ref_load(qt, qx + step * r, bf16);
+        }
+        if (bf16)
+            for (int64_t r = 0; r < padded; r++) sc[r] *= scale;
+    }
+}
+
 static void ref_qk(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt,
                    const float *k, int64_t ldk, float *st, int64_t ldst)
 {
-    const int64_t padded = round_rows(rows);
-    for (int64_t c = 0; c < cols; c++) {
-        float *sc = st + c * ldst;
-        const float *kc = k + c * ldk;
-        for (int64_t r = 0; r < padded; r++) sc[r] = 0.0f;
-        for (int64_t x = 0; x < d; x++) {
-            const float kx = kc[x];
-            const float *qx = qt + x * ldqt;
-            for (int64_t r = 0; r < padded; r++) sc[r] += kx * qx[r];
-        }
-    }
+    ref_qk_rule(0, rows, cols, d, qt, ldqt, k, ldk, 1.0f, st, ldst);
 }
 
 /* Walks st row by row (c outer, r inner) so the memory access stays contiguous
@@ -250,22 +267,11 @@ static void ref_pack_qt_bf16(int64_t rows, int64_t d, const uint16_t *q, int64_t
     }
 }
 
-/* As ref_qk, on the widened pairs: each product is exact in fp32; the scale comes last. */
+/* ref_qk on the widened pairs. */
 static void ref_qk_bf16(int64_t rows, int64_t cols, int64_t d, const uint16_t *qt2, int64_t ldqt2,
                         const uint16_t *k, int64_t ldk, float scale, float *st, int64_t ldst)
 {
-    const int64_t padded = round_rows(rows);
-    for (int64_t c = 0; c < cols; c++) {
-        float *sc = st + c * ldst;
-        const uint16_t *kc = k + c * ldk;
-        for (int64_t r = 0; r < padded; r++) sc[r] = 0.0f;
-        for (int64_t x = 0; x < d; x++) {
-            const float kx = fa_bf16_to_f32(kc[x]);
-            const uint16_t *qx = qt2 + (x / 2) * ldqt2 + (x & 1);
-            for (int64_t r = 0; r < padded; r++) sc[r] += kx * fa_bf16_to_f32(qx[2 * r]);
-        }
-        for (int64_t r = 0; r < padded; r++) sc[r] *= scale;
-    }
+    ref_qk_rule(1, rows, cols, d, qt2, ldqt2, k, ldk, scale, st, ldst);
 }
 
 static void ref_pack_pairs_bf16(int64_t nrows, int64_t len, const uint16_t *src, int64_t ld, uint32_t *dst,
