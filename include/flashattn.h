@@ -168,6 +168,12 @@ typedef enum fa_param {
                                       be redone per query block, for enough of them; default), 1 = never,
                                       2 = wherever a (sequence, kv head) has two or more wide tasks.
                                       Same bits either way (docs/semantics.md, "Packed K/V") */
+    FA_PARAM_F32_MATMUL = 9,       /* f32 q/k/v, flash forward's wide path, on a table with bf16 dot
+                                      products (else ignored): 0 = ieee (fp32 FMA; default),
+                                      1 = bf16x3 (each operand split into bf16 hi + lo, three products:
+                                      hi.hi + hi.lo + lo.hi; ~fp32 accuracy), 2 = bf16 (one product of
+                                      the bf16-rounded operands); never the default. Default from
+                                      FLASHATTN_F32_MATMUL=ieee|bf16x3|bf16 (docs/semantics.md, 5) */
     FA_PARAM_LAST_ALGO = 100,      /* read-only: the fa_algo the last successful call ran */
     FA_PARAM_LAST_EXTRA_BYTES = 101, /* read-only: peak bytes the last successful call allocated */
     FA_PARAM_LAST_TILE_Q = 102,    /* read-only: query rows per tile the last flash call used (0 otherwise) */

@@ -49,6 +49,7 @@ typedef struct {
     const fa_kernels *kern;
     fa_plan plan;
     int bf16_dot;       /* bf16 inputs multiplied as bf16 pairs by the ISA */
+    int mm_terms;       /* f32 inputs as bf16 products (FA_PARAM_F32_MATMUL): 3 bf16x3, 1 bf16, 0 ieee */
     int64_t ldacc;
     int64_t lds;        /* small-row score tiles: round_up(bc, FA_ROW_ALIGN) */
     int small;          /* the kernels have the small-row path and tiles fit it */
@@ -80,9 +81,13 @@ typedef struct {
     int32_t *lo, *hi;     /* (br_pad) tile-relative band of each row */
     const void **kp, **vp; /* (bc) small path: K/V row pointers */
     float *ks, *vs;        /* (bc) small path: their int8 scales */
-    /* bf16 dot-product path only */
+    /* bf16 dot-product path only (and f32 as bf16 products: q16, k16, v16 then hold
+     * the split rows, below) */
     uint16_t *q16, *qt2, *k16, *v16;
     uint32_t *v_pairs, *pv_scratch; /* a V tile as row pairs when not packed; P pairs */
+    /* f32 as bf16 products only: one row's bf16 high part, and its residual in f32 */
+    uint16_t *row16;
+    float *rowf;
 } flash_scratch;
 
 static int64_t round16(int64_t x) { return fa_round_up(x, FA_ROW_ALIGN); }
@@ -92,8 +97,13 @@ static int64_t round16(int64_t x) { return fa_round_up(x, FA_ROW_ALIGN); }
 static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *base)
 {
     const int64_t D = job->p->D, Dv = job->p->Dv, br = job->plan.br, bc = job->plan.bc, bp = job->plan.br_pad;
-    const int64_t b16 = job->bf16_dot;
-    const int64_t st_floats = bc * bp > FA_SMALL_ROWS * job->lds ? bc * bp : FA_SMALL_ROWS * job->lds;
+    const int64_t b16 = job->bf16_dot || job->mm_terms;
+    /* f32 as bf16 products: T = mm_terms terms side by side along each reduction
+     * (kv.h, fa_split_row); P - bf16(P) follows P in the score tile */
+    const int64_t T = job->mm_terms > 0 ? job->mm_terms : 1, mm = job->mm_terms > 0;
+    const int64_t T2 = T > 2 ? 2 : T; /* V and P: hi and lo */
+    const int64_t row_max = D > Dv ? (D > bp ? D : bp) : (Dv > bp ? Dv : bp);
+    const int64_t st_floats = T2 * bc * bp > FA_SMALL_ROWS * job->lds ? T2 * bc * bp : FA_SMALL_ROWS * job->lds;
     /* the small-row path keeps the state of up to stacks_max stacks of <= FA_SMALL_ROWS rows */
     const int64_t sm = job->stacks_max, state = bp > sm * FA_ROW_ALIGN ? bp : sm * FA_ROW_ALIGN;
     const int64_t acc_rows = br > sm * FA_SMALL_ROWS ? br : sm * FA_SMALL_ROWS;
@@ -118,13 +128,15 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->vp, bc * (int64_t)sizeof(void *)},
         {(void **)&sc->ks, bc * 4},
         {(void **)&sc->vs, bc * 4},
-        {(void **)&sc->q16, b16 ? fa_bytes3(br, D, 2) : 0},
-        {(void **)&sc->qt2, b16 ? fa_bytes3((D + 1) / 2 * 2, bp, 2) : 0},
+        {(void **)&sc->q16, b16 ? fa_bytes3(mm ? T * bp : br, D, 2) : 0},
+        {(void **)&sc->qt2, b16 ? fa_bytes3((T * D + 1) / 2 * 2, bp, 2) : 0},
         /* a pack step may take one row more than a tile (kv.h: its rows start even) */
-        {(void **)&sc->k16, b16 ? fa_bytes3(bc + 1, D, 2) : 0},
-        {(void **)&sc->v16, b16 ? fa_bytes3(bc + 1, Dv, 2) : 0},
-        {(void **)&sc->v_pairs, b16 ? fa_bytes3((bc + 1) / 2, fa_packed_ld(Dv), 4) : 0},
+        {(void **)&sc->k16, b16 ? fa_bytes3(T * (bc + 1), D, 2) : 0},
+        {(void **)&sc->v16, b16 ? fa_bytes3(T2 * (bc + 1), Dv, 2) : 0},
+        {(void **)&sc->v_pairs, b16 ? fa_bytes3(T2 * ((bc + 2) / 2), fa_packed_ld(Dv), 4) : 0},
         {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, Dv) : 0},
+        {(void **)&sc->row16, mm ? fa_bytes3(row_max, 2, 1) : 0},
+        {(void **)&sc->rowf, mm ? fa_bytes3(row_max, 8, 1) : 0},
     };
     return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
 }
@@ -264,6 +276,7 @@ typedef struct {
     int64_t ng, rows;    /* heads stacked from h0, and so rows n * ng */
     int64_t h0, hk;
     int b16;             /* bf16 pairs (one head, dense bf16 q and k) */
+    int mm;              /* f32 as bf16 products: the job's mm_terms (3 or 1), or 0 */
     const char *unit;    /* its K/V packed (kv.h), or NULL: the caller's tensors */
 } wide_task;
 
@@ -278,6 +291,14 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
     if (w->b16) {
         const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0, D, sc->q16, &ldq);
         kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
+    } else if (w->mm) { /* unscaled: qk_bf16 scales */
+        const int64_t TD = w->mm * D;
+        for (int64_t g = 0; g < w->ng; g++) {
+            const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0 + g, D, sc->q, &ldq);
+            for (int64_t r = 0; r < n; r++)
+                fa_split_row(kern, w->mm, 0, q + r * ldq, D, sc->q16 + (g * n + r) * TD, sc->rowf);
+        }
+        kern->pack_qt_bf16(w->rows, TD, sc->q16, TD, sc->qt2, 2 * bp);
     } else if (w->ng == 1) {
         const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0, D, sc->q, &ldq);
         kern->pack_qt(n, D, q, ldq, s->scale, sc->qt, bp);
@@ -307,21 +328,34 @@ static const float *wide_scores(const flash_job *job, const flash_scratch *sc, c
     const fa_kv_packing *pk = &job->steps.pack;
     const int64_t D = s->D, bp = job->plan.br_pad;
     int64_t ldk;
+    if (w->mm && w->unit) { /* the split form: V waits for step 9 */
+        kern->qk_bf16(w->rows, cols, w->mm * D, sc->qt2, 2 * bp, (const uint16_t *)w->unit + j0 * pk->ldk, pk->ldk,
+                      s->scale, sc->st, bp);
+        return NULL;
+    }
     if (w->b16) {
         const uint16_t *k = w->unit ? (const uint16_t *)w->unit + j0 * (ldk = pk->ldk)
                                     : fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
         kern->qk_bf16(w->n, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
         return NULL;
     }
+    const float *k, *v;
     if (w->unit) {
         ldk = pk->ldk;
         *ldv = pk->ldv;
-        kern->qk(w->rows, cols, D, sc->qt, bp, (const float *)w->unit + j0 * ldk, ldk, sc->st, bp);
-        return (const float *)(w->unit + pk->v_offset) + j0 * *ldv;
+        k = (const float *)w->unit + j0 * ldk;
+        v = (const float *)(w->unit + pk->v_offset) + j0 * *ldv;
+    } else {
+        k = fa_kv_tile_f32(s, 0, kern, j0, cols, w->hk, D, sc->k, &ldk);
+        v = fa_kv_tile_f32(s, 1, kern, j0, cols, w->hk, s->Dv, sc->v, ldv);
     }
-    const float *k = fa_kv_tile_f32(s, 0, kern, j0, cols, w->hk, D, sc->k, &ldk);
-    const float *v = fa_kv_tile_f32(s, 1, kern, j0, cols, w->hk, s->Dv, sc->v, ldv);
-    kern->qk(w->rows, cols, D, sc->qt, bp, k, ldk, sc->st, bp);
+    if (w->mm) {
+        const int64_t TD = w->mm * D;
+        for (int64_t c = 0; c < cols; c++) fa_split_row(kern, w->mm, 1, k + c * ldk, D, sc->k16 + c * TD, sc->rowf);
+        kern->qk_bf16(w->rows, cols, TD, sc->qt2, 2 * bp, sc->k16, TD, s->scale, sc->st, bp);
+    } else {
+        kern->qk(w->rows, cols, D, sc->qt, bp, k, ldk, sc->st, bp);
+    }
     return v;
 }
 
@@ -357,6 +391,53 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
     fa_kernels_ref.pv(w->n, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, job->ldacc);
 }
 
+/* Step 9 of f32 as bf16 products (kv.h, fa_split_f32): acc = alpha * acc + P Vhi,
+ * then (T = 3) + (P - bf16(P)) Vhi + P Vlo, pv_bf16 rounding P to bf16; V's hi and lo
+ * rows as pairs, packed or split here. v: the tile's f32 V rows, or NULL (packed). A
+ * partial tile with a NaN/inf V row takes the reference kernel (see wide_pv_bf16). */
+static void wide_pv_split(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0, int64_t cols,
+                          int partial, const float *v, int64_t ldv)
+{
+    const fa_kernels *kern = job->kern;
+    const fa_kv_packing *pk = &job->steps.pack;
+    const int64_t Dv = w->s->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
+    const int T = w->mm;
+    const int packed = w->unit && !(j0 & 1);
+    if (!v && (!packed || partial)) v = fa_kv_tile_f32(w->s, 1, kern, j0, cols, w->hk, Dv, sc->v, &ldv);
+    if (partial && !fa_rows_finite(v, ldv, cols, Dv)) {
+        fa_kernels_ref.pv(w->rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
+        return;
+    }
+    const uint32_t *vhi, *vlo;
+    int64_t ldvp = fa_packed_ld(Dv);
+    if (packed) {
+        ldvp = pk->ldv;
+        vhi = (const uint32_t *)(w->unit + pk->v_offset) + j0 / 2 * ldvp;
+        vlo = (const uint32_t *)(w->unit + pk->vlo_offset) + j0 / 2 * ldvp;
+    } else {
+        uint32_t *hi = sc->v_pairs, *lo = sc->v_pairs + (cols + 1) / 2 * ldvp;
+        fa_split_vrows(kern, T, v, ldv, cols, Dv, sc->v16, sc->v16 + cols * Dv, sc->rowf);
+        kern->pack_pairs_bf16(cols, Dv, sc->v16, Dv, hi, ldvp);
+        if (T == 3) kern->pack_pairs_bf16(cols, Dv, sc->v16 + cols * Dv, Dv, lo, ldvp);
+        vhi = hi;
+        vlo = lo;
+    }
+    kern->pv_bf16(w->rows, cols, Dv, sc->st, bp, vhi, ldvp, sc->alpha, sc->acc, ldacc, sc->pv_scratch);
+    if (T == 1) return;
+    float *res = sc->st + cols * bp; /* P - bf16(P), bf16(P) rounded as pv_bf16 rounds it: nearest even */
+    for (int64_t i = 0; i < cols * bp; i++) {
+        const float p = sc->st[i];
+        uint32_t x;
+        memcpy(&x, &p, sizeof x);
+        x = (x + 0x7fffu + ((x >> 16) & 1u)) & 0xffff0000u;
+        float h;
+        memcpy(&h, &x, sizeof h);
+        res[i] = p - h;
+    }
+    kern->pv_bf16(w->rows, cols, Dv, res, bp, vhi, ldvp, NULL, sc->acc, ldacc, sc->pv_scratch);
+    kern->pv_bf16(w->rows, cols, Dv, sc->st, bp, vlo, ldvp, NULL, sc->acc, ldacc, sc->pv_scratch);
+}
+
 /* The wide path: one stack of rows, vectors along rows (kernels.h). unit: this
  * task's K/V packed (kv.h), or NULL to read them from the caller's tensors. */
 static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_task *it, const char *unit)
@@ -376,7 +457,8 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_t
     w.rows = w.n * w.ng;
     w.b16 = job->bf16_dot && w.ng == 1 && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
             s.q.dtype == FA_DTYPE_BF16;
-    if (unit && job->steps.pack.bf16 != w.b16) w.unit = NULL; /* a stacked task of a bf16 job widens to f32 itself */
+    w.mm = w.b16 ? 0 : job->mm_terms;
+    if (unit && job->steps.pack.bf16 != (w.b16 || w.mm)) w.unit = NULL; /* a stacked task of a bf16 job widens to f32 itself */
     const int elementwise = fa_problem_has_elementwise(&s);
     const int64_t i0 = w.i0, n = w.n, ng = w.ng, rows = w.rows, h0 = w.h0;
     wide_begin(job, sc, &w);
@@ -409,6 +491,8 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_t
          * reference kernel (see wide_pv_bf16) */
         if (w.b16)
             wide_pv_bf16(job, sc, &w, j0, cols, partial);
+        else if (w.mm)
+            wide_pv_split(job, sc, &w, j0, cols, partial, v, ldv);
         else if (partial && kern != &fa_kernels_ref && !fa_rows_finite(v, ldv, cols, Dv))
             fa_kernels_ref.pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
         else
@@ -458,7 +542,7 @@ static void flash_worker(void *arg, int ith, int nth)
             const double t0 = fa_now_s();
             fa_problem s;
             fa_seq_view(job->p, st.b, &s);
-            fa_kv_pack_rows(&s, job->kern, &job->steps.pack, st.hk, st.j0, st.cols, unit, sc.k16, sc.v16);
+            fa_kv_pack_rows(&s, job->kern, &job->steps.pack, st.hk, st.j0, st.cols, unit, sc.k16, sc.v16, sc.rowf);
             atomic_fetch_add_explicit(&job->pack_ns, (long long)((fa_now_s() - t0) * 1e9), memory_order_relaxed);
         }
         fa_steps_done(&job->steps, &st);
@@ -486,6 +570,10 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     fa_plan_tiles(ctx, &plan_p, &job->plan);
     /* bf16 dot products only where they are faster than widening to fp32 (auto), or forced */
     job->bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
+    /* f32 as bf16 products: opt-in, and only where the table multiplies bf16 natively */
+    job->mm_terms = 0;
+    if (p->dtype == FA_DTYPE_F32 && (ctx->kernels->flags & FA_KERNELS_BF16_DOT))
+        job->mm_terms = ctx->set.f32_matmul == FA_F32_MATMUL_BF16X3 ? 3 : ctx->set.f32_matmul == FA_F32_MATMUL_BF16 ? 1 : 0;
     job->ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
     job->lds = round16(job->plan.bc);
     /* decoding takes no dropout: the small-row loop leaves it to the wide one */
@@ -519,7 +607,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     int64_t *merges, *units;
     /* packed K/V are planned from the tasks, into a second workspace; here only the
      * per-unit counts that plan needs */
-    const int form = fa_kv_packing_form(p, job.bf16_dot, ctx->set.kv_pack);
+    const int form = fa_kv_packing_form(p, job.bf16_dot, job.mm_terms, ctx->set.kv_pack);
     const fa_ws_part parts[] = {
         {(void **)&scratch, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
         {(void **)&job.items, fa_bytes3(counts.tasks, (int64_t)sizeof(fa_task), 1)},
@@ -566,7 +654,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     info->br = job.plan.br;
     info->bc = job.plan.bc;
     info->threads = nth;
-    info->path = job.bf16_dot ? "bf16-dot" : "f32";
+    info->path = job.bf16_dot ? "bf16-dot" : job.mm_terms == 3 ? "bf16x3" : job.mm_terms == 1 ? "bf16-of-f32" : "f32";
     info->kv_splits = counts.max_split;
     return FA_OK;
 }

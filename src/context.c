@@ -74,6 +74,11 @@ fa_status fa_context_create(fa_context **out)
     ctx->set.verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
     const char *dot = getenv("FLASHATTN_BF16_DOT");
     ctx->set.bf16_dot = dot && (*dot == '1' || *dot == '2') ? *dot - '0' : 0;
+    const char *mm = getenv("FLASHATTN_F32_MATMUL");
+    ctx->set.f32_matmul = !mm                       ? FA_F32_MATMUL_IEEE
+                          : strcmp(mm, "bf16x3") == 0 ? FA_F32_MATMUL_BF16X3
+                          : strcmp(mm, "bf16") == 0   ? FA_F32_MATMUL_BF16
+                                                      : FA_F32_MATMUL_IEEE;
     fa_status st = fa_kernels_select(&ctx->kernels, ctx->error, sizeof ctx->error);
     if (st == FA_OK) st = apply_threads(ctx, 0);
     if (st != FA_OK) {

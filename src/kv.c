@@ -89,9 +89,38 @@ int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int6
     return !bad;
 }
 
-int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mode)
+void fa_split_f32(const fa_kernels *kern, const float *x, int64_t n, uint16_t *hi, float *res)
+{
+    kern->f32_to_bf16(x, hi, n);
+    kern->bf16_to_f32(hi, res, n);
+    for (int64_t i = 0; i < n; i++) {
+        const float d = x[i] - res[i];
+        res[i] = d - d == 0.0f ? d : 0.0f;
+    }
+}
+
+void fa_split_row(const fa_kernels *kern, int T, int lo_first, const float *x, int64_t n, uint16_t *dst, float *tmp)
+{
+    fa_split_f32(kern, x, n, dst, tmp);
+    if (T == 1) return;
+    kern->f32_to_bf16(tmp, dst + (lo_first ? n : 2 * n), n);
+    memcpy(dst + (lo_first ? 2 * n : n), dst, (size_t)n * sizeof *dst);
+}
+
+void fa_split_vrows(const fa_kernels *kern, int T, const float *v, int64_t ldv, int64_t cols, int64_t dv,
+                    uint16_t *hi, uint16_t *lo, float *tmp)
+{
+    for (int64_t c = 0; c < cols; c++) {
+        fa_split_f32(kern, v + c * ldv, dv, hi + c * dv, tmp);
+        if (T == 3) kern->f32_to_bf16(tmp, lo + c * dv, dv);
+    }
+}
+
+int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mm_terms, int mode)
 {
     if (mode == 1) return -1;
+    /* f32 split into bf16 terms: a tile would be split again for every query block */
+    if (mm_terms > 0 && p->dtype == FA_DTYPE_F32) return FA_KV_FORM_SPLIT(mm_terms);
     const int bf16 = bf16_dot && !p->pages && !p->quant && p->q.dtype == FA_DTYPE_BF16 &&
                      p->k.dtype == FA_DTYPE_BF16 && p->v.dtype == FA_DTYPE_BF16;
     if (bf16 || mode == 2) return bf16; /* pv_bf16 would pair V for every tile */
@@ -104,11 +133,18 @@ int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mode)
     return -1; /* dense f32 rows: the kernels read them in place as well as packed */
 }
 
-int fa_kv_packing_plan(int bf16, int64_t sk, int64_t D, int64_t Dv, fa_kv_packing *pk)
+int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, fa_kv_packing *pk)
 {
-    pk->bf16 = bf16;
+    pk->bf16 = form != 0;
+    pk->terms = form >= FA_KV_FORM_SPLIT(1) ? form - 1 : 0;
     int64_t kb, vb;
-    if (bf16) {
+    if (pk->terms) { /* D, Dv <= FA_DIM_MAX: T * D does not overflow */
+        pk->ldk = 2 * fa_packed_ld((pk->terms * D + 1) / 2);
+        pk->ldv = fa_packed_ld(Dv);
+        kb = fa_bytes3(sk, pk->ldk, 2);
+        vb = fa_bytes3((sk + 1) / 2, pk->ldv, 4);
+        if (pk->terms == 3 && vb >= 0) vb = vb > INT64_MAX / 2 ? -1 : 2 * vb; /* hi, then lo */
+    } else if (form) {
         pk->ldk = 2 * fa_packed_ld((D + 1) / 2);
         pk->ldv = fa_packed_ld(Dv);
         kb = fa_bytes3(sk, pk->ldk, 2);
@@ -122,14 +158,39 @@ int fa_kv_packing_plan(int bf16, int64_t sk, int64_t D, int64_t Dv, fa_kv_packin
     /* every row is a multiple of 64 bytes, so both parts are too */
     if (kb < 0 || vb < 0 || kb > INT64_MAX - vb) return 0;
     pk->v_offset = kb;
+    pk->vlo_offset = kb + vb / 2;
     pk->unit_bytes = kb + vb;
     return 1;
 }
 
 void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
-                     int64_t cols, char *unit, uint16_t *k16, uint16_t *v16)
+                     int64_t cols, char *unit, uint16_t *k16, uint16_t *v16, float *tmp)
 {
     const int64_t D = s->D, Dv = s->Dv;
+    if (pk->terms) { /* any source: rows to f32 one by one, then split */
+        const int T = pk->terms;
+        uint16_t *kd = (uint16_t *)unit + j0 * pk->ldk;
+        const int64_t dmax = D > Dv ? D : Dv;
+        for (int64_t c = 0; c < cols; c++) {
+            float scale;
+            const void *row = fa_kv_row(s, 0, j0 + c, hk, &scale);
+            row_to_f32(kern, row, s->k.dtype, s->k.stride[3], scale, D, tmp);
+            fa_split_row(kern, T, 1, tmp, D, kd + c * pk->ldk, tmp + dmax);
+            memset(kd + c * pk->ldk + T * D, 0, (size_t)(pk->ldk - T * D) * sizeof *kd);
+        }
+        uint16_t *lo = v16 + cols * Dv;
+        for (int64_t c = 0; c < cols; c++) {
+            float scale;
+            const void *row = fa_kv_row(s, 1, j0 + c, hk, &scale);
+            row_to_f32(kern, row, s->v.dtype, s->v.stride[3], scale, Dv, tmp);
+            fa_split_vrows(kern, T, tmp, Dv, 1, Dv, v16 + c * Dv, lo + c * Dv, tmp + dmax);
+        }
+        kern->pack_pairs_bf16(cols, Dv, v16, Dv, (uint32_t *)(unit + pk->v_offset) + j0 / 2 * pk->ldv, pk->ldv);
+        if (T == 3)
+            kern->pack_pairs_bf16(cols, Dv, lo, Dv, (uint32_t *)(unit + pk->vlo_offset) + j0 / 2 * pk->ldv, pk->ldv);
+        (void)k16;
+        return;
+    }
     if (pk->bf16) { /* dense bf16 tensors only (no pages, no int8): rows evenly spaced */
         int64_t ld;
         const uint16_t *k = fa_rows_u16(&s->k, 0, j0, cols, hk, D, k16, &ld);

@@ -50,29 +50,64 @@ void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, in
  * instead of converting or re-gathering them for each (query block, key tile):
  *   f32 form:  k[j][x], v[j][e] as f32 rows (any source dtype, cache, int8 scale);
  *   bf16 form: k[j][x] as bf16 rows, V as row pairs from key 0 (kernels.h's
- *              pack_pairs_bf16), which pv_bf16 (and a tile unit) multiplies.
+ *              pack_pairs_bf16), which pv_bf16 (and a tile unit) multiplies;
+ *   split form (f32 as T bf16 products, FA_PARAM_F32_MATMUL, T = 3 or 1): K rows
+ *              as T * D bf16, [hi | lo | hi] (T = 1: [hi]), V's hi rows as pairs from
+ *              key 0 and (T = 3) after them V's lo rows as pairs (fa_split_row).
  * Rows are fa_packed_ld apart, so the kernels get dense, cache-friendly rows
  * whatever the caller's strides. A tile at key j0 reads k + j0 * ldk; its V pairs
  * in the bf16 form start at pair j0 / 2, so only a tile with an even j0 uses them.
  */
 typedef struct fa_kv_packing {
-    int bf16;           /* the bf16 form */
+    int bf16;           /* the bf16 form, or the split form (bf16 pairs too) */
+    int terms;          /* the split form: T; else 0 */
     int64_t ldk, ldv;   /* f32 form: floats; bf16 form: uint16 (K), dwords (V pairs) */
     int64_t v_offset;   /* bytes from a unit's start to its V */
+    int64_t vlo_offset; /* the split form, T = 3: bytes from a unit's start to V's lo pairs */
     int64_t unit_bytes; /* one unit of sk keys, a multiple of 64 */
 } fa_kv_packing;
-/* The form packing takes for problem p: 1 bf16, 0 f32, -1 none. mode is
- * FA_PARAM_KV_PACK's (0 auto: where the wide loop would otherwise convert, gather
- * or pair rows per tile, or read rows strided badly for the caches; 1 never;
- * 2 always); bf16_dot: bf16 inputs multiply as bf16 pairs. */
-int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mode);
-/* The layout of units of sk keys; 0 when a size overflows. */
-int fa_kv_packing_plan(int bf16, int64_t sk, int64_t D, int64_t Dv, fa_kv_packing *pk);
-/* Packs keys j0 .. j0+cols-1 (j0 even in the bf16 form) of kv head hk of sequence
- * view s into unit. The bf16 form may gather strided rows into k16, v16 (room for
- * cols * D and cols * Dv uint16). */
+/* The form packing takes for problem p: 1 bf16, 0 f32, FA_KV_FORM_SPLIT(T) split,
+ * -1 none. mode is FA_PARAM_KV_PACK's (0 auto: where the wide loop would otherwise
+ * convert, gather, split or pair rows per tile, or read rows strided badly for the
+ * caches; 1 never; 2 always); bf16_dot: bf16 inputs multiply as bf16 pairs; mm_terms:
+ * f32 inputs as that many bf16 products (0: ieee). */
+#define FA_KV_FORM_SPLIT(T) (1 + (T))
+int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mm_terms, int mode);
+/* The layout of units of sk keys in that form; 0 when a size overflows. */
+int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, fa_kv_packing *pk);
+/* Packs keys j0 .. j0+cols-1 (j0 even in the bf16 and split forms) of kv head hk of
+ * sequence view s into unit. The bf16 form may gather strided rows into k16, v16
+ * (room for cols * D and cols * Dv uint16; T times that in the split form, which
+ * also takes tmp: 2 * max(D, Dv) floats). */
 void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
-                     int64_t cols, char *unit, uint16_t *k16, uint16_t *v16);
+                     int64_t cols, char *unit, uint16_t *k16, uint16_t *v16, float *tmp);
+
+/*
+ * f32 as bf16 products (FA_PARAM_F32_MATMUL). Each f32 operand x is split into
+ * hi = bf16(x) and lo = bf16(x - hi) (x - hi is exact in f32), and a product of two
+ * f32 vectors becomes one bf16 pair product over T times their length, the terms
+ * side by side along the reduction:
+ *   bf16x3 (T = 3): Q rows [hi | hi | lo] . K rows [hi | lo | hi]
+ *                   = Qhi.Khi + Qhi.Klo + Qlo.Khi;
+ *                   P.V as three pv_bf16 calls (which round P to bf16 themselves):
+ *                   P.Vhi (with alpha), then (P - bf16(P)).Vhi and P.Vlo added
+ *                   = Phi.Vhi + Plo.Vhi + Phi.Vlo;
+ *   bf16    (T = 1): Qhi.Khi and Phi.Vhi.
+ * Only lo.lo is left out: |x - hi - lo| <= 2^-18 |x|, so each bf16x3 product is
+ * within about 3 * 2^-18 < 2^-16 of the exact one (bf16: 2 * 2^-9 = 2^-8), summed in
+ * fp32. NaN stays NaN (its lo is 0); an inf operand's lo is 0, and 0 * inf makes
+ * the product NaN where ieee's is +-inf.
+ *
+ * fa_split_f32: hi = bf16(x) (nearest even), res = x - hi in f32 (0 where x or hi
+ * is not finite). fa_split_row: one row of n as T * n bf16, [hi | hi | lo]
+ * (lo_first 0, a Q row) or [hi | lo | hi] (lo_first 1, a K row); T = 1: [hi]; tmp
+ * holds n floats. fa_split_vrows: V rows' hi parts into hi, and for T = 3 their lo
+ * parts into lo (both ld dv); tmp dv floats.
+ */
+void fa_split_f32(const fa_kernels *kern, const float *x, int64_t n, uint16_t *hi, float *res);
+void fa_split_row(const fa_kernels *kern, int T, int lo_first, const float *x, int64_t n, uint16_t *dst, float *tmp);
+void fa_split_vrows(const fa_kernels *kern, int T, const float *v, int64_t ldv, int64_t cols, int64_t dv,
+                    uint16_t *hi, uint16_t *lo, float *tmp);
 /* 1 when none of the rows (or their int8 scales) holds inf or NaN. */
 int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int64_t cols, int64_t dim);
 

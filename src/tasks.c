@@ -276,7 +276,9 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
      * 2 threads, H = 32, D = 128, 128-row query blocks: f16 lost 5% at 3 readers and
      * won 7% at 4; bf16 pairs lost 2% at 4 and won 11% at 6). Forced packing takes
      * any shared unit. */
-    const int64_t min_readers = rules->mode == 2 ? 2 : rules->form ? 6 : 4;
+    /* (the split form of f32 as bf16 products, FA_PARAM_F32_MATMUL, is worth it at 2:
+     * each reader would split every tile again) */
+    const int64_t min_readers = rules->mode == 2 || rules->form >= FA_KV_FORM_SPLIT(1) ? 2 : rules->form ? 6 : 4;
     int64_t sk_max = 0;
     for (int64_t t = 0; t < st->n_tasks; t++) {
         const int64_t u = task_unit(st, p, &st->tasks[t]);

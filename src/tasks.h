@@ -86,7 +86,7 @@ typedef struct fa_step {
 
 /* What the packing of a forward may do. */
 typedef struct fa_pack_rules {
-    int form;        /* fa_kv_packing_form: 1 bf16, 0 f32 */
+    int form;        /* fa_kv_packing_form: 1 bf16, 0 f32, FA_KV_FORM_SPLIT(T) split */
     int mode;        /* FA_PARAM_KV_PACK: 2 packs every unit two tasks share */
     int threads;     /* threads that will take the steps */
     int64_t bc;      /* keys per tile */
