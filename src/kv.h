@@ -52,14 +52,15 @@ void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, in
  *   bf16 form: k[j][x] as bf16 rows, V as row pairs from key 0 (kernels.h's
  *              pack_pairs_bf16), which pv_bf16 (and a tile unit) multiplies.
  * Rows are fa_packed_ld apart, so the kernels get dense, cache-friendly rows
- * whatever the caller's strides. A tile at key j0 reads k + j0 * ldk; its V pairs
- * in the bf16 form start at pair j0 / 2, so only a tile with an even j0 uses them.
+ * whatever the caller's strides. A tile at key j0 of a unit from key key0 reads
+ * k + (j0 - key0) * ldk; its V pairs in the bf16 form start at pair (j0 - key0) / 2,
+ * so only a tile with an even j0 uses them (key0 is even).
  */
 typedef struct fa_kv_packing {
     int bf16;           /* the bf16 form */
     int64_t ldk, ldv;   /* f32 form: floats; bf16 form: uint16 (K), dwords (V pairs) */
     int64_t v_offset;   /* bytes from a unit's start to its V */
-    int64_t unit_bytes; /* one unit of sk keys, a multiple of 64 */
+    int64_t unit_bytes; /* one unit (or chunk) of sk keys, a multiple of 64 */
 } fa_kv_packing;
 /* The form packing takes for problem p: 1 bf16, 0 f32, -1 none. mode is
  * FA_PARAM_KV_PACK's (0 auto: where the wide loop would otherwise convert, gather
@@ -69,10 +70,11 @@ int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mode);
 /* The layout of units of sk keys; 0 when a size overflows. */
 int fa_kv_packing_plan(int bf16, int64_t sk, int64_t D, int64_t Dv, fa_kv_packing *pk);
 /* Packs keys j0 .. j0+cols-1 (j0 even in the bf16 form) of kv head hk of sequence
- * view s into unit. The bf16 form may gather strided rows into k16, v16 (room for
- * cols * D and cols * Dv uint16). */
+ * view s into unit, whose first key is key0 (even in the bf16 form; a chunk of a long
+ * unit's keys, tasks.h): key j goes to row j - key0. The bf16 form may gather strided
+ * rows into k16, v16 (room for cols * D and cols * Dv uint16). */
 void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
-                     int64_t cols, char *unit, uint16_t *k16, uint16_t *v16);
+                     int64_t cols, int64_t key0, char *unit, uint16_t *k16, uint16_t *v16);
 /* 1 when none of the rows (or their int8 scales) holds inf or NaN. */
 int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int64_t cols, int64_t dim);
 
