@@ -5,7 +5,9 @@
  *     query heads, key chunk), each with a cost, most expensive first so that
  *     threads taking them from an atomic counter finish together;
  *   - the forward's steps when K/V are packed: pack steps and task steps in waves
- *     through two buffers, their hand-out order and their waits (fa_steps);
+ *     through two buffers, a long unit in key chunks whose readers go in groups
+ *     that keep their online softmax state between chunks, the steps' hand-out
+ *     order and their waits (fa_steps);
  *   - the backward's tasks: fused (sequence, kv head) walks, or the two-pass
  *     schedule's key tiles and query blocks (fa_bwd_tasks_*);
  *   - the two band questions a tiled loop asks: which key columns a block of query
@@ -13,8 +15,9 @@
  *     (key-outer loops, as the backward's).
  * Both task lists are ordered by one rule (most expensive first, then by position).
  * No plan depends on the thread count, so the order of every floating-point
- * operation is a function of the shapes alone; only the packing's wave sizes and the
- * backward's choice of schedule read it, and neither changes a bit.
+ * operation is a function of the shapes alone; only the packing's wave sizes and
+ * reader groups and the backward's choice of schedule read it, and none changes a bit
+ * (a chunked task still walks its key tiles, planned from the shapes, in order).
  */
 #ifndef FA_TASKS_H
 #define FA_TASKS_H
