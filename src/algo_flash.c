@@ -8,7 +8,8 @@
  * few tiles per thread, plus (where it pays) packed K/V: each (sequence, kv head)
  * converted, gathered or paired once into the kernels' layout for all the query
  * blocks that read it, in waves through two buffers of bounded size (kv.h; the
- * waves' steps are tasks.c's).
+ * waves' steps are tasks.c's; a long unit goes in key chunks, its tasks in steps
+ * that keep their online softmax state in a state slot between chunks).
  *
  * Work is split into tasks handed out by an atomic counter, most expensive first
  * (causal blocks and ragged sequences differ in cost), so threads finish together.
@@ -278,11 +279,12 @@ typedef struct {
     int b16;             /* bf16 pairs (one head, dense bf16 q and k) */
     int mm;              /* f32 as bf16 products: the job's mm_terms (3 or 1), or 0 */
     const char *unit;    /* its K/V packed (kv.h), or NULL: the caller's tensors */
+    int64_t key0;        /* the unit's first key (a chunk of a long unit, tasks.h) */
 } wide_task;
 
-/* Before step 1: the Q rows of every stacked head, transposed and scaled; the
- * softmax state and the accumulator cleared. */
-static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide_task *w)
+/* Before step 1: the Q rows of every stacked head, transposed and scaled; with
+ * `clear`, the softmax state and the accumulator cleared (a task's first step). */
+static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide_task *w, int clear)
 {
     const fa_problem *s = w->s;
     const fa_kernels *kern = job->kern;
@@ -311,6 +313,7 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
         }
         kern->pack_qt(w->rows, D, sc->q, D, s->scale, sc->qt, bp);
     }
+    if (!clear) return;
     for (int64_t r = 0; r < w->rows; r++) {
         sc->m[r] = -INFINITY;
         sc->l[r] = 0.0f;
@@ -329,12 +332,12 @@ static const float *wide_scores(const flash_job *job, const flash_scratch *sc, c
     const int64_t D = s->D, bp = job->plan.br_pad;
     int64_t ldk;
     if (w->mm && w->unit) { /* the split form: V waits for step 9 */
-        kern->qk_bf16(w->rows, cols, w->mm * D, sc->qt2, 2 * bp, (const uint16_t *)w->unit + j0 * pk->ldk, pk->ldk,
+        kern->qk_bf16(w->rows, cols, w->mm * D, sc->qt2, 2 * bp, (const uint16_t *)w->unit + (j0 - w->key0) * pk->ldk, pk->ldk,
                       s->scale, sc->st, bp);
         return NULL;
     }
     if (w->b16) {
-        const uint16_t *k = w->unit ? (const uint16_t *)w->unit + j0 * (ldk = pk->ldk)
+        const uint16_t *k = w->unit ? (const uint16_t *)w->unit + (j0 - w->key0) * (ldk = pk->ldk)
                                     : fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
         kern->qk_bf16(w->n, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
         return NULL;
@@ -343,8 +346,8 @@ static const float *wide_scores(const flash_job *job, const flash_scratch *sc, c
     if (w->unit) {
         ldk = pk->ldk;
         *ldv = pk->ldv;
-        k = (const float *)w->unit + j0 * ldk;
-        v = (const float *)(w->unit + pk->v_offset) + j0 * *ldv;
+        k = (const float *)w->unit + (j0 - w->key0) * ldk;
+        v = (const float *)(w->unit + pk->v_offset) + (j0 - w->key0) * *ldv;
     } else {
         k = fa_kv_tile_f32(s, 0, kern, j0, cols, w->hk, D, sc->k, &ldk);
         v = fa_kv_tile_f32(s, 1, kern, j0, cols, w->hk, s->Dv, sc->v, ldv);
@@ -378,7 +381,7 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
         const uint32_t *vp = sc->v_pairs;
         int64_t ldvp = fa_packed_ld(Dv);
         if (w->unit && !(j0 & 1)) {
-            vp = (const uint32_t *)(w->unit + pk->v_offset) + j0 / 2 * pk->ldv;
+            vp = (const uint32_t *)(w->unit + pk->v_offset) + (j0 - w->key0) / 2 * pk->ldv;
             ldvp = pk->ldv;
         } else {
             kern->pack_pairs_bf16(cols, Dv, v16, ldv, sc->v_pairs, ldvp);
@@ -412,8 +415,8 @@ static void wide_pv_split(const flash_job *job, const flash_scratch *sc, const w
     int64_t ldvp = fa_packed_ld(Dv);
     if (packed) {
         ldvp = pk->ldv;
-        vhi = (const uint32_t *)(w->unit + pk->v_offset) + j0 / 2 * ldvp;
-        vlo = (const uint32_t *)(w->unit + pk->vlo_offset) + j0 / 2 * ldvp;
+        vhi = (const uint32_t *)(w->unit + pk->v_offset) + (j0 - w->key0) / 2 * ldvp;
+        vlo = (const uint32_t *)(w->unit + pk->vlo_offset) + (j0 - w->key0) / 2 * ldvp;
     } else {
         uint32_t *hi = sc->v_pairs, *lo = sc->v_pairs + (cols + 1) / 2 * ldvp;
         fa_split_vrows(kern, T, v, ldv, cols, Dv, sc->v16, sc->v16 + cols * Dv, sc->rowf);
@@ -438,21 +441,31 @@ static void wide_pv_split(const flash_job *job, const flash_scratch *sc, const w
     kern->pv_bf16(w->rows, cols, Dv, sc->st, bp, vlo, ldvp, NULL, sc->acc, ldacc, sc->pv_scratch);
 }
 
-/* The wide path: one stack of rows, vectors along rows (kernels.h). unit: this
- * task's K/V packed (kv.h), or NULL to read them from the caller's tensors. */
-static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_task *it, const char *unit)
+/* The wide path: one stack of rows, vectors along rows (kernels.h), for the task
+ * step `step` (tasks.h): its K/V packed in `unit` (kv.h), or NULL to read them from the
+ * caller's tensors; its tiles those starting in [step->j0, step->j0 + step->cols);
+ * its online softmax state in `state` between the steps of a chunked unit's task
+ * (NULL: the task's only step, state in the thread's scratch). */
+static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_task *it, const fa_step *step,
+                       const char *unit, char *state)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
     fa_problem s; /* this sequence as a dense B = 1 problem */
     fa_seq_view(p, it->b, &s);
-    if (it->nkv > 0) {
-        flash_task_small(job, sc, &s, it);
+    if (it->nkv > 0) { /* never packed: one step */
+        flash_task_small(job, sc0, &s, it);
         return;
     }
     const int64_t Dv = p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
     wide_task w = {.s = &s, .i0 = (int64_t)it->qb * job->plan.br, .ng = it->ng, .h0 = it->h0,
-                   .hk = it->h0 / p->group, .unit = unit};
+                   .hk = it->h0 / p->group, .unit = unit, .key0 = step->key0};
+    flash_scratch scs = *sc0, *sc = &scs;
+    if (state) { /* acc (br, ldacc), m (br_pad), l (br_pad): state_bytes in fa_run_flash */
+        sc->acc = (float *)state;
+        sc->m = sc->acc + job->plan.br * ldacc;
+        sc->l = sc->m + bp;
+    }
     w.n = s.Sq - w.i0 < job->plan.br ? s.Sq - w.i0 : job->plan.br;
     w.rows = w.n * w.ng;
     w.b16 = job->bf16_dot && w.ng == 1 && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
@@ -461,12 +474,16 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_t
     if (unit && job->steps.pack.bf16 != (w.b16 || w.mm)) w.unit = NULL; /* a stacked task of a bf16 job widens to f32 itself */
     const int elementwise = fa_problem_has_elementwise(&s);
     const int64_t i0 = w.i0, n = w.n, ng = w.ng, rows = w.rows, h0 = w.h0;
-    wide_begin(job, sc, &w);
+    wide_begin(job, sc, &w, step->begin);
 
+    /* the tiles of the whole task start at lo, lo + bc, ..; this step runs those that
+     * start in its range, so its steps together run them all in the same order */
     int64_t lo, hi;
     fa_task_columns(&s, it, i0, n, &lo, &hi);
-    for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
-        const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
+    const int64_t bc = job->plan.bc, ta = step->j0, tb = step->j0 + step->cols;
+    const int64_t first = ta > lo ? lo + (ta - lo + bc - 1) / bc * bc : lo;
+    for (int64_t j0 = first; j0 <= hi && j0 < tb; j0 += bc) {
+        const int64_t cols = hi - j0 + 1 < bc ? hi - j0 + 1 : bc;
         int64_t ldv = 0;
         /* 1. scaled scores */
         const float *v = wide_scores(job, sc, &w, j0, cols, &ldv);
@@ -499,7 +516,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc, const fa_t
             kern->pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
     }
     /* 6-7 completed: P normalised by the row's sum, lse = m + log l */
-    finish_rows(job, &s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
+    if (step->end) finish_rows(job, &s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
 }
 
 /* Merges the key chunks of one split unit into o and lse. */
@@ -537,12 +554,13 @@ static void flash_worker(void *arg, int ith, int nth)
     for (fa_step st; fa_steps_take(&job->steps, &st);) {
         char *unit = fa_steps_unit(&job->steps, &st);
         if (st.task >= 0) {
-            flash_task(job, &sc, &job->items[st.task], unit);
+            flash_task(job, &sc, &job->items[st.task], &st, unit, fa_steps_state(&job->steps, &st));
         } else {
             const double t0 = fa_now_s();
             fa_problem s;
             fa_seq_view(job->p, st.b, &s);
-            fa_kv_pack_rows(&s, job->kern, &job->steps.pack, st.hk, st.j0, st.cols, unit, sc.k16, sc.v16, sc.rowf);
+            fa_kv_pack_rows(&s, job->kern, &job->steps.pack, st.hk, st.j0, st.cols, st.key0, unit, sc.k16,
+                            sc.v16, sc.rowf);
             atomic_fetch_add_explicit(&job->pack_ns, (long long)((fa_now_s() - t0) * 1e9), memory_order_relaxed);
         }
         fa_steps_done(&job->steps, &st);
@@ -613,7 +631,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
         {(void **)&job.items, fa_bytes3(counts.tasks, (int64_t)sizeof(fa_task), 1)},
         {(void **)&merges, fa_bytes3(counts.units, (int64_t)sizeof(int64_t), 1)},
         {(void **)&job.slots, fa_bytes3(counts.slots, job.slot_floats, 4)},
-        {(void **)&units, form < 0 ? 0 : fa_bytes3(p->B, p->Hk, 8)},
+        {(void **)&units, form < 0 ? 0 : fa_bytes3(p->B, p->Hk, 6 * 8)},
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
     if (bytes < 0) return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: the workspace size overflows 64 bits");
@@ -629,7 +647,10 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     job.n_merges = fa_tasks_merges(job.items, job.n_items, job.merges);
 
     fa_steps_init(&job.steps, job.items, job.n_items);
-    const fa_pack_rules pack_rules = {.form = form, .mode = ctx->set.kv_pack, .threads = nth, .bc = job.plan.bc};
+    /* a chunked unit's task keeps acc (br, ldacc), m and l (br_pad) between its steps */
+    const fa_pack_rules pack_rules = {.form = form, .mode = ctx->set.kv_pack, .threads = nth, .br = job.plan.br,
+                                      .bc = job.plan.bc,
+                                      .state_bytes = (job.plan.br * job.ldacc + 2 * job.plan.br_pad) * 4};
     char *ws2 = NULL;
     const int64_t bytes2 = form < 0 ? 0 : fa_steps_plan(&job.steps, p, &pack_rules, units);
     if (bytes2 < 0 || (bytes2 > 0 && !(ws2 = fa_context_workspace_slot(ctx, 1, bytes2)))) {

@@ -164,12 +164,12 @@ int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, fa_kv_packin
 }
 
 void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
-                     int64_t cols, char *unit, uint16_t *k16, uint16_t *v16, float *tmp)
+                     int64_t cols, int64_t key0, char *unit, uint16_t *k16, uint16_t *v16, float *tmp)
 {
     const int64_t D = s->D, Dv = s->Dv;
     if (pk->terms) { /* any source: rows to f32 one by one, then split */
         const int T = pk->terms;
-        uint16_t *kd = (uint16_t *)unit + j0 * pk->ldk;
+        uint16_t *kd = (uint16_t *)unit + (j0 - key0) * pk->ldk;
         const int64_t dmax = D > Dv ? D : Dv;
         for (int64_t c = 0; c < cols; c++) {
             float scale;
@@ -185,28 +185,29 @@ void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_pa
             row_to_f32(kern, row, s->v.dtype, s->v.stride[3], scale, Dv, tmp);
             fa_split_vrows(kern, T, tmp, Dv, 1, Dv, v16 + c * Dv, lo + c * Dv, tmp + dmax);
         }
-        kern->pack_pairs_bf16(cols, Dv, v16, Dv, (uint32_t *)(unit + pk->v_offset) + j0 / 2 * pk->ldv, pk->ldv);
+        kern->pack_pairs_bf16(cols, Dv, v16, Dv, (uint32_t *)(unit + pk->v_offset) + (j0 - key0) / 2 * pk->ldv, pk->ldv);
         if (T == 3)
-            kern->pack_pairs_bf16(cols, Dv, lo, Dv, (uint32_t *)(unit + pk->vlo_offset) + j0 / 2 * pk->ldv, pk->ldv);
+            kern->pack_pairs_bf16(cols, Dv, lo, Dv, (uint32_t *)(unit + pk->vlo_offset) + (j0 - key0) / 2 * pk->ldv, pk->ldv);
         (void)k16;
         return;
     }
     if (pk->bf16) { /* dense bf16 tensors only (no pages, no int8): rows evenly spaced */
         int64_t ld;
         const uint16_t *k = fa_rows_u16(&s->k, 0, j0, cols, hk, D, k16, &ld);
-        uint16_t *kd = (uint16_t *)unit + j0 * pk->ldk;
+        uint16_t *kd = (uint16_t *)unit + (j0 - key0) * pk->ldk;
         for (int64_t c = 0; c < cols; c++) {
             memcpy(kd + c * pk->ldk, k + c * ld, (size_t)D * sizeof *kd);
             memset(kd + c * pk->ldk + D, 0, (size_t)(pk->ldk - D) * sizeof *kd);
         }
         const uint16_t *v = fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, v16, &ld);
-        kern->pack_pairs_bf16(cols, Dv, v, ld, (uint32_t *)(unit + pk->v_offset) + j0 / 2 * pk->ldv, pk->ldv);
+        kern->pack_pairs_bf16(cols, Dv, v, ld, (uint32_t *)(unit + pk->v_offset) + (j0 - key0) / 2 * pk->ldv,
+                              pk->ldv);
         return;
     }
     for (int which = 0; which < 2; which++) {
         const fa_tensor *t = which ? &s->v : &s->k;
         const int64_t dim = which ? Dv : D, ldp = which ? pk->ldv : pk->ldk;
-        float *dst = (float *)(unit + (which ? pk->v_offset : 0)) + j0 * ldp;
+        float *dst = (float *)(unit + (which ? pk->v_offset : 0)) + (j0 - key0) * ldp;
         for (int64_t c = 0; c < cols; c++) {
             float scale;
             const void *row = fa_kv_row(s, which, j0 + c, hk, &scale);

@@ -55,8 +55,9 @@ void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, in
  *              as T * D bf16, [hi | lo | hi] (T = 1: [hi]), V's hi rows as pairs from
  *              key 0 and (T = 3) after them V's lo rows as pairs (fa_split_row).
  * Rows are fa_packed_ld apart, so the kernels get dense, cache-friendly rows
- * whatever the caller's strides. A tile at key j0 reads k + j0 * ldk; its V pairs
- * in the bf16 form start at pair j0 / 2, so only a tile with an even j0 uses them.
+ * whatever the caller's strides. A tile at key j0 of a unit from key key0 reads
+ * k + (j0 - key0) * ldk; its V pairs in the bf16 form start at pair (j0 - key0) / 2,
+ * so only a tile with an even j0 uses them (key0 is even).
  */
 typedef struct fa_kv_packing {
     int bf16;           /* the bf16 form, or the split form (bf16 pairs too) */
@@ -64,7 +65,7 @@ typedef struct fa_kv_packing {
     int64_t ldk, ldv;   /* f32 form: floats; bf16 form: uint16 (K), dwords (V pairs) */
     int64_t v_offset;   /* bytes from a unit's start to its V */
     int64_t vlo_offset; /* the split form, T = 3: bytes from a unit's start to V's lo pairs */
-    int64_t unit_bytes; /* one unit of sk keys, a multiple of 64 */
+    int64_t unit_bytes; /* one unit (or chunk) of sk keys, a multiple of 64 */
 } fa_kv_packing;
 /* The form packing takes for problem p: 1 bf16, 0 f32, FA_KV_FORM_SPLIT(T) split,
  * -1 none. mode is FA_PARAM_KV_PACK's (0 auto: where the wide loop would otherwise
@@ -76,11 +77,13 @@ int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mm_terms, int mode
 /* The layout of units of sk keys in that form; 0 when a size overflows. */
 int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, fa_kv_packing *pk);
 /* Packs keys j0 .. j0+cols-1 (j0 even in the bf16 and split forms) of kv head hk of
- * sequence view s into unit. The bf16 form may gather strided rows into k16, v16
- * (room for cols * D and cols * Dv uint16; T times that in the split form, which
- * also takes tmp: 2 * max(D, Dv) floats). */
+ * sequence view s into unit, whose first key is key0 (even in the bf16 and split
+ * forms; a chunk of a long unit's keys, tasks.h): key j goes to row j - key0. The
+ * bf16 form may gather strided rows into k16, v16 (room for cols * D and cols * Dv
+ * uint16; T times that in the split form, which also takes tmp: 2 * max(D, Dv)
+ * floats). */
 void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
-                     int64_t cols, char *unit, uint16_t *k16, uint16_t *v16, float *tmp);
+                     int64_t cols, int64_t key0, char *unit, uint16_t *k16, uint16_t *v16, float *tmp);
 
 /*
  * f32 as bf16 products (FA_PARAM_F32_MATMUL). Each f32 operand x is split into

@@ -210,12 +210,13 @@ int64_t fa_tasks_merges(const fa_task *tasks, int64_t n_tasks, int64_t *merges)
 /* Bytes of packed units a wave holds, unless the threads need more: a few MiB,
  * so that what the running tasks read stays in cache (measured on 2 threads,
  * N = 2048..4096: 3 MiB waves were up to 6% faster than 8 MiB ones, at a third
- * of the memory). */
+ * of the memory). A wave of chunked pieces holds one, unless the threads need more. */
 enum { PACK_WAVE_BYTES = 3 << 20 };
-/* The most both wave buffers may take: packing keeps the forward's extra memory
- * bounded (and within what a context keeps between calls), so a unit too large
- * for two to fit (f32, D = Dv = 128: beyond 32k keys) is read in place. */
+/* The most both wave buffers may take, with many threads to feed. */
 #define PACK_MEMORY_MAX FA_WORKSPACE_KEEP
+/* The state slots of a chunked unit's group of readers: 2 MiB (31 tasks of 128 rows
+ * of Dv = 128), so that each chunk is packed once for 31 readers; or 2 * threads. */
+#define PACK_STATE_BYTES ((int64_t)2 << 20)
 
 void fa_steps_init(fa_steps *st, const fa_task *tasks, int64_t n_tasks)
 {
@@ -237,40 +238,122 @@ static int64_t task_unit(const fa_steps *st, const fa_problem *p, const fa_task 
 /* Keys per pack step: a tile's, made even in the bf16 form (whole V pairs). */
 static int64_t pack_chunk(const fa_steps *st, const fa_pack_rules *r) { return r->bc + (st->pack.bf16 ? r->bc & 1 : 0); }
 
-/* The packing's workspace as one table (fa_ws_layout): the wave buffers (one when
- * there is one wave), the steps, and per wave two counters, two totals and a
- * cursor, and the units in packing order. */
-static int64_t steps_layout(fa_steps *st, char *base)
+/* The first and the last start of a task's key tiles (*last < 0: no tiles), as the
+ * forward's loop walks them: from the band's first key in steps of bc. */
+static void task_tiles(const fa_problem *p, const fa_pack_rules *r, const fa_task *t, int64_t *lo, int64_t *last)
 {
-    const int64_t bufs = st->waves > 1 ? 2 : 1;
+    fa_problem s;
+    fa_seq_view(p, t->b, &s);
+    const int64_t i0 = (int64_t)t->qb * r->br, n = s.Sq - i0 < r->br ? s.Sq - i0 : r->br;
+    int64_t hi;
+    fa_task_columns(&s, t, i0, n, lo, &hi);
+    *last = *lo <= hi ? *lo + (hi - *lo) / r->bc * r->bc : -1;
+}
+
+/* A group of readers: its chunks [*c_lo, *c_hi] (chunk 0 when no task has tiles). */
+static void group_chunks(const fa_steps *st, const fa_problem *p, const fa_pack_rules *r, const int64_t *tasks,
+                         int64_t n, int64_t *c_lo, int64_t *c_hi)
+{
+    int64_t lo_min = INT64_MAX, last_max = -1;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t lo, last;
+        task_tiles(p, r, &st->tasks[tasks[k]], &lo, &last);
+        if (last < 0) continue;
+        if (lo < lo_min) lo_min = lo;
+        if (last > last_max) last_max = last;
+    }
+    *c_lo = last_max < 0 ? 0 : lo_min / st->chunk_keys;
+    *c_hi = last_max < 0 ? 0 : last_max / st->chunk_keys;
+}
+
+/* The piece of chunk c of a unit of sk keys: tile starts and keys packed. */
+static void chunk_piece(const fa_steps *st, int64_t sk, int64_t c, fa_piece *pc)
+{
+    pc->c0 = c * st->chunk_keys;
+    pc->c1 = sk - pc->c0 < st->chunk_keys ? sk : pc->c0 + st->chunk_keys;
+    pc->k1 = sk - pc->c1 < st->pc ? sk : pc->c1 + st->pc; /* a tile from c1 - 1 ends before c1 + bc - 1 */
+    pc->packs = (pc->k1 - pc->c0 + st->pc - 1) / st->pc;
+}
+
+/* The groups of a chunked unit's n readers: as few as hold at most `group` each, of
+ * sizes within one of each other (group k: readers n * k / g .. n * (k + 1) / g - 1),
+ * so that no small group packs the unit once more for a few readers. */
+static int64_t groups_of(const fa_steps *st, int64_t n) { return (n + st->group - 1) / st->group; }
+
+/* Whether a packed unit of sk keys is cut into chunks (it exceeds a slot). */
+static int chunked(const fa_steps *st, int64_t sk) { return st->chunk_keys > 0 && sk > st->chunk_keys + st->pc; }
+
+/* The packing's workspace as one table (fa_ws_layout): the wave buffers (one when
+ * there is one wave), the pieces, the tasks' order, the state slots, the per-wave and
+ * per-group totals and counters, and three per-unit arrays for the fill. */
+typedef struct {
+    int64_t *unit_of_order, *unit_first, *cursor;
+} fill_scratch;
+
+static int64_t steps_layout(fa_steps *st, fill_scratch *fs, char *base)
+{
+    const int64_t bufs = st->waves > 1 ? 2 : 1, slots = st->chunk_keys > 0 ? st->group : 0;
+    fill_scratch unused;
+    if (!fs) fs = &unused;
     const fa_ws_part parts[] = {
         {(void **)&st->buf[0], fa_bytes3(st->wave_units, st->pack.unit_bytes, 1)},
         {(void **)&st->buf[1], bufs > 1 ? fa_bytes3(st->wave_units, st->pack.unit_bytes, 1) : 0},
-        {(void **)&st->steps, fa_bytes3(st->n_steps, (int64_t)sizeof(fa_step), 1)},
+        {(void **)&st->pieces, fa_bytes3(st->n_pieces, (int64_t)sizeof(fa_piece), 1)},
+        {(void **)&st->order, fa_bytes3(st->n_tasks, 8, 1)},
+        {(void **)&st->state, fa_bytes3(slots, st->state_bytes, 1)},
+        {(void **)&st->wave_start, fa_bytes3(st->waves + 1, 8, 1)},
+        {(void **)&st->wave_packs, fa_bytes3(st->waves, 8, 1)},
         {(void **)&st->packs_done, fa_bytes3(st->waves, (int64_t)sizeof(atomic_llong), 1)},
         {(void **)&st->tasks_done, fa_bytes3(st->waves, (int64_t)sizeof(atomic_llong), 1)},
-        {(void **)&st->wave_packs, fa_bytes3(st->waves, 8, 1)},
-        {(void **)&st->wave_tasks, fa_bytes3(st->waves, 8, 1)},
-        {(void **)&st->wave_cursor, fa_bytes3(st->waves, 8, 1)},
-        {(void **)&st->unit_of_order, fa_bytes3(st->packed, 8, 1)},
+        {(void **)&st->group_steps, fa_bytes3(st->groups, 8, 1)},
+        {(void **)&st->group_done, fa_bytes3(st->groups, (int64_t)sizeof(atomic_llong), 1)},
+        {(void **)&st->slot_done, fa_bytes3(slots, (int64_t)sizeof(atomic_llong), 1)},
+        {(void **)&fs->unit_of_order, fa_bytes3(st->packed, 8, 1)},
+        {(void **)&fs->unit_first, fa_bytes3(st->packed, 8, 1)},
+        {(void **)&fs->cursor, fa_bytes3(st->packed, 8, 1)},
     };
     return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
 }
 
+/* Closes unit u's open group (gn[u] readers, tile starts glo[u] .. ghi[u]) in the
+ * plan's counts; *task_steps grows by its task steps. */
+static void close_group(fa_steps *st, int64_t sk, int64_t *gn, const int64_t *glo, const int64_t *ghi,
+                        int64_t *task_steps)
+{
+    const int64_t c_lo = *ghi < 0 ? 0 : *glo / st->chunk_keys, c_hi = *ghi < 0 ? 0 : *ghi / st->chunk_keys;
+    for (int64_t c = c_lo; c <= c_hi; c++) {
+        fa_piece pc;
+        chunk_piece(st, sk, c, &pc);
+        st->pack_steps += pc.packs;
+    }
+    st->n_pieces += c_hi - c_lo + 1;
+    *task_steps += *gn * (c_hi - c_lo + 1);
+    st->groups++;
+    *gn = 0;
+}
+
 /*
- * Which units to pack, from the tasks: those enough tasks read. On return units[u]
- * >= 0 counts the readers of an unpacked unit and -2 - order marks a packed one,
- * order being where the tasks (most expensive first) first reach it.
+ * Which units to pack, from the tasks: those enough tasks read; then their pieces.
+ * On return units[u] >= 0 counts the readers of an unpacked unit and -2 - order
+ * marks a packed one, order being where the tasks (most expensive first) first
+ * reach it; units[nu ..] is scratch.
  */
 int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, int64_t *units)
 {
-    st->packed = st->unpacked = st->waves = st->pack_steps = 0;
-    memset(units, 0, (size_t)(p->B * p->Hk) * sizeof *units);
+    const int64_t nu = p->B * p->Hk;
+    int64_t *gn = units + nu, *glo = units + 2 * nu, *ghi = units + 3 * nu, *total = units + 4 * nu,
+            *seen = units + 5 * nu;
+    st->packed = st->unpacked = st->waves = st->pack_steps = st->n_pieces = st->groups = 0;
+    st->chunk_keys = 0;
+    st->hk_count = p->Hk;
+    memset(units, 0, (size_t)nu * sizeof *units);
     st->pack.bf16 = rules->form;
+    st->pc = pack_chunk(st, rules);
     for (int64_t t = 0; t < st->n_tasks; t++) {
         const int64_t u = task_unit(st, p, &st->tasks[t]);
         if (u >= 0) units[u]++;
     }
+    memcpy(total, units, (size_t)nu * sizeof *units);
     /* Below this many reading tasks a copy costs more than it saves: the packed rows
      * come back from L3, while a unit's few in-place readers find them in L2 (measured,
      * 2 threads, H = 32, D = 128, 128-row query blocks: f16 lost 5% at 3 readers and
@@ -287,121 +370,247 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
             continue;
         }
         if (units[u] <= -2) continue; /* a later reader of a unit already placed */
-        fa_problem s;
-        fa_seq_view(p, st->tasks[t].b, &s);
-        if (s.Sk > sk_max) sk_max = s.Sk;
-        st->pack_steps += (s.Sk + pack_chunk(st, rules) - 1) / pack_chunk(st, rules);
+        int64_t sq, sk;
+        fa_seq_lengths(p, st->tasks[t].b, &sq, &sk);
+        if (sk > sk_max) sk_max = sk;
         units[u] = -2 - st->packed++;
     }
     if (st->packed == 0) return 0;
-    if (!fa_kv_packing_plan(rules->form, sk_max, p->D, p->Dv, &st->pack) || st->pack.unit_bytes == 0 ||
+    /* a unit over unit_max is cut into chunks of about half of it, each slot holding a
+     * chunk and a pack step's keys more */
+    const int64_t unit_max = rules->unit_max > 0 ? rules->unit_max : FA_PACK_UNIT_MAX;
+    int64_t slot_keys = sk_max;
+    if (!fa_kv_packing_plan(rules->form, sk_max, p->D, p->Dv, &st->pack)) return st->packed = 0;
+    if (st->pack.unit_bytes > unit_max) {
+        if (!fa_kv_packing_plan(rules->form, st->pc, p->D, p->Dv, &st->pack) || st->pack.unit_bytes == 0)
+            return st->packed = 0;
+        const int64_t steps = unit_max / 2 / st->pack.unit_bytes - 1;
+        st->chunk_keys = (steps > 1 ? steps : 1) * st->pc;
+        if (st->chunk_keys + st->pc < slot_keys) slot_keys = st->chunk_keys + st->pc;
+        else st->chunk_keys = 0; /* a slot holds the longest unit after all */
+    }
+    if (!fa_kv_packing_plan(rules->form, slot_keys, p->D, p->Dv, &st->pack) || st->pack.unit_bytes == 0 ||
         st->pack.unit_bytes > PACK_MEMORY_MAX / 2) {
         /* no keys, or too many (even beyond int64): read in place; units[] is unread without fa_steps_fill */
-        st->packed = 0;
-        return 0;
+        return st->packed = 0;
     }
-    st->wave_units = st->pack.unit_bytes < PACK_WAVE_BYTES ? PACK_WAVE_BYTES / st->pack.unit_bytes : 1;
+    /* a chunked unit's readers go in groups whose online softmax states fit the state
+     * slots, and are enough to keep the threads busy */
+    st->state_bytes = rules->state_bytes > 0 ? rules->state_bytes : 1;
+    st->group = PACK_STATE_BYTES / st->state_bytes;
+    if (st->group < 2 * (int64_t)rules->threads) st->group = 2 * (int64_t)rules->threads;
+    if (st->group < 1) st->group = 1;
+    /* the pieces, their pack steps and task steps; a unit's groups in the tasks' order */
+    int64_t task_steps = 0;
+    for (int64_t u = 0; u < nu; u++) gn[u] = seen[u] = 0;
+    for (int64_t t = 0; t < st->n_tasks; t++) {
+        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        if (u < 0 || units[u] > -2) continue;
+        int64_t sq, sk;
+        fa_seq_lengths(p, u / p->Hk, &sq, &sk);
+        if (!chunked(st, sk)) continue;
+        int64_t lo, last;
+        task_tiles(p, rules, &st->tasks[t], &lo, &last);
+        if (gn[u] == 0) glo[u] = INT64_MAX, ghi[u] = -1;
+        if (last >= 0 && lo < glo[u]) glo[u] = lo;
+        if (last > ghi[u]) ghi[u] = last;
+        gn[u]++;
+        /* the group ends where the next begins: reader seen = n * (k + 1) / g */
+        const int64_t n = total[u], g = groups_of(st, n), r = ++seen[u], k = (r * g + n - 1) / n;
+        if (n * k / g == r) close_group(st, sk, &gn[u], &glo[u], &ghi[u], &task_steps);
+    }
+    for (int64_t u = 0; u < nu; u++) {
+        if (units[u] > -2) continue;
+        int64_t sq, sk;
+        fa_seq_lengths(p, u / p->Hk, &sq, &sk);
+        if (chunked(st, sk)) {
+            if (gn[u] > 0) close_group(st, sk, &gn[u], &glo[u], &ghi[u], &task_steps);
+        } else {
+            st->n_pieces++;
+            st->pack_steps += (sk + st->pc - 1) / st->pc;
+        }
+    }
+    /* whole units: every reader once */
+    for (int64_t t = 0; t < st->n_tasks; t++) {
+        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        if (u < 0 || units[u] > -2) continue;
+        int64_t sq, sk;
+        fa_seq_lengths(p, u / p->Hk, &sq, &sk);
+        if (!chunked(st, sk)) task_steps++;
+    }
+    st->wave_units = st->chunk_keys == 0 && st->pack.unit_bytes < PACK_WAVE_BYTES ? PACK_WAVE_BYTES / st->pack.unit_bytes : 1;
     /* two waves are in flight at most, so each needs tasks for every thread, twice
-     * over: units enough for 2 * threads tasks at the mean number of readers */
-    const int64_t readers = st->n_tasks - st->unpacked;
-    const int64_t for_threads = (2 * rules->threads * st->packed + readers - 1) / readers;
+     * over: pieces enough for 2 * threads task steps at the mean readers of a piece */
+    const int64_t for_threads = (2 * rules->threads * st->n_pieces + task_steps - 1) / task_steps;
     if (st->wave_units < for_threads) st->wave_units = for_threads;
-    if (st->wave_units > st->packed) st->wave_units = st->packed;
+    if (st->wave_units > st->n_pieces) st->wave_units = st->n_pieces;
     if (st->wave_units > PACK_MEMORY_MAX / 2 / st->pack.unit_bytes)
         st->wave_units = PACK_MEMORY_MAX / 2 / st->pack.unit_bytes;
-    st->waves = (st->packed + st->wave_units - 1) / st->wave_units;
-    st->n_steps = st->n_tasks + st->pack_steps;
-    return steps_layout(st, NULL);
+    st->waves = (st->n_pieces + st->wave_units - 1) / st->wave_units;
+    st->n_steps = st->unpacked + st->pack_steps + task_steps;
+    return steps_layout(st, NULL, NULL);
 }
 
-/*
- * Writes the steps in the order tasks.h states. Why no step waits forever: steps
- * are handed out in index order from one counter, and every wait is on steps of
- * smaller index (a wave's packs come before its tasks; wave w - 2's tasks before
- * wave w's packs). A step of smaller index has been taken already, by a thread
- * that runs it or waits on a smaller one still; the smallest step not yet done
- * waits on nothing, so it finishes, and by induction every step does, on any
- * number of threads (one thread runs them in order without ever waiting).
- */
+/* Writes the tasks' order, the pieces and the waves' bounds in the order tasks.h
+ * states (why no step waits forever: see there). */
 void fa_steps_fill(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, const int64_t *units, char *ws)
 {
-    const int64_t wu = st->wave_units, bc = pack_chunk(st, rules);
-    steps_layout(st, ws);
+    fill_scratch fs;
+    const int64_t wu = st->wave_units;
+    steps_layout(st, &fs, ws);
     for (int64_t w = 0; w < st->waves; w++) {
         atomic_init(&st->packs_done[w], 0);
         atomic_init(&st->tasks_done[w], 0);
-        st->wave_packs[w] = st->wave_tasks[w] = 0;
     }
+    for (int64_t g = 0; g < st->groups; g++) atomic_init(&st->group_done[g], 0);
+    for (int64_t k = 0; st->chunk_keys > 0 && k < st->group; k++) atomic_init(&st->slot_done[k], 0);
+    /* the order: unpacked tasks, then each packed unit's readers, units in packing order */
+    for (int64_t o = 0; o < st->packed; o++) fs.unit_first[o] = 0;
     for (int64_t u = 0; u < p->B * p->Hk; u++)
-        if (units[u] <= -2) st->unit_of_order[-2 - units[u]] = u;
-    for (int64_t t = 0; t < st->n_tasks; t++) {
-        const int64_t u = task_unit(st, p, &st->tasks[t]);
-        if (u >= 0 && units[u] <= -2) st->wave_tasks[(-2 - units[u]) / wu]++;
-    }
-    /* each wave: its pack steps, written now, then room for its tasks */
-    int64_t pos = st->unpacked;
-    for (int64_t w = 0; w < st->waves; w++) {
-        for (int64_t o = w * wu; o < st->packed && o < (w + 1) * wu; o++) {
-            const int64_t u = st->unit_of_order[o];
-            fa_problem s;
-            fa_seq_view(p, u / p->Hk, &s);
-            for (int64_t j0 = 0; j0 < s.Sk; j0 += bc) {
-                const fa_step step = {.task = -1, .wave = (int32_t)w, .slot = (int32_t)(o - w * wu),
-                                      .b = (int32_t)(u / p->Hk), .hk = (int32_t)(u % p->Hk), .j0 = j0,
-                                      .cols = s.Sk - j0 < bc ? s.Sk - j0 : bc};
-                st->steps[pos++] = step;
-                st->wave_packs[w]++;
-            }
-        }
-        st->wave_cursor[w] = pos;
-        pos += st->wave_tasks[w];
-    }
+        if (units[u] <= -2) fs.unit_of_order[-2 - units[u]] = u;
     int64_t upos = 0;
     for (int64_t t = 0; t < st->n_tasks; t++) {
         const int64_t u = task_unit(st, p, &st->tasks[t]);
-        fa_step step = {.task = t, .wave = -1, .slot = -1};
-        if (u >= 0 && units[u] <= -2) {
-            const int64_t o = -2 - units[u];
-            step.wave = (int32_t)(o / wu);
-            step.slot = (int32_t)(o % wu);
-            st->steps[st->wave_cursor[step.wave]++] = step;
-        } else {
-            st->steps[upos++] = step;
+        if (u >= 0 && units[u] <= -2) fs.unit_first[-2 - units[u]]++;
+        else st->order[upos++] = t;
+    }
+    for (int64_t o = 0, pos = st->unpacked; o < st->packed; o++) {
+        const int64_t n = fs.unit_first[o];
+        fs.unit_first[o] = fs.cursor[o] = pos;
+        pos += n;
+    }
+    for (int64_t t = 0; t < st->n_tasks; t++) {
+        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        if (u >= 0 && units[u] <= -2) st->order[fs.cursor[-2 - units[u]]++] = t;
+    }
+    /* the pieces: a whole unit, or per group of readers its chunks */
+    int64_t i = 0, g = 0;
+    for (int64_t o = 0; o < st->packed; o++) {
+        const int64_t u = fs.unit_of_order[o], first = fs.unit_first[o], n = fs.cursor[o] - first;
+        int64_t sq, sk;
+        fa_seq_lengths(p, u / p->Hk, &sq, &sk);
+        if (!chunked(st, sk)) {
+            st->pieces[i++] = (fa_piece){.unit = u, .c0 = 0, .c1 = sk, .k1 = sk, .first = first, .n = n,
+                                         .group = -1, .packs = (sk + st->pc - 1) / st->pc, .begin = 1, .end = 1};
+            continue;
+        }
+        for (int64_t k = 0, ng = groups_of(st, n); k < ng; k++, g++) {
+            const int64_t g0 = n * k / ng, gk = n * (k + 1) / ng - g0;
+            int64_t c_lo, c_hi;
+            group_chunks(st, p, rules, st->order + first + g0, gk, &c_lo, &c_hi);
+            for (int64_t c = c_lo; c <= c_hi; c++, i++) {
+                fa_piece *pc = &st->pieces[i];
+                *pc = (fa_piece){.unit = u, .first = first + g0, .n = gk, .group = g, .begin = c == c_lo,
+                                 .end = c == c_hi};
+                chunk_piece(st, sk, c, pc);
+            }
+            st->group_steps[g] = gk * (c_hi - c_lo + 1);
         }
     }
+    /* the waves: wu pieces each, packs first */
+    int64_t pos = st->unpacked;
+    for (int64_t w = 0; w < st->waves; w++) {
+        int64_t packs = 0, tasks = 0;
+        for (int64_t k = w * wu; k < st->n_pieces && k < (w + 1) * wu; k++) {
+            st->pieces[k].wave = (int32_t)w;
+            st->pieces[k].slot = (int32_t)(k - w * wu);
+            packs += st->pieces[k].packs;
+            tasks += st->pieces[k].n;
+        }
+        st->wave_start[w] = pos;
+        st->wave_packs[w] = packs;
+        pos += packs + tasks;
+    }
+    st->wave_start[st->waves] = pos; /* == st->n_steps */
 }
 
-/* Waits for a count another thread raises: a short spin, then yielding, which an
- * oversubscribed machine needs (the awaited step may be on a descheduled thread). */
-static void wait_for(atomic_llong *count, int64_t want)
+void fa_steps_at(const fa_steps *st, int64_t t, fa_step *step)
 {
-    for (int spins = 0; atomic_load_explicit(count, memory_order_acquire) < want; spins++)
-        if (spins >= 64) sched_yield();
+    /* a task on the caller's K/V: all its tiles in one step */
+    *step = (fa_step){.task = t, .wave = -1, .slot = -1, .cols = INT64_MAX, .state = -1, .begin = 1, .end = 1,
+                      .piece = -1};
+    if (!st->pieces) return;
+    if (t < st->unpacked) {
+        step->task = st->order[t];
+        return;
+    }
+    int64_t a = 0, z = st->waves - 1; /* the last wave starting at or before t */
+    while (a < z) {
+        const int64_t mid = a + (z - a + 1) / 2;
+        if (st->wave_start[mid] <= t) a = mid;
+        else z = mid - 1;
+    }
+    int64_t off = t - st->wave_start[a], i = a * st->wave_units;
+    const fa_piece *pc;
+    if (off < st->wave_packs[a]) {
+        while (off >= st->pieces[i].packs) off -= st->pieces[i++].packs;
+        pc = &st->pieces[i];
+        step->task = -1;
+        step->j0 = pc->c0 + off * st->pc;
+        step->cols = pc->k1 - step->j0 < st->pc ? pc->k1 - step->j0 : st->pc;
+    } else {
+        off -= st->wave_packs[a];
+        while (off >= st->pieces[i].n) off -= st->pieces[i++].n;
+        pc = &st->pieces[i];
+        step->task = st->order[pc->first + off];
+        step->j0 = pc->c0;
+        step->cols = pc->c1 - pc->c0;
+        step->state = pc->group >= 0 ? (int32_t)off : -1;
+        step->begin = pc->begin;
+        step->end = pc->end;
+    }
+    step->wave = pc->wave;
+    step->slot = pc->slot;
+    step->b = (int32_t)(pc->unit / st->hk_count);
+    step->hk = (int32_t)(pc->unit % st->hk_count);
+    step->key0 = pc->c0;
+    step->piece = i;
+}
+
+/* The task steps of wave w in all. */
+static int64_t wave_tasks(const fa_steps *st, int64_t w)
+{
+    return st->wave_start[w + 1] - st->wave_start[w] - st->wave_packs[w];
+}
+
+int fa_steps_ready(fa_steps *st, const fa_step *step)
+{
+    const int64_t w = step->wave;
+    if (w < 0) return 1;
+    if (step->task < 0)
+        return w < 2 || atomic_load_explicit(&st->tasks_done[w - 2], memory_order_acquire) >= wave_tasks(st, w - 2);
+    if (atomic_load_explicit(&st->packs_done[w], memory_order_acquire) < st->wave_packs[w]) return 0;
+    if (step->state < 0) return 1;
+    if (!step->begin) /* its task's previous step, on the piece before */
+        return atomic_load_explicit(&st->slot_done[step->state], memory_order_acquire) >= step->piece;
+    const int64_t g = st->pieces[step->piece].group; /* the group before, all of it */
+    return g == 0 || atomic_load_explicit(&st->group_done[g - 1], memory_order_acquire) >= st->group_steps[g - 1];
 }
 
 int fa_steps_take(fa_steps *st, fa_step *step)
 {
     const int64_t t = atomic_fetch_add(&st->next, 1);
-    if (!st->steps) {
-        if (t >= st->n_tasks) return 0;
-        *step = (fa_step){.task = t, .wave = -1, .slot = -1};
-        return 1;
-    }
-    if (t >= st->n_steps) return 0;
-    *step = st->steps[t];
-    if (step->wave < 0) return 1;
-    if (step->task >= 0)
-        wait_for(&st->packs_done[step->wave], st->wave_packs[step->wave]);
-    else if (step->wave >= 2)
-        wait_for(&st->tasks_done[step->wave - 2], st->wave_tasks[step->wave - 2]);
+    if (t >= (st->pieces ? st->n_steps : st->n_tasks)) return 0;
+    fa_steps_at(st, t, step);
+    /* a short spin, then yielding, which an oversubscribed machine needs (the awaited
+     * step may be on a descheduled thread) */
+    for (int spins = 0; !fa_steps_ready(st, step); spins++)
+        if (spins >= 64) sched_yield();
     return 1;
 }
 
 void fa_steps_done(fa_steps *st, const fa_step *step)
 {
     if (step->wave < 0) return;
-    atomic_llong *done = step->task >= 0 ? &st->tasks_done[step->wave] : &st->packs_done[step->wave];
-    atomic_fetch_add_explicit(done, 1, memory_order_release);
+    if (step->task < 0) {
+        atomic_fetch_add_explicit(&st->packs_done[step->wave], 1, memory_order_release);
+        return;
+    }
+    if (step->state >= 0) {
+        atomic_store_explicit(&st->slot_done[step->state], step->piece + 1, memory_order_release);
+        atomic_fetch_add_explicit(&st->group_done[st->pieces[step->piece].group], 1, memory_order_release);
+    }
+    atomic_fetch_add_explicit(&st->tasks_done[step->wave], 1, memory_order_release);
 }
 
 /* ------------------------------------------------ the backward's tasks */

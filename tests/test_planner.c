@@ -8,8 +8,10 @@
  *  - a plan covers every (sequence, query row, head, key) of the problem exactly
  *    once across its tasks and key chunks, with and without split-KV, on the wide
  *    and on the small-row path;
- *  - the forward's steps with packed K/V (fa_steps_*): every task runs once, every
- *    unit enough tasks read is packed whole, each wait points to earlier steps, the
+ *  - the forward's steps with packed K/V (fa_steps_*): every task runs all its tiles
+ *    once, in order, also where long units go in key chunks (a small unit_max) and a
+ *    task in several steps; every unit enough tasks read is packed, each task step
+ *    reads keys packed in its slot, each wait points to earlier steps, the
  *    order is the one tasks.h documents, and one thread taking the steps in order
  *    gets them all without waiting on anything undone;
  *  - the backward's tasks (fa_bwd_tasks_*): the fused schedule has one task per
@@ -182,98 +184,132 @@ static int64_t unit_of(const fa_problem *p, const fa_task *t, int bf16)
     return (int64_t)t->b * p->Hk + t->h0 / p->group;
 }
 
-/* The step list of a packed forward against the rule of tasks.h. */
+/* What a wave slot holds, as the pack steps so far wrote it. */
+typedef struct {
+    int64_t unit, key0, next, wave;
+} slot_fill;
+
+/* The steps of a packed forward, taken in order by one thread, against the rule of
+ * tasks.h: each step's waits are on steps already done; unpacked tasks first; a
+ * pack step continues its slot's keys, a piece's keys from its first; a task step
+ * reads its own unit in its wave's slot with every key its tiles need packed, runs
+ * the tiles that start in its range, those after its previous step's, in order
+ * (begin on the first, end on the last that ran them all); a chunked task holds a
+ * state slot no other task holds while it runs; every task runs all its tiles once;
+ * packable units are packed; the wave buffers and slots stay within their bounds. */
 static void check_steps(const fa_problem *p, const fa_task *tasks, int64_t n_tasks, const fa_pack_rules *pr,
-                        fa_steps *st)
+                        fa_steps *st, int64_t *chunked_runs)
 {
-    const int64_t nu = p->B * p->Hk, chunk = pr->bc + (pr->form ? pr->bc & 1 : 0);
-    int64_t *readers = calloc((size_t)nu, sizeof *readers), *first = malloc((size_t)nu * sizeof *first);
-    int64_t *wave = malloc((size_t)nu * sizeof *wave), *slot = malloc((size_t)nu * sizeof *slot);
-    int64_t *next_key = calloc((size_t)nu, sizeof *next_key), *ran = calloc((size_t)n_tasks, sizeof *ran);
-    for (int64_t u = 0; u < nu; u++) first[u] = wave[u] = slot[u] = -1;
+    const int64_t nu = p->B * p->Hk, pc = pr->bc + (pr->form ? pr->bc & 1 : 0);
+    int64_t *readers = calloc((size_t)nu, sizeof *readers), *packed_u = calloc((size_t)nu, sizeof *packed_u);
+    int64_t *cursor = malloc((size_t)n_tasks * sizeof *cursor), *ends = calloc((size_t)n_tasks, sizeof *ends);
+    int64_t *last_piece_task = malloc((size_t)(st->n_pieces + 1) * sizeof *last_piece_task);
+    const int64_t nslots = 2 * (st->wave_units > 0 ? st->wave_units : 1);
+    slot_fill *fill = malloc((size_t)nslots * sizeof *fill);
+    int64_t *owner = malloc((size_t)(st->group > 0 ? st->group : 1) * sizeof *owner);
     for (int64_t t = 0; t < n_tasks; t++) {
         const int64_t u = unit_of(p, &tasks[t], pr->form);
-        if (u >= 0 && readers[u]++ == 0) first[u] = t;
+        if (u >= 0) readers[u]++;
+        cursor[t] = -1;
     }
-    /* the documented order: unpacked tasks in order, then per wave its packs (units in
-     * the order tasks first reach them, keys ascending), then its tasks in order */
+    for (int64_t i = 0; i <= st->n_pieces; i++) last_piece_task[i] = -1;
+    for (int64_t i = 0; i < nslots; i++) fill[i] = (slot_fill){-1, -1, -1, -1};
+    for (int64_t k = 0; k < st->group; k++) owner[k] = -1;
     const int64_t min_readers = pr->mode == 2 ? 2 : pr->form ? 6 : 4;
-    int64_t pos = 0, last_task = -1, bad = 0, packed = 0, prev_first = -1;
-    for (; pos < st->n_steps && st->steps[pos].wave < 0; pos++) {
-        const fa_step *s = &st->steps[pos];
-        const int64_t u = unit_of(p, &tasks[s->task], pr->form);
-        bad += s->task <= last_task || (u >= 0 && readers[u] >= min_readers);
-        last_task = s->task;
-        ran[s->task]++;
-    }
-    CHECK(bad == 0 && pos == st->unpacked, "%lld unpacked steps out of order or packable (%lld of %lld)",
-          (long long)bad, (long long)pos, (long long)st->unpacked);
-    int64_t last_pack_of_wave = -1, tasks_before = pos; /* step index bounds for the waits */
-    int64_t *last_task_step = malloc((size_t)(st->waves > 0 ? st->waves : 1) * sizeof *last_task_step);
-    for (int64_t w = 0; w < st->waves; w++) {
-        for (; pos < st->n_steps && st->steps[pos].task < 0 && st->steps[pos].wave == w; pos++) {
-            const fa_step *s = &st->steps[pos];
-            const int64_t u = s->b * p->Hk + s->hk;
-            if (s->j0 == 0) {
-                bad += wave[u] >= 0 || first[u] <= prev_first || s->slot < 0 || s->slot >= st->wave_units;
-                prev_first = first[u];
-                wave[u] = w, slot[u] = s->slot, packed++;
-            }
-            int64_t sq, sk;
-            fa_seq_lengths(p, s->b, &sq, &sk);
-            bad += s->j0 != next_key[u] || s->cols != (sk - s->j0 < chunk ? sk - s->j0 : chunk) || slot[u] != s->slot;
-            next_key[u] = s->j0 + s->cols;
-            /* its wait: every task of wave w - 2 comes earlier */
-            bad += w >= 2 && last_task_step[w - 2] >= pos;
-            last_pack_of_wave = pos;
+    int64_t bad_wait = 0, bad_order = 0, bad_pack = 0, bad_read = 0, bad_tiles = 0, bad_state = 0, chunked = 0;
+    int64_t seen_packed = 0;
+    for (int64_t t = 0; t < st->n_steps; t++) {
+        fa_step s;
+        fa_steps_at(st, t, &s);
+        bad_wait += !fa_steps_ready(st, &s);
+        if (s.wave < 0) {
+            /* an unpacked task: all its tiles, before any packed step */
+            const int64_t u = unit_of(p, &tasks[s.task], pr->form);
+            bad_order += seen_packed || (u >= 0 && readers[u] >= min_readers) || !s.begin || !s.end || s.state >= 0 ||
+                         s.j0 != 0 || s.cols != INT64_MAX;
+            ends[s.task]++;
+            fa_steps_done(st, &s);
+            continue;
         }
-        last_task = -1;
-        for (; pos < st->n_steps && st->steps[pos].task >= 0 && st->steps[pos].wave == w; pos++) {
-            const fa_step *s = &st->steps[pos];
-            const int64_t u = unit_of(p, &tasks[s->task], pr->form);
-            bad += s->task <= last_task || u < 0 || wave[u] != w || slot[u] != s->slot;
-            bad += last_pack_of_wave >= pos; /* its wait: its wave's packs come earlier */
-            last_task = s->task;
-            ran[s->task]++;
-        }
-        last_task_step[w] = pos - 1;
-    }
-    (void)tasks_before;
-    CHECK(bad == 0 && pos == st->n_steps, "%lld steps break the order or the waits (ended at %lld of %lld)",
-          (long long)bad, (long long)pos, (long long)st->n_steps);
-    for (int64_t u = 0; u < nu; u++) {
+        seen_packed = 1;
+        slot_fill *f = &fill[(s.wave & 1) * st->wave_units + s.slot];
+        const int64_t u = (int64_t)s.b * p->Hk + s.hk;
         int64_t sq, sk;
-        fa_seq_lengths(p, u / p->Hk, &sq, &sk);
-        if (wave[u] >= 0) bad += next_key[u] != sk;                           /* packed whole */
-        else bad += readers[u] >= min_readers && st->n_steps > 0;             /* packable but not packed */
+        fa_seq_lengths(p, s.b, &sq, &sk);
+        if (s.task < 0) {
+            if (s.j0 == s.key0) *f = (slot_fill){u, s.key0, s.key0, s.wave}, packed_u[u] = 1;
+            bad_pack += f->unit != u || f->key0 != s.key0 || f->wave != s.wave || s.j0 != f->next ||
+                        s.cols != (sk - s.j0 < pc ? sk - s.j0 : pc) || (pr->form && (s.key0 & 1));
+            f->next = s.j0 + s.cols;
+            bad_pack += st->chunk_keys > 0 && f->next - f->key0 > st->chunk_keys + pc; /* within its slot */
+            fa_steps_done(st, &s);
+            continue;
+        }
+        const fa_task *it = &tasks[s.task];
+        bad_read += unit_of(p, it, pr->form) != u || f->unit != u || f->key0 != s.key0 || f->wave != s.wave;
+        /* readers of a piece in the tasks' order */
+        bad_order += last_piece_task[s.piece] >= s.task;
+        last_piece_task[s.piece] = s.task;
+        fa_problem v;
+        fa_seq_view(p, it->b, &v);
+        const int64_t i0 = (int64_t)it->qb * pr->br, n = v.Sq - i0 < pr->br ? v.Sq - i0 : pr->br;
+        int64_t lo, hi;
+        fa_task_columns(&v, it, i0, n, &lo, &hi);
+        const int first = cursor[s.task] < 0;
+        if (first) cursor[s.task] = lo;
+        bad_tiles += s.begin != first || ends[s.task] > 0;
+        /* the tiles before j0 ran in earlier steps: the cursor is at the first tile from j0 */
+        bad_tiles += cursor[s.task] <= hi && cursor[s.task] < s.j0;
+        for (; cursor[s.task] <= hi && cursor[s.task] < s.j0 + s.cols; cursor[s.task] += pr->bc) {
+            const int64_t end = hi < cursor[s.task] + pr->bc - 1 ? hi : cursor[s.task] + pr->bc - 1;
+            bad_read += cursor[s.task] < f->key0 || end >= f->next;
+        }
+        if (s.end) {
+            bad_tiles += cursor[s.task] <= hi;
+            ends[s.task]++;
+        }
+        if (s.state >= 0) {
+            chunked = 1;
+            bad_state += s.state >= st->group || (s.begin ? owner[s.state] != -1 : owner[s.state] != s.task);
+            owner[s.state] = s.end ? -1 : s.task;
+        } else {
+            bad_state += !s.begin || !s.end;
+        }
+        fa_steps_done(st, &s);
     }
-    for (int64_t t = 0; t < n_tasks; t++) bad += ran[t] != 1;
+    CHECK(bad_wait == 0, "%lld steps wait on steps not done before them", (long long)bad_wait);
+    CHECK(bad_order == 0, "%lld steps out of the documented order", (long long)bad_order);
+    CHECK(bad_pack == 0 && bad_read == 0, "%lld pack steps wrong, %lld task steps read keys not packed in their slot",
+          (long long)bad_pack, (long long)bad_read);
+    CHECK(bad_tiles == 0 && bad_state == 0, "%lld task steps miss, repeat or reorder tiles; %lld misuse state slots",
+          (long long)bad_tiles, (long long)bad_state);
+    int64_t bad = 0, packed = 0;
+    for (int64_t t = 0; t < n_tasks; t++) bad += ends[t] != 1;
+    for (int64_t u = 0; u < nu; u++) {
+        packed += packed_u[u];
+        bad += !packed_u[u] && readers[u] >= min_readers; /* packable but not packed */
+    }
     CHECK(bad == 0 && packed == st->packed, "%lld units or tasks wrong, %lld of %lld units packed", (long long)bad,
           (long long)packed, (long long)st->packed);
+    const int64_t unit_max = pr->unit_max > 0 ? pr->unit_max : FA_PACK_UNIT_MAX;
     CHECK(st->wave_units == 1 || 2 * st->wave_units * st->pack.unit_bytes <= FA_WORKSPACE_KEEP,
-          "two waves of %lld units of %lld bytes exceed the bound", (long long)st->wave_units,
+          "two waves of %lld slots of %lld bytes exceed the bound", (long long)st->wave_units,
           (long long)st->pack.unit_bytes);
-    /* one thread takes them all, in order, never waiting on a step not done (tried
-     * only on a list whose waits were found right: a wrong one could wait forever) */
-    if (bad) goto done;
-    int64_t taken = 0;
-    for (fa_step s; fa_steps_take(st, &s); fa_steps_done(st, &s)) {
-        bad += memcmp(&s, &st->steps[taken], sizeof s) != 0;
-        taken++;
-    }
-    CHECK(bad == 0 && taken == st->n_steps, "one thread took %lld of %lld steps, %lld out of order", (long long)taken,
-          (long long)st->n_steps, (long long)bad);
-done:
-    free(readers), free(first), free(wave), free(slot), free(next_key), free(ran), free(last_task_step);
+    /* a slot holds a chunk and a pack step more: two pack steps at least */
+    CHECK(st->chunk_keys == 0 || (st->chunk_keys % pc == 0 && (st->pack.unit_bytes <= unit_max || st->chunk_keys == pc)),
+          "chunks of %lld keys (pack steps of %lld) in slots of %lld bytes over %lld", (long long)st->chunk_keys,
+          (long long)pc, (long long)st->pack.unit_bytes, (long long)unit_max);
+    *chunked_runs += chunked;
+    free(readers), free(packed_u), free(cursor), free(ends), free(last_piece_task), free(fill), free(owner);
 }
 
 static void test_steps(h_rng *r)
 {
-    int64_t packed_runs = 0, multi_wave = 0;
+    int64_t packed_runs = 0, multi_wave = 0, chunked_runs = 0;
     for (int t = 0; t < h_scaled(300); t++) {
         fa_problem p;
         int32_t cuq[4], cuk[4];
-        random_batch(r, &p, cuq, cuk, 300, h_rng_int(r, 0, 1) ? 200 : 6000);
+        random_batch(r, &p, cuq, cuk, h_rng_int(r, 0, 1) ? 300 : 1200, h_rng_int(r, 0, 1) ? 200 : 6000);
         const fa_task_rules rules = {.br = h_rng_int(r, 0, 1) ? 16 : 64, .small = (int)h_rng_int(r, 0, 1),
                                      .stacks_max = h_rng_int(r, 1, 6), .kv_splits = h_rng_int(r, 0, 2) ? 0 : h_rng_int(r, 1, 4)};
         fa_task_counts counts;
@@ -281,25 +317,43 @@ static void test_steps(h_rng *r)
         fa_task *tasks = malloc((size_t)(counts.tasks > 0 ? counts.tasks : 1) * sizeof *tasks);
         fa_tasks_fill(&p, &rules, &counts, tasks);
         const int64_t bcs[] = {16, 31, 64, 128};
+        /* small units and states make long units chunked, in groups of a few readers */
+        const int64_t unit_max = h_rng_int(r, 0, 1) ? 0 : (int64_t)16 << h_rng_int(r, 10, 17);
         const fa_pack_rules pr = {.form = (int)h_rng_int(r, 0, 1), .mode = h_rng_int(r, 0, 1) ? 2 : 0,
-                                  .threads = (int)h_rng_int(r, 1, 4), .bc = bcs[h_rng_int(r, 0, 3)]};
+                                  .threads = (int)h_rng_int(r, 1, 4), .br = rules.br, .bc = bcs[h_rng_int(r, 0, 3)],
+                                  .state_bytes = (int64_t)1 << h_rng_int(r, 16, 21), .unit_max = unit_max};
         fa_steps st;
         fa_steps_init(&st, tasks, counts.tasks);
-        int64_t *units = malloc((size_t)(p.B * p.Hk) * sizeof *units);
+        int64_t *units = malloc((size_t)(6 * p.B * p.Hk) * sizeof *units);
         const int64_t bytes = fa_steps_plan(&st, &p, &pr, units);
-        h_case("steps B=%lld Hk=%lld group=%lld tasks=%lld form=%d mode=%d threads=%d bc=%lld", (long long)p.B,
-               (long long)p.Hk, (long long)p.group, (long long)counts.tasks, pr.form, pr.mode, pr.threads,
-               (long long)pr.bc);
+        h_case("steps B=%lld Hk=%lld group=%lld tasks=%lld form=%d mode=%d threads=%d br=%lld bc=%lld unit_max=%lld "
+               "state=%lld",
+               (long long)p.B, (long long)p.Hk, (long long)p.group, (long long)counts.tasks, pr.form, pr.mode,
+               pr.threads, (long long)pr.br, (long long)pr.bc, (long long)unit_max, (long long)pr.state_bytes);
         CHECK(bytes >= 0, "the plan's size overflows");
         char *ws = NULL;
         if (bytes > 0) {
             ws = aligned_alloc(FA_CACHE_LINE, (size_t)fa_round_up(bytes, FA_CACHE_LINE));
             fa_steps_fill(&st, &p, &pr, units, ws);
-            check_steps(&p, tasks, counts.tasks, &pr, &st);
+            check_steps(&p, tasks, counts.tasks, &pr, &st, &chunked_runs);
             packed_runs++;
             multi_wave += st.waves > 2;
+            /* the same steps again, handed out by fa_steps_take to one thread, which
+             * never waits (the waits were found to point backwards) */
+            fa_steps again;
+            fa_steps_init(&again, tasks, counts.tasks);
+            fa_steps_plan(&again, &p, &pr, units);
+            fa_steps_fill(&again, &p, &pr, units, ws);
+            int64_t taken = 0, bad = 0;
+            for (fa_step s; fa_steps_take(&again, &s); fa_steps_done(&again, &s)) {
+                fa_step want;
+                fa_steps_at(&again, taken++, &want);
+                bad += memcmp(&s, &want, sizeof s) != 0;
+            }
+            CHECK(bad == 0 && taken == again.n_steps, "one thread took %lld of %lld steps, %lld out of order",
+                  (long long)taken, (long long)again.n_steps, (long long)bad);
         } else {
-            CHECK(st.steps == NULL && st.packed == 0, "nothing to pack, yet %lld units planned", (long long)st.packed);
+            CHECK(st.pieces == NULL && st.packed == 0, "nothing to pack, yet %lld units planned", (long long)st.packed);
             int64_t taken = 0, bad = 0;
             for (fa_step s; fa_steps_take(&st, &s); fa_steps_done(&st, &s)) bad += s.task != taken++ || s.wave >= 0;
             CHECK(bad == 0 && taken == counts.tasks, "unpacked steps: %lld of %lld tasks, %lld out of order",
@@ -310,8 +364,9 @@ static void test_steps(h_rng *r)
         free(tasks);
     }
     h_case("steps: the cases");
-    CHECK(packed_runs > 0 && multi_wave > 0, "packed runs %lld, with three waves or more %lld: the sweep misses them",
-          (long long)packed_runs, (long long)multi_wave);
+    CHECK(packed_runs > 0 && multi_wave > 0 && chunked_runs > 0,
+          "packed runs %lld, with three waves or more %lld, with chunked units %lld: the sweep misses them",
+          (long long)packed_runs, (long long)multi_wave, (long long)chunked_runs);
 }
 
 /* The backward's task lists: a partition of the work, most expensive first. */

@@ -10,8 +10,9 @@
  *                anything else; an OK result is bitwise the serial one, a BUSY call
  *                leaves its outputs untouched.
  *   packed waves the pool's threads on a forward whose packed K/V (FA_PARAM_KV_PACK) come
- *                in three waves through two buffers, so packing a wave waits for the
- *                tasks of the one before last; o and lse bitwise the unpacked 1-thread
+ *                in waves through two buffers, so packing a wave waits for the tasks
+ *                of the one before last; long units in key chunks, each task in
+ *                steps that wait for its previous one; o and lse bitwise the unpacked 1-thread
  *                run's on 1 to 4 threads.
  *   backward     the pool's threads sharing one MQA backward: one (sequence, kv head)
  *                walk, so 2 to 4 threads take the two-pass schedule (key tiles, then
@@ -303,13 +304,15 @@ static void random_problem(h_problem *p, h_dims d, uint64_t seed, h_rng *r) {
 
 /* ------------------------------------------------------------ packed waves */
 
-/* f32 BSND K/V of 6 kv heads of 128 (rows 3 KB apart, which auto packs): each unit
- * is 4 MiB, more than a wave's share, so waves hold as many units as the threads
- * need (twice their number in tasks): 6 waves on 1 or 2 threads, 3 on 3 or 4. */
-static void test_packed_waves(void) {
+/* f32 BSND K/V of 6 kv heads of 128 (rows 3 KB apart, which auto packs). Sk = 4096:
+ * each unit is 4 MiB, over FA_PACK_UNIT_MAX, so it goes in key chunks of 1 MiB (tasks.h)
+ * and each task in one step per chunk its window reaches, its online softmax state in
+ * a state slot between them; one wave per chunk. Sk = 1536: whole units of 1.5 MiB,
+ * as many per wave as the threads need (twice their number in tasks). */
+static void test_packed_waves_at(int64_t sk) {
     h_rng r;
     h_problem p;
-    random_problem(&p, (h_dims){1, 64, 4096, 6, 6, 128, 128}, 79, &r);
+    random_problem(&p, (h_dims){1, 64, sk, 6, 6, 128, 128}, 79, &r);
     p.args.window_left = 3001; /* tiles from an odd key too (the band's first) */
     fa_tensor want_o = clone(&p.args.o), want_lse = clone(&p.args.lse);
     fa_context *ctx;
@@ -318,23 +321,32 @@ static void test_packed_waves(void) {
     h_set_tiles(ctx, 16, 0); /* four query blocks per head: every unit is read four times, as auto wants */
     for (int th = 0; th <= 4; th++) {
         /* th = 0: the unpacked serial run the others must match */
-        h_case("packed waves on %d pool threads", th);
+        h_case("packed waves on %d pool threads, Sk = %lld", th, (long long)sk);
         fa_context_set(ctx, FA_PARAM_THREADS, th ? th : 1);
         fa_context_set(ctx, FA_PARAM_KV_PACK, th ? 0 : 1);
         fa_forward_args a = p.args;
         if (th == 0) a.o = want_o, a.lse = want_lse;
         const fa_status st = fa_forward(ctx, &a);
-        int64_t packed = -1, us = -1;
+        int64_t packed = -1, us = -1, extra = -1;
         fa_context_get(ctx, FA_PARAM_LAST_KV_PACKED, &packed);
         fa_context_get(ctx, FA_PARAM_LAST_KV_PACK_US, &us);
+        fa_context_get(ctx, FA_PARAM_LAST_EXTRA_BYTES, &extra);
         if (!CHECK(st == FA_OK, "%s", fa_context_error(ctx))) continue;
         CHECK(packed == (th ? 6 : 0), "LAST_KV_PACKED %lld", (long long)packed);
         CHECK(th ? us > 0 : us == 0, "LAST_KV_PACK_US %lld with %lld units packed", (long long)us, (long long)packed);
+        /* chunked: two wave buffers of 1 MiB slots (two slots each on 3-4 threads) and the
+         * state slots, not two 4 MiB units */
+        if (th && sk > 2048) CHECK(extra < (8 << 20), "LAST_EXTRA_BYTES %lld with chunked units", (long long)extra);
         if (th) CHECK(same(&a.o, &want_o) && same(&a.lse, &want_lse), "o or lse differ bitwise from the unpacked run");
     }
     fa_context_free(ctx);
     free(want_o.data), free(want_lse.data);
     h_problem_free(&p);
+}
+
+static void test_packed_waves(void) {
+    test_packed_waves_at(4096);
+    test_packed_waves_at(1536);
 }
 
 /* ------------------------------------------------------------ backward on the pool */

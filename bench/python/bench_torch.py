@@ -411,6 +411,14 @@ def strip_opt(argv, name):
 
 # ---------------------------------------------------------------- output
 
+def torch_capability():
+    """The capability tier ATen's CPU kernels run at (ATEN_CPU_CAPABILITY caps it)."""
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except AttributeError:  # older torch
+        return "unknown"
+
+
 def print_table():
     cols = ["case", "variant", "shape", "ms", "GFLOP/s", "other"]
     lines = []
@@ -568,12 +576,17 @@ def main():
         if "kv_GB/s" in r and PEAKS.get("read_bw"):
             r["pct_read_bw"] = 100.0 * r["kv_GB/s"] / PEAKS["read_bw"]
     if args.json:
-        for r in ROWS:
-            print(json.dumps(r))
+        for r in ROWS:  # each row names both tiers, so that a run shows them
+            print(json.dumps({**r, "flashattn_isa": ctx.isa, "torch_capability": torch_capability()}))
     else:
         print("# peaks (fa_probe, this run): " + ", ".join(f"{k} {v:.1f}" for k, v in PEAKS.items()))
         print(f"# flashattn {flashattn.__version__} isa {ctx.isa}; torch {torch.__version__}; "
               f"{args.threads} threads both sides; medians of {args.runs} interleaved runs")
+        print(f"# tiers: flashattn isa {ctx.isa} (FLASHATTN_ARCH={os.environ.get('FLASHATTN_ARCH', '')}); "
+              f"torch capability {torch_capability()} (ATEN_CPU_CAPABILITY="
+              f"{os.environ.get('ATEN_CPU_CAPABILITY', '')}, ONEDNN_MAX_CPU_ISA="
+              f"{os.environ.get('ONEDNN_MAX_CPU_ISA', '')}, MKL_ENABLE_INSTRUCTIONS="
+              f"{os.environ.get('MKL_ENABLE_INSTRUCTIONS', '')})")
         print_table()
     if args.plot:
         plot(args.plot, seqs)
