@@ -4,8 +4,9 @@
  * without (the software model of amx_model.c, the "amx-model" table, built with no
  * ISA flags so it runs and is tested on any x86-64). Contracts: kernels.h.
  *
- * One tile configuration for every kernel, loaded once per thread by thread_begin
- * (ldtilecfg per call costs more than a small product): palette 1, all eight tiles
+ * One tile configuration for every kernel, loaded once per job and thread by the first
+ * tile kernel (ldtilecfg per call costs more than a small product), released by
+ * thread_end: palette 1, all eight tiles
  * 16 rows x 64 bytes. Blocks smaller than a tile are zero-padded copies in scratch,
  * so the unit never reads past a caller's buffer and a K/V/x element beyond d, cols
  * or rows (garbage, NaN) never meets a product. Register use, the same 2 x 2 block
@@ -79,9 +80,28 @@ static _Alignas(64) const fa_tilecfg g_tiles = {
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
 
-void FA_AMX_FN(thread_begin)(void) { FA_TILE_CONFIG(&g_tiles); }
+/* Configured lazily, by the first tile kernel of a job: a job without one (the small-row
+ * decode path, the vector kernels) then runs exactly as the parent table's, with no tile
+ * state for the OS to save at each context switch. thread_end releases what was taken. */
+static _Thread_local int g_configured;
 
-void FA_AMX_FN(thread_end)(void) { FA_TILE_RELEASE(); }
+static inline void tiles_on(void)
+{
+    if (!g_configured) {
+        FA_TILE_CONFIG(&g_tiles);
+        g_configured = 1;
+    }
+}
+
+void FA_AMX_FN(thread_begin)(void) {}
+
+void FA_AMX_FN(thread_end)(void)
+{
+    if (g_configured) {
+        FA_TILE_RELEASE();
+        g_configured = 0;
+    }
+}
 
 /* Whether the calling thread holds a tile configuration (tests: none after a call). */
 int FA_AMX_FN(tile_configured)(void)
@@ -157,6 +177,7 @@ static void scale_rows(int64_t n, const float *src, int64_t lds, float scale, fl
 void FA_AMX_FN(qk_bf16)(int64_t rows, int64_t cols, int64_t d, const uint16_t *qt2, int64_t ldqt2, const uint16_t *k,
                         int64_t ldk, float scale, float *st, int64_t ldst)
 {
+    tiles_on();
     _Alignas(64) uint16_t kbuf[2][16 * 32];
     _Alignas(64) uint32_t qbuf[QK_GROUP][16 * 16];
     _Alignas(64) float sbuf[16 * 16];
@@ -346,6 +367,7 @@ static inline void p_strip_block(int64_t b, int64_t ncc, int64_t r0, int64_t col
 void FA_AMX_FN(pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const uint32_t *vp,
                         int64_t ldvp, const float *alpha, float *acc, int64_t ldacc, void *scratch)
 {
+    tiles_on();
     const int64_t ldpt = pt_ld(cols), rp = R16(rows), ep = R16(dv), np = (cols + 1) / 2;
     const int64_t nrb = rp / 16, neb = ep / 16, full_c = cols / 32, ncc = (cols + 31) / 32;
     uint16_t *const pt = scratch;
@@ -454,6 +476,7 @@ void FA_AMX_FN(pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st,
 void FA_AMX_FN(stx_bf16)(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,
                          int64_t ldx, float *acc, int64_t ldacc, void *scratch)
 {
+    tiles_on();
     const int64_t rq = R32(rows), ep = R16(n), cp = R16(cols), npr = rq / 2;
     const int64_t ncb = cp / 16, neb = ep / 16, nrc = rq / 32;
     uint32_t *xp = scratch;
@@ -520,6 +543,7 @@ void FA_AMX_FN(stx_bf16)(int64_t rows, int64_t cols, int64_t n, const float *st,
  * not depend on the data). */
 double FA_AMX_FN(probe_tile)(int64_t iters)
 {
+    tiles_on();
     static _Alignas(64) const uint16_t zeros[16 * 32];
     _Alignas(64) float sink[16 * 16];
     FA_TILE_ZERO(0);
