@@ -2489,6 +2489,15 @@ static void agree_case(const fa_kernels *hw, const fa_kernels *md, int64_t rows,
         kt->qk_bf16(rows, cols, d, qt2, 2 * ldqt, k, ldk, 0.125f, st[w], ldst);
         /* P from the scores, finite and in [0, 1] as the softmax leaves it */
         for (int64_t i = 0; i < cols * ldst; i++) st[w][i] = isfinite(st[w][i]) ? 1.0f / (1.0f + fabsf(st[w][i])) : 0.0f;
+        /* P's conversion on its edges (amx's pv_bf16 converts as vcvtne2ps2bf16 does, the
+         * model follows): fp32 subnormals of both signs, the largest one (which nearest-even
+         * rounding would lift to the smallest normal), the smallest normal, a -0 */
+        static const uint32_t edge[] = {0x00000001u, 0x80000001u, 0x007fffffu, 0x807fffffu, 0x00400000u,
+                                        0x00008000u, 0x00800000u, 0x00807fffu, 0x80000000u, 0x0000ffffu};
+        for (int64_t i = 0; i < cols * ldst; i += 5) {
+            const uint32_t u = edge[(i / 5) % (sizeof edge / sizeof edge[0])];
+            memcpy(&st[w][i], &u, 4);
+        }
         kt->pv_bf16(rows, cols, d, st[w], ldst, vp, ldvp, alpha, acc[w], ldacc, scratch);
         kt->stx_bf16(rows, cols, d, st[w], ldst, x, ldk, dk[w], ldacc, scratch);
         tiles_end(kt);

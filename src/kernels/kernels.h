@@ -204,6 +204,10 @@ typedef struct fa_kernels {
      *        the same layout as its B operand.
      *   pv_bf16 rounds P to bf16 (nearest even) and pairs it in `scratch`, which
      *        holds at least FA_PV_BF16_SCRATCH(rows, cols, dv) dwords (64-byte aligned).
+     *        A table may round as vcvtne2ps2bf16 does (avx512bf16, amx, amx-model):
+     *        fp32 subnormals become a zero of their sign first (the bf16 products treat
+     *        bf16 subnormals as zero anyway; only the largest ones, which nearest even
+     *        would lift to the smallest normal, 2^-126, contribute differently).
      *
      * pack_pairs_bf16: dst[p][e] = the dword (src[2p][e], src[2p+1][e]) (low word
      *   from row 2p) for p < ceil(nrows / 2) and e < ld32, zero for e >= len and for

@@ -4,8 +4,9 @@
  * without (the software model of amx_model.c, the "amx-model" table, built with no
  * ISA flags so it runs and is tested on any x86-64). Contracts: kernels.h.
  *
- * One tile configuration for every kernel, loaded once per thread by thread_begin
- * (ldtilecfg per call costs more than a small product): palette 1, all eight tiles
+ * One tile configuration for every kernel, loaded once per job and thread by the first
+ * tile kernel (ldtilecfg per call costs more than a small product), released by
+ * thread_end: palette 1, all eight tiles
  * 16 rows x 64 bytes. Blocks smaller than a tile are zero-padded copies in scratch,
  * so the unit never reads past a caller's buffer and a K/V/x element beyond d, cols
  * or rows (garbage, NaN) never meets a product. Register use, the same 2 x 2 block
@@ -16,12 +17,14 @@
  *
  *   qk_bf16   S^T[c][r] = K[c][.] . Q^T[.][r]: A = 16 K rows (natural layout), B = 16
  *             pair rows of qt2 (already the B layout); scale applied to the stored
- *             fp32 sums, as the contract says. Q^T's tiles of a 32-row block are
- *             reloaded from L1 while K streams.
+ *             fp32 sums, as the contract says. Rows run in groups of QK_GROUP blocks
+ *             whose Q^T stays in L1 while each pair of K column blocks meets all of them.
  *   pv_bf16   acc[r][e] += P[r][.] . V[.][e]: A = P, which st holds transposed, so
- *             P is rounded to bf16 and transposed into scratch once per call; B = V
- *             pairs as given. acc is scaled by alpha on the vector side, loaded into
- *             tiles once, accumulated over every column of the call, stored once.
+ *             P is rounded to bf16 (as vcvtne2ps2bf16 does) and transposed into scratch
+ *             a strip of 32 rows at a time, the next strip's blocks interleaved with the
+ *             current strip's products; B = V pairs as given. acc is scaled by alpha on
+ *             the vector side, loaded into tiles once, accumulated over every column of
+ *             the call, stored once.
  *   stx_bf16  acc[c][e] += st[c][.] . x[.][e]: A = st rows rounded to bf16 (their
  *             natural layout), B = x as row pairs (packed here).
  * Glue (rounding, pairing, copies) is plain C the compiler vectorises under the
@@ -47,6 +50,9 @@
 #define TB0 6
 #define TB1 7
 
+#ifndef QK_GROUP
+#define QK_GROUP 4 /* row blocks of 16 per group in qk_bf16 */
+#endif
 #define MIN64(a, b) ((a) < (b) ? (a) : (b))
 #define R16(x) (((x) + 15) / 16 * 16)
 #define R32(x) (((x) + 31) / 32 * 32)
@@ -74,9 +80,28 @@ static _Alignas(64) const fa_tilecfg g_tiles = {
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
 
-void FA_AMX_FN(thread_begin)(void) { FA_TILE_CONFIG(&g_tiles); }
+/* Configured lazily, by the first tile kernel of a job: a job without one (the small-row
+ * decode path, the vector kernels) then runs exactly as the parent table's, with no tile
+ * state for the OS to save at each context switch. thread_end releases what was taken. */
+static _Thread_local int g_configured;
 
-void FA_AMX_FN(thread_end)(void) { FA_TILE_RELEASE(); }
+static inline void tiles_on(void)
+{
+    if (!g_configured) {
+        FA_TILE_CONFIG(&g_tiles);
+        g_configured = 1;
+    }
+}
+
+void FA_AMX_FN(thread_begin)(void) {}
+
+void FA_AMX_FN(thread_end)(void)
+{
+    if (g_configured) {
+        FA_TILE_RELEASE();
+        g_configured = 0;
+    }
+}
 
 /* Whether the calling thread holds a tile configuration (tests: none after a call). */
 int FA_AMX_FN(tile_configured)(void)
@@ -97,6 +122,19 @@ static inline uint16_t round_bf16(uint32_t u)
 }
 
 /* dst[i] = bf16(src[i]) for i < n, 0 for n <= i < len. */
+/* P's conversion in pv_bf16: vcvtne2ps2bf16's convert_fp32_to_bfloat16 (Intel SDM), which
+ * the hardware build issues and the model follows bit for bit: zero and subnormal inputs
+ * give a zero of their sign, a NaN its high word with the quiet bit set, anything else
+ * (inf included) rounds to nearest even. Differs from round_bf16 only on subnormals,
+ * which the tile unit's products treat as zero either way (DAZ on bf16 inputs) except
+ * where rounding would lift one to the smallest normal. */
+static inline uint16_t cvtne_bf16(uint32_t u)
+{
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 static void round_row(const float *restrict src, int64_t n, uint16_t *restrict dst, int64_t len)
 {
     const uint32_t *s = (const void *)src;
@@ -139,74 +177,89 @@ static void scale_rows(int64_t n, const float *src, int64_t lds, float scale, fl
 void FA_AMX_FN(qk_bf16)(int64_t rows, int64_t cols, int64_t d, const uint16_t *qt2, int64_t ldqt2, const uint16_t *k,
                         int64_t ldk, float scale, float *st, int64_t ldst)
 {
+    tiles_on();
     _Alignas(64) uint16_t kbuf[2][16 * 32];
-    _Alignas(64) uint32_t qbuf[2][16 * 16];
+    _Alignas(64) uint32_t qbuf[QK_GROUP][16 * 16];
     _Alignas(64) float sbuf[16 * 16];
     const uint32_t *qt = (const void *)qt2;
     const int64_t ld32 = ldqt2 / 2, pairs = (d + 1) / 2, nxc = (d + 31) / 32, full_q = pairs / 16;
     const int64_t nrb = (rows + 15) / 16, ncb = (cols + 15) / 16;
     const int k_direct = ldk > 0;
-    for (int64_t rb = 0; rb < nrb; rb += 2) {
-        const int two_r = rb + 1 < nrb;
+    /* row groups of QK_GROUP blocks: the group's Q^T stays in L1 while each pair of K
+     * column blocks is loaded from L2 once and meets every row block of the group */
+    for (int64_t g0 = 0; g0 < nrb; g0 += QK_GROUP) {
+        const int64_t g1 = MIN64(nrb, g0 + QK_GROUP);
         if (full_q < nxc) /* Q^T's last chunk of pairs, zero-padded */
-            for (int i = 0; i < 1 + two_r; i++)
+            for (int64_t b = g0; b < g1; b++)
                 for (int64_t p = 0; p < 16; p++) {
-                    if (16 * full_q + p < pairs) memcpy(qbuf[i] + 16 * p, qt + (16 * full_q + p) * ld32 + 16 * (rb + i), 64);
-                    else memset(qbuf[i] + 16 * p, 0, 64);
+                    if (16 * full_q + p < pairs) memcpy(qbuf[b - g0] + 16 * p, qt + (16 * full_q + p) * ld32 + 16 * b, 64);
+                    else memset(qbuf[b - g0] + 16 * p, 0, 64);
                 }
         for (int64_t cb = 0; cb < ncb; cb += 2) {
             const int two_c = cb + 1 < ncb;
-            FA_TILE_ZERO(TC0);
-            if (two_r) FA_TILE_ZERO(TC1);
-            if (two_c) FA_TILE_ZERO(TC2);
-            if (two_c && two_r) FA_TILE_ZERO(TC3);
-            for (int64_t xc = 0; xc < nxc; xc++) {
-                const int64_t x0 = 32 * xc, nx = d - x0;
-                for (int i = 0; i < 1 + two_c; i++) {
-                    const int64_t c0 = 16 * (cb + i);
-                    const void *a;
-                    int64_t lda;
-                    if (k_direct && nx >= 32 && c0 + 16 <= cols) {
-                        a = k + c0 * ldk + x0;
-                        lda = 2 * ldk;
+            const int direct = k_direct && 16 * (cb + 1 + two_c) <= cols && d % 32 == 0;
+            for (int64_t rb = g0; rb < g1; rb += 2) {
+                const int two_r = rb + 1 < g1;
+                FA_TILE_ZERO(TC0);
+                if (two_r) FA_TILE_ZERO(TC1);
+                if (two_c) FA_TILE_ZERO(TC2);
+                if (two_c && two_r) FA_TILE_ZERO(TC3);
+                for (int64_t xc = 0; xc < nxc; xc++) {
+                    const int64_t x0 = 32 * xc, nx = d - x0;
+                    const void *a[2];
+                    int64_t lda = 2 * ldk;
+                    if (direct) {
+                        a[0] = k + 16 * cb * ldk + x0;
+                        a[1] = k + 16 * (cb + 1) * ldk + x0;
                     } else {
-                        for (int64_t c = 0; c < 16; c++) {
-                            if (c0 + c < cols) copy_row64(kbuf[i] + 32 * c, k + (c0 + c) * ldk + x0, nx);
-                            else memset(kbuf[i] + 32 * c, 0, 64);
+                        for (int i = 0; i < 1 + two_c; i++) {
+                            const int64_t c0 = 16 * (cb + i);
+                            for (int64_t c = 0; c < 16; c++) {
+                                if (c0 + c < cols) copy_row64(kbuf[i] + 32 * c, k + (c0 + c) * ldk + x0, nx);
+                                else memset(kbuf[i] + 32 * c, 0, 64);
+                            }
+                            a[i] = kbuf[i];
                         }
-                        a = kbuf[i];
                         lda = 64;
                     }
-                    if (i == 0) FA_TILE_LOAD(TA0, a, lda);
-                    else FA_TILE_LOAD(TA1, a, lda);
+                    const uint32_t *b0, *b1;
+                    int64_t ldb;
+                    if (xc < full_q) {
+                        b0 = qt + 16 * xc * ld32 + 16 * rb;
+                        b1 = b0 + 16;
+                        ldb = 4 * ld32;
+                    } else {
+                        b0 = qbuf[rb - g0];
+                        b1 = qbuf[rb + 1 - g0];
+                        ldb = 64;
+                    }
+                    /* loads interleaved with the products that need them */
+                    FA_TILE_LOAD(TA0, a[0], lda);
+                    FA_TILE_LOAD(TB0, b0, ldb);
+                    FA_TILE_DPBF16(TC0, TA0, TB0);
+                    if (two_r) {
+                        FA_TILE_LOAD(TB1, b1, ldb);
+                        FA_TILE_DPBF16(TC1, TA0, TB1);
+                    }
+                    if (two_c) {
+                        FA_TILE_LOAD(TA1, a[1], lda);
+                        FA_TILE_DPBF16(TC2, TA1, TB0);
+                        if (two_r) FA_TILE_DPBF16(TC3, TA1, TB1);
+                    }
                 }
-                if (xc < full_q) {
-                    FA_TILE_LOAD(TB0, qt + 16 * xc * ld32 + 16 * rb, 4 * ld32);
-                    if (two_r) FA_TILE_LOAD(TB1, qt + 16 * xc * ld32 + 16 * (rb + 1), 4 * ld32);
-                } else {
-                    FA_TILE_LOAD(TB0, qbuf[0], 64);
-                    if (two_r) FA_TILE_LOAD(TB1, qbuf[1], 64);
-                }
-                FA_TILE_DPBF16(TC0, TA0, TB0);
-                if (two_r) FA_TILE_DPBF16(TC1, TA0, TB1);
-                if (two_c) FA_TILE_DPBF16(TC2, TA1, TB0);
-                if (two_c && two_r) FA_TILE_DPBF16(TC3, TA1, TB1);
+                /* store C (i, j) = columns of block cb + i, rows of block rb + j, then scale */
+                for (int i = 0; i < 1 + two_c; i++)
+                    for (int j = 0; j < 1 + two_r; j++) {
+                        const int64_t c0 = 16 * (cb + i), nc = MIN64(16, cols - c0);
+                        float *dst = st + c0 * ldst + 16 * (rb + j);
+                        const int t = 2 * i + j;
+                        if (t == 0) FA_TILE_STORE(TC0, sbuf, 64);
+                        else if (t == 1) FA_TILE_STORE(TC1, sbuf, 64);
+                        else if (t == 2) FA_TILE_STORE(TC2, sbuf, 64);
+                        else FA_TILE_STORE(TC3, sbuf, 64);
+                        scale_rows(nc, sbuf, 16, scale, dst, ldst);
+                    }
             }
-            /* store C (i, j) = columns of block cb + i, rows of block rb + j, then scale */
-            for (int i = 0; i < 1 + two_c; i++)
-                for (int j = 0; j < 1 + two_r; j++) {
-                    const int64_t c0 = 16 * (cb + i), nc = MIN64(16, cols - c0);
-                    float *dst = st + c0 * ldst + 16 * (rb + j);
-                    const int direct = nc == 16;
-                    float *out = direct ? dst : sbuf;
-                    const int64_t ldo = direct ? ldst : 16;
-                    const int t = 2 * i + j;
-                    if (t == 0) FA_TILE_STORE(TC0, out, 4 * ldo);
-                    else if (t == 1) FA_TILE_STORE(TC1, out, 4 * ldo);
-                    else if (t == 2) FA_TILE_STORE(TC2, out, 4 * ldo);
-                    else FA_TILE_STORE(TC3, out, 4 * ldo);
-                    scale_rows(nc, out, ldo, scale, dst, ldst);
-                }
         }
     }
 }
@@ -256,57 +309,69 @@ static int64_t pt_ld(int64_t cols)
     return ld % 128 == 0 ? ld + 32 : ld;
 }
 
-/* pt[r][c] = bf16(st[c][r]) for r < round16(rows), c < round32(cols); zero for c >= cols.
- * st's padding rows are converted too: they only reach acc rows that are never stored. */
-static void transpose_p(int64_t rows, int64_t cols, const float *st, int64_t ldst, uint16_t *pt, int64_t ldpt)
+/* One block of P in bf16: pt[r][c0 + i] = bf16(st[c0 + i][r]) for r < 16, i < 32 (st
+ * already offset to the block's first row), zero for c0 + i >= cols; the conversion is
+ * vcvtne2ps2bf16's (cvtne_bf16). st's padding rows are converted too: they only reach
+ * acc rows that are never stored. */
+static inline void p_block(int64_t c0, int64_t cols, const float *st, int64_t ldst, uint16_t *pt, int64_t ldpt)
 {
-    const int64_t rp = R16(rows), cp = R32(cols);
 #if defined(FA_AMX_HW)
-    /* 32 columns x 16 rows at a time: pair columns (c, c+1) into dwords along r, then
-     * transpose the 16 x 16 dwords, whose rows are then P's rows in bf16 */
-    for (int64_t r0 = 0; r0 < rp; r0 += 16)
-        for (int64_t c0 = 0; c0 < cp; c0 += 32) {
-            __m512 t[16];
-            for (int p = 0; p < 16; p++) {
-                const int64_t c = c0 + 2 * p;
-                const __m512i lo = c < cols ? fa_avx512_round_bf16_hi(_mm512_load_ps(st + c * ldst + r0))
-                                            : _mm512_setzero_si512();
-                const __m512i hi = c + 1 < cols ? fa_avx512_round_bf16_hi(_mm512_load_ps(st + (c + 1) * ldst + r0))
-                                                : _mm512_setzero_si512();
-                /* dword r: low word bf16(st[c][r]), high word bf16(st[c+1][r]) */
-                t[p] = _mm512_castsi512_ps(_mm512_or_si512(_mm512_srli_epi32(lo, 16),
-                                                           _mm512_and_si512(hi, _mm512_set1_epi32((int)0xffff0000u))));
-            }
-            fa_avx512_transpose16(t);
-            for (int r = 0; r < 16; r++) _mm512_store_ps((float *)(void *)(pt + (r0 + r) * ldpt + c0), t[r]);
-        }
+    /* vcvtne2ps2bf16 rounds columns c, c+1 into one vector (words 0..15, 16..31), a word
+     * permute pairs them into dwords along r, and the 16 x 16 dword transpose turns
+     * those into P's rows */
+    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                        21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    __m512 t[16];
+    for (int p = 0; p < 16; p++) {
+        const int64_t c = c0 + 2 * p;
+        const __m512 lo = c < cols ? _mm512_load_ps(st + c * ldst) : _mm512_setzero_ps();
+        const __m512 hi = c + 1 < cols ? _mm512_load_ps(st + (c + 1) * ldst) : _mm512_setzero_ps();
+        /* dword r: low word bf16(st[c][r]), high word bf16(st[c+1][r]) */
+        t[p] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(il, (__m512i)_mm512_cvtne2ps_pbh(hi, lo)));
+    }
+    fa_avx512_transpose16(t);
+    for (int r = 0; r < 16; r++) _mm512_store_ps((float *)(void *)(pt + r * ldpt + c0), t[r]);
 #else
-    for (int64_t r0 = 0; r0 < rp; r0 += 16)
-        for (int64_t c0 = 0; c0 < cp; c0 += 32) {
-            uint16_t blk[32][16];
-            for (int i = 0; i < 32; i++) {
-                if (c0 + i < cols) round_row(st + (c0 + i) * ldst + r0, 16, blk[i], 16);
-                else memset(blk[i], 0, sizeof blk[i]);
-            }
-            for (int r = 0; r < 16; r++)
-                for (int i = 0; i < 32; i++) pt[(r0 + r) * ldpt + c0 + i] = blk[i][r];
-        }
+    uint16_t blk[32][16];
+    for (int i = 0; i < 32; i++) {
+        const uint32_t *src = (const void *)(st + (c0 + i) * ldst);
+        for (int r = 0; r < 16; r++) blk[i][r] = c0 + i < cols ? cvtne_bf16(src[r]) : 0;
+    }
+    for (int r = 0; r < 16; r++)
+        for (int i = 0; i < 32; i++) pt[r * ldpt + c0 + i] = blk[i][r];
 #endif
+}
+
+/* P's blocks of one strip of 32 rows (16 in a last strip of 16 or fewer), in the order
+ * the pipeline of pv_bf16 converts them: block b = (row half b / ncc, chunk b % ncc). */
+static inline void p_strip_block(int64_t b, int64_t ncc, int64_t r0, int64_t cols, const float *st, int64_t ldst,
+                                 uint16_t *buf, int64_t ldpt)
+{
+    const int64_t h = b / ncc, c0 = 32 * (b % ncc);
+    p_block(c0, cols, st + r0 + 16 * h, ldst, buf + 16 * h * ldpt, ldpt);
 }
 
 /*
  * Scratch (dwords, each part 64-byte aligned), within FA_PV_BF16_SCRATCH(rows, cols, dv):
- *   pt    [round16(rows)][pt_ld(cols)] uint16   P transposed, bf16
+ *   pt    two strips of P in bf16, [32][pt_ld(cols)] uint16 each (the second only
+ *         when rows > 32, and then round16(rows) >= 32 + the rows it holds)
  *   vtail [16][round16(dv)]                     the last, partial 32-key chunk of V pairs,
  *                                               zero past cols (an odd cols' partner too)
  *   atail [16][round16(dv)] fp32                the last, partial 16-row block of acc
+ *
+ * A software pipeline: while the tiles multiply one strip of 32 rows of P, the vector
+ * unit converts and transposes the next strip's blocks into the other buffer, a block
+ * after every few chunks of products, so the transposes hide behind the tile unit's
+ * latency instead of running before it.
  */
 void FA_AMX_FN(pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const uint32_t *vp,
                         int64_t ldvp, const float *alpha, float *acc, int64_t ldacc, void *scratch)
 {
+    tiles_on();
     const int64_t ldpt = pt_ld(cols), rp = R16(rows), ep = R16(dv), np = (cols + 1) / 2;
     const int64_t nrb = rp / 16, neb = ep / 16, full_c = cols / 32, ncc = (cols + 31) / 32;
-    uint16_t *pt = scratch;
+    uint16_t *const pt = scratch;
+    uint16_t *const buf[2] = {pt, pt + 32 * ldpt};
     uint32_t *vtail = ALIGN64(pt + rp * ldpt);
     float *atail = ALIGN64(vtail + 16 * ep);
 
@@ -318,8 +383,7 @@ void FA_AMX_FN(pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st,
             float *a = acc + r * ldacc;
             for (int64_t e = 0; e < dv; e++) a[e] *= al;
         }
-    /* 2. P^T -> P in bf16; the partial key chunk of V, zero-padded */
-    transpose_p(rows, cols, st, ldst, pt, ldpt);
+    /* 2. the partial key chunk of V, zero-padded; the first strip of P */
     if (full_c < ncc)
         for (int64_t p = 0; p < 16; p++) {
             const int64_t pr = 16 * full_c + p;
@@ -332,6 +396,7 @@ void FA_AMX_FN(pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st,
                 memset(dst, 0, (size_t)ep * 4);
             }
         }
+    for (int64_t b = 0; b < MIN64(2, nrb) * ncc; b++) p_strip_block(b, ncc, 0, cols, st, ldst, buf[0], ldpt);
     /* the last row block runs on a copy when it is partial */
     const int64_t tail_rows = rows - 16 * (nrb - 1);
     if (tail_rows < 16) {
@@ -347,8 +412,13 @@ void FA_AMX_FN(pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st,
     }
 
     /* 3. acc += P V: C (i, j) = rows of block rb + i, columns of block eb + j */
+    const int64_t groups = (neb + 1) / 2 * ncc; /* chunks of products per strip */
     for (int64_t rb = 0; rb < nrb; rb += 2) {
         const int two_r = rb + 1 < nrb;
+        const uint16_t *const cur = buf[(rb / 2) & 1];
+        uint16_t *const next = buf[(rb / 2 + 1) & 1];
+        const int64_t nblocks = rb + 2 < nrb ? MIN64(2, nrb - rb - 2) * ncc : 0; /* the next strip's */
+        int64_t done = 0, g = 0;
         float *ab[2] = {acc, acc};
         int64_t lda[2] = {ldacc, ldacc};
         for (int i = 0; i < 1 + two_r; i++) {
@@ -356,11 +426,39 @@ void FA_AMX_FN(pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st,
             ab[i] = tail ? atail : acc + 16 * (rb + i) * ldacc;
             lda[i] = tail ? ep : ldacc;
         }
-        const uint16_t *pa[2] = {pt + 16 * rb * ldpt, pt + 16 * (rb + two_r) * ldpt};
+        const uint16_t *pa[2] = {cur, cur + 16 * two_r * ldpt};
         for (int64_t eb = 0; eb < neb; eb += 2) {
-            float *c[2] = {ab[0] + 16 * eb, ab[1] + 16 * eb};
-            mul_2x2(two_r, eb + 1 < neb, c, lda, pa, ldpt, vp + 16 * eb, ldvp, full_c, vtail + 16 * eb, ep, ncc);
+            const int two_e = eb + 1 < neb;
+            float *c0 = ab[0] + 16 * eb, *c1 = ab[1] + 16 * eb;
+            FA_TILE_LOAD(TC0, c0, 4 * lda[0]);
+            if (two_e) FA_TILE_LOAD(TC1, c0 + 16, 4 * lda[0]);
+            if (two_r) FA_TILE_LOAD(TC2, c1, 4 * lda[1]);
+            if (two_r && two_e) FA_TILE_LOAD(TC3, c1 + 16, 4 * lda[1]);
+            for (int64_t k = 0; k < ncc; k++, g++) {
+                const uint32_t *bk = k < full_c ? vp + 16 * k * ldvp + 16 * eb : vtail + 16 * eb;
+                const int64_t ldb = k < full_c ? ldvp : ep;
+                FA_TILE_LOAD(TA0, pa[0] + 32 * k, 2 * ldpt);
+                FA_TILE_LOAD(TB0, bk, 4 * ldb);
+                FA_TILE_DPBF16(TC0, TA0, TB0);
+                if (two_e) {
+                    FA_TILE_LOAD(TB1, bk + 16, 4 * ldb);
+                    FA_TILE_DPBF16(TC1, TA0, TB1);
+                }
+                if (two_r) {
+                    FA_TILE_LOAD(TA1, pa[1] + 32 * k, 2 * ldpt);
+                    FA_TILE_DPBF16(TC2, TA1, TB0);
+                    if (two_e) FA_TILE_DPBF16(TC3, TA1, TB1);
+                }
+                /* the next strip's share of blocks so far, while the products run */
+                for (const int64_t due = (g + 1) * nblocks / groups; done < due; done++)
+                    p_strip_block(done, ncc, 16 * (rb + 2), cols, st, ldst, next, ldpt);
+            }
+            FA_TILE_STORE(TC0, c0, 4 * lda[0]);
+            if (two_e) FA_TILE_STORE(TC1, c0 + 16, 4 * lda[0]);
+            if (two_r) FA_TILE_STORE(TC2, c1, 4 * lda[1]);
+            if (two_r && two_e) FA_TILE_STORE(TC3, c1 + 16, 4 * lda[1]);
         }
+        for (; done < nblocks; done++) p_strip_block(done, ncc, 16 * (rb + 2), cols, st, ldst, next, ldpt);
     }
     if (tail_rows < 16)
         for (int64_t r = 0; r < tail_rows; r++)
@@ -378,6 +476,7 @@ void FA_AMX_FN(pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st,
 void FA_AMX_FN(stx_bf16)(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,
                          int64_t ldx, float *acc, int64_t ldacc, void *scratch)
 {
+    tiles_on();
     const int64_t rq = R32(rows), ep = R16(n), cp = R16(cols), npr = rq / 2;
     const int64_t ncb = cp / 16, neb = ep / 16, nrc = rq / 32;
     uint32_t *xp = scratch;
@@ -444,6 +543,7 @@ void FA_AMX_FN(stx_bf16)(int64_t rows, int64_t cols, int64_t n, const float *st,
  * not depend on the data). */
 double FA_AMX_FN(probe_tile)(int64_t iters)
 {
+    tiles_on();
     static _Alignas(64) const uint16_t zeros[16 * 32];
     _Alignas(64) float sink[16 * 16];
     FA_TILE_ZERO(0);
