@@ -105,6 +105,7 @@ static void test_varlen(void)
         const h_dims d = {1, cu_q[n], cu_k[n], Hq, Hk, D, Dv};
         h_problem p;
         h_problem_alloc(&p, d, FA_DTYPE_F32, FA_DTYPE_F32);
+        void *lse = p.args.lse.data; /* no lse: given back for h_problem_free */
         p.args.lse.data = NULL;
         p.args.cu_seqlens_q = cu_q;
         p.args.cu_seqlens_k = cu_k;
@@ -114,6 +115,7 @@ static void test_varlen(void)
         for (int64_t b = 0; b < n; b++) want += brute(&p.args, cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]) * Hq;
         h_case("varlen %lld sequences, case %d", (long long)n, c);
         check_work(&p.args, want, D, Dv);
+        p.args.lse.data = lse;
         h_problem_free(&p);
     }
 }
@@ -137,6 +139,7 @@ static void test_cache(void)
         cache.k = kc, cache.v = vc, cache.seqlens = seqlens;
         fa_forward_args *a = &p.args;
         a->kv_cache = &cache;
+        void *knew = a->k.data, *vnew = a->v.data; /* given back for h_problem_free */
         if (snew == 0) a->k.data = a->v.data = NULL; /* no append */
         randomise_band(a, sq, SMAX);
         if (h_rng_int(&g_rng, 0, 1)) a->causal = FA_CAUSAL_BOTTOM_RIGHT; /* decoding's usual form */
@@ -158,6 +161,7 @@ static void test_cache(void)
         free(o_before);
         free(kc.data);
         free(vc.data);
+        a->k.data = knew, a->v.data = vnew;
         h_problem_free(&p);
     }
 }
