@@ -163,7 +163,7 @@ def _options(causal, window, softcap, alibi_slopes, dropout_p, scale, layout, dr
     softcap = float(softcap)
     if not softcap >= 0.0:
         raise ValueError(f"softcap must be >= 0 (0 = off), got {softcap}")
-    p = _core.check_dropout(dropout_p)
+    p = float(dropout_p)  # its range is the library's rule: the zero-row check call judges it
     seed = 0
     if p > 0:
         seed = int(dropout_seed) if dropout_seed is not None else int(torch.randint(0, 2**62, (1,)).item())
