@@ -253,6 +253,8 @@ CASES = {
     "fwd_f32": ("fwd", "f32", False),
     "fwd_bf16": ("fwd", "bf16", False),
     "causal_bf16": ("fwd", "bf16", True),
+    "causal_f32": ("fwd", "f32", True),
+    "fwd_f16": ("fwd", "f16", False),
     "bwd_f32": ("bwd", "f32", False),
     "bwd_bf16": ("bwd", "bf16", False),
     "fwdbwd_f32": ("fwdbwd", "f32", False),
