@@ -92,8 +92,10 @@ static void build_once(void)
             if (strcmp(g_table[j]->name, g_table[i]->parent) == 0) parent_runs = g_runs[parent = j];
         const char *why = NULL;
         if (!parent_runs) {
-            snprintf(g_why[i], sizeof g_why[i], "its parent table %s does not run here%s%s", g_table[i]->parent,
-                     parent >= 0 && g_why[parent][0] ? ": " : "", parent >= 0 ? g_why[parent] : "");
+            /* A chain of parents' reasons may not fit: its cut tail is the least telling part. */
+            if (snprintf(g_why[i], sizeof g_why[i], "its parent table %s does not run here%s%s", g_table[i]->parent,
+                         parent >= 0 && g_why[parent][0] ? ": " : "", parent >= 0 ? g_why[parent] : "") < 0)
+                g_why[i][0] = '\0';
             continue;
         }
         g_runs[i] = g_rows[i].runs(cpu, &why);

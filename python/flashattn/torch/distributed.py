@@ -289,15 +289,15 @@ def _reach(plan, qpos, n, kpos, m):
 
 
 def _kept(plan, qpos, n, kpos, m):
-    """Kept pairs of a block (for splitting work in halves only)."""
-    i = torch.arange(qpos, qpos + n, dtype=torch.int64)
-    lo = torch.full_like(i, kpos) if plan.wl < 0 else torch.clamp(i - plan.wl, min=kpos)
-    hi = torch.full_like(i, kpos + m - 1)
-    if plan.causal:
-        hi = torch.minimum(hi, i)
-    if plan.wr >= 0:
-        hi = torch.minimum(hi, i + plan.wr)
-    return int(torch.clamp(hi - lo + 1, min=0).sum())
+    """Kept pairs of a block (for splitting work in halves only), counted by the
+    library's one rule (fa_forward_work) on the call the block becomes (_place): one
+    head of dim 1, on broadcast views, so nothing of size n x m is made."""
+    qs, ks, code = _place(plan, qpos, n, kpos, m)
+    one = torch.zeros(1, 1, 1, 1, dtype=_f32)
+    q, k = one.expand(1, n, 1, 1), one.expand(1, m, 1, 1)
+    work = _C.forward_work(plan.ctx, _dl(q), _dl(k), _dl(k), _dl(q), causal=code, window_left=plan.wl,
+                           window_right=plan.wr, q_start=qs, k_start=ks)
+    return int(work["pairs"])
 
 
 def _place(plan, qpos, n, kpos, m):
