@@ -43,6 +43,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 
 typedef struct {
@@ -69,6 +70,8 @@ typedef struct {
     fa_steps steps;
     atomic_llong pack_ns; /* thread time in pack steps, for FA_PARAM_LAST_KV_PACK_US */
     atomic_llong next;    /* the next split unit to merge */
+    int profile;          /* time the phases (FLASHATTN_VERBOSE) */
+    atomic_llong phase_ns[4]; /* thread CPU time in scores, softmax, P V (small-row path), merge */
 } flash_job;
 
 typedef struct {
@@ -191,6 +194,30 @@ static void finish_rows(const flash_job *job, const fa_problem *s, const fa_task
         for (int64_t g = 0; g < ng; g++) fa_store_rows(&s->o, job->kern, 0, i0, n, h0 + g, Dv, acc + g * n * ldacc, ldacc);
 }
 
+/* Profiling (FLASHATTN_VERBOSE): the thread CPU time of each phase of the small-row
+ * loop and of the merge, summed over the threads; off, nothing is timed. On a
+ * crowded machine a thread that waits for a core is not charged to the phase it
+ * was in. */
+enum { PH_SCORES, PH_SOFTMAX, PH_PV, PH_MERGE, PH_COUNT };
+
+static double thread_cpu_s(void)
+{
+#if defined(CLOCK_THREAD_CPUTIME_ID)
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
+    return fa_now_s();
+}
+
+/* Adds the time since t0 to the phase; returns now (0 when not profiling). */
+static double phase_mark(const flash_job *job, int phase, double t0)
+{
+    if (!job->profile) return 0.0;
+    const double t = thread_cpu_s();
+    atomic_fetch_add_explicit((atomic_llong *)&job->phase_ns[phase], (long long)((t - t0) * 1e9), memory_order_relaxed);
+    return t;
+}
+
 /*
  * Small-row path (decoding): nkv stacks of <= FA_SMALL_ROWS rows, each its own
  * online softmax state, walk the keys together, tile by tile, stack by stack. In
@@ -245,11 +272,14 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
                 if (s->k.stride[3] != 1) fa_kv_gather_strided(&s->k, sc->kp, cols, D, sc->k);
                 if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
             }
+            double t0 = job->profile ? thread_cpu_s() : 0.0;
             kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
+            t0 = phase_mark(job, PH_SCORES, t0);
             if (elementwise)
                 for (int64_t g = 0; g < ng; g++)
                     fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n * lds, 1, lds);
             kern->softmax_small(rows, cols, sc->st, lds, tlo, thi, STACK_M(k), STACK_L(k), STACK_ALPHA(k));
+            t0 = phase_mark(job, PH_SOFTMAX, t0);
             /* a vector kernel multiplies a masked p = 0 by v too: a NaN/inf in a masked V
              * row would leak into rows that never see it, so such tiles take the
              * reference kernel, which skips p == 0 */
@@ -259,6 +289,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
                 pk->pv_small(rows, cols, Dv, sc->st, lds, sc->vp, kvt, s->quant ? sc->vs : NULL, STACK_ALPHA(k),
                              STACK_ACC(k), ldacc);
+            phase_mark(job, PH_PV, t0);
         }
     }
     for (int64_t k = 0; k < nkv; k++)
@@ -573,8 +604,10 @@ static void merge_worker(void *arg, int ith, int nth)
     flash_job *job = arg;
     flash_scratch sc;
     scratch_layout(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
+    const double t0 = job->profile ? thread_cpu_s() : 0.0;
     for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < job->n_merges;)
         merge_unit(job, &sc, &job->items[job->merges[t]]);
+    phase_mark(job, PH_MERGE, t0);
 }
 
 /* The job's tiles, paths and per-thread scratch, from the shapes and the context. */
@@ -662,9 +695,12 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     if (ws2) fa_steps_fill(&job.steps, p, &pack_rules, units, ws2);
 
     atomic_init(&job.pack_ns, 0);
+    job.profile = ctx->set.verbose;
+    for (int i = 0; i < PH_COUNT; i++) atomic_init(&job.phase_ns[i], 0);
     if (job.n_items > 0) fa_pool_run(ctx->pool, nth, flash_worker, &job);
     atomic_init(&job.next, 0);
     if (job.n_merges > 0) fa_pool_run(ctx->pool, nth, merge_worker, &job);
+    for (int i = 0; i < PH_COUNT; i++) info->phase_us[i] = atomic_load(&job.phase_ns[i]) / 1000;
     /* sequences with no query rows have nothing to write; rows with no keys were
      * written by their tasks (o = 0, lse = -inf) */
     fa_context_workspace_done(ctx, ws);

@@ -75,6 +75,10 @@ typedef struct fa_run_info {
 #undef FA_READOUT_FIELD
     const char *path; /* compute path, e.g. "f32" or "bf16-dot" */
     int backward;     /* a backward pass (the trace says so) */
+    /* flash forward with FLASHATTN_VERBOSE (for its trace): thread CPU time (all
+     * threads) in the small-row (decode) loop's scores, softmax and P V, and in
+     * merging split-KV chunks; 0 otherwise */
+    int64_t phase_us[4];
 } fa_run_info;
 
 /* Tuned tiles (src/tune.c, src/tune_file.c): the tune file is read once, at the first

@@ -19,7 +19,7 @@ static const char *causal_name(fa_causal c)
 void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, const char *fallback,
                      const fa_run_info *info, double ms)
 {
-    char algo[160], form[32], tiles[640];
+    char algo[160], form[32], tiles[640], phases[96];
     snprintf(form, sizeof form, "%s%s%s", p->varlen ? "varlen" : "dense",
              p->cache ? (p->block_table ? "+paged" : "+cache") : "", p->append ? "+append" : "");
     if (fallback)
@@ -36,16 +36,24 @@ void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, co
         snprintf(tiles, sizeof tiles, "%lldx%lld (%s%s%s)%s%s", (long long)info->br, (long long)info->bc,
                  fa_tiles_source_name(sq), sq == skv ? "" : "/", sq == skv ? "" : fa_tiles_source_name(skv),
                  ctx->tune.note_due ? ",tune:" : "", ctx->tune.note_due ? ctx->tune.note : "");
+    /* the flash forward's small-row (decode) loop, when it ran: the thread CPU time
+     * (all threads) of its scores, softmax, P V and of merging split-KV chunks */
+    const int64_t *ph = info->phase_us;
+    if (ph[0] + ph[1] + ph[2] + ph[3] > 0)
+        snprintf(phases, sizeof phases, "%.3f:%.3f:%.3f:%.3fms", (double)ph[0] * 1e-3, (double)ph[1] * 1e-3,
+                 (double)ph[2] * 1e-3, (double)ph[3] * 1e-3);
+    else
+        snprintf(phases, sizeof phases, "-");
     fprintf(stderr,
             "flashattn_verbose,%s,%s,isa:%s,path:%s,dtype:%s,out:%s,B:%lld,Hq:%lld,Hk:%lld,Sq:%lld,Sk:%lld,"
             "D:%lld,Dv:%lld,causal:%s,window:%lld:%lld,softcap:%g,alibi:%d,bias:%d,mask:%d,lse:%d,dropout:%g,"
-            "form:%s,kv:%s,splits:%lld,packed:%lld:%.3fms,passes:%d,tiles:%s,threads:%d,extra_bytes:%lld,%.3f\n",
+            "form:%s,kv:%s,splits:%lld,packed:%lld:%.3fms,passes:%d,phases:%s,tiles:%s,threads:%d,extra_bytes:%lld,%.3f\n",
             info->backward ? "backward" : "exec", algo, ctx->kernels->name, info->path, fa_dtype_name(p->dtype), fa_dtype_name(p->o.dtype),
             (long long)p->B, (long long)p->Hq, (long long)p->Hk, (long long)p->Sq, (long long)p->Sk,
             (long long)p->D, (long long)p->Dv, causal_name(p->causal), (long long)p->window_left,
             (long long)p->window_right, (double)p->softcap, p->alibi != NULL, p->has_bias, p->has_mask,
             p->has_lse, p->drop.on ? 1.0 - 1.0 / (double)p->drop.scale : 0.0, form, fa_dtype_name(p->cache ? p->kc.dtype : p->k.dtype), (long long)info->kv_splits,
-            (long long)info->kv_packed, (double)info->kv_pack_us * 1e-3, (int)info->backward_passes, tiles, (int)info->threads,
+            (long long)info->kv_packed, (double)info->kv_pack_us * 1e-3, (int)info->backward_passes, phases, tiles, (int)info->threads,
             (long long)info->extra_bytes, ms);
 }
 

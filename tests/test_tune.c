@@ -367,6 +367,82 @@ static void test_damaged(void)
     free(big);
 }
 
+/* stderr goes to the file at path between trace_begin (0: it could not) and trace_end;
+ * trace_lines reads back up to max of its lines and returns how many. */
+static int trace_begin(const char *path, int *saved, FILE **t)
+{
+    fflush(stderr);
+    *saved = dup(2);
+    *t = fopen(path, "w");
+    if (*saved < 0 || !*t) return 0;
+    dup2(fileno(*t), 2);
+    return 1;
+}
+
+static void trace_end(int saved, FILE *t)
+{
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fclose(t);
+}
+
+static int trace_lines(const char *path, char (*lines)[2048], int max)
+{
+    FILE *r = fopen(path, "r");
+    if (!r) return -1;
+    int n = 0;
+    while (n < max && fgets(lines[n], sizeof lines[n], r)) n++;
+    fclose(r);
+    return n;
+}
+
+/* The verbose trace of a decode-sized flash call (one query row x a GQA group of 4, the
+ * small-row path, keys split into 2 chunks) splits its CPU time into phases:S:X:P:M,
+ * all >= 0 and the scores and P V ones present; a prefill call says phases:-. */
+static void test_verbose_phases(void)
+{
+    h_case("verbose trace: the decode loop's phases");
+    char trace[512];
+    snprintf(trace, sizeof trace, "%s/phases.txt", g_dir);
+    h_problem dec;
+    const h_dims d = {.B = 1, .Sq = 1, .Sk = 1500, .Hq = 8, .Hk = 2, .D = 64, .Dv = 64};
+    h_problem_alloc(&dec, d, FA_DTYPE_F32, FA_DTYPE_F32);
+    h_rng rng;
+    h_rng_seed(&rng, 7);
+    h_fill_normal(&dec.args.q, &rng, 1.0);
+    h_fill_normal(&dec.args.k, &rng, 1.0);
+    h_fill_normal(&dec.args.v, &rng, 1.0);
+    int saved;
+    FILE *t;
+    if (!CHECK(trace_begin(trace, &saved, &t), "cannot redirect stderr")) return;
+    fa_context *ctx = NULL;
+    fa_status st[2] = {FA_ERR_INVALID_ARGUMENT, FA_ERR_INVALID_ARGUMENT};
+    if (fa_context_create(&ctx) == FA_OK) {
+        fa_context_set(ctx, FA_PARAM_VERBOSE, 1);
+        fa_context_set(ctx, FA_PARAM_KV_SPLITS, 2);
+        st[0] = h_run(ctx, FA_ALGO_FLASH, 2, &dec.args);
+        fa_context_set(ctx, FA_PARAM_KV_SPLITS, 0);
+        st[1] = h_run(ctx, FA_ALGO_FLASH, 2, &g_p.args);
+        fa_context_free(ctx);
+    }
+    trace_end(saved, t);
+    h_problem_free(&dec);
+    CHECK(st[0] == FA_OK && st[1] == FA_OK, "the calls failed: %s, %s", fa_status_string(st[0]),
+          fa_status_string(st[1]));
+    char lines[2][2048] = {{0}};
+    const int n = trace_lines(trace, lines, 2);
+    unlink(trace);
+    if (!CHECK(n == 2, "%d trace lines, expected 2", n)) return;
+    const char *ph = strstr(lines[0], ",phases:");
+    double sc = -1, sm = -1, pv = -1, mg = -1;
+    CHECK(ph && sscanf(ph, ",phases:%lf:%lf:%lf:%lfms,", &sc, &sm, &pv, &mg) == 4, "decode: no phases in %s",
+          lines[0]);
+    CHECK(sc > 0 && sm >= 0 && pv > 0 && mg >= 0, "decode phases %g %g %g %g: scores and P V must take time", sc,
+          sm, pv, mg);
+    CHECK(strstr(lines[1], ",phases:-,") != NULL, "prefill: no 'phases:-' in %s", lines[1]);
+}
+
 /* The verbose trace (stderr) says where the tiles came from, and what the file gave
  * once per context. stderr goes to a file for the calls. */
 static void test_verbose(void)
@@ -380,11 +456,9 @@ static void test_verbose(void)
     for (int damaged = 0; damaged < 2; damaged++) {
         h_case("verbose trace, %s file", damaged ? "a damaged" : "a good");
         if (damaged) write_text("flashattn-tune 7\n");
-        fflush(stderr);
-        const int saved = dup(2);
-        FILE *t = fopen(trace, "w");
-        if (!CHECK(saved >= 0 && t, "cannot redirect stderr")) return;
-        dup2(fileno(t), 2);
+        int saved;
+        FILE *t;
+        if (!CHECK(trace_begin(trace, &saved, &t), "cannot redirect stderr")) return;
         fa_context *ctx = NULL;
         int64_t tq, tkv;
         if (fa_context_create(&ctx) == FA_OK) {
@@ -395,17 +469,10 @@ static void test_verbose(void)
             run_flash(ctx, &g_p.args, 2, &tq, &tkv, NULL);
             fa_context_free(ctx);
         }
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
-        fclose(t);
+        trace_end(saved, t);
 
         char lines[3][2048] = {{0}};
-        FILE *r = fopen(trace, "r");
-        if (!CHECK(r != NULL, "cannot read the trace")) return;
-        int n = 0;
-        while (n < 3 && fgets(lines[n], sizeof lines[n], r)) n++;
-        fclose(r);
+        const int n = trace_lines(trace, lines, 3);
         if (!CHECK(n == 3, "%d trace lines, expected 3", n)) return;
         char want[128];
         if (!damaged) {
@@ -625,6 +692,7 @@ int main(void)
     test_foreign();
     test_damaged();
     test_verbose();
+    test_verbose_phases();
     test_fa_tune_saves();
     test_fa_tune_misuse();
 
