@@ -535,7 +535,9 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
          * to the kernels (the same for every stacked head) */
         const int32_t *tlo, *thi;
         const int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
-        if (tlo && !w.b16 && !w.mm && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
+        /* trimmed where the band ends inside the tile for its first rows (a window's
+         * left edge alone leaves nothing to trim) */
+        if (tlo && thi[0] + 1 < cols && !w.b16 && !w.mm && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
             wide_trimmed(job, sc, &w, j0, cols, tlo, thi);
             continue;
         }
