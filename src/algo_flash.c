@@ -352,6 +352,23 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
     memset(sc->acc, 0, (size_t)(w->rows * job->ldacc) * sizeof(float));
 }
 
+/* The f32 K and V rows of keys j0 .. j0+cols-1: packed in the unit, in place, or
+ * converted into sc->k, sc->v. Returns K (*ldk apart); V in *v (*ldv apart). */
+static const float *wide_kv_f32(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
+                                int64_t cols, int64_t *ldk, const float **v, int64_t *ldv)
+{
+    const fa_problem *s = w->s;
+    const fa_kv_packing *pk = &job->steps.pack;
+    if (w->unit) {
+        *ldk = pk->ldk;
+        *ldv = pk->ldv;
+        *v = (const float *)(w->unit + pk->v_offset) + (j0 - w->key0) * *ldv;
+        return (const float *)w->unit + (j0 - w->key0) * *ldk;
+    }
+    *v = fa_kv_tile_f32(s, 1, job->kern, j0, cols, w->hk, s->Dv, sc->v, ldv);
+    return fa_kv_tile_f32(s, 0, job->kern, j0, cols, w->hk, s->D, sc->k, ldk);
+}
+
 /* Step 1 for keys j0 .. j0+cols-1: scaled scores S^T = K (scale Q)^T into sc->st.
  * Returns the tile's V rows as f32 (*ldv apart) on the f32 path, NULL on the bf16 one. */
 static const float *wide_scores(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
@@ -373,16 +390,8 @@ static const float *wide_scores(const flash_job *job, const flash_scratch *sc, c
         kern->qk_bf16(w->n, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
         return NULL;
     }
-    const float *k, *v;
-    if (w->unit) {
-        ldk = pk->ldk;
-        *ldv = pk->ldv;
-        k = (const float *)w->unit + (j0 - w->key0) * ldk;
-        v = (const float *)(w->unit + pk->v_offset) + (j0 - w->key0) * *ldv;
-    } else {
-        k = fa_kv_tile_f32(s, 0, kern, j0, cols, w->hk, D, sc->k, &ldk);
-        v = fa_kv_tile_f32(s, 1, kern, j0, cols, w->hk, s->Dv, sc->v, ldv);
-    }
+    const float *v;
+    const float *k = wide_kv_f32(job, sc, w, j0, cols, &ldk, &v, ldv);
     if (w->mm) {
         const int64_t TD = w->mm * D;
         for (int64_t c = 0; c < cols; c++) fa_split_row(kern, w->mm, 1, k + c * ldk, D, sc->k16 + c * TD, sc->rowf);
@@ -472,6 +481,43 @@ static void wide_pv_split(const flash_job *job, const flash_scratch *sc, const w
     kern->pv_bf16(w->rows, cols, Dv, sc->st, bp, vlo, ldvp, NULL, sc->acc, ldacc, sc->pv_scratch);
 }
 
+/* Rows per block of a trimmed tile (wide_trimmed): a multiple of every table's row
+ * block, and tall enough that a block still reuses each K and V row many times. */
+enum { TRIM_ROWS = 64 };
+
+/* Steps 1, 6-7 and 9 of a tile the band cuts (causal: the diagonal tile), in blocks of
+ * TRIM_ROWS rows, each block's kernels stopping at the last column one of its rows
+ * keeps: the masked triangle beyond it is neither computed nor read. Every kernel
+ * works row by row, and the columns a block skips hold p = 0 for all its rows (which
+ * add exactly nothing to l and acc), so the results are bitwise those of the whole
+ * tile. A block gets at least 16 rows (the small-row forms of some qk sum in
+ * another order), and at least one column. */
+static void wide_trimmed(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
+                         int64_t cols, const int32_t *lo, const int32_t *hi)
+{
+    const fa_kernels *kern = job->kern;
+    const int64_t D = w->s->D, Dv = w->s->Dv, bp = job->plan.br_pad, ldacc = job->ldacc, rows = w->rows;
+    int64_t ldk, ldv;
+    const float *v;
+    const float *k = wide_kv_f32(job, sc, w, j0, cols, &ldk, &v, &ldv);
+    int64_t used = 1; /* the columns any block reads: V rows beyond them are never touched */
+    for (int64_t r = 0; r < rows; r++) used = hi[r] + 1 > used ? hi[r] + 1 : used;
+    const int careful = kern != &fa_kernels_ref && !fa_rows_finite(v, ldv, used, Dv);
+    for (int64_t r0 = 0; r0 < rows;) {
+        const int64_t nr = rows - r0 - TRIM_ROWS < 16 ? rows - r0 : TRIM_ROWS;
+        int64_t nc = 1;
+        for (int64_t r = r0; r < r0 + nr; r++) nc = hi[r] + 1 > nc ? hi[r] + 1 : nc;
+        /* 1. scaled scores */
+        kern->qk(nr, nc, D, sc->qt + r0, bp, k, ldk, sc->st + r0, bp);
+        /* 6-7. online softmax */
+        kern->softmax(nr, nc, sc->st + r0, bp, lo + r0, hi + r0, sc->m + r0, sc->l + r0, sc->alpha + r0);
+        /* 9. acc = alpha * acc + P V (the reference kernel where a V row is not finite) */
+        const fa_kernels *pvk = careful ? &fa_kernels_ref : kern;
+        pvk->pv(nr, nc, Dv, sc->st + r0, bp, v, ldv, sc->alpha + r0, sc->acc + r0 * ldacc, ldacc);
+        r0 += nr;
+    }
+}
+
 /* The wide path: one stack of rows, vectors along rows (kernels.h), for the task
  * step `step` (tasks.h): its K/V packed in `unit` (kv.h), or NULL to read them from the
  * caller's tensors; its tiles those starting in [step->j0, step->j0 + step->cols);
@@ -516,15 +562,22 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     for (int64_t j0 = first; j0 <= hi && j0 < tb; j0 += bc) {
         const int64_t cols = hi - j0 + 1 < bc ? hi - j0 + 1 : bc;
         int64_t ldv = 0;
+        /* the band of the tile (from positions only): a band-only tile passes its bounds
+         * to the kernels (the same for every stacked head) */
+        const int32_t *tlo, *thi;
+        const int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        /* trimmed where the band ends inside the tile for its first rows (a window's
+         * left edge alone leaves nothing to trim) */
+        if (tlo && thi[0] + 1 < cols && !w.b16 && !w.mm && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
+            wide_trimmed(job, sc, &w, j0, cols, tlo, thi);
+            continue;
+        }
         /* 1. scaled scores */
         const float *v = wide_scores(job, sc, &w, j0, cols, &ldv);
 
-        /* 2-5. softcap, bias, ALiBi and masks, head by head; a band-only tile passes
-         * its bounds to the kernel (the same for every stacked head) */
+        /* 2-5. softcap, bias, ALiBi and masks, head by head */
         if (elementwise)
             for (int64_t g = 0; g < ng; g++) fa_scores_finish(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1);
-        const int32_t *tlo, *thi;
-        const int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
 
         /* 6-7. online softmax: new max, P = exp(S - m), alpha = exp(m_old - m_new) */
         kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
@@ -618,13 +671,14 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     if (plan_p.Sq < 1) plan_p.Sq = 1;
     if (!fa_mul_ok(plan_p.Sq, p->group > 0 ? p->group : 1, &plan_p.Sq)) plan_p.Sq = INT64_MAX / 2;
     if (plan_p.Sk < 1) plan_p.Sk = 1;
-    fa_plan_tiles(ctx, &plan_p, &job->plan);
     /* bf16 dot products only where they are faster than widening to fp32 (auto), or forced */
     job->bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
     /* f32 as bf16 products: opt-in, and only where the table multiplies bf16 natively */
     job->mm_terms = 0;
     if (p->dtype == FA_DTYPE_F32 && (ctx->kernels->flags & FA_KERNELS_BF16_DOT))
         job->mm_terms = ctx->set.f32_matmul == FA_F32_MATMUL_BF16X3 ? 3 : ctx->set.f32_matmul == FA_F32_MATMUL_BF16 ? 1 : 0;
+    /* the f32 path trims a band's diagonal tiles (wide_trimmed) */
+    fa_plan_tiles(ctx, &plan_p, !job->bf16_dot && !job->mm_terms && !p->drop.on, &job->plan);
     job->ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
     job->lds = round16(job->plan.bc);
     /* decoding takes no dropout: the small-row loop leaves it to the wide one */

@@ -490,6 +490,6 @@ fa_status fa_run_flash_backward(fa_context *ctx, const fa_problem *p, const fa_g
     fa_problem plan_p = *p;
     if (plan_p.Sq < 1) plan_p.Sq = 1;
     if (plan_p.Sk < 1) plan_p.Sk = 1;
-    fa_plan_tiles(ctx, &plan_p, &plan);
+    fa_plan_tiles(ctx, &plan_p, 0, &plan);
     return fa_backward_tiled(ctx, p, g, plan.br < 128 ? plan.br : 128, plan.bc < 128 ? plan.bc : 128, 1, info);
 }

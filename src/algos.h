@@ -16,8 +16,10 @@ typedef struct fa_plan {
 /* Leading dimension for panels of `rows` query rows: a multiple of FA_ROW_ALIGN
  * that avoids L1 set aliasing. */
 int64_t fa_panel_ld(int64_t rows);
-/* Not const: the first plan of a context reads the tune file (src/tune.c). */
-void fa_plan_tiles(fa_context *ctx, const fa_problem *p, fa_plan *plan);
+/* Not const: the first plan of a context reads the tune file (src/tune.c). trimmed:
+ * the caller cuts a causal band's diagonal tiles to the columns its rows keep
+ * (algo_flash.c, wide_trimmed), so large tiles waste nothing there. */
+void fa_plan_tiles(fa_context *ctx, const fa_problem *p, int trimmed, fa_plan *plan);
 /* Whether bf16 inputs are multiplied as bf16 pairs on this context: the path must
  * have the kernels, and they must outrun fp32 FMA on this CPU (auto) or be forced. */
 int fa_bf16_dot_active(const fa_context *ctx);

@@ -127,11 +127,14 @@ static pcase make_case(h_rng *r, int index) {
     c.threads = h_rng_int(r, 1, 3);
     static const double sigmas[] = {0.5, 1.0, 2.0};
     c.q_sigma = sigmas[h_rng_int(r, 0, 2)];
-    /* forced small tiles in most cases, so short rows cross K/V tile boundaries */
-    static const int64_t tq[] = {1, 3, 8, 16, 64}, tkv[] = {1, 5, 16, 32, 100};
+    /* forced small tiles in most cases, so short rows cross K/V tile boundaries; tall
+     * ones (over 64 rows) so that a causal band's diagonal tile is cut into row blocks
+     * that stop at their last kept column (algo_flash.c, wide_trimmed), the last block
+     * taking a short remainder with it (100 = 64 + 36, 200 = 64 + 64 + 72) */
+    static const int64_t tq[] = {1, 3, 8, 16, 64, 100, 200}, tkv[] = {1, 5, 16, 32, 100, 150};
     if (h_rng_uniform(r) < 0.6) {
-        c.tile_q = pick(r, tq, 5);
-        c.tile_kv = pick(r, tkv, 5);
+        c.tile_q = pick(r, tq, 7);
+        c.tile_kv = pick(r, tkv, 6);
     }
     return c;
 }
