@@ -262,7 +262,7 @@ typedef struct fa_forward_args {
     fa_tensor k;          /* (B, Sk, Hk, D)  same dtype as q */
     fa_tensor v;          /* (B, Sk, Hk, Dv) same dtype as q */
     fa_tensor o;          /* (B, Sq, Hq, Dv) output: q's dtype or f32 */
-    fa_tensor lse;        /* optional output (B, Hq, Sq, 1) f32: natural-log sum-exp, -inf for empty rows */
+    fa_tensor lse;        /* optional output (B, Hq, Sq, 1) f32: natural-log sum-exp, -inf (or the sink) for empty rows */
 
     float scale;          /* 0 = 1/sqrt(D); otherwise any finite value */
     float softcap;        /* 0 = off; > 0: s = softcap * tanh(s / softcap) */
