@@ -177,3 +177,18 @@ def test_kvcache(paged, num_splits):
         ref, lref = sink_ref(q[b:b + 1], kk, vv, sinks, causal=True)
         assert (out[b:b + 1].double() - ref).abs().max().item() < 1e-5
         assert (lse[b:b + 1].double() - lref).abs().max().item() < 1e-5
+
+
+def test_custom_op_with_sinks_passes_opcheck():
+    # the dispatcher path (torch.compile, the profiler): schema, fake tensor and the
+    # registered autograd, with the sinks taking a gradient
+    q, k, v, sinks = _inputs(1, 8, 10, 2, 2, 16, torch.float32, 71)
+    q.requires_grad_(True), sinks.requires_grad_(True)
+    args = (q, k, v, None, None, None, None, None, 0.0, 0.0, 1, -1, -1, 0.0, 0, 0, False, sinks)
+    torch.library.opcheck(torch.ops.flashattn.fwd.default, args)
+    out, _, _ = torch.ops.flashattn.fwd(*args)
+    out.sum().backward()
+    r = [x.double().detach().requires_grad_(True) for x in (q, k, v, sinks)]
+    ref, _ = sink_ref(*r, causal=True)
+    ref.sum().backward()
+    assert (sinks.grad.double() - r[3].grad).abs().max().item() < 1e-4

@@ -81,14 +81,14 @@ def _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, c
 def fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], mask: Optional[Tensor],
         alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], scale: float,
         softcap: float, causal: int, window_left: int, window_right: int, dropout_p: float, seed: int, offset: int,
-        return_mask: bool, sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+        return_mask: bool, sinks: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     return _fwd_impl(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal,
                      window_left, window_right, dropout_p, seed, offset, return_mask, sinks)
 
 
 @fwd.register_fake
 def _(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal, window_left,
-      window_right, dropout_p, seed, offset, return_mask, sinks):
+      window_right, dropout_p, seed, offset, return_mask, sinks=None):
     B, Sq, Hq, _ = q.shape
     out = q.new_empty((B, Sq, Hq, v.shape[3]))
     lse = q.new_empty((B, Hq, Sq), dtype=torch.float32)
@@ -101,20 +101,21 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         mask: Optional[Tensor], alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
         cu_seqlens_k: Optional[Tensor], scale: float, softcap: float, causal: int, window_left: int,
         window_right: int, dropout_p: float, seed: int, offset: int,
-        sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        sinks: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     return _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap,
                      causal, window_left, window_right, dropout_p, seed, offset, sinks)
 
 
 @bwd.register_fake
 def _(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal,
-      window_left, window_right, dropout_p, seed, offset, sinks):
+      window_left, window_right, dropout_p, seed, offset, sinks=None):
     dsinks = q.new_empty((q.shape[2] if sinks is not None else 0,), dtype=torch.float32)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsinks
 
 
 def _setup_context(ctx, inputs, output):
-    (q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset, _, sinks) = inputs
+    (q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset, _) = inputs[:17]
+    sinks = inputs[17] if len(inputs) > 17 else None  # a caller of the op from before sinks
     out, lse, _dm = output
     ctx.save_for_backward(q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, sinks)
     ctx.options = (scale, softcap, causal, wl, wr, p, seed, offset)
