@@ -24,7 +24,8 @@
  *     lse undropped), forward and backward.
  *  5. backward: finite differences, the dsinks formula, flash and standard against
  *     the reference, varlen, and bitwise dsinks on 1, 2 and 3 threads.
- * Runs once per ISA path (FLASHATTN_ARCH, tests/CMakeLists.txt).
+ * Runs once per ISA path (FLASHATTN_ARCH, tests/CMakeLists.txt); FA_TEST_SCALE < 1 runs
+ * a share of the (dtype, sink kind) cells of sections 1, 2 and 5 (see skip_share).
  */
 #include "harness.h"
 #include "naive.h"
@@ -38,6 +39,11 @@
 enum { MAXS = 6, MAXH = 16 };
 
 static fa_context *g_ctx;
+
+/* The sweeps over (dtype, sink kind) run a share h_test_scale() of their cells (the
+ * sanitizer build: about a third, a different third per ISA path as the seed mixes in
+ * FLASHATTN_ARCH); the fixed sections always run. */
+static int skip_share(h_rng *r) { return h_rng_uniform(r) >= h_test_scale(); }
 
 static double *dalloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(double)); }
 
@@ -168,6 +174,7 @@ static void test_dense(h_rng *r)
     const fa_dtype dts[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     for (int t = 0; t < 3; t++)
         for (int kind = 0; kind < 3; kind++) {
+            if (skip_share(r)) continue;
             dcase c = {{2, 37, 45, 4, 2, 40, 24}, dts[t], t == 0 ? FA_DTYPE_F32 : (kind == 1 ? FA_DTYPE_F32 : dts[t]),
                        0, -1, -1, 0.0f, 0, kind};
             dense_case(&c, r);
@@ -346,6 +353,7 @@ static void test_forms(h_rng *r)
     const fa_dtype dts[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     for (int t = 0; t < 3; t++)
         for (int kind = 0; kind < 3; kind++) {
+            if (skip_share(r)) continue;
             /* varlen: an empty sequence, one without keys, a long one */
             fcase v = {MODE_VARLEN, 5, 4, 2, 32, 16, {3, 0, 9, 40, 5}, {7, 4, 0, 61, 5}, 0, 0, dts[t],
                        kind == 1 ? FA_CAUSAL_BOTTOM_RIGHT : 0, 0, kind};
@@ -689,6 +697,7 @@ static void test_backward(h_rng *r)
     const fa_dtype dts[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     for (int t = 0; t < 3; t++)
         for (int kind = 0; kind < 3; kind++) {
+            if (skip_share(r)) continue;
             backward_case((h_dims){2, 33, 41, 4, 2, 32, 24}, dts[t], 0, 0.0f, 0.0f, kind, r);
             backward_case((h_dims){1, 45, 30, 4, 1, 64, 64}, dts[t], FA_CAUSAL_BOTTOM_RIGHT, 0.0f, 0.0f, kind, r);
             backward_case((h_dims){2, 20, 20, 2, 2, 16, 16}, dts[t], FA_CAUSAL_TOP_LEFT, 4.0f, 0.0f, kind, r);
@@ -827,7 +836,9 @@ int main(void)
 {
     CHECK(h_context_create(&g_ctx) == FA_OK, "context");
     h_rng r;
-    h_rng_seed(&r, h_env_u64("FA_TEST_SEED", 0x51c5));
+    uint64_t seed = h_env_u64("FA_TEST_SEED", 0x51c5);
+    for (const char *a = getenv("FLASHATTN_ARCH"); a && *a; a++) seed = seed * 131 + (unsigned char)*a;
+    h_rng_seed(&r, seed);
     test_dense(&r);
     test_forms(&r);
     test_split_bits(&r);
