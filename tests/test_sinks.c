@@ -17,7 +17,8 @@
  *     causal both ways (with empty rows), windows, softcap, ALiBi; sinks random, far
  *     above every score (o ~ 0), mixed with -inf (no sink).
  *  2. forms: varlen (with empty sequences), contiguous and paged caches with appends,
- *     decoding rows (the small-row path) with forced split-KV 1, 2, 3, 7, planned.
+ *     decoding rows (the small-row path) with forced split-KV 1, 2, 3, 7, planned;
+ *     fa_merge_states of sink-free parts plus (o = 0, lse = sink) equals the call.
  *  3. edge values: -inf sinks equal no sinks bitwise; a NaN sink; an old struct_size
  *     ignores the field; +inf refused with nothing written (o, lse, the cache, dsinks).
  *  4. dropout: flash and standard against the reference (the sink never dropped, the
@@ -408,6 +409,46 @@ static void test_split_bits(h_rng *r)
         }
     fa_context_set(g_ctx, FA_PARAM_KV_SPLITS, 0);
     free(o1), free(l1);
+    h_problem_free(&p);
+}
+
+/* docs/semantics.md's rule for a caller merging partial states itself: parts without
+ * sinks, plus one part (o = 0, lse = sink_h), equal the call with sinks. */
+static void test_merge_rule(h_rng *r)
+{
+    const h_dims d = {2, 6, 40, 4, 2, 16, 16};
+    h_problem p;
+    h_problem_alloc(&p, d, FA_DTYPE_F32, FA_DTYPE_F32);
+    fa_forward_args *a = &p.args;
+    h_fill_normal(&a->q, r, 1.0), h_fill_normal(&a->k, r, 1.0), h_fill_normal(&a->v, r, 1.0);
+    float sinks[4], zero = 0.0f;
+    fill_sinks(sinks, 4, r, 2);
+    sinks[1] = 9.0f;
+    a->sinks = sinks;
+    h_case("merge rule");
+    CHECK(h_run(g_ctx, FA_ALGO_FLASH, 2, a) == FA_OK, "%s", fa_context_error(g_ctx));
+    fa_tensor o[3], l[3], om = h_alloc(FA_DTYPE_F32, d.B, d.Sq, d.Hq, d.Dv), lm = h_alloc(FA_DTYPE_F32, d.B, d.Hq, d.Sq, 1);
+    for (int part = 0; part < 2; part++) { /* keys 0..19 and 20..39, no sinks */
+        fa_forward_args h = *a;
+        h.sinks = NULL;
+        h.k.data = (float *)a->k.data + part * 20 * a->k.stride[1], h.k.shape[1] = 20;
+        h.v.data = (float *)a->v.data + part * 20 * a->v.stride[1], h.v.shape[1] = 20;
+        h.o = o[part] = h_alloc(FA_DTYPE_F32, d.B, d.Sq, d.Hq, d.Dv);
+        h.lse = l[part] = h_alloc(FA_DTYPE_F32, d.B, d.Hq, d.Sq, 1);
+        CHECK(h_run(g_ctx, FA_ALGO_FLASH, 2, &h) == FA_OK, "%s", fa_context_error(g_ctx));
+    }
+    o[2] = (fa_tensor){&zero, FA_DTYPE_F32, {d.B, d.Sq, d.Hq, d.Dv}, {0, 0, 0, 0}};
+    l[2] = (fa_tensor){sinks, FA_DTYPE_F32, {d.B, d.Hq, d.Sq, 1}, {0, 1, 0, 0}};
+    CHECK(fa_merge_states(g_ctx, 3, o, l, &om, &lm) == FA_OK, "%s", fa_context_error(g_ctx));
+    double worst = 0.0;
+    for (int64_t k = 0; k < h_numel(&om); k++) worst = fmax(worst, fabs(((float *)om.data)[k] - ((float *)a->o.data)[k]));
+    for (int64_t k = 0; k < h_numel(&lm); k++) {
+        const double x = ((float *)lm.data)[k], y = ((float *)a->lse.data)[k];
+        worst = fmax(worst, x == y ? 0.0 : fabs(x - y) / fmax(1.0, fabs(y)));
+    }
+    CHECK(worst <= 1e-5, "merged parts + (0, sink) against the call with sinks: max err %.3g", worst);
+    for (int k = 0; k < 2; k++) free(o[k].data), free(l[k].data);
+    free(om.data), free(lm.data);
     h_problem_free(&p);
 }
 
@@ -842,6 +883,7 @@ int main(void)
     test_dense(&r);
     test_forms(&r);
     test_split_bits(&r);
+    test_merge_rule(&r);
     test_edges(&r);
     test_dropout_lse(&r);
     test_finite_differences(&r);
