@@ -262,7 +262,7 @@ typedef struct fa_forward_args {
     fa_tensor k;          /* (B, Sk, Hk, D)  same dtype as q */
     fa_tensor v;          /* (B, Sk, Hk, Dv) same dtype as q */
     fa_tensor o;          /* (B, Sq, Hq, Dv) output: q's dtype or f32 */
-    fa_tensor lse;        /* optional output (B, Hq, Sq, 1) f32: natural-log sum-exp, -inf for empty rows */
+    fa_tensor lse;        /* optional output (B, Hq, Sq, 1) f32: natural-log sum-exp, -inf (or the sink) for empty rows */
 
     float scale;          /* 0 = 1/sqrt(D); otherwise any finite value */
     float softcap;        /* 0 = off; > 0: s = softcap * tanh(s / softcap) */
@@ -318,13 +318,24 @@ typedef struct fa_forward_args {
     /* optional output, for tests (it costs O(Sq*Sk)): (B, Hq, Sq, Sk) FA_DTYPE_BOOL, 1 = kept,
      * for every (b, h, i, j) whether masked or not; dense calls only */
     fa_tensor dropout_mask;
+
+    /* ---- attention sinks (gpt-oss; docs/semantics.md, section 3, step 6): one learnable
+     * logit per query head, the same for every batch row and sequence. Row i of head h
+     * gets one more term in its softmax normaliser and no value:
+     *   lse_i = log(sum_j exp(s_ij) + exp(sinks[h])),  o_i = sum_j exp(s_ij - lse_i) v_j.
+     * A raw logit: no scale, softcap or ALiBi; never dropped. A row that keeps no key
+     * gives o = 0, lse = sinks[h]. NULL = off; else the caller provides Hq floats;
+     * -inf = no sink for that head; NaN makes the head's lse NaN, and o of every row that
+     * keeps a key; +inf is refused
+     * (FA_ERR_INVALID_ARGUMENT). Every algorithm and form; split-KV adds it once. */
+    const float *sinks;
 } fa_forward_args;
 
 #define FA_FORWARD_ARGS_INIT                                                          \
     {                                                                                 \
         sizeof(fa_forward_args), {0}, {0}, {0}, {0}, {0}, 0.0f, 0.0f, FA_CAUSAL_NONE, \
             FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, {0}, {0}, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0, 0, {0}                                                           \
+            0.0f, 0, 0, {0}, 0                                                        \
     }
 
 /* The largest position q_start + Sq or k_start + Sk may reach. */
@@ -523,9 +534,13 @@ typedef struct fa_backward_args {
     fa_tensor dq;                 /* (B, Sq, Hq, D)  optional output */
     fa_tensor dk;                 /* (B, Sk, Hk, D)  optional output, summed over the heads of a group */
     fa_tensor dv;                 /* (B, Sk, Hk, Dv) optional output, likewise */
+    /* optional output: Hq f32, the gradient of fwd->sinks, written whole (zeros when
+     * fwd->sinks is NULL): dsinks[h] = -sum over b, i of exp(sinks[h] - lse_i) * dot(dO_i, o_i);
+     * summed in a fixed order, bitwise the same for any thread count */
+    float *dsinks;
 } fa_backward_args;
 
-#define FA_BACKWARD_ARGS_INIT {sizeof(fa_backward_args), 0, {0}, {0}, {0}, {0}}
+#define FA_BACKWARD_ARGS_INIT {sizeof(fa_backward_args), 0, {0}, {0}, {0}, {0}, 0}
 FA_API void fa_backward_args_init(fa_backward_args *args);
 FA_API fa_status fa_backward(fa_context *ctx, const fa_backward_args *args);
 /* Validation alone, as fa_forward_check: the status fa_backward would return before

@@ -187,6 +187,8 @@ static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_arg
     if (a.kv_cache) return ring_fail(FA_ERR_UNSUPPORTED, "KV caches are not supported by ring attention");
     if (a.dropout_mask.data)
         return ring_fail(FA_ERR_UNSUPPORTED, "dropout_mask is not supported by ring attention");
+    if (a.sinks) /* each step's partial would take the sink again: it must enter once, after the ring */
+        return ring_fail(FA_ERR_UNSUPPORTED, "attention sinks are not supported by ring attention");
     if (a.q_start || a.k_start)
         return ring_fail(FA_ERR_UNSUPPORTED, "q_start/k_start are set by the ring from the sharding; pass 0");
     /* the call itself is the core's to judge: dtypes, shapes, extents, data, scalars */
@@ -621,6 +623,7 @@ static fa_status check_backward(ring_call *rc, fa_context *ctx, const fa_ring_ar
     fa_status st = fa_struct_read(ctx, "args", local, &g, sizeof g, sizeof(size_t));
     if (st != FA_OK) return core_fail(st, ctx);
     if (!g.fwd) return ring_fail(FA_ERR_NULL_POINTER, "args->fwd is NULL: the backward needs the forward's arguments");
+    if (g.dsinks) return ring_fail(FA_ERR_UNSUPPORTED, "attention sinks (dsinks) are not supported by ring attention");
     if ((st = check_forward(rc, ctx, ring, g.fwd)) != FA_OK) return st;
     /* lse, o, do_ and the gradients: the core's backward checks (the global lse of
      * the local rows is the one the ring needs) */

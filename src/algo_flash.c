@@ -166,7 +166,9 @@ static int stacked_band(const fa_problem *s, int elementwise, int64_t i0, int64_
 
 /* Normalises one stack's rows (ng heads from h0, n rows each, from i0); a row that
  * kept nothing is 0 with lse = -inf. A key chunk's result goes to its slot for the
- * merge, a whole row straight to o. slot_row0: the stack's first row in the slot. */
+ * merge, a whole row straight to o, its head's sink then added (fa_row_norm; a key
+ * chunk's rows take theirs after the merge, so it enters once). slot_row0: the
+ * stack's first row in the slot. */
 static void finish_rows(const flash_job *job, const fa_problem *s, const fa_task *it, int64_t h0, int64_t i0,
                         int64_t n, int64_t ng, const float *m, const float *l, float *acc, int64_t slot_row0)
 {
@@ -174,14 +176,12 @@ static void finish_rows(const flash_job *job, const fa_problem *s, const fa_task
     float *slot = it->nsplit > 1 ? job->slots + (it->slot + it->split) * job->slot_floats : NULL;
     for (int64_t r = 0; r < rows; r++) {
         float *ar = acc + r * ldacc;
-        float lse = -INFINITY;
-        if (m[r] == -INFINITY) {
+        float lse;
+        const float f = fa_row_norm(m[r], l[r], slot ? -INFINITY : fa_sink(s, h0 + r / n), &lse);
+        if (m[r] == -INFINITY)
             memset(ar, 0, (size_t)Dv * sizeof *ar);
-        } else {
-            const float inv = 1.0f / l[r];
-            for (int64_t e = 0; e < Dv; e++) ar[e] *= inv;
-            lse = m[r] + logf(l[r]);
-        }
+        else
+            for (int64_t e = 0; e < Dv; e++) ar[e] *= f;
         if (slot) {
             memcpy(slot + (slot_row0 + r) * ldacc, ar, (size_t)Dv * sizeof *ar);
             slot[job->slot_lse + slot_row0 + r] = lse;
@@ -623,6 +623,11 @@ static void merge_unit(const flash_job *job, const flash_scratch *sc, const fa_t
         float lse;
         fa_merge_rows(it->nsplit, parts, lses, p->Dv, sc->acc, &lse);
         const int64_t h = it->h0 + r / n, i = i0 + r % n;
+        if (s.sinks) { /* the row is whole now: its sink enters here, once (fa_row_norm) */
+            const float merged = lse, f = fa_row_norm(merged, 1.0f, fa_sink(&s, h), &lse);
+            if (merged != -INFINITY) /* an empty row stays 0 */
+                for (int64_t e = 0; e < p->Dv; e++) sc->acc[e] *= f;
+        }
         fa_store_rows(&s.o, job->kern, 0, i, 1, h, p->Dv, sc->acc, ldacc);
         if (s.has_lse) ((float *)s.lse.data)[h * s.lse.stride[1] + i * s.lse.stride[2]] = lse;
     }

@@ -130,10 +130,14 @@ static int dq_direct(const fa_problem *p, const fa_grads *g)
 }
 
 /* Before the tiles: D_i = dot(dO_i, o_i) for every row, what the backward of step 7
- * (the softmax) subtracts. */
+ * (the softmax) subtracts; and the sinks' gradient, the backward of step 6 for the
+ * sink's column, which has no value (dp = 0): dsink_h = -sum_{b,i} exp(sink_h - lse_i) D_i,
+ * summed here in one fixed order (b, h, i) on one thread, so no thread count moves
+ * its bits. dsum: (Hq) doubles of scratch. */
 static void compute_dvec(const fa_problem *p, const fa_grads *g, float *dvec, int64_t sb, int64_t sh, float *rowa,
-                         float *rowb)
+                         float *rowb, double *dsum)
 {
+    for (int64_t h = 0; h < p->Hq; h++) dsum[h] = 0.0;
     for (int64_t b = 0; b < p->B; b++) {
         fa_problem s;
         fa_grads gs;
@@ -147,8 +151,12 @@ static void compute_dvec(const fa_problem *p, const fa_grads *g, float *dvec, in
                 for (int64_t e = 0; e < p->Dv; e++) d += (double)rowa[e] * (double)rowb[e];
                 const int64_t row = p->cu_q ? p->cu_q[b] + i : i;
                 dvec[(p->cu_q ? 0 : b) * sb + h * sh + row] = (float)d;
+                const float sink = fa_sink(p, h), lse = ((const float *)s.lse.data)[h * s.lse.stride[1] + i * s.lse.stride[2]];
+                if (g->dsinks && sink != -INFINITY) dsum[h] -= exp((double)sink - lse) * d;
             }
     }
+    if (g->dsinks)
+        for (int64_t h = 0; h < p->Hq; h++) g->dsinks[h] = (float)dsum[h];
 }
 
 /* A query block's Q and dO rows (natural, unscaled), as the products take them: f32
@@ -449,12 +457,14 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     job.dvec_sh = rows;
     job.dvec_sb = p->cu_q ? 0 : p->Hq * rows;
     float *dvec, *rowa, *rowb;
+    double *dsum;
     const fa_ws_part parts[] = {
         {(void **)&job.workspace, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
         {(void **)&job.tasks, fa_bytes3(n_tasks, (int64_t)sizeof(fa_bwd_task), 1)},
         {(void **)&dvec, fa_bytes3(p->cu_q ? 1 : p->B, p->Hq * rows, 4)},
         {(void **)&rowa, fa_bytes3(p->Dv, 4, 1)},
         {(void **)&rowb, fa_bytes3(p->Dv, 4, 1)},
+        {(void **)&dsum, fa_bytes3(p->Hq, 8, 1)},
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
     if (bytes < 0)
@@ -467,7 +477,7 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     fa_ws_layout(parts, sizeof parts / sizeof parts[0], ws);
     job.dvec = dvec;
 
-    compute_dvec(p, g, dvec, job.dvec_sb, job.dvec_sh, rowa, rowb);
+    compute_dvec(p, g, dvec, job.dvec_sb, job.dvec_sh, rowa, rowb, dsum);
     fa_bwd_tasks_fill(p, &rules, &counts, job.tasks);
     job.n_tasks = n_tasks;
     atomic_init(&job.next, 0);

@@ -43,6 +43,19 @@ static double score_row(const fa_problem *p, int64_t b, int64_t h, int64_t i, do
     return m;
 }
 
+/* Step 6 for row i of head h, whose scores s (-inf where removed) have the max m:
+ * lse = log(sum_j exp(s_j) + exp(sink)), the sink one more term with no value; an
+ * empty row's is the sink's alone (-inf without one). */
+static double row_lse(const fa_problem *p, int64_t h, double m, const double *s)
+{
+    const double sink = fa_sink(p, h);
+    if (m == -INFINITY) return sink;
+    const double top = sink > m ? sink : m;
+    double sum = sink == -INFINITY ? 0.0 : exp(sink - top);
+    for (int64_t j = 0; j < p->Sk; j++) sum += exp(s[j] - top);
+    return top + log(sum);
+}
+
 fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 {
     double *s, *o;
@@ -65,13 +78,10 @@ fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *in
         /* 1-5: scores, with dropped (masked) columns marked -inf */
         const double m = score_row(p, b, h, i, s, NULL);
 
-        /* 6-9: lse, probabilities, output; an empty row gives o = 0, lse = -inf */
-        double lse = -INFINITY;
+        /* 6-9: lse, probabilities, output; an empty row gives o = 0, lse = the sink or -inf */
+        const double lse = row_lse(p, h, m, s);
         for (int64_t e = 0; e < p->Dv; e++) o[e] = 0.0;
         if (m != -INFINITY) {
-            double sum = 0.0;
-            for (int64_t j = 0; j < p->Sk; j++) sum += exp(s[j] - m);
-            lse = m + log(sum);
             for (int64_t j = 0; j < p->Sk; j++) {
                 if (s[j] == -INFINITY) continue; /* dropped: v_j is never read */
                 double pij = exp(s[j] - lse);
@@ -103,7 +113,7 @@ fa_status fa_run_reference(fa_context *ctx, const fa_problem *p, fa_run_info *in
 fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info)
 {
     const int64_t D = p->D, Dv = p->Dv;
-    double *s, *x, *pr, *dp, *dq, *dk, *dv;
+    double *s, *x, *pr, *dp, *dq, *dk, *dv, *dsink;
     float *row32;
     const fa_ws_part parts[] = {
         {(void **)&s, fa_bytes3(p->Sk, 8, 1)},        /* (Sk) scores of one row */
@@ -114,6 +124,7 @@ fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const 
         {(void **)&dk, fa_bytes3(p->Sk * p->Hk, D, 8)},  /* (Sk, Hk, D) */
         {(void **)&dv, fa_bytes3(p->Sk * p->Hk, Dv, 8)}, /* (Sk, Hk, Dv) */
         {(void **)&row32, fa_bytes3(D > Dv ? D : Dv, 4, 1)}, /* a row rounded for the store */
+        {(void **)&dsink, fa_bytes3(p->Hq, 8, 1)},    /* (Hq) */
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
     if (bytes < 0) return fa_fail(ctx, FA_ERR_OVERFLOW, "reference backward: workspace size overflows");
@@ -121,6 +132,7 @@ fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const 
     if (!ws) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "reference backward: cannot allocate %lld bytes", (long long)bytes);
     fa_ws_layout(parts, sizeof parts / sizeof parts[0], ws);
 
+    for (int64_t h = 0; h < p->Hq; h++) dsink[h] = 0.0;
     for (int64_t b = 0; b < p->B; b++) {
         memset(dk, 0, (size_t)(p->Sk * p->Hk * D) * sizeof *dk);
         memset(dv, 0, (size_t)(p->Sk * p->Hk * Dv) * sizeof *dv);
@@ -130,10 +142,7 @@ fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const 
             /* forward 1-5: scores (x keeps scale * q.k for the softcap's derivative) */
             const double m = score_row(p, b, h, i, s, x);
             /* forward 6-8: p_ij (undropped), and the dropout factor z_ij apart */
-            double sum = 0.0;
-            if (m != -INFINITY)
-                for (int64_t j = 0; j < p->Sk; j++) sum += exp(s[j] - m);
-            const double lse = m == -INFINITY ? -INFINITY : m + log(sum);
+            const double lse = row_lse(p, h, m, s);
             /* backward of 9, o_i = sum_j p_ij z_ij v_j: dv_j += p_ij z_ij dO_i, and
              * dp_ij = z_ij (dO_i . v_j) */
             double rowdot = 0.0; /* sum_j p_ij dp_ij = dO_i . o_i */
@@ -152,6 +161,9 @@ fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const 
                 for (int64_t e = 0; e < Dv; e++)
                     dv[(j * p->Hk + hk) * Dv + e] += pr[j] * z * (double)fa_load(&g->dout, b, i, h, e);
             }
+            /* backward of 6-7 for the sink, a column of the softmax with no value (its
+             * dp is 0): dsink_h += p_sink (0 - sum_k p_ik dp_ik), p_sink = exp(sink - lse) */
+            if (fa_sink(p, h) != -INFINITY && m != -INFINITY) dsink[h] -= exp((double)fa_sink(p, h) - lse) * rowdot;
             /* backward of 7, the softmax: ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik); of 2, the
              * softcap: times 1 - tanh^2(x/c); bias and ALiBi pass ds through unchanged */
             for (int64_t d = 0; d < D; d++) dq[d] = 0.0;
@@ -185,6 +197,8 @@ fa_status fa_run_reference_backward(fa_context *ctx, const fa_problem *p, const 
                 }
             }
     }
+    if (g->dsinks)
+        for (int64_t h = 0; h < p->Hq; h++) g->dsinks[h] = (float)dsink[h];
     fa_free(ws);
     info->extra_bytes = bytes;
     info->threads = 1;

@@ -82,13 +82,17 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
     }
 
     /* 6-7. P = softmax(S): one online step over the whole row is the exact softmax;
-     * then normalise P itself, as torch.softmax does */
+     * then normalise P itself, as torch.softmax does (the sink's term in the sum, by
+     * the rule flash finalises its rows with; m becomes the lse) */
     for (int64_t i = 0; i < Sq; i++) {
         sc->m[i] = -INFINITY;
         sc->l[i] = 0.0f;
     }
     kern->softmax(Sq, Sk, sc->st, sp, lo, hi, sc->m, sc->l, sc->alpha);
-    for (int64_t i = 0; i < Sq; i++) sc->alpha[i] = sc->l[i] > 0.0f ? 1.0f / sc->l[i] : 0.0f;
+    for (int64_t i = 0; i < Sq; i++) {
+        const float f = fa_row_norm(sc->m[i], sc->l[i], fa_sink(p, h), &sc->m[i]);
+        sc->alpha[i] = sc->l[i] > 0.0f ? f : 0.0f;
+    }
     for (int64_t j = 0; j < Sk; j++) {
         float *row = sc->st + j * sp;
         for (int64_t i = 0; i < Sq; i++) row[i] *= sc->alpha[i];
@@ -98,8 +102,7 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
     if (p->has_lse) {
         float *out = p->lse.data;
         for (int64_t i = 0; i < Sq; i++)
-            out[b * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]] =
-                sc->m[i] == -INFINITY ? -INFINITY : sc->m[i] + logf(sc->l[i]);
+            out[b * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]] = sc->m[i];
     }
 
     /* 9. O = P V (the careful reference pv when a V row is not finite: see algo_flash.c) */

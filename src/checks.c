@@ -236,6 +236,18 @@ fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem
     return FA_OK;
 }
 
+fa_status fa_check_sinks(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
+{
+    p->sinks = a->sinks;
+    /* the caller provides Hq of them: read only when given; +inf would take the whole
+     * softmax and leave o = 0 * (inf - inf) undefined, so it is refused */
+    for (int64_t h = 0; a->sinks && h < p->Hq; h++)
+        if (a->sinks[h] == INFINITY)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "sinks[%lld] is +inf; a sink is a finite logit, -inf (none) or NaN",
+                           (long long)h);
+    return FA_OK;
+}
+
 fa_status fa_check_extents(fa_context *ctx, const fa_problem *p)
 {
     /* positions: the longest sequences (p->Sq, p->Sk hold them for every form) */

@@ -42,6 +42,8 @@ fa_status fa_check_heads(fa_context *ctx, int64_t D, int64_t kD, int64_t Hq, int
 fa_status fa_check_lse(fa_context *ctx, const fa_tensor *lse, int64_t B, int64_t H, int64_t S);
 /* scale, softcap, causal, window, ALiBi and positions, into p (windows clamped). */
 fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem *p);
+/* Once p holds Hq: the sinks (Hq floats, none +inf), into p. */
+fa_status fa_check_sinks(fa_context *ctx, const fa_forward_args *a, fa_problem *p);
 /* Once p holds its dims: positions within FA_POSITION_MAX and the work within int64. */
 fa_status fa_check_extents(fa_context *ctx, const fa_problem *p);
 

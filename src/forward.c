@@ -75,8 +75,8 @@ static void record_run(fa_context *ctx, const fa_problem *p, const fa_algo_entry
     if (ctx->set.verbose) fa_verbose_exec(ctx, p, e->algo, fallback, info, (fa_now_s() - t0) * 1e3);
 }
 
-/* A dense call with no keys: every row keeps nothing, so o = 0 and lse = -inf
- * (docs/semantics.md, empty rows), whichever algorithm was asked for. */
+/* A dense call with no keys: every row keeps nothing, so o = 0 and lse = -inf, or
+ * the head's sink (docs/semantics.md, empty rows), whichever algorithm was asked for. */
 static void write_empty_rows(const fa_problem *p)
 {
     static const float zeros[256];
@@ -94,7 +94,7 @@ static void write_empty_rows(const fa_problem *p)
             if (p->has_lse)
                 for (int64_t i = 0; i < p->Sq; i++)
                     ((float *)p->lse.data)[b * p->lse.stride[0] + h * p->lse.stride[1] + i * p->lse.stride[2]] =
-                        -INFINITY;
+                        fa_sink(p, h);
         }
 }
 
@@ -307,6 +307,7 @@ static fa_status backward(fa_context *ctx, const void *args, void *out)
         if (g.has_dq) write_zeros(&g.dq);
         if (g.has_dk) write_zeros(&g.dk);
         if (g.has_dv) write_zeros(&g.dv);
+        for (int64_t h = 0; g.dsinks && h < p.Hq; h++) g.dsinks[h] = 0.0f;
         info.path = "empty";
     } else if ((st = e->run_backward(ctx, &p, &g, &info)) != FA_OK) {
         return st;

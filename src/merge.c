@@ -47,6 +47,28 @@ void fa_merge_rows(int n, const float *const *o, const float *lse, int64_t dv, f
     *lse_out = (float)total;
 }
 
+float fa_row_norm(float m, float l, float sink, float *lse)
+{
+    if (isnan(sink)) {
+        *lse = NAN;
+        return NAN;
+    }
+    if (m == -INFINITY) { /* kept nothing: o = 0; the lse is the sink's alone */
+        *lse = sink;
+        return 0.0f;
+    }
+    if (sink == -INFINITY) {
+        *lse = m + logf(l);
+        return 1.0f / l;
+    }
+    /* the sink is one more term exp(sink - top) of the sum, measured from the larger
+     * of the two maxima so that neither exponent overflows */
+    const float top = sink > m ? sink : m;
+    const float a = expf(m - top), sum = l * a + expf(sink - top);
+    *lse = top + logf(sum);
+    return a / sum;
+}
+
 /* The rows of one call, shared by its threads: each takes blocks of rows from `next`. */
 typedef struct {
     int n;

@@ -14,6 +14,7 @@
 #include "flashattn.h"
 #include "dropout.h"
 
+#include <math.h>
 #include <stdint.h>
 
 /*
@@ -40,6 +41,7 @@ typedef struct fa_problem {
     fa_dropout drop;          /* drop.on = 0: no dropout */
     int has_drop_mask;        /* write the keep bits to drop_mask (B, Hq, Sq, Sk) */
     fa_tensor drop_mask;
+    const float *sinks;       /* (Hq) sink logits; NULL = none (fa_sink) */
 
     /*
      * Inference forms (src/sequences.c; the cache fields are src/cache.c's). Sequences
@@ -66,6 +68,7 @@ typedef struct fa_problem {
 typedef struct fa_grads {
     fa_tensor dout, dq, dk, dv;
     int has_dq, has_dk, has_dv;
+    float *dsinks;            /* (Hq) the sinks' gradient, or NULL: not wanted */
 } fa_grads;
 /* Sequence b's gradients as B = 1 views, as fa_seq_view does for the problem. */
 void fa_seq_grads(const fa_problem *p, const fa_grads *g, int64_t b, fa_grads *out);
@@ -85,6 +88,15 @@ static inline int fa_problem_is_form(const fa_problem *p) { return p->varlen || 
 /* Merges n partial rows (o_i normalised, lse_i natural log) into out and *lse_out:
  * docs/semantics.md's formula, shared by split-KV and fa_merge_states. */
 void fa_merge_rows(int n, const float *const *o, const float *lse, int64_t dv, float *out, float *lse_out);
+
+/* Head h's sink logit: -inf when the call has none (docs/semantics.md, step 6). */
+static inline float fa_sink(const fa_problem *p, int64_t h) { return p->sinks ? p->sinks[h] : -INFINITY; }
+/* The one rule that finalises a row (steps 6-7, the sink's term included): from the
+ * row's running max m (-inf: it kept nothing) and sum l over its kept keys, *lse and
+ * the factor its unnormalised accumulator is multiplied by (NaN for a NaN sink; an
+ * empty row's o is 0 whatever the sink, so callers leave it be). Without a sink (-inf) exactly 1/l and m + log l. A merged row
+ * (normalised, with its lse) is finalised as m = lse, l = 1. */
+float fa_row_norm(float m, float l, float sink, float *lse);
 
 /* f32, f16 or bf16: the dtypes of attention data (not bool, not i8). */
 static inline int fa_dtype_is_float(fa_dtype d)

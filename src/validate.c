@@ -41,6 +41,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
         if ((st = fa_check_tensor(ctx, "o", &a.o)) != FA_OK) return st;
         if ((st = fa_check_scalars(ctx, &a, p)) != FA_OK) return st;
         if ((st = fa_validate_forms(ctx, &a, p)) != FA_OK) return st;
+        if ((st = fa_check_sinks(ctx, &a, p)) != FA_OK) return st;
         return fa_check_extents(ctx, p);
     }
 
@@ -88,6 +89,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
         p->drop_mask = fa_tensor_canonical(a.dropout_mask);
     }
     if ((st = fa_check_scalars(ctx, &a, p)) != FA_OK) return st;
+    if ((st = fa_check_sinks(ctx, &a, p)) != FA_OK) return st;
     if ((st = fa_check_extents(ctx, p)) != FA_OK) return st;
 
     p->group = p->Hk > 0 ? p->Hq / p->Hk : 0;
@@ -145,6 +147,7 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_backward_args *user, fa
     if (g->has_dq && (st = check_grad(ctx, "dq", &a.dq, &p->q, p->dtype)) != FA_OK) return st;
     if (g->has_dk && (st = check_grad(ctx, "dk", &a.dk, &p->k, p->dtype)) != FA_OK) return st;
     if (g->has_dv && (st = check_grad(ctx, "dv", &a.dv, &p->v, p->dtype)) != FA_OK) return st;
+    g->dsinks = a.dsinks;
     g->dout = fa_tensor_canonical(a.do_);
     g->dq = fa_tensor_canonical(a.dq);
     g->dk = fa_tensor_canonical(a.dk);

@@ -112,19 +112,24 @@ int naive_forward(const fa_forward_args *args, naive_mode mode, double *o, doubl
                     if (sj > m) m = sj;
                 }
 
+                /* the sink: one more logit in the softmax, raw (no scale, softcap or
+                 * ALiBi), with no value; -inf is none */
+                const double sink = args->sinks ? (double)args->sinks[h] : -INFINITY;
                 if (any_nan) { /* NaN in what this row reads: the row is NaN */
                     for (int64_t d = 0; d < Dv; d++) orow[d] = NAN;
                     if (lse_i) *lse_i = NAN;
                     continue;
                 }
-                if (nkept == 0 || m == -INFINITY) { /* nothing kept: o = 0, lse = -inf */
+                if (nkept == 0 || m == -INFINITY) { /* nothing kept: o = 0, lse = the sink (-inf) */
                     for (int64_t d = 0; d < Dv; d++) orow[d] = 0.0;
-                    if (lse_i) *lse_i = -INFINITY;
+                    if (lse_i) *lse_i = sink;
                     continue;
                 }
 
-                /* 6-7. softmax over the kept j */
-                double sum = 0.0;
+                /* 6-7. softmax over the kept j and the sink, from the larger maximum */
+                if (sink > m) m = sink;
+                double sum = sink == -INFINITY ? 0.0 : fl(P, exp(fl(P, sink - m)));
+                if (isnan(sink)) sum = NAN;
                 for (int64_t j = 0; j < Sk; j++) {
                     if (!kept[j]) continue;
                     e[j] = fl(P, exp(fl(P, s[j] - m)));

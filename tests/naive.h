@@ -27,6 +27,7 @@ typedef enum naive_mode {
  * lse: (B, Hq, Sq) row-major doubles (-inf for a row with nothing kept), or NULL.
  * max_abs_score: if not NULL, receives max |scale * dot(q_i, k_j)| over kept pairs (the
  *      tests need it to bound how much a float-rounded default scale can move the result).
+ * args->sinks (Hq values) adds each row's sink logit to its softmax (docs/semantics.md, step 6).
  * args->struct_size is ignored: every field is used. Returns 0, or -1 on bad shapes.
  */
 int naive_forward(const fa_forward_args *args, naive_mode mode, double *o, double *lse,

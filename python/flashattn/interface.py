@@ -89,8 +89,24 @@ def _alibi(alibi_slopes, torch_side):
     return np.ascontiguousarray(alibi_slopes, dtype=np.float32)
 
 
+def _sinks(sinks, torch_side):
+    """Sink logits (nheads,) as contiguous float32; the torch conversion keeps the
+    autograd graph, so the gradient reaches the caller's tensor in its dtype."""
+    if sinks is None:
+        return None
+    if torch_side:
+        import torch
+
+        if not is_torch(sinks):
+            sinks = torch.as_tensor(np.asarray(sinks))
+        if sinks.device.type != "cpu":
+            raise ValueError(f"sinks is on {sinks.device}; flashattn runs on CPU tensors only")
+        return sinks.to(torch.float32).contiguous()
+    return np.ascontiguousarray(sinks, dtype=np.float32)
+
+
 def _np_forward(q, k, v, *, bias=None, mask=None, alibi=None, cu_q=None, cu_k=None, opts, want_mask=False,
-                need_lse=True):
+                need_lse=True, sinks=None):
     """The NumPy forward: allocates o, lse (when needed; the library then skips it)
     and the dropout mask, and calls the library."""
     scale, softcap, causal, wl, wr, p, seed, offset = opts
@@ -99,7 +115,7 @@ def _np_forward(q, k, v, *, bias=None, mask=None, alibi=None, cu_q=None, cu_k=No
     lse = np.empty((B, Hq, Sq), dtype=np.float32) if need_lse else None
     dm = np.empty((B, Hq, Sq, k.shape[1]), dtype=np.bool_) if want_mask else None
     _C.forward(_core.current_context(), q, k, v, out, lse, scale, softcap, causal, wl, wr, alibi, bias, mask,
-               cu_q, cu_k, None, None, None, None, None, None, None, 0, 0, p, seed, offset, dm)
+               cu_q, cu_k, None, None, None, None, None, None, None, 0, 0, p, seed, offset, dm, sinks)
     return out, lse, dm
 
 
@@ -134,7 +150,7 @@ def _result(out, lse, dm, return_attn_probs):
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, attn_mask=None,
-                    dropout_seed=None, dropout_offset=0):
+                    dropout_seed=None, dropout_offset=0, sinks=None):
     """Attention over q (batch, seqlen_q, nheads, headdim), k, v (batch, seqlen_k, nheads_k, headdim[_v]).
 
     As flash-attn 2.x: causal is aligned bottom-right, window_size (left, right)
@@ -149,11 +165,15 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Beyond flash-attn (keyword-only): attn_mask, bool (True = attend) or float (added
     to the scores), broadcastable to (batch, nheads, seqlen_q, seqlen_k);
     causal="top-left" (PyTorch's alignment); dropout_seed / dropout_offset fix the
-    Philox stream (default: a seed drawn from torch's or NumPy's global generator).
+    Philox stream (default: a seed drawn from torch's or NumPy's global generator);
+    sinks (nheads,), gpt-oss's attention sinks: one logit per head added to each
+    row's softmax normaliser, with no value (docs/semantics.md, step 6); with torch
+    a gradient flows to them.
     """
     t = is_torch(q)
     opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t)
-    if t and attn_mask is None and alibi_slopes is None and not return_attn_probs:
+    sinks = _sinks(sinks, t)
+    if t and attn_mask is None and alibi_slopes is None and not return_attn_probs and sinks is None:
         out = _ops().forward_lean(q, k, v, opts)  # None: autograd, compile or profiler
         if out is not None:
             return out
@@ -161,14 +181,14 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     if t:
         bias, mask = _mask_split(attn_mask, True)
         out, lse, dm = _ops().attention(q, k, v, bias, mask, _alibi(alibi_slopes, True), None, None, opts, want,
-                                        need_lse=bool(return_attn_probs))
+                                        need_lse=bool(return_attn_probs), sinks=sinks)
         return _result(out, lse, dm if want else None, return_attn_probs)
     asarray = np.asarray
     q, k, v = asarray(q), asarray(k), asarray(v)
     if not q.ndim == k.ndim == v.ndim == 4:
         for name, x in (("q", q), ("k", k), ("v", v)):
             _need_ndim(x, 4, name, "(batch, seqlen, nheads, headdim)")
-    if attn_mask is None and alibi_slopes is None and not return_attn_probs:
+    if attn_mask is None and alibi_slopes is None and not return_attn_probs and sinks is None:
         # the plain call in one binding call: out alone (the library skips the lse)
         B, Sq, Hq, _ = q.shape
         out = np.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype)
@@ -178,7 +198,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         return out
     bias, mask = _mask_split(attn_mask, False)
     out, lse, dm = _np_forward(q, k, v, bias=bias, mask=mask, alibi=_alibi(alibi_slopes, False), opts=opts,
-                               want_mask=want, need_lse=bool(return_attn_probs))
+                               want_mask=want, need_lse=bool(return_attn_probs), sinks=sinks)
     return _result(out, lse, dm, return_attn_probs)
 
 
@@ -226,17 +246,18 @@ def _int32(x, torch_side, name):
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None, *, dropout_seed=None,
-                           dropout_offset=0):
+                           dropout_offset=0, sinks=None):
     """Packed sequences: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim[_v]),
     cu_seqlens_* int32 (batch + 1,) prefix sums. Returns out (total_q, nheads, headdim_v);
     with return_attn_probs also softmax_lse (nheads, total_q) and None (the dropout
     mask is a dense-call output). max_seqlen_* are checked against cu_seqlens when
     given as ints. block_table (paged keys) is not supported here: use
-    flash_attn_with_kvcache."""
+    flash_attn_with_kvcache. sinks (nheads,) as in flash_attn_func."""
     if block_table is not None:
         raise ValueError("flash_attn_varlen_func: block_table is not supported; use flash_attn_with_kvcache")
     t = is_torch(q)
     opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t)
+    sinks = _sinks(sinks, t)
     for name, x in (("q", q), ("k", k), ("v", v)):
         _need_ndim(x, 3, name, "(total, nheads, headdim)")
     cu_q, cu_k = _int32(cu_seqlens_q, t, "cu_seqlens_q"), _int32(cu_seqlens_k, t, "cu_seqlens_k")
@@ -248,12 +269,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                 raise ValueError(f"{name} = {mx} but a sequence has {longest} rows")
     if t:
         out, lse, _ = _ops().attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), None, None,
-                                       _alibi(alibi_slopes, True), cu_q, cu_k, opts, False)
+                                       _alibi(alibi_slopes, True), cu_q, cu_k, opts, False, sinks=sinks)
         out, lse = out[0], lse[0]
     else:
         q, k, v = _np(q, "q"), _np(k, "k"), _np(v, "v")
         out, lse, _ = _np_forward(q[None], k[None], v[None], alibi=_alibi(alibi_slopes, False), cu_q=cu_q,
-                                  cu_k=cu_k, opts=opts)
+                                  cu_k=cu_k, opts=opts, sinks=sinks)
         out, lse = out[0], lse[0]
     return (out, lse, None) if return_attn_probs else out
 
@@ -272,7 +293,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False,
-                            *, k_scale=None, v_scale=None):
+                            *, k_scale=None, v_scale=None, sinks=None):
     """Attention of q (batch, seqlen_q, nheads, headdim) over a KV cache, appending k, v first.
 
     k_cache, v_cache: (batch_cache, seqlen_max, nheads_k, headdim[_v]), or with
@@ -281,7 +302,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     in place at cache_seqlens[b] (an int or int32 (batch,)), which the caller advances
     afterwards, as in flash-attn. causal is bottom-right over the valid keys.
     Beyond flash-attn: int8 caches with k_scale, v_scale fp32 (.., .., nheads_k)
-    (appends quantise with max|x|/127). Not differentiable; rotary embedding and
+    (appends quantise with max|x|/127); sinks (nheads,) as in flash_attn_func,
+    added once per row however the keys are split. Not differentiable; rotary embedding and
     cache_leftpad are not implemented (ValueError); num_splits > 0 forces the
     split-KV chunk count.
     """
@@ -309,19 +331,23 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         q, k, v = _np(q, "q"), _np(k, "k"), _np(v, "v")
         out = np.empty((B, q.shape[1], q.shape[2], v_cache.shape[3]), dtype=q.dtype)
         lse = np.empty((B, q.shape[2], q.shape[1]), dtype=np.float32)
-    args = (q, k, v, out, lse, _alibi(alibi_slopes, t), k_cache, v_cache, k_scale, v_scale, seqlens, bidx, table)
+    sinks = _sinks(sinks, t)
+    if t and sinks is not None:
+        sinks = sinks.detach()
+    args = (q, k, v, out, lse, _alibi(alibi_slopes, t), k_cache, v_cache, k_scale, v_scale, seqlens, bidx, table,
+            sinks)
     if t:
         # DLPack capsules: ~0.2 us each against ~2 us through Tensor.__dlpack__ (decoding calls are short)
         from torch.utils.dlpack import to_dlpack
 
         args = tuple(None if x is None else to_dlpack(x) for x in args)
-    q_, k_, v_, out_, lse_, alibi_, kc_, vc_, ks_, vs_, seqlens_, bidx_, table_ = args
+    q_, k_, v_, out_, lse_, alibi_, kc_, vc_, ks_, vs_, seqlens_, bidx_, table_, sinks_ = args
     ctx = _core.current_context()
     if num_splits:
         ctx.set(_C.PARAM_KV_SPLITS, int(num_splits))
     try:
         _C.forward(ctx, q_, k_, v_, out_, lse_, scale, softcap_, causal_, wl, wr, alibi_, None, None, None, None, kc_,
-                   vc_, ks_, vs_, seqlens_, bidx_, table_, 0, 0, 0.0, 0, 0, None)
+                   vc_, ks_, vs_, seqlens_, bidx_, table_, 0, 0, 0.0, 0, 0, None, sinks_)
     finally:
         if num_splits:
             ctx.set(_C.PARAM_KV_SPLITS, 0)

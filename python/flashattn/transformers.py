@@ -43,8 +43,6 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         reason = "output_attentions"
     if reason is None and kwargs.get("position_bias") is not None:
         reason = "position_bias"
-    if reason is None and (kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None):
-        reason = "attention sinks"  # gpt-oss style: not a term of the library's softmax
     if reason is not None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -73,6 +71,14 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     p = float(dropout)
     seed = int(torch.randint(0, 2**62, (1,)).item()) if p > 0 else 0
     opts = (_core.scale_of(scaling), softcap, causal, window[0], window[1], p, seed, 0)
+    # gpt-oss's attention sinks (one logit per head, passed as s_aux): a term of each
+    # row's softmax normaliser with no value, the library's `sinks`; autograd reaches
+    # the model's parameter through the f32 conversion
+    sinks = kwargs.get("s_aux")
+    if sinks is None:
+        sinks = kwargs.get("sinks")
+    if sinks is not None:
+        sinks = sinks.to(torch.float32).contiguous()
     _count(None)
     if _torch_side._VERBOSE:
         _verbose(f"transformers,routed,dtype:{str(query.dtype).replace('torch.', '')},B:{query.shape[0]},"
@@ -80,11 +86,12 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                  f"mask:{'none' if attention_mask is None else 'yes'}")
     # Inference (generate()): the binding reads BNSD itself; its (B, H, S, Dv) view of
     # a (B, S, H, Dv) buffer transposes back to that contiguous buffer.
-    out = _ops.sdpa_lean(query, key, value, bias, mask, opts) if query.dim() == 4 else None
+    out = _ops.sdpa_lean(query, key, value, bias, mask, opts) if query.dim() == 4 and sinks is None else None
     if out is not None:
         return out.transpose(1, 2), None
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # BSND views
-    out, _, _ = _ops.attention(q, k, v, bias, mask, None, None, None, opts, False, need_lse=False, checked=True)
+    out, _, _ = _ops.attention(q, k, v, bias, mask, None, None, None, opts, False, need_lse=False, checked=True,
+                               sinks=sinks)
     return out, None
 
 

@@ -256,6 +256,26 @@ const int32_t *int32_of(Keep &keep, const nb::handle &obj, const char *name, int
     return a.data() ? static_cast<const int32_t *>(a.data()) : &empty;
 }
 
+// A contiguous 1-d float32 array of exactly n values (sinks, and the backward's
+// dsinks output: one per query head; the library's plain pointer carries no length,
+// so it is checked here); its pointer, or NULL for None.
+float *floats_of(Keep &keep, const nb::handle &obj, const char *name, int64_t n)
+{
+    if (obj.is_none())
+        return nullptr;
+    in_array a;
+    if (!nb::try_cast(obj, a))
+        raise(PyExc_TypeError, std::string(name) + ": expected a float32 array");
+    keep.hold(a);
+    check_cpu(a, name);
+    const auto t = a.dtype();
+    if (t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Float) || t.bits != 32 || a.ndim() != 1 ||
+        static_cast<int64_t>(a.shape(0)) != n || (n > 1 && a.stride(0) != 1))
+        raise(PyExc_ValueError, std::string(name) + " must be a contiguous float32 array of nheads = " +
+                                    std::to_string(n) + " values");
+    return const_cast<float *>(static_cast<const float *>(a.data()));
+}
+
 // Everything fa_forward_args holds besides the data, kept alive for one call.
 // The library's init functions rather than the INIT macros: C++ warns about their
 // brace-elided {0} members.
@@ -276,7 +296,7 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
           nb::handle mask, nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle k_cache, nb::handle v_cache,
           nb::handle k_scale, nb::handle v_scale, nb::handle cache_seqlens, nb::handle cache_batch_idx,
           nb::handle block_table, int64_t q_start, int64_t k_start, double dropout_p, uint64_t dropout_seed,
-          uint32_t dropout_offset, nb::handle dropout_mask)
+          uint32_t dropout_offset, nb::handle dropout_mask, nb::handle sinks)
 {
     fa_forward_args &a = c.a;
     a.q = tensor_of<in_array>(c.keep, q, "q");
@@ -357,6 +377,7 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
     a.dropout_seed = dropout_seed;
     a.dropout_offset = dropout_offset;
     a.dropout_mask = tensor_of<out_array>(c.keep, dropout_mask, "dropout_mask", true);
+    a.sinks = floats_of(c.keep, sinks, "sinks", a.q.shape[2]);
 }
 
 #define FA_FWD_PARAMS                                                                                              \
@@ -365,11 +386,11 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
         nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle k_cache, nb::handle v_cache,                  \
         nb::handle k_scale, nb::handle v_scale, nb::handle cache_seqlens, nb::handle cache_batch_idx,              \
         nb::handle block_table, int64_t q_start, int64_t k_start, double dropout_p, uint64_t dropout_seed,         \
-        uint32_t dropout_offset, nb::handle dropout_mask
+        uint32_t dropout_offset, nb::handle dropout_mask, nb::handle sinks
 #define FA_FWD_NAMES                                                                                              \
     q, k, v, o, lse, scale, softcap, causal, window_left, window_right, alibi, bias, mask, cu_seqlens_q,           \
         cu_seqlens_k, k_cache, v_cache, k_scale, v_scale, cache_seqlens, cache_batch_idx, block_table, q_start,    \
-        k_start, dropout_p, dropout_seed, dropout_offset, dropout_mask
+        k_start, dropout_p, dropout_seed, dropout_offset, dropout_mask, sinks
 #define FA_FWD_ARGS                                                                                                \
     nb::arg("q"), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out"), nb::arg("softmax_lse").none() = nb::none(), \
         nb::arg("scale") = 0.0, nb::arg("softcap") = 0.0, nb::arg("causal") = 0, nb::arg("window_left") = -1,       \
@@ -381,7 +402,7 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
         nb::arg("cache_seqlens").none() = nb::none(), nb::arg("cache_batch_idx").none() = nb::none(),              \
         nb::arg("block_table").none() = nb::none(), nb::arg("q_start") = 0, nb::arg("k_start") = 0,                \
         nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,                    \
-        nb::arg("dropout_mask").none() = nb::none()
+        nb::arg("dropout_mask").none() = nb::none(), nb::arg("sinks").none() = nb::none()
 
 void forward(Context &ctx, FA_FWD_PARAMS)
 {
@@ -413,7 +434,8 @@ nb::dict forward_work(Context &ctx, FA_FWD_PARAMS)
     return d;
 }
 
-void backward(Context &ctx, nb::handle dout, nb::handle dq, nb::handle dk, nb::handle dv, FA_FWD_PARAMS)
+void backward(Context &ctx, nb::handle dout, nb::handle dq, nb::handle dk, nb::handle dv, FA_FWD_PARAMS,
+              nb::handle dsinks)
 {
     fa_context *c = ctx.get();
     Call call;
@@ -425,6 +447,7 @@ void backward(Context &ctx, nb::handle dout, nb::handle dq, nb::handle dk, nb::h
     b.dq = tensor_of<out_array>(call.keep, dq, "dq");
     b.dk = tensor_of<out_array>(call.keep, dk, "dk");
     b.dv = tensor_of<out_array>(call.keep, dv, "dv");
+    b.dsinks = floats_of(call.keep, dsinks, "dsinks", call.a.q.shape[2]);
     fa_status st;
     {
         nb::gil_scoped_release unlocked;
@@ -753,7 +776,7 @@ NB_MODULE(_C, m)
           nb::arg("window_left"), nb::arg("window_right"), nb::arg("dropout_p"), nb::arg("dropout_seed"),
           nb::arg("dropout_offset"), nb::arg("bnsd"));
     m.def("backward", &backward, nb::arg("ctx"), nb::arg("dout"), nb::arg("dq").none(), nb::arg("dk").none(),
-          nb::arg("dv").none(), FA_FWD_ARGS);
+          nb::arg("dv").none(), FA_FWD_ARGS, nb::arg("dsinks").none() = nb::none());
     m.def("merge_states", &merge_states, nb::arg("ctx"), nb::arg("out_parts"), nb::arg("lse_parts"),
           nb::arg("out"), nb::arg("lse").none());
     m.def("time_forward_c", &time_forward_c, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),

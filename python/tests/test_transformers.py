@@ -166,3 +166,56 @@ def test_sliding_window_model_matches_native_sdpa():
     assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
     kw = dict(max_new_tokens=12, do_sample=False, attention_mask=torch.ones_like(ids[:, :20]), pad_token_id=0)
     assert torch.equal(model.generate(ids[:, :20], **kw), ref.generate(ids[:, :20], **kw))
+
+
+def _gpt_oss_pair():
+    """(eager gpt-oss, fa_cpu gpt-oss) with identical small random weights: 2 layers,
+    one sliding (window 8) and one full, GQA, attention sinks drawn away from 0."""
+    if not hasattr(transformers, "GptOssConfig"):
+        pytest.skip(f"transformers {transformers.__version__} has no gpt-oss")
+    cfg = transformers.GptOssConfig(vocab_size=96, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+                                    num_experts_per_tok=2, sliding_window=8, max_position_embeddings=128,
+                                    layer_types=["sliding_attention", "full_attention"], attention_dropout=0.0)
+    torch.manual_seed(0)
+    ref = transformers.GptOssForCausalLM._from_config(copy.deepcopy(cfg), attn_implementation="eager")
+    with torch.no_grad():
+        for layer in ref.model.layers:  # sinks that matter: some far above the scores
+            layer.self_attn.sinks.copy_(torch.tensor([-1.0, 0.5, 2.0, 6.0]))
+    model = transformers.GptOssForCausalLM._from_config(copy.deepcopy(cfg), attn_implementation=NAME)
+    model.load_state_dict(ref.state_dict())
+    return ref, model
+
+
+def test_gpt_oss_sinks_match_eager():
+    # gpt-oss passes its per-head sinks to the attention interface as s_aux; flashattn
+    # takes them as `sinks` (no fallback), and logits and every gradient, the sinks'
+    # included, match transformers' eager attention.
+    ref, model = _gpt_oss_pair()
+    ids = torch.randint(0, 96, (2, 20), generator=torch.Generator().manual_seed(5))
+    ref.train(), model.train()
+    fat.reset_stats()
+    losses = []
+    for m in (ref, model):
+        m.zero_grad()
+        out = m(ids, labels=ids)
+        out.loss.backward()
+        losses.append((out.logits.detach().double(), out.loss.item()))
+    _assert_ran_flashattn(2)
+    (want, lw), (got, lg) = losses
+    assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
+    assert abs(lg - lw) <= 1e-5 * abs(lw)
+    grads = dict(model.named_parameters())
+    for name, p in ref.named_parameters():
+        if p.grad is None:
+            continue
+        g = grads[name].grad
+        assert g is not None, name
+        err = (g - p.grad).abs().max().item()
+        assert err <= 1e-4 * max(p.grad.abs().max().item(), 1e-6), f"{name}: {err:.3g}"
+    sink_grad = model.model.layers[0].self_attn.sinks.grad
+    assert sink_grad is not None and sink_grad.abs().max().item() > 0
+    # decoding with the KV cache: the same greedy tokens
+    ref.eval(), model.eval()
+    kw = dict(max_new_tokens=10, do_sample=False, attention_mask=torch.ones_like(ids[:, :12]), pad_token_id=0)
+    assert torch.equal(model.generate(ids[:, :12], **kw), ref.generate(ids[:, :12], **kw))

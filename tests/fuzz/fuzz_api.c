@@ -445,6 +445,30 @@ static uint8_t rd_dropout(reader *r, fa_forward_args *a) {
     return d;
 }
 
+/*
+ * The sinks of a call from one byte (0 = none), read at the very END of a branch's
+ * program so that the seeds written before sinks existed keep their meaning. With
+ * 0 < Hq <= 64 (the caller provides Hq floats) the call gets Hq logits from a table:
+ * bit 0x80 reads one byte per head, which may pick NaN or +inf; otherwise finite ones
+ * and -inf (no sink). Returns SINKS_INF when one is +inf (the call must be refused),
+ * SINKS_NAN when one is NaN (no accuracy oracle), ORed with SINKS_ON when given.
+ */
+enum { SINKS_ON = 1, SINKS_INF = 2, SINKS_NAN = 4 };
+static int rd_sinks(reader *r, fa_forward_args *a, int64_t Hq, float *buf) {
+    const uint8_t s = u8(r);
+    if (!s || Hq <= 0 || Hq > 64) return 0;
+    static const float V[16] = {0.0f, 1.0f, -1.0f, 3.0f, 10.0f, 40.0f, -INFINITY, -5.0f,
+                                0.5f, 100.0f, -100.0f, 2.0f, 88.0f, -0.0f, NAN, INFINITY};
+    int flags = SINKS_ON;
+    for (int64_t h = 0; h < Hq; h++) {
+        buf[h] = V[(s & 0x80) ? (u8(r) & 15) : (uint8_t)((s + 3 * h) % 14)];
+        if (buf[h] == INFINITY) flags |= SINKS_INF;
+        if (isnan(buf[h])) flags |= SINKS_NAN;
+    }
+    a->sinks = buf;
+    return flags;
+}
+
 static int dropout_valid(float p) { return p >= 0.0f && p < 1.0f; }
 static int dropout_on(float p) { return p != 0.0f; } /* NaN counts: the library must look at it */
 
@@ -740,6 +764,9 @@ static void fuzz_dense(reader *r) {
     }
     seen->dropout_p = a.dropout_p, seen->dropout_seed = a.dropout_seed, seen->dropout_offset = a.dropout_offset;
     seen->dropout_mask = a.dropout_mask;
+    float sink_buf[64];
+    const int sinks = rd_sinks(r, &a, a.q.shape[2], sink_buf);
+    seen->sinks = a.sinks;
     if (w.skip) {
         world_free(&w);
         return;
@@ -758,7 +785,7 @@ static void fuzz_dense(reader *r) {
         return;
     }
     const fa_forward_args eff = effective(seen);
-    const int finite = all_finite(&w);
+    const int finite = all_finite(&w) && !(eff.sinks && (sinks & SINKS_NAN));
     snapshot(&w);
     const fa_status sc = check_first(&w, seen, "dense check");
     const fa_status st = fa_forward(g_ctx, seen);
@@ -778,6 +805,7 @@ static void fuzz_dense(reader *r) {
     if (overflowing) FINDING("dense: sizes beyond 64 bits were accepted");
     if (tail_bad) FINDING("dense: a non-zero byte beyond the struct was accepted");
     if (!dropout_valid(eff.dropout_p)) FINDING("dense: dropout_p %g was accepted", (double)eff.dropout_p);
+    if (eff.sinks && (sinks & SINKS_INF)) FINDING("dense: a +inf sink was accepted");
     if (eff.dropout_mask.data && numel(&eff.dropout_mask) > 0 && !find(&w, dmask)->overlap) {
         /* every keep bit, masked or not (an empty mask has none, however many rows) */
         const fa_tensor *m = &eff.dropout_mask;
@@ -946,7 +974,10 @@ static void fuzz_varlen(reader *r) {
     }
     seen->dropout_p = a.dropout_p, seen->dropout_seed = a.dropout_seed, seen->dropout_offset = a.dropout_offset;
     seen->dropout_mask = a.dropout_mask;
-    const int finite = all_finite(&w);
+    float sink_buf[64];
+    const int sinks = rd_sinks(r, &a, a.q.shape[2], sink_buf);
+    seen->sinks = a.sinks;
+    const int finite = all_finite(&w) && !(effective(seen).sinks && (sinks & SINKS_NAN));
     snapshot(&w);
     const fa_status sc = check_first(&w, seen, "varlen check");
     const fa_status st = fa_forward(g_ctx, seen);
@@ -965,6 +996,7 @@ static void fuzz_varlen(reader *r) {
         const fa_forward_args e = effective(seen);
         if (!dropout_valid(e.dropout_p)) FINDING("varlen: dropout_p %g was accepted", (double)e.dropout_p);
         if (e.dropout_mask.data) FINDING("varlen: a dropout_mask was accepted");
+        if (e.sinks && (sinks & SINKS_INF)) FINDING("varlen: a +inf sink was accepted");
     }
     if (find(&w, o)->overlap || find(&w, lse)->overlap || !finite) {
         world_free(&w);
@@ -1077,7 +1109,9 @@ static void fuzz_cache(reader *r, int paged) {
             world_free(&w);
             return;
         }
-    const int finite = all_finite(&w);
+    float sink_buf[64];
+    const int sinks = rd_sinks(r, &a, a.q.shape[2], sink_buf);
+    const int inputs_finite = all_finite(&w), finite = inputs_finite && !(sinks & SINKS_NAN);
     snapshot(&w);
     const fa_status sc = check_first(&w, &a, "cache check");
     const fa_status st = fa_forward(g_ctx, &a);
@@ -1087,6 +1121,7 @@ static void fuzz_cache(reader *r, int paged) {
     if (st == FA_OK && (dropout_on(a.dropout_p) || a.dropout_mask.data))
         FINDING("cache: dropout (p %g, mask %s) was accepted with a KV cache", (double)a.dropout_p,
                 a.dropout_mask.data ? "given" : "absent");
+    if (st == FA_OK && (sinks & SINKS_INF)) FINDING("cache: a +inf sink was accepted");
     if (st != FA_OK) {
         if (fa_context_error(g_ctx)[0] == '\0') FINDING("cache: status %s with no message", fa_status_string(st));
         expect_unchanged(&w, (1 << KIND_OUTPUT) | (1 << KIND_CACHE), "a failed cache call", st);
@@ -1119,7 +1154,7 @@ static void fuzz_cache(reader *r, int paged) {
                         const double got = load_value(at(ct, blk, row, h, e), cdt) * scale;
                         const double want = cdt == FA_DTYPE_I8 ? x : h_round(x, cdt);
                         const double tol = cdt == FA_DTYPE_I8 ? 0.5 * scale * (1 + 1e-3) + 1e-30 : 0.0;
-                        if (finite && !(fabs(got - want) <= tol))
+                        if (inputs_finite && !(fabs(got - want) <= tol))
                             FINDING("cache: appended %s row (b %lld, t %lld, h %lld, e %lld) holds %.9g, not %.9g",
                                     which ? "v" : "k", (long long)b, (long long)t, (long long)h, (long long)e, got, want);
                     }
@@ -1371,6 +1406,10 @@ static void fuzz_backward(reader *r, int varlen) {
         grads[x] = make(&w, r, gdt, B, x == 0 ? Sq : Sk, x == 0 ? Hq : Hk, d3, KIND_OUTPUT, 0);
     }
     const uint8_t variant = u8(r);
+    /* sinks last (older seeds end before them): the forward's, and dsinks with them */
+    float sink_buf[64], dsinks[64], dsinks0[64];
+    const int sinks = rd_sinks(r, &a, a.q.shape[2], sink_buf);
+    big.u.a.sinks = a.sinks;
     if (w.skip) {
         world_free(&w);
         return;
@@ -1396,7 +1435,7 @@ static void fuzz_backward(reader *r, int varlen) {
         for (int64_t b = 0; varlen && b <= n; b++) fprintf(stderr, " %s%d/%d", b ? "" : "cu ", cu_q[b], cu_k[b]);
         fputc('\n', stderr);
     }
-    const int finite = all_finite(&w);
+    const int finite = all_finite(&w) && !(effective(seen).sinks && (sinks & SINKS_NAN));
     snapshot(&w);
     const fa_status sf = fa_forward(g_ctx, seen);
     trace(varlen ? "backward: varlen forward" : "backward: forward", sf);
@@ -1414,6 +1453,9 @@ static void fuzz_backward(reader *r, int varlen) {
     if (grads[0]) ba.dq = *grads[0];
     if (grads[1]) ba.dk = *grads[1];
     if (grads[2]) ba.dv = *grads[2];
+    memset(dsinks, 0x5a, sizeof dsinks);
+    memcpy(dsinks0, dsinks, sizeof dsinks);
+    if (sinks) ba.dsinks = dsinks;
     big_bwd bb;
     memset(&bb, 0, sizeof bb);
     bb.u.a = ba;
@@ -1452,11 +1494,15 @@ static void fuzz_backward(reader *r, int varlen) {
     expect_unchanged(&w, 1 << KIND_INPUT, "backward", sb);
     if (sb != FA_OK) {
         expect_unchanged(&w, 1 << KIND_OUTPUT, "a failed backward", sb);
+        if (memcmp(dsinks, dsinks0, sizeof dsinks)) FINDING("a failed backward wrote dsinks");
         if (fa_context_error(g_ctx)[0] == '\0') FINDING("backward: status %s with no message", fa_status_string(sb));
         world_free(&w);
         return;
     }
     if (must_fail) FINDING("backward: accepted with %s", why);
+    const fa_forward_args *used = bseen->fwd; /* the forward args the backward read (alt or seen) */
+    if (effective(used).sinks && (sinks & SINKS_INF)) FINDING("backward: a +inf sink was accepted");
+    memcpy(dsinks0, dsinks, sizeof dsinks); /* the first run's, for the bitwise check below */
     /* self-overlapping outputs have no defined result; o and lse that overlap were
      * garbage to start with */
     for (int x = 0; x < 3; x++)
@@ -1475,6 +1521,9 @@ static void fuzz_backward(reader *r, int varlen) {
     fa_context_set(g_ctx, FA_PARAM_THREADS, 3 - threads);
     const fa_status sb2 = fa_backward(g_ctx, bseen);
     if (sb2 != FA_OK) FINDING("backward: the same call with %lld threads failed: %s", (long long)(3 - threads), fa_status_string(sb2));
+    if (bseen->struct_size > offsetof(fa_backward_args, dsinks) && bseen->dsinks &&
+        memcmp(dsinks, dsinks0, sizeof dsinks))
+        FINDING("backward: dsinks differ between 1 and 2 threads");
     for (int x = 0; x < 3; x++)
         if (grads[x]) {
             const ften *fg = find(&w, grads[x]);

@@ -197,6 +197,22 @@ seeds = {
     "bwd_varlen_causal_alibi": bwd(varlen=True, vl=VL, opt=8 | 64, extra=[1, 1, WIN["2"], WIN["-1"]]),
     "bwd_varlen_bad_count": bwd(varlen=True, vl=VL, opt=1),
     "bwd_varlen_dropout_mask": bwd(varlen=True, vl=VL, dropout=drop(p=1, mask=0x40) + [0]),
+    # attention sinks: the byte after the dropout fields (after the variant byte in a
+    # backward program); 0x80 reads one table index per head (14 NaN, 15 +inf)
+    "dense_sinks": dense(dims=(2, 5, 9, 1, 2, 16, 8), opt=1 | 64, extra=[0, 1, WIN["-1"], WIN["-1"]]) + bytes([0, 5]),
+    "dense_sinks_window_f16": dense(dims=(1, 7, 12, 2, 2, 16, 16), dt=1, opt=1 | 64, extra=[0, 0, WIN["3"], WIN["1"]])
+    + bytes([0, 9]),
+    "dense_sinks_inf": dense(opt=1, extra=[0]) + bytes([0, 0x80, 0, 15]),
+    "dense_sinks_nan": dense(opt=1, extra=[0]) + bytes([0, 0x80, 14, 1]),
+    "dense_sinks_old_struct": dense(opt=1, extra=[0])[:-1] + bytes([0xE9, 0, 0x80, 15, 15]),
+    "dense_sinks_dropout": dense(dims=(1, 4, 8, 1, 2, 8, 8), opt=1, extra=[0]) + bytes(drop(p=2) + [12]),
+    "varlen_sinks": varlen(settings=1, opt=1, extra=[1]) + bytes([0, 7]),
+    "cache_sinks": cache(0) + bytes([0, 9]),
+    "cache_sinks_split": cache(0, settings=16) + bytes([0, 5]),
+    "paged_sinks": cache(1) + bytes([0, 3]),
+    "bwd_sinks": bwd(dims=(1, 6, 9, 2, 2, 16, 8), opt=64, extra=[1, WIN["-1"], WIN["-1"]]) + bytes([5]),
+    "bwd_sinks_inf": bwd() + bytes([0x80, 0, 15]),
+    "bwd_varlen_sinks": bwd(varlen=True, vl=VL, settings=1) + bytes([11]),
     "misc": bytes([5] + RNG + [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 3, 2, 2, 2, 2, 1, 1, 1, 1]),
 }
 

@@ -47,7 +47,7 @@ def _cpu(x, name):
 
 
 def _fwd_impl(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal, window_left,
-              window_right, dropout_p, seed, offset, return_mask, lean=False):
+              window_right, dropout_p, seed, offset, return_mask, sinks=None, lean=False):
     # lean (inference without read-outs): no lse and no placeholder mask, each
     # allocation being ~1 us of a ~5 us small call
     B, Sq, Hq, _ = q.shape
@@ -58,35 +58,37 @@ def _fwd_impl(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, sca
     _forward(_context(), dl(q), dl(k), dl(v), dl(out), None if lean else dl(lse), scale, softcap, causal,
              window_left, window_right, _dl(alibi_slopes), _dl(bias), _dl(mask), _dl(cu_seqlens_q),
              _dl(cu_seqlens_k), None, None, None, None, None, None, None, 0, 0, dropout_p, seed, offset,
-             dl(dm) if return_mask else None)
+             dl(dm) if return_mask else None, _dl(sinks))
     return out, lse, dm
 
 
 def _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal,
-              window_left, window_right, dropout_p, seed, offset):
+              window_left, window_right, dropout_p, seed, offset, sinks=None):
     # Fresh row-major outputs: empty_like would copy the strides of a transposed q.
     dq = torch.empty(q.shape, dtype=q.dtype)
     dk = torch.empty(k.shape, dtype=k.dtype)
     dv = torch.empty(v.shape, dtype=v.dtype)
+    # the sinks' gradient, (nheads,) f32; an empty tensor stands for "no sinks"
+    dsinks = torch.empty(q.shape[2] if sinks is not None else 0, dtype=_f32)
     _C.backward(_core.current_context(), _dl(dout), _dl(dq), _dl(dk), _dl(dv), _dl(q), _dl(k), _dl(v), _dl(out),
                 _dl(lse), scale, softcap, causal, window_left, window_right, _dl(alibi_slopes), _dl(bias), _dl(mask),
                 _dl(cu_seqlens_q), _dl(cu_seqlens_k), None, None, None, None, None, None, None, 0, 0, dropout_p, seed,
-                offset, None)
-    return dq, dk, dv
+                offset, None, _dl(sinks), _dl(dsinks) if sinks is not None else None)
+    return dq, dk, dv, dsinks
 
 
 @torch.library.custom_op("flashattn::fwd", mutates_args=(), device_types="cpu")
 def fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], mask: Optional[Tensor],
         alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], scale: float,
         softcap: float, causal: int, window_left: int, window_right: int, dropout_p: float, seed: int, offset: int,
-        return_mask: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        return_mask: bool, sinks: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     return _fwd_impl(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal,
-                     window_left, window_right, dropout_p, seed, offset, return_mask)
+                     window_left, window_right, dropout_p, seed, offset, return_mask, sinks)
 
 
 @fwd.register_fake
 def _(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal, window_left,
-      window_right, dropout_p, seed, offset, return_mask):
+      window_right, dropout_p, seed, offset, return_mask, sinks=None):
     B, Sq, Hq, _ = q.shape
     out = q.new_empty((B, Sq, Hq, v.shape[3]))
     lse = q.new_empty((B, Hq, Sq), dtype=torch.float32)
@@ -98,29 +100,33 @@ def _(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, soft
 def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
         mask: Optional[Tensor], alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
         cu_seqlens_k: Optional[Tensor], scale: float, softcap: float, causal: int, window_left: int,
-        window_right: int, dropout_p: float, seed: int, offset: int) -> Tuple[Tensor, Tensor, Tensor]:
+        window_right: int, dropout_p: float, seed: int, offset: int,
+        sinks: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     return _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap,
-                     causal, window_left, window_right, dropout_p, seed, offset)
+                     causal, window_left, window_right, dropout_p, seed, offset, sinks)
 
 
 @bwd.register_fake
 def _(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal,
-      window_left, window_right, dropout_p, seed, offset):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+      window_left, window_right, dropout_p, seed, offset, sinks=None):
+    dsinks = q.new_empty((q.shape[2] if sinks is not None else 0,), dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsinks
 
 
 def _setup_context(ctx, inputs, output):
-    (q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset, _) = inputs
+    (q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset, _) = inputs[:17]
+    sinks = inputs[17] if len(inputs) > 17 else None  # a caller of the op from before sinks
     out, lse, _dm = output
-    ctx.save_for_backward(q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k)
+    ctx.save_for_backward(q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, sinks)
     ctx.options = (scale, softcap, causal, wl, wr, p, seed, offset)
 
 
 def _backward(ctx, dout, _dlse, _ddm):
     # lse and the dropout mask are read-outs: flash-attn gives them no gradient either.
-    q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k = ctx.saved_tensors
-    dq, dk, dv = torch.ops.flashattn.bwd(dout, q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, *ctx.options)
-    return (dq, dk, dv) + (None,) * 14
+    q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, sinks = ctx.saved_tensors
+    dq, dk, dv, dsinks = torch.ops.flashattn.bwd(dout, q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, *ctx.options,
+                                                 sinks)
+    return (dq, dk, dv) + (None,) * 14 + (dsinks if sinks is not None else None,)
 
 
 torch.library.register_autograd("flashattn::fwd", _backward, setup_context=_setup_context)
@@ -131,19 +137,20 @@ class _Attention(torch.autograd.Function):
     autograd does, without the dispatcher's per-call cost."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset, rm):
+    def forward(ctx, q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset, rm,
+                sinks):
         out, lse, dm = _fwd_impl(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed,
-                                 offset, rm)
-        ctx.save_for_backward(q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k)
+                                 offset, rm, sinks)
+        ctx.save_for_backward(q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, sinks)
         ctx.options = (scale, softcap, causal, wl, wr, p, seed, offset)
         ctx.mark_non_differentiable(lse, dm)
         return out, lse, dm
 
     @staticmethod
     def backward(ctx, dout, _dlse, _ddm):
-        q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k = ctx.saved_tensors
-        dq, dk, dv = _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, *ctx.options)
-        return (dq, dk, dv) + (None,) * 14
+        q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, sinks = ctx.saved_tensors
+        dq, dk, dv, dsinks = _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi, cu_q, cu_k, *ctx.options, sinks)
+        return (dq, dk, dv) + (None,) * 14 + (dsinks if sinks is not None else None,)
 
 
 def _needs_op(q, k, v):
@@ -167,21 +174,23 @@ def _check(q, k, v, bias, mask):
         raise ValueError("a float attn_mask that requires grad is not supported: flashattn gives no bias gradient")
 
 
-def attention(q, k, v, bias, mask, alibi, cu_q, cu_k, opts, return_mask, need_lse=True, checked=False):
+def attention(q, k, v, bias, mask, alibi, cu_q, cu_k, opts, return_mask, need_lse=True, checked=False, sinks=None):
     """The torch entry of every dense and varlen call: (out, lse, dropout_mask); lse is
     None when not need_lse and no gradient is taken. checked: the caller (the SDPA
-    route) has already made sure of devices, ranks and the mask's requires_grad."""
+    route) has already made sure of devices, ranks and the mask's requires_grad.
+    sinks: None, or (nheads,) float32 sink logits (a gradient flows to them)."""
     if not checked:
         _check(q, k, v, bias, mask)
     scale, softcap, causal, wl, wr, p, seed, offset = opts
     if _is_compiling() or _profiling():
         return torch.ops.flashattn.fwd(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed,
-                                       offset, return_mask)
-    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+                                       offset, return_mask, sinks)
+    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
+                            (sinks is not None and sinks.requires_grad)):
         return _Attention.apply(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed,
-                                offset, return_mask)
+                                offset, return_mask, sinks)
     return _fwd_impl(q, k, v, bias, mask, alibi, cu_q, cu_k, scale, softcap, causal, wl, wr, p, seed, offset,
-                     return_mask, lean=not need_lse)
+                     return_mask, sinks, lean=not need_lse)
 
 
 def forward_lean(q, k, v, opts):
