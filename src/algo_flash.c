@@ -240,10 +240,15 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             const int64_t h0 = it->h0 + k * ng, hk = h0 / p->group;
             if (k == 0 || hk != (h0 - ng) / p->group) {
                 fa_kv_row_ptrs(s, 0, j0, cols, hk, sc->kp, sc->ks);
-                fa_kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
                 /* the path depends on shapes only, never on strides: layouts give identical bits */
                 if (s->k.stride[3] != 1) fa_kv_gather_strided(&s->k, sc->kp, cols, D, sc->k);
-                if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
+                if (s->v_in_k) { /* a latent V row is its K row: PV finds it in cache after QK */
+                    memcpy(sc->vp, sc->kp, (size_t)cols * sizeof *sc->vp);
+                    if (s->quant) memcpy(sc->vs, sc->ks, (size_t)cols * sizeof *sc->vs);
+                } else {
+                    fa_kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
+                    if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
+                }
             }
             kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
             if (elementwise)
@@ -280,6 +285,8 @@ typedef struct {
     int mm;              /* f32 as bf16 products: the job's mm_terms (3 or 1), or 0 */
     const char *unit;    /* its K/V packed (kv.h), or NULL: the caller's tensors */
     int64_t key0;        /* the unit's first key (a chunk of a long unit, tasks.h) */
+    const uint16_t *k16; /* the bf16 path: the tile's K rows as step 1 read them, ldk16 apart; a */
+    int64_t ldk16;       /* latent V (v_in_k) is their first Dv columns */
 } wide_task;
 
 /* Before step 1: the Q rows of every stacked head, transposed and scaled; with
@@ -323,7 +330,7 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
 
 /* Step 1 for keys j0 .. j0+cols-1: scaled scores S^T = K (scale Q)^T into sc->st.
  * Returns the tile's V rows as f32 (*ldv apart) on the f32 path, NULL on the bf16 one. */
-static const float *wide_scores(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
+static const float *wide_scores(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0,
                                 int64_t cols, int64_t *ldv)
 {
     const fa_problem *s = w->s;
@@ -340,6 +347,8 @@ static const float *wide_scores(const flash_job *job, const flash_scratch *sc, c
         const uint16_t *k = w->unit ? (const uint16_t *)w->unit + (j0 - w->key0) * (ldk = pk->ldk)
                                     : fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
         kern->qk_bf16(w->n, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
+        w->k16 = k;
+        w->ldk16 = ldk;
         return NULL;
     }
     const float *k, *v;
@@ -350,7 +359,8 @@ static const float *wide_scores(const flash_job *job, const flash_scratch *sc, c
         v = (const float *)(w->unit + pk->v_offset) + (j0 - w->key0) * *ldv;
     } else {
         k = fa_kv_tile_f32(s, 0, kern, j0, cols, w->hk, D, sc->k, &ldk);
-        v = fa_kv_tile_f32(s, 1, kern, j0, cols, w->hk, s->Dv, sc->v, ldv);
+        /* a latent V is the K tile's first Dv columns: read and converted once */
+        v = s->v_in_k ? (*ldv = ldk, k) : fa_kv_tile_f32(s, 1, kern, j0, cols, w->hk, s->Dv, sc->v, ldv);
     }
     if (w->mm) {
         const int64_t TD = w->mm * D;
@@ -376,7 +386,12 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
      * pairs of a tile at an odd key (a window's or a chunk's first) */
     const uint16_t *v16 = NULL;
     int64_t ldv = 0;
-    if (!w->unit || partial || (j0 & 1)) v16 = fa_rows_u16(&w->s->v, 0, j0, cols, w->hk, Dv, sc->v16, &ldv);
+    if (w->s->v_in_k) { /* a latent V: the K rows step 1 read (packed or not), not read again */
+        v16 = w->k16;
+        ldv = w->ldk16;
+    } else if (!w->unit || partial || (j0 & 1)) {
+        v16 = fa_rows_u16(&w->s->v, 0, j0, cols, w->hk, Dv, sc->v16, &ldv);
+    }
     if (!partial || fa_rows_finite16(v16, ldv, cols, Dv, 0x7f80u)) {
         const uint32_t *vp = sc->v_pairs;
         int64_t ldvp = fa_packed_ld(Dv);

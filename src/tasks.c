@@ -380,16 +380,16 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
      * chunk and a pack step's keys more */
     const int64_t unit_max = rules->unit_max > 0 ? rules->unit_max : FA_PACK_UNIT_MAX;
     int64_t slot_keys = sk_max;
-    if (!fa_kv_packing_plan(rules->form, sk_max, p->D, p->Dv, &st->pack)) return st->packed = 0;
+    if (!fa_kv_packing_plan(rules->form, sk_max, p->D, p->Dv, p->v_in_k, &st->pack)) return st->packed = 0;
     if (st->pack.unit_bytes > unit_max) {
-        if (!fa_kv_packing_plan(rules->form, st->pc, p->D, p->Dv, &st->pack) || st->pack.unit_bytes == 0)
+        if (!fa_kv_packing_plan(rules->form, st->pc, p->D, p->Dv, p->v_in_k, &st->pack) || st->pack.unit_bytes == 0)
             return st->packed = 0;
         const int64_t steps = unit_max / 2 / st->pack.unit_bytes - 1;
         st->chunk_keys = (steps > 1 ? steps : 1) * st->pc;
         if (st->chunk_keys + st->pc < slot_keys) slot_keys = st->chunk_keys + st->pc;
         else st->chunk_keys = 0; /* a slot holds the longest unit after all */
     }
-    if (!fa_kv_packing_plan(rules->form, slot_keys, p->D, p->Dv, &st->pack) || st->pack.unit_bytes == 0 ||
+    if (!fa_kv_packing_plan(rules->form, slot_keys, p->D, p->Dv, p->v_in_k, &st->pack) || st->pack.unit_bytes == 0 ||
         st->pack.unit_bytes > PACK_MEMORY_MAX / 2) {
         /* no keys, or too many (even beyond int64): read in place; units[] is unread without fa_steps_fill */
         return st->packed = 0;
