@@ -297,9 +297,17 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
     const fa_kernels *kern = job->kern;
     const int64_t D = s->D, bp = job->plan.br_pad, n = w->n;
     int64_t ldq;
-    if (w->b16) {
+    if (w->b16 && w->ng == 1) {
         const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0, D, sc->q16, &ldq);
         kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
+    } else if (w->b16) { /* stacked heads (an MLA or GQA group on one K): their rows one after another */
+        for (int64_t g = 0; g < w->ng; g++) {
+            uint16_t *dst = sc->q16 + g * n * D;
+            const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
+            if (q != dst)
+                for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
+        }
+        kern->pack_qt_bf16(w->rows, D, sc->q16, D, sc->qt2, 2 * bp);
     } else if (w->mm) { /* unscaled: qk_bf16 scales */
         const int64_t TD = w->mm * D;
         for (int64_t g = 0; g < w->ng; g++) {
@@ -346,7 +354,7 @@ static const float *wide_scores(const flash_job *job, const flash_scratch *sc, w
     if (w->b16) {
         const uint16_t *k = w->unit ? (const uint16_t *)w->unit + (j0 - w->key0) * (ldk = pk->ldk)
                                     : fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
-        kern->qk_bf16(w->n, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
+        kern->qk_bf16(w->rows, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
         w->k16 = k;
         w->ldk16 = ldk;
         return NULL;
@@ -401,12 +409,12 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
         } else {
             kern->pack_pairs_bf16(cols, Dv, v16, ldv, sc->v_pairs, ldvp);
         }
-        kern->pv_bf16(w->n, cols, Dv, sc->st, bp, vp, ldvp, sc->alpha, sc->acc, job->ldacc, sc->pv_scratch);
+        kern->pv_bf16(w->rows, cols, Dv, sc->st, bp, vp, ldvp, sc->alpha, sc->acc, job->ldacc, sc->pv_scratch);
         return;
     }
     /* rare: widen the tile and take the careful path */
     for (int64_t c = 0; c < cols; c++) kern->bf16_to_f32(v16 + c * ldv, sc->v + c * Dv, Dv);
-    fa_kernels_ref.pv(w->n, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, job->ldacc);
+    fa_kernels_ref.pv(w->rows, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, job->ldacc);
 }
 
 /* Step 9 of f32 as bf16 products (kv.h, fa_split_f32): acc = alpha * acc + P Vhi,
@@ -483,10 +491,10 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     }
     w.n = s.Sq - w.i0 < job->plan.br ? s.Sq - w.i0 : job->plan.br;
     w.rows = w.n * w.ng;
-    w.b16 = job->bf16_dot && w.ng == 1 && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
+    w.b16 = job->bf16_dot && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
             s.q.dtype == FA_DTYPE_BF16;
     w.mm = w.b16 ? 0 : job->mm_terms;
-    if (unit && job->steps.pack.bf16 != (w.b16 || w.mm)) w.unit = NULL; /* a stacked task of a bf16 job widens to f32 itself */
+    if (unit && job->steps.pack.bf16 != (w.b16 || w.mm)) w.unit = NULL; /* a task off the pack's path (another dtype) reads in place */
     const int elementwise = fa_problem_has_elementwise(&s);
     const int64_t i0 = w.i0, n = w.n, ng = w.ng, rows = w.rows, h0 = w.h0;
     wide_begin(job, sc, &w, step->begin);
