@@ -281,7 +281,7 @@ typedef struct {
     int64_t i0, n;       /* first row and rows per head */
     int64_t ng, rows;    /* heads stacked from h0, and so rows n * ng */
     int64_t h0, hk;
-    int b16;             /* bf16 pairs (one head, dense bf16 q and k) */
+    int b16;             /* bf16 pairs (dense bf16 q and k; one head or a stack) */
     int mm;              /* f32 as bf16 products: the job's mm_terms (3 or 1), or 0 */
     const char *unit;    /* its K/V packed (kv.h), or NULL: the caller's tensors */
     int64_t key0;        /* the unit's first key (a chunk of a long unit, tasks.h) */
