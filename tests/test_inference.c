@@ -31,12 +31,16 @@
  * invalid ids in block-table entries no sequence uses), strided caches (head-major, padded
  * rows) and head-major q/o, append into f32/f16/bf16/i8 caches (with all-zero rows),
  * chunked prefill (packed q + cache + packed new rows), a decode sweep (Sq 1..16, GQA
- * 1/4/8, D 64/128/72, q f32/f16/bf16), split-KV (forced 1, 2, 3, 7, 64, 256 and planned,
+ * 1/4/8, D 64/128/72, q f32/f16/bf16), MLA latent caches (v_in_k: DeepSeek's decode
+ * shape Hq 128 / Hk 1 / D 576 / Dv 512 and a 16-head stack in every form and cache dtype,
+ * prefill chunks, random latent shapes; the oracle builds explicit V from the latent
+ * rows), new rows of every float dtype into every cache dtype with q of another dtype
+ * (the header's contract), split-KV (forced 1, 2, 3, 7, 64, 256 and planned,
  * LAST_KV_SPLITS, the planned count's formula, threads 1 vs 2 bitwise, a dense call with
  * forced splits), int8 rows with known quantisation, fa_merge_states (the formula with
  * lse far from 0, -inf sides, all sides empty, in place, n = 1, strided o; merging
  * attention over 2 and 3 disjoint key sets equals attention over all keys; misuse), the
- * error cases (status, o/lse untouched, cache byte-identical), NaN isolation between
+ * error cases (status, o/lse untouched, cache byte-identical; latent-cache misuse too), NaN isolation between
  * sequences, and an old struct_size that must ignore the new fields.
  *
  * Inference forms run only on flash: a subset of the cases also checks that STANDARD and
