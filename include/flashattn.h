@@ -259,8 +259,8 @@ typedef struct fa_forward_args {
     size_t struct_size;   /* sizeof(fa_forward_args) as the caller compiled it */
 
     fa_tensor q;          /* (B, Sq, Hq, D)  f32 | f16 | bf16 */
-    fa_tensor k;          /* (B, Sk, Hk, D)  same dtype as q */
-    fa_tensor v;          /* (B, Sk, Hk, Dv) same dtype as q */
+    fa_tensor k;          /* (B, Sk, Hk, D)  same dtype as q; new cache rows: any of f32, f16, bf16 (kv_cache) */
+    fa_tensor v;          /* (B, Sk, Hk, Dv) same dtype as q; new cache rows: any of f32, f16, bf16 (kv_cache) */
     fa_tensor o;          /* (B, Sq, Hq, Dv) output: q's dtype or f32 */
     fa_tensor lse;        /* optional output (B, Hq, Sq, 1) f32: natural-log sum-exp, -inf (or the sink) for empty rows */
 
@@ -291,7 +291,11 @@ typedef struct fa_forward_args {
      * k and v, if their data is non-NULL, are NEW rows (B, S_new, Hk, D), or packed by
      * cu_seqlens_k, appended in place at cache->seqlens[b] before attending, so that
      * sequence b attends to seqlens[b] + S_new keys (causal: bottom-right over them).
-     * The cache is not modified when the call fails. bias and mask are not accepted. */
+     * New rows may be f32, f16 or bf16 whatever q's and the cache's dtypes (k and v
+     * may differ too): each is rounded to the cache's dtype as fa_kv_cache says, and
+     * the call attends to the values the cache then holds. With cache->v_in_k, v is
+     * empty or the view of k's first Dv columns. The cache is not modified when the
+     * call fails. bias and mask are not accepted. */
     const struct fa_kv_cache *kv_cache;
 
     /* ---- positions, for a shard of a longer sequence (ring attention, chunked
@@ -355,7 +359,22 @@ typedef struct fa_forward_args {
  *   scale * int8. Appending to an int8 cache quantises each new (token, head) row
  *   with scale = max|x| / 127 and q = x * (1 / scale) rounded to nearest, ties to
  *   even (an all-zero row gets scale 0); appending to a float cache rounds to its
- *   dtype.
+ *   dtype. New rows (fa_forward_args.k, .v) may be f32, f16 or bf16, each whatever
+ *   q's dtype and the other's: they are converted exactly to f32 and then rounded
+ *   (to nearest even) or quantised into the cache's dtype, once.
+ * MLA latent cache (v_in_k = 1; DeepSeek V2/V3's absorbed decoding, e.g. Hk = 1,
+ *   D = 576, Dv = 512): V is the first Dv <= D columns of K's rows, not a tensor of
+ *   its own. v is then either empty (data NULL: Dv is o's head dim) or exactly that
+ *   view: k's data, dtype, first three dims and strides, shape[3] = Dv. Likewise the
+ *   new rows' v is empty or the view of the new k's first Dv columns (v alone is
+ *   refused). An append writes each shared row once, as K's row; an int8 latent
+ *   cache has one scale per (token, kv head), k_scale, which V shares: v_scale is
+ *   empty or k_scale itself, and a row's scale is max|x| / 127 over all D columns.
+ *   Every cache form (contiguous, batch_idx, paged, varlen, split-KV, int8) takes it.
+ *   A V alias that does not fit inside K's rows is refused before anything is
+ *   written: Dv > D is FA_ERR_SHAPE_MISMATCH; a v, new v or v_scale that is not the
+ *   view of K's (other data, dtype or strides), or v_in_k not 0 or 1, is
+ *   FA_ERR_INVALID_ARGUMENT.
  * Errors, all caught before anything is written: FA_ERR_OUT_OF_RANGE for
  *   seqlens[b] < 0, seqlens[b] + S_new beyond S_max (or max_pages * page_size), a
  *   page id outside [0, num_pages) among the pages a sequence uses, a batch_idx
@@ -374,9 +393,10 @@ typedef struct fa_kv_cache {
     const int32_t *batch_idx;    /* [B] optional, contiguous caches only */
     const int32_t *block_table;  /* [B * max_pages] page ids; NULL = contiguous */
     int64_t max_pages;           /* entries per block_table row */
+    int v_in_k;                  /* 1: V is the first Dv columns of K's rows (MLA latent cache, above); 0 default */
 } fa_kv_cache;
 
-#define FA_KV_CACHE_INIT {sizeof(fa_kv_cache), {0}, {0}, {0}, {0}, 0, 0, 0, 0}
+#define FA_KV_CACHE_INIT {sizeof(fa_kv_cache), {0}, {0}, {0}, {0}, 0, 0, 0, 0, 0}
 FA_API void fa_kv_cache_init(fa_kv_cache *cache);
 
 /* The same defaults as FA_FORWARD_ARGS_INIT, for languages without the macro. */

@@ -267,10 +267,15 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             const int64_t h0 = it->h0 + k * ng, hk = h0 / p->group;
             if (k == 0 || hk != (h0 - ng) / p->group) {
                 fa_kv_row_ptrs(s, 0, j0, cols, hk, sc->kp, sc->ks);
-                fa_kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
                 /* the path depends on shapes only, never on strides: layouts give identical bits */
                 if (s->k.stride[3] != 1) fa_kv_gather_strided(&s->k, sc->kp, cols, D, sc->k);
-                if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
+                if (s->v_in_k) { /* a latent V row is its K row: PV finds it in cache after QK */
+                    memcpy(sc->vp, sc->kp, (size_t)cols * sizeof *sc->vp);
+                    if (s->quant) memcpy(sc->vs, sc->ks, (size_t)cols * sizeof *sc->vs);
+                } else {
+                    fa_kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
+                    if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
+                }
             }
             double t0 = job->profile ? thread_cpu_s() : 0.0;
             kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
@@ -307,10 +312,12 @@ typedef struct {
     int64_t i0, n;       /* first row and rows per head */
     int64_t ng, rows;    /* heads stacked from h0, and so rows n * ng */
     int64_t h0, hk;
-    int b16;             /* bf16 pairs (one head, dense bf16 q and k) */
+    int b16;             /* bf16 pairs (dense bf16 q and k; one head or a stack) */
     int mm;              /* f32 as bf16 products: the job's mm_terms (3 or 1), or 0 */
     const char *unit;    /* its K/V packed (kv.h), or NULL: the caller's tensors */
     int64_t key0;        /* the unit's first key (a chunk of a long unit, tasks.h) */
+    const uint16_t *k16; /* the bf16 path: the tile's K rows as step 1 read them, ldk16 apart; a */
+    int64_t ldk16;       /* latent V (v_in_k) is their first Dv columns */
 } wide_task;
 
 /* Before step 1: the Q rows of every stacked head, transposed and scaled; with
@@ -321,9 +328,17 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
     const fa_kernels *kern = job->kern;
     const int64_t D = s->D, bp = job->plan.br_pad, n = w->n;
     int64_t ldq;
-    if (w->b16) {
+    if (w->b16 && w->ng == 1) {
         const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0, D, sc->q16, &ldq);
         kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
+    } else if (w->b16) { /* stacked heads (an MLA or GQA group on one K): their rows one after another */
+        for (int64_t g = 0; g < w->ng; g++) {
+            uint16_t *dst = sc->q16 + g * n * D;
+            const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
+            if (q != dst)
+                for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
+        }
+        kern->pack_qt_bf16(w->rows, D, sc->q16, D, sc->qt2, 2 * bp);
     } else if (w->mm) { /* unscaled: qk_bf16 scales */
         const int64_t TD = w->mm * D;
         for (int64_t g = 0; g < w->ng; g++) {
@@ -365,13 +380,15 @@ static const float *wide_kv_f32(const flash_job *job, const flash_scratch *sc, c
         *v = (const float *)(w->unit + pk->v_offset) + (j0 - w->key0) * *ldv;
         return (const float *)w->unit + (j0 - w->key0) * *ldk;
     }
-    *v = fa_kv_tile_f32(s, 1, job->kern, j0, cols, w->hk, s->Dv, sc->v, ldv);
-    return fa_kv_tile_f32(s, 0, job->kern, j0, cols, w->hk, s->D, sc->k, ldk);
+    const float *k = fa_kv_tile_f32(s, 0, job->kern, j0, cols, w->hk, s->D, sc->k, ldk);
+    /* a latent V is the K tile's first Dv columns: read and converted once */
+    *v = s->v_in_k ? (*ldv = *ldk, k) : fa_kv_tile_f32(s, 1, job->kern, j0, cols, w->hk, s->Dv, sc->v, ldv);
+    return k;
 }
 
 /* Step 1 for keys j0 .. j0+cols-1: scaled scores S^T = K (scale Q)^T into sc->st.
  * Returns the tile's V rows as f32 (*ldv apart) on the f32 path, NULL on the bf16 one. */
-static const float *wide_scores(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
+static const float *wide_scores(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0,
                                 int64_t cols, int64_t *ldv)
 {
     const fa_problem *s = w->s;
@@ -387,7 +404,9 @@ static const float *wide_scores(const flash_job *job, const flash_scratch *sc, c
     if (w->b16) {
         const uint16_t *k = w->unit ? (const uint16_t *)w->unit + (j0 - w->key0) * (ldk = pk->ldk)
                                     : fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
-        kern->qk_bf16(w->n, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
+        kern->qk_bf16(w->rows, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
+        w->k16 = k;
+        w->ldk16 = ldk;
         return NULL;
     }
     const float *v;
@@ -416,7 +435,12 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
      * pairs of a tile at an odd key (a window's or a chunk's first) */
     const uint16_t *v16 = NULL;
     int64_t ldv = 0;
-    if (!w->unit || partial || (j0 & 1)) v16 = fa_rows_u16(&w->s->v, 0, j0, cols, w->hk, Dv, sc->v16, &ldv);
+    if (w->s->v_in_k) { /* a latent V: the K rows step 1 read (packed or not), not read again */
+        v16 = w->k16;
+        ldv = w->ldk16;
+    } else if (!w->unit || partial || (j0 & 1)) {
+        v16 = fa_rows_u16(&w->s->v, 0, j0, cols, w->hk, Dv, sc->v16, &ldv);
+    }
     if (!partial || fa_rows_finite16(v16, ldv, cols, Dv, 0x7f80u)) {
         const uint32_t *vp = sc->v_pairs;
         int64_t ldvp = fa_packed_ld(Dv);
@@ -426,12 +450,12 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
         } else {
             kern->pack_pairs_bf16(cols, Dv, v16, ldv, sc->v_pairs, ldvp);
         }
-        kern->pv_bf16(w->n, cols, Dv, sc->st, bp, vp, ldvp, sc->alpha, sc->acc, job->ldacc, sc->pv_scratch);
+        kern->pv_bf16(w->rows, cols, Dv, sc->st, bp, vp, ldvp, sc->alpha, sc->acc, job->ldacc, sc->pv_scratch);
         return;
     }
     /* rare: widen the tile and take the careful path */
     for (int64_t c = 0; c < cols; c++) kern->bf16_to_f32(v16 + c * ldv, sc->v + c * Dv, Dv);
-    fa_kernels_ref.pv(w->n, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, job->ldacc);
+    fa_kernels_ref.pv(w->rows, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, job->ldacc);
 }
 
 /* Step 9 of f32 as bf16 products (kv.h, fa_split_f32): acc = alpha * acc + P Vhi,
@@ -545,10 +569,10 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     }
     w.n = s.Sq - w.i0 < job->plan.br ? s.Sq - w.i0 : job->plan.br;
     w.rows = w.n * w.ng;
-    w.b16 = job->bf16_dot && w.ng == 1 && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
+    w.b16 = job->bf16_dot && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
             s.q.dtype == FA_DTYPE_BF16;
     w.mm = w.b16 ? 0 : job->mm_terms;
-    if (unit && job->steps.pack.bf16 != (w.b16 || w.mm)) w.unit = NULL; /* a stacked task of a bf16 job widens to f32 itself */
+    if (unit && job->steps.pack.bf16 != (w.b16 || w.mm)) w.unit = NULL; /* a task off the pack's path (another dtype) reads in place */
     const int elementwise = fa_problem_has_elementwise(&s);
     const int64_t i0 = w.i0, n = w.n, ng = w.ng, rows = w.rows, h0 = w.h0;
     wide_begin(job, sc, &w, step->begin);

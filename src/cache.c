@@ -48,44 +48,89 @@ void fa_cache_view(const fa_problem *p, int64_t b, fa_problem *s)
 /* Fields up to and including max_pages are required of every caller. */
 #define FA_KV_CACHE_MIN_SIZE (offsetof(fa_kv_cache, max_pages) + sizeof(int64_t))
 
-/* An int8 cache's scales: f32, one per (token, kv head). */
+/* 1 when v is exactly the view of k's first dv columns: k's data, dtype, first
+ * three dims and strides (an MLA latent cache's V, docs/semantics.md, section 8). */
+static int is_k_view(const fa_tensor *v, const fa_tensor *k, int64_t dv)
+{
+    if (v->data != k->data || v->dtype != k->dtype || v->shape[3] != dv) return 0;
+    for (int d = 0; d < 4; d++)
+        if ((d < 3 && v->shape[d] != k->shape[d]) || v->stride[d] != k->stride[d]) return 0;
+    return 1;
+}
+
+/* An int8 cache's scales: f32, one per (token, kv head); a latent cache's V shares
+ * K's (v_scale empty or k_scale itself). */
 static fa_status check_scales(fa_context *ctx, const fa_kv_cache *c, fa_problem *p)
 {
     fa_status st;
-    if (!c->k_scale.data || !c->v_scale.data)
+    const int shared = p->v_in_k && (!c->v_scale.data || is_k_view(&c->v_scale, &c->k_scale, 1));
+    if (p->v_in_k && !shared)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_cache->v_in_k: an int8 latent cache's V shares K's scales; "
+                                                     "v_scale must be empty or k_scale itself");
+    if (!c->k_scale.data || (!shared && !c->v_scale.data))
         return fa_fail(ctx, FA_ERR_NULL_POINTER, "an i8 cache needs k_scale and v_scale");
-    if (c->k_scale.dtype != FA_DTYPE_F32 || c->v_scale.dtype != FA_DTYPE_F32)
+    const fa_tensor *vs = shared ? &c->k_scale : &c->v_scale;
+    if (c->k_scale.dtype != FA_DTYPE_F32 || vs->dtype != FA_DTYPE_F32)
         return fa_fail(ctx, FA_ERR_DTYPE, "k_scale and v_scale must be f32");
     if ((st = fa_check_tensor(ctx, "kv_cache->k_scale", &c->k_scale)) != FA_OK) return st;
-    if ((st = fa_check_tensor(ctx, "kv_cache->v_scale", &c->v_scale)) != FA_OK) return st;
+    if ((st = fa_check_tensor(ctx, "kv_cache->v_scale", vs)) != FA_OK) return st;
     if ((st = fa_check_shape(ctx, "kv_cache->k_scale", &c->k_scale, c->k.shape[0], c->k.shape[1], p->Hk, 1)) != FA_OK ||
-        (st = fa_check_shape(ctx, "kv_cache->v_scale", &c->v_scale, c->k.shape[0], c->k.shape[1], p->Hk, 1)) != FA_OK)
+        (st = fa_check_shape(ctx, "kv_cache->v_scale", vs, c->k.shape[0], c->k.shape[1], p->Hk, 1)) != FA_OK)
         return st;
     p->quant = 1;
     p->k_scale = fa_tensor_canonical(c->k_scale);
-    p->v_scale = fa_tensor_canonical(c->v_scale);
+    p->v_scale = fa_tensor_canonical(*vs);
+    return FA_OK;
+}
+
+/* An MLA latent cache's V (v_in_k): c->v empty (Dv = o's head dim) or exactly the
+ * view of K's first Dv columns, Dv <= D; p->vc becomes that view of p->kc. */
+static fa_status check_latent(fa_context *ctx, const fa_kv_cache *c, const fa_forward_args *a, fa_problem *p)
+{
+    const int64_t dv = c->v.data ? c->v.shape[3] : a->o.shape[3];
+    if (dv < 0 || dv > p->D)
+        return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH,
+                       "kv_cache->v_in_k: a V alias that does not fit inside K's rows: Dv = %lld (%s) but K's rows "
+                       "hold D = %lld columns",
+                       (long long)dv, c->v.data ? "kv_cache->v.shape[3]" : "o's head dim", (long long)p->D);
+    if (c->v.data && !is_k_view(&c->v, &c->k, dv))
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT,
+                       "kv_cache->v_in_k: a V alias that does not fit inside K's rows: kv_cache->v must be empty or the "
+                       "view of K's first Dv columns (k's data, dtype, first three dims and strides)");
+    p->v_in_k = 1;
+    p->Dv = dv;
+    p->vc = p->kc;
+    p->vc.shape[3] = dv;
+    p->vc = fa_tensor_canonical(p->vc);
     return FA_OK;
 }
 
 /* The cache's k and v (and scales): dtypes and shapes; fills p's Hk, D, Dv. */
-static fa_status check_storage(fa_context *ctx, const fa_kv_cache *c, fa_problem *p)
+static fa_status check_storage(fa_context *ctx, const fa_kv_cache *c, const fa_forward_args *a, fa_problem *p)
 {
     fa_status st;
+    if (c->v_in_k != 0 && c->v_in_k != 1)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_cache->v_in_k is %d; it must be 0 or 1", c->v_in_k);
+    const fa_tensor *v = c->v_in_k ? &c->k : &c->v; /* a latent cache's V is checked as K's view */
     if ((st = fa_check_data(ctx, "kv_cache->k", &c->k)) != FA_OK ||
-        (st = fa_check_data(ctx, "kv_cache->v", &c->v)) != FA_OK)
+        (st = fa_check_data(ctx, "kv_cache->v", v)) != FA_OK)
         return st;
     if (!c->seqlens) return fa_fail(ctx, FA_ERR_NULL_POINTER, "kv_cache->seqlens is NULL");
-    if (c->k.dtype != c->v.dtype || !(fa_dtype_is_float(c->k.dtype) || c->k.dtype == FA_DTYPE_I8))
+    if (c->k.dtype != v->dtype || !(fa_dtype_is_float(c->k.dtype) || c->k.dtype == FA_DTYPE_I8))
         return fa_fail(ctx, FA_ERR_DTYPE, "the cache's k and v must share one dtype of f32, f16, bf16, i8; got %s, %s",
-                       fa_dtype_name(c->k.dtype), fa_dtype_name(c->v.dtype));
+                       fa_dtype_name(c->k.dtype), fa_dtype_name(v->dtype));
     if ((st = fa_check_tensor(ctx, "kv_cache->k", &c->k)) != FA_OK) return st;
-    if ((st = fa_check_tensor(ctx, "kv_cache->v", &c->v)) != FA_OK) return st;
+    if ((st = fa_check_tensor(ctx, "kv_cache->v", v)) != FA_OK) return st;
     p->kc = fa_tensor_canonical(c->k);
     p->vc = fa_tensor_canonical(c->v);
     p->Hk = c->k.shape[2];
     p->D = c->k.shape[3];
     p->Dv = c->v.shape[3];
-    if ((st = fa_check_shape(ctx, "kv_cache->v", &c->v, c->k.shape[0], c->k.shape[1], p->Hk, -1)) != FA_OK) return st;
+    if (c->v_in_k) {
+        if ((st = check_latent(ctx, c, a, p)) != FA_OK) return st;
+    } else if ((st = fa_check_shape(ctx, "kv_cache->v", &c->v, c->k.shape[0], c->k.shape[1], p->Hk, -1)) != FA_OK) {
+        return st;
+    }
     if (c->k.dtype == FA_DTYPE_I8) return check_scales(ctx, c, p);
     if (c->k_scale.data || c->v_scale.data)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k_scale and v_scale belong to i8 caches only; this one is %s",
@@ -123,7 +168,23 @@ static fa_status check_layout(fa_context *ctx, const fa_kv_cache *c, fa_problem 
     return FA_OK;
 }
 
-/* The new k, v rows, dense (B, S_new, ..) or packed by cu_seqlens_k, if any. */
+/* A latent cache's new rows: v empty or the view of the new k's first Dv columns;
+ * p->v becomes that view of p->k. */
+static fa_status check_new_latent(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
+{
+    if (a->v.data && !is_k_view(&a->v, &a->k, p->Dv))
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT,
+                       "kv_cache->v_in_k: a V alias that does not fit inside K's rows: the new v must be empty or the "
+                       "view of the new k's first Dv = %lld columns (k's data, dtype, first three dims and strides)",
+                       (long long)p->Dv);
+    p->v = p->k;
+    p->v.shape[3] = p->Dv;
+    p->v = fa_tensor_canonical(p->v);
+    return FA_OK;
+}
+
+/* The new k, v rows, dense (B, S_new, ..) or packed by cu_seqlens_k, if any: each of
+ * f32, f16, bf16, whatever q's and the other's dtype (rounded to the cache's on append). */
 static fa_status check_new_rows(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
 {
     fa_status st;
@@ -134,24 +195,28 @@ static fa_status check_new_rows(fa_context *ctx, const fa_forward_args *a, fa_pr
                            "with a KV cache, cu_seqlens_k describes new k, v rows; none given");
         return FA_OK;
     }
-    if ((st = fa_check_data(ctx, "k", &a->k)) != FA_OK || (st = fa_check_data(ctx, "v", &a->v)) != FA_OK) return st;
-    if (!fa_dtype_is_float(a->k.dtype) || !fa_dtype_is_float(a->v.dtype))
+    if (p->v_in_k && !a->k.data)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_cache->v_in_k: new v rows without new k rows; a latent "
+                                                     "cache's V is K's first Dv columns, so give k (v empty)");
+    const fa_tensor *v = p->v_in_k ? &a->k : &a->v; /* a latent cache's new v is checked as k's view */
+    if ((st = fa_check_data(ctx, "k", &a->k)) != FA_OK || (st = fa_check_data(ctx, "v", v)) != FA_OK) return st;
+    if (!fa_dtype_is_float(a->k.dtype) || !fa_dtype_is_float(v->dtype))
         return fa_fail(ctx, FA_ERR_DTYPE, "new k, v rows must be f32, f16 or bf16; got %s, %s",
-                       fa_dtype_name(a->k.dtype), fa_dtype_name(a->v.dtype));
+                       fa_dtype_name(a->k.dtype), fa_dtype_name(v->dtype));
     if ((st = fa_check_tensor(ctx, "k", &a->k)) != FA_OK) return st;
-    if ((st = fa_check_tensor(ctx, "v", &a->v)) != FA_OK) return st;
+    if ((st = fa_check_tensor(ctx, "v", v)) != FA_OK) return st;
     if (p->varlen && !a->cu_seqlens_k)
         return fa_fail(ctx, FA_ERR_NULL_POINTER, "packed q with new k, v rows needs cu_seqlens_k to split them");
     const int64_t batch = a->cu_seqlens_k ? 1 : p->B;
     if ((st = fa_check_shape(ctx, "k", &a->k, batch, -1, p->Hk, p->D)) != FA_OK) return st;
-    if ((st = fa_check_shape(ctx, "v", &a->v, batch, a->k.shape[1], p->Hk, p->Dv)) != FA_OK) return st;
+    if (!p->v_in_k && (st = fa_check_shape(ctx, "v", &a->v, batch, a->k.shape[1], p->Hk, p->Dv)) != FA_OK) return st;
     if (a->cu_seqlens_k) {
         if ((st = fa_check_cu(ctx, "cu_seqlens_k", a->cu_seqlens_k, p->B, a->k.shape[1])) != FA_OK) return st;
         p->cu_k = a->cu_seqlens_k;
     }
     p->k = fa_tensor_canonical(a->k);
     p->v = fa_tensor_canonical(a->v);
-    return FA_OK;
+    return p->v_in_k ? check_new_latent(ctx, a, p) : FA_OK;
 }
 
 /* Every sequence's length, cache row and pages, against a cache of b_cache rows or pages. */
@@ -226,7 +291,7 @@ fa_status fa_cache_validate(fa_context *ctx, const fa_forward_args *a, fa_proble
     fa_status st = fa_read_struct(ctx, "kv_cache", a->kv_cache, a->kv_cache->struct_size, &cache, sizeof cache,
                                   FA_KV_CACHE_MIN_SIZE);
     if (st != FA_OK) return st;
-    if ((st = check_storage(ctx, &cache, p)) != FA_OK) return st;
+    if ((st = check_storage(ctx, &cache, a, p)) != FA_OK) return st;
     if ((st = check_layout(ctx, &cache, p)) != FA_OK) return st;
     if ((st = check_new_rows(ctx, a, p)) != FA_OK) return st;
     /* lengths, indices and pages, all before anything is written */
@@ -278,9 +343,11 @@ static void keep_row(const fa_tensor *t, fa_slot at, int64_t hk, int64_t dim, ch
 }
 
 /* The bytes the K (which 0) or V (1) row of one new row and kv head replaces: the
- * row, then an int8 cache's scale. An entry of the undo copy is the K part, then V. */
+ * row, then an int8 cache's scale. An entry of the undo copy is the K part, then V;
+ * a latent cache's V is inside K's row, which is written (and kept) once: no V part. */
 static int64_t part_bytes(const fa_problem *p, int which)
 {
+    if (which && p->v_in_k) return 0;
     const fa_tensor *t = which ? &p->vc : &p->kc;
     return (which ? p->Dv : p->D) * (int64_t)fa_dtype_size(t->dtype) + (p->quant ? (int64_t)sizeof(float) : 0);
 }
@@ -289,6 +356,7 @@ static int64_t part_bytes(const fa_problem *p, int which)
  * saving). Returns the part's end. */
 static char *keep_part(const fa_problem *p, int which, fa_slot at, int64_t hk, char *buf, int save)
 {
+    if (which && p->v_in_k) return buf;
     const fa_tensor *t = which ? &p->vc : &p->kc, *sc = which ? &p->v_scale : &p->k_scale;
     const int64_t dim = which ? p->Dv : p->D, row = dim * (int64_t)fa_dtype_size(t->dtype);
     if (p->quant && !save) keep_row(sc, at, hk, 1, buf + row, 0);
@@ -324,6 +392,7 @@ fa_status fa_cache_append(fa_context *ctx, const fa_problem *p, fa_cache_undo *u
                 fa_pack_rows(&p->k, sb, s0 + t, 1, hk, p->D, row, p->D);
                 kept = keep_part(p, 0, at, hk, kept, 1);
                 store_row(&p->kc, &p->k_scale, at, hk, row, p->D);
+                if (p->v_in_k) continue; /* V is K's row, just written */
                 fa_pack_rows(&p->v, sb, s0 + t, 1, hk, p->Dv, row, p->Dv);
                 kept = keep_part(p, 1, at, hk, kept, 1);
                 store_row(&p->vc, &p->v_scale, at, hk, row, p->Dv);

@@ -121,11 +121,13 @@ int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mm_terms, int mode
     if (mode == 1) return -1;
     /* f32 split into bf16 terms: a tile would be split again for every query block */
     if (mm_terms > 0 && p->dtype == FA_DTYPE_F32) return FA_KV_FORM_SPLIT(mm_terms);
-    const int bf16 = bf16_dot && !p->pages && !p->quant && p->q.dtype == FA_DTYPE_BF16 &&
-                     p->k.dtype == FA_DTYPE_BF16 && p->v.dtype == FA_DTYPE_BF16;
+    /* what the kernels read: a cached call's cache, never its new rows (any float dtype) */
+    const fa_tensor *t[2] = {p->cache ? &p->kc : &p->k, p->cache ? &p->vc : &p->v};
+    const int paged = p->pages || p->block_table;
+    const int bf16 = bf16_dot && !paged && !p->quant && p->q.dtype == FA_DTYPE_BF16 &&
+                     t[0]->dtype == FA_DTYPE_BF16 && t[1]->dtype == FA_DTYPE_BF16;
     if (bf16 || mode == 2) return bf16; /* pv_bf16 would pair V for every tile */
-    if (p->pages || p->quant) return 0;
-    const fa_tensor *t[2] = {&p->k, &p->v};
+    if (paged || p->quant) return 0;
     for (int i = 0; i < 2; i++)
         if (t[i]->dtype != FA_DTYPE_F32 || t[i]->stride[3] != 1 ||
             fa_rows_scattered(t[i]->stride[1] * (int64_t)fa_dtype_size(t[i]->dtype)))
@@ -133,7 +135,7 @@ int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mm_terms, int mode
     return -1; /* dense f32 rows: the kernels read them in place as well as packed */
 }
 
-int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, fa_kv_packing *pk)
+int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, int v_in_k, fa_kv_packing *pk)
 {
     pk->bf16 = form != 0;
     pk->terms = form >= FA_KV_FORM_SPLIT(1) ? form - 1 : 0;
@@ -151,13 +153,13 @@ int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, fa_kv_packin
         vb = fa_bytes3((sk + 1) / 2, pk->ldv, 4);
     } else {
         pk->ldk = fa_packed_ld(D);
-        pk->ldv = fa_packed_ld(Dv);
+        pk->ldv = v_in_k ? pk->ldk : fa_packed_ld(Dv);
         kb = fa_bytes3(sk, pk->ldk, 4);
-        vb = fa_bytes3(sk, pk->ldv, 4);
+        vb = v_in_k ? 0 : fa_bytes3(sk, pk->ldv, 4); /* a latent V is the packed K rows' first Dv floats */
     }
     /* every row is a multiple of 64 bytes, so both parts are too */
     if (kb < 0 || vb < 0 || kb > INT64_MAX - vb) return 0;
-    pk->v_offset = kb;
+    pk->v_offset = v_in_k && !form ? 0 : kb; /* the f32 form's latent V: K's rows */
     pk->vlo_offset = kb + vb / 2;
     pk->unit_bytes = kb + vb;
     return 1;
@@ -177,9 +179,11 @@ void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_pa
             row_to_f32(kern, row, s->k.dtype, s->k.stride[3], scale, D, tmp);
             fa_split_row(kern, T, 1, tmp, D, kd + c * pk->ldk, tmp + dmax);
             memset(kd + c * pk->ldk + T * D, 0, (size_t)(pk->ldk - T * D) * sizeof *kd);
+            /* a latent V: the same converted row's first Dv values, not read again */
+            if (s->v_in_k) fa_split_vrows(kern, T, tmp, Dv, 1, Dv, v16 + c * Dv, v16 + (cols + c) * Dv, tmp + dmax);
         }
         uint16_t *lo = v16 + cols * Dv;
-        for (int64_t c = 0; c < cols; c++) {
+        for (int64_t c = 0; c < cols && !s->v_in_k; c++) {
             float scale;
             const void *row = fa_kv_row(s, 1, j0 + c, hk, &scale);
             row_to_f32(kern, row, s->v.dtype, s->v.stride[3], scale, Dv, tmp);
@@ -199,12 +203,14 @@ void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_pa
             memcpy(kd + c * pk->ldk, k + c * ld, (size_t)D * sizeof *kd);
             memset(kd + c * pk->ldk + D, 0, (size_t)(pk->ldk - D) * sizeof *kd);
         }
-        const uint16_t *v = fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, v16, &ld);
+        /* a latent V pairs the packed K rows' first Dv columns, not the source again */
+        const uint16_t *v = s->v_in_k ? kd : fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, v16, &ld);
+        if (s->v_in_k) ld = pk->ldk;
         kern->pack_pairs_bf16(cols, Dv, v, ld, (uint32_t *)(unit + pk->v_offset) + (j0 - key0) / 2 * pk->ldv,
                               pk->ldv);
         return;
     }
-    for (int which = 0; which < 2; which++) {
+    for (int which = 0; which < 2 - s->v_in_k; which++) { /* a latent V views the packed K rows */
         const fa_tensor *t = which ? &s->v : &s->k;
         const int64_t dim = which ? Dv : D, ldp = which ? pk->ldv : pk->ldk;
         float *dst = (float *)(unit + (which ? pk->v_offset : 0)) + (j0 - key0) * ldp;

@@ -74,8 +74,11 @@ typedef struct fa_kv_packing {
  * f32 inputs as that many bf16 products (0: ieee). */
 #define FA_KV_FORM_SPLIT(T) (1 + (T))
 int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mm_terms, int mode);
-/* The layout of units of sk keys in that form; 0 when a size overflows. */
-int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, fa_kv_packing *pk);
+/* The layout of units of sk keys in that form; 0 when a size overflows. v_in_k (an
+ * MLA latent cache): the f32 form packs K alone and V is its rows' first Dv floats
+ * (v_offset 0, ldv = ldk); the bf16 and split forms pair V from the K rows packed or
+ * converted in the same step, never reading the source twice. */
+int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, int v_in_k, fa_kv_packing *pk);
 /* Packs keys j0 .. j0+cols-1 (j0 even in the bf16 and split forms) of kv head hk of
  * sequence view s into unit, whose first key is key0 (even in the bf16 and split
  * forms; a chunk of a long unit's keys, tasks.h): key j goes to row j - key0. The

@@ -60,6 +60,8 @@ typedef struct fa_problem {
     int64_t max_pages, page_size; /* page_size 0 = contiguous */
     int64_t capacity;         /* rows a sequence may hold */
     int append;               /* k, v hold new rows to append (dense: S_new = k.shape[1]) */
+    int v_in_k;               /* MLA latent cache: vc, v (and v_scale) are views of the first Dv
+                                 columns of kc, k (k_scale): V row j IS K row j, read and written once */
     const int32_t *pages;     /* in a paged per-sequence view: its block_table row */
 } fa_problem;
 

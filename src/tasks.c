@@ -227,11 +227,10 @@ void fa_steps_init(fa_steps *st, const fa_task *tasks, int64_t n_tasks)
 }
 
 /* The unit (b * Hk + hk) a task's packed K/V would be, or -1 when it reads none:
- * small-row tasks read each row once anyway, and a stacked task of a bf16-form
- * job widens K/V to f32 itself. */
-static int64_t task_unit(const fa_steps *st, const fa_problem *p, const fa_task *it)
+ * small-row tasks read each row once anyway. */
+static int64_t task_unit(const fa_problem *p, const fa_task *it)
 {
-    if (it->nkv > 0 || (st->pack.bf16 && it->ng != 1)) return -1;
+    if (it->nkv > 0) return -1;
     return (int64_t)it->b * p->Hk + it->h0 / p->group;
 }
 
@@ -350,7 +349,7 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
     st->pack.bf16 = rules->form;
     st->pc = pack_chunk(st, rules);
     for (int64_t t = 0; t < st->n_tasks; t++) {
-        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        const int64_t u = task_unit(p, &st->tasks[t]);
         if (u >= 0) units[u]++;
     }
     memcpy(total, units, (size_t)nu * sizeof *units);
@@ -364,7 +363,7 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
     const int64_t min_readers = rules->mode == 2 || rules->form >= FA_KV_FORM_SPLIT(1) ? 2 : rules->form ? 6 : 4;
     int64_t sk_max = 0;
     for (int64_t t = 0; t < st->n_tasks; t++) {
-        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        const int64_t u = task_unit(p, &st->tasks[t]);
         if (u < 0 || (units[u] >= 0 && units[u] < min_readers)) {
             st->unpacked++;
             continue;
@@ -380,16 +379,16 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
      * chunk and a pack step's keys more */
     const int64_t unit_max = rules->unit_max > 0 ? rules->unit_max : FA_PACK_UNIT_MAX;
     int64_t slot_keys = sk_max;
-    if (!fa_kv_packing_plan(rules->form, sk_max, p->D, p->Dv, &st->pack)) return st->packed = 0;
+    if (!fa_kv_packing_plan(rules->form, sk_max, p->D, p->Dv, p->v_in_k, &st->pack)) return st->packed = 0;
     if (st->pack.unit_bytes > unit_max) {
-        if (!fa_kv_packing_plan(rules->form, st->pc, p->D, p->Dv, &st->pack) || st->pack.unit_bytes == 0)
+        if (!fa_kv_packing_plan(rules->form, st->pc, p->D, p->Dv, p->v_in_k, &st->pack) || st->pack.unit_bytes == 0)
             return st->packed = 0;
         const int64_t steps = unit_max / 2 / st->pack.unit_bytes - 1;
         st->chunk_keys = (steps > 1 ? steps : 1) * st->pc;
         if (st->chunk_keys + st->pc < slot_keys) slot_keys = st->chunk_keys + st->pc;
         else st->chunk_keys = 0; /* a slot holds the longest unit after all */
     }
-    if (!fa_kv_packing_plan(rules->form, slot_keys, p->D, p->Dv, &st->pack) || st->pack.unit_bytes == 0 ||
+    if (!fa_kv_packing_plan(rules->form, slot_keys, p->D, p->Dv, p->v_in_k, &st->pack) || st->pack.unit_bytes == 0 ||
         st->pack.unit_bytes > PACK_MEMORY_MAX / 2) {
         /* no keys, or too many (even beyond int64): read in place; units[] is unread without fa_steps_fill */
         return st->packed = 0;
@@ -404,7 +403,7 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
     int64_t task_steps = 0;
     for (int64_t u = 0; u < nu; u++) gn[u] = seen[u] = 0;
     for (int64_t t = 0; t < st->n_tasks; t++) {
-        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        const int64_t u = task_unit(p, &st->tasks[t]);
         if (u < 0 || units[u] > -2) continue;
         int64_t sq, sk;
         fa_seq_lengths(p, u / p->Hk, &sq, &sk);
@@ -432,7 +431,7 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
     }
     /* whole units: every reader once */
     for (int64_t t = 0; t < st->n_tasks; t++) {
-        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        const int64_t u = task_unit(p, &st->tasks[t]);
         if (u < 0 || units[u] > -2) continue;
         int64_t sq, sk;
         fa_seq_lengths(p, u / p->Hk, &sq, &sk);
@@ -470,7 +469,7 @@ void fa_steps_fill(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules
         if (units[u] <= -2) fs.unit_of_order[-2 - units[u]] = u;
     int64_t upos = 0;
     for (int64_t t = 0; t < st->n_tasks; t++) {
-        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        const int64_t u = task_unit(p, &st->tasks[t]);
         if (u >= 0 && units[u] <= -2) fs.unit_first[-2 - units[u]]++;
         else st->order[upos++] = t;
     }
@@ -480,7 +479,7 @@ void fa_steps_fill(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules
         pos += n;
     }
     for (int64_t t = 0; t < st->n_tasks; t++) {
-        const int64_t u = task_unit(st, p, &st->tasks[t]);
+        const int64_t u = task_unit(p, &st->tasks[t]);
         if (u >= 0 && units[u] <= -2) st->order[fs.cursor[-2 - units[u]]++] = t;
     }
     /* the pieces: a whole unit, or per group of readers its chunks */

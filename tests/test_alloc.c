@@ -14,7 +14,7 @@
  *
  * The calls: dense (flash, standard, reference; 1 and 2 threads), varlen, a contiguous
  * cache append (the slot-collision check allocates), a paged int8 cache append, a decode
- * with split-KV, fa_merge_states.
+ * with split-KV, MLA latent cache appends (contiguous f32, paged int8), fa_merge_states.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,9 +217,10 @@ static fa_status call_cache(fa_context *ctx, scenario *s) {
 }
 
 /* A cache append: contiguous f32, or paged int8 (with its scales); splits forced for
- * the decode form. */
-static void test_cache(int paged, int64_t splits, int64_t sq) {
-    const int64_t B = 2, Hq = 4, Hk = 2, D = 16, pages = 8, page = 8, Smax = 40;
+ * the decode form. latent: an MLA latent cache (v_in_k; V = K's first Dv = 12 columns,
+ * v, new v and v_scale empty), whose undo copy covers each shared row once. */
+static void test_cache(int paged, int64_t splits, int64_t sq, int latent) {
+    const int64_t B = 2, Hq = 4, Hk = 2, D = 16, Dv = latent ? 12 : D, pages = 8, page = 8, Smax = 40;
     const int32_t seqlens[2] = {17, 6}, table[2 * 4] = {3, 0, 5, 1, 6, 2, 7, 4};
     fa_kv_cache c = FA_KV_CACHE_INIT;
     const fa_dtype cdt = paged ? FA_DTYPE_I8 : FA_DTYPE_F32;
@@ -242,15 +243,21 @@ static void test_cache(int paged, int64_t splits, int64_t sq) {
     a.q = h_alloc(FA_DTYPE_F32, B, sq, Hq, D);
     a.k = h_alloc(FA_DTYPE_F32, B, 2, Hk, D); /* two new rows per sequence */
     a.v = h_alloc(FA_DTYPE_F32, B, 2, Hk, D);
-    a.o = h_alloc(FA_DTYPE_F32, B, sq, Hq, D);
+    a.o = h_alloc(FA_DTYPE_F32, B, sq, Hq, Dv);
     a.lse = h_alloc(FA_DTYPE_F32, B, Hq, sq, 1);
     h_fill_normal(&a.q, &g_rng, 1.0), h_fill_normal(&a.k, &g_rng, 1.0), h_fill_normal(&a.v, &g_rng, 1.0);
+    fa_tensor v_new = a.v, v_cache = c.v, v_scale = c.v_scale; /* freed below, latent or not */
+    if (latent) {
+        c.v_in_k = 1;
+        a.v = c.v = c.v_scale = (fa_tensor){0};
+    }
     for (int64_t threads = 1; threads <= 2; threads++)
         for (int warm = 0; warm < 2; warm++) {
             scenario s;
             memset(&s, 0, sizeof s);
-            s.name = paged ? (splits ? "paged int8 cache append, split-KV" : "paged int8 cache append")
-                           : (splits ? "cache append, split-KV" : "cache append");
+            s.name = latent ? (paged ? "paged int8 latent cache append" : "latent cache append")
+                     : paged ? (splits ? "paged int8 cache append, split-KV" : "paged int8 cache append")
+                             : (splits ? "cache append, split-KV" : "cache append");
             s.call = call_cache;
             s.algo = FA_ALGO_AUTO, s.threads = threads, s.splits = splits, s.warm = warm;
             s.args = a;
@@ -258,13 +265,13 @@ static void test_cache(int paged, int64_t splits, int64_t sq) {
             watch_tensor(&s, &a.o, 0);
             watch_tensor(&s, &a.lse, 0);
             watch_tensor(&s, &c.k, 1);
-            watch_tensor(&s, &c.v, 1);
-            if (paged) watch_tensor(&s, &c.k_scale, 1), watch_tensor(&s, &c.v_scale, 1);
+            watch_tensor(&s, &v_cache, 1);
+            if (paged) watch_tensor(&s, &c.k_scale, 1), watch_tensor(&s, &v_scale, 1);
             drive(&s);
             scenario_free(&s);
         }
-    free(c.k.data), free(c.v.data), free(c.k_scale.data), free(c.v_scale.data);
-    free(a.q.data), free(a.k.data), free(a.v.data), free(a.o.data), free(a.lse.data);
+    free(c.k.data), free(v_cache.data), free(c.k_scale.data), free(v_scale.data);
+    free(a.q.data), free(a.k.data), free(v_new.data), free(a.o.data), free(a.lse.data);
 }
 
 static fa_tensor g_parts[3], g_part_lse[3], g_mo, g_ml;
@@ -362,10 +369,12 @@ int main(void) {
     test_context();
     test_dense();
     test_varlen();
-    test_cache(0, 0, 3);
-    test_cache(0, 3, 1);
-    test_cache(1, 0, 3);
-    test_cache(1, 2, 1);
+    test_cache(0, 0, 3, 0);
+    test_cache(0, 3, 1, 0);
+    test_cache(1, 0, 3, 0);
+    test_cache(1, 2, 1, 0);
+    test_cache(0, 2, 1, 1);
+    test_cache(1, 0, 3, 1);
     test_merge();
     return h_summary();
 }

@@ -31,12 +31,16 @@
  * invalid ids in block-table entries no sequence uses), strided caches (head-major, padded
  * rows) and head-major q/o, append into f32/f16/bf16/i8 caches (with all-zero rows),
  * chunked prefill (packed q + cache + packed new rows), a decode sweep (Sq 1..16, GQA
- * 1/4/8, D 64/128/72, q f32/f16/bf16), split-KV (forced 1, 2, 3, 7, 64, 256 and planned,
+ * 1/4/8, D 64/128/72, q f32/f16/bf16), MLA latent caches (v_in_k: DeepSeek's decode
+ * shape Hq 128 / Hk 1 / D 576 / Dv 512 and a 16-head stack in every form and cache dtype,
+ * prefill chunks, random latent shapes; the oracle builds explicit V from the latent
+ * rows), new rows of every float dtype into every cache dtype with q of another dtype
+ * (the header's contract), split-KV (forced 1, 2, 3, 7, 64, 256 and planned,
  * LAST_KV_SPLITS, the planned count's formula, threads 1 vs 2 bitwise, a dense call with
  * forced splits), int8 rows with known quantisation, fa_merge_states (the formula with
  * lse far from 0, -inf sides, all sides empty, in place, n = 1, strided o; merging
  * attention over 2 and 3 disjoint key sets equals attention over all keys; misuse), the
- * error cases (status, o/lse untouched, cache byte-identical), NaN isolation between
+ * error cases (status, o/lse untouched, cache byte-identical; latent-cache misuse too), NaN isolation between
  * sequences, and an old struct_size that must ignore the new fields.
  *
  * Inference forms run only on flash: a subset of the cases also checks that STANDARD and
@@ -188,6 +192,10 @@ typedef struct icase {
     double q_sigma;
     int qlayout;       /* q, o, new k/v: 0 (B, S, H, D) row-major, 1 head-major (B, H, S, D) */
     int clayout;       /* cache: 0 row-major, 1 head-major, 2 rows padded (3 spare elements) */
+    int mla;           /* MLA latent cache (v_in_k): V is K's first Dv columns; 1: the cache's v, the
+                          new v and v_scale empty, 2: given as K's views */
+    int new_dt;        /* 1: the new k, v rows are kdt, vdt (else q's dtype) */
+    fa_dtype kdt, vdt;
 } icase;
 
 static void icase_init(icase *c) {
@@ -205,14 +213,15 @@ static void describe(const icase *c, char *buf, size_t n) {
     int k = snprintf(buf, n,
                      "%s%s B=%lld Hq=%lld Hk=%lld D=%lld Dv=%lld q=%s o=%s cache=%s append=%d%s%s ps=%lld%s "
                      "causal=%d win=(%lld,%lld) softcap=%g scale=%g alibi=%d lse=%d tiles=%lldx%lld off=%d/%d/%d/%d "
-                     "zero_rows=%d layouts=%d/%d lens(sq,old,new)=",
+                     "zero_rows=%d layouts=%d/%d mla=%d new=%s/%s lens(sq,old,new)=",
                      modes[c->mode], c->varlen_q ? "+packed q" : "", (long long)c->B, (long long)c->Hq,
                      (long long)c->Hk, (long long)c->D, (long long)c->Dv, dt_str(c->qdt), dt_str(c->odt),
                      dt_str(c->cdt), c->append, c->batch_idx ? " batch_idx" : "", c->share ? " shared" : "",
                      (long long)c->page_size, c->bt_garbage ? " bt-garbage" : "", (int)c->causal,
                      (long long)c->wl, (long long)c->wr, (double)c->softcap, (double)c->scale, c->alibi, c->lse,
                      (long long)c->tile_q, (long long)c->tile_kv, c->q_off, c->q_tail, c->k_off, c->k_tail,
-                     c->zero_rows, c->qlayout, c->clayout);
+                     c->zero_rows, c->qlayout, c->clayout, c->mla, dt_str(c->new_dt ? c->kdt : c->qdt),
+                     dt_str(c->new_dt ? c->vdt : c->qdt));
     for (int64_t b = 0; b < c->B && k > 0 && (size_t)k < n; b++)
         k += snprintf(buf + k, n - (size_t)k, "(%d,%d,%d)", c->sq[b], c->sold[b], c->snew[b]);
 }
@@ -223,6 +232,7 @@ typedef struct iprob {
     char desc[900];
     int packed_q, packed_k, has_cache;
     fa_forward_args a;
+    fa_tensor v_own; /* mla: the new v buffer the call does not get (a.v is k's view or empty) */
     fa_kv_cache kc;
     fa_tensor lse_t; /* allocated even when the call gets no lse */
     int32_t cu_q[MAXS + 1], cu_k[MAXS + 1], seqlens[MAXS], bidx[MAXS];
@@ -319,11 +329,11 @@ static void iprob_build(iprob *p, const icase *c, h_rng *r) {
 
     /* new rows (MODE_VARLEN: all the keys) */
     if (has_new) {
-        const fa_dtype kdt = c->qdt;
+        const fa_dtype kdt = c->new_dt ? c->kdt : c->qdt, vdt = c->new_dt ? c->vdt : c->qdt;
         if (p->packed_k) {
             size_t nb;
             a->k = t_alloc_layout(kdt, 1, p->total_k, c->Hk, c->D, c->qlayout, 0, &nb);
-            a->v = t_alloc_layout(kdt, 1, p->total_k, c->Hk, c->Dv, c->qlayout, 0, &nb);
+            a->v = t_alloc_layout(vdt, 1, p->total_k, c->Hk, c->Dv, c->qlayout, 0, &nb);
             fill_nan(&a->k), fill_nan(&a->v);
             for (int64_t b = 0; b < B; b++)
                 for (int64_t j = 0; j < c->snew[b]; j++)
@@ -335,7 +345,7 @@ static void iprob_build(iprob *p, const icase *c, h_rng *r) {
         } else {
             size_t nb;
             a->k = t_alloc_layout(kdt, B, c->snew[0], c->Hk, c->D, c->qlayout, 0, &nb);
-            a->v = t_alloc_layout(kdt, B, c->snew[0], c->Hk, c->Dv, c->qlayout, 0, &nb);
+            a->v = t_alloc_layout(vdt, B, c->snew[0], c->Hk, c->Dv, c->qlayout, 0, &nb);
             h_fill_normal(&a->k, r, 1.0);
             h_fill_normal(&a->v, r, 1.0);
         }
@@ -350,6 +360,12 @@ static void iprob_build(iprob *p, const icase *c, h_rng *r) {
                         if ((j + 2 * h) % 4 == 1)
                             for (int64_t d = 0; d < c->Dv; d++) h_set(&a->v, i0, i1, h, d, 0.0);
                     }
+        if (c->mla) { /* V is the new k's first Dv columns: its own buffer stays unused */
+            p->v_own = a->v;
+            fa_tensor view = a->k;
+            view.shape[3] = c->Dv;
+            a->v = c->mla == 2 ? view : (fa_tensor){0};
+        }
     }
 
     a->scale = c->scale;
@@ -460,6 +476,13 @@ static void iprob_build(iprob *p, const icase *c, h_rng *r) {
     p->kc.k = p->cache[0];
     p->kc.v = p->cache[1];
     if (p->ncache == 4) p->kc.k_scale = p->cache[2], p->kc.v_scale = p->cache[3];
+    if (c->mla) { /* V is K's first Dv columns; cache[1] and cache[3] stay unused (and unchanged) */
+        fa_tensor view = p->cache[0];
+        view.shape[3] = c->Dv;
+        p->kc.v_in_k = 1;
+        p->kc.v = c->mla == 2 ? view : (fa_tensor){0};
+        if (p->ncache == 4) p->kc.v_scale = c->mla == 2 ? p->cache[2] : (fa_tensor){0};
+    }
     p->kc.seqlens = p->seqlens;
     a->kv_cache = &p->kc;
 
@@ -498,7 +521,7 @@ static void iprob_expect(iprob *p) {
             slot_of(p, b, c->sold[b] + j, &i0, &i1);
             k_row(p, b, j, &s0, &s1);
             for (int64_t h = 0; h < c->Hk; h++)
-                for (int kv = 0; kv < 2; kv++) {
+                for (int kv = 0; kv < 2 - (c->mla != 0); kv++) { /* a latent V is inside K's row */
                     const fa_tensor *src = kv ? &a->v : &a->k;
                     const int64_t dim = kv ? c->Dv : c->D;
                     if (c->cdt != FA_DTYPE_I8) {
@@ -520,7 +543,7 @@ static void iprob_expect(iprob *p) {
 
 static void iprob_free(iprob *p) {
     free(p->a.q.data), free(p->a.o.data), free(p->lse_t.data);
-    free(p->a.k.data), free(p->a.v.data);
+    free(p->a.k.data), free(p->c.mla ? p->v_own.data : p->a.v.data);
     free(p->slopes), free(p->bt);
     for (int t = 0; t < 4; t++) free(p->cache[t].data), free(p->snap[t]), free(p->expect[t]);
     free(p->tie_k), free(p->tie_v);
@@ -654,9 +677,10 @@ static void compute_oracle(fa_context *ctx, iprob *p) {
                 for (int64_t d = 0; d < D; d++)
                     h_set(&kd, 0, j, h, d,
                           p->has_cache ? cache_val(&ex[0], &ex[2], i0, i1, h, d) : h_get(&p->a.k, i0, i1, h, d));
+                const int vt = c->mla ? 0 : 1; /* a latent V: the first Dv columns of K's cache row */
                 for (int64_t d = 0; d < Dv; d++)
                     h_set(&vd, 0, j, h, d,
-                          p->has_cache ? cache_val(&ex[1], &ex[3], i0, i1, h, d) : h_get(&p->a.v, i0, i1, h, d));
+                          p->has_cache ? cache_val(&ex[vt], &ex[2 + vt], i0, i1, h, d) : h_get(&p->a.v, i0, i1, h, d));
             }
         }
         fa_forward_args ra = FA_FORWARD_ARGS_INIT;
@@ -1137,6 +1161,110 @@ static void test_chunked_prefill(uint64_t seed) {
         c.share = v == 1;
         run_case(&c, seed + 600 + (uint64_t)v, 2, 0, v == 0, v == 1);
     }
+}
+
+/* ------------------------------------------------------- MLA latent caches */
+
+/*
+ * MLA latent caches (v_in_k): V is the first Dv columns of K's cache rows. The oracle
+ * builds explicit K and V from the latent rows it expects the cache to hold (its own
+ * append) and runs the dense fp64 reference on them (compute_oracle); check_cache
+ * proves the append wrote each shared row once and nothing else (the unused v buffer
+ * stays as it was). DeepSeek's absorbed decode (Hq = 128, Hk = 1, D = 576, Dv = 512) in
+ * every cache form and dtype, a 16-head stack (the small-row path), prefill chunks
+ * (causal, packed q and new rows, packed K/V compared bitwise), random latent shapes
+ * with tails, and split-KV.
+ */
+static void test_mla(uint64_t seed) {
+    /* the DeepSeek shape: decode, one latent head, contiguous / batch_idx / paged, every cache dtype */
+    for (int v = 0; v < 8; v++) {
+        icase c;
+        icase_init(&c);
+        c.mla = 1 + v % 2;
+        c.mode = v % 3 == 1 ? MODE_PAGED : MODE_CONTIG;
+        c.batch_idx = v % 3 == 2;
+        c.B = 2, c.Hq = v < 4 ? 128 : 16, c.Hk = 1, c.D = 576, c.Dv = 512;
+        c.qdt = QDT[v % 3];
+        c.cdt = CDT[v % 4];
+        c.odt = v == 5 ? FA_DTYPE_F32 : c.qdt;
+        c.page_size = v == 4 ? 64 : 16;
+        c.append = v != 3;
+        static const int32_t old[] = {150, 37};
+        for (int b = 0; b < 2; b++) c.sq[b] = 1, c.snew[b] = c.append, c.sold[b] = old[b] - (v == 7) * b * 30;
+        c.causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c.zero_rows = v == 6;
+        c.clayout = v == 2 ? 2 : 0;
+        run_case(&c, seed + 9000 + (uint64_t)v, 1 + v % 2, v == 1 ? 3 : 0, v % 4 == 0, v == 0);
+    }
+    /* prefill chunks: packed q and new rows over a cache, causal; bf16 takes the pair path */
+    for (int v = 0; v < 6; v++) {
+        icase c;
+        icase_init(&c);
+        c.mla = 1 + v % 2;
+        c.mode = v % 2 ? MODE_PAGED : MODE_CONTIG;
+        c.varlen_q = 1;
+        c.append = 1;
+        c.B = 3, c.Hq = 8, c.Hk = v == 4 ? 2 : 1, c.D = v < 3 ? 72 : 40, c.Dv = v < 3 ? 64 : 33;
+        c.qdt = QDT[v % 3];
+        c.cdt = v == 3 ? FA_DTYPE_I8 : v == 5 ? FA_DTYPE_F16 : c.qdt;
+        static const int32_t old[] = {0, 64, 17}, chunk[] = {70, 16, 33};
+        for (int b = 0; b < 3; b++) c.sold[b] = old[b], c.sq[b] = c.snew[b] = chunk[b];
+        c.causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c.page_size = v == 1 ? 16 : 5;
+        c.batch_idx = v == 2;
+        c.tile_q = v == 4 ? 16 : 0;
+        run_case(&c, seed + 9100 + (uint64_t)v, 2, 0, 1, v == 1);
+    }
+    /* random latent shapes (tails in D and Dv), forms, dtypes, splits */
+    static const int64_t dims[][2] = {{24, 24}, {33, 17}, {72, 64}, {96, 1}, {40, 0}, {130, 128}};
+    const int n = h_scaled(24);
+    for (int k = 0; k < n; k++) {
+        h_rng r;
+        h_rng_seed(&r, seed * 29 + 7 * (uint64_t)k);
+        icase c;
+        const int mode = k % 2 ? MODE_PAGED : MODE_CONTIG, kind = (k / 2) % 3;
+        random_cache_case(&c, &r, mode, kind == 1 || (kind == 2 && h_rng_uniform(&r) < 0.8), kind == 2);
+        c.mla = 1 + (int)h_rng_int(&r, 0, 1);
+        const int di = (int)h_rng_int(&r, 0, 5);
+        c.D = dims[di][0], c.Dv = dims[di][1];
+        fit_budget(&c);
+        static const int64_t forced[] = {2, 5};
+        run_case(&c, seed + 9200 + (uint64_t)k, 1 + (k % 2), k % 3 == 2 ? forced[(k / 3) % 2] : 0, k % 4 == 1, 0);
+    }
+}
+
+/*
+ * The new rows' dtype (the header's contract): new k and v rows may each be f32, f16
+ * or bf16 whatever q's dtype, the cache's and each other's; each is rounded (int8:
+ * quantised) into the cache's dtype once, and the call attends to what the cache then
+ * holds (check_cache compares the cache with the test's own rounding of the new rows,
+ * the oracle reads the expected cache). Every (k, v) pair into every cache dtype, q of
+ * another dtype than k, contiguous and paged, decode and prefill chunks; and a latent
+ * cache fed rows of another dtype.
+ */
+static void test_new_row_dtypes(uint64_t seed) {
+    int k = 0;
+    for (int ki = 0; ki < 3; ki++)
+        for (int vi = 0; vi < 3; vi++)
+            for (int ci = 0; ci < 4; ci++, k++) {
+                icase c;
+                icase_init(&c);
+                c.mode = k % 2 ? MODE_PAGED : MODE_CONTIG;
+                c.varlen_q = k % 3 == 2;
+                c.append = 1;
+                c.new_dt = 1;
+                c.kdt = QDT[ki], c.vdt = QDT[vi], c.cdt = CDT[ci];
+                c.qdt = QDT[(ki + 1 + k % 2) % 3]; /* never k's */
+                c.odt = k % 5 == 0 ? FA_DTYPE_F32 : c.qdt;
+                c.B = 3, c.Hq = 4, c.Hk = 2, c.D = 40, c.Dv = 24;
+                c.page_size = 8;
+                c.zero_rows = ci == 3 && k % 2;
+                static const int32_t old[] = {20, 0, 45};
+                for (int b = 0; b < 3; b++) c.sq[b] = c.snew[b] = k % 3 == 2 ? 9 + 3 * b : 2, c.sold[b] = old[b];
+                c.causal = FA_CAUSAL_BOTTOM_RIGHT;
+                c.mla = k % 7 == 3 ? 1 : 0;
+                run_case(&c, seed + 9400 + (uint64_t)k, 2, 0, k % 6 == 0, 0);
+            }
 }
 
 /* ------------------------------------------------------------- decode sweep */
@@ -2162,6 +2290,65 @@ static void test_old_struct(uint64_t seed) {
     h_problem_free(&p);
 }
 
+/* Misuse of a latent cache: each refused with its status, nothing written. */
+static void test_mla_errors(uint64_t seed) {
+    for (int form = 0; form < 2; form++) {
+        icase c;
+        error_base(&c, form ? MODE_PAGED : MODE_CONTIG, form ? FA_DTYPE_I8 : FA_DTYPE_BF16, form);
+        c.mla = 2;
+        c.D = 24, c.Dv = 16;
+        h_rng r;
+        h_rng_seed(&r, seed + 9300 + (uint64_t)form);
+        iprob p;
+        iprob_build(&p, &c, &r);
+        expect_ok(&p, form ? "paged int8 latent cache, packed rows" : "latent cache");
+        fa_forward_args a = p.a;
+        fa_kv_cache kc = p.kc;
+        a.kv_cache = &kc;
+
+        kc.v.shape[3] = 25; /* Dv > D */
+        a.v.shape[3] = 25;
+        expect_fail(&p, &a, "latent Dv > D", FA_ERR_SHAPE_MISMATCH);
+        a = p.a, kc = p.kc, a.kv_cache = &kc;
+        kc.v = (fa_tensor){0}, a.v = (fa_tensor){0}; /* Dv from o; o too wide */
+        a.o.shape[3] = 25;
+        expect_fail(&p, &a, "latent, empty v, o's Dv > D", FA_ERR_SHAPE_MISMATCH);
+        a = p.a, kc = p.kc, a.kv_cache = &kc;
+        kc.v = p.cache[1]; /* a tensor of its own */
+        expect_fail(&p, &a, "latent v that is not K's view", FA_ERR_INVALID_ARGUMENT);
+        kc.v = p.kc.v;
+        kc.v.stride[1] += 1;
+        expect_fail(&p, &a, "latent v with other strides", FA_ERR_INVALID_ARGUMENT);
+        kc.v = p.kc.v;
+        kc.v.data = (char *)kc.v.data + 1;
+        expect_fail(&p, &a, "latent v one byte into K", FA_ERR_INVALID_ARGUMENT);
+        kc.v = p.kc.v;
+        kc.v.dtype = FA_DTYPE_F16;
+        expect_fail(&p, &a, "latent v of another dtype", FA_ERR_INVALID_ARGUMENT);
+        a = p.a, kc = p.kc, a.kv_cache = &kc;
+        a.v = p.v_own; /* new v rows of their own */
+        expect_fail(&p, &a, "latent new v that is not the new k's view", FA_ERR_INVALID_ARGUMENT);
+        a = p.a;
+        a.k = (fa_tensor){0};
+        a.cu_seqlens_k = NULL;
+        expect_fail(&p, &a, "latent new v without new k", FA_ERR_INVALID_ARGUMENT);
+        a = p.a, kc = p.kc, a.kv_cache = &kc;
+        kc.v_in_k = 2;
+        expect_fail(&p, &a, "v_in_k = 2", FA_ERR_INVALID_ARGUMENT);
+        kc.v_in_k = -1;
+        expect_fail(&p, &a, "v_in_k = -1", FA_ERR_INVALID_ARGUMENT);
+        kc = p.kc;
+        if (form) {
+            kc.v_scale = p.cache[3]; /* scales of their own */
+            expect_fail(&p, &a, "latent int8 v_scale that is not k_scale", FA_ERR_INVALID_ARGUMENT);
+            kc.v_scale = (fa_tensor){0};
+            kc.k_scale = (fa_tensor){0};
+            expect_fail(&p, &a, "latent int8 without scales", FA_ERR_NULL_POINTER);
+        }
+        iprob_free(&p);
+    }
+}
+
 int main(void) {
     uint64_t seed = h_env_u64("FA_TEST_SEED", 4242);
     h_case("fa_context_create");
@@ -2181,11 +2368,14 @@ int main(void) {
     test_cache_random(seed);
     test_decode(seed);
     test_splits(seed);
+    test_mla(seed);
+    test_new_row_dtypes(seed);
     test_int8_rows(seed);
     test_merge_formula(seed);
     test_merge_attention(seed);
     test_merge_errors();
     test_errors(seed);
+    test_mla_errors(seed);
     test_nan_isolation(seed);
     test_old_struct(seed);
 

@@ -120,6 +120,11 @@ int bench_mode_flag(bench_mode_opts *o, int argc, char **argv, int *i)
         o->decode = 1;
         return 1;
     }
+    if (strcmp(argv[*i], "--mla") == 0) {
+        o->mla = 1;
+        o->decode_flag_seen = 1;
+        return 1;
+    }
     if (strcmp(argv[*i], "--warm") == 0) {
         o->warm = 1;
         o->decode_flag_seen = 1;
@@ -209,6 +214,11 @@ void bench_mode_usage(FILE *f)
             "  --kv-dtype T       f32 | f16 | bf16 | i8 (int8 with an f32 scale per row\n"
             "                     and kv head)                           [f16]\n"
             "  --kv-splits N      force FA_PARAM_KV_SPLITS; 0 = planned  [0]\n"
+            "  --mla              DeepSeek V2/V3's absorbed MLA decode: Hq = 128, Hk = 1,\n"
+            "                     D = 576, Dv = 512 (these override --heads, --kv-heads,\n"
+            "                     --dim, --dim-v), one latent cache whose V is the first\n"
+            "                     Dv columns of K's rows (fa_kv_cache.v_in_k); GB/s counts\n"
+            "                     each latent row (D values, + 4 B of int8 scale) once\n"
             "  --warm             no flush: repeated calls may find K/V in the last-level\n"
             "                     cache. By default each timed call follows an untimed read\n"
             "                     of twice the LLC (--cold=BYTES sets the amount), so K/V\n"
@@ -259,8 +269,8 @@ int bench_mode_finish(bench_mode_opts *o, cli_shape *s, int seq_given)
         return -1;
     }
     if (!o->decode && o->decode_flag_seen) {
-        fprintf(stderr, "flashattn bench: --q-rows, --cache-len, --page-size, --kv-dtype and "
-                        "--warm need --decode\n");
+        fprintf(stderr, "flashattn bench: --q-rows, --cache-len, --page-size, --kv-dtype, --mla "
+                        "and --warm need --decode\n");
         return -1;
     }
     if ((o->decode || o->varlen_given) && seq_given) {
@@ -268,6 +278,12 @@ int bench_mode_finish(bench_mode_opts *o, cli_shape *s, int seq_given)
                 o->decode ? "--decode (use --q-rows and --cache-len)"
                           : "--varlen (the lengths come from its list)");
         return -1;
+    }
+    if (o->mla) { /* DeepSeek V2/V3: 128 query heads on one latent head of 576 = 512 + 64 rope */
+        s->heads = 128;
+        s->kv_heads = 1;
+        s->dim = 576;
+        s->dim_v = 512;
     }
     if (o->decode && s->kv_heads == 0)
         s->kv_heads = s->heads % 8 == 0 ? 8 : s->heads;
@@ -440,17 +456,19 @@ static int decode_cache_make(const cli_shape *s, const bench_mode_opts *o, const
         fprintf(stderr, "flashattn bench: the KV cache is too large to address\n");
         return -1;
     }
+    if (o->mla)
+        nv = 0; /* a latent cache's V is K's first Dv columns */
     c->k = cli_alloc(nk, es);
-    c->v = cli_alloc(nv, es);
+    c->v = o->mla ? NULL : cli_alloc(nv, es);
     c->seqlens = cli_alloc(B, sizeof *c->seqlens);
     if (o->kv_dtype == FA_DTYPE_I8) {
         c->k_scale = cli_alloc(ns, sizeof *c->k_scale);
-        c->v_scale = cli_alloc(ns, sizeof *c->v_scale);
+        c->v_scale = o->mla ? NULL : cli_alloc(ns, sizeof *c->v_scale);
     }
     if (P > 0)
         c->block_table = cli_alloc(B * max_pages, sizeof *c->block_table);
-    if (!c->k || !c->v || !c->seqlens || (o->kv_dtype == FA_DTYPE_I8 && (!c->k_scale || !c->v_scale)) ||
-        (P > 0 && !c->block_table)) {
+    if (!c->k || (!c->v && !o->mla) || !c->seqlens ||
+        (o->kv_dtype == FA_DTYPE_I8 && (!c->k_scale || (!c->v_scale && !o->mla))) || (P > 0 && !c->block_table)) {
         fprintf(stderr, "flashattn bench: out of memory allocating the KV cache (%.1f MiB)\n",
                 (double)(nk + nv) * (double)es / (1024.0 * 1024.0));
         decode_cache_free(c);
@@ -458,11 +476,12 @@ static int decode_cache_make(const cli_shape *s, const bench_mode_opts *o, const
     }
     uint64_t seed = (uint64_t)s->seed * 0x2545f4914f6cdd1dull;
     fill_values(c->k, o->kv_dtype, nk, seed ^ 0x6bull);
-    fill_values(c->v, o->kv_dtype, nv, seed ^ 0x76ull);
-    if (c->k_scale) {
+    if (c->v)
+        fill_values(c->v, o->kv_dtype, nv, seed ^ 0x76ull);
+    if (c->k_scale)
         fill_scales(c->k_scale, ns, seed ^ 0x6b73ull);
+    if (c->v_scale)
         fill_scales(c->v_scale, ns, seed ^ 0x7673ull);
-    }
     for (int64_t b = 0; b < B; b++)
         c->seqlens[b] = (int32_t)lens[b];
     if (P > 0) {
@@ -494,14 +513,22 @@ static int decode_cache_make(const cli_shape *s, const bench_mode_opts *o, const
     fa_kv_cache_init(kc);
     kc->k = fa_tensor_make(c->k, o->kv_dtype, FA_LAYOUT_BSND, c->rows0, c->rows1, s->kv_heads,
                            s->dim);
-    kc->v = fa_tensor_make(c->v, o->kv_dtype, FA_LAYOUT_BSND, c->rows0, c->rows1, s->kv_heads,
-                           s->dim_v);
-    if (c->k_scale) {
+    if (o->mla) { /* V: the view of K's first Dv columns */
+        kc->v_in_k = 1;
+        kc->v = kc->k;
+        kc->v.shape[3] = s->dim_v;
+    } else {
+        kc->v = fa_tensor_make(c->v, o->kv_dtype, FA_LAYOUT_BSND, c->rows0, c->rows1, s->kv_heads,
+                               s->dim_v);
+    }
+    if (c->k_scale)
         kc->k_scale = fa_tensor_contiguous(c->k_scale, FA_DTYPE_F32, c->rows0, c->rows1,
                                            s->kv_heads, 1);
+    if (c->v_scale)
         kc->v_scale = fa_tensor_contiguous(c->v_scale, FA_DTYPE_F32, c->rows0, c->rows1,
                                            s->kv_heads, 1);
-    }
+    if (o->mla && c->k_scale)
+        kc->v_scale = kc->k_scale;
     kc->seqlens = c->seqlens;
     kc->block_table = c->block_table;
     kc->max_pages = P > 0 ? max_pages : 0;
@@ -568,9 +595,11 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
     double kv_bytes = 0.0, tokens = 0.0;
     for (int64_t b = 0; b < B; b++) {
         const int64_t rows = decode_rows(s, o->q_rows, lens[b]);
-        double row_bytes = (double)s->kv_heads * (double)(s->dim + s->dim_v) * (double)es;
+        /* a latent row is read once for both products: D values (and one scale) */
+        const int64_t width = o->mla ? s->dim : s->dim + s->dim_v, nscales = o->mla ? 1 : 2;
+        double row_bytes = (double)s->kv_heads * (double)width * (double)es;
         if (o->kv_dtype == FA_DTYPE_I8)
-            row_bytes += (double)s->kv_heads * 2.0 * sizeof(float);
+            row_bytes += (double)s->kv_heads * (double)nscales * sizeof(float);
         kv_bytes += (double)rows * row_bytes;
         tokens += (double)lens[b];
     }
@@ -649,6 +678,7 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
         json_common(f, isa, s);
         fputs(",\"kv_dtype\":", f);
         cli_json_string(f, kv_dtype_name(o->kv_dtype));
+        fprintf(f, ",\"mla\":%d", o->mla);
         fprintf(f, ",\"B\":%lld,\"q_rows\":%lld,\"cache_len_min\":%lld,\"cache_len_max\":%lld"
                    ",\"cache_tokens\":%.0f,\"page_size\":%lld",
                 (long long)B, (long long)o->q_rows, (long long)len_min, (long long)len_max, tokens,
@@ -700,8 +730,13 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
            o->page_size > 0 ? "paged (pages shuffled)" : "contiguous", lens_txt);
     if (len_min != len_max)
         printf(" evenly spaced over the batch, shuffled by --seed (mean %.0f)", tokens / (double)B);
-    printf("\n# GB/s = K/V bytes the call must read (%s: rows x Hk x (D+Dv) x %zu B%s) / time\n",
-           kvsize, es, o->kv_dtype == FA_DTYPE_I8 ? " + 8 B of scales per row and head" : "");
+    if (o->mla)
+        printf("\n# MLA latent cache (--mla): V is the first Dv columns of K's rows; GB/s = latent bytes "
+               "the call must read, each row once (%s: rows x Hk x D x %zu B%s) / time\n",
+               kvsize, es, o->kv_dtype == FA_DTYPE_I8 ? " + 4 B of scale per row and head" : "");
+    else
+        printf("\n# GB/s = K/V bytes the call must read (%s: rows x Hk x (D+Dv) x %zu B%s) / time\n",
+               kvsize, es, o->kv_dtype == FA_DTYPE_I8 ? " + 8 B of scales per row and head" : "");
     if (read_bw > 0)
         printf("# read bandwidth %.1f GB/s: streaming reads from main memory on %lld thread%s, "
                "measured by fa_probe\n", read_bw, (long long)cli_resolved_threads(s->threads),
@@ -731,7 +766,7 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
     static const int right[COLS] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     char cells[COLS][CLI_CELL];
     snprintf(cells[0], CLI_CELL, "%s", fa_algo_name(t.algo));
-    snprintf(cells[1], CLI_CELL, "%s", kv_dtype_name(o->kv_dtype));
+    snprintf(cells[1], CLI_CELL, "%s%s", kv_dtype_name(o->kv_dtype), o->mla ? " latent" : "");
     if (o->page_size > 0)
         snprintf(cells[2], CLI_CELL, "paged %lld", (long long)o->page_size);
     else

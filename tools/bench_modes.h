@@ -1,8 +1,9 @@
 /*
  * bench_modes.h: the serving-shaped modes of `flashattn bench`:
  *   --decode       a few query rows per sequence against a KV cache (contiguous
- *                  or paged, f32/f16/bf16/int8), reported as latency and as the
- *                  K/V read bandwidth against the machine's measured one;
+ *                  or paged, f32/f16/bf16/int8; --mla: an MLA latent cache), reported
+ *                  as latency and as the K/V read bandwidth against the machine's
+ *                  measured one;
  *   --varlen LENS  packed variable-length prefill (cu_seqlens), next to one
  *                  dense batch of the same work.
  * cmd_bench.c parses the shape flags and hands the rest here.
@@ -29,6 +30,7 @@ typedef struct bench_mode_opts {
     int64_t kv_splits;        /* --kv-splits: FA_PARAM_KV_SPLITS, 0 = planned */
     int kv_splits_given;
     int decode_flag_seen;     /* a decode-only flag was given (an error without --decode) */
+    int mla;                  /* --mla: an MLA latent cache (fa_kv_cache.v_in_k), DeepSeek's shape */
 
     int varlen_given;         /* --varlen */
     int64_t *varlen;          /* its lengths (a generator's after bench_mode_finish) */

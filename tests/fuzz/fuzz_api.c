@@ -2,7 +2,8 @@
  * fuzz_api.c: a libFuzzer target over the whole public API (issue 8).
  *
  * The input is a little program: byte 0 picks an entry point (dense fa_forward, varlen,
- * a contiguous, paged or int8 KV cache with or without an append, fa_merge_states, or
+ * a contiguous, paged or int8 KV cache with or without an append, an MLA latent cache
+ * (v_in_k: V as K's first Dv columns, valid views and ones that are not), fa_merge_states, or
  * the small calls: settings, bounds, names, tensor makers, probe misuse), the rest
  * decode every field: dims (small, zero, negative or one of a table of huge values),
  * per-tensor layouts (row-major, head-major, reversed, padded, negated, zero, raw or
@@ -1086,6 +1087,19 @@ static void fuzz_cache(reader *r, int paged) {
      * must be refused */
     const uint8_t dd = rd_dropout(r, &a);
     if (dd & 0x40) a.dropout_mask = *make(&w, r, FA_DTYPE_BOOL, B, Hq, Sq, 1, KIND_OUTPUT, 0);
+    /* an MLA latent cache (v_in_k): 1 on; 0x80 a value other than 0 and 1; 2 the cache's
+     * v as K's view (else empty), 4 the new v as the new k's view (else empty), 8
+     * v_scale as k_scale (else empty), 0x10 a v that is not K's view (refused) */
+    const uint8_t mla = u8(r);
+    if (mla & 0x81) {
+        c.v_in_k = mla & 0x80 ? 2 + (mla & 1) : 1;
+        fa_tensor kview = c.k, nview = a.k;
+        kview.shape[3] = Dv, nview.shape[3] = Dv;
+        c.v = mla & 0x10 ? *vt : mla & 2 ? kview : (fa_tensor){0};
+        if (append) a.v = mla & 4 ? nview : (fa_tensor){0};
+        if (kst) c.v_scale = mla & 8 ? c.k_scale : (fa_tensor){0};
+    }
+    const int latent = c.v_in_k != 0;
     const int64_t cap = mul_or_neg(c.k.shape[1], paged ? c.max_pages : 1);
     const int64_t dsum = add_or_neg(c.k.shape[3], c.v.shape[3]);
     const int64_t work = mul_or_neg(mul_or_neg(mul_or_neg(a.q.shape[0], a.q.shape[1]), mul_or_neg(a.q.shape[2], dsum ? dsum : 1)),
@@ -1140,7 +1154,7 @@ static void fuzz_cache(reader *r, int paged) {
             int64_t blk = paged ? table[b * c.max_pages + j / slots1] : (c.batch_idx ? batch_idx[b] : b);
             const int64_t row = paged ? j % slots1 : j;
             for (int64_t h = 0; h < Hkc; h++)
-                for (int which = 0; which < 2; which++) {
+                for (int which = 0; which < 2 - latent; which++) { /* a latent V is checked as K's row */
                     const fa_tensor *ct = which ? &c.v : &c.k, *nt = which ? &a.v : &a.k;
                     const fa_tensor *sc = which ? &c.v_scale : &c.k_scale;
                     const int64_t dim = nt->shape[3];

@@ -160,6 +160,14 @@ seeds = {
     "varlen_dropout_mask": varlen(opt=1, extra=[1])[:-1] + bytes([0] + drop(p=1, mask=0x40)),
     "cache_dropout": cache(0, snew_on=0, snew=0) + bytes(drop(p=1)),
     "cache_dropout_nan": cache(0, snew_on=0, snew=0) + bytes(drop(p=10)),
+    # MLA latent caches (v_in_k): after the dropout byte, the mla byte (1 on, 2 cache v as
+    # K's view, 4 new v as k's view, 8 v_scale = k_scale, 0x10 a v not K's, 0x80 bad value)
+    "cache_mla_append": cache(0, grp=4, D=24, Dv=16) + bytes([0, 1 | 2 | 4]),
+    "cache_mla_empty_v": cache(0, grp=4, D=24, Dv=16) + bytes([0, 1]),
+    "cache_mla_paged_int8": cache(1, cd=3, slots0=8, slots1=5, scales=(0, 0), D=20, Dv=12) + bytes([0, 1 | 8]),
+    "cache_mla_not_view": cache(0, D=24, Dv=16) + bytes([0, 1 | 0x10]),
+    "cache_mla_dv_over_d": cache(0, D=8, Dv=16) + bytes([0, 1 | 2]),
+    "cache_mla_bad_flag": cache(0, D=24, Dv=16) + bytes([0, 0x80]),
     # fa_backward
     "bwd_basic": bwd(),
     "bwd_f32_2threads": bwd(settings=1, dims=(2, 9, 17, 2, 2, 24, 16)),
