@@ -58,6 +58,7 @@ typedef struct fa_problem {
     int64_t max_pages, page_size; /* page_size 0 = contiguous */
     int64_t capacity;         /* rows a sequence may hold */
     int append;               /* k, v hold new rows to append (dense: S_new = k.shape[1]) */
+    const int32_t *leftpad;   /* contiguous caches: sequence b's key 0 is row leftpad[b] */
     const int32_t *pages;     /* in a paged per-sequence view: its block_table row */
 } fa_problem;
 

@@ -276,7 +276,7 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
           nb::handle mask, nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle k_cache, nb::handle v_cache,
           nb::handle k_scale, nb::handle v_scale, nb::handle cache_seqlens, nb::handle cache_batch_idx,
           nb::handle block_table, int64_t q_start, int64_t k_start, double dropout_p, uint64_t dropout_seed,
-          uint32_t dropout_offset, nb::handle dropout_mask)
+          uint32_t dropout_offset, nb::handle dropout_mask, nb::handle cache_leftpad)
 {
     fa_forward_args &a = c.a;
     a.q = tensor_of<in_array>(c.keep, q, "q");
@@ -349,6 +349,9 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
         if (kc.block_table)
             covers("block_table (rows)", bt_rows);
         kc.max_pages = kc.block_table ? bt_cols : 0;
+        kc.leftpad = int32_of(c.keep, cache_leftpad, "cache_leftpad", &r, &n);
+        if (kc.leftpad)
+            covers("cache_leftpad", r * n);
         a.kv_cache = &kc;
     }
     a.q_start = q_start;
@@ -365,11 +368,11 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
         nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle k_cache, nb::handle v_cache,                  \
         nb::handle k_scale, nb::handle v_scale, nb::handle cache_seqlens, nb::handle cache_batch_idx,              \
         nb::handle block_table, int64_t q_start, int64_t k_start, double dropout_p, uint64_t dropout_seed,         \
-        uint32_t dropout_offset, nb::handle dropout_mask
+        uint32_t dropout_offset, nb::handle dropout_mask, nb::handle cache_leftpad
 #define FA_FWD_NAMES                                                                                              \
     q, k, v, o, lse, scale, softcap, causal, window_left, window_right, alibi, bias, mask, cu_seqlens_q,           \
         cu_seqlens_k, k_cache, v_cache, k_scale, v_scale, cache_seqlens, cache_batch_idx, block_table, q_start,    \
-        k_start, dropout_p, dropout_seed, dropout_offset, dropout_mask
+        k_start, dropout_p, dropout_seed, dropout_offset, dropout_mask, cache_leftpad
 #define FA_FWD_ARGS                                                                                                \
     nb::arg("q"), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out"), nb::arg("softmax_lse").none() = nb::none(), \
         nb::arg("scale") = 0.0, nb::arg("softcap") = 0.0, nb::arg("causal") = 0, nb::arg("window_left") = -1,       \
@@ -381,7 +384,7 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
         nb::arg("cache_seqlens").none() = nb::none(), nb::arg("cache_batch_idx").none() = nb::none(),              \
         nb::arg("block_table").none() = nb::none(), nb::arg("q_start") = 0, nb::arg("k_start") = 0,                \
         nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,                    \
-        nb::arg("dropout_mask").none() = nb::none()
+        nb::arg("dropout_mask").none() = nb::none(), nb::arg("cache_leftpad").none() = nb::none()
 
 void forward(Context &ctx, FA_FWD_PARAMS)
 {
@@ -611,6 +614,27 @@ double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb
     return seconds / static_cast<double>(runs > 0 ? runs : 1);
 }
 
+// For the benchmark: any forward call (the arguments of forward(), a KV cache's
+// included) built once and run `runs` times in C, so that a front end's per-call
+// cost is (its per-call time - this). An append writes the same rows every run.
+double time_call_c(Context &ctx, int64_t runs, FA_FWD_PARAMS)
+{
+    fa_context *c = ctx.get();
+    Call call;
+    fill(call, FA_FWD_NAMES);
+    fa_status st = FA_OK;
+    double seconds;
+    {
+        nb::gil_scoped_release unlocked;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t r = 0; r < runs && st == FA_OK; r++)
+            st = fa_forward(c, &call.a);
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    check(st, c, "fa_forward");
+    return seconds / static_cast<double>(runs > 0 ? runs : 1);
+}
+
 // fa_tune: the sweep with the GIL released; a Python progress callback runs with the
 // GIL taken back, and the first exception it raises stops further calls and is
 // raised once the sweep is over.
@@ -756,6 +780,7 @@ NB_MODULE(_C, m)
           nb::arg("dv").none(), FA_FWD_ARGS);
     m.def("merge_states", &merge_states, nb::arg("ctx"), nb::arg("out_parts"), nb::arg("lse_parts"),
           nb::arg("out"), nb::arg("lse").none());
+    m.def("time_call_c", &time_call_c, nb::arg("ctx"), nb::arg("runs"), FA_FWD_ARGS);
     m.def("time_forward_c", &time_forward_c, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
           nb::arg("out"), nb::arg("runs"));
     m.def("probe", &probe, nb::arg("ctx"), nb::arg("kind"));
