@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "measure.h"
 
@@ -136,11 +137,22 @@ static int mixed_make(mixed_bench *m, const cli_shape *s, const bench_mode_opts 
     return 0;
 }
 
-/* One run of variant v: its seconds, or a negative value after a failed call. */
-static double mixed_run(fa_context *ctx, const mixed_bench *m, int v)
+/* The process's CPU seconds (user + system, every thread) so far. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0.0;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* One run of variant v: its seconds, or a negative value after a failed call; *cpu
+ * its CPU seconds over all threads (what a loaded machine's wall time hides: the
+ * work, not the balance). */
+static double mixed_run(fa_context *ctx, const mixed_bench *m, int v, double *cpu)
 {
     fa_status st = FA_OK;
-    const double t0 = cli_now();
+    const double c0 = cpu_seconds(), t0 = cli_now();
     if (v == 0) {
         st = fa_forward(ctx, &m->mixed);
     } else if (v == 1) {
@@ -153,6 +165,7 @@ static double mixed_run(fa_context *ctx, const mixed_bench *m, int v)
             st = fa_forward(ctx, &m->seq[b]);
     }
     const double dt = cli_now() - t0;
+    *cpu = cpu_seconds() - c0;
     if (st != FA_OK) {
         fprintf(stderr, "flashattn bench: %s call: %s: %s\n", variant_names[v], fa_status_string(st),
                 fa_context_error(ctx));
@@ -165,6 +178,13 @@ static int cmp_double(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* The median of n values (sorts them). */
+static double median(double *x, int64_t n)
+{
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
 /* The largest |a - b| over n elements of two outputs (0: bitwise the same). */
@@ -187,7 +207,8 @@ int bench_mixed(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, i
         return CLI_EXIT_FAIL;
     int status = CLI_EXIT_FAIL;
     const int64_t runs = s->runs > 0 ? s->runs : 1;
-    double *times = cli_alloc(MIXED_VARIANTS * runs, sizeof *times), med[MIXED_VARIANTS];
+    double *times = cli_alloc(2 * MIXED_VARIANTS * runs, sizeof *times), med[MIXED_VARIANTS], cpu[MIXED_VARIANTS];
+    double *cpus = times ? times + MIXED_VARIANTS * runs : NULL, spare;
     fa_work work = FA_WORK_INIT;
     int64_t splits = 0, tile_q = 0, tile_kv = 0;
     if (!times)
@@ -197,7 +218,7 @@ int bench_mixed(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, i
         goto done;
     }
     for (int v = 0; v < MIXED_VARIANTS; v++) /* warm-up */
-        if (mixed_run(ctx, &m, v) < 0)
+        if (mixed_run(ctx, &m, v, &spare) < 0)
             goto done;
     fa_context_get(ctx, FA_PARAM_LAST_KV_SPLITS, &splits); /* of the last per-seq call: a decode's */
     /* interleaved, the first variant rotating, so that drift in the machine's load
@@ -205,10 +226,10 @@ int bench_mixed(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, i
     for (int64_t r = 0; r < runs; r++)
         for (int k = 0; k < MIXED_VARIANTS; k++) {
             const int v = (int)((k + r) % MIXED_VARIANTS);
-            if ((times[v * runs + r] = mixed_run(ctx, &m, v)) < 0)
+            if ((times[v * runs + r] = mixed_run(ctx, &m, v, &cpus[v * runs + r])) < 0)
                 goto done;
         }
-    if (mixed_run(ctx, &m, 0) < 0) /* the read-outs of a mixed call */
+    if (mixed_run(ctx, &m, 0, &spare) < 0) /* the read-outs of a mixed call */
         goto done;
     fa_context_get(ctx, FA_PARAM_LAST_TILE_Q, &tile_q);
     fa_context_get(ctx, FA_PARAM_LAST_TILE_KV, &tile_kv);
@@ -216,9 +237,8 @@ int bench_mixed(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, i
     fa_context_get(ctx, FA_PARAM_LAST_KV_SPLITS, &mixed_splits);
     fa_context_get(ctx, FA_PARAM_LAST_THREADS, &threads);
     for (int v = 0; v < MIXED_VARIANTS; v++) {
-        qsort(times + v * runs, (size_t)runs, sizeof *times, cmp_double);
-        med[v] = runs % 2 ? times[v * runs + runs / 2]
-                          : 0.5 * (times[v * runs + runs / 2 - 1] + times[v * runs + runs / 2]);
+        med[v] = median(times + v * runs, runs);
+        cpu[v] = median(cpus + v * runs, runs);
     }
     const int64_t n_out = (m.chunk_rows + m.decodes) * s->heads * s->dim_v;
     int same_sep, same_seq;
@@ -236,7 +256,8 @@ int bench_mixed(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, i
                (long long)m.chunks, (long long)o->chunk_len, (long long)m.decodes, (long long)o->cache_lo,
                (long long)o->page_size, (long long)threads, (long long)runs, work.flops);
         for (int v = 0; v < MIXED_VARIANTS; v++)
-            printf(",\"%s_ms\":%.4f", v == 0 ? "mixed" : v == 1 ? "separate" : "per_seq", med[v] * 1e3);
+            printf(",\"%s_ms\":%.4f,\"%s_cpu_ms\":%.4f", v == 0 ? "mixed" : v == 1 ? "separate" : "per_seq",
+                   med[v] * 1e3, v == 0 ? "mixed" : v == 1 ? "separate" : "per_seq", cpu[v] * 1e3);
         printf(",\"mixed_over_separate\":%.4f,\"mixed_over_per_seq\":%.4f,\"tile_q\":%lld,\"tile_kv\":%lld"
                ",\"kv_splits\":%lld,\"same_as_separate\":%s,\"max_diff_separate\":%.3g,\"same_as_per_seq\":%s"
                ",\"max_diff_per_seq\":%.3g}\n",
@@ -254,9 +275,10 @@ int bench_mixed(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, i
                (long long)o->page_size, (long long)s->heads, (long long)s->kv_heads, (long long)s->dim,
                (long long)s->dim_v, isa, (long long)threads, (long long)tile_q, (long long)tile_kv,
                (long long)mixed_splits);
+        printf("variant    median ms  GFLOP/s  x mixed's  cpu ms (all threads)  x mixed's\n");
         for (int v = 0; v < MIXED_VARIANTS; v++)
-            printf("%-9s %10.3f ms  %8.1f GFLOP/s  %5.3fx mixed's time%s\n", variant_names[v], med[v] * 1e3,
-                   work.flops / med[v] * 1e-9, med[v] / med[0],
+            printf("%-9s %10.3f %8.1f %10.3f %21.3f %10.3f%s\n", variant_names[v], med[v] * 1e3,
+                   work.flops / med[v] * 1e-9, med[v] / med[0], cpu[v] * 1e3, cpu[v] / cpu[0],
                    v == 0 ? "" : v == 1 ? "  (varlen prefill + decode)" : "  (one call per sequence)");
         printf("# mixed vs separate: %s; vs per-seq: %s", same_sep ? "bitwise equal" : "differ", 
                same_seq ? "bitwise equal" : "differ");
