@@ -254,6 +254,8 @@ def _int32(x, torch_side, name):
     if is_torch(x):
         import torch
 
+        if x.dtype is torch.int32 and x.device.type == "cpu" and x.is_contiguous():
+            return x  # as it is (an index array takes no gradient): the per-call path of decoding
         if x.device.type != "cpu":
             raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
         if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
@@ -470,17 +472,21 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if t:
         import torch
 
-        # the cache is written in place and the call is not differentiable
-        q, k, v = (None if x is None else x.detach() for x in (q, k, v))
+        # the cache is written in place and the call is not differentiable (detach only
+        # what takes a gradient: a decoding step's per-call cost is counted in microseconds)
+        q, k, v = (x.detach() if x is not None and x.requires_grad else x for x in (q, k, v))
         for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
             if x.device.type != "cpu":
                 raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
+        if not return_softmax_lse and alibi_slopes is None and not num_splits:
+            return _ops().kvcache_lean(q, k_cache, v_cache, k, v, seqlens, bidx, table, leftpad, k_scale, v_scale,
+                                       scale, softcap_, causal_, wl, wr)
         out = torch.empty((B, q.shape[1], q.shape[2], v_cache.shape[3]), dtype=q.dtype)
-        lse = torch.empty((B, q.shape[2], q.shape[1]), dtype=torch.float32)
+        lse = torch.empty((B, q.shape[2], q.shape[1]), dtype=torch.float32) if return_softmax_lse else None
     else:
         q, k, v = _np(q, "q"), _np(k, "k"), _np(v, "v")
         out = np.empty((B, q.shape[1], q.shape[2], v_cache.shape[3]), dtype=q.dtype)
-        lse = np.empty((B, q.shape[2], q.shape[1]), dtype=np.float32)
+        lse = np.empty((B, q.shape[2], q.shape[1]), dtype=np.float32) if return_softmax_lse else None
     args = (q, k, v, out, lse, _alibi(alibi_slopes, t), k_cache, v_cache, k_scale, v_scale, seqlens, bidx, table,
             leftpad)
     if t:

@@ -591,6 +591,42 @@ nb::object forward_torch(Context &ctx, nb::handle q, nb::handle k, nb::handle v,
     return out;
 }
 
+// The torch fast path of flash_attn_with_kvcache (decoding: a call of a millisecond
+// whose Python layer must stay a few percent of it): every tensor to a DLPack
+// capsule here, the output from torch.empty_strided, then fa_forward; index arrays
+// already int32 (flashattn.interface converts them). Returns out (B, Sq, Hq, Dv).
+nb::object kvcache_torch(Context &ctx, nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k, nb::handle v,
+                         nb::handle seqlens, nb::handle batch_idx, nb::handle block_table, nb::handle leftpad,
+                         nb::handle k_scale, nb::handle v_scale, double scale, double softcap, int causal,
+                         int64_t window_left, int64_t window_right)
+{
+    fa_context *c = ctx.get();
+    if (!g_to_dlpack)
+        raise(PyExc_RuntimeError, "flashattn._C.kvcache_torch: torch_setup() has not run");
+    nb::handle none(Py_None);
+    nb::object caps[11];
+    const nb::handle tensors[11] = {q, k, v, k_cache, v_cache, k_scale, v_scale, seqlens, batch_idx, block_table, leftpad};
+    for (int i = 0; i < 11; i++)
+        if (!tensors[i].is_none())
+            caps[i] = dlpack_of(tensors[i]);
+    auto h = [&](int i) { return caps[i].is_valid() ? nb::handle(caps[i]) : none; };
+    Call call;
+    fill(call, h(0), h(1), h(2), none, none, scale, softcap, causal, window_left, window_right, none, none, none, none,
+         none, h(3), h(4), h(5), h(6), h(7), h(8), h(9), 0, 0, 0.0, 0, 0, none, h(10));
+    fa_forward_args &a = call.a;
+    const int64_t B = a.q.shape[0], S = a.q.shape[1], H = a.q.shape[2], Dv = call.cache.v.shape[3];
+    const int64_t shape[4] = {B, S, H, Dv}, strides[4] = {S * H * Dv, H * Dv, Dv, 1};
+    nb::object out = empty_strided(shape, strides, 4, call_or_raise(PyObject_GetAttr(q.ptr(), g_dtype_attr)));
+    a.o = tensor_of<out_array>(call.keep, dlpack_of(out), "out");
+    fa_status st;
+    {
+        nb::gil_scoped_release unlocked;
+        st = fa_forward(c, &a);
+    }
+    check(st, c, "fa_forward");
+    return out;
+}
+
 // For the benchmark: the C call alone, `runs` times on arguments built once, so
 // that the binding's own per-call cost is (Python per-call time - this).
 double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb::handle o, int64_t runs)
@@ -780,6 +816,11 @@ NB_MODULE(_C, m)
           nb::arg("dv").none(), FA_FWD_ARGS);
     m.def("merge_states", &merge_states, nb::arg("ctx"), nb::arg("out_parts"), nb::arg("lse_parts"),
           nb::arg("out"), nb::arg("lse").none());
+    m.def("kvcache_torch", &kvcache_torch, nb::arg("ctx"), nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
+          nb::arg("k").none(), nb::arg("v").none(), nb::arg("cache_seqlens"), nb::arg("cache_batch_idx").none(),
+          nb::arg("block_table").none(), nb::arg("cache_leftpad").none(), nb::arg("k_scale").none(),
+          nb::arg("v_scale").none(), nb::arg("scale"), nb::arg("softcap"), nb::arg("causal"), nb::arg("window_left"),
+          nb::arg("window_right"));
     m.def("time_call_c", &time_call_c, nb::arg("ctx"), nb::arg("runs"), FA_FWD_ARGS);
     m.def("time_forward_c", &time_forward_c, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
           nb::arg("out"), nb::arg("runs"));
