@@ -627,6 +627,22 @@ nb::object kvcache_torch(Context &ctx, nb::handle q, nb::handle k_cache, nb::han
     return out;
 }
 
+// `runs` forwards of one built call with the GIL released: seconds per call.
+double time_loop(fa_context *c, const fa_forward_args &a, int64_t runs)
+{
+    fa_status st = FA_OK;
+    double seconds;
+    {
+        nb::gil_scoped_release unlocked;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t r = 0; r < runs && st == FA_OK; r++)
+            st = fa_forward(c, &a);
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    check(st, c, "fa_forward");
+    return seconds / static_cast<double>(runs > 0 ? runs : 1);
+}
+
 // For the benchmark: the C call alone, `runs` times on arguments built once, so
 // that the binding's own per-call cost is (Python per-call time - this).
 double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb::handle o, int64_t runs)
@@ -637,17 +653,7 @@ double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb
     call.a.k = tensor_of<in_array>(call.keep, k, "k");
     call.a.v = tensor_of<in_array>(call.keep, v, "v");
     call.a.o = tensor_of<out_array>(call.keep, o, "out");
-    fa_status st = FA_OK;
-    double seconds;
-    {
-        nb::gil_scoped_release unlocked;
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int64_t r = 0; r < runs && st == FA_OK; r++)
-            st = fa_forward(c, &call.a);
-        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-    check(st, c, "fa_forward");
-    return seconds / static_cast<double>(runs > 0 ? runs : 1);
+    return time_loop(c, call.a, runs);
 }
 
 // For the benchmark: any forward call (the arguments of forward(), a KV cache's
@@ -658,17 +664,7 @@ double time_call_c(Context &ctx, int64_t runs, FA_FWD_PARAMS)
     fa_context *c = ctx.get();
     Call call;
     fill(call, FA_FWD_NAMES);
-    fa_status st = FA_OK;
-    double seconds;
-    {
-        nb::gil_scoped_release unlocked;
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int64_t r = 0; r < runs && st == FA_OK; r++)
-            st = fa_forward(c, &call.a);
-        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-    check(st, c, "fa_forward");
-    return seconds / static_cast<double>(runs > 0 ? runs : 1);
+    return time_loop(c, call.a, runs);
 }
 
 // fa_tune: the sweep with the GIL released; a Python progress callback runs with the
