@@ -568,7 +568,10 @@ FA_API fa_status fa_struct_read(fa_context *ctx, const char *name, const void *u
  * chunks (at least 1) whose partial results are merged with fa_merge_states'
  * formula. The choice depends only on the shapes, never on the thread count, so
  * results are bitwise the same for any thread count. FA_PARAM_KV_SPLITS forces the
- * number of chunks.
+ * number of chunks. A mixed batch (q packed by cu_seqlens_q over a KV cache: prefill
+ * chunks and one-row decodes in one call) takes the small-row path for each sequence
+ * whose rows fit it and the wide one for the rest; the tiles, the split rule and the
+ * cost order cover the whole call (docs/semantics.md, section 8, "Mixed batches").
  */
 
 /*
