@@ -378,8 +378,10 @@ typedef struct fa_forward_args {
  * Errors, all caught before anything is written: FA_ERR_OUT_OF_RANGE for
  *   seqlens[b] < 0, seqlens[b] + S_new beyond S_max (or max_pages * page_size), a
  *   page id outside [0, num_pages) among the pages a sequence uses, a batch_idx
- *   outside [0, B_cache), and bad cu_seqlens; FA_ERR_INVALID_ARGUMENT for two
- *   appended rows landing in the same cache slot, and batch_idx with a block table;
+ *   outside [0, B_cache), a leftpad[b] outside [0, seqlens[b]], and bad cu_seqlens;
+ *   FA_ERR_INVALID_ARGUMENT for two
+ *   appended rows landing in the same cache slot, and batch_idx or leftpad with a
+ *   block table;
  *   FA_ERR_NULL_POINTER for a missing seqlens or int8 scales; FA_ERR_SHAPE_MISMATCH
  *   for a batch larger than the cache without batch_idx, or shapes that disagree;
  *   FA_ERR_UNSUPPORTED for bias or mask; FA_ERR_STRUCT_SIZE for a struct_size that
@@ -394,9 +396,17 @@ typedef struct fa_kv_cache {
     const int32_t *block_table;  /* [B * max_pages] page ids; NULL = contiguous */
     int64_t max_pages;           /* entries per block_table row */
     int v_in_k;                  /* 1: V is the first Dv columns of K's rows (MLA latent cache, above); 0 default */
+    /* [B] optional, contiguous caches only (FlashAttention's cache_leftpad): sequence b's
+     * keys start at row leftpad[b] of its cache row; the rows before it are padding,
+     * never read. seqlens[b] still counts from the cache row's start (the new rows go to
+     * row seqlens[b]), so the sequence holds seqlens[b] - leftpad[b] keys before the
+     * append, and every rule (causal alignment, windows, ALiBi) sees only those:
+     * key j of the sequence is row leftpad[b] + j. 0 <= leftpad[b] <= seqlens[b], else
+     * FA_ERR_OUT_OF_RANGE; with a block table FA_ERR_INVALID_ARGUMENT. */
+    const int32_t *leftpad;
 } fa_kv_cache;
 
-#define FA_KV_CACHE_INIT {sizeof(fa_kv_cache), {0}, {0}, {0}, {0}, 0, 0, 0, 0, 0}
+#define FA_KV_CACHE_INIT {sizeof(fa_kv_cache), {0}, {0}, {0}, {0}, 0, 0, 0, 0, 0, 0}
 FA_API void fa_kv_cache_init(fa_kv_cache *cache);
 
 /* The same defaults as FA_FORWARD_ARGS_INIT, for languages without the macro. */
@@ -593,7 +603,10 @@ FA_API fa_status fa_struct_read(fa_context *ctx, const char *name, const void *u
  * chunks (at least 1) whose partial results are merged with fa_merge_states'
  * formula. The choice depends only on the shapes, never on the thread count, so
  * results are bitwise the same for any thread count. FA_PARAM_KV_SPLITS forces the
- * number of chunks.
+ * number of chunks. A mixed batch (q packed by cu_seqlens_q over a KV cache: prefill
+ * chunks and one-row decodes in one call) takes the small-row path for each sequence
+ * whose rows fit it and the wide one for the rest; the tiles, the split rule and the
+ * cost order cover the whole call (docs/semantics.md, section 8, "Mixed batches").
  */
 
 /*

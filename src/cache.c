@@ -17,11 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Where key j of sequence b lives in the whole problem's cache. */
+/* Where key j of sequence b lives in the whole problem's cache (a left-padded
+ * sequence's keys start at its leftpad row). */
 static fa_slot seq_slot(const fa_problem *p, int64_t b, int64_t j)
 {
     return fa_cache_slot(p->block_table ? p->block_table + b * p->max_pages : NULL, p->page_size,
-                         p->batch_idx ? p->batch_idx[b] : b, j);
+                         p->batch_idx ? p->batch_idx[b] : b, j + fa_cache_first_row(p, b));
 }
 
 void fa_cache_view(const fa_problem *p, int64_t b, fa_problem *s)
@@ -145,12 +146,14 @@ static fa_status check_layout(fa_context *ctx, const fa_kv_cache *c, fa_problem 
     p->seqlens = c->seqlens;
     if (!c->block_table) {
         p->batch_idx = c->batch_idx;
+        p->leftpad = c->leftpad;
         p->capacity = c->k.shape[1];
         return FA_OK;
     }
-    if (c->batch_idx)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "batch_idx is for contiguous caches; a paged cache maps "
-                                                     "sequences to pages with block_table");
+    if (c->batch_idx || c->leftpad)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s is for contiguous caches; a paged cache maps "
+                                                     "sequences to pages with block_table",
+                       c->batch_idx ? "batch_idx" : "leftpad");
     if (c->max_pages < 1)
         return fa_fail(ctx, FA_ERR_INVALID_DIM, "kv_cache->max_pages is %lld; it must be >= 1",
                        (long long)c->max_pages);
@@ -227,6 +230,9 @@ static fa_status check_sequences(fa_context *ctx, const fa_problem *p, int64_t b
         if (len < 0)
             return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "kv_cache->seqlens[%lld] is %lld; it must be >= 0", (long long)b,
                            (long long)len);
+        if (p->leftpad && (p->leftpad[b] < 0 || p->leftpad[b] > len))
+            return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "kv_cache->leftpad[%lld] = %d is outside [0, seqlens[%lld] = %lld]",
+                           (long long)b, p->leftpad[b], (long long)b, (long long)len);
         if (len + add > p->capacity)
             return fa_fail(ctx, FA_ERR_OUT_OF_RANGE,
                            "sequence %lld: %lld cached + %lld new rows overflow the cache's %lld rows", (long long)b,
@@ -269,7 +275,7 @@ static fa_status check_slots(fa_context *ctx, const fa_problem *p)
     int64_t n = 0;
     for (int64_t b = 0; b < p->B; b++)
         for (int64_t t = 0; t < fa_cache_new_rows(p, b); t++) {
-            const fa_slot at = seq_slot(p, b, p->seqlens[b] + t);
+            const fa_slot at = seq_slot(p, b, fa_cache_old_keys(p, b) + t);
             slots[n++] = at.blk * slot_rows + at.row;
         }
     qsort(slots, (size_t)n, sizeof *slots, cmp_i64);
@@ -387,7 +393,7 @@ fa_status fa_cache_append(fa_context *ctx, const fa_problem *p, fa_cache_undo *u
         const int64_t add = fa_cache_new_rows(p, b);
         const int64_t sb = p->cu_k ? 0 : b, s0 = p->cu_k ? p->cu_k[b] : 0; /* new row t of sequence b */
         for (int64_t t = 0; t < add; t++) {
-            const fa_slot at = seq_slot(p, b, p->seqlens[b] + t);
+            const fa_slot at = seq_slot(p, b, fa_cache_old_keys(p, b) + t);
             for (int64_t hk = 0; hk < p->Hk; hk++) {
                 fa_pack_rows(&p->k, sb, s0 + t, 1, hk, p->D, row, p->D);
                 kept = keep_part(p, 0, at, hk, kept, 1);
@@ -410,7 +416,7 @@ void fa_cache_append_undo(const fa_problem *p, const fa_cache_undo *undo)
     char *end = undo->saved + undo->bytes;
     for (int64_t b = p->B - 1; b >= 0; b--)
         for (int64_t t = fa_cache_new_rows(p, b) - 1; t >= 0; t--) {
-            const fa_slot at = seq_slot(p, b, p->seqlens[b] + t);
+            const fa_slot at = seq_slot(p, b, fa_cache_old_keys(p, b) + t);
             for (int64_t hk = p->Hk - 1; hk >= 0; hk--) {
                 end -= entry;
                 keep_part(p, 1, at, hk, end + k_part, 0);

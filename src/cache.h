@@ -33,6 +33,14 @@ static inline int fa_cache_one_block(const int32_t *pages, int64_t page_size, in
     return !pages || j0 / page_size == (j0 + cols - 1) / page_size;
 }
 
+/* The cache row of sequence b's key 0 (fa_kv_cache.leftpad), and the keys it holds
+ * before the append: seqlens[b] counts rows from the cache row's start. */
+static inline int64_t fa_cache_first_row(const fa_problem *p, int64_t b) { return p->leftpad ? p->leftpad[b] : 0; }
+static inline int64_t fa_cache_old_keys(const fa_problem *p, int64_t b)
+{
+    return (int64_t)p->seqlens[b] - fa_cache_first_row(p, b);
+}
+
 /* The new rows sequence b of a cached call appends (0 without an append). */
 static inline int64_t fa_cache_new_rows(const fa_problem *p, int64_t b)
 {

@@ -62,6 +62,7 @@ typedef struct fa_problem {
     int append;               /* k, v hold new rows to append (dense: S_new = k.shape[1]) */
     int v_in_k;               /* MLA latent cache: vc, v (and v_scale) are views of the first Dv
                                  columns of kc, k (k_scale): V row j IS K row j, read and written once */
+    const int32_t *leftpad;   /* contiguous caches: sequence b's key 0 is row leftpad[b] */
     const int32_t *pages;     /* in a paged per-sequence view: its block_table row */
 } fa_problem;
 

@@ -19,7 +19,7 @@ void fa_seq_lengths(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk)
 {
     *sq = p->cu_q ? span(p->cu_q, b) : p->q.shape[1];
     if (p->cache)
-        *sk = p->seqlens[b] + fa_cache_new_rows(p, b);
+        *sk = fa_cache_old_keys(p, b) + fa_cache_new_rows(p, b);
     else
         *sk = p->cu_k ? span(p->cu_k, b) : p->k.shape[1];
 }

@@ -1265,6 +1265,262 @@ static void test_new_row_dtypes(uint64_t seed) {
                 c.mla = k % 7 == 3 ? 1 : 0;
                 run_case(&c, seed + 9400 + (uint64_t)k, 2, 0, k % 6 == 0, 0);
             }
+/* ------------------------------------------------------------- mixed batches */
+
+/* A mixed case's output and lse bytes, copied (the caller frees them). */
+static void save_out(const iprob *p, unsigned char **o, unsigned char **l) {
+    *o = malloc(p->o_bytes), *l = malloc(p->lse_bytes);
+    memcpy(*o, p->a.o.data, p->o_bytes);
+    memcpy(*l, p->lse_t.data, p->lse_bytes);
+}
+
+static int same_out(const iprob *p, const unsigned char *o, const unsigned char *l) {
+    return memcmp(o, p->a.o.data, p->o_bytes) == 0 && memcmp(l, p->lse_t.data, p->lse_bytes) == 0;
+}
+
+/*
+ * The same work as the mixed call in two calls, the chunks (sequences 0 .. nc-1)
+ * then the decodes, each on its share of cu_seqlens, seqlens, the block table and
+ * ALiBi, into p's o and lse (the cache restored first, so both append alike).
+ */
+static fa_status run_separately(iprob *p, int64_t nc) {
+    for (int t = 0; t < p->ncache; t++) memcpy(p->cache[t].data, p->snap[t], p->cbytes[t]);
+    memset(p->a.o.data, SENTINEL, p->o_bytes);
+    memset(p->lse_t.data, SENTINEL, p->lse_bytes);
+    fa_status st = FA_OK;
+    int32_t rows[MAXS]; /* a contiguous cache's rows of the sequences */
+    for (int64_t b = 0; b < p->c.B; b++) rows[b] = p->kc.batch_idx ? p->bidx[b] : (int32_t)b;
+    for (int part = 0; part < 2 && st == FA_OK; part++) {
+        const int64_t b0 = part ? nc : 0, n = part ? p->c.B - nc : nc;
+        fa_forward_args a = p->a;
+        fa_kv_cache kc = p->kc;
+        if (!kc.block_table) kc.batch_idx = rows + b0;
+        a.num_seqs = n;
+        a.cu_seqlens_q = p->cu_q + b0;
+        if (a.cu_seqlens_k) a.cu_seqlens_k = p->cu_k + b0;
+        kc.seqlens = p->seqlens + b0;
+        if (kc.block_table) kc.block_table = p->bt + b0 * kc.max_pages;
+        if (a.alibi_slopes) a.alibi_slopes += b0 * a.alibi_stride_b;
+        a.kv_cache = &kc;
+        st = h_run(g_ctx, FA_ALGO_FLASH, 2, &a);
+    }
+    return st;
+}
+
+/*
+ * Mixed batches, as a chunked-prefill server sends them: a few prefill chunks
+ * (wide tiles) and many one-row decodes (the small-row path) over one cache, each
+ * sequence appending its new rows. Against the oracle; bitwise the same on 1, 2 and
+ * 3 threads; and, with the tiles and the split count fixed (the plan is then the
+ * same for every sequence whatever shares its call), bitwise the same as the chunks
+ * and the decodes in two calls.
+ */
+static void test_mixed(uint64_t seed) {
+    for (int v = 0; v < 6; v++) {
+        h_rng r;
+        h_rng_seed(&r, seed * 19 + 3 * (uint64_t)v);
+        icase c;
+        icase_init(&c);
+        c.mode = v == 5 ? MODE_CONTIG : MODE_PAGED;
+        c.varlen_q = 1;
+        c.append = v != 3;
+        c.B = 10, c.Hq = 8, c.Hk = 2, c.D = 64, c.Dv = 64;
+        c.qdt = QDT[v % 3];
+        c.cdt = v == 1 ? FA_DTYPE_F16 : v == 2 ? FA_DTYPE_I8 : v == 4 ? FA_DTYPE_BF16 : c.qdt;
+        c.page_size = v % 2 ? 16 : 3;
+        c.share = v == 4;
+        c.causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c.alibi = v == 3 ? 2 : 0;
+        c.wl = v == 4 ? 70 : -1;
+        const int64_t nc = v == 0 ? 1 : v == 5 ? 3 : 2; /* chunks first, then decodes */
+        for (int64_t b = 0; b < c.B; b++) {
+            c.sq[b] = b < nc ? (int32_t)h_rng_int(&r, 33, 90) : 1;
+            c.snew[b] = c.append ? c.sq[b] : 0;
+            c.sold[b] = (int32_t)h_rng_int(&r, b < nc ? 0 : 1, 260);
+        }
+        iprob p;
+        iprob_build(&p, &c, &r);
+        g_cases++;
+        unsigned char *o1 = NULL, *l1 = NULL;
+        for (int64_t threads = 1; threads <= 3; threads++) {
+            h_case("mixed %s | seed=%llu threads=%lld", p.desc, (unsigned long long)seed, (long long)threads);
+            fa_status st = iprob_run(g_ctx, &p, FA_ALGO_FLASH, threads, 0);
+            if (!CHECK(st == FA_OK, "status %d (%s): %s", (int)st, fa_status_string(st), fa_context_error(g_ctx)))
+                break;
+            if (threads == 1) {
+                check_cache(&p);
+                check_unowned(&p);
+                check_numbers(g_ctx, &p);
+                save_out(&p, &o1, &l1);
+            } else {
+                CHECK(same_out(&p, o1, l1), "%lld threads differ bitwise from 1", (long long)threads);
+            }
+        }
+        free(o1), free(l1);
+        /* fixed tiles (at most every sequence's lengths) and one split: mixed == separate */
+        p.c.tile_q = 16, p.c.tile_kv = 16;
+        h_case("mixed %s | seed=%llu vs separate calls", p.desc, (unsigned long long)seed);
+        fa_status st = iprob_run(g_ctx, &p, FA_ALGO_FLASH, 2, 1);
+        if (CHECK(st == FA_OK, "status %d: %s", (int)st, fa_context_error(g_ctx))) {
+            save_out(&p, &o1, &l1);
+            st = run_separately(&p, nc);
+            if (CHECK(st == FA_OK, "separate calls: status %d: %s", (int)st, fa_context_error(g_ctx))) {
+                check_cache(&p);
+                CHECK(same_out(&p, o1, l1), "the mixed call and the two separate calls differ bitwise");
+            }
+            free(o1), free(l1);
+        }
+        h_set_tiles(g_ctx, 0, 0);
+        fa_context_set(g_ctx, FA_PARAM_KV_SPLITS, 0);
+        iprob_free(&p);
+    }
+}
+
+/* ------------------------------------------------------------- left padding */
+
+/* Copies row (i0, i1) of cache tensor `from` to row (j0, j1) of `to`, every head and
+ * element (int8 as bytes, floats exactly: same dtype). */
+static void copy_cache_row(const fa_tensor *from, int64_t i0, int64_t i1, const fa_tensor *to, int64_t j0,
+                           int64_t j1) {
+    for (int64_t h = 0; h < from->shape[2]; h++)
+        for (int64_t d = 0; d < from->shape[3]; d++) {
+            if (from->dtype == FA_DTYPE_I8) *i8_at(to, j0, j1, h, d) = *i8_at(from, i0, i1, h, d);
+            else h_set(to, j0, j1, h, d, h_get(from, i0, i1, h, d));
+        }
+}
+
+/*
+ * fa_kv_cache.leftpad: a call over a cache whose every sequence is moved right by
+ * pad[b] rows (NaN before, leftpad = pad, seqlens grown by pad) must give the bits of
+ * the same call unpadded, which is first checked against the oracle, and append to
+ * the moved rows; the padding stays untouched. Then the refusals.
+ */
+static void test_leftpad(uint64_t seed) {
+    for (int v = 0; v < 6; v++) {
+        h_rng r;
+        h_rng_seed(&r, seed * 23 + 5 * (uint64_t)v);
+        icase c;
+        icase_init(&c);
+        c.mode = MODE_CONTIG;
+        c.varlen_q = v >= 4;
+        c.append = v % 2 == 0 || v == 5;
+        c.B = 4, c.Hq = 4, c.Hk = 2, c.D = 64, c.Dv = 64;
+        c.qdt = QDT[v % 3];
+        c.cdt = v == 1 ? FA_DTYPE_F16 : v == 3 ? FA_DTYPE_I8 : c.qdt;
+        c.batch_idx = v == 2 || v == 5;
+        c.causal = v == 3 ? FA_CAUSAL_NONE : FA_CAUSAL_BOTTOM_RIGHT;
+        c.wl = v == 4 ? 20 : -1;
+        c.alibi = v == 5 ? 1 : 0;
+        static const int32_t old[] = {37, 0, 1, 150};
+        for (int b = 0; b < 4; b++) {
+            c.sq[b] = c.varlen_q ? (int32_t)h_rng_int(&r, b == 0, 9) : 3;
+            c.sold[b] = old[b];
+            c.snew[b] = c.append ? (c.varlen_q ? (int32_t)h_rng_int(&r, 1, 4) : 3) : 0;
+        }
+        if (!c.append && c.sold[1] == 0) c.sold[1] = 2;
+        iprob p;
+        iprob_build(&p, &c, &r);
+        g_cases++;
+        h_case("leftpad %s | seed=%llu, unpadded", p.desc, (unsigned long long)seed);
+        fa_status st = iprob_run(g_ctx, &p, FA_ALGO_FLASH, 2, 0);
+        if (!CHECK(st == FA_OK, "status %d: %s", (int)st, fa_context_error(g_ctx))) {
+            iprob_free(&p);
+            continue;
+        }
+        check_cache(&p);
+        check_numbers(g_ctx, &p);
+        unsigned char *o1, *l1;
+        save_out(&p, &o1, &l1);
+        /* the moved cache: rows of cache row br land pad[b] rows later */
+        int32_t pad[MAXS], seqlens[MAXS], max_pad = 0;
+        for (int64_t b = 0; b < c.B; b++) {
+            pad[b] = (int32_t)h_rng_int(&r, 0, 6);
+            max_pad = pad[b] > max_pad ? pad[b] : max_pad;
+            seqlens[b] = p.seqlens[b] + pad[b];
+        }
+        fa_tensor moved[4];
+        size_t mbytes[4];
+        const int64_t d0 = p.cache[0].shape[0], d1 = p.cache[0].shape[1] + max_pad;
+        for (int t = 0; t < p.ncache; t++) {
+            moved[t] = t_alloc_layout(p.cache[t].dtype, d0, d1, c.Hk, t < 2 ? (t ? c.Dv : c.D) : 1, 0, 0, &mbytes[t]);
+            memset(moved[t].data, 0xff, mbytes[t]); /* NaN (int8: -1 with NaN scales) */
+        }
+        for (int64_t b = 0; b < c.B; b++) { /* sequence b's cache row, restored to before the call */
+            const int64_t row = c.batch_idx ? p.bidx[b] : b;
+            for (int t = 0; t < p.ncache; t++) {
+                fa_tensor before = p.cache[t];
+                before.data = p.snap[t];
+                for (int64_t j = 0; j < p.cache[0].shape[1]; j++)
+                    copy_cache_row(&before, row, j, &moved[t], row, j + pad[b]);
+            }
+        }
+        unsigned char *moved_snap[4];
+        for (int t = 0; t < p.ncache; t++) moved_snap[t] = malloc(mbytes[t]), memcpy(moved_snap[t], moved[t].data, mbytes[t]);
+        fa_kv_cache kc = p.kc;
+        kc.k = moved[0], kc.v = moved[1];
+        if (p.ncache == 4) kc.k_scale = moved[2], kc.v_scale = moved[3];
+        kc.seqlens = seqlens;
+        kc.leftpad = pad;
+        fa_forward_args a = p.a;
+        a.kv_cache = &kc;
+        memset(p.a.o.data, SENTINEL, p.o_bytes);
+        memset(p.lse_t.data, SENTINEL, p.lse_bytes);
+        h_case("leftpad %s | seed=%llu, moved by up to %d rows", p.desc, (unsigned long long)seed, max_pad);
+        st = h_run(g_ctx, FA_ALGO_FLASH, 2, &a);
+        if (CHECK(st == FA_OK, "status %d: %s", (int)st, fa_context_error(g_ctx))) {
+            CHECK(same_out(&p, o1, l1), "the left-padded call differs bitwise from the unpadded one");
+            int same = 1, pad_kept = 1;
+            for (int64_t b = 0; b < c.B; b++) {
+                const int64_t row = c.batch_idx ? p.bidx[b] : b;
+                for (int t = 0; t < p.ncache; t++) {
+                    fa_tensor after = moved[t], kept = moved[t];
+                    kept.data = moved_snap[t];
+                    for (int64_t j = 0; j < pad[b]; j++)
+                        for (int64_t h = 0; h < c.Hk; h++)
+                            pad_kept &= memcmp((char *)after.data + h_offset(&after, row, j, h, 0) * dt_bytes(after.dtype),
+                                               (char *)kept.data + h_offset(&kept, row, j, h, 0) * dt_bytes(kept.dtype),
+                                               dt_bytes(after.dtype) * (size_t)after.shape[3]) == 0;
+                    for (int64_t j = 0; j < p.cache[0].shape[1]; j++)
+                        for (int64_t h = 0; h < c.Hk; h++)
+                            for (int64_t d = 0; d < moved[t].shape[3]; d++)
+                                same &= after.dtype == FA_DTYPE_I8
+                                            ? *i8_at(&after, row, j + pad[b], h, d) == *i8_at(&p.cache[t], row, j, h, d)
+                                            : h_get(&after, row, j + pad[b], h, d) == h_get(&p.cache[t], row, j, h, d) ||
+                                                  (isnan(h_get(&after, row, j + pad[b], h, d)) &&
+                                                   isnan(h_get(&p.cache[t], row, j, h, d)));
+                }
+            }
+            CHECK(same, "the left-padded cache after the append differs from the unpadded one, moved");
+            CHECK(pad_kept, "a padding row before leftpad was written");
+        }
+        /* refusals, nothing written: leftpad beyond seqlens, negative, with a block table */
+        for (int bad = 0; bad < 3; bad++) {
+            int32_t lp[MAXS];
+            memcpy(lp, pad, sizeof lp);
+            if (bad == 0) lp[c.B - 1] = seqlens[c.B - 1] + 1;
+            if (bad == 1) lp[0] = -1;
+            fa_kv_cache kb = kc;
+            kb.leftpad = lp;
+            int32_t table[MAXS] = {0};
+            if (bad == 2) kb.block_table = table, kb.max_pages = 1, kb.batch_idx = NULL;
+            for (int t = 0; t < p.ncache; t++) memcpy(moved[t].data, moved_snap[t], mbytes[t]);
+            memset(p.a.o.data, SENTINEL, p.o_bytes);
+            memset(p.lse_t.data, SENTINEL, p.lse_bytes);
+            a.kv_cache = &kb;
+            h_case("leftpad %s | refusal %d", p.desc, bad);
+            st = h_run(g_ctx, FA_ALGO_FLASH, 2, &a);
+            const fa_status want = bad == 2 ? FA_ERR_INVALID_ARGUMENT : FA_ERR_OUT_OF_RANGE;
+            CHECK(st == want, "status %d (%s), want %d: %s", (int)st, fa_status_string(st), (int)want,
+                  fa_context_error(g_ctx));
+            CHECK(bad == 2 || strstr(fa_context_error(g_ctx), "leftpad") != NULL, "message: %s", fa_context_error(g_ctx));
+            int untouched = all_bytes(p.a.o.data, p.o_bytes, SENTINEL) && all_bytes(p.lse_t.data, p.lse_bytes, SENTINEL);
+            for (int t = 0; t < p.ncache; t++) untouched &= memcmp(moved[t].data, moved_snap[t], mbytes[t]) == 0;
+            CHECK(untouched, "a refused call wrote o, lse or the cache");
+        }
+        for (int t = 0; t < p.ncache; t++) free(moved[t].data), free(moved_snap[t]);
+        free(o1), free(l1);
+        iprob_free(&p);
+    }
 }
 
 /* ------------------------------------------------------------- decode sweep */
@@ -2365,6 +2621,8 @@ int main(void) {
     test_varlen(seed);
     test_cache_fixed(seed);
     test_chunked_prefill(seed);
+    test_mixed(seed);
+    test_leftpad(seed);
     test_cache_random(seed);
     test_decode(seed);
     test_splits(seed);

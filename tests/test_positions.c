@@ -158,6 +158,7 @@ static void test_cache_struct_size(void)
         {sizeof(size_t), 0, FA_ERR_STRUCT_SIZE},
         {offsetof(fa_kv_cache, max_pages) + 4, 0, FA_ERR_STRUCT_SIZE}, /* max_pages cut: required */
         {offsetof(fa_kv_cache, v_in_k), 0, FA_OK},                     /* a caller from before v_in_k */
+        {offsetof(fa_kv_cache, leftpad), 0, FA_OK},                    /* a caller from before leftpad */
         {sizeof(fa_kv_cache) + 32, 1, FA_ERR_STRUCT_SIZE},
         {sizeof(fa_kv_cache) + 32, 0, FA_OK},
         {sizeof(fa_kv_cache), 0, FA_OK},

@@ -30,6 +30,9 @@ void bench_mode_defaults(bench_mode_opts *o)
     o->cache_lo = o->cache_hi = 16384;
     o->page_size = 0;
     o->kv_dtype = FA_DTYPE_F16;
+    o->chunks = 4;
+    o->chunk_len = 512;
+    o->decodes = 60;
 }
 
 void bench_mode_free(bench_mode_opts *o)
@@ -145,6 +148,7 @@ int bench_mode_flag(bench_mode_opts *o, int argc, char **argv, int *i)
             bad("--cache-len", value, "N or LO:HI with 1 <= LO <= HI < 2^31");
             return -1;
         }
+        o->cache_len_given = 1;
         return 1;
     }
     if (cli_take_value("--page-size", argc, argv, i, &value)) {
@@ -154,6 +158,7 @@ int bench_mode_flag(bench_mode_opts *o, int argc, char **argv, int *i)
             bad("--page-size", value, "an integer >= 0; 0 = contiguous");
             return -1;
         }
+        o->page_size_given = 1;
         return 1;
     }
     if (cli_take_value("--kv-dtype", argc, argv, i, &value)) {
@@ -182,6 +187,23 @@ int bench_mode_flag(bench_mode_opts *o, int argc, char **argv, int *i)
         }
         o->kv_splits_given = 1;
         return 1;
+    }
+    if (strcmp(argv[*i], "--mixed") == 0) {
+        o->mixed = 1;
+        return 1;
+    }
+    {
+        static const char *const names[] = {"--chunks", "--chunk-len", "--decodes"};
+        int64_t *const fields[] = {&o->chunks, &o->chunk_len, &o->decodes};
+        for (int n = 0; n < 3; n++)
+            if (cli_take_value(names[n], argc, argv, i, &value)) {
+                o->mixed_flag_seen = 1;
+                if (cli_parse_i64(value, fields[n]) != 0 || *fields[n] < 0 || *fields[n] > 65536) {
+                    bad(names[n], value, "an integer 0..65536");
+                    return -1;
+                }
+                return 1;
+            }
     }
     if (cli_take_value("--varlen", argc, argv, i, &value)) {
         o->varlen_given = 1;
@@ -230,8 +252,21 @@ void bench_mode_usage(FILE *f)
             "times B, come closest to the varlen call's; prints both GFLOP/s and their ratio.\n"
             "--runs defaults to %d here.\n"
             "  --varlen L,L,...   the sequence lengths (at most %d)\n"
-            "  --varlen N:LO-HI   N lengths evenly spaced over LO..HI, shuffled by --seed\n\n",
-            VARLEN_DEFAULT_RUNS, VARLEN_LIST_MAX);
+            "  --varlen N:LO-HI   N lengths evenly spaced over LO..HI, shuffled by --seed\n"
+            "Mixed batch (--mixed): one serving step of chunked prefill, timed three ways,\n"
+            "interleaved run by run (--runs defaults to %d): one call with q packed by\n"
+            "cu_seqlens_q (the chunks, then one row per decoding sequence); the same work\n"
+            "as two calls (a varlen prefill of the chunks, then a decode batch); and one call\n"
+            "per sequence. Every sequence holds --cache-len keys in one paged cache\n"
+            "(--page-size, default 16, pages shuffled; --kv-dtype, default f16), a chunk's\n"
+            "rows being the last of its keys (causal bottom-right); q in --dtype; Hk\n"
+            "defaults to 8. Prints the medians, their ratios and whether the outputs agree.\n"
+            "  --mixed            mixed-batch mode\n"
+            "  --chunks N         prefill chunks                         [4]\n"
+            "  --chunk-len N      query rows per chunk                   [512]\n"
+            "  --decodes N        decoding sequences (one row each)      [60]\n"
+            "  --cache-len N      cached keys per sequence               [4096]\n\n",
+            VARLEN_DEFAULT_RUNS, VARLEN_LIST_MAX, VARLEN_DEFAULT_RUNS + 2);
 }
 
 /* ------------------------------------------------------------ shared bits */
@@ -264,14 +299,48 @@ static void spread_lengths(int64_t lo, int64_t hi, int64_t n, int64_t seed, int6
 
 int bench_mode_finish(bench_mode_opts *o, cli_shape *s, int seq_given)
 {
-    if (o->decode && o->varlen_given) {
-        fprintf(stderr, "flashattn bench: --decode and --varlen are separate modes; pick one\n");
+    if (o->decode + o->varlen_given + o->mixed > 1) {
+        fprintf(stderr, "flashattn bench: --decode, --varlen and --mixed are separate modes; pick one\n");
         return -1;
     }
-    if (!o->decode && o->decode_flag_seen) {
-        fprintf(stderr, "flashattn bench: --q-rows, --cache-len, --page-size, --kv-dtype, --mla "
-                        "and --warm need --decode\n");
+    if (!o->decode && o->decode_flag_seen && !(o->mixed && !o->warm && !o->mla && o->q_rows == 1)) {
+        fprintf(stderr, "flashattn bench: --q-rows, --cache-len, --page-size, --kv-dtype, --mla and "
+                        "--warm need --decode (--cache-len, --page-size and --kv-dtype also go with --mixed)\n");
         return -1;
+    }
+    if (!o->mixed && o->mixed_flag_seen) {
+        fprintf(stderr, "flashattn bench: --chunks, --chunk-len and --decodes need --mixed\n");
+        return -1;
+    }
+    if (o->mixed) {
+        if (seq_given) {
+            fprintf(stderr, "flashattn bench: --seq and --seq-kv do not apply with --mixed (use "
+                            "--chunk-len and --cache-len)\n");
+            return -1;
+        }
+        if (o->cache_lo != o->cache_hi) {
+            fprintf(stderr, "flashattn bench: --mixed takes one --cache-len N\n");
+            return -1;
+        }
+        if (!o->cache_len_given)
+            o->cache_lo = o->cache_hi = 4096;
+        if (!o->page_size_given)
+            o->page_size = 16;
+        if (o->chunks + o->decodes < 1 || (o->chunks > 0 && o->chunk_len < 1)) {
+            fprintf(stderr, "flashattn bench: --mixed needs a sequence: --chunks with --chunk-len >= 1, "
+                            "or --decodes\n");
+            return -1;
+        }
+        if (o->chunk_len > o->cache_lo) {
+            fprintf(stderr, "flashattn bench: --chunk-len %lld exceeds --cache-len %lld: a chunk's "
+                            "rows are the last of its cached keys\n", (long long)o->chunk_len,
+                    (long long)o->cache_lo);
+            return -1;
+        }
+        if (s->kv_heads == 0)
+            s->kv_heads = s->heads % 8 == 0 ? 8 : s->heads;
+        if (!s->runs_given)
+            s->runs = VARLEN_DEFAULT_RUNS + 2;
     }
     if ((o->decode || o->varlen_given) && seq_given) {
         fprintf(stderr, "flashattn bench: --seq and --seq-kv do not apply with %s\n",
@@ -326,7 +395,7 @@ static const char *kv_dtype_name(fa_dtype d)
 /* Random values: uniform multiples of 1/1024 in [-1, 1) (exact in f16, rounded
  * in bf16), or int8 in [-127, 127]; a table makes the 16-bit ones cheap, since
  * a ragged batch of caches can be a gigabyte. */
-static void fill_values(void *data, fa_dtype dtype, int64_t n, uint64_t seed)
+void bench_fill_values(void *data, fa_dtype dtype, int64_t n, uint64_t seed)
 {
     static uint16_t f16[2048], bf16[2048];
     if (f16[0] == 0) {
@@ -408,16 +477,7 @@ static int64_t last_param(fa_context *ctx, fa_param p)
 
 /* ----------------------------------------------------------------- decode */
 
-typedef struct decode_cache {
-    void *k, *v;
-    float *k_scale, *v_scale;
-    int32_t *seqlens, *block_table;
-    int64_t rows0, rows1;      /* cache dims 0 and 1: (B, max len) or (pages, page size) */
-    int64_t max_pages;
-    fa_kv_cache cache;
-} decode_cache;
-
-static void decode_cache_free(decode_cache *c)
+void decode_cache_free(decode_cache *c)
 {
     cli_free(c->k);
     cli_free(c->v);
@@ -428,7 +488,7 @@ static void decode_cache_free(decode_cache *c)
     memset(c, 0, sizeof *c);
 }
 
-static int decode_cache_make(const cli_shape *s, const bench_mode_opts *o, const int64_t *lens,
+int decode_cache_make(const cli_shape *s, const bench_mode_opts *o, const int64_t *lens,
                              decode_cache *c)
 {
     memset(c, 0, sizeof *c);
@@ -475,9 +535,9 @@ static int decode_cache_make(const cli_shape *s, const bench_mode_opts *o, const
         return -1;
     }
     uint64_t seed = (uint64_t)s->seed * 0x2545f4914f6cdd1dull;
-    fill_values(c->k, o->kv_dtype, nk, seed ^ 0x6bull);
+    bench_fill_values(c->k, o->kv_dtype, nk, seed ^ 0x6bull);
     if (c->v)
-        fill_values(c->v, o->kv_dtype, nv, seed ^ 0x76ull);
+        bench_fill_values(c->v, o->kv_dtype, nv, seed ^ 0x76ull);
     if (c->k_scale)
         fill_scales(c->k_scale, ns, seed ^ 0x6b73ull);
     if (c->v_scale)
@@ -625,7 +685,7 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
         fprintf(stderr, "flashattn bench: out of memory allocating q and o\n");
         goto done;
     }
-    fill_values(q, s->dtype, nq, (uint64_t)s->seed * 0x2545f4914f6cdd1dull ^ 0x71ull);
+    bench_fill_values(q, s->dtype, nq, (uint64_t)s->seed * 0x2545f4914f6cdd1dull ^ 0x71ull);
     if (!o->warm) {
         if (cold_bytes <= 0)
             cold_bytes = 2 * cli_llc_bytes();

@@ -5,7 +5,10 @@
  *                  as latency and as the K/V read bandwidth against the machine's
  *                  measured one;
  *   --varlen LENS  packed variable-length prefill (cu_seqlens), next to one
- *                  dense batch of the same work.
+ *                  dense batch of the same work;
+ *   --mixed        a serving step: a few prefill chunks and many decoding
+ *                  sequences over one paged cache in one call, next to the same
+ *                  work as separate calls (bench_mixed.c).
  * cmd_bench.c parses the shape flags and hands the rest here.
  */
 #ifndef FLASHATTN_TOOLS_BENCH_MODES_H
@@ -36,6 +39,11 @@ typedef struct bench_mode_opts {
     int64_t *varlen;          /* its lengths (a generator's after bench_mode_finish) */
     int64_t n_varlen;
     int64_t gen_n, gen_lo, gen_hi; /* --varlen N:LO-HI, expanded by bench_mode_finish */
+
+    int mixed;                /* --mixed: chunked prefill and decoding in one call */
+    int64_t chunks, chunk_len, decodes; /* --chunks [4], --chunk-len [512], --decodes [60] */
+    int cache_len_given, page_size_given;
+    int mixed_flag_seen;      /* --chunks, --chunk-len or --decodes was given */
 } bench_mode_opts;
 
 void bench_mode_defaults(bench_mode_opts *o);
@@ -61,5 +69,21 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
                  int no_probe, int64_t cold_bytes);
 int bench_varlen(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, int json,
                  int no_probe);
+int bench_mixed(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, int json);
+
+/* Shared with bench_mixed.c: random values (multiples of 1/1024 in [-1, 1), int8
+ * in [-127, 127]) and a KV cache of s->batch sequences of lens[b] rows, contiguous
+ * or paged (o->page_size) with its pages shuffled over the pool. */
+void bench_fill_values(void *data, fa_dtype dtype, int64_t n, uint64_t seed);
+typedef struct decode_cache {
+    void *k, *v;
+    float *k_scale, *v_scale;
+    int32_t *seqlens, *block_table;
+    int64_t rows0, rows1;      /* cache dims 0 and 1: (B, max len) or (pages, page size) */
+    int64_t max_pages;
+    fa_kv_cache cache;
+} decode_cache;
+int decode_cache_make(const cli_shape *s, const bench_mode_opts *o, const int64_t *lens, decode_cache *c);
+void decode_cache_free(decode_cache *c);
 
 #endif /* FLASHATTN_TOOLS_BENCH_MODES_H */

@@ -46,6 +46,8 @@ static void bench_usage(FILE *f)
                "       flashattn bench --decode [--q-rows N] [--cache-len N|LO:HI] [--page-size N]\n"
                "                       [--kv-dtype T] [--kv-splits N] [--warm] [shape flags] [--json]\n"
                "       flashattn bench --varlen L,L,...|N:LO-HI [shape flags] [--json]\n"
+               "       flashattn bench --mixed [--chunks N] [--chunk-len N] [--decodes N] [--cache-len N]\n"
+               "                       [--page-size N] [--kv-dtype T] [shape flags] [--json]\n"
                "       flashattn bench --backward [--seqs N,N,...] [shape flags] [--json]\n"
                "                       [--no-probe] [--cold[=BYTES]]\n\n"
                "Times flash and standard, and reference when a call is at most 2 GFLOP,\n"
@@ -522,31 +524,31 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
                         "with --seqs or --model-only\n");
         return CLI_EXIT_USAGE;
     }
-    const int serving = m->decode || m->varlen_given;
+    const int serving = m->decode || m->varlen_given || m->mixed;
     if (backward && (serving || model_only || warmup_only)) {
         fprintf(stderr, "flashattn bench: --backward does not combine with %s\n",
-                m->decode ? "--decode (KV caches are inference-only)"
+                m->decode || m->mixed ? "--decode or --mixed (KV caches are inference-only)"
                 : m->varlen_given ? "--varlen"
                 : model_only ? "--model-only (the traffic model is the forward's)"
                              : "--warmup-only");
         return CLI_EXIT_USAGE;
     }
-    if (m->decode && s.dropout > 0.0) {
+    if ((m->decode || m->mixed) && s.dropout > 0.0) {
         fprintf(stderr, "flashattn bench: --dropout does not apply with --decode (KV caches "
                         "are inference-only)\n");
         return CLI_EXIT_USAGE;
     }
     if (serving && (n_seqs > 0 || model_only || warmup_only)) {
         fprintf(stderr, "flashattn bench: %s does not combine with --seqs, --model-only or "
-                        "--warmup-only\n", m->decode ? "--decode" : "--varlen");
+                        "--warmup-only\n", m->decode ? "--decode" : m->mixed ? "--mixed" : "--varlen");
         return CLI_EXIT_USAGE;
     }
     if (m->warm && cold_bytes != 0) {
         fprintf(stderr, "flashattn bench: --warm and --cold contradict each other\n");
         return CLI_EXIT_USAGE;
     }
-    if (m->varlen_given && cold_bytes != 0) {
-        fprintf(stderr, "flashattn bench: --varlen times prefill calls warm; drop --cold\n");
+    if ((m->varlen_given || m->mixed) && cold_bytes != 0) {
+        fprintf(stderr, "flashattn bench: %s times its calls warm; drop --cold\n", m->mixed ? "--mixed" : "--varlen");
         return CLI_EXIT_USAGE;
     }
     if (bench_mode_finish(m, &s, seq_given) != 0)
@@ -568,6 +570,8 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
             fprintf(stderr, "flashattn bench: setting kv splits: %s: %s\n", fa_status_string(st),
                     fa_context_error(sctx));
             status = CLI_EXIT_FAIL;
+        } else if (m->mixed) {
+            status = bench_mixed(sctx, &s, m, json);
         } else if (m->decode) {
             status = bench_decode(sctx, &s, m, json, no_probe, cold_bytes < 0 ? 0 : cold_bytes);
         } else {

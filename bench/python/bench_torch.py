@@ -21,7 +21,8 @@ medians; progress goes to stderr, the table to stdout.
              backward through the SDPA: dtypes, short and long N, batches, head dims,
              causal, GQA and MQA (SWEEP below), torch SDPA against flashattn SDPA
   decode     one query token against a KV cache of --decode-len keys (GQA 32/8):
-             torch SDPA (enable_gqa) against flash_attn_with_kvcache
+             torch SDPA (enable_gqa) against flash_attn_with_kvcache, and the same
+             call looped in C (flashattn._C.time_call_c: the Python layer's share)
   train      one training step (forward, backward, AdamW) of a small Llama-style
              model (transformers, random init) at sequence --train-seq, native
              "sdpa" against attn_implementation="fa_cpu"
@@ -247,6 +248,21 @@ def case_sweep(args, ctx, spec):
         row(case, kname, sec, flops, B=B, Hq=Hq, Hk=Hk, N=N, D=D)
 
 
+def python_vs_c(ctx, runs, call, *c_args, inner=20, **c_kw):
+    """Median seconds per call of `call` (Python) and of the same forward looped in C
+    (flashattn._C.time_call_c on c_args, c_kw: the arguments built once), in turns."""
+    py, c = [], []
+    for _ in range(2):
+        call()
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            call()
+        py.append((time.perf_counter() - t0) / inner)
+        c.append(_C.time_call_c(ctx._c, inner, *c_args, **c_kw))
+    return statistics.median(py), statistics.median(c)
+
+
 def case_decode(args, ctx, dtype):
     B, Hq, Hk, D, L = 1, 32, 8, args.dim, args.decode_len
     dt = getattr(torch, dtype)
@@ -266,6 +282,9 @@ def case_decode(args, ctx, dtype):
                                                                                  cache_seqlens=seqlens),
         }
         med = interleaved(fns, args.runs * 4)
+        med["flash_attn_with_kvcache"], med["flashattn C loop"] = python_vs_c(ctx, args.runs * 4, lambda: (
+            flashattn.flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens)),
+            q, kn, vn, torch.empty(B, 1, Hq, D, dtype=dt), k_cache=kc, v_cache=vc, cache_seqlens=seqlens)
     kv_bytes = 2 * B * (L + 1) * Hk * D * kc.element_size()
     flops = flashattn.forward_work(q, kn, vn, k_cache=kc, v_cache=vc, cache_seqlens=seqlens)["flops"]
     for kname, sec in med.items():

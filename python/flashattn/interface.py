@@ -144,6 +144,46 @@ def _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_see
             _seed(p, dropout_seed, torch_side), _offset(dropout_offset))
 
 
+def _round128(n):
+    return (n + 127) // 128 * 128
+
+
+def _attn_probs(q, k, bias, mask, alibi, opts, keep, t, sinks=None):
+    """flash-attn's S_dmask for a dense call with dropout: (batch, nheads, seqlen_q rounded
+    up to 128, seqlen_k likewise) in q's dtype, the softmax probabilities p_ij (undropped)
+    with the sign bit set where dropout dropped the element (-p, -0.0 for p = 0), zero in
+    the padding. P comes from the library itself (every mask, softcap and ALiBi rule as
+    the call applied it): the same call without dropout on v = the identity, so that
+    o_i = sum_j p_ij e_j = p_i, in f32."""
+    B, Sq, Hq, _ = q.shape
+    Sk, Hk = k.shape[1], k.shape[2]
+    scale, softcap, causal, wl, wr = opts[:5]
+    if t:
+        import torch
+        from torch.utils.dlpack import to_dlpack
+
+        eye = torch.eye(Sk, dtype=q.dtype)[None, :, None, :].expand(B, Sk, Hk, Sk)
+        p = torch.empty((B, Sq, Hq, Sk), dtype=torch.float32)
+        sinks = _sinks(sinks, t)
+        call = [None if x is None else to_dlpack(x.detach()) for x in (q, k, eye, p, bias, mask, alibi, sinks)]
+    else:
+        eye = np.broadcast_to(np.eye(Sk, dtype=q.dtype)[None, :, None, :], (B, Sk, Hk, Sk))
+        p = np.empty((B, Sq, Hq, Sk), dtype=np.float32)
+        call = [q, k, eye, p, bias, mask, alibi, _sinks(sinks, t)]
+    qa, ka, ea, pa, ba, ma, aa, sa = call
+    _C.forward(_core.current_context(), qa, ka, ea, pa, None, scale, softcap, causal, wl, wr, aa, ba, ma, sinks=sa)
+    if t:
+        p = p.permute(0, 2, 1, 3)
+        s = torch.where(keep, p, -p).to(q.dtype)
+        out = torch.zeros((B, Hq, _round128(Sq), _round128(Sk)), dtype=q.dtype)
+    else:
+        p = p.transpose(0, 2, 1, 3)
+        s = np.where(keep, p, -p).astype(q.dtype)
+        out = np.zeros((B, Hq, _round128(Sq), _round128(Sk)), dtype=q.dtype)
+    out[:, :, :Sq, :Sk] = s
+    return out
+
+
 def _result(out, lse, dm, return_attn_probs):
     return (out, lse, dm) if return_attn_probs else out
 
@@ -156,9 +196,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     As flash-attn 2.x: causal is aligned bottom-right, window_size (left, right)
     likewise, nheads % nheads_k == 0 is GQA/MQA, alibi_slopes (nheads,) or
     (batch, nheads) fp32. Returns out (batch, seqlen_q, nheads, headdim_v); with
-    return_attn_probs also softmax_lse (batch, nheads, seqlen_q) fp32 and the dropout
-    keep-mask (batch, nheads, seqlen_q, seqlen_k) bool (None without dropout) --
-    flash-attn's S_dmask encodes the same pattern in the signs of P instead.
+    return_attn_probs also softmax_lse (batch, nheads, seqlen_q) fp32 and S_dmask (below).
     deterministic is accepted and has nothing to do: the backward is always
     deterministic.
 
@@ -169,6 +207,12 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     sinks (nheads,), gpt-oss's attention sinks: one logit per head added to each
     row's softmax normaliser, with no value (docs/semantics.md, step 6); with torch
     a gradient flows to them.
+
+    With return_attn_probs and dropout, the third result is flash-attn's S_dmask:
+    (batch, nheads, seqlen_q, seqlen_k), each rounded up to a multiple of 128, in q's
+    dtype, holding the softmax probabilities with the sign bit set on the elements
+    dropout dropped (so np.signbit / torch.signbit gives the dropped ones exactly);
+    None without dropout, as in flash-attn.
     """
     t = is_torch(q)
     opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t)
@@ -180,9 +224,11 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     want = bool(return_attn_probs) and opts[5] > 0
     if t:
         bias, mask = _mask_split(attn_mask, True)
-        out, lse, dm = _ops().attention(q, k, v, bias, mask, _alibi(alibi_slopes, True), None, None, opts, want,
+        alibi = _alibi(alibi_slopes, True)
+        out, lse, dm = _ops().attention(q, k, v, bias, mask, alibi, None, None, opts, want,
                                         need_lse=bool(return_attn_probs), sinks=sinks)
-        return _result(out, lse, dm if want else None, return_attn_probs)
+        return _result(out, lse, _attn_probs(q, k, bias, mask, alibi, opts, dm, True, sinks) if want else None,
+                       return_attn_probs)
     asarray = np.asarray
     q, k, v = asarray(q), asarray(k), asarray(v)
     if not q.ndim == k.ndim == v.ndim == 4:
@@ -197,9 +243,11 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                    None, None, None, None, None, None, None, None, 0, 0, p, seed, offset, None)
         return out
     bias, mask = _mask_split(attn_mask, False)
-    out, lse, dm = _np_forward(q, k, v, bias=bias, mask=mask, alibi=_alibi(alibi_slopes, False), opts=opts,
-                               want_mask=want, need_lse=bool(return_attn_probs), sinks=sinks)
-    return _result(out, lse, dm, return_attn_probs)
+    alibi = _alibi(alibi_slopes, False)
+    out, lse, dm = _np_forward(q, k, v, bias=bias, mask=mask, alibi=alibi, opts=opts, want_mask=want,
+                               need_lse=bool(return_attn_probs), sinks=sinks)
+    return _result(out, lse, _attn_probs(q, k, bias, mask, alibi, opts, dm, False, sinks) if want else None,
+                   return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -227,6 +275,8 @@ def _int32(x, torch_side, name):
     if is_torch(x):
         import torch
 
+        if x.dtype is torch.int32 and x.device.type == "cpu" and x.is_contiguous():
+            return x  # as it is (an index array takes no gradient): the per-call path of decoding
         if x.device.type != "cpu":
             raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
         if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
@@ -245,28 +295,38 @@ def _int32(x, torch_side, name):
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None, *, dropout_seed=None,
-                           dropout_offset=0, sinks=None):
+                           deterministic=False, return_attn_probs=False, block_table=None, *, seqused_k=None,
+                           dropout_seed=None, dropout_offset=0, sinks=None):
     """Packed sequences: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim[_v]),
     cu_seqlens_* int32 (batch + 1,) prefix sums. Returns out (total_q, nheads, headdim_v);
     with return_attn_probs also softmax_lse (nheads, total_q) and None (the dropout
     mask is a dense-call output). max_seqlen_* are checked against cu_seqlens when
-    given as ints. block_table (paged keys) is not supported here: use
-    flash_attn_with_kvcache. sinks (nheads,) as in flash_attn_func."""
-    if block_table is not None:
-        raise ValueError("flash_attn_varlen_func: block_table is not supported; use flash_attn_with_kvcache")
+    given as ints.
+
+    Paged keys (flash-attn's block_table): k, v are page pools (num_pages, page_size,
+    nheads_k, headdim[_v]) of any page size, block_table (batch, max_pages) int32 page
+    ids, and sequence b's keys are its first cu_seqlens_k[b+1] - cu_seqlens_k[b] rows
+    (or seqused_k[b], keyword-only, as flash-attn 3 and vLLM name it), key j in row
+    j % page_size of page block_table[b, j // page_size]. causal and windows align
+    bottom-right over those keys, so a prefill chunk whose keys end with its own rows
+    attends causally. This is the library's paged KV cache read without an append
+    (flash_attn_with_kvcache appends); it is forward-only, without dropout.
+    sinks (nheads,) as in flash_attn_func.
+    """
     t = is_torch(q)
+    if block_table is not None:
+        return _varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_k, block_table, t,
+                             _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed,
+                                      dropout_offset, t), alibi_slopes, return_attn_probs, sinks)
+    if seqused_k is not None:
+        raise ValueError("flash_attn_varlen_func: seqused_k goes with block_table (paged keys)")
     opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t)
     sinks = _sinks(sinks, t)
     for name, x in (("q", q), ("k", k), ("v", v)):
         _need_ndim(x, 3, name, "(total, nheads, headdim)")
     cu_q, cu_k = _int32(cu_seqlens_q, t, "cu_seqlens_q"), _int32(cu_seqlens_k, t, "cu_seqlens_k")
-    checkable = not (t and _ops().torch.compiler.is_compiling())  # a data-dependent check would break the graph
-    for name, cu, mx in (("max_seqlen_q", cu_q, max_seqlen_q), ("max_seqlen_k", cu_k, max_seqlen_k)):
-        if checkable and isinstance(mx, int) and cu.shape[0] > 1:
-            longest = int((cu[1:] - cu[:-1]).max())
-            if longest > mx:
-                raise ValueError(f"{name} = {mx} but a sequence has {longest} rows")
+    _check_max_seqlen("max_seqlen_q", cu_q, max_seqlen_q, t)
+    _check_max_seqlen("max_seqlen_k", cu_k, max_seqlen_k, t)
     if t:
         out, lse, _ = _ops().attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), None, None,
                                        _alibi(alibi_slopes, True), cu_q, cu_k, opts, False, sinks=sinks)
@@ -279,6 +339,56 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return (out, lse, None) if return_attn_probs else out
 
 
+def _check_max_seqlen(name, cu, mx, torch_side):
+    """max_seqlen_* as an int must cover every sequence of cu (skipped while torch.compile traces)."""
+    if torch_side and _ops().torch.compiler.is_compiling():
+        return  # a data-dependent check would break the graph
+    if isinstance(mx, int) and cu.shape[0] > 1:
+        longest = int((cu[1:] - cu[:-1]).max())
+        if longest > mx:
+            raise ValueError(f"{name} = {mx} but a sequence has {longest} rows")
+
+
+def _varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_k, block_table, t, opts, alibi_slopes,
+                  return_attn_probs, sinks):
+    """flash_attn_varlen_func with block_table: packed q over a paged KV cache, no append."""
+    scale, softcap, causal, wl, wr, p = opts[:6]
+    if p > 0.0:
+        raise ValueError("flash_attn_varlen_func: dropout does not apply with block_table (paged KV caches are "
+                         "inference-only)")
+    _need_ndim(q, 3, "q", "(total_q, nheads, headdim)")
+    for name, x in (("k", k), ("v", v)):
+        _need_ndim(x, 4, name, "(num_pages, page_size, nheads_k, headdim) with block_table")
+    cu_q, cu_k = _int32(cu_seqlens_q, t, "cu_seqlens_q"), _int32(cu_seqlens_k, t, "cu_seqlens_k")
+    if cu_q.ndim != 1 or cu_k.ndim != 1 or cu_q.shape[0] != cu_k.shape[0] or cu_q.shape[0] < 1:
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must be 1-d (batch + 1,) of the same length")
+    _check_max_seqlen("max_seqlen_q", cu_q, max_seqlen_q, t)
+    if seqused_k is not None:
+        seqlens = _int32(seqused_k, t, "seqused_k")
+    else:
+        seqlens = cu_k[1:] - cu_k[:-1]  # the library checks each is >= 0 and fits the sequence's pages
+    seqlens = seqlens.contiguous() if t else np.ascontiguousarray(seqlens)
+    table = _int32(block_table, t, "block_table")
+    if table.ndim != 2 or table.shape[0] != cu_q.shape[0] - 1:
+        raise ValueError(f"block_table must be (batch, max_pages) with batch = {cu_q.shape[0] - 1}, got shape "
+                         f"{tuple(table.shape)}")
+    total, H = q.shape[0], q.shape[1]
+    if t:
+        import torch
+
+        q, k, v = q.detach(), k.detach(), v.detach()
+        out = torch.empty((1, total, H, v.shape[3]), dtype=q.dtype)
+        lse = torch.empty((1, H, total), dtype=torch.float32) if return_attn_probs else None
+    else:
+        q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+        out = np.empty((1, total, H, v.shape[3]), dtype=q.dtype)
+        lse = np.empty((1, H, total), dtype=np.float32) if return_attn_probs else None
+    _C.forward(_core.current_context(), q[None], None, None, out, lse, scale, softcap, causal, wl, wr,
+               _alibi(alibi_slopes, t), None, None, cu_q, None, k, v, None, None, seqlens, None, table,
+               sinks=None if sinks is None else _sinks(sinks, t).detach() if t else _sinks(sinks, t))
+    return (out[0], lse[0], None) if return_attn_probs else out[0]
+
+
 def _cache_index(batch, cache_seqlens, cache_batch_idx, block_table, torch_side):
     """A cache call's int32 index arrays: (seqlens, batch_idx, block_table)."""
     if cache_seqlens is None:
@@ -287,6 +397,62 @@ def _cache_index(batch, cache_seqlens, cache_batch_idx, block_table, torch_side)
         cache_seqlens = np.full((batch,), cache_seqlens, dtype=np.int32)
     return (_int32(cache_seqlens, torch_side, "cache_seqlens"), _int32(cache_batch_idx, torch_side, "cache_batch_idx"),
             _int32(block_table, torch_side, "block_table"))
+
+
+def _rotate(x, cos, sin, pos, interleaved, t):
+    """x (batch, seqlen, nheads, headdim) with its first rotary_dim = 2 * cos.shape[1] dims
+    rotated at positions pos (batch, seqlen): pairs (2i, 2i + 1) when interleaved, else
+    (i, i + rotary_dim / 2); in fp32, rounded back to x's dtype. A new array."""
+    half = cos.shape[1]
+    rd = 2 * half
+    if t:
+        import torch
+
+        c, s = cos.to(torch.float32)[pos][:, :, None, :], sin.to(torch.float32)[pos][:, :, None, :]
+        xf = x[..., :rd].to(torch.float32)
+    else:
+        c, s = np.asarray(cos, np.float32)[pos][:, :, None, :], np.asarray(sin, np.float32)[pos][:, :, None, :]
+        xf = x[..., :rd].astype(np.float32)
+    x1, x2 = (xf[..., 0::2], xf[..., 1::2]) if interleaved else (xf[..., :half], xf[..., half:])
+    r1, r2 = x1 * c - x2 * s, x1 * s + x2 * c
+    if t:
+        rot = torch.stack((r1, r2), -1).flatten(-2) if interleaved else torch.cat((r1, r2), -1)
+        out = x.clone()
+        out[..., :rd] = rot.to(x.dtype)
+        return out
+    rot = np.stack((r1, r2), -1).reshape(xf.shape) if interleaved else np.concatenate((r1, r2), -1)
+    out = np.array(x, copy=True)
+    out[..., :rd] = rot.astype(x.dtype)
+    return out
+
+
+def _rotate_qk(q, k, cos, sin, seqlens, q_advances, interleaved, t):
+    """flash-attn's rotary embedding of a KV-cache call: new key i of sequence b at position
+    seqlens[b] + i; query row i there too when causal or windowed (q_advances), else at
+    seqlens[b]. Returns the rotated (q, k)."""
+    _need_ndim(k, 4, "k", "(batch, seqlen_new, nheads_k, headdim)")
+    if cos.ndim != 2 or tuple(sin.shape) != tuple(cos.shape):
+        raise ValueError(f"rotary_cos and rotary_sin must both be (seqlen_ro, rotary_dim / 2), got "
+                         f"{tuple(cos.shape)} and {tuple(sin.shape)}")
+    if 2 * cos.shape[1] > q.shape[3] or 2 * cos.shape[1] > k.shape[3]:
+        raise ValueError(f"rotary_dim = {2 * cos.shape[1]} exceeds headdim {q.shape[3]}")
+    if t:
+        import torch
+
+        start = seqlens.to(torch.int64)[:, None]
+        qi, ki = torch.arange(q.shape[1])[None, :], torch.arange(k.shape[1])[None, :]
+    else:
+        start = seqlens.astype(np.int64)[:, None]
+        qi, ki = np.arange(q.shape[1])[None, :], np.arange(k.shape[1])[None, :]
+    kpos = start + ki
+    qpos = start + qi if q_advances else start + 0 * qi
+    used = [x for x in (kpos, qpos) if (x.numel() if t else x.size) > 0]
+    if any(int(x.min()) < 0 for x in used):
+        raise ValueError("cache_seqlens must be >= 0")
+    top = max([int(x.max()) for x in used] or [-1])
+    if top >= cos.shape[0]:
+        raise ValueError(f"rotary_cos has {cos.shape[0]} rows; positions up to {top} are needed")
+    return _rotate(q, cos, sin, qpos, interleaved, t), _rotate(k, cos, sin, kpos, interleaved, t)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -301,53 +467,68 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     headdim[_v]) of any page size. k, v (batch, seqlen_new, nheads_k, ...) are written
     in place at cache_seqlens[b] (an int or int32 (batch,)), which the caller advances
     afterwards, as in flash-attn. causal is bottom-right over the valid keys.
+    cache_leftpad (batch,) int32, contiguous caches only: sequence b's keys start at row
+    cache_leftpad[b] of its cache row (the rows before are never read) and end at
+    cache_seqlens[b], which still counts from the row's start, as in flash-attn.
+    rotary_cos, rotary_sin (seqlen_ro, rotary_dim / 2), with k and v only: the first
+    rotary_dim dims of q and of the new k are rotated before the call (in fp32, then
+    rounded to their dtype), pairs (0, 1), (2, 3), ... with rotary_interleaved, else
+    (i, i + rotary_dim / 2) (GPT-NeoX), at flash-attn's positions: new key i of
+    sequence b at cache_seqlens[b] + i, query row i there too when causal or windowed,
+    else every query row at cache_seqlens[b] (cache_leftpad does not move them).
     Beyond flash-attn: int8 caches with k_scale, v_scale fp32 (.., .., nheads_k)
     (appends quantise with max|x|/127); sinks (nheads,) as in flash_attn_func,
-    added once per row however the keys are split. Not differentiable; rotary embedding and
-    cache_leftpad are not implemented (ValueError); num_splits > 0 forces the
+    added once per row however the keys are split. Not differentiable; num_splits > 0 forces the
     split-KV chunk count.
     """
-    if rotary_cos is not None or rotary_sin is not None:
-        raise ValueError("flash_attn_with_kvcache: rotary embedding is not implemented; apply it to q and k first")
-    if cache_leftpad is not None:
-        raise ValueError("flash_attn_with_kvcache: cache_leftpad is not implemented")
     t = is_torch(q)
     opts = _options(0.0, softmax_scale, causal, window_size, softcap, None, 0, t)
     scale, softcap_, causal_, wl, wr = opts[:5]
     _need_ndim(q, 4, "q", "(batch, seqlen_q, nheads, headdim)")
     B = q.shape[0]
     seqlens, bidx, table = _cache_index(B, cache_seqlens, cache_batch_idx, block_table, t)
+    leftpad = _int32(cache_leftpad, t, "cache_leftpad")
+    if rotary_cos is not None or rotary_sin is not None:
+        if rotary_cos is None or rotary_sin is None or k is None:
+            raise ValueError("flash_attn_with_kvcache: rotary embedding needs rotary_cos, rotary_sin and the new "
+                             "rows k, v (as in flash-attn)")
+        q, k = _rotate_qk(q, k, rotary_cos, rotary_sin, seqlens, causal_ != _core.CAUSAL_NONE or wl >= 0 or wr >= 0,
+                          bool(rotary_interleaved), t)
     if t:
         import torch
 
-        # the cache is written in place and the call is not differentiable
-        q, k, v = (None if x is None else x.detach() for x in (q, k, v))
+        # the cache is written in place and the call is not differentiable (detach only
+        # what takes a gradient: a decoding step's per-call cost is counted in microseconds)
+        q, k, v = (x.detach() if x is not None and x.requires_grad else x for x in (q, k, v))
         for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
             if x.device.type != "cpu":
                 raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
+        if not return_softmax_lse and alibi_slopes is None and not num_splits and sinks is None:
+            return _ops().kvcache_lean(q, k_cache, v_cache, k, v, seqlens, bidx, table, leftpad, k_scale, v_scale,
+                                       scale, softcap_, causal_, wl, wr)
         out = torch.empty((B, q.shape[1], q.shape[2], v_cache.shape[3]), dtype=q.dtype)
-        lse = torch.empty((B, q.shape[2], q.shape[1]), dtype=torch.float32)
+        lse = torch.empty((B, q.shape[2], q.shape[1]), dtype=torch.float32) if return_softmax_lse else None
     else:
         q, k, v = _np(q, "q"), _np(k, "k"), _np(v, "v")
         out = np.empty((B, q.shape[1], q.shape[2], v_cache.shape[3]), dtype=q.dtype)
-        lse = np.empty((B, q.shape[2], q.shape[1]), dtype=np.float32)
+        lse = np.empty((B, q.shape[2], q.shape[1]), dtype=np.float32) if return_softmax_lse else None
     sinks = _sinks(sinks, t)
     if t and sinks is not None:
         sinks = sinks.detach()
     args = (q, k, v, out, lse, _alibi(alibi_slopes, t), k_cache, v_cache, k_scale, v_scale, seqlens, bidx, table,
-            sinks)
+            sinks, leftpad)
     if t:
         # DLPack capsules: ~0.2 us each against ~2 us through Tensor.__dlpack__ (decoding calls are short)
         from torch.utils.dlpack import to_dlpack
 
         args = tuple(None if x is None else to_dlpack(x) for x in args)
-    q_, k_, v_, out_, lse_, alibi_, kc_, vc_, ks_, vs_, seqlens_, bidx_, table_, sinks_ = args
+    q_, k_, v_, out_, lse_, alibi_, kc_, vc_, ks_, vs_, seqlens_, bidx_, table_, sinks_, leftpad_ = args
     ctx = _core.current_context()
     if num_splits:
         ctx.set(_C.PARAM_KV_SPLITS, int(num_splits))
     try:
         _C.forward(ctx, q_, k_, v_, out_, lse_, scale, softcap_, causal_, wl, wr, alibi_, None, None, None, None, kc_,
-                   vc_, ks_, vs_, seqlens_, bidx_, table_, 0, 0, 0.0, 0, 0, None, sinks_)
+                   vc_, ks_, vs_, seqlens_, bidx_, table_, 0, 0, 0.0, 0, 0, None, sinks_, leftpad_)
     finally:
         if num_splits:
             ctx.set(_C.PARAM_KV_SPLITS, 0)

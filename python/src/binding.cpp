@@ -296,7 +296,7 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
           nb::handle mask, nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle k_cache, nb::handle v_cache,
           nb::handle k_scale, nb::handle v_scale, nb::handle cache_seqlens, nb::handle cache_batch_idx,
           nb::handle block_table, int64_t q_start, int64_t k_start, double dropout_p, uint64_t dropout_seed,
-          uint32_t dropout_offset, nb::handle dropout_mask, nb::handle sinks)
+          uint32_t dropout_offset, nb::handle dropout_mask, nb::handle sinks, nb::handle cache_leftpad)
 {
     fa_forward_args &a = c.a;
     a.q = tensor_of<in_array>(c.keep, q, "q");
@@ -369,6 +369,9 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
         if (kc.block_table)
             covers("block_table (rows)", bt_rows);
         kc.max_pages = kc.block_table ? bt_cols : 0;
+        kc.leftpad = int32_of(c.keep, cache_leftpad, "cache_leftpad", &r, &n);
+        if (kc.leftpad)
+            covers("cache_leftpad", r * n);
         a.kv_cache = &kc;
     }
     a.q_start = q_start;
@@ -386,11 +389,12 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
         nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle k_cache, nb::handle v_cache,                  \
         nb::handle k_scale, nb::handle v_scale, nb::handle cache_seqlens, nb::handle cache_batch_idx,              \
         nb::handle block_table, int64_t q_start, int64_t k_start, double dropout_p, uint64_t dropout_seed,         \
-        uint32_t dropout_offset, nb::handle dropout_mask, nb::handle sinks
+        uint32_t dropout_offset, nb::handle dropout_mask, nb::handle sinks,        \
+        nb::handle cache_leftpad
 #define FA_FWD_NAMES                                                                                              \
     q, k, v, o, lse, scale, softcap, causal, window_left, window_right, alibi, bias, mask, cu_seqlens_q,           \
         cu_seqlens_k, k_cache, v_cache, k_scale, v_scale, cache_seqlens, cache_batch_idx, block_table, q_start,    \
-        k_start, dropout_p, dropout_seed, dropout_offset, dropout_mask, sinks
+        k_start, dropout_p, dropout_seed, dropout_offset, dropout_mask, sinks, cache_leftpad
 #define FA_FWD_ARGS                                                                                                \
     nb::arg("q"), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out"), nb::arg("softmax_lse").none() = nb::none(), \
         nb::arg("scale") = 0.0, nb::arg("softcap") = 0.0, nb::arg("causal") = 0, nb::arg("window_left") = -1,       \
@@ -402,7 +406,8 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
         nb::arg("cache_seqlens").none() = nb::none(), nb::arg("cache_batch_idx").none() = nb::none(),              \
         nb::arg("block_table").none() = nb::none(), nb::arg("q_start") = 0, nb::arg("k_start") = 0,                \
         nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,                    \
-        nb::arg("dropout_mask").none() = nb::none(), nb::arg("sinks").none() = nb::none()
+        nb::arg("dropout_mask").none() = nb::none(), nb::arg("sinks").none() = nb::none(),         \
+        nb::arg("cache_leftpad").none() = nb::none()
 
 void forward(Context &ctx, FA_FWD_PARAMS)
 {
@@ -611,6 +616,58 @@ nb::object forward_torch(Context &ctx, nb::handle q, nb::handle k, nb::handle v,
     return out;
 }
 
+// The torch fast path of flash_attn_with_kvcache (decoding: a call of a millisecond
+// whose Python layer must stay a few percent of it): every tensor to a DLPack
+// capsule here, the output from torch.empty_strided, then fa_forward; index arrays
+// already int32 (flashattn.interface converts them). Returns out (B, Sq, Hq, Dv).
+nb::object kvcache_torch(Context &ctx, nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k, nb::handle v,
+                         nb::handle seqlens, nb::handle batch_idx, nb::handle block_table, nb::handle leftpad,
+                         nb::handle k_scale, nb::handle v_scale, double scale, double softcap, int causal,
+                         int64_t window_left, int64_t window_right)
+{
+    fa_context *c = ctx.get();
+    if (!g_to_dlpack)
+        raise(PyExc_RuntimeError, "flashattn._C.kvcache_torch: torch_setup() has not run");
+    nb::handle none(Py_None);
+    nb::object caps[11];
+    const nb::handle tensors[11] = {q, k, v, k_cache, v_cache, k_scale, v_scale, seqlens, batch_idx, block_table, leftpad};
+    for (int i = 0; i < 11; i++)
+        if (!tensors[i].is_none())
+            caps[i] = dlpack_of(tensors[i]);
+    auto h = [&](int i) { return caps[i].is_valid() ? nb::handle(caps[i]) : none; };
+    Call call;
+    fill(call, h(0), h(1), h(2), none, none, scale, softcap, causal, window_left, window_right, none, none, none, none,
+         none, h(3), h(4), h(5), h(6), h(7), h(8), h(9), 0, 0, 0.0, 0, 0, none, none, h(10));
+    fa_forward_args &a = call.a;
+    const int64_t B = a.q.shape[0], S = a.q.shape[1], H = a.q.shape[2], Dv = call.cache.v.shape[3];
+    const int64_t shape[4] = {B, S, H, Dv}, strides[4] = {S * H * Dv, H * Dv, Dv, 1};
+    nb::object out = empty_strided(shape, strides, 4, call_or_raise(PyObject_GetAttr(q.ptr(), g_dtype_attr)));
+    a.o = tensor_of<out_array>(call.keep, dlpack_of(out), "out");
+    fa_status st;
+    {
+        nb::gil_scoped_release unlocked;
+        st = fa_forward(c, &a);
+    }
+    check(st, c, "fa_forward");
+    return out;
+}
+
+// `runs` forwards of one built call with the GIL released: seconds per call.
+double time_loop(fa_context *c, const fa_forward_args &a, int64_t runs)
+{
+    fa_status st = FA_OK;
+    double seconds;
+    {
+        nb::gil_scoped_release unlocked;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t r = 0; r < runs && st == FA_OK; r++)
+            st = fa_forward(c, &a);
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    check(st, c, "fa_forward");
+    return seconds / static_cast<double>(runs > 0 ? runs : 1);
+}
+
 // For the benchmark: the C call alone, `runs` times on arguments built once, so
 // that the binding's own per-call cost is (Python per-call time - this).
 double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb::handle o, int64_t runs)
@@ -621,17 +678,18 @@ double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb
     call.a.k = tensor_of<in_array>(call.keep, k, "k");
     call.a.v = tensor_of<in_array>(call.keep, v, "v");
     call.a.o = tensor_of<out_array>(call.keep, o, "out");
-    fa_status st = FA_OK;
-    double seconds;
-    {
-        nb::gil_scoped_release unlocked;
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int64_t r = 0; r < runs && st == FA_OK; r++)
-            st = fa_forward(c, &call.a);
-        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-    check(st, c, "fa_forward");
-    return seconds / static_cast<double>(runs > 0 ? runs : 1);
+    return time_loop(c, call.a, runs);
+}
+
+// For the benchmark: any forward call (the arguments of forward(), a KV cache's
+// included) built once and run `runs` times in C, so that a front end's per-call
+// cost is (its per-call time - this). An append writes the same rows every run.
+double time_call_c(Context &ctx, int64_t runs, FA_FWD_PARAMS)
+{
+    fa_context *c = ctx.get();
+    Call call;
+    fill(call, FA_FWD_NAMES);
+    return time_loop(c, call.a, runs);
 }
 
 // fa_tune: the sweep with the GIL released; a Python progress callback runs with the
@@ -779,6 +837,12 @@ NB_MODULE(_C, m)
           nb::arg("dv").none(), FA_FWD_ARGS, nb::arg("dsinks").none() = nb::none());
     m.def("merge_states", &merge_states, nb::arg("ctx"), nb::arg("out_parts"), nb::arg("lse_parts"),
           nb::arg("out"), nb::arg("lse").none());
+    m.def("kvcache_torch", &kvcache_torch, nb::arg("ctx"), nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
+          nb::arg("k").none(), nb::arg("v").none(), nb::arg("cache_seqlens"), nb::arg("cache_batch_idx").none(),
+          nb::arg("block_table").none(), nb::arg("cache_leftpad").none(), nb::arg("k_scale").none(),
+          nb::arg("v_scale").none(), nb::arg("scale"), nb::arg("softcap"), nb::arg("causal"), nb::arg("window_left"),
+          nb::arg("window_right"));
+    m.def("time_call_c", &time_call_c, nb::arg("ctx"), nb::arg("runs"), FA_FWD_ARGS);
     m.def("time_forward_c", &time_forward_c, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
           nb::arg("out"), nb::arg("runs"));
     m.def("probe", &probe, nb::arg("ctx"), nb::arg("kind"));

@@ -37,12 +37,18 @@ def test_philox_known_answers():
         assert philox4x32_10(c, k) == want
 
 
+def kept(S, Sq, Sk):
+    """The keep-mask in flash-attn's S_dmask encoding: the sign bit marks a dropped element."""
+    return ~torch.signbit(S[:, :, :Sq, :Sk])
+
+
 @pytest.mark.parametrize("p,seed,offset", [(0.3, 12345, 0), (0.1, 2**40 + 7, 77), (0.75, 3, 2**32 - 1)])
 def test_dropout_mask_is_the_semantics_rule(p, seed, offset):
     B, Sq, Sk, Hq, Hk, D = 2, 9, 23, 4, 2, 8
     q, k, v = randn(B, Sq, Hq, D, seed=1), randn(B, Sk, Hk, D, seed=2), randn(B, Sk, Hk, D, seed=3)
-    out, lse, keep = flash_attn_func(q, k, v, dropout_p=p, causal=True, return_attn_probs=True, dropout_seed=seed,
-                                     dropout_offset=offset)
+    out, lse, S = flash_attn_func(q, k, v, dropout_p=p, causal=True, return_attn_probs=True, dropout_seed=seed,
+                                  dropout_offset=offset)
+    keep = kept(S, Sq, Sk)
     want = dropout_keep_rule(B, Hq, Sq, Sk, p, seed, offset)
     assert keep.dtype == torch.bool and keep.shape == (B, Hq, Sq, Sk)
     assert np.array_equal(keep.numpy(), want), f"{(keep.numpy() != want).sum()} of {want.size} bits differ"
@@ -52,16 +58,17 @@ def test_dropout_mask_is_the_semantics_rule(p, seed, offset):
     assert_rule(out, ro, no)
     assert (lse.double() - rl).abs().max().item() < 2e-6  # lse is the undropped row's
     # numpy gives the same mask
-    _, _, keep_np = flash_attn_func(q.numpy(), k.numpy(), v.numpy(), dropout_p=p, causal=True, return_attn_probs=True,
-                                    dropout_seed=seed, dropout_offset=offset)
-    assert np.array_equal(keep_np, want)
+    _, _, S_np = flash_attn_func(q.numpy(), k.numpy(), v.numpy(), dropout_p=p, causal=True, return_attn_probs=True,
+                                 dropout_seed=seed, dropout_offset=offset)
+    assert np.array_equal(~np.signbit(S_np[:, :, :Sq, :Sk]), want)
 
 
 def test_dropout_gradients_use_the_same_mask():
     p, seed = 0.2, 99
     q, k, v = randn(1, 12, 2, 16, seed=4), randn(1, 12, 2, 16, seed=5), randn(1, 12, 2, 16, seed=6)
     qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
-    out, _, keep = flash_attn_func(qs, ks, vs, dropout_p=p, return_attn_probs=True, dropout_seed=seed)
+    out, _, S = flash_attn_func(qs, ks, vs, dropout_p=p, return_attn_probs=True, dropout_seed=seed)
+    keep = kept(S, 12, 12)
     dout = randn(*out.shape, seed=7)
     out.backward(dout)
     q64, k64, v64 = (x.double().requires_grad_() for x in (q, k, v))

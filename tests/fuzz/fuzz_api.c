@@ -9,7 +9,7 @@
  * per-tensor layouts (row-major, head-major, reversed, padded, negated, zero, raw or
  * huge strides, shapes that disagree), dtypes and enum values (valid or not), scale,
  * softcap, windows up to INT64_MAX, q_start/k_start, ALiBi, bias/mask broadcasts,
- * struct_size, cu_seqlens, seqlens, batch_idx, block tables, thread counts and tiles.
+ * struct_size, cu_seqlens, seqlens, batch_idx, leftpad, block tables, thread counts and tiles.
  * A byte stream that runs out reads as zeros, so every input is a valid program.
  *
  * Memory: every tensor gets a buffer of exactly the bytes its shape and strides claim
@@ -1100,6 +1100,17 @@ static void fuzz_cache(reader *r, int paged) {
         if (kst) c.v_scale = mla & 8 ? c.k_scale : (fa_tensor){0};
     }
     const int latent = c.v_in_k != 0;
+    /* leftpad: mostly within [0, seqlens[b]], now and then outside it; with a block
+     * table always refused. Read last, so the bytes before keep their meaning. */
+    int32_t leftpad[MAX_SEQS];
+    if (u8(r) >= 0xC0) {
+        for (int64_t b = 0; b < MAX_SEQS; b++) {
+            const uint8_t x = u8(r);
+            const int32_t n = seqlens[b] >= 0 && seqlens[b] < 40 ? seqlens[b] : 0;
+            leftpad[b] = x >= 0xFC ? (x & 1 ? -1 : n + 1) : (int32_t)(x % (n + 1));
+        }
+        c.leftpad = leftpad;
+    }
     const int64_t cap = mul_or_neg(c.k.shape[1], paged ? c.max_pages : 1);
     const int64_t dsum = add_or_neg(c.k.shape[3], c.v.shape[3]);
     const int64_t work = mul_or_neg(mul_or_neg(mul_or_neg(a.q.shape[0], a.q.shape[1]), mul_or_neg(a.q.shape[2], dsum ? dsum : 1)),
@@ -1111,7 +1122,7 @@ static void fuzz_cache(reader *r, int paged) {
     /* seqlens and batch_idx hold MAX_SEQS entries, the block table MAX_SEQS * 4: a
      * batch beyond them (a dim make() changed) would have the library read past the
      * fuzzer's own arrays, which the contract sizes by the batch */
-    const int arrays_short = a.q.shape[0] > MAX_SEQS && (c.seqlens || c.batch_idx || c.block_table);
+    const int arrays_short = a.q.shape[0] > MAX_SEQS && (c.seqlens || c.batch_idx || c.block_table || c.leftpad);
     if (w.skip || table_short || arrays_short || (work >= 0 && work > MAX_WORK) || numel(&c.k) > MAX_WORK ||
         numel(&c.v) > MAX_WORK) {
         world_free(&w);

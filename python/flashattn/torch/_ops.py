@@ -39,6 +39,7 @@ _profiling = torch.autograd._profiler_enabled
 _f32, _bool = torch.float32, torch.bool
 _C.torch_setup(_to_dlpack, torch.empty_strided)
 _forward_torch = _C.forward_torch
+_kvcache_torch = _C.kvcache_torch
 
 
 def _cpu(x, name):
@@ -204,6 +205,15 @@ def forward_lean(q, k, v, opts):
         return None
     scale, softcap, causal, wl, wr, p, seed, offset = opts
     return _forward_torch(_context(), q, k, v, None, None, scale, softcap, causal, wl, wr, p, seed, offset, False)
+
+
+def kvcache_lean(q, k_cache, v_cache, k, v, seqlens, batch_idx, table, leftpad, k_scale, v_scale, scale, softcap,
+                 causal, wl, wr):
+    """flash_attn_with_kvcache's out alone on CPU tensors, in one binding call
+    (_C.kvcache_torch: to_dlpack of every tensor, the output's torch.empty_strided and
+    fa_forward, all from C++): decoding's per-call minimum. Index arrays int32."""
+    return _kvcache_torch(_context(), q, k_cache, v_cache, k, v, seqlens, batch_idx, table, leftpad, k_scale, v_scale,
+                          scale, softcap, causal, wl, wr)
 
 
 def sdpa_lean(query, key, value, bias, mask, opts):
