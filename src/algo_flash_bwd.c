@@ -16,12 +16,13 @@
  *                                            dQ  += scale dS K (of 1)       pv
  * with D_i = dot(dO_i, o_i), one number per row, computed first.
  *
- * The loop is K-outer: a task is one (sequence, kv head); it walks the key tiles,
- * keeping dK and dV of the tile in cache, and for each tile only the query blocks
- * of the group's heads that see it (fa_key_block_rows, the planner's inverse
- * question). dQ of the task's heads accumulates in the caller's dq when that is
- * f32 with rows the kernels can write whole (no extra memory), else in a per-thread
- * f32 buffer; either way the task owns those rows alone.
+ * The loop is K-outer: a task is one (sequence, kv head); it walks the key tiles in
+ * groups of BWD_GROUP_MAX, keeping dK and dV of the group's tiles in cache, and for
+ * each group only the query blocks of the group's heads that see one of its tiles
+ * (fa_key_block_rows, the planner's inverse question), whose rows are loaded once
+ * for all of them. dQ of the task's heads accumulates in the caller's dq when that
+ * is f32 with rows the kernels can write whole and reuse (no extra memory), else in
+ * a per-thread f32 buffer; either way the task owns those rows alone.
  *
  * Too few such tasks for the threads (one sequence of an MQA model) and the loop
  * runs in two passes instead, as one pool of finer tasks: pass 1 a key tile of a
