@@ -16,12 +16,13 @@
  *                                            dQ  += scale dS K (of 1)       pv
  * with D_i = dot(dO_i, o_i), one number per row, computed first.
  *
- * The loop is K-outer: a task is one (sequence, kv head); it walks the key tiles,
- * keeping dK and dV of the tile in cache, and for each tile only the query blocks
- * of the group's heads that see it (fa_key_block_rows, the planner's inverse
- * question). dQ of the task's heads accumulates in the caller's dq when that is
- * f32 with rows the kernels can write whole (no extra memory), else in a per-thread
- * f32 buffer; either way the task owns those rows alone.
+ * The loop is K-outer: a task is one (sequence, kv head); it walks the key tiles in
+ * groups of BWD_GROUP_MAX, keeping dK and dV of the group's tiles in cache, and for
+ * each group only the query blocks of the group's heads that see one of its tiles
+ * (fa_key_block_rows, the planner's inverse question), whose rows are loaded once
+ * for all of them. dQ of the task's heads accumulates in the caller's dq when that
+ * is f32 with rows the kernels can write whole and reuse (no extra memory), else in
+ * a per-thread f32 buffer; either way the task owns those rows alone.
  *
  * Too few such tasks for the threads (one sequence of an MQA model) and the loop
  * runs in two passes instead, as one pool of finer tasks: pass 1 a key tile of a
@@ -45,6 +46,11 @@
 #include <stdatomic.h>
 #include <string.h>
 
+/* Key tiles a query block's rows are loaded for at once in the fused walk: its Q and
+ * dO (gathered, transposed, scaled) serve that many tiles (kernels.h's products run
+ * per tile, as before, so the bits do not change). */
+enum { BWD_GROUP_MAX = 4 };
+
 typedef struct {
     const fa_problem *p;
     const fa_grads *g;
@@ -52,9 +58,12 @@ typedef struct {
     int64_t br, bc, bp;     /* query rows and keys per tile; the panels' leading dim */
     int64_t ldd, lddv;      /* D, Dv rounded up to FA_ROW_ALIGN: accumulator rows */
     int64_t sq_max;         /* the longest sequence's query rows: the dq buffer's */
+    int64_t group_tiles;    /* key tiles per step of the fused walk, 1 .. BWD_GROUP_MAX */
     int dq_in_place;        /* dQ accumulates in the caller's f32 dq itself (dq_direct) */
     int two_pass;           /* pass 1 tasks are key tiles (dK, dV), pass 2 query blocks (dQ) */
     int b16;                /* bf16 q, k, v, dO multiplied as bf16 pairs (the forward's rule) */
+    int kv_pack;            /* f32 path: each key tile's K, V rows copied to kv_layout's rows first */
+    fa_kv_packing kv_layout; /* f32 rows fa_packed_ld apart, one unit of bc keys */
     const float *dvec;      /* (B or 1, Hq, Sq) D_i = dot(dO_i, o_i), laid out as lse */
     int64_t dvec_sb, dvec_sh; /* its strides (b, h); i is contiguous */
     fa_bwd_task *tasks;     /* tasks.c's, most expensive first */
@@ -64,8 +73,16 @@ typedef struct {
     atomic_llong next;
 } bwd_job;
 
+/* One key tile's operands and gradients, as the products take them. */
 typedef struct {
     float *k, *v;       /* (bc, D), (bc, Dv) K, V rows as f32 when they are not */
+    char *kv;           /* kv_pack: K, V rows as job->kv_layout lays them out */
+    uint16_t *k16, *v16; /* bf16 pair path: (bc, D), (bc, Dv) K, V rows as bf16 */
+    uint32_t *k_pairs;  /* (ceil(bc/2), fa_packed_ld(D)) bf16 pair path: K as row pairs, for dQ += dS K */
+    float *dk, *dv;     /* (bc, ldd), (bc, lddv) the key tile's dK, dV */
+} bwd_tile_scratch;
+
+typedef struct {
     float *q;           /* (br, D)   Q rows as f32 (natural, unscaled), when they are not */
     float *qt;          /* (D, bp)   Q block transposed and scaled */
     float *dout;        /* (br, Dv)  dO rows as f32 */
@@ -73,14 +90,13 @@ typedef struct {
     float *st;          /* (bc, bp)  S^T, then P^T, then P~^T */
     float *dpt;         /* (bc, bp)  dP^T, then dS^T */
     float *xt;          /* (bc, bp)  softcap only: scale * q.k before the softcap */
-    float *m, *l, *alpha, *dv_rows; /* (bp) lse of the rows, scratch, scratch, D_i */
+    float *lse, *m, *l, *alpha, *dv_rows; /* (bp) lse of the rows, softmax's m, scratch, scratch, D_i */
     int32_t *lo, *hi;   /* (bp) tile-relative band */
-    float *dk, *dv;     /* (bc, ldd), (bc, lddv) the key tile's dK, dV */
     float *dq;          /* (group, sq_max, ldd) the task's dQ */
     /* bf16 pair path only: the same operands kept as bf16, their pair panels, and the
      * kernels' repacking scratch */
-    uint16_t *q16, *do16, *k16, *v16, *qt2, *dot2, *pair_scratch;
-    uint32_t *k_pairs;  /* (ceil(bc/2), fa_packed_ld(D)) the key tile as row pairs, for dQ += dS K */
+    uint16_t *q16, *do16, *qt2, *dot2, *pair_scratch;
+    bwd_tile_scratch tile[BWD_GROUP_MAX]; /* group_tiles of them */
 } bwd_scratch;
 
 static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
@@ -89,40 +105,57 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
     const int64_t D = p->D, Dv = p->Dv, br = job->br, bc = job->bc, bp = job->bp;
     bwd_scratch unused;
     if (!sc) sc = &unused;
-    const fa_ws_part parts[] = {
-        {(void **)&sc->k, fa_bytes3(bc, D, 4)},          {(void **)&sc->v, fa_bytes3(bc, Dv, 4)},
+    enum { ROW_PARTS = 20, TILE_PARTS = 8 };
+    fa_ws_part parts[ROW_PARTS + TILE_PARTS * BWD_GROUP_MAX] = {
         {(void **)&sc->q, fa_bytes3(br, D, 4)},          {(void **)&sc->qt, fa_bytes3(D, bp, 4)},
         {(void **)&sc->dout, fa_bytes3(br, Dv, 4)},      {(void **)&sc->dot, fa_bytes3(Dv, bp, 4)},
         {(void **)&sc->st, fa_bytes3(bc, bp, 4)},        {(void **)&sc->dpt, fa_bytes3(bc, bp, 4)},
         {(void **)&sc->xt, p->softcap > 0.0f ? fa_bytes3(bc, bp, 4) : 0},
-        {(void **)&sc->m, bp * 4},                       {(void **)&sc->l, bp * 4},
-        {(void **)&sc->alpha, bp * 4},                   {(void **)&sc->dv_rows, bp * 4},
-        {(void **)&sc->lo, bp * 4},                      {(void **)&sc->hi, bp * 4},
-        {(void **)&sc->dk, fa_bytes3(bc, job->ldd, 4)},  {(void **)&sc->dv, fa_bytes3(bc, job->lddv, 4)},
+        {(void **)&sc->lse, bp * 4},                     {(void **)&sc->m, bp * 4},
+        {(void **)&sc->l, bp * 4},                       {(void **)&sc->alpha, bp * 4},
+        {(void **)&sc->dv_rows, bp * 4},                 {(void **)&sc->lo, bp * 4},
+        {(void **)&sc->hi, bp * 4},
         {(void **)&sc->dq, !job->g->has_dq || job->dq_in_place ? 0
                            : job->two_pass                    ? fa_bytes3(br, job->ldd, 4)
                                                               : fa_bytes3(p->group * job->sq_max, job->ldd, 4)},
         {(void **)&sc->q16, job->b16 ? fa_bytes3(br, D, 2) : 0},
         {(void **)&sc->do16, job->b16 ? fa_bytes3(br, Dv, 2) : 0},
-        {(void **)&sc->k16, job->b16 ? fa_bytes3(bc, D, 2) : 0},
-        {(void **)&sc->v16, job->b16 ? fa_bytes3(bc, Dv, 2) : 0},
         {(void **)&sc->qt2, job->b16 ? fa_bytes3((D + 1) / 2, 2 * bp, 2) : 0},
         {(void **)&sc->dot2, job->b16 ? fa_bytes3((Dv + 1) / 2, 2 * bp, 2) : 0},
         /* room for pv_bf16's needs or stx_bf16's */
         {(void **)&sc->pair_scratch,
          job->b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, D) + 2 * FA_STX_BF16_SCRATCH(br, bc, (D > Dv ? D : Dv), bp) : 0},
-        {(void **)&sc->k_pairs, job->b16 ? fa_bytes3((bc + 1) / 2, fa_packed_ld(D), 4) : 0},
     };
-    return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
+    size_t n = ROW_PARTS;
+    for (int64_t i = 0; i < job->group_tiles; i++) {
+        bwd_tile_scratch *t = &sc->tile[i];
+        const fa_ws_part tile[TILE_PARTS] = {
+            {(void **)&t->k, job->kv_pack || job->b16 ? 0 : fa_bytes3(bc, D, 4)},
+            {(void **)&t->v, job->kv_pack || job->b16 ? 0 : fa_bytes3(bc, Dv, 4)},
+            {(void **)&t->kv, job->kv_pack ? job->kv_layout.unit_bytes : 0},
+            {(void **)&t->k16, job->b16 ? fa_bytes3(bc, D, 2) : 0},
+            {(void **)&t->v16, job->b16 ? fa_bytes3(bc, Dv, 2) : 0},
+            {(void **)&t->k_pairs, job->b16 ? fa_bytes3((bc + 1) / 2, fa_packed_ld(D), 4) : 0},
+            {(void **)&t->dk, fa_bytes3(bc, job->ldd, 4)},
+            {(void **)&t->dv, fa_bytes3(bc, job->lddv, 4)},
+        };
+        for (int j = 0; j < TILE_PARTS; j++) parts[n++] = tile[j];
+    }
+    return fa_ws_layout(parts, n, base);
 }
 
 /* Whether dQ can accumulate in the caller's dq: f32, unit inner stride, and every
  * row a whole number of aligned vectors with nothing of another head's in its
- * padding (D a multiple of FA_ROW_ALIGN), as the pv kernel writes acc rows. */
+ * padding (D a multiple of FA_ROW_ALIGN), as the pv kernel writes acc rows. Rows
+ * far apart (a page or more, or a multiple of 1 KB: the heads of a (B, S, H, D)
+ * dq) accumulate in scratch instead: the walk revisits all of a head's rows for
+ * every key tile, and such rows share a few cache sets and each its own TLB entry
+ * (measured on AVX2: the dQ product at 55% of the FMA peak in place, 82% in scratch). */
 static int dq_direct(const fa_problem *p, const fa_grads *g)
 {
     const fa_tensor *t = &g->dq;
     if (!g->has_dq || t->dtype != FA_DTYPE_F32 || t->stride[3] != 1 || p->D % FA_ROW_ALIGN != 0) return 0;
+    if (fa_rows_scattered(t->stride[1] * (int64_t)sizeof(float))) return 0;
     for (int d = 0; d < 3; d++)
         if (t->stride[d] % FA_ROW_ALIGN != 0 || t->stride[d] < 0) return 0;
     /* sequences of a varlen batch start at any row: still a multiple of the row stride */
@@ -167,8 +200,22 @@ typedef struct {
     int64_t ldq, lddo;
 } bwd_rows;
 
+/* Rows i0 .. i0+n-1 of head h of t as f32 rows: in place where they are f32 and
+ * close together, else in scratch (ld len). Rows far apart (fa_rows_scattered: the
+ * heads of a (B, S, H, D) tensor) are gathered once here rather than read by each of
+ * the transposes and stx's panels, since such rows share a few cache sets and miss. */
+static const float *block_rows(const fa_kernels *kern, const fa_tensor *t, int64_t i0, int64_t n, int64_t h,
+                               int64_t len, float *scratch, int64_t *ld)
+{
+    const float *rows = fa_rows_f32(t, kern, 0, i0, n, h, len, scratch, ld);
+    if (rows == scratch || !fa_rows_scattered(*ld * (int64_t)sizeof(float))) return rows;
+    for (int64_t r = 0; r < n; r++) memcpy(scratch + r * len, rows + r * *ld, (size_t)len * sizeof(float));
+    *ld = len;
+    return scratch;
+}
+
 /* Rows i0 .. i0+n-1 of head h: Q (natural and transposed-scaled), dO (both), the
- * forward's lse, and D_i. Q and dO are f32 rows wherever the tensors are. */
+ * forward's lse, and D_i, for every key tile that sees the block. */
 static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t b,
                       int64_t h, int64_t i0, int64_t n, bwd_rows *rw)
 {
@@ -181,35 +228,37 @@ static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_proble
         rw->do16 = fa_rows_u16(&gs->dout, 0, i0, n, h, p->Dv, sc->do16, &rw->lddo);
         if (p->Dv > 0) kern->pack_qt_bf16(n, p->Dv, rw->do16, rw->lddo, sc->dot2, 2 * job->bp);
     } else {
-        rw->q = fa_rows_f32(&s->q, kern, 0, i0, n, h, p->D, sc->q, &rw->ldq);
+        rw->q = block_rows(kern, &s->q, i0, n, h, p->D, sc->q, &rw->ldq);
         kern->pack_qt(n, p->D, rw->q, rw->ldq, p->scale, sc->qt, job->bp);
-        rw->dout = fa_rows_f32(&gs->dout, kern, 0, i0, n, h, p->Dv, sc->dout, &rw->lddo);
+        rw->dout = block_rows(kern, &gs->dout, i0, n, h, p->Dv, sc->dout, &rw->lddo);
         if (p->Dv > 0) kern->pack_qt(n, p->Dv, rw->dout, rw->lddo, 1.0f, sc->dot, job->bp);
     }
     const float *lse = s->lse.data;
     const int64_t row0 = p->cu_q ? p->cu_q[b] : 0;
     const float *dv = job->dvec + (p->cu_q ? 0 : b) * job->dvec_sb + h * job->dvec_sh + row0;
     for (int64_t r = 0; r < job->bp; r++) {
-        sc->m[r] = r < n ? lse[h * s->lse.stride[1] + (i0 + r) * s->lse.stride[2]] : -INFINITY;
-        sc->l[r] = 0.0f; /* the softmax step's running sum: unused here */
+        sc->lse[r] = r < n ? lse[h * s->lse.stride[1] + (i0 + r) * s->lse.stride[2]] : -INFINITY;
         sc->dv_rows[r] = r < n ? dv[i0 + r] : 0.0f;
     }
 }
 
-/* A key tile's K and V rows, as the products take them. */
+/* A key tile's K and V rows, as the products take them, and where its dK, dV sum. */
 typedef struct {
     const float *k, *v;
     const uint16_t *k16, *v16;
     const uint32_t *k_pairs; /* bf16 with dQ: K as row pairs, packed once for every query block */
     int64_t ldk, ldv, ldkp;
     int kv_finite;
+    float *dk, *dv;          /* (cols, ldd), (cols, lddv) */
 } bwd_tile;
 
-static void load_tile(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
+static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
                       int64_t cols, bwd_tile *t)
 {
     const int64_t D = job->p->D, Dv = job->p->Dv;
     memset(t, 0, sizeof *t);
+    t->dk = sc->dk;
+    t->dv = sc->dv;
     if (job->b16) {
         t->k16 = fa_rows_u16(&s->k, 0, j0, cols, hk, D, sc->k16, &t->ldk);
         t->v16 = fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, sc->v16, &t->ldv);
@@ -219,6 +268,13 @@ static void load_tile(const bwd_job *job, const bwd_scratch *sc, const fa_proble
             job->kern->pack_pairs_bf16(cols, D, t->k16, t->ldk, sc->k_pairs, t->ldkp);
             t->k_pairs = sc->k_pairs;
         }
+    } else if (job->kv_pack) {
+        fa_kv_pack_rows(s, job->kern, &job->kv_layout, hk, j0, cols, j0, sc->kv, NULL, NULL, NULL);
+        t->k = (const float *)sc->kv;
+        t->v = (const float *)(sc->kv + job->kv_layout.v_offset);
+        t->ldk = job->kv_layout.ldk;
+        t->ldv = job->kv_layout.ldv;
+        t->kv_finite = fa_rows_finite(t->k, t->ldk, cols, D);
     } else {
         t->k = fa_kv_tile_f32(s, 0, job->kern, j0, cols, hk, D, sc->k, &t->ldk);
         t->v = fa_kv_tile_f32(s, 1, job->kern, j0, cols, hk, Dv, sc->v, &t->ldv);
@@ -227,22 +283,25 @@ static void load_tile(const bwd_job *job, const bwd_scratch *sc, const fa_proble
 }
 
 /*
- * One (query block, key tile) pair of head h: the whole backward of the tile, with
- * dK and dV of the tile accumulated in sc->dk, sc->dv when kv is set, and dQ of the
- * block in dq_rows (ld ldq_acc) when that is not NULL. The arithmetic of each
- * gradient does not depend on which others are asked for, so the fused loop and
- * the two-pass one (dK, dV first, then dQ) give the same bits.
+ * One (query block, key tile) pair of head h, the block's rows loaded (load_rows):
+ * the whole backward of the tile, with dK and dV of the tile accumulated in t->dk,
+ * t->dv when kv is set, and dQ of the block in dq_rows (ld ldq_acc) when that is not
+ * NULL. The arithmetic of each gradient does not depend on which others are asked
+ * for, nor on how many tiles the rows serve, so the fused loop and the two-pass one
+ * (dK, dV first, then dQ) give the same bits.
  */
 static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t b,
-                      int64_t h, int64_t i0, int64_t n, int64_t j0, int64_t cols, const bwd_tile *t, int kv,
-                      float *dq_rows, int64_t ldq_acc)
+                      int64_t h, int64_t i0, int64_t n, int64_t j0, int64_t cols, const bwd_rows *rwp,
+                      const bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
     const int64_t D = p->D, Dv = p->Dv, bp = job->bp;
     const int elementwise = fa_problem_has_elementwise(s);
-    bwd_rows rw;
-    load_rows(job, sc, s, gs, b, h, i0, n, &rw);
+    const bwd_rows rw = *rwp;
+    /* the softmax step below runs with m = lse and may move m: each tile starts anew */
+    memcpy(sc->m, sc->lse, (size_t)bp * sizeof(float));
+    memset(sc->l, 0, (size_t)bp * sizeof(float)); /* the softmax step's running sum: unused here */
 
     /* forward 1-5: S^T, then softcap, bias, ALiBi and masks (x kept for the softcap) */
     if (job->b16)
@@ -292,8 +351,8 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
                                          fa_rows_finite16(rw.q16, rw.ldq, n, D, 0x7f80u))
                                    ? &fa_kernels_ref
                                    : kern;
-        if (want_dv) kx->stx_bf16(n, cols, Dv, sc->st, bp, rw.do16, rw.lddo, sc->dv, job->lddv, sc->pair_scratch);
-        if (want_dk) kx->stx_bf16(n, cols, D, sc->dpt, bp, rw.q16, rw.ldq, sc->dk, job->ldd, sc->pair_scratch);
+        if (want_dv) kx->stx_bf16(n, cols, Dv, sc->st, bp, rw.do16, rw.lddo, t->dv, job->lddv, sc->pair_scratch);
+        if (want_dk) kx->stx_bf16(n, cols, D, sc->dpt, bp, rw.q16, rw.ldq, t->dk, job->ldd, sc->pair_scratch);
         if (dq_rows) kq->pv_bf16(n, cols, D, sc->dpt, bp, t->k_pairs, t->ldkp, NULL, dq_rows, ldq_acc, sc->pair_scratch);
         return;
     }
@@ -301,45 +360,72 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
                                    !(fa_rows_finite(rw.dout, rw.lddo, n, Dv) && fa_rows_finite(rw.q, rw.ldq, n, D))
                                ? &fa_kernels_ref
                                : kern;
-    if (want_dv) kx->stx(n, cols, Dv, sc->st, bp, rw.dout, rw.lddo, sc->dv, job->lddv);
+    if (want_dv) kx->stx(n, cols, Dv, sc->st, bp, rw.dout, rw.lddo, t->dv, job->lddv);
     /* backward of 1, S = scale Q K^T: dK += dS^T Q (scale applied once, at the store) */
-    if (want_dk) kx->stx(n, cols, D, sc->dpt, bp, rw.q, rw.ldq, sc->dk, job->ldd);
+    if (want_dk) kx->stx(n, cols, D, sc->dpt, bp, rw.q, rw.ldq, t->dk, job->ldd);
     /* ... and dQ += dS K */
     if (dq_rows) kq->pv(n, cols, D, sc->dpt, bp, t->k, t->ldk, NULL, dq_rows, ldq_acc);
 }
 
-/* Key tile j0 of kv head hk: dK, dV from every query block of the group that sees
- * it, then stored (dK scaled once here); dQ of those blocks into dq (NULL: not
- * here), head h's rows at dq + (h - h0) * hstride + row * ldq_acc. */
-static void key_tile_run(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs,
-                         int64_t b, int64_t hk, int64_t j0, float *dq, int64_t ldq_acc, int64_t hstride)
+/* The query blocks (aligned to br from row 0, as the forward cuts them) that see key
+ * tile j0: [*first, *last]; empty when *first > *last. */
+static void tile_blocks(const bwd_job *job, const fa_problem *s, int64_t j0, int64_t cols, int64_t *first,
+                        int64_t *last)
+{
+    int64_t ilo, ihi;
+    fa_key_block_rows(s, j0, j0 + cols - 1, &ilo, &ihi);
+    *first = ilo <= ihi ? ilo / job->br * job->br : 1;
+    *last = ilo <= ihi ? ihi : 0;
+}
+
+/* Key tiles j0, j0 + bc, ... (nt of them) of kv head hk: dK, dV of each from every
+ * query block of the group that sees it, then stored (dK scaled once here); dQ of
+ * those blocks into dq (NULL: not here), head h's rows at dq + (h - h0) * hstride +
+ * row * ldq_acc. Each query block's rows are loaded once for all the tiles that
+ * see it, which it meets in key order, as one tile at a time would. */
+static void key_group_run(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs,
+                          int64_t b, int64_t hk, int64_t j0, int64_t nt, float *dq, int64_t ldq_acc, int64_t hstride)
 {
     const fa_problem *p = job->p;
-    const int64_t D = p->D, Dv = p->Dv, br = job->br, h0 = hk * p->group;
-    const int64_t cols = s->Sk - j0 < job->bc ? s->Sk - j0 : job->bc;
+    const int64_t D = p->D, Dv = p->Dv, br = job->br, bc = job->bc, h0 = hk * p->group;
     const int kv = gs->has_dk || gs->has_dv;
-    int64_t ilo, ihi;
-    memset(sc->dk, 0, (size_t)(cols * job->ldd) * sizeof(float));
-    memset(sc->dv, 0, (size_t)(cols * job->lddv) * sizeof(float));
-    fa_key_block_rows(s, j0, j0 + cols - 1, &ilo, &ihi);
-    if (ilo <= ihi && (kv || dq)) {
-        bwd_tile t;
-        load_tile(job, sc, s, hk, j0, cols, &t);
-        /* query blocks aligned to br from row 0, as the forward cuts them */
-        for (int64_t h = h0; h < h0 + p->group; h++)
-            for (int64_t i0 = ilo / br * br; i0 <= ihi; i0 += br) {
-                const int64_t n = s->Sq - i0 < br ? s->Sq - i0 : br;
-                bwd_block(job, sc, s, gs, b, h, i0, n, j0, cols, &t, kv, dq ? dq + (h - h0) * hstride + i0 * ldq_acc : NULL,
-                          ldq_acc);
+    int64_t first[BWD_GROUP_MAX], last[BWD_GROUP_MAX], cols[BWD_GROUP_MAX], lo = INT64_MAX, hi = -1;
+    bwd_tile t[BWD_GROUP_MAX];
+    for (int64_t k = 0; k < nt; k++) {
+        const int64_t jk = j0 + k * bc;
+        cols[k] = s->Sk - jk < bc ? s->Sk - jk : bc;
+        memset(sc->tile[k].dk, 0, (size_t)(cols[k] * job->ldd) * sizeof(float));
+        memset(sc->tile[k].dv, 0, (size_t)(cols[k] * job->lddv) * sizeof(float));
+        tile_blocks(job, s, jk, cols[k], &first[k], &last[k]);
+        if (!kv && !dq) last[k] = first[k] - 1;
+        if (first[k] > last[k]) continue;
+        load_tile(job, &sc->tile[k], s, hk, jk, cols[k], &t[k]);
+        lo = first[k] < lo ? first[k] : lo;
+        hi = last[k] > hi ? last[k] : hi;
+    }
+    for (int64_t h = h0; h < h0 + p->group; h++)
+        for (int64_t i0 = lo; i0 <= hi; i0 += br) {
+            const int64_t n = s->Sq - i0 < br ? s->Sq - i0 : br;
+            bwd_rows rw;
+            int loaded = 0;
+            for (int64_t k = 0; k < nt; k++) {
+                if (i0 < first[k] || i0 > last[k]) continue;
+                if (!loaded) load_rows(job, sc, s, gs, b, h, i0, n, &rw);
+                loaded = 1;
+                bwd_block(job, sc, s, gs, b, h, i0, n, j0 + k * bc, cols[k], &rw, &t[k], kv,
+                          dq ? dq + (h - h0) * hstride + i0 * ldq_acc : NULL, ldq_acc);
             }
+        }
+    /* the key tiles' gradients are whole: every query row that sees them has run */
+    for (int64_t k = 0; k < nt; k++) {
+        float *dk = sc->tile[k].dk;
+        if (gs->has_dk) {
+            for (int64_t c = 0; c < cols[k]; c++)
+                for (int64_t x = 0; x < D; x++) dk[c * job->ldd + x] *= p->scale;
+            fa_store_rows(&gs->dk, job->kern, 0, j0 + k * bc, cols[k], hk, D, dk, job->ldd);
+        }
+        if (gs->has_dv) fa_store_rows(&gs->dv, job->kern, 0, j0 + k * bc, cols[k], hk, Dv, sc->tile[k].dv, job->lddv);
     }
-    /* the key tile's gradients are whole: every query row that sees it has run */
-    if (gs->has_dk) {
-        for (int64_t c = 0; c < cols; c++)
-            for (int64_t x = 0; x < D; x++) sc->dk[c * job->ldd + x] *= p->scale;
-        fa_store_rows(&gs->dk, job->kern, 0, j0, cols, hk, D, sc->dk, job->ldd);
-    }
-    if (gs->has_dv) fa_store_rows(&gs->dv, job->kern, 0, j0, cols, hk, Dv, sc->dv, job->lddv);
 }
 
 /* Where head h's dQ rows accumulate: the caller's f32 dq itself, or scratch. */
@@ -397,23 +483,31 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const fa_bwd
         const int64_t h0 = (int64_t)t->head * p->group;
         float *dq = gs.has_dq ? dq_target(job, sc, &gs, h0, &ldq_acc, &hstride, s.Sq) : NULL;
         if (dq) dq_rows_clear(job, dq, ldq_acc, hstride, p->group, s.Sq);
-        for (int64_t j0 = 0; j0 < s.Sk; j0 += job->bc) key_tile_run(job, sc, &s, &gs, t->b, t->head, j0, dq, ldq_acc, hstride);
+        const int64_t step = job->group_tiles * job->bc;
+        for (int64_t j0 = 0; j0 < s.Sk; j0 += step) {
+            const int64_t nt = (s.Sk - j0 < step ? s.Sk - j0 + job->bc - 1 : step) / job->bc;
+            key_group_run(job, sc, &s, &gs, t->b, t->head, j0, nt, dq, ldq_acc, hstride);
+        }
         if (dq) dq_rows_finish(job, &gs, dq, ldq_acc, hstride, h0, p->group, 0, s.Sq);
     } else if (t->kind == FA_BWD_KEY_TILE) {
-        key_tile_run(job, sc, &s, &gs, t->b, t->head, t->start, NULL, 0, 0);
+        key_group_run(job, sc, &s, &gs, t->b, t->head, t->start, 1, NULL, 0, 0);
     } else { /* FA_BWD_QUERY_BLOCK: dQ of rows start .. start+n-1 of head `head` */
         const int64_t h = t->head, i0 = t->start, n = s.Sq - i0 < job->br ? s.Sq - i0 : job->br;
         float *dq = dq_target(job, sc, &gs, h, &ldq_acc, &hstride, s.Sq);
         if (job->dq_in_place) dq += i0 * ldq_acc; /* scratch holds only this block's rows */
         dq_rows_clear(job, dq, ldq_acc, hstride, 1, n);
+        bwd_rows rw;
+        int loaded = 0;
         for (int64_t j0 = 0; j0 < s.Sk; j0 += job->bc) {
             const int64_t cols = s.Sk - j0 < job->bc ? s.Sk - j0 : job->bc;
-            int64_t ilo, ihi;
-            fa_key_block_rows(&s, j0, j0 + cols - 1, &ilo, &ihi);
-            if (ilo > ihi || i0 > ihi || i0 + job->br <= ilo) continue; /* the fused walk's test */
+            int64_t first, last;
+            tile_blocks(job, &s, j0, cols, &first, &last);
+            if (i0 < first || i0 > last) continue; /* the fused walk's test */
+            if (!loaded) load_rows(job, sc, &s, &gs, t->b, h, i0, n, &rw);
+            loaded = 1;
             bwd_tile kt;
-            load_tile(job, sc, &s, h / p->group, j0, cols, &kt);
-            bwd_block(job, sc, &s, &gs, t->b, h, i0, n, j0, cols, &kt, 0, dq, ldq_acc);
+            load_tile(job, &sc->tile[0], &s, h / p->group, j0, cols, &kt);
+            bwd_block(job, sc, &s, &gs, t->b, h, i0, n, j0, cols, &rw, &kt, 0, dq, ldq_acc);
         }
         dq_rows_finish(job, &gs, dq, ldq_acc, hstride, h, 1, i0, n);
     }
@@ -441,6 +535,11 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     job.dq_in_place = dq_direct(p, g);
     /* bf16 pairs where the forward takes them (fa_bf16_dot_active), with dO in bf16 too */
     job.b16 = p->dtype == FA_DTYPE_BF16 && g->dout.dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
+    /* K and V as the forward packs them (kv.h) where it would: rows far apart
+     * (a page, or a multiple of 1 KB) share a few cache sets and miss in qk's and
+     * pv's reuse of the tile, and converted rows are copied anyway. Once per key
+     * tile, for every query block of the group; the f32 products keep their bits. */
+    job.kv_pack = !job.b16 && fa_kv_packing_form(p, 0, 0, 0) == 0 && fa_kv_packing_plan(0, bc, p->D, p->Dv, &job.kv_layout);
 
     /* the schedule (tasks.c): fused (sequence, kv head) walks, or two passes */
     const fa_bwd_rules rules = {.br = br, .bc = bc, .threads = ctx->threads, .two_pass_ok = two_pass_ok,
@@ -448,6 +547,7 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     fa_bwd_counts counts;
     if (!fa_bwd_tasks_count(p, &rules, &counts)) return fa_fail(ctx, FA_ERR_OVERFLOW, "backward: B * Hk overflows");
     job.two_pass = counts.two_pass;
+    job.group_tiles = job.two_pass ? 1 : BWD_GROUP_MAX; /* pass 1's tasks are single tiles */
     job.sq_max = counts.sq_max;
     const int64_t n_tasks = counts.tasks;
     job.per_thread = scratch_layout(&job, NULL, NULL);

@@ -5,7 +5,7 @@
  *     central finite differences of the test's own fp64 naive forward (naive.c)
  *     on L = sum(o * dO), so the oracle cannot be wrong the way the code is.
  *  2. flash and standard against the reference backward on random shapes: odd
- *     lengths, Sq != Sk both ways, D in {1, 8, 59, 64, 80, 111, 128, 256, 512},
+ *     lengths, Sq != Sk both ways (and a few with several hundred keys), D in {1, 8, 59, 64, 80, 111, 128, 256, 512},
  *     GQA 1/4/8, causal both ways, windows, softcap, ALiBi, bias, boolean mask,
  *     fully masked rows (gradient 0), f32/f16/bf16, f32 or input-dtype grads,
  *     dropout, strided (BNSD) layouts, optional outputs left out.
@@ -395,6 +395,31 @@ static void test_random(h_rng *r)
     }
 }
 
+/* Longer keys than test_random's: the fused walk takes key tiles in groups (each query
+ * block's rows loaded once for several tiles), so these span several groups and end in
+ * a partial one, causal and windowed so the tiles of a group see different query
+ * blocks, with rows of the (B, S, H, D) layout a page or 1 KB apart (gathered, K and V
+ * packed, dQ summed in scratch) and one that is not. */
+static void test_long_keys(h_rng *r)
+{
+    bcase c;
+    memset(&c, 0, sizeof c);
+    c.d = (h_dims){1, 96, 600, 8, 2, 128, 128};
+    c.dtype = c.gdtype = FA_DTYPE_F32;
+    c.causal = 1;
+    c.aligned = 1;
+    check_case(&c, r);
+    c.d = (h_dims){1, 64, 900, 4, 4, 256, 64};
+    c.causal = 0;
+    c.window = 1;
+    check_case(&c, r);
+    c.d = (h_dims){1, 650, 650, 2, 2, 40, 40};
+    c.dtype = FA_DTYPE_BF16;
+    c.window = 0;
+    c.causal = 2;
+    check_case(&c, r);
+}
+
 /* -------------------------------------------------- finite differences, fp64 */
 
 /* L = sum(o * dO) with o from the test's fp64 naive forward. */
@@ -774,6 +799,7 @@ int main(void)
     test_varlen(&r);
     test_misuse(&r);
     test_random(&r);
+    test_long_keys(&r);
     fa_context_free(g_ctx);
     return h_summary();
 }
