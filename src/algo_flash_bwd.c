@@ -539,7 +539,7 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
      * (a page, or a multiple of 1 KB) share a few cache sets and miss in qk's and
      * pv's reuse of the tile, and converted rows are copied anyway. Once per key
      * tile, for every query block of the group; the f32 products keep their bits. */
-    job.kv_pack = !job.b16 && fa_kv_packing_form(p, 0, 0, 0) == 0 && fa_kv_packing_plan(0, bc, p->D, p->Dv, &job.kv_layout);
+    job.kv_pack = !job.b16 && fa_kv_packing_form(p, 0, 0, 0) == 0 && fa_kv_packing_plan(0, bc, p->D, p->Dv, p->v_in_k, &job.kv_layout);
 
     /* the schedule (tasks.c): fused (sequence, kv head) walks, or two passes */
     const fa_bwd_rules rules = {.br = br, .bc = bc, .threads = ctx->threads, .two_pass_ok = two_pass_ok,

@@ -74,7 +74,7 @@ def _bwd_impl(dout, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, c
     _C.backward(_core.current_context(), _dl(dout), _dl(dq), _dl(dk), _dl(dv), _dl(q), _dl(k), _dl(v), _dl(out),
                 _dl(lse), scale, softcap, causal, window_left, window_right, _dl(alibi_slopes), _dl(bias), _dl(mask),
                 _dl(cu_seqlens_q), _dl(cu_seqlens_k), None, None, None, None, None, None, None, 0, 0, dropout_p, seed,
-                offset, None, _dl(sinks), _dl(dsinks) if sinks is not None else None)
+                offset, None, _dl(sinks), dsinks=_dl(dsinks) if sinks is not None else None)
     return dq, dk, dv, dsinks
 
 
