@@ -1265,6 +1265,8 @@ static void test_new_row_dtypes(uint64_t seed) {
                 c.mla = k % 7 == 3 ? 1 : 0;
                 run_case(&c, seed + 9400 + (uint64_t)k, 2, 0, k % 6 == 0, 0);
             }
+}
+
 /* ------------------------------------------------------------- mixed batches */
 
 /* A mixed case's output and lse bytes, copied (the caller frees them). */
