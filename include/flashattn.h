@@ -97,7 +97,11 @@ typedef enum fa_dtype {
     FA_DTYPE_F16 = 1,  /* IEEE binary16 */
     FA_DTYPE_BF16 = 2, /* bfloat16 */
     FA_DTYPE_BOOL = 3, /* 1 byte, non-zero = true; only for fa_forward_args.mask */
-    FA_DTYPE_I8 = 4    /* signed 8-bit with an f32 scale per (token, kv head); only for KV caches */
+    FA_DTYPE_I8 = 4,   /* signed 8-bit with f32 scales (per (token, kv head) or shared); only for KV caches */
+    FA_DTYPE_F8E4M3 = 5, /* OCP FP8 E4M3 ("fn": bias 7, no inf, NaN = S.1111.111, max 448), with f32
+                            scales as i8 has; only for KV caches */
+    FA_DTYPE_F8E5M2 = 6  /* OCP FP8 E5M2 (bias 15, IEEE-like inf and NaN, max 57344), with f32 scales
+                            as i8 has; only for KV caches */
 } fa_dtype;
 
 FA_API size_t fa_dtype_size(fa_dtype dtype); /* bytes per element; 0 if unknown */
@@ -339,18 +343,25 @@ typedef struct fa_forward_args {
  *   pages of any page_size >= 1; key j of sequence b is row j % page_size of page
  *   block_table[b * max_pages + j / page_size]. Pages may be shared by sequences.
  *
- * dtype: f32, f16, bf16 (need not match q's) or FA_DTYPE_I8, which needs k_scale and
- *   v_scale: f32 (.., .., Hk, 1) with the same first three dims as k, v; the value is
- *   scale * int8. Appending to an int8 cache quantises each new (token, head) row
- *   with scale = max|x| / 127 and q = x * (1 / scale) rounded to nearest, ties to
- *   even (an all-zero row gets scale 0); appending to a float cache rounds to its
- *   dtype.
+ * dtype: f32, f16, bf16 (need not match q's), or a quantised one: FA_DTYPE_I8,
+ *   FA_DTYPE_F8E4M3 or FA_DTYPE_F8E5M2, which need k_scale and v_scale: f32
+ *   (.., .., Hk, 1) with the same first three dims as k, v; the value is scale * code
+ *   (the int8, or the fp8 number). A scale tensor may broadcast: stride[1] == 0 makes
+ *   one scale shared by a cache row's or page's tokens (stride[0] == stride[2] == 0 as
+ *   well: one per tensor). Appending to a quantised cache: where a scale tensor's
+ *   stride[1] is 0 the new rows are quantised with the stored scale, which is never
+ *   written; otherwise each new (token, head) row gets its own scale, max|x| / FMAX
+ *   (127 for i8, 448 for E4M3, 57344 for E5M2; an all-zero row gets 0), stored in its
+ *   slot. Codes are x * (1 / scale) rounded to nearest, ties to even, saturating
+ *   (i8 to [-127, 127], fp8 finite values to +-FMAX; fp8 subnormals as the format
+ *   has them; NaN stays NaN, and E5M2 keeps +-inf, E4M3 makes it NaN). Appending to a
+ *   float cache rounds to its dtype.
  * Errors, all caught before anything is written: FA_ERR_OUT_OF_RANGE for
  *   seqlens[b] < 0, seqlens[b] + S_new beyond S_max (or max_pages * page_size), a
  *   page id outside [0, num_pages) among the pages a sequence uses, a batch_idx
  *   outside [0, B_cache), and bad cu_seqlens; FA_ERR_INVALID_ARGUMENT for two
  *   appended rows landing in the same cache slot, and batch_idx with a block table;
- *   FA_ERR_NULL_POINTER for a missing seqlens or int8 scales; FA_ERR_SHAPE_MISMATCH
+ *   FA_ERR_NULL_POINTER for a missing seqlens or scales of a quantised cache; FA_ERR_SHAPE_MISMATCH
  *   for a batch larger than the cache without batch_idx, or shapes that disagree;
  *   FA_ERR_UNSUPPORTED for bias or mask; FA_ERR_STRUCT_SIZE for a struct_size that
  *   is not one this library knows (initialise with FA_KV_CACHE_INIT).
@@ -358,7 +369,7 @@ typedef struct fa_forward_args {
 typedef struct fa_kv_cache {
     size_t struct_size;          /* sizeof(fa_kv_cache) as the caller compiled it */
     fa_tensor k, v;
-    fa_tensor k_scale, v_scale;  /* FA_DTYPE_I8 caches only */
+    fa_tensor k_scale, v_scale;  /* quantised (i8, fp8) caches only */
     const int32_t *seqlens;      /* [B] valid rows per sequence before the append; required */
     const int32_t *batch_idx;    /* [B] optional, contiguous caches only */
     const int32_t *block_table;  /* [B * max_pages] page ids; NULL = contiguous */
