@@ -100,14 +100,16 @@ static inline uint16_t fa_e5m2_to_f16_bits(uint8_t b)
 
 /* The binary16 of an E4M3 value divided by FA_E4M3_F16_UNIT, exactly (subnormals
  * included): E4M3's exponent and mantissa fields slot into binary16's, whose bias is
- * 8 more. The NaN codes become a binary16 NaN (the vector loaders fix them up the
- * same way). */
+ * 8 more. t = the sign-extended byte << 7 puts them there and the sign in bits 15 and
+ * 14; bit 14 must become "NaN code" (all of 0x3f80 set, then exponent 31), and
+ * t + 0x80 carries into bit 14 exactly for the NaN codes, so it is bit 14 of
+ * t ^ (t + 0x80). The vector loaders compute the same bits the same way. */
 #define FA_E4M3_F16_UNIT 256.0f
 static inline uint16_t fa_e4m3_to_f16_bits(uint8_t b)
 {
-    const uint16_t sign = (uint16_t)((b & 0x80u) << 8);
-    if ((b & 0x7fu) == 0x7fu) return (uint16_t)(sign | 0x7e00u);
-    return (uint16_t)(sign | (b & 0x7fu) << 7);
+    const uint16_t sx = (uint16_t)((b & 0x80u) ? (0xff00u | b) : b);
+    const uint16_t t = (uint16_t)(sx << 7);
+    return (uint16_t)(t ^ ((uint16_t)(t + 0x80u) & 0x4000u));
 }
 
 static inline float fa_e4m3_to_f32(uint8_t b)

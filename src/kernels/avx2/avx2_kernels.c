@@ -757,15 +757,16 @@ void fa_avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
  * repeats the last K row and stores only the columns below cols.
  */
 
-/* 8 E4M3 codes as binary16 of value / 256 (half.h's fa_e4m3_to_f16_bits): the
- * sign-extended byte shifted left by 7 puts the sign in bit 15 (and 14, cleared) and
- * exponent and mantissa in binary16's fields; the NaN codes (all of 0x3f80 set) get
- * binary16's exponent 31. */
+/* 8 E4M3 codes as binary16 of value / 256 (half.h's fa_e4m3_to_f16_bits): t = the
+ * sign-extended byte << 7 puts the sign in bits 15 and 14 and exponent and mantissa
+ * in binary16's fields (subnormals included); bit 14 must become "NaN code" (all of
+ * 0x3f80 set, then exponent 31). t + 0x80 carries into bit 14 exactly for the NaN
+ * codes, so bit 14 of t ^ (t + 0x80) is that flag: t ^ ((t + 0x80) & 0x4000). */
 AVX2_INLINE __m128i e4m3x8_to_f16(__m128i b)
 {
-    const __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7), _mm_set1_epi16((short)0xbfff));
-    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x3f80)), _mm_set1_epi16(0x3f80));
-    return _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7c00)));
+    const __m128i t = _mm_slli_epi16(_mm_cvtepi8_epi16(b), 7);
+    const __m128i u = _mm_add_epi16(t, _mm_set1_epi16(0x80));
+    return _mm_xor_si128(t, _mm_and_si128(u, _mm_set1_epi16(0x4000)));
 }
 
 /* 8 consecutive elements of a K/V row from x on, as floats (unscaled: the int8 code;

@@ -662,16 +662,17 @@ FA_AVX512_INLINE int64_t kv_bytes(const int kv)
     return kv == KV_BF16P ? 2 : fa_kv_elem_bytes(kv);
 }
 
-/* 16 E4M3 codes as binary16 of value / 256 (half.h's fa_e4m3_to_f16_bits): the
- * sign-extended byte shifted left by 7 puts the sign in bit 15 (and 14, cleared) and
- * exponent and mantissa in binary16's fields, subnormals included; the NaN codes
- * (all of 0x3f80 set) become a binary16 NaN. */
+/* 16 E4M3 codes as binary16 of value / 256 (half.h's fa_e4m3_to_f16_bits), in four
+ * uops: t = the sign-extended byte << 7 puts the sign in bits 15 and 14 and exponent
+ * and mantissa in binary16's fields (subnormals included); bit 14 must become "NaN
+ * code" (all of 0x3f80 set, then exponent 31). t + 0x80 carries into bit 14 exactly
+ * for the NaN codes, so bit 14 of t ^ (t + 0x80) is that flag: one ternary logic
+ * op puts it in place, t ^ ((t + 0x80) & 0x4000). */
 FA_AVX512_INLINE __m256i e4m3x16_to_f16(__m128i b)
 {
-    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16((short)0xbfff));
-    const __m256i nanbits = _mm256_set1_epi16(0x3f80);
-    const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, nanbits), nanbits);
-    return _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7e00));
+    const __m256i t = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+    const __m256i u = _mm256_add_epi16(t, _mm256_set1_epi16(0x80));
+    return _mm256_ternarylogic_epi32(t, u, _mm256_set1_epi16(0x4000), 0x78); /* a ^ (b & c) */
 }
 
 /* Elements x..x+15 of a K/V row of type kv (not KV_BF16P), as f32 (unscaled: the

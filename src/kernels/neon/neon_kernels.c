@@ -558,16 +558,16 @@ enum {
 };
 
 /* 8 fp8 codes as binary16 bits: E5M2 is the binary16's top byte; E4M3 gives value /
- * 256 (half.h's fa_e4m3_to_f16_bits): the sign-extended byte shifted left by 7 puts
- * the sign in bit 15 (and 14, cleared) and exponent and mantissa in binary16's
- * fields, subnormals included; the NaN codes (all of 0x3f80 set) get exponent 31. */
+ * 256 (half.h's fa_e4m3_to_f16_bits): t = the sign-extended byte << 7 puts the sign
+ * in bits 15 and 14 and exponent and mantissa in binary16's fields (subnormals
+ * included); bit 14 must become "NaN code" (all of 0x3f80 set, then exponent 31).
+ * t + 0x80 carries into bit 14 exactly for the NaN codes, so bit 14 of
+ * t ^ (t + 0x80) is that flag: t ^ ((t + 0x80) & 0x4000). */
 NEON_BLOCK uint16x8_t fp8x8_to_f16(const int kv, const uint8_t *p)
 {
     if (kv == FA_KV_F8E5M2) return vshll_n_u8(vld1_u8(p), 8);
-    const uint16x8_t h = vandq_u16(vreinterpretq_u16_s16(vshlq_n_s16(vmovl_s8(vld1_s8((const int8_t *)p)), 7)),
-                                   vdupq_n_u16(0xbfff));
-    const uint16x8_t nan = vceqq_u16(vandq_u16(h, vdupq_n_u16(0x3f80)), vdupq_n_u16(0x3f80));
-    return vorrq_u16(h, vandq_u16(nan, vdupq_n_u16(0x7c00)));
+    const uint16x8_t t = vreinterpretq_u16_s16(vshlq_n_s16(vmovl_s8(vld1_s8((const int8_t *)p)), 7));
+    return veorq_u16(t, vandq_u16(vaddq_u16(t, vdupq_n_u16(0x80)), vdupq_n_u16(0x4000)));
 }
 
 /* 8 consecutive elements of a K/V row from x on, as floats (unscaled: the int8
