@@ -352,9 +352,10 @@ typedef struct fa_forward_args {
  *   stride[1] is 0 the new rows are quantised with the stored scale, which is never
  *   written; otherwise each new (token, head) row gets its own scale, max|x| / FMAX
  *   (127 for i8, 448 for E4M3, 57344 for E5M2; an all-zero row gets 0), stored in its
- *   slot. Codes are x * (1 / scale) rounded to nearest, ties to even, saturating
+ *   slot. Codes are x * (1 / scale) (0 for a scale <= 0) rounded to nearest, ties to even, saturating
  *   (i8 to [-127, 127], fp8 finite values to +-FMAX; fp8 subnormals as the format
- *   has them; NaN stays NaN, and E5M2 keeps +-inf, E4M3 makes it NaN). Appending to a
+ *   has them; NaN stays NaN, and E5M2 keeps +-inf, E4M3 makes it NaN; a per-row
+ *   scale of a row holding NaN or inf is NaN or inf). Appending to a
  *   float cache rounds to its dtype.
  * Errors, all caught before anything is written: FA_ERR_OUT_OF_RANGE for
  *   seqlens[b] < 0, seqlens[b] + S_new beyond S_max (or max_pages * page_size), a

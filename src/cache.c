@@ -266,8 +266,8 @@ static float quant_max(fa_dtype d)
     return d == FA_DTYPE_F8E4M3 ? FA_F8E4M3_MAX : d == FA_DTYPE_F8E5M2 ? FA_F8E5M2_MAX : 127.0f;
 }
 
-/* y = x / scale as a code of dtype d: nearest, ties to even, saturating (int8 to
- * [-127, 127]; half.h's fp8 rules). */
+/* y = x * (1 / scale) as a code of dtype d: nearest, ties to even, saturating (int8
+ * to [-127, 127]; half.h's fp8 rules). */
 static int8_t quant_code(fa_dtype d, float y)
 {
     if (d == FA_DTYPE_F8E4M3) return (int8_t)fa_f32_to_e4m3(y);
@@ -298,10 +298,9 @@ static void store_row(const fa_tensor *cache, const fa_tensor *scale, int shared
         }
         s = amax / quant_max(cache->dtype);
     }
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f; /* a zero scale (a zero row) stores zeros */
     const int64_t base = at.blk * cache->stride[0] + at.row * cache->stride[1] + hk * cache->stride[2];
-    for (int64_t e = 0; e < dim; e++) /* a zero scale (a zero row) stores zeros; NaN stays NaN */
-        ((int8_t *)cache->data)[base + e * cache->stride[3]] =
-            quant_code(cache->dtype, s != 0.0f ? x[e] / s : x[e] * 0.0f);
+    for (int64_t e = 0; e < dim; e++) ((int8_t *)cache->data)[base + e * cache->stride[3]] = quant_code(cache->dtype, x[e] * inv);
     if (!shared) *sp = s;
 }
 

@@ -169,7 +169,7 @@ static float quantize_row(const double *x, int64_t n, const float *s_in, int8_t 
 
 /* The fp8 append of one row, by the test's reading of the rule: scale = max|x| / FMAX
  * in f32 (or the shared scale s_in when s_in is not NULL), codes = the nearest code to
- * the f32 quotient x / scale (harness.c's search), 0 for a zero scale. Bit-exact. */
+ * x * (1 / scale) in f32 (harness.c's bisection), 0 for a zero scale. Bit-exact. */
 static float quantize_row_fp8(const double *x, int64_t n, fa_dtype dt, const float *s_in, uint8_t *q) {
     float s;
     if (s_in) {
@@ -179,7 +179,8 @@ static float quantize_row_fp8(const double *x, int64_t n, fa_dtype dt, const flo
         for (int64_t d = 0; d < n; d++) amax = fmaxf(amax, fabsf((float)x[d]));
         s = amax / dt_qmax(dt);
     }
-    for (int64_t d = 0; d < n; d++) q[d] = (uint8_t)(s == 0.0f ? 0u : h_fp8_from_double((double)((float)x[d] / s), dt));
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    for (int64_t d = 0; d < n; d++) q[d] = (uint8_t)h_fp8_from_double((double)((float)x[d] * inv), dt);
     return s;
 }
 

@@ -1106,7 +1106,7 @@ static void fuzz_cache(reader *r, int paged) {
         return;
     }
     /* appended rows hold the new values (float caches: rounded; int8: within half a
-     * step of their scale; fp8: the code harness.c rounds x / scale to, in f32, with
+     * step of their scale; fp8: the code harness.c rounds x * (1 / scale) to, in f32, with
      * the row's scale max|x| / FMAX, or the stored one where the scale tensor's token
      * stride is 0); then every other cache byte must be as before. The
      * geometry is the call's, which the library checked, not the one planned above:
@@ -1133,7 +1133,7 @@ static void fuzz_cache(reader *r, int paged) {
                     for (int64_t e = 0; e < dim; e++) {
                         const double x = load_value(at(nt, b, t, h, e), nt->dtype);
                         const double got = load_value(at(ct, blk, row, h, e), cdt) * scale;
-                        const float y = scale != 0.0 ? (float)x / (float)scale : 0.0f;
+                        const float y = (float)x * (scale > 0.0 ? 1.0f / (float)scale : 0.0f);
                         const double want = cdt == FA_DTYPE_I8 ? (shared ? fmin(127.0, fmax(-127.0, nearbyint(y))) * scale : x)
                                             : quant ? h_fp8_to_double(h_fp8_from_double(y, cdt), cdt) * scale
                                                     : h_round(x, cdt);
