@@ -684,7 +684,11 @@ FA_AVX512_INLINE __m512 kv_load(const int kv, const int masked, __mmask16 k, con
         const uint8_t *p = (const uint8_t *)row + x;
         const __m128i b = masked ? _mm_maskz_loadu_epi8(k, p) : _mm_loadu_si128((const __m128i *)p);
         if (kv == FA_KV_F8E4M3) return _mm512_cvtph_ps(e4m3x16_to_f16(b));
-        return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8)); /* E5M2: the binary16's top byte */
+        /* E5M2: each byte the top of a binary16. The 16 bytes in both 128-bit lanes (a
+         * broadcast load: no ALU uop) and one byte shuffle (zeros below) */
+        const __m256i hi = _mm256_setr_epi8(-1, 0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1, 8, -1, 9, -1,
+                                            10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15);
+        return _mm512_cvtph_ps(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(b), hi));
     }
     if (kv == FA_KV_F16) {
         const uint16_t *p = (const uint16_t *)row + x;
