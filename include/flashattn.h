@@ -97,7 +97,11 @@ typedef enum fa_dtype {
     FA_DTYPE_F16 = 1,  /* IEEE binary16 */
     FA_DTYPE_BF16 = 2, /* bfloat16 */
     FA_DTYPE_BOOL = 3, /* 1 byte, non-zero = true; only for fa_forward_args.mask */
-    FA_DTYPE_I8 = 4    /* signed 8-bit with an f32 scale per (token, kv head); only for KV caches */
+    FA_DTYPE_I8 = 4,   /* signed 8-bit with f32 scales (per (token, kv head) or shared); only for KV caches */
+    FA_DTYPE_F8E4M3 = 5, /* OCP FP8 E4M3 ("fn": bias 7, no inf, NaN = S.1111.111, max 448), with f32
+                            scales as i8 has; only for KV caches */
+    FA_DTYPE_F8E5M2 = 6  /* OCP FP8 E5M2 (bias 15, IEEE-like inf and NaN, max 57344), with f32 scales
+                            as i8 has; only for KV caches */
 } fa_dtype;
 
 FA_API size_t fa_dtype_size(fa_dtype dtype); /* bytes per element; 0 if unknown */
@@ -354,12 +358,21 @@ typedef struct fa_forward_args {
  *   pages of any page_size >= 1; key j of sequence b is row j % page_size of page
  *   block_table[b * max_pages + j / page_size]. Pages may be shared by sequences.
  *
- * dtype: f32, f16, bf16 (need not match q's) or FA_DTYPE_I8, which needs k_scale and
- *   v_scale: f32 (.., .., Hk, 1) with the same first three dims as k, v; the value is
- *   scale * int8. Appending to an int8 cache quantises each new (token, head) row
- *   with scale = max|x| / 127 and q = x * (1 / scale) rounded to nearest, ties to
- *   even (an all-zero row gets scale 0); appending to a float cache rounds to its
- *   dtype. New rows (fa_forward_args.k, .v) may be f32, f16 or bf16, each whatever
+ * dtype: f32, f16, bf16 (need not match q's), or a quantised one: FA_DTYPE_I8,
+ *   FA_DTYPE_F8E4M3 or FA_DTYPE_F8E5M2, which need k_scale and v_scale: f32
+ *   (.., .., Hk, 1) with the same first three dims as k, v; the value is scale * code
+ *   (the int8, or the fp8 number). A scale tensor may broadcast: stride[1] == 0 makes
+ *   one scale shared by a cache row's or page's tokens (stride[0] == stride[2] == 0 as
+ *   well: one per tensor). Appending to a quantised cache: where a scale tensor's
+ *   stride[1] is 0 the new rows are quantised with the stored scale, which is never
+ *   written; otherwise each new (token, head) row gets its own scale, max|x| / FMAX
+ *   (127 for i8, 448 for E4M3, 57344 for E5M2; an all-zero row gets 0), stored in its
+ *   slot. Codes are x * (1 / scale) (0 for a scale <= 0) rounded to nearest, ties to even, saturating
+ *   (i8 to [-127, 127], fp8 finite values to +-FMAX; fp8 subnormals as the format
+ *   has them; NaN stays NaN, and E5M2 keeps +-inf, E4M3 makes it NaN; a per-row
+ *   scale of a row holding NaN or inf is NaN or inf). Appending to a
+ *   float cache rounds to its dtype.
+ *   New rows (fa_forward_args.k, .v) may be f32, f16 or bf16, each whatever
  *   q's dtype and the other's: they are converted exactly to f32 and then rounded
  *   (to nearest even) or quantised into the cache's dtype, once.
  * MLA latent cache (v_in_k = 1; DeepSeek V2/V3's absorbed decoding, e.g. Hk = 1,
@@ -367,10 +380,10 @@ typedef struct fa_forward_args {
  *   its own. v is then either empty (data NULL: Dv is o's head dim) or exactly that
  *   view: k's data, dtype, first three dims and strides, shape[3] = Dv. Likewise the
  *   new rows' v is empty or the view of the new k's first Dv columns (v alone is
- *   refused). An append writes each shared row once, as K's row; an int8 latent
+ *   refused). An append writes each shared row once, as K's row; a quantised latent
  *   cache has one scale per (token, kv head), k_scale, which V shares: v_scale is
- *   empty or k_scale itself, and a row's scale is max|x| / 127 over all D columns.
- *   Every cache form (contiguous, batch_idx, paged, varlen, split-KV, int8) takes it.
+ *   empty or k_scale itself, and a per-row scale is max|x| / FMAX over all D columns.
+ *   Every cache form (contiguous, batch_idx, paged, varlen, split-KV, quantised) takes it.
  *   A V alias that does not fit inside K's rows is refused before anything is
  *   written: Dv > D is FA_ERR_SHAPE_MISMATCH; a v, new v or v_scale that is not the
  *   view of K's (other data, dtype or strides), or v_in_k not 0 or 1, is
@@ -382,7 +395,7 @@ typedef struct fa_forward_args {
  *   FA_ERR_INVALID_ARGUMENT for two
  *   appended rows landing in the same cache slot, and batch_idx or leftpad with a
  *   block table;
- *   FA_ERR_NULL_POINTER for a missing seqlens or int8 scales; FA_ERR_SHAPE_MISMATCH
+ *   FA_ERR_NULL_POINTER for a missing seqlens or scales of a quantised cache; FA_ERR_SHAPE_MISMATCH
  *   for a batch larger than the cache without batch_idx, or shapes that disagree;
  *   FA_ERR_UNSUPPORTED for bias or mask; FA_ERR_STRUCT_SIZE for a struct_size that
  *   is not one this library knows (initialise with FA_KV_CACHE_INIT).
@@ -390,7 +403,7 @@ typedef struct fa_forward_args {
 typedef struct fa_kv_cache {
     size_t struct_size;          /* sizeof(fa_kv_cache) as the caller compiled it */
     fa_tensor k, v;
-    fa_tensor k_scale, v_scale;  /* FA_DTYPE_I8 caches only */
+    fa_tensor k_scale, v_scale;  /* quantised (i8, fp8) caches only */
     const int32_t *seqlens;      /* [B] valid rows per sequence before the append; required */
     const int32_t *batch_idx;    /* [B] optional, contiguous caches only */
     const int32_t *block_table;  /* [B * max_pages] page ids; NULL = contiguous */

@@ -59,17 +59,19 @@ static int is_k_view(const fa_tensor *v, const fa_tensor *k, int64_t dv)
     return 1;
 }
 
-/* An int8 cache's scales: f32, one per (token, kv head); a latent cache's V shares
- * K's (v_scale empty or k_scale itself). */
+/* A quantised cache's scales: f32 (.., .., Hk, 1), one per (token, kv head), or shared
+ * by a broadcast (the token stride 0, as the caller gave it: canonical views also zero
+ * the stride of an axis of extent 1); a latent cache's V shares K's (v_scale empty or
+ * k_scale itself). */
 static fa_status check_scales(fa_context *ctx, const fa_kv_cache *c, fa_problem *p)
 {
     fa_status st;
     const int shared = p->v_in_k && (!c->v_scale.data || is_k_view(&c->v_scale, &c->k_scale, 1));
     if (p->v_in_k && !shared)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_cache->v_in_k: an int8 latent cache's V shares K's scales; "
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_cache->v_in_k: a quantised latent cache's V shares K's scales; "
                                                      "v_scale must be empty or k_scale itself");
     if (!c->k_scale.data || (!shared && !c->v_scale.data))
-        return fa_fail(ctx, FA_ERR_NULL_POINTER, "an i8 cache needs k_scale and v_scale");
+        return fa_fail(ctx, FA_ERR_NULL_POINTER, "a %s cache needs k_scale and v_scale", fa_dtype_name(c->k.dtype));
     const fa_tensor *vs = shared ? &c->k_scale : &c->v_scale;
     if (c->k_scale.dtype != FA_DTYPE_F32 || vs->dtype != FA_DTYPE_F32)
         return fa_fail(ctx, FA_ERR_DTYPE, "k_scale and v_scale must be f32");
@@ -79,6 +81,8 @@ static fa_status check_scales(fa_context *ctx, const fa_kv_cache *c, fa_problem 
         (st = fa_check_shape(ctx, "kv_cache->v_scale", vs, c->k.shape[0], c->k.shape[1], p->Hk, 1)) != FA_OK)
         return st;
     p->quant = 1;
+    p->scale_shared[0] = c->k_scale.stride[1] == 0;
+    p->scale_shared[1] = vs->stride[1] == 0;
     p->k_scale = fa_tensor_canonical(c->k_scale);
     p->v_scale = fa_tensor_canonical(*vs);
     return FA_OK;
@@ -117,8 +121,9 @@ static fa_status check_storage(fa_context *ctx, const fa_kv_cache *c, const fa_f
         (st = fa_check_data(ctx, "kv_cache->v", v)) != FA_OK)
         return st;
     if (!c->seqlens) return fa_fail(ctx, FA_ERR_NULL_POINTER, "kv_cache->seqlens is NULL");
-    if (c->k.dtype != v->dtype || !(fa_dtype_is_float(c->k.dtype) || c->k.dtype == FA_DTYPE_I8))
-        return fa_fail(ctx, FA_ERR_DTYPE, "the cache's k and v must share one dtype of f32, f16, bf16, i8; got %s, %s",
+    if (c->k.dtype != v->dtype || !(fa_dtype_is_float(c->k.dtype) || fa_dtype_is_quant(c->k.dtype)))
+        return fa_fail(ctx, FA_ERR_DTYPE,
+                       "the cache's k and v must share one dtype of f32, f16, bf16, i8, f8e4m3, f8e5m2; got %s, %s",
                        fa_dtype_name(c->k.dtype), fa_dtype_name(v->dtype));
     if ((st = fa_check_tensor(ctx, "kv_cache->k", &c->k)) != FA_OK) return st;
     if ((st = fa_check_tensor(ctx, "kv_cache->v", v)) != FA_OK) return st;
@@ -132,9 +137,10 @@ static fa_status check_storage(fa_context *ctx, const fa_kv_cache *c, const fa_f
     } else if ((st = fa_check_shape(ctx, "kv_cache->v", &c->v, c->k.shape[0], c->k.shape[1], p->Hk, -1)) != FA_OK) {
         return st;
     }
-    if (c->k.dtype == FA_DTYPE_I8) return check_scales(ctx, c, p);
+    if (fa_dtype_is_quant(c->k.dtype)) return check_scales(ctx, c, p);
     if (c->k_scale.data || c->v_scale.data)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k_scale and v_scale belong to i8 caches only; this one is %s",
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT,
+                       "k_scale and v_scale belong to i8 and fp8 caches only; this one is %s",
                        fa_dtype_name(c->k.dtype));
     return FA_OK;
 }
@@ -290,6 +296,23 @@ static fa_status check_slots(fa_context *ctx, const fa_problem *p)
                    p->block_table ? "page" : "cache row", (long long)(dup / slot_rows), (long long)(dup % slot_rows));
 }
 
+/* An append writes per-row scales (token stride not 0) one per (token, kv head)
+ * slot: a scale tensor that broadcasts over cache rows or heads would have several
+ * rows write one scale, and all but the last read the wrong one. */
+static fa_status check_scale_writes(fa_context *ctx, const fa_problem *p)
+{
+    for (int which = 0; which < 2; which++) {
+        const fa_tensor *sc = which ? &p->v_scale : &p->k_scale;
+        if (!p->quant || p->scale_shared[which]) continue;
+        if ((sc->stride[0] == 0 && sc->shape[0] > 1) || (sc->stride[2] == 0 && sc->shape[2] > 1))
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT,
+                           "kv_cache->%s has a token stride, so an append writes one scale per (token, kv head), "
+                           "but it broadcasts over %s (stride 0): give it token stride 0 to share the scale",
+                           which ? "v_scale" : "k_scale", sc->stride[0] == 0 && sc->shape[0] > 1 ? "cache rows" : "heads");
+    }
+    return FA_OK;
+}
+
 fa_status fa_cache_validate(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
 {
     fa_kv_cache cache;
@@ -300,6 +323,7 @@ fa_status fa_cache_validate(fa_context *ctx, const fa_forward_args *a, fa_proble
     if ((st = check_storage(ctx, &cache, a, p)) != FA_OK) return st;
     if ((st = check_layout(ctx, &cache, p)) != FA_OK) return st;
     if ((st = check_new_rows(ctx, a, p)) != FA_OK) return st;
+    if (p->append && (st = check_scale_writes(ctx, p)) != FA_OK) return st;
     /* lengths, indices and pages, all before anything is written */
     if ((st = check_sequences(ctx, p, cache.k.shape[0])) != FA_OK) return st;
     return p->append ? check_slots(ctx, p) : FA_OK;
@@ -307,31 +331,48 @@ fa_status fa_cache_validate(fa_context *ctx, const fa_forward_args *a, fa_proble
 
 /* ------------------------------------------------------------------ append */
 
-/* One row x of dim values into the cache slot (at, hk): rounded to a float cache's
- * dtype, or quantised into an int8 cache with its scale. */
-static void store_row(const fa_tensor *cache, const fa_tensor *scale, fa_slot at, int64_t hk, const float *x,
-                      int64_t dim)
+/* The largest code magnitude of a quantised dtype: a row's scale is max|x| / this. */
+static float quant_max(fa_dtype d)
 {
-    if (cache->dtype != FA_DTYPE_I8) {
+    return d == FA_DTYPE_F8E4M3 ? FA_F8E4M3_MAX : d == FA_DTYPE_F8E5M2 ? FA_F8E5M2_MAX : 127.0f;
+}
+
+/* y = x * (1 / scale) as a code of dtype d: nearest, ties to even, saturating (int8
+ * to [-127, 127]; half.h's fp8 rules). */
+static int8_t quant_code(fa_dtype d, float y)
+{
+    if (d == FA_DTYPE_F8E4M3) return (int8_t)fa_f32_to_e4m3(y);
+    if (d == FA_DTYPE_F8E5M2) return (int8_t)fa_f32_to_e5m2(y);
+    float qv = nearbyintf(y);
+    if (!(qv >= -127.0f)) qv = -127.0f; /* also NaN: its scale carries the NaN */
+    if (qv > 127.0f) qv = 127.0f;
+    return (int8_t)qv;
+}
+
+/* One row x of dim values into the cache slot (at, hk): rounded to a float cache's
+ * dtype, or quantised into an int8 or fp8 cache with its scale: the slot's own
+ * (max|x| / FMAX, written with the row), or a shared one, read and left as it is. */
+static void store_row(const fa_tensor *cache, const fa_tensor *scale, int shared, fa_slot at, int64_t hk,
+                      const float *x, int64_t dim)
+{
+    if (!fa_dtype_is_quant(cache->dtype)) {
         fa_store_rows(cache, &fa_kernels_ref, at.blk, at.row, 1, hk, dim, x, dim);
         return;
     }
-    /* symmetric per-row quantisation: scale = max|x| / 127, q = round(x / scale) */
-    float amax = 0.0f;
-    for (int64_t e = 0; e < dim; e++) {
-        const float m = fabsf(x[e]);
-        if (m > amax || isnan(m)) amax = m;
+    float *sp = (float *)scale->data + at.blk * scale->stride[0] + at.row * scale->stride[1] + hk * scale->stride[2];
+    float s = *sp;
+    if (!shared) { /* symmetric per-row quantisation: scale = max|x| / FMAX */
+        float amax = 0.0f;
+        for (int64_t e = 0; e < dim; e++) {
+            const float m = fabsf(x[e]);
+            if (m > amax || isnan(m)) amax = m;
+        }
+        s = amax / quant_max(cache->dtype);
     }
-    const float s = amax / 127.0f;
-    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f; /* a zero scale (a zero row) stores zeros */
     const int64_t base = at.blk * cache->stride[0] + at.row * cache->stride[1] + hk * cache->stride[2];
-    for (int64_t e = 0; e < dim; e++) {
-        float qv = nearbyintf(x[e] * inv);
-        if (!(qv >= -127.0f)) qv = -127.0f; /* also NaN: its scale carries the NaN */
-        if (qv > 127.0f) qv = 127.0f;
-        ((int8_t *)cache->data)[base + e * cache->stride[3]] = (int8_t)qv;
-    }
-    ((float *)scale->data)[at.blk * scale->stride[0] + at.row * scale->stride[1] + hk * scale->stride[2]] = s;
+    for (int64_t e = 0; e < dim; e++) ((int8_t *)cache->data)[base + e * cache->stride[3]] = quant_code(cache->dtype, x[e] * inv);
+    if (!shared) *sp = s;
 }
 
 /* Copies the dim elements of slot (at, hk) of t into buf (save) or back from it. */
@@ -348,14 +389,22 @@ static void keep_row(const fa_tensor *t, fa_slot at, int64_t hk, int64_t dim, ch
     }
 }
 
+/* Whether an append writes the scale of the K (which 0) or V (1) rows: a quantised
+ * cache's own per-row scales. */
+static int writes_scale(const fa_problem *p, int which)
+{
+    return p->quant && !p->scale_shared[which];
+}
+
 /* The bytes the K (which 0) or V (1) row of one new row and kv head replaces: the
- * row, then an int8 cache's scale. An entry of the undo copy is the K part, then V;
- * a latent cache's V is inside K's row, which is written (and kept) once: no V part. */
+ * row, then its scale if the append writes it. An entry of the undo copy is the K
+ * part, then V; a latent cache's V is inside K's row, which is written (and kept)
+ * once: no V part. */
 static int64_t part_bytes(const fa_problem *p, int which)
 {
     if (which && p->v_in_k) return 0;
     const fa_tensor *t = which ? &p->vc : &p->kc;
-    return (which ? p->Dv : p->D) * (int64_t)fa_dtype_size(t->dtype) + (p->quant ? (int64_t)sizeof(float) : 0);
+    return (which ? p->Dv : p->D) * (int64_t)fa_dtype_size(t->dtype) + (writes_scale(p, which) ? (int64_t)sizeof(float) : 0);
 }
 
 /* Saves (save = 1) the part at buf, or puts it back (scale first: the reverse of
@@ -365,9 +414,10 @@ static char *keep_part(const fa_problem *p, int which, fa_slot at, int64_t hk, c
     if (which && p->v_in_k) return buf;
     const fa_tensor *t = which ? &p->vc : &p->kc, *sc = which ? &p->v_scale : &p->k_scale;
     const int64_t dim = which ? p->Dv : p->D, row = dim * (int64_t)fa_dtype_size(t->dtype);
-    if (p->quant && !save) keep_row(sc, at, hk, 1, buf + row, 0);
+    const int scaled = writes_scale(p, which);
+    if (scaled && !save) keep_row(sc, at, hk, 1, buf + row, 0);
     keep_row(t, at, hk, dim, buf, save);
-    if (p->quant && save) keep_row(sc, at, hk, 1, buf + row, 1);
+    if (scaled && save) keep_row(sc, at, hk, 1, buf + row, 1);
     return buf + part_bytes(p, which);
 }
 
@@ -397,11 +447,11 @@ fa_status fa_cache_append(fa_context *ctx, const fa_problem *p, fa_cache_undo *u
             for (int64_t hk = 0; hk < p->Hk; hk++) {
                 fa_pack_rows(&p->k, sb, s0 + t, 1, hk, p->D, row, p->D);
                 kept = keep_part(p, 0, at, hk, kept, 1);
-                store_row(&p->kc, &p->k_scale, at, hk, row, p->D);
+                store_row(&p->kc, &p->k_scale, p->scale_shared[0], at, hk, row, p->D);
                 if (p->v_in_k) continue; /* V is K's row, just written */
                 fa_pack_rows(&p->v, sb, s0 + t, 1, hk, p->Dv, row, p->Dv);
                 kept = keep_part(p, 1, at, hk, kept, 1);
-                store_row(&p->vc, &p->v_scale, at, hk, row, p->Dv);
+                store_row(&p->vc, &p->v_scale, p->scale_shared[1], at, hk, row, p->Dv);
             }
         }
     }

@@ -24,6 +24,12 @@ void fa_row_to_f32(const void *row, fa_dtype dtype, int64_t sd, float scale, int
     case FA_DTYPE_I8:
         for (int64_t e = 0; e < n; e++) out[e] = scale * (float)((const int8_t *)row)[e * sd];
         break;
+    case FA_DTYPE_F8E4M3:
+        for (int64_t e = 0; e < n; e++) out[e] = scale * fa_e4m3_to_f32(((const uint8_t *)row)[e * sd]);
+        break;
+    case FA_DTYPE_F8E5M2:
+        for (int64_t e = 0; e < n; e++) out[e] = scale * fa_e5m2_to_f32(((const uint8_t *)row)[e * sd]);
+        break;
     default:
         for (int64_t e = 0; e < n; e++) out[e] = 0.0f;
         break;

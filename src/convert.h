@@ -22,12 +22,14 @@ static inline float fa_load(const fa_tensor *t, int64_t i0, int64_t i1, int64_t 
     case FA_DTYPE_BF16: return fa_bf16_to_f32(((const uint16_t *)t->data)[off]);
     case FA_DTYPE_BOOL: return ((const unsigned char *)t->data)[off] ? 1.0f : 0.0f;
     case FA_DTYPE_I8: return (float)((const signed char *)t->data)[off];
+    case FA_DTYPE_F8E4M3: return fa_e4m3_to_f32(((const uint8_t *)t->data)[off]);
+    case FA_DTYPE_F8E5M2: return fa_e5m2_to_f32(((const uint8_t *)t->data)[off]);
     }
     return 0.0f;
 }
 
-/* n elements of one row of any dtype (inner stride sd) as f32; i8 values are
- * multiplied by scale (the row's dequantisation scale), other dtypes ignore it. */
+/* n elements of one row of any dtype (inner stride sd) as f32; i8 and fp8 values
+ * are multiplied by scale (the row's dequantisation scale), other dtypes ignore it. */
 void fa_row_to_f32(const void *row, fa_dtype dtype, int64_t sd, float scale, int64_t n, float *out);
 
 /* Rows s0 .. s0+rows-1 of (b, :, h, 0..cols-1) as f32, written to dst[r*ld + c]. */

@@ -12,7 +12,34 @@
 
 int fa_kv_type(fa_dtype d)
 {
-    return d == FA_DTYPE_F16 ? FA_KV_F16 : d == FA_DTYPE_BF16 ? FA_KV_BF16 : d == FA_DTYPE_I8 ? FA_KV_I8 : FA_KV_F32;
+    switch (d) {
+    case FA_DTYPE_F16: return FA_KV_F16;
+    case FA_DTYPE_BF16: return FA_KV_BF16;
+    case FA_DTYPE_I8: return FA_KV_I8;
+    case FA_DTYPE_F8E4M3: return FA_KV_F8E4M3;
+    case FA_DTYPE_F8E5M2: return FA_KV_F8E5M2;
+    default: return FA_KV_F32;
+    }
+}
+
+/* A dense fp8 row as f32: its codes as binary16 bits (half.h; E4M3 as value / 256,
+ * folded into the scale), widened by the ISA's f16 converter, then scaled: the same
+ * values as the portable conversion, at the converter's speed. */
+static void fp8_row_to_f32(const fa_kernels *kern, const uint8_t *row, fa_dtype dt, float scale, int64_t n,
+                           float *out)
+{
+    enum { CHUNK = 256 };
+    uint16_t h[CHUNK];
+    const float s = dt == FA_DTYPE_F8E4M3 ? scale * FA_E4M3_F16_UNIT : scale;
+    for (int64_t e0 = 0; e0 < n; e0 += CHUNK) {
+        const int64_t m = n - e0 < CHUNK ? n - e0 : CHUNK;
+        if (dt == FA_DTYPE_F8E4M3)
+            for (int64_t e = 0; e < m; e++) h[e] = fa_e4m3_to_f16_bits(row[e0 + e]);
+        else
+            for (int64_t e = 0; e < m; e++) h[e] = fa_e5m2_to_f16_bits(row[e0 + e]);
+        kern->f16_to_f32(h, out + e0, m);
+        for (int64_t e = 0; e < m; e++) out[e0 + e] *= s;
+    }
 }
 
 /* One K/V row of n elements (inner stride sd) as f32: the ISA's converters where
@@ -24,6 +51,8 @@ static void row_to_f32(const fa_kernels *kern, const void *row, fa_dtype dt, int
         kern->f16_to_f32(row, out, n);
     else if (sd == 1 && dt == FA_DTYPE_BF16)
         kern->bf16_to_f32(row, out, n);
+    else if (sd == 1 && (dt == FA_DTYPE_F8E4M3 || dt == FA_DTYPE_F8E5M2))
+        fp8_row_to_f32(kern, row, dt, scale, n, out);
     else
         fa_row_to_f32(row, dt, sd, scale, n, out);
 }
@@ -74,12 +103,22 @@ void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, in
     }
 }
 
+/* 1 when no code of the fp8 row is inf or NaN: E4M3's NaN has all of 0x7f set,
+ * E5M2's inf and NaN all of 0x7c (the exponent). */
+static int fp8_row_finite(const void *row, int64_t dim, unsigned mask)
+{
+    uint32_t bad = 0; /* no early exit, so the loop vectorises */
+    for (int64_t e = 0; e < dim; e++) bad |= (((const uint8_t *)row)[e] & mask) == mask;
+    return !bad;
+}
+
 int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int64_t cols, int64_t dim)
 {
     uint32_t bad = 0;
     for (int64_t c = 0; c < cols; c++) {
-        if (kv == FA_KV_I8) {
+        if (fa_kv_scaled(kv)) {
             bad |= !isfinite(scales[c]);
+            if (kv != FA_KV_I8) bad |= !fp8_row_finite(rows[c], dim, kv == FA_KV_F8E4M3 ? 0x7fu : 0x7cu);
         } else if (kv == FA_KV_F32) {
             bad |= !fa_rows_finite(rows[c], 0, 1, dim);
         } else {

@@ -114,7 +114,7 @@ void fa_split_f32(const fa_kernels *kern, const float *x, int64_t n, uint16_t *h
 void fa_split_row(const fa_kernels *kern, int T, int lo_first, const float *x, int64_t n, uint16_t *dst, float *tmp);
 void fa_split_vrows(const fa_kernels *kern, int T, const float *v, int64_t ldv, int64_t cols, int64_t dv,
                     uint16_t *hi, uint16_t *lo, float *tmp);
-/* 1 when none of the rows (or their int8 scales) holds inf or NaN. */
+/* 1 when none of the rows (or the scales of i8 and fp8 rows) holds inf or NaN. */
 int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int64_t cols, int64_t dim);
 
 #endif

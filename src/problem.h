@@ -54,7 +54,7 @@ typedef struct fa_problem {
     const int32_t *cu_q, *cu_k;
     int cache;                /* keys and values come from kc, vc */
     fa_tensor kc, vc;         /* the cache: (B_cache, S_max, ..) or pages (P, page_size, ..) */
-    int quant;                /* FA_DTYPE_I8 cache: k_scale, v_scale hold its scales */
+    int quant;                /* a quantised cache (fa_dtype_is_quant): k_scale, v_scale hold its scales */
     fa_tensor k_scale, v_scale;
     const int32_t *seqlens, *batch_idx, *block_table;
     int64_t max_pages, page_size; /* page_size 0 = contiguous */
@@ -64,6 +64,8 @@ typedef struct fa_problem {
                                  columns of kc, k (k_scale): V row j IS K row j, read and written once */
     const int32_t *leftpad;   /* contiguous caches: sequence b's key 0 is row leftpad[b] */
     const int32_t *pages;     /* in a paged per-sequence view: its block_table row */
+    int scale_shared[2];      /* k_scale (0), v_scale (1) given with token stride 0: shared by rows, never
+                                 written by an append (docs/semantics.md, section 8, "Cache dtypes") */
 } fa_problem;
 
 /* The gradients of a backward call: dout is read, the others written when has_*.
@@ -101,10 +103,16 @@ static inline float fa_sink(const fa_problem *p, int64_t h) { return p->sinks ? 
  * (normalised, with its lse) is finalised as m = lse, l = 1. */
 float fa_row_norm(float m, float l, float sink, float *lse);
 
-/* f32, f16 or bf16: the dtypes of attention data (not bool, not i8). */
+/* f32, f16 or bf16: the dtypes of attention data (not bool, not i8 or fp8). */
 static inline int fa_dtype_is_float(fa_dtype d)
 {
     return d == FA_DTYPE_F32 || d == FA_DTYPE_F16 || d == FA_DTYPE_BF16;
+}
+
+/* i8, f8e4m3, f8e5m2: KV cache dtypes, codes times f32 scales. */
+static inline int fa_dtype_is_quant(fa_dtype d)
+{
+    return d == FA_DTYPE_I8 || d == FA_DTYPE_F8E4M3 || d == FA_DTYPE_F8E5M2;
 }
 
 fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *args, fa_problem *p);

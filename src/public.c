@@ -52,6 +52,8 @@ size_t fa_dtype_size(fa_dtype dtype)
     case FA_DTYPE_BF16: return 2;
     case FA_DTYPE_BOOL: return 1;
     case FA_DTYPE_I8: return 1;
+    case FA_DTYPE_F8E4M3: return 1;
+    case FA_DTYPE_F8E5M2: return 1;
     }
     return 0;
 }
@@ -64,6 +66,8 @@ const char *fa_dtype_name(fa_dtype dtype)
     case FA_DTYPE_BF16: return "bf16";
     case FA_DTYPE_BOOL: return "bool";
     case FA_DTYPE_I8: return "i8";
+    case FA_DTYPE_F8E4M3: return "f8e4m3";
+    case FA_DTYPE_F8E5M2: return "f8e5m2";
     }
     return "unknown";
 }

@@ -123,6 +123,40 @@ uint16_t h_f32_to_bf16(float x) {
 
 float h_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
+/* The fp8 formats from their definitions (OCP 8-bit floating point): sign, then
+ * ebits of exponent with bias 2^(ebits-1) - 1, then mbits of mantissa. E4M3 ("fn")
+ * has no inf, and only S.1111.111 is NaN; E5M2 has IEEE's inf and NaN. */
+double h_fp8_to_double(unsigned b, fa_dtype dtype) {
+    const int e4m3 = dtype == FA_DTYPE_F8E4M3, ebits = e4m3 ? 4 : 5, mbits = e4m3 ? 3 : 2;
+    const int bias = (1 << (ebits - 1)) - 1, emax = (1 << ebits) - 1;
+    const int e = (int)(b >> mbits) & emax, m = (int)b & ((1 << mbits) - 1);
+    double v;
+    if (e4m3 && e == emax && m == (1 << mbits) - 1) v = NAN;
+    else if (!e4m3 && e == emax) v = m ? NAN : INFINITY;
+    else if (e == 0) v = ldexp(m, 1 - bias - mbits);      /* subnormal */
+    else v = ldexp(1.0 + ldexp(m, -mbits), e - bias);
+    return (b & 0x80u) ? -v : v;
+}
+
+unsigned h_fp8_from_double(double x, fa_dtype dtype) {
+    const unsigned sign = signbit(x) ? 0x80u : 0u;
+    if (isnan(x)) return sign | 0x7fu;
+    if (isinf(x)) return sign | (dtype == FA_DTYPE_F8E4M3 ? 0x7fu : 0x7cu);
+    /* the nearest finite code (ties to the even code); past the largest, the largest.
+     * The positive codes' values increase with the code: bisect for lo <= |x| < hi */
+    const double a = fabs(x);
+    const unsigned top = dtype == FA_DTYPE_F8E4M3 ? 0x7eu : 0x7bu; /* the largest finite */
+    if (a >= h_fp8_to_double(top, dtype)) return sign | top;
+    unsigned lo = 0, hi = top;
+    while (hi - lo > 1) {
+        const unsigned mid = (lo + hi) / 2;
+        if (h_fp8_to_double(mid, dtype) <= a) lo = mid;
+        else hi = mid;
+    }
+    const double dlo = a - h_fp8_to_double(lo, dtype), dhi = h_fp8_to_double(hi, dtype) - a;
+    return sign | (dlo < dhi || (dlo == dhi && !(lo & 1u)) ? lo : hi);
+}
+
 double h_round(double x, fa_dtype dtype) {
     float f = (float)x;
     switch (dtype) {
@@ -146,7 +180,9 @@ size_t h_dtype_bytes(fa_dtype dtype) {
     case FA_DTYPE_F16:
     case FA_DTYPE_BF16: return 2;
     case FA_DTYPE_BOOL:
-    case FA_DTYPE_I8: return 1;
+    case FA_DTYPE_I8:
+    case FA_DTYPE_F8E4M3:
+    case FA_DTYPE_F8E5M2: return 1;
     }
     return 0;
 }
@@ -158,6 +194,8 @@ const char *h_dtype_str(fa_dtype dtype) {
     case FA_DTYPE_BF16: return "bf16";
     case FA_DTYPE_BOOL: return "bool";
     case FA_DTYPE_I8: return "i8";
+    case FA_DTYPE_F8E4M3: return "f8e4m3";
+    case FA_DTYPE_F8E5M2: return "f8e5m2";
     }
     return "?";
 }
@@ -195,6 +233,8 @@ void h_store_nan(void *p, fa_dtype dtype) {
         memcpy(p, &c, 1);
         break;
     }
+    case FA_DTYPE_F8E4M3:
+    case FA_DTYPE_F8E5M2: *(unsigned char *)p = 0x7fu; break; /* a NaN in both */
     }
 }
 
@@ -228,6 +268,8 @@ double h_get(const fa_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
     }
     case FA_DTYPE_BOOL: return *(const unsigned char *)p ? 1.0 : 0.0;
     case FA_DTYPE_I8: return *(const signed char *)p;
+    case FA_DTYPE_F8E4M3:
+    case FA_DTYPE_F8E5M2: return h_fp8_to_double(*(const unsigned char *)p, t->dtype);
     }
     return NAN;
 }
@@ -252,6 +294,8 @@ void h_set(const fa_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, d
     }
     case FA_DTYPE_BOOL: *(unsigned char *)p = (x != 0.0) ? 1 : 0; break;
     case FA_DTYPE_I8: *(signed char *)p = (signed char)(x > 127 ? 127 : x < -128 ? -128 : x); break;
+    case FA_DTYPE_F8E4M3:
+    case FA_DTYPE_F8E5M2: *(unsigned char *)p = (unsigned char)h_fp8_from_double(x, t->dtype); break;
     }
 }
 

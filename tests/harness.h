@@ -40,6 +40,11 @@ uint16_t h_f32_to_f16(float x);  /* round to nearest even, overflow to inf, NaN 
 float h_f16_to_f32(uint16_t h);
 uint16_t h_f32_to_bf16(float x); /* round to nearest even */
 float h_bf16_to_f32(uint16_t h);
+/* FA_DTYPE_F8E4M3 / F8E5M2 code b as its value, from the formats' definitions (not the
+ * library's); and x as the nearest code, ties to even, finite values saturating to the
+ * largest, NaN to NaN, inf to E5M2's inf or E4M3's NaN (found by search over the codes). */
+double h_fp8_to_double(unsigned b, fa_dtype dtype);
+unsigned h_fp8_from_double(double x, fa_dtype dtype);
 /* x rounded to float and then to dtype (identity for F32 beyond the float rounding). */
 double h_round(double x, fa_dtype dtype);
 /* Spacing of the dtype's numbers at 1.0: 2^-23, 2^-10, 2^-7. */

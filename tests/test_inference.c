@@ -65,23 +65,25 @@ enum { MODE_VARLEN = 0, MODE_CONTIG = 1, MODE_PAGED = 2 };
 
 static fa_context *g_ctx;
 static double g_worst[3];   /* worst err/tol per q dtype, printed for information */
-static double g_i8_max_err[3]; /* max |o - o_ref| seen on int8 caches, per o dtype */
-static double g_i8_worst[3];   /* worst err/tol there */
+static double g_q_max_err[3][3]; /* max |o - o_ref| seen on i8, f8e4m3, f8e5m2 caches, per o dtype */
+static double g_q_worst[3][3];   /* worst err/tol there */
 static int64_t g_i8_ties;   /* int8 appends that landed one step off at a near-tie */
 static int64_t g_cases;
 
 /* ------------------------------------------------------------ small helpers */
 
-static size_t dt_bytes(fa_dtype dt) { return dt == FA_DTYPE_I8 ? 1 : h_dtype_bytes(dt); }
-static const char *dt_str(fa_dtype dt) { return dt == FA_DTYPE_I8 ? "i8" : h_dtype_str(dt); }
+static size_t dt_bytes(fa_dtype dt) { return h_dtype_bytes(dt); }
+static const char *dt_str(fa_dtype dt) { return h_dtype_str(dt); }
+/* i8 and the fp8 formats: cache dtypes of codes times scales */
+static int dt_quant(fa_dtype dt) { return dt == FA_DTYPE_I8 || dt == FA_DTYPE_F8E4M3 || dt == FA_DTYPE_F8E5M2; }
+static int dt_fp8(fa_dtype dt) { return dt == FA_DTYPE_F8E4M3 || dt == FA_DTYPE_F8E5M2; }
+/* The largest code magnitude: a per-row scale is max|x| / this (docs/semantics.md). */
+static float dt_qmax(fa_dtype dt) { return dt == FA_DTYPE_F8E4M3 ? 448.0f : dt == FA_DTYPE_F8E5M2 ? 57344.0f : 127.0f; }
 static int dt_index(fa_dtype dt) { return dt == FA_DTYPE_F32 ? 0 : dt == FA_DTYPE_F16 ? 1 : 2; }
 
-/* A zeroed row-major tensor of any dtype, int8 included (the harness knows no int8). */
+/* A zeroed row-major tensor of any dtype. */
 static fa_tensor t_alloc(fa_dtype dt, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
-    if (dt != FA_DTYPE_I8) return h_alloc(dt, d0, d1, d2, d3);
-    fa_tensor t = h_alloc(FA_DTYPE_BOOL, d0, d1, d2, d3); /* also one byte per element */
-    t.dtype = FA_DTYPE_I8;
-    return t;
+    return h_alloc(dt, d0, d1, d2, d3);
 }
 
 static size_t t_nbytes(const fa_tensor *t) { return (size_t)h_numel(t) * dt_bytes(t->dtype); }
@@ -115,10 +117,11 @@ static int8_t *i8_at(const fa_tensor *t, int64_t i0, int64_t i1, int64_t i2, int
     return (int8_t *)t->data + h_offset(t, i0, i1, i2, i3);
 }
 
-/* A cache element's value: dequantised for int8. */
+/* A cache element's value: dequantised for int8 and fp8 (the code's value by the
+ * format's definition, harness.c, times the scale). */
 static double cache_val(const fa_tensor *data, const fa_tensor *scale, int64_t i0, int64_t i1, int64_t h,
                         int64_t d) {
-    if (data->dtype == FA_DTYPE_I8) return h_get(scale, i0, i1, h, 0) * (double)*i8_at(data, i0, i1, h, d);
+    if (dt_quant(data->dtype)) return h_get(scale, i0, i1, h, 0) * h_get(data, i0, i1, h, d);
     return h_get(data, i0, i1, h, d);
 }
 
@@ -144,14 +147,14 @@ static double max_abs(const double *x, int64_t n) {
     return m;
 }
 
-/* The test's own int8 quantiser (the header's rule): scale = max|x| / 127 in f32,
+/* The test's own int8 quantiser (the header's rule): scale = max|x| / 127 in f32 (or s_in, shared),
  * q = round-to-nearest(x / scale), a zero row gets scale 0 and q = 0. *tie[d] is set
  * where x / scale lies within 2e-4 of a rounding tie (an implementation multiplying by
  * 1/scale may land on the other side there). */
-static float quantize_row(const double *x, int64_t n, int8_t *q, unsigned char *tie) {
+static float quantize_row(const double *x, int64_t n, const float *s_in, int8_t *q, unsigned char *tie) {
     float amax = 0.0f;
     for (int64_t d = 0; d < n; d++) amax = fmaxf(amax, fabsf((float)x[d]));
-    const float s = amax / 127.0f;
+    const float s = s_in ? *s_in : amax / 127.0f;
     for (int64_t d = 0; d < n; d++) {
         if (s == 0.0f) {
             q[d] = 0, tie[d] = 0;
@@ -165,6 +168,23 @@ static float quantize_row(const double *x, int64_t n, int8_t *q, unsigned char *
         const double frac = (double)r - floor((double)r);
         tie[d] = fabs(frac - 0.5) < 2e-4;
     }
+    return s;
+}
+
+/* The fp8 append of one row, by the test's reading of the rule: scale = max|x| / FMAX
+ * in f32 (or the shared scale s_in when s_in is not NULL), codes = the nearest code to
+ * x * (1 / scale) in f32 (harness.c's bisection), 0 for a zero scale. Bit-exact. */
+static float quantize_row_fp8(const double *x, int64_t n, fa_dtype dt, const float *s_in, uint8_t *q) {
+    float s;
+    if (s_in) {
+        s = *s_in;
+    } else {
+        float amax = 0.0f;
+        for (int64_t d = 0; d < n; d++) amax = fmaxf(amax, fabsf((float)x[d]));
+        s = amax / dt_qmax(dt);
+    }
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    for (int64_t d = 0; d < n; d++) q[d] = (uint8_t)h_fp8_from_double((double)((float)x[d] * inv), dt);
     return s;
 }
 
@@ -196,6 +216,8 @@ typedef struct icase {
                           new v and v_scale empty, 2: given as K's views */
     int new_dt;        /* 1: the new k, v rows are kdt, vdt (else q's dtype) */
     fa_dtype kdt, vdt;
+    int scale_mode;    /* quantised caches: 0 a scale per (token, head); 1 shared by a cache row's or page's
+                          tokens (token stride 0); 2 one per tensor (all strides 0) */
 } icase;
 
 static void icase_init(icase *c) {
@@ -213,7 +235,7 @@ static void describe(const icase *c, char *buf, size_t n) {
     int k = snprintf(buf, n,
                      "%s%s B=%lld Hq=%lld Hk=%lld D=%lld Dv=%lld q=%s o=%s cache=%s append=%d%s%s ps=%lld%s "
                      "causal=%d win=(%lld,%lld) softcap=%g scale=%g alibi=%d lse=%d tiles=%lldx%lld off=%d/%d/%d/%d "
-                     "zero_rows=%d layouts=%d/%d mla=%d new=%s/%s lens(sq,old,new)=",
+                     "zero_rows=%d layouts=%d/%d mla=%d new=%s/%s scale_mode=%d lens(sq,old,new)=",
                      modes[c->mode], c->varlen_q ? "+packed q" : "", (long long)c->B, (long long)c->Hq,
                      (long long)c->Hk, (long long)c->D, (long long)c->Dv, dt_str(c->qdt), dt_str(c->odt),
                      dt_str(c->cdt), c->append, c->batch_idx ? " batch_idx" : "", c->share ? " shared" : "",
@@ -221,7 +243,7 @@ static void describe(const icase *c, char *buf, size_t n) {
                      (long long)c->wl, (long long)c->wr, (double)c->softcap, (double)c->scale, c->alibi, c->lse,
                      (long long)c->tile_q, (long long)c->tile_kv, c->q_off, c->q_tail, c->k_off, c->k_tail,
                      c->zero_rows, c->qlayout, c->clayout, c->mla, dt_str(c->new_dt ? c->kdt : c->qdt),
-                     dt_str(c->new_dt ? c->vdt : c->qdt));
+                     dt_str(c->new_dt ? c->vdt : c->qdt), c->scale_mode);
     for (int64_t b = 0; b < c->B && k > 0 && (size_t)k < n; b++)
         k += snprintf(buf + k, n - (size_t)k, "(%d,%d,%d)", c->sq[b], c->sold[b], c->snew[b]);
 }
@@ -281,6 +303,17 @@ static void fill_nan(const fa_tensor *t) {
 }
 
 static void iprob_expect(iprob *p);
+
+/* A quantised cache's scale tensor over (d0, d1, Hk, 1) as c->scale_mode says:
+ * per row (in the cache's layout), shared along the tokens, or one for all. */
+static fa_tensor scale_alloc(const icase *c, int64_t d0, int64_t d1, size_t *bytes) {
+    if (c->scale_mode == 0) return t_alloc_layout(FA_DTYPE_F32, d0, d1, c->Hk, 1, c->clayout, 1, bytes);
+    fa_tensor t = c->scale_mode == 1 ? t_alloc(FA_DTYPE_F32, d0, 1, c->Hk, 1) : t_alloc(FA_DTYPE_F32, 1, 1, 1, 1);
+    *bytes = t_nbytes(&t);
+    if (c->scale_mode == 2) t.shape[0] = d0, t.shape[2] = c->Hk, t.stride[0] = t.stride[2] = 0;
+    t.shape[1] = d1, t.stride[1] = 0;
+    return t;
+}
 
 static void iprob_build(iprob *p, const icase *c, h_rng *r) {
     memset(p, 0, sizeof *p);
@@ -448,14 +481,20 @@ static void iprob_build(iprob *p, const icase *c, h_rng *r) {
     p->cache[0] = t_alloc_layout(c->cdt, d0, d1, c->Hk, c->D, c->clayout, 3, &p->cbytes[0]);
     p->cache[1] = t_alloc_layout(c->cdt, d0, d1, c->Hk, c->Dv, c->clayout, 3, &p->cbytes[1]);
     p->ncache = 2;
-    if (c->cdt == FA_DTYPE_I8) {
-        p->cache[2] = t_alloc_layout(FA_DTYPE_F32, d0, d1, c->Hk, 1, c->clayout, 1, &p->cbytes[2]);
-        p->cache[3] = t_alloc_layout(FA_DTYPE_F32, d0, d1, c->Hk, 1, c->clayout, 1, &p->cbytes[3]);
+    /* unreadable slots hold NaN: 0xff bytes (a NaN in every float dtype and both fp8
+     * formats); int8 slots random bytes with NaN scales (per-row scales only: shared
+     * int8 scales leave them readable) */
+    for (int t = 0; t < 2; t++) memset(p->cache[t].data, 0xff, p->cbytes[t]);
+    if (dt_quant(c->cdt)) {
+        for (int t = 2; t < 4; t++) p->cache[t] = scale_alloc(c, d0, d1, &p->cbytes[t]);
         p->ncache = 4;
-        for (int t = 0; t < 2; t++) /* random bytes, NaN scales: unreadable */
-            for (size_t e = 0; e < p->cbytes[t]; e++) ((int8_t *)p->cache[t].data)[e] = (int8_t)h_rng_int(r, -127, 127);
+        if (c->cdt == FA_DTYPE_I8)
+            for (int t = 0; t < 2; t++)
+                for (size_t e = 0; e < p->cbytes[t]; e++) ((int8_t *)p->cache[t].data)[e] = (int8_t)h_rng_int(r, -127, 127);
+        for (int t = 2; t < 4; t++)
+            for (size_t e = 0; e < p->cbytes[t] / 4; e++) /* a shared scale holds x up to 2.5-5 sigma */
+                ((float *)p->cache[t].data)[e] = c->scale_mode ? (float)h_rng_range(r, 2.5, 5.0) / dt_qmax(c->cdt) : NAN;
     }
-    for (int t = p->ncache == 4 ? 2 : 0; t < p->ncache; t++) memset(p->cache[t].data, 0xff, p->cbytes[t]); /* NaN */
     /* the valid old rows */
     for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < c->sold[b]; j++) {
@@ -463,10 +502,19 @@ static void iprob_build(iprob *p, const icase *c, h_rng *r) {
             slot_of(p, b, j, &i0, &i1);
             for (int64_t h = 0; h < c->Hk; h++) {
                 if (c->cdt == FA_DTYPE_I8) {
-                    h_set(&p->cache[2], i0, i1, h, 0, h_rng_range(r, 0.004, 0.03));
-                    h_set(&p->cache[3], i0, i1, h, 0, h_rng_range(r, 0.004, 0.03));
+                    if (!c->scale_mode) {
+                        h_set(&p->cache[2], i0, i1, h, 0, h_rng_range(r, 0.004, 0.03));
+                        h_set(&p->cache[3], i0, i1, h, 0, h_rng_range(r, 0.004, 0.03));
+                    }
                     for (int64_t d = 0; d < c->D; d++) *i8_at(&p->cache[0], i0, i1, h, d) = (int8_t)h_rng_int(r, -127, 127);
                     for (int64_t d = 0; d < c->Dv; d++) *i8_at(&p->cache[1], i0, i1, h, d) = (int8_t)h_rng_int(r, -127, 127);
+                } else if (dt_fp8(c->cdt)) { /* codes of N(0, 1) values at the row's scale */
+                    for (int kv = 0; kv < 2; kv++) {
+                        if (!c->scale_mode) h_set(&p->cache[2 + kv], i0, i1, h, 0, h_rng_range(r, 2.5, 5.0) / dt_qmax(c->cdt));
+                        const double sc = h_get(&p->cache[2 + kv], i0, i1, h, 0);
+                        for (int64_t d = 0; d < (kv ? c->Dv : c->D); d++)
+                            h_set(&p->cache[kv], i0, i1, h, d, h_rng_normal(r) / sc);
+                    }
                 } else {
                     for (int64_t d = 0; d < c->D; d++) h_set(&p->cache[0], i0, i1, h, d, h_rng_normal(r));
                     for (int64_t d = 0; d < c->Dv; d++) h_set(&p->cache[1], i0, i1, h, d, h_rng_normal(r));
@@ -524,13 +572,20 @@ static void iprob_expect(iprob *p) {
                 for (int kv = 0; kv < 2 - (c->mla != 0); kv++) { /* a latent V is inside K's row */
                     const fa_tensor *src = kv ? &a->v : &a->k;
                     const int64_t dim = kv ? c->Dv : c->D;
-                    if (c->cdt != FA_DTYPE_I8) {
+                    if (!dt_quant(c->cdt)) {
                         for (int64_t d = 0; d < dim; d++) h_set(&ex[kv], i0, i1, h, d, h_get(src, s0, s1, h, d));
                         continue;
                     }
                     for (int64_t d = 0; d < dim; d++) x[d] = h_get(src, s0, s1, h, d);
-                    const float s = quantize_row(x, dim, q8, tie);
-                    h_set(&ex[2 + kv], i0, i1, h, 0, s);
+                    const float shared = (float)h_get(&ex[2 + kv], i0, i1, h, 0);
+                    if (dt_fp8(c->cdt)) {
+                        const float s = quantize_row_fp8(x, dim, c->cdt, c->scale_mode ? &shared : NULL, (uint8_t *)q8);
+                        if (!c->scale_mode) h_set(&ex[2 + kv], i0, i1, h, 0, s);
+                        for (int64_t d = 0; d < dim; d++) *i8_at(&ex[kv], i0, i1, h, d) = q8[d];
+                        continue;
+                    }
+                    const float s = quantize_row(x, dim, c->scale_mode ? &shared : NULL, q8, tie);
+                    if (!c->scale_mode) h_set(&ex[2 + kv], i0, i1, h, 0, s);
                     unsigned char *tf = kv ? p->tie_v : p->tie_k;
                     for (int64_t d = 0; d < dim; d++) {
                         *i8_at(&ex[kv], i0, i1, h, d) = q8[d];
@@ -764,10 +819,10 @@ static void check_numbers(fa_context *ctx, iprob *p) {
         const double tol = 2.0 * nerr + h_prop_ulps(c->odt) * h_eps(c->odt) * fmax(1.0, omax);
         double *w = &g_worst[dt_index(c->qdt)];
         if (err / tol > *w) *w = err / tol;
-        if (c->cdt == FA_DTYPE_I8 && p->has_cache) {
-            const int oi = dt_index(c->odt);
-            g_i8_max_err[oi] = fmax(g_i8_max_err[oi], err);
-            g_i8_worst[oi] = fmax(g_i8_worst[oi], err / tol);
+        if (dt_quant(c->cdt) && p->has_cache) {
+            const int oi = dt_index(c->odt), qi = c->cdt == FA_DTYPE_I8 ? 0 : c->cdt == FA_DTYPE_F8E4M3 ? 1 : 2;
+            g_q_max_err[qi][oi] = fmax(g_q_max_err[qi][oi], err);
+            g_q_worst[qi][oi] = fmax(g_q_worst[qi][oi], err / tol);
         }
         CHECK(err <= tol, "o max err %.3g > tol %.3g (naive same-precision err %.3g, in %s) at flat %lld (sequence "
                           "%lld): got %.9g want %.9g",
@@ -918,7 +973,8 @@ static void fit_budget(icase *c) {
 }
 
 static const fa_dtype QDT[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
-static const fa_dtype CDT[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16, FA_DTYPE_I8};
+static const fa_dtype CDT[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16, FA_DTYPE_I8, FA_DTYPE_F8E4M3, FA_DTYPE_F8E5M2};
+enum { NCDT = sizeof CDT / sizeof CDT[0] };
 
 /* Masking, scale, ALiBi, lse and tiles drawn at random. */
 static void random_extras(icase *c, h_rng *r, int allow_top_left) {
@@ -1033,7 +1089,8 @@ static void random_cache_case(icase *c, h_rng *r, int mode, int append, int pack
     random_heads(c, r);
     c->qdt = QDT[h_rng_int(r, 0, 2)];
     const double u = h_rng_uniform(r);
-    c->cdt = u < 0.4 ? c->qdt : CDT[h_rng_int(r, 0, 3)];
+    c->cdt = u < 0.4 ? c->qdt : CDT[h_rng_int(r, 0, NCDT - 1)];
+    c->scale_mode = dt_quant(c->cdt) ? (int)h_rng_int(r, 0, 2) : 0;
     c->B = h_rng_int(r, 1, 6);
     c->append = append;
     const int32_t long_len = c->D >= 128 ? 150 : 400;
@@ -1086,7 +1143,7 @@ static void test_cache_fixed(uint64_t seed) {
     }
     /* paged: each page size, shared pages in random order, garbage in unused entries */
     static const int64_t pss[] = {1, 3, 16, 128};
-    for (int v = 0; v < 8; v++) {
+    for (int v = 0; v < 11; v++) {
         icase c;
         icase_init(&c);
         c.mode = MODE_PAGED;
@@ -1095,10 +1152,11 @@ static void test_cache_fixed(uint64_t seed) {
         c.share = 1;
         c.bt_garbage = v >= 4;
         c.qdt = QDT[v % 3];
-        c.cdt = v == 2 ? FA_DTYPE_F32 : v == 5 ? FA_DTYPE_I8 : c.qdt;
+        c.cdt = v == 2 ? FA_DTYPE_F32 : v == 5 ? FA_DTYPE_I8 : v == 8 || v == 10 ? FA_DTYPE_F8E4M3 : v == 9 ? FA_DTYPE_F8E5M2 : c.qdt;
+        c.scale_mode = v == 9 ? 1 : v == 10 ? 2 : 0;
         static const int32_t old[] = {290, 140, 0, 1, 260};
         for (int b = 0; b < 5; b++) c.sq[b] = 2, c.sold[b] = old[b], c.snew[b] = 2;
-        c.append = v % 2;
+        c.append = v % 2 || v >= 8;
         c.causal = FA_CAUSAL_BOTTOM_RIGHT;
         c.wl = v == 3 ? 50 : -1;
         c.clayout = v % 3;
@@ -1107,7 +1165,7 @@ static void test_cache_fixed(uint64_t seed) {
     }
     /* every cache dtype under every q dtype, with append, both layouts */
     for (int qi = 0; qi < 3; qi++)
-        for (int ci = 0; ci < 4; ci++)
+        for (int ci = 0; ci < NCDT; ci++)
             for (int paged = 0; paged < 2; paged++) {
                 icase c;
                 icase_init(&c);
@@ -1117,13 +1175,14 @@ static void test_cache_fixed(uint64_t seed) {
                 c.odt = (qi + ci) % 2 ? FA_DTYPE_F32 : c.qdt;
                 c.page_size = 16;
                 c.append = 1;
-                c.zero_rows = ci == 3;
+                c.zero_rows = ci >= 3;
+                c.scale_mode = ci >= 3 ? (qi + paged) % 3 : 0;
                 static const int32_t old[] = {33, 0, 70};
                 for (int b = 0; b < 3; b++) c.sq[b] = 4, c.sold[b] = old[b], c.snew[b] = 4;
                 c.causal = FA_CAUSAL_BOTTOM_RIGHT;
                 c.batch_idx = !paged && ci % 2;
                 c.clayout = (qi + ci + paged) % 3;
-                run_case(&c, seed + 400 + (uint64_t)(qi * 8 + ci * 2 + paged), 2, 0, 0, 0);
+                run_case(&c, seed + 400 + (uint64_t)(qi * 2 * NCDT + ci * 2 + paged), 2, 0, 0, 0);
             }
 }
 
@@ -1144,7 +1203,7 @@ static void test_cache_random(uint64_t seed) {
 
 /* Chunked prefill: packed q + cache + packed new rows, cu_seqlens_k == cu_seqlens_q. */
 static void test_chunked_prefill(uint64_t seed) {
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < 6; v++) {
         icase c;
         icase_init(&c);
         c.mode = v % 2 ? MODE_PAGED : MODE_CONTIG;
@@ -1152,7 +1211,8 @@ static void test_chunked_prefill(uint64_t seed) {
         c.append = 1;
         c.B = 4, c.Hq = 8, c.Hk = 2, c.D = 64, c.Dv = 64;
         c.qdt = v < 2 ? FA_DTYPE_F32 : FA_DTYPE_BF16;
-        c.cdt = v == 3 ? FA_DTYPE_I8 : v == 1 ? FA_DTYPE_F16 : c.qdt;
+        c.cdt = v == 3 ? FA_DTYPE_I8 : v == 1 ? FA_DTYPE_F16 : v == 4 ? FA_DTYPE_F8E4M3 : v == 5 ? FA_DTYPE_F8E5M2 : c.qdt;
+        c.scale_mode = v == 5;
         static const int32_t old[] = {0, 64, 17, 129}, chunk[] = {48, 16, 0, 31};
         for (int b = 0; b < 4; b++) c.sold[b] = old[b], c.sq[b] = c.snew[b] = chunk[b];
         c.causal = FA_CAUSAL_BOTTOM_RIGHT;
@@ -1545,7 +1605,8 @@ static void test_decode(uint64_t seed) {
                     c.Hk = h_rng_int(&r, 1, 2);
                     c.Hq = c.Hk * groups[gi];
                     c.qdt = QDT[qi];
-                    c.cdt = h_rng_uniform(&r) < 0.5 ? c.qdt : CDT[h_rng_int(&r, 0, 3)];
+                    c.cdt = h_rng_uniform(&r) < 0.5 ? c.qdt : CDT[h_rng_int(&r, 0, NCDT - 1)];
+                    c.scale_mode = dt_quant(c.cdt) ? (int)h_rng_int(&r, 0, 2) : 0;
                     c.odt = h_rng_uniform(&r) < 0.3 ? FA_DTYPE_F32 : c.qdt;
                     c.B = h_rng_int(&r, 1, 3);
                     const int32_t sq = (int32_t)(1 + (k % 16));
@@ -2459,6 +2520,152 @@ static void test_int8_rows(uint64_t seed) {
     iprob_free(&p);
 }
 
+/*
+ * fp8 appends of known rows. Shared scale 1 (one per tensor): the stored code is the
+ * rounding of x itself, checked against codes written out here from the formats (ties
+ * to even, saturation where IEEE would give inf, subnormals and their ties, -0, NaN,
+ * inf) and against the test's own quantiser (check_cache). Then per-row scales: a zero
+ * row stores scale 0 and zeros, max|x| maps to the largest code; numbers checked.
+ */
+static void test_fp8_rows(uint64_t seed) {
+    static const double e4m3_x[2][8] = {{1.0625, 1.1875, 500.0, -1e30, 0x1p-10, 0x3p-10, 464.0, 0.0},
+                                         {NAN, INFINITY, -INFINITY, -0.0, 0x1p-9, 0x7p-9, 0xfp-10, 240.5}};
+    static const uint8_t e4m3_q[2][8] = {{0x38, 0x3a, 0x7e, 0xfe, 0x00, 0x02, 0x7e, 0x00},
+                                         {0x7f, 0x7f, 0xff, 0x80, 0x01, 0x07, 0x08, 0x77}};
+    static const double e5m2_x[2][8] = {{1.125, 1.375, 1e6, -60000.0, 0x1p-17, 0x3p-17, 61440.0, 0.0},
+                                         {NAN, INFINITY, -INFINITY, -0.0, 0x1p-16, 0x3p-16, 0x7p-17, 0.3}};
+    static const uint8_t e5m2_q[2][8] = {{0x3c, 0x3e, 0x7b, 0xfb, 0x00, 0x02, 0x7b, 0x00},
+                                         {0x7f, 0x7c, 0xfc, 0x80, 0x01, 0x03, 0x04, 0x35}};
+    for (int f = 0; f < 2; f++) {
+        const fa_dtype dt = f ? FA_DTYPE_F8E5M2 : FA_DTYPE_F8E4M3;
+        icase c;
+        icase_init(&c);
+        c.mode = MODE_CONTIG;
+        c.B = 1, c.Hq = 1, c.Hk = 1, c.D = 8, c.Dv = 8;
+        c.cdt = dt;
+        c.scale_mode = 2;
+        c.append = 1;
+        c.sq[0] = 1, c.snew[0] = 2, c.sold[0] = 2;
+        h_rng r;
+        h_rng_seed(&r, seed + 1700 + (uint64_t)f);
+        iprob p;
+        iprob_build(&p, &c, &r);
+        for (int t = 2; t < 4; t++) ((float *)p.cache[t].data)[0] = ((float *)p.snap[t])[0] = 1.0f;
+        for (int64_t t = 0; t < 2; t++)
+            for (int64_t d = 0; d < 8; d++) {
+                h_set(&p.a.k, 0, t, 0, d, f ? e5m2_x[t][d] : e4m3_x[t][d]);
+                h_set(&p.a.v, 0, t, 0, d, -(f ? e5m2_x[t][d] : e4m3_x[t][d]));
+            }
+        iprob_expect(&p);
+        h_case("%s append of known values with a shared scale 1", dt_str(dt));
+        const fa_status st = iprob_run(g_ctx, &p, FA_ALGO_FLASH, 1, 0);
+        if (CHECK(st == FA_OK, "status %d (%s): %s", (int)st, fa_status_string(st), fa_context_error(g_ctx))) {
+            int bad = 0, bt = -1, bd = -1;
+            for (int64_t t = 0; t < 2; t++)
+                for (int64_t d = 0; d < 8; d++) {
+                    const uint8_t want = f ? e5m2_q[t][d] : e4m3_q[t][d];
+                    const uint8_t gk = *(uint8_t *)i8_at(&p.cache[0], 0, 2 + t, 0, d);
+                    const uint8_t gv = *(uint8_t *)i8_at(&p.cache[1], 0, 2 + t, 0, d);
+                    /* v = -x: the same code with the sign flipped (NaN: any sign) */
+                    const int vok = (want & 0x7f) == 0x7f ? (gv & 0x7f) == 0x7f : gv == (uint8_t)(want ^ 0x80);
+                    if ((gk != want || !vok) && bad++ == 0) bt = (int)t, bd = (int)d;
+                }
+            CHECK(bad == 0, "%d stored codes differ from the format's rounding; first x = %g: k code 0x%02x, want 0x%02x",
+                  bad, bt >= 0 ? (f ? e5m2_x[bt][bd] : e4m3_x[bt][bd]) : 0.0,
+                  bt >= 0 ? *(uint8_t *)i8_at(&p.cache[0], 0, 2 + bt, 0, bd) : 0,
+                  bt >= 0 ? (f ? e5m2_q[bt][bd] : e4m3_q[bt][bd]) : 0);
+            CHECK(((float *)p.cache[2].data)[0] == 1.0f && ((float *)p.cache[3].data)[0] == 1.0f,
+                  "a shared scale must never be written");
+            check_cache(&p);
+        }
+        iprob_free(&p);
+
+        /* per-row scales: row 0 all zero, row 1 with max|x| at one element */
+        c.scale_mode = 0;
+        c.snew[0] = 3;
+        h_rng_seed(&r, seed + 1710 + (uint64_t)f);
+        iprob_build(&p, &c, &r);
+        for (int64_t d = 0; d < 8; d++) {
+            h_set(&p.a.k, 0, 0, 0, d, 0.0), h_set(&p.a.v, 0, 0, 0, d, 0.0);
+            h_set(&p.a.k, 0, 1, 0, d, d == 3 ? -2.5 : 0.25 * (double)(d - 4));
+            h_set(&p.a.v, 0, 1, 0, d, d == 0 ? 3.0 : -0.5);
+        }
+        iprob_expect(&p);
+        h_case("%s append with per-row scales: zero rows, max|x| to the largest code", dt_str(dt));
+        const fa_status st2 = iprob_run(g_ctx, &p, FA_ALGO_FLASH, 1, 0);
+        if (CHECK(st2 == FA_OK, "status %d (%s): %s", (int)st2, fa_status_string(st2), fa_context_error(g_ctx))) {
+            const fa_tensor *k = &p.cache[0], *v = &p.cache[1], *ks = &p.cache[2], *vs = &p.cache[3];
+            const float fmax = dt_qmax(dt);
+            const uint8_t top = f ? 0x7b : 0x7e;
+            int zero_ok = h_get(ks, 0, 2, 0, 0) == 0.0 && h_get(vs, 0, 2, 0, 0) == 0.0;
+            for (int64_t d = 0; d < 8; d++)
+                zero_ok &= *(uint8_t *)i8_at(k, 0, 2, 0, d) == 0 && *(uint8_t *)i8_at(v, 0, 2, 0, d) == 0;
+            CHECK(zero_ok, "an all-zero row must store scale 0 and code 0 (scale %g)", h_get(ks, 0, 2, 0, 0));
+            CHECK(h_get(ks, 0, 3, 0, 0) == (double)(2.5f / fmax) && *(uint8_t *)i8_at(k, 0, 3, 0, 3) == (0x80 | top) &&
+                      h_get(vs, 0, 3, 0, 0) == (double)(3.0f / fmax) && *(uint8_t *)i8_at(v, 0, 3, 0, 0) == top,
+                  "max|x| must map to the largest code with scale max|x| / %g: k scale %.9g code 0x%02x", (double)fmax,
+                  h_get(ks, 0, 3, 0, 0), *(uint8_t *)i8_at(k, 0, 3, 0, 3));
+            check_cache(&p);
+            check_numbers(g_ctx, &p);
+        }
+        iprob_free(&p);
+    }
+}
+
+/*
+ * Misuse of fp8 caches: a named status, nothing written (expect_fail). fp8 is a cache
+ * dtype only: q, o, new rows and dense k/v refuse it.
+ */
+static void test_fp8_errors(uint64_t seed) {
+    icase c;
+    iprob p;
+    h_rng r;
+    error_base(&c, MODE_CONTIG, FA_DTYPE_F8E4M3, 0);
+    h_rng_seed(&r, seed + 1720);
+    iprob_build(&p, &c, &r);
+    expect_ok(&p, "contiguous f8e4m3");
+    {
+        fa_forward_args a = p.a;
+        fa_kv_cache kc = p.kc;
+        a.kv_cache = &kc;
+        kc.k_scale.data = NULL;
+        expect_fail(&p, &a, "f8e4m3 cache without k_scale", FA_ERR_NULL_POINTER);
+        kc.k_scale = p.kc.k_scale, kc.v_scale.data = NULL;
+        expect_fail(&p, &a, "f8e4m3 cache without v_scale", FA_ERR_NULL_POINTER);
+        kc.v_scale = p.kc.v_scale, kc.v.dtype = FA_DTYPE_F8E5M2;
+        expect_fail(&p, &a, "k f8e4m3, v f8e5m2", FA_ERR_DTYPE);
+        kc.v = p.kc.v, kc.k_scale.stride[2] = 0;
+        expect_fail(&p, &a, "per-token k_scale broadcast over heads, with an append", FA_ERR_INVALID_ARGUMENT);
+        kc.k_scale = p.kc.k_scale, kc.v_scale.stride[0] = 0;
+        expect_fail(&p, &a, "per-token v_scale broadcast over cache rows, with an append", FA_ERR_INVALID_ARGUMENT);
+        kc.v_scale = p.kc.v_scale;
+        fa_tensor nk = a.k;
+        a.k.dtype = FA_DTYPE_F8E4M3;
+        expect_fail(&p, &a, "new k rows in f8e4m3", FA_ERR_DTYPE);
+        a.k = nk, a.q.dtype = FA_DTYPE_F8E5M2;
+        expect_fail(&p, &a, "q in f8e5m2", FA_ERR_DTYPE);
+        a.q = p.a.q, a.o.dtype = FA_DTYPE_F8E4M3;
+        expect_fail(&p, &a, "o in f8e4m3", FA_ERR_DTYPE);
+        a.o = p.a.o;
+        fa_kv_cache kf = p.kc;
+        kf.k.dtype = kf.v.dtype = FA_DTYPE_I8; /* the same bytes, read as int8: scales fine */
+        a.kv_cache = &kf;
+        h_case("the same cache read as int8 is valid");
+        CHECK(fa_forward_check(g_ctx, &a) == FA_OK, "%s", fa_context_error(g_ctx));
+        kf.k.dtype = kf.v.dtype = FA_DTYPE_BF16; /* a float cache of half the rows, with scales */
+        kf.k.shape[1] /= 2, kf.v.shape[1] /= 2;
+        kf.k_scale.shape[1] /= 2, kf.v_scale.shape[1] /= 2;
+        expect_fail(&p, &a, "scales on a bf16 cache", FA_ERR_INVALID_ARGUMENT);
+        /* dense attention with fp8 k, v */
+        fa_forward_args d = p.a;
+        d.kv_cache = NULL;
+        d.k = p.kc.k, d.v = p.kc.v;
+        d.k.shape[0] = d.v.shape[0] = 1;
+        d.q.shape[0] = d.o.shape[0] = 1;
+        expect_fail(&p, &d, "dense f8e4m3 k and v (no cache)", FA_ERR_DTYPE);
+    }
+    iprob_free(&p);
+}
 
 /* ------------------------------------------------------- NaN isolation, ABI */
 
@@ -2631,6 +2838,8 @@ int main(void) {
     test_mla(seed);
     test_new_row_dtypes(seed);
     test_int8_rows(seed);
+    test_fp8_rows(seed);
+    test_fp8_errors(seed);
     test_merge_formula(seed);
     test_merge_attention(seed);
     test_merge_errors();
@@ -2647,9 +2856,12 @@ int main(void) {
     printf("%lld inference cases (%lld refusals by standard/reference checked); worst o err/tol (q f32 f16 bf16): "
            "%.3f %.3f %.3f\n",
            (long long)g_cases, (long long)g_refused_checked, g_worst[0], g_worst[1], g_worst[2]);
-    printf("int8 caches against the f32 reference on dequantised values: max |o - o_ref| (err/tol) with o f32 %.3g "
-           "(%.3f), f16 %.3g (%.3f), bf16 %.3g (%.3f); %lld appended elements one step off at a rounding tie\n",
-           g_i8_max_err[0], g_i8_worst[0], g_i8_max_err[1], g_i8_worst[1], g_i8_max_err[2], g_i8_worst[2],
-           (long long)g_i8_ties);
+    static const char *const qname[3] = {"i8", "f8e4m3", "f8e5m2"};
+    for (int qi = 0; qi < 3; qi++)
+        printf("%s caches against the f32 reference on dequantised values: max |o - o_ref| (err/tol) with o f32 %.3g "
+               "(%.3f), f16 %.3g (%.3f), bf16 %.3g (%.3f)\n",
+               qname[qi], g_q_max_err[qi][0], g_q_worst[qi][0], g_q_max_err[qi][1], g_q_worst[qi][1],
+               g_q_max_err[qi][2], g_q_worst[qi][2]);
+    printf("%lld appended int8 elements one step off at a rounding tie\n", (long long)g_i8_ties);
     return h_summary();
 }

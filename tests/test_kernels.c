@@ -1325,10 +1325,23 @@ static void test_stx_bf16(void) {
  */
 enum { KV_LAYOUTS = 2, KV_MAPS = 4 };
 
-static size_t kv_esz(int kv) { return kv == FA_KV_F32 ? 4 : kv == FA_KV_I8 ? 1 : 2; }
+static size_t kv_esz(int kv) { return kv == FA_KV_F32 ? 4 : kv == FA_KV_F16 || kv == FA_KV_BF16 ? 2 : 1; }
 
 static const char *kv_str(int kv) {
-    return kv == FA_KV_F32 ? "f32" : kv == FA_KV_F16 ? "f16" : kv == FA_KV_BF16 ? "bf16" : "i8";
+    static const char *const name[FA_KV_TYPES] = {"f32", "f16", "bf16", "i8", "f8e4m3", "f8e5m2"};
+    return name[kv];
+}
+
+static int kv_scaled(int kv) { return kv == FA_KV_I8 || kv == FA_KV_F8E4M3 || kv == FA_KV_F8E5M2; }
+static int kv_fp8(int kv) { return kv == FA_KV_F8E4M3 || kv == FA_KV_F8E5M2; }
+static fa_dtype kv_fp8_dtype(int kv) { return kv == FA_KV_F8E4M3 ? FA_DTYPE_F8E4M3 : FA_DTYPE_F8E5M2; }
+
+/* A random fp8 code: finite, or (nonfinite) one of the format's NaN or inf codes. */
+static uint8_t fp8_code(int kv, int nonfinite) {
+    for (;;) {
+        const uint8_t b = (uint8_t)h_rng_int(&g_rng, 0, 255);
+        if (isfinite(h_fp8_to_double(b, kv_fp8_dtype(kv))) != nonfinite) return b;
+    }
 }
 
 typedef struct kvpool {
@@ -1343,21 +1356,26 @@ typedef struct kvpool {
 } kvpool;
 
 static const void *const *kvp_ptrs(const kvpool *p) { return (const void *const *)p->ptr.p; }
-static const float *kvp_scales(const kvpool *p) { return p->kv == FA_KV_I8 ? (const float *)p->scale.p : NULL; }
+static const float *kvp_scales(const kvpool *p) { return kv_scaled(p->kv) ? (const float *)p->scale.p : NULL; }
 
-/* Element x of column c, dequantised (scale * int8 exactly, for int8). */
+/* Element x of column c, dequantised (scale * int8 exactly, for int8; scale times the
+ * fp8 value by the format's definition, harness.c). */
 static double kvp_get(const kvpool *p, int64_t c, int64_t x) {
     const void *row = kvp_ptrs(p)[c];
     switch (p->kv) {
     case FA_KV_F16: return h_f16_to_f32(((const uint16_t *)row)[x]);
     case FA_KV_BF16: return h_bf16_to_f32(((const uint16_t *)row)[x]);
     case FA_KV_I8: return (double)kvp_scales(p)[c] * (double)((const int8_t *)row)[x];
+    case FA_KV_F8E4M3:
+    case FA_KV_F8E5M2:
+        return (double)kvp_scales(p)[c] * h_fp8_to_double(((const uint8_t *)row)[x], kv_fp8_dtype(p->kv));
     default: return ((const float *)row)[x];
     }
 }
 
-/* Normal(0, 1) values (rounded to f16/bf16), or any int8; poison: a NaN, +inf and -inf in
- * rows some column reads (not for int8, which has none). */
+/* Normal(0, 1) values (rounded to f16/bf16), or any int8, or any finite fp8 code;
+ * poison: a NaN, +inf and -inf in rows some column reads (not for int8, which has
+ * none; fp8: three of its NaN or inf codes). */
 static kvpool kvp_make(int kv, int64_t cols, int64_t len, int layout, int mapping, int poison) {
     kvpool p;
     const size_t esz = kv_esz(kv);
@@ -1389,6 +1407,8 @@ static kvpool kvp_make(int kv, int64_t cols, int64_t len, int layout, int mappin
             case FA_KV_F16: ((uint16_t *)row)[x] = h_f32_to_f16(v); break;
             case FA_KV_BF16: ((uint16_t *)row)[x] = h_f32_to_bf16(v); break;
             case FA_KV_I8: ((int8_t *)row)[x] = (int8_t)h_rng_int(&g_rng, -128, 127); break;
+            case FA_KV_F8E4M3:
+            case FA_KV_F8E5M2: ((uint8_t *)row)[x] = fp8_code(kv, 0); break;
             default: ((float *)row)[x] = v;
             }
         }
@@ -1415,12 +1435,13 @@ static kvpool kvp_make(int kv, int64_t cols, int64_t len, int layout, int mappin
             void *row = (void *)(uintptr_t)p.row[map[h_rng_int(&g_rng, 0, cols - 1)]];
             const int64_t x = h_rng_int(&g_rng, 0, len - 1);
             if (kv == FA_KV_F32) ((float *)row)[x] = vals[i];
+            else if (kv_fp8(kv)) ((uint8_t *)row)[x] = fp8_code(kv, 1);
             else ((uint16_t *)row)[x] = kv == FA_KV_F16 ? h_f32_to_f16(vals[i]) : h_f32_to_bf16(vals[i]);
         }
     }
     free(map);
     p.scale.p = NULL;
-    if (kv == FA_KV_I8) {
+    if (kv_scaled(kv)) {
         /* scales over 2^-14 .. 2^4, and a few exact 1 and 0 */
         float *sc = xmalloc(sizeof(float) * (size_t)cols);
         for (int64_t c = 0; c < cols; c++) {
@@ -1587,7 +1608,7 @@ static const int64_t SMALL_DIM_EDGE[] = {1, 3, 17, 64, 100, 128, 130, 256};
 
 static void test_small(void) {
     /* every type x rows 1..8 x the listed head dims, the rest drawn */
-    for (int kv = 0; kv < 4; kv++)
+    for (int kv = 0; kv < FA_KV_TYPES; kv++)
         for (int64_t rows = 1; rows <= FA_SMALL_ROWS; rows++)
             for (int di = 0; di < NELEM(SMALL_DIM_EDGE); di++) {
                 if (h_rng_uniform(&g_rng) >= h_test_scale()) continue;
@@ -1608,7 +1629,7 @@ static void test_small(void) {
     /* other head dims, drawn */
     const int n = h_scaled(40);
     for (int i = 0; i < n; i++) {
-        const int kv = i % 4;
+        const int kv = i % FA_KV_TYPES;
         const int64_t rows = h_rng_int(&g_rng, 1, FA_SMALL_ROWS), d = pick_size(&g_rng, DIM_EDGE, NELEM(DIM_EDGE), 512);
         const int64_t cols = pick_size(&g_rng, SMALL_COLS_EDGE, NELEM(SMALL_COLS_EDGE), FA_SMALL_COLS);
         const int64_t lds = round16(cols) + 16 * h_rng_int(&g_rng, 0, 1);
@@ -1625,7 +1646,7 @@ static void test_small(void) {
         case_softmax_layout(rows, cols, round16(cols) + 16 * h_rng_int(&g_rng, 0, 2), i % 3 != 0, 1);
     }
     /* the corners */
-    for (int kv = 0; kv < 4; kv++) {
+    for (int kv = 0; kv < FA_KV_TYPES; kv++) {
         case_qk_small(8, 512, 256, kv, 0, 3, kv != FA_KV_I8, 256, 4, 512);
         case_qk_small(1, 1, 1, kv, 0, 0, 0, 1, 0, 16);
         case_qk_small(7, 513 - 16, 130, kv, 1, 2, 0, 131, 8, 512);
@@ -1641,6 +1662,66 @@ static void test_small(void) {
     case_softmax_layout(8, 512, 528, 0, 1);
     case_softmax_layout(1, 1, 16, 0, 1);
     case_softmax_layout(1, 1, 16, 1, 1);
+}
+
+/*
+ * Every code of both fp8 formats through each table's small-row kernels, against the
+ * decoding harness.c writes from the formats' definitions: qk_small with q = 1 and K
+ * rows holding one code among zeros (at every position of a 44-wide row: the whole
+ * vectors and the tail), scale 1, 2^-20 and 3 (a scale that is not a power of two
+ * rounds once: compared with the double product rounded to f32); pv_small with p = 1,
+ * one V row of 44 codes at a time. Both are exact: one nonzero term. NaN codes must
+ * give NaN, E5M2's infs inf.
+ */
+static void test_fp8_codes(const table_stats *ts) {
+    const fa_kernels *kt = ts->k;
+    enum { W = 44 };
+    static const float scales[3] = {1.0f, 0x1.0p-20f, 3.0f};
+    for (int kv = FA_KV_F8E4M3; kv <= FA_KV_F8E5M2; kv++)
+        for (int si = 0; si < 3; si++) {
+            h_case("fp8 codes isa=%s kv=%s scale=%g: all 256 through qk_small and pv_small", kt->name, kv_str(kv),
+                   (double)scales[si]);
+            static uint8_t rows[256][W];
+            const void *ptr[256];
+            float sc[256], q[W];
+            _Alignas(64) float sv[256 + 16], acc[48];
+            for (int c = 0; c < 256; c++) {
+                memset(rows[c], 0, W);
+                rows[c][c % W] = (uint8_t)c;
+                ptr[c] = rows[c];
+                sc[c] = scales[si];
+            }
+            for (int x = 0; x < W; x++) q[x] = 1.0f;
+            kt->qk_small(1, 256, W, q, W, ptr, kv, sc, sv, 256 + 16);
+            int bad = 0, first = -1;
+            for (int c = 0; c < 256; c++) {
+                const double v = h_fp8_to_double((unsigned)c, kv_fp8_dtype(kv));
+                const float want = (float)(v * scales[si]);
+                const int ok = isnan(v) ? isnan(sv[c]) : sv[c] == want;
+                if (!ok && first < 0) first = c;
+                bad += !ok;
+            }
+            CHECK(bad == 0, "qk_small: %d codes decode wrong, first 0x%02x: got %.9g, want %.9g", bad, first & 0xff,
+                  first >= 0 ? (double)sv[first] : 0.0,
+                  first >= 0 ? h_fp8_to_double((unsigned)first, kv_fp8_dtype(kv)) * scales[si] : 0.0);
+            bad = 0, first = -1;
+            for (int c0 = 0; c0 < 256; c0 += W) {
+                uint8_t vrow[W];
+                const void *vp[1] = {vrow};
+                _Alignas(64) float p1[16] = {1.0f};
+                for (int e = 0; e < W; e++) vrow[e] = (uint8_t)((c0 + e) & 0xff);
+                for (int e = 0; e < 48; e++) acc[e] = 0.0f;
+                kt->pv_small(1, 1, W, p1, 16, vp, kv, &sc[0], NULL, acc, 48);
+                for (int e = 0; e < W && c0 + e < 256; e++) {
+                    const double v = h_fp8_to_double((unsigned)(c0 + e), kv_fp8_dtype(kv));
+                    const float want = (float)(v * scales[si]);
+                    const int ok = isnan(v) ? isnan(acc[e]) : acc[e] == want;
+                    if (!ok && first < 0) first = c0 + e;
+                    bad += !ok;
+                }
+            }
+            CHECK(bad == 0, "pv_small: %d codes decode wrong, first 0x%02x", bad, first & 0xff);
+        }
 }
 
 /* ------------------------------------------------------------ conversions */
@@ -2536,6 +2617,7 @@ int main(void) {
     sweep_points();
     for (int t = 0; t < g_ntab; t++) {
         test_conversions(&g_tab[t]);
+        test_fp8_codes(&g_tab[t]);
         test_narrowing(&g_tab[t]);
         sweep_table(&g_tab[t]);
         if (!bf16_inherited(g_tab[t].k)) test_bf16(&g_tab[t]);

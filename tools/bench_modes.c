@@ -165,14 +165,14 @@ int bench_mode_flag(bench_mode_opts *o, int argc, char **argv, int *i)
         o->decode_flag_seen = 1;
         static const struct { const char *name; fa_dtype dtype; } names[] = {
             {"f32", FA_DTYPE_F32}, {"f16", FA_DTYPE_F16}, {"bf16", FA_DTYPE_BF16},
-            {"i8", FA_DTYPE_I8},   {"int8", FA_DTYPE_I8},
+            {"i8", FA_DTYPE_I8},   {"int8", FA_DTYPE_I8}, {"f8e4m3", FA_DTYPE_F8E4M3}, {"f8e5m2", FA_DTYPE_F8E5M2},
         };
         for (size_t n = 0; value && n < sizeof names / sizeof names[0]; n++)
             if (strcmp(value, names[n].name) == 0) {
                 o->kv_dtype = names[n].dtype;
                 return 1;
             }
-        bad("--kv-dtype", value, "f32 | f16 | bf16 | i8");
+        bad("--kv-dtype", value, "f32 | f16 | bf16 | i8 | f8e4m3 | f8e5m2");
         return -1;
     }
     if (cli_take_value("--kv-splits", argc, argv, i, &value)) {
@@ -233,8 +233,8 @@ void bench_mode_usage(FILE *f)
             "                     shuffled by --seed (--cache-lens is the same flag)\n"
             "  --page-size N      0 = one contiguous (B, max len, Hk, D) cache; N > 0 = a\n"
             "                     pool of N-row pages in a shuffled order [0]\n"
-            "  --kv-dtype T       f32 | f16 | bf16 | i8 (int8 with an f32 scale per row\n"
-            "                     and kv head)                           [f16]\n"
+            "  --kv-dtype T       f32 | f16 | bf16 | i8 | f8e4m3 | f8e5m2 (int8 and fp8\n"
+            "                     with an f32 scale per row and kv head) [f16]\n"
             "  --kv-splits N      force FA_PARAM_KV_SPLITS; 0 = planned  [0]\n"
             "  --mla              DeepSeek V2/V3's absorbed MLA decode: Hq = 128, Hk = 1,\n"
             "                     D = 576, Dv = 512 (these override --heads, --kv-heads,\n"
@@ -380,20 +380,27 @@ int bench_mode_finish(bench_mode_opts *o, cli_shape *s, int seq_given)
     return 0;
 }
 
-/* Bytes of one element of a cache dtype (the header's int8 is one byte even
- * where an older library does not know it). */
+/* int8 and fp8: one byte per element, with f32 scales per row and kv head. */
+static int kv_quant(fa_dtype d)
+{
+    return d == FA_DTYPE_I8 || d == FA_DTYPE_F8E4M3 || d == FA_DTYPE_F8E5M2;
+}
+
+/* Bytes of one element of a cache dtype (the quantised ones are one byte even
+ * where an older library does not know them). */
 static size_t kv_elem_size(fa_dtype d)
 {
-    return d == FA_DTYPE_I8 ? 1 : fa_dtype_size(d);
+    return kv_quant(d) ? 1 : fa_dtype_size(d);
 }
 
 static const char *kv_dtype_name(fa_dtype d)
 {
-    return d == FA_DTYPE_I8 ? "i8" : fa_dtype_name(d);
+    return fa_dtype_name(d);
 }
 
 /* Random values: uniform multiples of 1/1024 in [-1, 1) (exact in f16, rounded
- * in bf16), or int8 in [-127, 127]; a table makes the 16-bit ones cheap, since
+ * in bf16), or int8 in [-127, 127], or fp8 codes with bit 6 clear (|value| < 2 in
+ * both formats, never inf or NaN); a table makes the 16-bit ones cheap, since
  * a ragged batch of caches can be a gigabyte. */
 void bench_fill_values(void *data, fa_dtype dtype, int64_t n, uint64_t seed)
 {
@@ -415,6 +422,8 @@ void bench_fill_values(void *data, fa_dtype dtype, int64_t n, uint64_t seed)
             case FA_DTYPE_F16: ((uint16_t *)data)[i] = f16[k]; break;
             case FA_DTYPE_BF16: ((uint16_t *)data)[i] = bf16[k]; break;
             case FA_DTYPE_I8: ((int8_t *)data)[i] = (int8_t)((int)(k % 255u) - 127); break;
+            case FA_DTYPE_F8E4M3:
+            case FA_DTYPE_F8E5M2: ((uint8_t *)data)[i] = (uint8_t)(k & 0xbfu); break;
             case FA_DTYPE_BOOL: break;
             }
         }
@@ -521,14 +530,14 @@ int decode_cache_make(const cli_shape *s, const bench_mode_opts *o, const int64_
     c->k = cli_alloc(nk, es);
     c->v = o->mla ? NULL : cli_alloc(nv, es);
     c->seqlens = cli_alloc(B, sizeof *c->seqlens);
-    if (o->kv_dtype == FA_DTYPE_I8) {
+    if (kv_quant(o->kv_dtype)) {
         c->k_scale = cli_alloc(ns, sizeof *c->k_scale);
         c->v_scale = o->mla ? NULL : cli_alloc(ns, sizeof *c->v_scale);
     }
     if (P > 0)
         c->block_table = cli_alloc(B * max_pages, sizeof *c->block_table);
     if (!c->k || (!c->v && !o->mla) || !c->seqlens ||
-        (o->kv_dtype == FA_DTYPE_I8 && (!c->k_scale || (!c->v_scale && !o->mla))) || (P > 0 && !c->block_table)) {
+        (kv_quant(o->kv_dtype) && (!c->k_scale || (!c->v_scale && !o->mla))) || (P > 0 && !c->block_table)) {
         fprintf(stderr, "flashattn bench: out of memory allocating the KV cache (%.1f MiB)\n",
                 (double)(nk + nv) * (double)es / (1024.0 * 1024.0));
         decode_cache_free(c);
@@ -658,7 +667,7 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
         /* a latent row is read once for both products: D values (and one scale) */
         const int64_t width = o->mla ? s->dim : s->dim + s->dim_v, nscales = o->mla ? 1 : 2;
         double row_bytes = (double)s->kv_heads * (double)width * (double)es;
-        if (o->kv_dtype == FA_DTYPE_I8)
+        if (kv_quant(o->kv_dtype))
             row_bytes += (double)s->kv_heads * (double)nscales * sizeof(float);
         kv_bytes += (double)rows * row_bytes;
         tokens += (double)lens[b];
@@ -793,10 +802,10 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
     if (o->mla)
         printf("\n# MLA latent cache (--mla): V is the first Dv columns of K's rows; GB/s = latent bytes "
                "the call must read, each row once (%s: rows x Hk x D x %zu B%s) / time\n",
-               kvsize, es, o->kv_dtype == FA_DTYPE_I8 ? " + 4 B of scale per row and head" : "");
+               kvsize, es, kv_quant(o->kv_dtype) ? " + 4 B of scale per row and head" : "");
     else
         printf("\n# GB/s = K/V bytes the call must read (%s: rows x Hk x (D+Dv) x %zu B%s) / time\n",
-               kvsize, es, o->kv_dtype == FA_DTYPE_I8 ? " + 8 B of scales per row and head" : "");
+               kvsize, es, kv_quant(o->kv_dtype) ? " + 8 B of scales per row and head" : "");
     if (read_bw > 0)
         printf("# read bandwidth %.1f GB/s: streaming reads from main memory on %lld thread%s, "
                "measured by fa_probe\n", read_bw, (long long)cli_resolved_threads(s->threads),

@@ -68,6 +68,8 @@ static double tolerance(fa_dtype dtype)
     case FA_DTYPE_F16: return 2e-3;
     case FA_DTYPE_BF16: return 1.6e-2;
     case FA_DTYPE_I8: /* only for KV caches, which check does not build */
+    case FA_DTYPE_F8E4M3:
+    case FA_DTYPE_F8E5M2:
     case FA_DTYPE_BOOL: break;
     }
     return 0.0;
@@ -89,6 +91,8 @@ static double grad_tolerance(fa_dtype dtype)
     case FA_DTYPE_F16: return 4.0 * 0x1p-10;
     case FA_DTYPE_BF16: return 4.0 * 0x1p-7;
     case FA_DTYPE_I8:
+    case FA_DTYPE_F8E4M3:
+    case FA_DTYPE_F8E5M2:
     case FA_DTYPE_BOOL: break;
     }
     return 0.0;

@@ -355,6 +355,8 @@ static const char *dtype_flag_name(fa_dtype d)
     case FA_DTYPE_F16: return "f16";
     case FA_DTYPE_BF16: return "bf16";
     case FA_DTYPE_I8: return "i8";
+    case FA_DTYPE_F8E4M3: return "f8e4m3";
+    case FA_DTYPE_F8E5M2: return "f8e5m2";
     case FA_DTYPE_BOOL: break;
     }
     return "?";
@@ -562,6 +564,8 @@ double cli_load(const void *data, fa_dtype dtype, int64_t i)
     case FA_DTYPE_BF16: return cli_bf16_to_f32(((const uint16_t *)data)[i]);
     case FA_DTYPE_BOOL: return ((const unsigned char *)data)[i] != 0;
     case FA_DTYPE_I8: return ((const int8_t *)data)[i];
+    case FA_DTYPE_F8E4M3: /* KV caches only: the CLI never loads them */
+    case FA_DTYPE_F8E5M2: break;
     }
     return NAN;
 }
@@ -607,6 +611,8 @@ static void fill_random(void *data, fa_dtype dtype, int64_t n, uint64_t seed)
         case FA_DTYPE_F16: ((uint16_t *)data)[i] = cli_f32_to_f16(x); break;
         case FA_DTYPE_BF16: ((uint16_t *)data)[i] = cli_f32_to_bf16(x); break;
         case FA_DTYPE_I8: ((int8_t *)data)[i] = (int8_t)(r >> 16); break; /* [-128, 127] */
+        case FA_DTYPE_F8E4M3:
+        case FA_DTYPE_F8E5M2: ((uint8_t *)data)[i] = (uint8_t)((r >> 16) & 0xbf); break; /* |value| < 2 */
         case FA_DTYPE_BOOL: break;
         }
     }

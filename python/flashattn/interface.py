@@ -455,11 +455,35 @@ def _rotate_qk(q, k, cos, sin, seqlens, q_advances, interleaved, t):
     return _rotate(q, cos, sin, qpos, interleaved, t), _rotate(k, cos, sin, kpos, interleaved, t)
 
 
+def _cache_scale(scale, descale, cache, B, batch_idx, block_table, name):
+    """A torch cache's scale tensor as the library takes it, (.., .., nheads_k, 1) f32: a
+    float or a 0-d tensor (one per tensor) or (nheads_k,) (one per head) broadcast with
+    token stride 0; flash-attn 3's descale (batch, nheads_k) as one per cache row and
+    head; (.., .., nheads_k) or 4-d as given."""
+    import torch
+
+    if descale is not None:
+        if scale is not None:
+            raise ValueError(f"flash_attn_with_kvcache: give {name}_scale or {name}_descale, not both")
+        if batch_idx is not None or block_table is not None or cache.shape[0] != B:
+            raise ValueError(f"flash_attn_with_kvcache: {name}_descale (batch, nheads_k) needs a contiguous cache "
+                             f"of batch rows without cache_batch_idx; give {name}_scale instead")
+        d = torch.as_tensor(descale, dtype=torch.float32)
+        return d.reshape(B, 1, cache.shape[2], 1).expand(B, cache.shape[1], cache.shape[2], 1)
+    if scale is None:
+        return None
+    s = torch.as_tensor(scale) if not isinstance(scale, torch.Tensor) else scale
+    if s.dim() == 0 or (s.dim() == 1 and s.shape[0] == cache.shape[2]):
+        s = s.to(torch.float32).reshape(1, 1, -1, 1)
+        return s.expand(cache.shape[0], cache.shape[1], cache.shape[2], 1)
+    return s
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False,
-                            *, k_scale=None, v_scale=None, sinks=None):
+                            *, k_scale=None, v_scale=None, k_descale=None, v_descale=None, sinks=None):
     """Attention of q (batch, seqlen_q, nheads, headdim) over a KV cache, appending k, v first.
 
     k_cache, v_cache: (batch_cache, seqlen_max, nheads_k, headdim[_v]), or with
@@ -476,9 +500,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     (i, i + rotary_dim / 2) (GPT-NeoX), at flash-attn's positions: new key i of
     sequence b at cache_seqlens[b] + i, query row i there too when causal or windowed,
     else every query row at cache_seqlens[b] (cache_leftpad does not move them).
-    Beyond flash-attn: int8 caches with k_scale, v_scale fp32 (.., .., nheads_k)
-    (appends quantise with max|x|/127); sinks (nheads,) as in flash_attn_func,
-    added once per row however the keys are split. Not differentiable; num_splits > 0 forces the
+    Beyond flash-attn: int8 and fp8 (torch.float8_e4m3fn, float8_e5m2) caches, whose
+    elements are scale * code. k_scale, v_scale: fp32 per (token, kv head), shaped
+    (.., .., nheads_k) like the cache (appends write each new row's max|x| / FMAX,
+    FMAX = 127, 448, 57344), or broadcast along the tokens (an expand()ed view with
+    token stride 0, a float, or a (nheads_k,) tensor: one scale per tensor or head,
+    which appends quantise with and never write). k_descale, v_descale (fp8 only,
+    flash-attn 3's names): (batch, nheads_k) fp32, one scale per sequence and kv head,
+    for contiguous caches without cache_batch_idx (docs/semantics.md, section 8). sinks (nheads,) as in
+    flash_attn_func, added once per row however the keys are split. Not differentiable;
+    num_splits > 0 forces the
     split-KV chunk count.
     """
     t = is_torch(q)
@@ -494,6 +525,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                              "rows k, v (as in flash-attn)")
         q, k = _rotate_qk(q, k, rotary_cos, rotary_sin, seqlens, causal_ != _core.CAUSAL_NONE or wl >= 0 or wr >= 0,
                           bool(rotary_interleaved), t)
+    if t:
+        k_scale = _cache_scale(k_scale, k_descale, k_cache, B, cache_batch_idx, block_table, "k")
+        v_scale = _cache_scale(v_scale, v_descale, v_cache, B, cache_batch_idx, block_table, "v")
     if t:
         import torch
 

@@ -130,10 +130,15 @@ fa_dtype dtype_of(const nb::dlpack::dtype &t, const char *name, bool allow_bool,
             return FA_DTYPE_BOOL;
         if (allow_i8 && c == code::Int && t.bits == 8)
             return FA_DTYPE_I8;
+        // DLPack's kDLFloat8_e4m3fn (10) and kDLFloat8_e5m2 (12): torch.float8_e4m3fn, torch.float8_e5m2
+        if (allow_i8 && t.code == 10 && t.bits == 8)
+            return FA_DTYPE_F8E4M3;
+        if (allow_i8 && t.code == 12 && t.bits == 8)
+            return FA_DTYPE_F8E5M2;
     }
     raise(PyExc_ValueError, std::string(name) + ": unsupported dtype (code " + std::to_string(t.code) + ", " +
                                 std::to_string(t.bits) + " bits); flashattn takes float32, float16 or bfloat16" +
-                                (allow_bool ? " (or bool for a mask)" : "") + (allow_i8 ? " (or int8 for a cache)" : ""));
+                                (allow_bool ? " (or bool for a mask)" : "") + (allow_i8 ? " (or int8, float8_e4m3fn, float8_e5m2 for a cache)" : ""));
 }
 
 template <typename A> void check_cpu(const A &a, const char *name)

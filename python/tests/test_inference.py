@@ -137,6 +137,48 @@ def test_int8_cache_quantises_by_the_rule():
     assert_rule(out, ro, no, what="int8 cache")
 
 
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("mode", ["per_token", "per_tensor", "descale"])
+def test_fp8_cache(fmt, mode):
+    # the rule written out: element = scale * fp8; a per-token append stores
+    # scale = max|x| / FMAX and codes = x * (1 / scale) rounded to nearest even (torch's
+    # cast, which agrees below FMAX); a shared scale is used as it is and never written
+    dt, fmax = (torch.float8_e4m3fn, 448.0) if fmt == "e4m3" else (torch.float8_e5m2, 57344.0)
+    B, Smax, Hk, Hq, D, old, new = 2, 24, 2, 4, 16, 7, 3
+    kx, vx = randn(B, old, Hk, D, seed=40), randn(B, old, Hk, D, seed=41)
+    kc, vc = torch.zeros(B, Smax, Hk, D, dtype=dt), torch.zeros(B, Smax, Hk, D, dtype=dt)
+    if mode == "per_token":
+        ks, vs = torch.full((B, Smax, Hk), 0.01), torch.full((B, Smax, Hk), 0.02)
+        kw = {"k_scale": ks, "v_scale": vs}
+    elif mode == "per_tensor":
+        ks, vs = torch.full((B, Smax, Hk), 0.01), torch.full((B, Smax, Hk), 0.02)
+        kw = {"k_scale": 0.01, "v_scale": 0.02}
+    else:
+        ks, vs = torch.full((B, Smax, Hk), 0.01), torch.full((B, Smax, Hk), 0.02)
+        kw = {"k_descale": torch.full((B, Hk), 0.01), "v_descale": torch.full((B, Hk), 0.02)}
+    kc[:, :old] = (kx / 0.01).to(dt)
+    vc[:, :old] = (vx / 0.02).to(dt)
+    q = randn(B, 1, Hq, D, seed=42)
+    kn, vn = randn(B, new, Hk, D, seed=43), randn(B, new, Hk, D, seed=44)
+    out = flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=old, causal=True, **kw)
+    for x, c, s in ((kn, kc, ks), (vn, vc, vs)):
+        if mode == "per_token":
+            want_s = x.abs().amax(-1) / torch.tensor(fmax, dtype=torch.float32)
+            assert torch.equal(s[:, old:old + new], want_s)
+        want_s = s[:, old:old + new]
+        inv = torch.where(want_s > 0, 1 / want_s, torch.zeros_like(want_s))
+        want = (x * inv[..., None]).to(dt)
+        if mode != "per_token":
+            want = torch.clamp(x * inv[..., None], -fmax, fmax).to(dt)  # saturating
+        assert torch.equal(c[:, old:old + new].view(torch.uint8), want.view(torch.uint8))
+    n = old + new
+    kd = kc[:, :n].double() * ks[:, :n, :, None].double()
+    vd = vc[:, :n].double() * vs[:, :n, :, None].double()
+    ro, _ = attn_ref(q.double(), kd, vd, causal="bottom-right")
+    no, _ = attn_ref(q, kd.float(), vd.float(), causal="bottom-right", dtype=torch.float32)
+    assert_rule(out, ro, no, what=f"fp8 {fmt} {mode}")
+
+
 def test_merge_states_equals_whole():
     q, k, v = randn(2, 7, 4, 16, seed=40), randn(2, 30, 2, 16, seed=41), randn(2, 30, 2, 8, seed=42)
     o1, l1, _ = flash_attn_func(q, k[:, :12], v[:, :12], return_attn_probs=True)

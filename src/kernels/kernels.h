@@ -41,6 +41,7 @@
 #define FA_KERNELS_H
 
 #include "flashattn.h"
+#include "half.h" /* FA_E4M3_F16_UNIT */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -86,7 +87,27 @@ static inline int64_t fa_packed_ld(int64_t len)
 #define FA_SMALL_COLS 512
 
 /* Element types of K/V rows in the small-row kernels. */
-enum { FA_KV_F32 = 0, FA_KV_F16 = 1, FA_KV_BF16 = 2, FA_KV_I8 = 3 };
+enum { FA_KV_F32 = 0, FA_KV_F16 = 1, FA_KV_BF16 = 2, FA_KV_I8 = 3, FA_KV_F8E4M3 = 4, FA_KV_F8E5M2 = 5, FA_KV_TYPES = 6 };
+
+/* The element types stored as codes whose rows come with a scale (kscale, vscale):
+ * element = scale * code. */
+static inline int fa_kv_scaled(int kv)
+{
+    return kv == FA_KV_I8 || kv == FA_KV_F8E4M3 || kv == FA_KV_F8E5M2;
+}
+
+static inline int64_t fa_kv_elem_bytes(int kv)
+{
+    return kv == FA_KV_F32 ? 4 : kv == FA_KV_F16 || kv == FA_KV_BF16 ? 2 : 1;
+}
+
+/* What the vector loaders' elements of type kv fall short of the code's value by, a
+ * power of two they fold into the row scales (exact): E4M3 widens through binary16
+ * as value / 256 (half.h's fa_e4m3_to_f16_bits); every other type loads as itself. */
+static inline float fa_kv_load_unit(int kv)
+{
+    return kv == FA_KV_F8E4M3 ? FA_E4M3_F16_UNIT : 1.0f;
+}
 
 /* A micro-kernel's register block: the accumulators it keeps in registers, as
  * rows (query rows r) x cols (key columns c for qk, output columns e for pv).
@@ -239,7 +260,8 @@ typedef struct fa_kernels {
      *   q     [r][x]  f32, already multiplied by the softmax scale, ld ldq
      *   krow  [c] -> k_c: d elements of type kv (contiguous), one pointer per column,
      *                so contiguous, paged and packed caches look alike
-     *   kscale[c]     FA_KV_I8 only (else NULL): k_c[x] = kscale[c] * int8
+     *   kscale[c]     the scaled types only (fa_kv_scaled: i8, fp8; else NULL):
+ *                 k_c[x] = kscale[c] * code (an int8, or half.h's fp8 value)
      *   s     [r][c]  scores, then probabilities, in place; ld lds (multiple of FA_ROW_ALIGN)
      *   vrow, vscale  the same for V (dv elements per row)
      *   acc   [r][e]  as in pv; m, l, alpha as in softmax

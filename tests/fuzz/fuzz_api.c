@@ -112,7 +112,9 @@ static size_t esize(fa_dtype dt) {
     case FA_DTYPE_F16:
     case FA_DTYPE_BF16: return 2;
     case FA_DTYPE_BOOL:
-    case FA_DTYPE_I8: return 1;
+    case FA_DTYPE_I8:
+    case FA_DTYPE_F8E4M3:
+    case FA_DTYPE_F8E5M2: return 1;
     default: return 4; /* an invalid dtype the library must refuse: any buffer will do */
     }
 }
@@ -123,6 +125,8 @@ static void store_value(void *p, fa_dtype dt, double x) {
     case FA_DTYPE_BF16: { uint16_t h = h_f32_to_bf16((float)x); memcpy(p, &h, 2); break; }
     case FA_DTYPE_BOOL: *(uint8_t *)p = x != 0.0; break;
     case FA_DTYPE_I8: *(int8_t *)p = (int8_t)x; break;
+    case FA_DTYPE_F8E4M3:
+    case FA_DTYPE_F8E5M2: *(uint8_t *)p = (uint8_t)h_fp8_from_double(x, dt); break;
     default: { float f = (float)x; memcpy(p, &f, 4); break; }
     }
 }
@@ -133,6 +137,8 @@ static double load_value(const void *p, fa_dtype dt) {
     case FA_DTYPE_BF16: { uint16_t h; memcpy(&h, p, 2); return h_bf16_to_f32(h); }
     case FA_DTYPE_BOOL: return *(const uint8_t *)p != 0;
     case FA_DTYPE_I8: return *(const int8_t *)p;
+    case FA_DTYPE_F8E4M3:
+    case FA_DTYPE_F8E5M2: return h_fp8_to_double(*(const uint8_t *)p, dt);
     default: { float f; memcpy(&f, p, 4); return f; }
     }
 }
@@ -1044,14 +1050,18 @@ static void fuzz_cache(reader *r, int paged) {
     const int64_t slots0 = paged ? rd_dim(r, 12) : (B + (u8(r) & 1)), slots1 = paged ? rd_dim(r, 9) : rd_dim(r, 48);
     const fa_dtype qdt = rd_float_dtype(r);
     const uint8_t cd = u8(r);
-    const fa_dtype cdt = (cd & 3) == 3 ? FA_DTYPE_I8 : (fa_dtype)(cd & 3);
+    /* cd & 3: f32, f16, bf16, or quantised: i8, or (cd & 0x0c) f8e4m3 / f8e5m2 */
+    const fa_dtype cdt = (cd & 3) != 3 ? (fa_dtype)(cd & 3)
+                         : (cd & 0x0c) == 0x04 ? FA_DTYPE_F8E4M3
+                         : (cd & 0x0c) == 0x08 ? FA_DTYPE_F8E5M2 : FA_DTYPE_I8;
+    const int quant = (cd & 3) == 3;
     fa_kv_cache c = FA_KV_CACHE_INIT;
     /* the cache may be any layout when nothing is appended; appends need distinct slots */
     fa_tensor *kt = make(&w, r, cdt, slots0, slots1, Hk, D, KIND_CACHE, 1.0);
     fa_tensor *vt = make(&w, r, cdt, slots0, slots1, Hk, Dv, KIND_CACHE, 1.0);
     fa_tensor *kst = NULL, *vst = NULL;
     c.k = *kt, c.v = *vt;
-    if (cdt == FA_DTYPE_I8 || (cd & 0x80)) {
+    if (quant || (cd & 0x80)) {
         kst = make(&w, r, FA_DTYPE_F32, slots0, slots1, Hk, 1, KIND_CACHE, 0.05);
         vst = make(&w, r, FA_DTYPE_F32, slots0, slots1, Hk, 1, KIND_CACHE, 0.05);
         c.k_scale = *kst, c.v_scale = *vst;
@@ -1128,9 +1138,11 @@ static void fuzz_cache(reader *r, int paged) {
         world_free(&w);
         return;
     }
-    /* an append into self-overlapping cache memory has no defined result: skip */
+    /* an append into self-overlapping cache memory has no defined result: skip (a
+     * scale tensor with token stride 0 is shared: read, never written) */
     for (int i = 0; i < w.n; i++)
-        if (append && w.t[i].kind == KIND_CACHE && w.t[i].overlap) {
+        if (append && w.t[i].kind == KIND_CACHE && w.t[i].overlap &&
+            !((&w.t[i].t == kst || &w.t[i].t == vst) && w.t[i].t.stride[1] == 0)) {
             world_free(&w);
             return;
         }
@@ -1154,7 +1166,9 @@ static void fuzz_cache(reader *r, int paged) {
         return;
     }
     /* appended rows hold the new values (float caches: rounded; int8: within half a
-     * step of their scale); then every other cache byte must be as before. The
+     * step of their scale; fp8: the code harness.c rounds x * (1 / scale) to, in f32, with
+     * the row's scale max|x| / FMAX, or the stored one where the scale tensor's token
+     * stride is 0); then every other cache byte must be as before. The
      * geometry is the call's, which the library checked, not the one planned above:
      * make() may have changed a dim of q, k and v alike (a batch of 0 is a no-op that
      * appends nothing, a fuzzer finding) */
@@ -1171,14 +1185,19 @@ static void fuzz_cache(reader *r, int paged) {
                     const int64_t dim = nt->shape[3];
                     double amax = 0.0;
                     for (int64_t e = 0; e < dim; e++) amax = fmax(amax, fabs(load_value(at(nt, b, t, h, e), nt->dtype)));
-                    const double scale = cdt == FA_DTYPE_I8 ? load_value(at(sc, blk, row, h, 0), FA_DTYPE_F32) : 1.0;
-                    if (cdt == FA_DTYPE_I8 && fabs(scale - amax / 127.0) > 1e-6 * amax + 1e-30)
-                        FINDING("cache: int8 scale %.9g for max %.9g", scale, amax);
+                    const int shared = quant && sc->stride[1] == 0;
+                    const double qmax = cdt == FA_DTYPE_F8E4M3 ? 448.0 : cdt == FA_DTYPE_F8E5M2 ? 57344.0 : 127.0;
+                    const double scale = quant ? load_value(at(sc, blk, row, h, 0), FA_DTYPE_F32) : 1.0;
+                    if (quant && !shared && fabs(scale - amax / qmax) > 1e-6 * amax + 1e-30)
+                        FINDING("cache: %s scale %.9g for max %.9g", cdt == FA_DTYPE_I8 ? "int8" : "fp8", scale, amax);
                     for (int64_t e = 0; e < dim; e++) {
                         const double x = load_value(at(nt, b, t, h, e), nt->dtype);
                         const double got = load_value(at(ct, blk, row, h, e), cdt) * scale;
-                        const double want = cdt == FA_DTYPE_I8 ? x : h_round(x, cdt);
-                        const double tol = cdt == FA_DTYPE_I8 ? 0.5 * scale * (1 + 1e-3) + 1e-30 : 0.0;
+                        const float y = (float)x * (scale > 0.0 ? 1.0f / (float)scale : 0.0f);
+                        const double want = cdt == FA_DTYPE_I8 ? (shared ? fmin(127.0, fmax(-127.0, nearbyint(y))) * scale : x)
+                                            : quant ? h_fp8_to_double(h_fp8_from_double(y, cdt), cdt) * scale
+                                                    : h_round(x, cdt);
+                        const double tol = cdt == FA_DTYPE_I8 && !shared ? 0.5 * scale * (1 + 1e-3) + 1e-30 : 0.0;
                         if (inputs_finite && !(fabs(got - want) <= tol))
                             FINDING("cache: appended %s row (b %lld, t %lld, h %lld, e %lld) holds %.9g, not %.9g",
                                     which ? "v" : "k", (long long)b, (long long)t, (long long)h, (long long)e, got, want);
@@ -1189,7 +1208,7 @@ static void fuzz_cache(reader *r, int paged) {
                         const unsigned char *p = at(ct, blk, row, h, e);
                         memcpy(fc->before + (p - fc->base), p, esize(cdt));
                     }
-                    if (cdt == FA_DTYPE_I8) {
+                    if (quant && !shared) {
                         ften *fs = find(&w, which ? vst : kst);
                         const unsigned char *p = at(sc, blk, row, h, 0);
                         memcpy(fs->before + (p - fs->base), p, 4);

@@ -757,7 +757,20 @@ void fa_avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
  * repeats the last K row and stores only the columns below cols.
  */
 
-/* 8 consecutive elements of a K/V row from x on, as floats (int8 unscaled). */
+/* 8 E4M3 codes as binary16 of value / 256 (half.h's fa_e4m3_to_f16_bits): t = the
+ * sign-extended byte << 7 puts the sign in bits 15 and 14 and exponent and mantissa
+ * in binary16's fields (subnormals included); bit 14 must become "NaN code" (all of
+ * 0x3f80 set, then exponent 31). t + 0x80 carries into bit 14 exactly for the NaN
+ * codes, so bit 14 of t ^ (t + 0x80) is that flag: t ^ ((t + 0x80) & 0x4000). */
+AVX2_INLINE __m128i e4m3x8_to_f16(__m128i b)
+{
+    const __m128i t = _mm_slli_epi16(_mm_cvtepi8_epi16(b), 7);
+    const __m128i u = _mm_add_epi16(t, _mm_set1_epi16(0x80));
+    return _mm_xor_si128(t, _mm_and_si128(u, _mm_set1_epi16(0x4000)));
+}
+
+/* 8 consecutive elements of a K/V row from x on, as floats (unscaled: the int8 code;
+ * fp8 as its value / fa_kv_load_unit). */
 AVX2_INLINE __m256 kv_load8(const int kv, const void *row, int64_t x)
 {
     switch (kv) {
@@ -765,6 +778,10 @@ AVX2_INLINE __m256 kv_load8(const int kv, const void *row, int64_t x)
     case FA_KV_BF16: return bf16x8_to_f32((const uint16_t *)row + x);
     case FA_KV_I8:
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)row + x))));
+    case FA_KV_F8E4M3: return _mm256_cvtph_ps(e4m3x8_to_f16(_mm_loadl_epi64((const __m128i *)((const uint8_t *)row + x))));
+    case FA_KV_F8E5M2: /* the byte is the top of the binary16 */
+        return _mm256_cvtph_ps(
+            _mm_unpacklo_epi8(_mm_setzero_si128(), _mm_loadl_epi64((const __m128i *)((const uint8_t *)row + x))));
     default: return _mm256_loadu_ps((const float *)row + x);
     }
 }
@@ -773,9 +790,9 @@ AVX2_INLINE __m256 kv_load8(const int kv, const void *row, int64_t x)
 AVX2_INLINE __m256 kv_load_part(const int kv, const void *row, int64_t x, int64_t n)
 {
     if (kv == FA_KV_F32) return _mm256_maskload_ps((const float *)row + x, lanes_below(n));
-    _Alignas(16) uint16_t tmp[8] = {0}; /* 16 bytes: 8 halves, or 8 int8 */
-    const size_t esz = kv == FA_KV_I8 ? 1 : 2;
-    memcpy(tmp, (const char *)row + x * (int64_t)esz, (size_t)n * esz);
+    _Alignas(16) uint16_t tmp[8] = {0}; /* 16 bytes: 8 halves, or 8 bytes */
+    const int64_t esz = fa_kv_elem_bytes(kv);
+    memcpy(tmp, (const char *)row + x * esz, (size_t)(n * esz));
     return kv_load8(kv, tmp, 0);
 }
 
@@ -798,7 +815,7 @@ AVX2_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
 }
 
 /*
- * s[i][j] = sum_x q[i][x] * k_j[x] (times ks[j] for int8) for i < nr, j < nc,
+ * s[i][j] = sum_x q[i][x] * k_j[x] (times ks[j] for the scaled types) for i < nr, j < nc,
  * stored for j < nst (the tile's columns below cols). The d % 8 values past the
  * last whole vector are done as one more vector: K's last 8 elements times qtail,
  * q's last 8, with the lanes already done zeroed in both (for d < 8: q and K
@@ -839,12 +856,12 @@ AVX2_INLINE void qks_tile(const int kv, const int nr, const int nc, int64_t nst,
             const __m128 lo4 = hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
             const __m128 hi4 = hsum4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
             __m256 h = _mm256_insertf128_ps(_mm256_castps128_ps256(lo4), hi4, 1);
-            if (kv == FA_KV_I8) h = _mm256_mul_ps(h, _mm256_loadu_ps(ks));
+            if (fa_kv_scaled(kv)) h = _mm256_mul_ps(h, _mm256_loadu_ps(ks));
             if (nst == 8) _mm256_storeu_ps(si, h);
             else _mm256_maskstore_ps(si, lanes_below(nst), h);
         } else {
             __m128 h = hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-            if (kv == FA_KV_I8) h = _mm_mul_ps(h, _mm_loadu_ps(ks)); /* ks has 8 entries from the block start */
+            if (fa_kv_scaled(kv)) h = _mm_mul_ps(h, _mm_loadu_ps(ks)); /* ks has 8 entries from the block start */
             if (nc == 4 && nst == 4) _mm_storeu_ps(si, h);
             else _mm_maskstore_ps(si, _mm256_castsi256_si128(lanes_below(nst < nc ? nst : nc)), h);
         }
@@ -878,7 +895,8 @@ AVX2_INLINE void qk_small_kv(const int kv, int64_t rows, int64_t cols, int64_t d
         for (int64_t x = 0; x < 8; x++) qtail[8 * r + x] = t0 + x >= d8 && t0 + x < d ? q[r * ldq + t0 + x] : 0.0f;
     /* two row groups beyond 4 rows: 3+2, 3+3, 4+3, 4+4 */
     const int g0 = rows <= 4 ? (int)rows : (int)(rows + 1) / 2, g1 = (int)rows - g0;
-    const int64_t bytes = d * (kv == FA_KV_F32 ? 4 : kv == FA_KV_I8 ? 1 : 2);
+    const int64_t bytes = d * fa_kv_elem_bytes(kv);
+    const float unit = fa_kv_load_unit(kv);
     for (int64_t c0 = 0; c0 < cols; c0 += QKS_SB) {
         const int64_t valid = cols - c0 < QKS_SB ? cols - c0 : QKS_SB;
         const void *kp[QKS_SB];
@@ -887,8 +905,8 @@ AVX2_INLINE void qk_small_kv(const int kv, int64_t rows, int64_t cols, int64_t d
             const int64_t c = c0 + (j < valid ? j : valid - 1);
             kp[j] = krow[c];
         }
-        if (kv == FA_KV_I8)
-            for (int64_t j = 0; j < QKS_SB + 8; j++) ks[j] = j < valid ? kscale[c0 + j] : 0.0f;
+        if (fa_kv_scaled(kv)) /* unit is a power of two: scale * unit is exact */
+            for (int64_t j = 0; j < QKS_SB + 8; j++) ks[j] = j < valid ? kscale[c0 + j] * unit : 0.0f;
         const int64_t pf0 = c0 + SMALL_PF, npf0 = cols - pf0 < 0 ? 0 : cols - pf0 < QKS_SB ? cols - pf0 : QKS_SB;
         for (int part = 0; part < 2; part++) {
             const int g = part ? g1 : g0;
@@ -914,6 +932,8 @@ void fa_avx2_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int
     case FA_KV_F16: qk_small_kv(FA_KV_F16, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
     case FA_KV_BF16: qk_small_kv(FA_KV_BF16, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
     case FA_KV_I8: qk_small_kv(FA_KV_I8, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    case FA_KV_F8E4M3: qk_small_kv(FA_KV_F8E4M3, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    case FA_KV_F8E5M2: qk_small_kv(FA_KV_F8E5M2, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
     default: qk_small_kv(FA_KV_F32, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
     }
 }
@@ -1025,7 +1045,7 @@ AVX2_INLINE void pvs_tile(const int kv, const int nr, const int nv, const int pa
                           const float *p, int64_t ldp, const void *const *vrow, int64_t e0, const float *alpha,
                           float *acc, int64_t ldacc, int64_t npf)
 {
-    const int64_t es = kv == FA_KV_F32 ? 4 : kv == FA_KV_I8 ? 1 : 2;
+    const int64_t es = fa_kv_elem_bytes(kv);
     const int64_t pfoff = e0 * es, pfend = pfoff + (part == 2 ? npart : 8 * nv) * es - 1;
     const __m256 keep = part == 1 ? _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                                                          _mm256_set1_epi32(7 - (int)npart)))
@@ -1072,14 +1092,15 @@ AVX2_INLINE void pv_small_rows(const int kv, const int nr, int64_t cols, int64_t
 {
     static const int nv_for[FA_SMALL_ROWS + 1] = {0, 4, 4, 3, 2, 2, 2, 2, 1}; /* 4 to 14 accumulators */
     const int nv = nv_for[nr];
-    _Alignas(64) float ps[FA_SMALL_ROWS * PVS_CC]; /* int8: p times the V row scales */
+    _Alignas(64) float ps[FA_SMALL_ROWS * PVS_CC]; /* i8, fp8: p times the V row scales */
     for (int64_t c0 = 0; c0 < cols; c0 += PVS_CC) {
         const int64_t nc = cols - c0 < PVS_CC ? cols - c0 : PVS_CC;
         const float *p = s + c0;
         int64_t ldp = lds;
-        if (kv == FA_KV_I8) {
+        if (fa_kv_scaled(kv)) {
+            const float unit = fa_kv_load_unit(kv); /* a power of two: exact */
             for (int i = 0; i < nr; i++)
-                for (int64_t c = 0; c < nc; c++) ps[i * PVS_CC + c] = s[i * lds + c0 + c] * vscale[c0 + c];
+                for (int64_t c = 0; c < nc; c++) ps[i * PVS_CC + c] = s[i * lds + c0 + c] * (vscale[c0 + c] * unit);
             p = ps;
             ldp = PVS_CC;
         }
@@ -1126,6 +1147,8 @@ void fa_avx2_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, in
     case FA_KV_F16: pv_small_kv(FA_KV_F16, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
     case FA_KV_BF16: pv_small_kv(FA_KV_BF16, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
     case FA_KV_I8: pv_small_kv(FA_KV_I8, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case FA_KV_F8E4M3: pv_small_kv(FA_KV_F8E4M3, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case FA_KV_F8E5M2: pv_small_kv(FA_KV_F8E5M2, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
     default: pv_small_kv(FA_KV_F32, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
     }
 }

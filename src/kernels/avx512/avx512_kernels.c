@@ -615,7 +615,7 @@ void fa_avx512_f32_to_bf16(const float *src, uint16_t *dst, int64_t n)
 
 /*
  * Decoding attends a few query rows (rows <= FA_SMALL_ROWS: the GQA heads of one
- * or a few tokens) to a long cache of f32, f16, bf16 or int8 K/V rows, each
+ * or a few tokens) to a long cache of f32, f16, bf16, int8 or fp8 K/V rows, each
  * reached through its own pointer. The work is a stream over K and V, so each
  * K/V vector is loaded and widened to f32 in a register once per call and then
  * feeds one FMA per query row; nothing widened is ever stored. Vectors run along
@@ -654,18 +654,42 @@ void fa_avx512_f32_to_bf16(const float *src, uint16_t *dst, int64_t n)
  */
 enum { SK_PF = 32, QS_QMAX = 512, PS_CB = 128 };
 
-/* The internal fifth type: bf16 as even/odd pairs (see above). */
-enum { KV_BF16P = 4, KV_TYPES = 5 };
+/* The internal type after kernels.h's: bf16 as even/odd pairs (see above). */
+enum { KV_BF16P = FA_KV_TYPES, KV_TYPES = FA_KV_TYPES + 1 };
 
 FA_AVX512_INLINE int64_t kv_bytes(const int kv)
 {
-    return kv == FA_KV_F32 ? 4 : kv == FA_KV_I8 ? 1 : 2;
+    return kv == KV_BF16P ? 2 : fa_kv_elem_bytes(kv);
 }
 
-/* Elements x..x+15 of a K/V row of type kv (not KV_BF16P), as f32; masked: only
- * the lanes in k are read, the others are 0. */
+/* 16 E4M3 codes as binary16 of value / 256 (half.h's fa_e4m3_to_f16_bits), in four
+ * uops: t = the sign-extended byte << 7 puts the sign in bits 15 and 14 and exponent
+ * and mantissa in binary16's fields (subnormals included); bit 14 must become "NaN
+ * code" (all of 0x3f80 set, then exponent 31). t + 0x80 carries into bit 14 exactly
+ * for the NaN codes, so bit 14 of t ^ (t + 0x80) is that flag: one ternary logic
+ * op puts it in place, t ^ ((t + 0x80) & 0x4000). */
+FA_AVX512_INLINE __m256i e4m3x16_to_f16(__m128i b)
+{
+    const __m256i t = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+    const __m256i u = _mm256_add_epi16(t, _mm256_set1_epi16(0x80));
+    return _mm256_ternarylogic_epi32(t, u, _mm256_set1_epi16(0x4000), 0x78); /* a ^ (b & c) */
+}
+
+/* Elements x..x+15 of a K/V row of type kv (not KV_BF16P), as f32 (unscaled: the
+ * int8 code; fp8 as its value / fa_kv_load_unit); masked: only the lanes in k are
+ * read, the others are 0. */
 FA_AVX512_INLINE __m512 kv_load(const int kv, const int masked, __mmask16 k, const void *row, int64_t x)
 {
+    if (kv == FA_KV_F8E4M3 || kv == FA_KV_F8E5M2) {
+        const uint8_t *p = (const uint8_t *)row + x;
+        const __m128i b = masked ? _mm_maskz_loadu_epi8(k, p) : _mm_loadu_si128((const __m128i *)p);
+        if (kv == FA_KV_F8E4M3) return _mm512_cvtph_ps(e4m3x16_to_f16(b));
+        /* E5M2: each byte the top of a binary16. The 16 bytes in both 128-bit lanes (a
+         * broadcast load: no ALU uop) and one byte shuffle (zeros below) */
+        const __m256i hi = _mm256_setr_epi8(-1, 0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1, 8, -1, 9, -1,
+                                            10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15);
+        return _mm512_cvtph_ps(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(b), hi));
+    }
     if (kv == FA_KV_F16) {
         const uint16_t *p = (const uint16_t *)row + x;
         return _mm512_cvtph_ps(masked ? _mm256_maskz_loadu_epi16(k, p) : _mm256_loadu_si256((const __m256i *)p));
@@ -740,7 +764,7 @@ typedef struct {
     const float *q;    /* the chunk, aligned, zero-padded to a multiple of 32; KV_BF16P: per 32 x the evens, then the odds */
     int64_t ldq;
     const void *const *krow;
-    const float *kscale; /* int8 only; NULL = 1 */
+    const float *kscale; /* the scaled types (i8, fp8) only; NULL = 1 */
     float *s;
     int64_t lds;
 } qks_args;
@@ -852,9 +876,11 @@ FA_AVX512_INLINE void qks_body(const int kv, const int R, const int NC, const qk
             for (int64_t pr = (cend - c0 + NC - 1) / NC * NC / 2; pr < 8; pr++)
                 FA_AVX512_UNROLL
                 for (int r = 0; r < R; r++) _mm512_store_ps(part[r][pr], _mm512_setzero_ps());
-        const int scaled = kv == FA_KV_I8 && a->kscale && a->last;
-        const __m512 ks = scaled ? _mm512_maskz_loadu_ps(fa_avx512_head_mask(cols - c0), a->kscale + c0)
-                                 : _mm512_setzero_ps();
+        const int scaled = fa_kv_scaled(kv) && a->last; /* kscale NULL: 1 (E4M3 still needs its unit) */
+        const __m512 ks = !scaled     ? _mm512_setzero_ps()
+                          : a->kscale ? _mm512_mul_ps(_mm512_maskz_loadu_ps(fa_avx512_head_mask(cols - c0), a->kscale + c0),
+                                                      _mm512_set1_ps(fa_kv_load_unit(kv))) /* a power of two: exact */
+                                      : _mm512_set1_ps(fa_kv_load_unit(kv));
         FA_AVX512_UNROLL
         for (int r = 0; r < R; r++) {
             const float *pr = part[r][0];
@@ -881,6 +907,8 @@ FA_AVX512_INLINE void qks_body(const int kv, const int R, const int NC, const qk
 SK_DEF_ROWS(QKS_DEF, FA_KV_F32)
 SK_DEF_ROWS(QKS_DEF, FA_KV_F16)
 SK_DEF_ROWS(QKS_DEF, FA_KV_I8)
+SK_DEF_ROWS(QKS_DEF, FA_KV_F8E4M3)
+SK_DEF_ROWS(QKS_DEF, FA_KV_F8E5M2)
 SK_DEF_ROWS(QKS_DEF, KV_BF16P)
 
 void fa_avx512_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq, const void *const *krow,
@@ -888,7 +916,8 @@ void fa_avx512_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, i
 {
     static void (*const fn[KV_TYPES][FA_SMALL_ROWS + 1])(const qks_args *) = {
         [FA_KV_F32] = SK_ROW_TABLE(qks, FA_KV_F32), [FA_KV_F16] = SK_ROW_TABLE(qks, FA_KV_F16),
-        [FA_KV_I8] = SK_ROW_TABLE(qks, FA_KV_I8), [KV_BF16P] = SK_ROW_TABLE(qks, KV_BF16P)};
+        [FA_KV_I8] = SK_ROW_TABLE(qks, FA_KV_I8), [FA_KV_F8E4M3] = SK_ROW_TABLE(qks, FA_KV_F8E4M3),
+        [FA_KV_F8E5M2] = SK_ROW_TABLE(qks, FA_KV_F8E5M2), [KV_BF16P] = SK_ROW_TABLE(qks, KV_BF16P)};
     const int pairs = kv == FA_KV_BF16;
     const __m512i even = _mm512_loadu_si512(SK_EVEN), odd = _mm512_loadu_si512(SK_ODD);
     /* q goes through an aligned buffer, QS_QMAX x at a time (d is rarely more:
@@ -905,7 +934,7 @@ void fa_avx512_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, i
                 _mm512_store_ps(qp + r * ld + x, pairs ? _mm512_permutex2var_ps(lo, even, hi) : lo);
                 _mm512_store_ps(qp + r * ld + x + 16, pairs ? _mm512_permutex2var_ps(lo, odd, hi) : hi);
             }
-        const qks_args a = {cols, dd, x0, x0 == 0, x0 + dd == d, qp, ld, krow, kv == FA_KV_I8 ? kscale : NULL, s, lds};
+        const qks_args a = {cols, dd, x0, x0 == 0, x0 + dd == d, qp, ld, krow, fa_kv_scaled(kv) ? kscale : NULL, s, lds};
         fn[pairs ? KV_BF16P : kv][rows](&a);
     }
 }
@@ -1006,7 +1035,7 @@ void fa_avx512_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, 
 typedef struct {
     int64_t cols, dv;
     int64_t pf_cols; /* rows that exist from vrow on: how far prefetching may look */
-    const float *p;  /* p[r][c], ld ldp (vscale folded in for int8) */
+    const float *p;  /* p[r][c], ld ldp (vscale folded in for i8, fp8) */
     int64_t ldp;
     const void *const *vrow;
     const float *alpha; /* NULL: no rescale */
@@ -1094,6 +1123,8 @@ FA_AVX512_INLINE void pvs_tile(const int kv, const int R, const int NV, const in
 SK_DEF_ROWS(PVS_DEF, FA_KV_F32)
 SK_DEF_ROWS(PVS_DEF, FA_KV_F16)
 SK_DEF_ROWS(PVS_DEF, FA_KV_I8)
+SK_DEF_ROWS(PVS_DEF, FA_KV_F8E4M3)
+SK_DEF_ROWS(PVS_DEF, FA_KV_F8E5M2)
 SK_DEF_ROWS(PVS_DEF_MAIN, KV_BF16P)
 SK_DEF_ROWS(PVS_DEF_REST, FA_KV_BF16)
 
@@ -1102,19 +1133,22 @@ void fa_avx512_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, 
 {
     static void (*const fn[KV_TYPES][FA_SMALL_ROWS + 1])(const pvs_args *) = {
         [FA_KV_F32] = SK_ROW_TABLE(pvs, FA_KV_F32), [FA_KV_F16] = SK_ROW_TABLE(pvs, FA_KV_F16),
-        [FA_KV_I8] = SK_ROW_TABLE(pvs, FA_KV_I8), [KV_BF16P] = SK_ROW_TABLE(pvs, KV_BF16P)};
-    static void (*const rest[4][FA_SMALL_ROWS + 1])(const pvs_args *) = {
+        [FA_KV_I8] = SK_ROW_TABLE(pvs, FA_KV_I8), [FA_KV_F8E4M3] = SK_ROW_TABLE(pvs, FA_KV_F8E4M3),
+        [FA_KV_F8E5M2] = SK_ROW_TABLE(pvs, FA_KV_F8E5M2), [KV_BF16P] = SK_ROW_TABLE(pvs, KV_BF16P)};
+    static void (*const rest[FA_KV_TYPES][FA_SMALL_ROWS + 1])(const pvs_args *) = {
         [FA_KV_F32] = SK_ROW_TABLE(pvsr, FA_KV_F32), [FA_KV_F16] = SK_ROW_TABLE(pvsr, FA_KV_F16),
-        [FA_KV_BF16] = SK_ROW_TABLE(pvsr, FA_KV_BF16), [FA_KV_I8] = SK_ROW_TABLE(pvsr, FA_KV_I8)};
-    _Alignas(64) float ps[FA_SMALL_ROWS * PS_CB]; /* int8: p * vscale */
+        [FA_KV_BF16] = SK_ROW_TABLE(pvsr, FA_KV_BF16), [FA_KV_I8] = SK_ROW_TABLE(pvsr, FA_KV_I8),
+        [FA_KV_F8E4M3] = SK_ROW_TABLE(pvsr, FA_KV_F8E4M3), [FA_KV_F8E5M2] = SK_ROW_TABLE(pvsr, FA_KV_F8E5M2)};
+    _Alignas(64) float ps[FA_SMALL_ROWS * PS_CB]; /* i8, fp8: p * vscale */
     /* PS_CB columns at a time: acc is rescaled by alpha only in the first */
     for (int64_t c0 = 0; c0 < cols; c0 += PS_CB) {
         const int64_t cc = MIN64(PS_CB, cols - c0);
         pvs_args a = {cc, dv, cols - c0, s + c0, lds, vrow + c0, c0 == 0 ? alpha : NULL, acc, ldacc};
-        if (kv == FA_KV_I8 && vscale) {
+        if (fa_kv_scaled(kv)) { /* vscale NULL: 1 (E4M3 still needs its unit) */
+            const __m512 unit = _mm512_set1_ps(fa_kv_load_unit(kv)); /* a power of two: exact */
             for (int64_t c = 0; c < cc; c += 16) {
                 const __mmask16 k = fa_avx512_head_mask(cc - c);
-                const __m512 vs = _mm512_maskz_loadu_ps(k, vscale + c0 + c);
+                const __m512 vs = vscale ? _mm512_mul_ps(_mm512_maskz_loadu_ps(k, vscale + c0 + c), unit) : unit;
                 for (int64_t r = 0; r < rows; r++)
                     _mm512_store_ps(ps + r * PS_CB + c, _mm512_mul_ps(_mm512_maskz_load_ps(k, s + r * lds + c0 + c), vs));
             }

@@ -537,7 +537,7 @@ void fa_neon_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
  *   softmax_small  one row at a time, vectors along c;
  *   pv_small  all rows x nv vectors along e (nv = 8, 8, 4, 4, 2, 2, 2, 2; 8 to 16
  *             accumulators), p transposed per chunk of 64 columns into pt[c][r]
- *             (times the V row scale for int8) and broadcast by lane.
+ *             (times the V row scale for i8, fp8) and broadcast by lane.
  * K/V rows are prefetched SMALL_PF columns ahead as in the AVX2 table (not tuned
  * here: no aarch64 hardware to time on).
  * Tails: the last d % 8 (dv % 8) elements are done as the row's last 8, the
@@ -557,12 +557,27 @@ enum {
     PVS_CC = 64    /* key columns per pv_small chunk */
 };
 
-/* 8 consecutive elements of a K/V row from x on, as floats (int8 unscaled). */
+/* 8 fp8 codes as binary16 bits: E5M2 is the binary16's top byte; E4M3 gives value /
+ * 256 (half.h's fa_e4m3_to_f16_bits): t = the sign-extended byte << 7 puts the sign
+ * in bits 15 and 14 and exponent and mantissa in binary16's fields (subnormals
+ * included); bit 14 must become "NaN code" (all of 0x3f80 set, then exponent 31).
+ * t + 0x80 carries into bit 14 exactly for the NaN codes, so bit 14 of
+ * t ^ (t + 0x80) is that flag: t ^ ((t + 0x80) & 0x4000). */
+NEON_BLOCK uint16x8_t fp8x8_to_f16(const int kv, const uint8_t *p)
+{
+    if (kv == FA_KV_F8E5M2) return vshll_n_u8(vld1_u8(p), 8);
+    const uint16x8_t t = vreinterpretq_u16_s16(vshlq_n_s16(vmovl_s8(vld1_s8((const int8_t *)p)), 7));
+    return veorq_u16(t, vandq_u16(vaddq_u16(t, vdupq_n_u16(0x80)), vdupq_n_u16(0x4000)));
+}
+
+/* 8 consecutive elements of a K/V row from x on, as floats (unscaled: the int8
+ * code; fp8 as its value / fa_kv_load_unit). */
 NEON_BLOCK float32x4x2_t kv_load8(const int kv, const void *row, int64_t x)
 {
     float32x4x2_t r;
-    if (kv == FA_KV_F16) {
-        const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)row + x));
+    if (kv == FA_KV_F16 || kv == FA_KV_F8E4M3 || kv == FA_KV_F8E5M2) {
+        const float16x8_t h = vreinterpretq_f16_u16(kv == FA_KV_F16 ? vld1q_u16((const uint16_t *)row + x)
+                                                                    : fp8x8_to_f16(kv, (const uint8_t *)row + x));
         r.val[0] = vcvt_f32_f16(vget_low_f16(h));
         r.val[1] = vcvt_high_f32_f16(h);
     } else if (kv == FA_KV_BF16) {
@@ -580,7 +595,7 @@ NEON_BLOCK float32x4x2_t kv_load8(const int kv, const void *row, int64_t x)
     return r;
 }
 
-static int64_t kv_size(int kv) { return kv == FA_KV_F32 ? 4 : kv == FA_KV_I8 ? 1 : 2; }
+static int64_t kv_size(int kv) { return fa_kv_elem_bytes(kv); }
 
 /* The n (1..7) elements from x on, zero in the other lanes; reads nothing past them. */
 NEON_BLOCK float32x4x2_t kv_load8_part(const int kv, const void *row, int64_t x, int64_t n)
@@ -602,7 +617,7 @@ NEON_BLOCK void prefetch_rows(const void *const *row, int64_t c0, int64_t c1, in
 }
 
 /*
- * s[i][j] = sum_x q[i][x] * k_j[x] (times ks[j] for int8) for i < nr, j < nc,
+ * s[i][j] = sum_x q[i][x] * k_j[x] (times ks[j] for the scaled types) for i < nr, j < nc,
  * stored for j < nst (the tile's columns below cols). The d % 8 values past the
  * last 8 are done as one more step: K's last 8 elements times qtail, q's last 8,
  * with the ones already done zeroed in both (for d < 8: q and K zero-padded).
@@ -656,7 +671,7 @@ NEON_BLOCK void qks_tile(const int kv, const int nr, const int nc, int64_t nst, 
         float *si = s + i * lds;
         for (int j0 = 0; j0 < nc; j0 += 4) {
             float32x4_t h = vpaddq_f32(vpaddq_f32(acc[i][j0], acc[i][j0 + 1]), vpaddq_f32(acc[i][j0 + 2], acc[i][j0 + 3]));
-            if (kv == FA_KV_I8) h = vmulq_f32(h, vld1q_f32(ks + j0));
+            if (fa_kv_scaled(kv)) h = vmulq_f32(h, vld1q_f32(ks + j0));
             const int64_t n = nst - j0; /* columns of these 4 below cols */
             if (n >= 4) {
                 vst1q_f32(si + j0, h);
@@ -700,7 +715,7 @@ NEON_BLOCK void qk_small_kv(const int kv, int64_t rows, int64_t cols, int64_t d,
         for (int64_t j = 0; j < 8; j++) {
             const int64_t c = c0 + (j < valid ? j : valid - 1);
             kp[j] = krow[c];
-            ks[j] = kv == FA_KV_I8 && j < valid ? kscale[c] : 0.0f;
+            ks[j] = fa_kv_scaled(kv) && j < valid ? kscale[c] * fa_kv_load_unit(kv) : 0.0f; /* unit: exact */
         }
         const int64_t pf0 = c0 + SMALL_PF, npf0 = cols - pf0 < 0 ? 0 : cols - pf0 < 8 ? cols - pf0 : 8;
         for (int part = 0; part < 2; part++) {
@@ -726,6 +741,8 @@ void fa_neon_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int
     case FA_KV_F16: qk_small_kv(FA_KV_F16, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
     case FA_KV_BF16: qk_small_kv(FA_KV_BF16, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
     case FA_KV_I8: qk_small_kv(FA_KV_I8, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    case FA_KV_F8E4M3: qk_small_kv(FA_KV_F8E4M3, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
+    case FA_KV_F8E5M2: qk_small_kv(FA_KV_F8E5M2, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
     default: qk_small_kv(FA_KV_F32, rows, cols, d, q, ldq, krow, kscale, s, lds); break;
     }
 }
@@ -907,7 +924,7 @@ NEON_BLOCK void pv_small_rows(const int kv, const int nr, int64_t cols, int64_t 
     for (int64_t c0 = 0; c0 < cols; c0 += PVS_CC) {
         const int64_t nc = cols - c0 < PVS_CC ? cols - c0 : PVS_CC;
         for (int64_t c = 0; c < nc; c++) {
-            const float vs = kv == FA_KV_I8 ? vscale[c0 + c] : 1.0f;
+            const float vs = fa_kv_scaled(kv) ? vscale[c0 + c] * fa_kv_load_unit(kv) : 1.0f; /* unit: exact */
             for (int i = 0; i < 8; i++) pt[8 * c + i] = i < nr ? s[i * lds + c0 + c] * vs : 0.0f;
         }
         const float *al = c0 == 0 ? alpha : NULL;
@@ -952,6 +969,8 @@ void fa_neon_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, in
     case FA_KV_F16: pv_small_kv(FA_KV_F16, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
     case FA_KV_BF16: pv_small_kv(FA_KV_BF16, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
     case FA_KV_I8: pv_small_kv(FA_KV_I8, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case FA_KV_F8E4M3: pv_small_kv(FA_KV_F8E4M3, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
+    case FA_KV_F8E5M2: pv_small_kv(FA_KV_F8E5M2, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
     default: pv_small_kv(FA_KV_F32, rows, cols, dv, s, lds, vrow, vscale, alpha, acc, ldacc); break;
     }
 }

@@ -175,13 +175,15 @@ static void ref_f32_to_bf16(const float *src, uint16_t *dst, int64_t n)
 
 /* ------------------------------------------------ small-row (decode) path */
 
-/* Element x of a K/V row of type kv, times its per-row scale for int8. */
-static float kv_elem(const void *row, int kv, float scale, int64_t x)
+/* Element x of a K/V row of type kv (unscaled: the code's value for i8 and fp8). */
+static float kv_elem(const void *row, int kv, int64_t x)
 {
     switch (kv) {
     case FA_KV_F16: return fa_f16_to_f32(((const uint16_t *)row)[x]);
     case FA_KV_BF16: return fa_bf16_to_f32(((const uint16_t *)row)[x]);
-    case FA_KV_I8: return scale * (float)((const int8_t *)row)[x];
+    case FA_KV_I8: return (float)((const int8_t *)row)[x];
+    case FA_KV_F8E4M3: return fa_e4m3_to_f32(((const uint8_t *)row)[x]);
+    case FA_KV_F8E5M2: return fa_e5m2_to_f32(((const uint8_t *)row)[x]);
     default: return ((const float *)row)[x];
     }
 }
@@ -193,12 +195,8 @@ static void ref_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, 
         const float ks = kscale ? kscale[c] : 1.0f;
         for (int64_t r = 0; r < rows; r++) {
             float sum = 0.0f;
-            if (kv == FA_KV_I8) { /* the scale once per dot product, as the vector kernels do */
-                for (int64_t x = 0; x < d; x++) sum += q[r * ldq + x] * (float)((const int8_t *)krow[c])[x];
-                sum *= ks;
-            } else {
-                for (int64_t x = 0; x < d; x++) sum += q[r * ldq + x] * kv_elem(krow[c], kv, 1.0f, x);
-            }
+            for (int64_t x = 0; x < d; x++) sum += q[r * ldq + x] * kv_elem(krow[c], kv, x);
+            if (fa_kv_scaled(kv)) sum *= ks; /* the scale once per dot product, as the vector kernels do */
             s[r * lds + c] = sum;
         }
     }
@@ -241,12 +239,8 @@ static void ref_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s,
             const float w = s[r * lds + c];
             if (w == 0.0f) continue; /* masked (or underflowed): never read v */
             float *ar = acc + r * ldacc;
-            if (kv == FA_KV_I8) { /* the scale folded into p, as the vector kernels do */
-                const float ws = w * vs;
-                for (int64_t e = 0; e < dv; e++) ar[e] += ws * (float)((const int8_t *)vrow[c])[e];
-            } else {
-                for (int64_t e = 0; e < dv; e++) ar[e] += w * kv_elem(vrow[c], kv, 1.0f, e);
-            }
+            const float ws = fa_kv_scaled(kv) ? w * vs : w; /* the scale folded into p, as the vector kernels do */
+            for (int64_t e = 0; e < dv; e++) ar[e] += ws * kv_elem(vrow[c], kv, e);
         }
     }
 }
