@@ -72,6 +72,7 @@ class FaForwardArgs(C.Structure):
         ("dropout_offset", C.c_uint32),
         ("dropout_seed", C.c_uint64),
         ("dropout_mask", FaTensor),
+        ("sinks", C.POINTER(C.c_float)),
     ]
 
 
@@ -86,6 +87,8 @@ class FaKvCache(C.Structure):
         ("batch_idx", C.c_void_p),
         ("block_table", C.c_void_p),
         ("max_pages", C.c_int64),
+        ("v_in_k", C.c_int),
+        ("leftpad", C.POINTER(C.c_int32)),
     ]
 
 
@@ -97,6 +100,7 @@ class FaBackwardArgs(C.Structure):
         ("dq", FaTensor),
         ("dk", FaTensor),
         ("dv", FaTensor),
+        ("dsinks", C.POINTER(C.c_float)),
     ]
 
 
