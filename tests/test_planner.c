@@ -176,11 +176,11 @@ static void random_batch(h_rng *r, fa_problem *p, int32_t *cuq, int32_t *cuk, in
     p->k.shape[1] = cuk[p->B];
 }
 
-/* The packing unit of a task, as tasks.h's rule reads: -1 for a small-row task or a
- * stacked one in the bf16 form. */
-static int64_t unit_of(const fa_problem *p, const fa_task *t, int bf16)
+/* The packing unit of a task, as tasks.h's rule reads: -1 for a small-row task (a
+ * stacked task reads its unit's packed K/V in every form, bf16 pairs included). */
+static int64_t unit_of(const fa_problem *p, const fa_task *t)
 {
-    if (t->nkv > 0 || (bf16 && t->ng != 1)) return -1;
+    if (t->nkv > 0) return -1;
     return (int64_t)t->b * p->Hk + t->h0 / p->group;
 }
 
@@ -208,7 +208,7 @@ static void check_steps(const fa_problem *p, const fa_task *tasks, int64_t n_tas
     slot_fill *fill = malloc((size_t)nslots * sizeof *fill);
     int64_t *owner = malloc((size_t)(st->group > 0 ? st->group : 1) * sizeof *owner);
     for (int64_t t = 0; t < n_tasks; t++) {
-        const int64_t u = unit_of(p, &tasks[t], pr->form);
+        const int64_t u = unit_of(p, &tasks[t]);
         if (u >= 0) readers[u]++;
         cursor[t] = -1;
     }
@@ -224,7 +224,7 @@ static void check_steps(const fa_problem *p, const fa_task *tasks, int64_t n_tas
         bad_wait += !fa_steps_ready(st, &s);
         if (s.wave < 0) {
             /* an unpacked task: all its tiles, before any packed step */
-            const int64_t u = unit_of(p, &tasks[s.task], pr->form);
+            const int64_t u = unit_of(p, &tasks[s.task]);
             bad_order += seen_packed || (u >= 0 && readers[u] >= min_readers) || !s.begin || !s.end || s.state >= 0 ||
                          s.j0 != 0 || s.cols != INT64_MAX;
             ends[s.task]++;
@@ -246,7 +246,7 @@ static void check_steps(const fa_problem *p, const fa_task *tasks, int64_t n_tas
             continue;
         }
         const fa_task *it = &tasks[s.task];
-        bad_read += unit_of(p, it, pr->form) != u || f->unit != u || f->key0 != s.key0 || f->wave != s.wave;
+        bad_read += unit_of(p, it) != u || f->unit != u || f->key0 != s.key0 || f->wave != s.wave;
         /* readers of a piece in the tasks' order */
         bad_order += last_piece_task[s.piece] >= s.task;
         last_piece_task[s.piece] = s.task;
