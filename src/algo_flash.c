@@ -269,14 +269,14 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
                 fa_kv_row_ptrs(s, 0, j0, cols, hk, sc->kp, sc->ks);
                 /* the path depends on shapes only, never on strides: layouts give identical bits */
                 if (s->k.stride[3] != 1) fa_kv_gather_strided(&s->k, sc->kp, cols, D, sc->k);
-                if (s->v_in_k) { /* a latent V row is its K row: PV finds it in cache after QK */
-                    memcpy(sc->vp, sc->kp, (size_t)cols * sizeof *sc->vp);
-                    if (s->quant) memcpy(sc->vs, sc->ks, (size_t)cols * sizeof *sc->vs);
-                } else {
+                if (!s->v_in_k) {
                     fa_kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
                     if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
                 }
             }
+            /* a latent V row is its K row (and scale): PV finds it in cache after QK */
+            const void *const *vrow = s->v_in_k ? sc->kp : sc->vp;
+            const float *vscale = s->v_in_k ? sc->ks : sc->vs;
             double t0 = job->profile ? thread_cpu_s() : 0.0;
             kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
             t0 = phase_mark(job, PH_SCORES, t0);
@@ -289,10 +289,10 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
              * row would leak into rows that never see it, so such tiles take the
              * reference kernel, which skips p == 0 */
             const fa_kernels *pk =
-                partial && kern != &fa_kernels_ref && !fa_kv_rows_finite(sc->vp, kvt, sc->vs, cols, Dv) ? &fa_kernels_ref
-                                                                                                   : kern;
+                partial && kern != &fa_kernels_ref && !fa_kv_rows_finite(vrow, kvt, vscale, cols, Dv) ? &fa_kernels_ref
+                                                                                                 : kern;
             if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
-                pk->pv_small(rows, cols, Dv, sc->st, lds, sc->vp, kvt, s->quant ? sc->vs : NULL, STACK_ALPHA(k),
+                pk->pv_small(rows, cols, Dv, sc->st, lds, vrow, kvt, s->quant ? vscale : NULL, STACK_ALPHA(k),
                              STACK_ACC(k), ldacc);
             phase_mark(job, PH_PV, t0);
         }
