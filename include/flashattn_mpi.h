@@ -14,7 +14,8 @@
  * dense forward that has a meaning for a sharded sequence works: causal (either
  * alignment: for self-attention over the whole sequence they are the same), window,
  * softcap, ALiBi, scale, dropout (the mask of the whole sequence, drawn at global
- * positions), GQA/MQA (only the kv heads travel), f32/f16/bf16, f32 outputs. The
+ * positions), GQA/MQA (only the kv heads travel), f32/f16/bf16, f32 outputs,
+ * attention sinks (sinks; the backward's dsinks summed over every rank's rows). The
  * rest is refused with FA_ERR_UNSUPPORTED: bias and mask tensors, variable length,
  * KV caches, dropout_mask, and q_start/k_start (the ring sets them). The core
  * library never links MPI; this one links the core and MPI.

@@ -29,6 +29,7 @@
  */
 #include "ring_internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,11 +114,11 @@ static fa_status call_fail(ring_call *rc, fa_status st, int step, const char *wh
 /* The descriptor each rank contributes to the agreement. */
 enum {
     D_STATUS, D_B, D_S, D_HQ, D_HK, D_D, D_DV, D_DTYPE, D_CAUSAL, D_WL, D_WR, D_SCALE, D_SOFTCAP, D_ALIBI,
-    D_DROP_P, D_DROP_SEED, D_DROP_OFF, D_SHARDING, D_PIECES, D_GRADS, D_COUNT
+    D_DROP_P, D_DROP_SEED, D_DROP_OFF, D_SHARDING, D_PIECES, D_GRADS, D_SINKS, D_COUNT
 };
 static const char *const desc_name[D_COUNT] = {
     "status", "B", "S_local", "Hq", "Hk", "D", "Dv", "dtype", "causal", "window_left", "window_right", "scale",
-    "softcap", "alibi", "dropout_p", "dropout_seed", "dropout_offset", "sharding", "pieces", "gradients"};
+    "softcap", "alibi", "dropout_p", "dropout_seed", "dropout_offset", "sharding", "pieces", "gradients", "sinks"};
 /* what a disagreement on a field is: the fields that every rank must share */
 static fa_status desc_mismatch(int f)
 {
@@ -187,8 +188,6 @@ static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_arg
     if (a.kv_cache) return ring_fail(FA_ERR_UNSUPPORTED, "KV caches are not supported by ring attention");
     if (a.dropout_mask.data)
         return ring_fail(FA_ERR_UNSUPPORTED, "dropout_mask is not supported by ring attention");
-    if (a.sinks) /* each step's partial would take the sink again: it must enter once, after the ring */
-        return ring_fail(FA_ERR_UNSUPPORTED, "attention sinks are not supported by ring attention");
     if (a.q_start || a.k_start)
         return ring_fail(FA_ERR_UNSUPPORTED, "q_start/k_start are set by the ring from the sharding; pass 0");
     /* the call itself is the core's to judge: dtypes, shapes, extents, data, scalars */
@@ -236,6 +235,7 @@ static void fill_desc(const ring_call *rc, fa_status st, int64_t grads, int64_t 
     d[D_SHARDING] = rc->sharding;
     d[D_PIECES] = rc->pieces;
     d[D_GRADS] = grads;
+    d[D_SINKS] = a->sinks != NULL;
 }
 
 /* The longest call any rank makes, Smax query rows against Smax keys at the end of
@@ -514,6 +514,18 @@ static double progress(ring_call *rc, xfer *const *xs, int nx)
 
 /* ------------------------------------------------------------- forward */
 
+/* The sinks as one more partial state of every local row: o = 0 and lse = sink_h.
+ * Merged with the ring's state it is the sink rule of docs/semantics.md (step 6): the
+ * normaliser gains exp(sink_h), and the sink carries no value. o: (B, Sl, Hq, Dv),
+ * lse: (B, Hq, Sl), both contiguous f32. */
+static void sink_state(const ring_call *rc, float *o, float *lse)
+{
+    memset(o, 0, sizeof(float) * (size_t)(rc->B * rc->Sl * rc->Hq * rc->Dv));
+    for (int64_t b = 0; b < rc->B; b++)
+        for (int64_t h = 0; h < rc->Hq; h++)
+            for (int64_t i = 0; i < rc->Sl; i++) lse[(b * rc->Hq + h) * rc->Sl + i] = rc->a.sinks[h];
+}
+
 fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ring, const fa_forward_args *local)
 {
     const double t0 = MPI_Wtime();
@@ -577,6 +589,7 @@ fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ri
             const piece *pc = &pcs[p];
             const int64_t row = pc->q->off + pc->r0;
             fa_forward_args c = rc.a;
+            c.sinks = NULL; /* a partial without them: the sink enters once, after the ring */
             c.q = rows_of(&rc.a.q, 1, row, pc->n);
             c.k = rows_of(&kt, 1, pc->k->off, pc->k->len);
             c.v = rows_of(&vt, 1, pc->k->off, pc->k->len);
@@ -601,9 +614,11 @@ fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ri
         stats_step(&rc, s, tw - tc - tested, MPI_Wtime() - tw);
     }
     st = agree_end(&rc);
-    if (st == FA_OK) { /* one exact merge of one part: rounds o once to its dtype */
+    if (st == FA_OK) { /* one exact merge: rounds o once to its dtype */
+        const fa_tensor ov[2] = {acc_o, part_o}, lv[2] = {acc_l, part_l};
+        if (rc.a.sinks) sink_state(&rc, o_part, lse_part);
         fa_tensor lse_out = rc.a.lse;
-        st = fa_merge_states(ctx, 1, &acc_o, &acc_l, &rc.a.o, &lse_out);
+        st = fa_merge_states(ctx, rc.a.sinks ? 2 : 1, ov, lv, &rc.a.o, &lse_out);
         if (st != FA_OK) ring_fail(st, "writing o: %s", fa_context_error(ctx));
     }
     MPI_Comm_free(&rc.comm);
@@ -623,15 +638,16 @@ static fa_status check_backward(ring_call *rc, fa_context *ctx, const fa_ring_ar
     fa_status st = fa_struct_read(ctx, "args", local, &g, sizeof g, sizeof(size_t));
     if (st != FA_OK) return core_fail(st, ctx);
     if (!g.fwd) return ring_fail(FA_ERR_NULL_POINTER, "args->fwd is NULL: the backward needs the forward's arguments");
-    if (g.dsinks) return ring_fail(FA_ERR_UNSUPPORTED, "attention sinks (dsinks) are not supported by ring attention");
     if ((st = check_forward(rc, ctx, ring, g.fwd)) != FA_OK) return st;
+    if (g.dsinks && rc->Hq > INT_MAX) /* MPI counts are ints */
+        return ring_fail(FA_ERR_OVERFLOW, "%lld heads of dsinks do not fit an MPI count", (long long)rc->Hq);
     /* lse, o, do_ and the gradients: the core's backward checks (the global lse of
      * the local rows is the one the ring needs) */
     if ((st = fa_backward_check(ctx, local)) != FA_OK) return core_fail(st, ctx);
     rc->g = g;
     rc->g.struct_size = sizeof g;
     rc->g.fwd = &rc->a;
-    *grads = (g.dk.data ? 1 : 0) | (g.dv.data ? 2 : 0);
+    *grads = (g.dk.data ? 1 : 0) | (g.dv.data ? 2 : 0) | (g.dsinks ? 4 : 0); /* 4: a collective at the end */
     return FA_OK;
 }
 
@@ -656,6 +672,8 @@ static fa_status write_f32(fa_context *ctx, float *buf, int64_t B, int64_t S, in
 typedef struct bwd_scratch {
     int want_dq, travel;
     float *dq_acc, *dq_piece, *dkv_piece;
+    float *dsink_piece;  /* (Hq) one piece's dsinks, or NULL: not wanted */
+    double *dsink_acc;   /* (Hq) this rank's sum of them */
 } bwd_scratch;
 
 /* Runs pieces [from, to) of a step against the keys kt, vt (a shard of Ss rows):
@@ -680,6 +698,10 @@ static double bwd_pieces(ring_call *rc, const piece *pcs, int from, int to, cons
         fa_backward_args g = FA_BACKWARD_ARGS_INIT;
         g.fwd = &c;
         g.do_ = rows_of(&rc->g.do_, 1, row, pc->n);
+        /* the sink term of each local row once: in the pieces of its own segment at step 0
+         * (the band keeps every row's diagonal, so they cover each row exactly once) */
+        const int sink_rows = sc->dsink_piece && step == 0 && pc->q->pos == pc->k->pos;
+        if (sink_rows) g.dsinks = sc->dsink_piece;
         /* the pieces' gradients land in f32 scratch laid out like the shard */
         if (sc->want_dq) g.dq = fa_tensor_make(sc->dq_piece, FA_DTYPE_F32, FA_LAYOUT_BSND, B, pc->n, Hq, D);
         if (sc->travel) {
@@ -693,6 +715,7 @@ static double bwd_pieces(ring_call *rc, const piece *pcs, int from, int to, cons
             break;
         }
         if (sc->want_dq) add_rows(sc->dq_acc, Sl, row, sc->dq_piece, pc->n, B, Hq * D);
+        for (int64_t h = 0; sink_rows && h < Hq; h++) sc->dsink_acc[h] += sc->dsink_piece[h];
         if (sc->travel) {
             add_rows(into, Ss, koff, sc->dkv_piece, klen, B, Hk * D);
             add_rows(into + B * Ss * Hk * D, Ss, koff, sc->dkv_piece + B * klen * Hk * D, klen, B, Hk * Dv);
@@ -710,7 +733,7 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
     fa_status st = check_backward(&rc, ctx, ring, local, &grads);
     if ((st = agree(&rc, comm, st, grads)) != FA_OK) return st;
 
-    const int P = rc.P, travel = grads != 0; /* dk/dv accumulators travel only when wanted */
+    const int P = rc.P, travel = (grads & 3) != 0; /* dk/dv accumulators travel only when wanted */
     const int64_t B = rc.B, Sl = rc.Sl, Hq = rc.Hq, Hk = rc.Hk, D = rc.D, Dv = rc.Dv, es = rc.es;
     const int64_t kv_bytes = kv_elems(&rc, rc.Smax) * es, acc_n = kv_elems(&rc, rc.Smax), dq_n = B * Sl * Hq * D;
     const int want_dq = rc.g.dq.data != NULL;
@@ -729,12 +752,16 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
     float *dq_piece = want_dq ? aligned_floats(dq_n) : NULL;
     float *zeros = calloc((size_t)(B * Hq * Sl + 1), sizeof(float));
     piece *pcs = malloc(sizeof(piece) * (size_t)(4 * rc.pieces));
+    /* dsinks: this rank's sum (Hq), then every rank's (P x Hq), and one piece's (Hq) */
+    const int want_dsinks = rc.g.dsinks != NULL;
+    double *dsink_acc = want_dsinks ? calloc((size_t)(Hq * (P + 1)), sizeof(double)) : NULL;
+    float *dsink_piece = want_dsinks ? malloc(sizeof(float) * (size_t)Hq) : NULL;
     const int oom = !kv[0] || (P > 1 && !kv[1]) || (travel && (!acc[0] || (P > 1 && !acc[1]) || !tmp || !dkv_piece)) ||
                     (want_dq && (!dq_acc || !dq_piece)) || !zeros || !pcs || !late || (defer && !own) ||
-                    acc_n * 4 > RING_CHUNK * RING_MAX_CHUNKS;
+                    (want_dsinks && (!dsink_acc || !dsink_piece)) || acc_n * 4 > RING_CHUNK * RING_MAX_CHUNKS;
     if (any_rank(oom, comm)) {
         free(kv[0]), free(kv[1]), free(acc[0]), free(acc[1]), free(tmp), free(dkv_piece), free(dq_acc), free(dq_piece);
-        free(zeros), free(pcs), free(rc.S), free(own), free(late);
+        free(zeros), free(pcs), free(rc.S), free(own), free(late), free(dsink_acc), free(dsink_piece);
         return ring_fail(acc_n * 4 > RING_CHUNK * RING_MAX_CHUNKS ? FA_ERR_OVERFLOW : FA_ERR_OUT_OF_MEMORY,
                          "a rank could not allocate the ring's buffers");
     }
@@ -743,7 +770,7 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
     rc.next = (rc.rank + 1) % P;
     stats_begin(&rc);
     fa_ring_stats *stats = stats_of(&rc);
-    const bwd_scratch sc = {want_dq, travel, dq_acc, dq_piece, dkv_piece};
+    const bwd_scratch sc = {want_dq, travel, dq_acc, dq_piece, dkv_piece, dsink_piece, dsink_acc};
 
     pack(kv[0], &rc.a.k, es);
     pack(kv[0] + B * Sl * Hk * D * es, &rc.a.v, es);
@@ -830,14 +857,23 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
         if (stats->step_capacity > 0 && stats->step_wait_seconds) stats->step_wait_seconds[0] += wait;
     }
     st = agree_end(&rc);
+    /* every rank's dsinks partials, while the status is still the one all ranks agreed on */
+    double *dsink_all = dsink_acc ? dsink_acc + Hq : NULL;
+    if (st == FA_OK && want_dsinks)
+        MPI_Allgather(dsink_acc, (int)Hq, MPI_DOUBLE, dsink_all, (int)Hq, MPI_DOUBLE, rc.comm);
     if (st == FA_OK && want_dq) st = write_f32(ctx, dq_acc, B, Sl, Hq, D, zeros, &rc.g.dq);
     if (st == FA_OK && travel) st = write_f32(ctx, mine, B, Sl, Hk, D, zeros, &rc.g.dk);
     if (st == FA_OK && travel) st = write_f32(ctx, mine + B * Sl * Hk * D, B, Sl, Hk, Dv, zeros, &rc.g.dv);
+    for (int64_t h = 0; st == FA_OK && want_dsinks && h < Hq; h++) { /* in rank order: the same bits on every rank */
+        double sum = 0.0;
+        for (int x = 0; x < P; x++) sum += dsink_all[x * Hq + h];
+        rc.g.dsinks[h] = (float)sum;
+    }
     if (st != FA_OK && rc.st == FA_OK && fa_ring_error()[0] == '\0')
         ring_fail(st, "writing the gradients: %s", fa_context_error(ctx));
     MPI_Comm_free(&rc.comm);
     free(kv[0]), free(kv[1]), free(acc[0]), free(acc[1]), free(tmp), free(dkv_piece), free(dq_acc), free(dq_piece);
-    free(zeros), free(pcs), free(rc.S), free(own), free(late);
+    free(zeros), free(pcs), free(rc.S), free(own), free(late), free(dsink_acc), free(dsink_piece);
     stats->total_seconds = MPI_Wtime() - t0;
     return st;
 }

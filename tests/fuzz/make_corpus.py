@@ -218,9 +218,21 @@ seeds = {
     "dense_sinks_old_struct": dense(opt=1, extra=[0])[:-1] + bytes([0xE9, 0, 0x80, 15, 15]),
     "dense_sinks_dropout": dense(dims=(1, 4, 8, 1, 2, 8, 8), opt=1, extra=[0]) + bytes(drop(p=2) + [12]),
     "varlen_sinks": varlen(settings=1, opt=1, extra=[1]) + bytes([0, 7]),
-    "cache_sinks": cache(0) + bytes([0, 9]),
-    "cache_sinks_split": cache(0, settings=16) + bytes([0, 5]),
-    "paged_sinks": cache(1) + bytes([0, 3]),
+    # a cache program reads the dropout, MLA and leftpad bytes before the sinks byte
+    "cache_sinks": cache(0) + bytes([0, 0, 0, 9]),
+    "cache_sinks_split": cache(0, settings=16) + bytes([0, 0, 0, 5]),
+    "paged_sinks": cache(1) + bytes([0, 0, 0, 3]),
+    "cache_mla_sinks": cache(0, grp=4, D=24, Dv=16) + bytes([0, 1 | 2 | 4, 0, 0x80, 3, 14, 0, 1]),
+    "cache_fp8_sinks_split": cache(0, settings=16, cd=3 | 0x04, scales=(0, 0), grp=4, D=32, Dv=32)
+    + bytes([0, 0, 0, 7]),
+    # leftpad (the byte after the MLA byte, >= 0xC0 on, then one byte per sequence slot:
+    # x % (seqlen + 1), 0xFC a pad past the sequence, 0xFD -1, both refused)
+    "cache_leftpad": cache(0, seq=(10, 7, 0, 0, 0, 0, 0, 0)) + bytes([0, 0, 0xC0, 3, 5, 0, 0, 0, 0, 0, 0]),
+    "cache_leftpad_sinks_split": cache(0, settings=16, seq=(10, 7, 0, 0, 0, 0, 0, 0))
+    + bytes([0, 0, 0xC0, 4, 1, 0, 0, 0, 0, 0, 0, 5]),
+    "cache_leftpad_too_long": cache(0) + bytes([0, 0, 0xC0, 0xFC, 0, 0, 0, 0, 0, 0, 0]),
+    "cache_leftpad_negative": cache(0) + bytes([0, 0, 0xC0, 0, 0xFD, 0, 0, 0, 0, 0, 0]),
+    "paged_leftpad_refused": cache(1) + bytes([0, 0, 0xC0, 1, 1, 0, 0, 0, 0, 0, 0]),
     "bwd_sinks": bwd(dims=(1, 6, 9, 2, 2, 16, 8), opt=64, extra=[1, WIN["-1"], WIN["-1"]]) + bytes([5]),
     "bwd_sinks_inf": bwd() + bytes([0x80, 0, 15]),
     "bwd_varlen_sinks": bwd(varlen=True, vl=VL, settings=1) + bytes([11]),

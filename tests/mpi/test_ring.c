@@ -27,7 +27,8 @@
  * alignments), window, ALiBi, softcap, dropout (with and without a window), MHA,
  * GQA and MQA, f32 / bf16 / f16 inputs with input-dtype or f32 outputs and
  * gradients, BSND and BNSD shards, 1..7 pieces, shards of 8 to 96 rows, unequal
- * shard lengths (contiguous and zig-zag, one rank holding none), Dv = 0 and Dv != D.
+ * shard lengths (contiguous and zig-zag, one rank holding none), Dv = 0 and Dv != D,
+ * attention sinks (o, lse and dsinks; one head -inf).
  * The fault hook (mpi/ring_internal.h) makes one rank's core call fail inside the
  * ring, after the agreement, for the closing agreement's test.
  * A deadlock fails through ctest's TIMEOUT. Each rank prints its own summary and
@@ -57,7 +58,12 @@ typedef struct rcase {
     int unequal;            /* shard lengths: 1 = 5 + 3r; 2 = 0 on rank 0, 4 + 2r elsewhere; 3 = 4 + 2r */
     int64_t B, S, Hq, Hk, D, Dv;
     fa_dtype dt, odt, gdt;
+    int sinks; /* per-head sink logits (g_sinks), and the backward's dsinks */
 } rcase;
+
+/* One head's sink is -inf (no sink), the others finite of either sign. */
+static const float g_sinks[16] = {0.7f, -INFINITY, 2.5f, -1.0f, 0.25f, 1.5f, -0.5f, 3.0f,
+                                  0.7f, -INFINITY, 2.5f, -1.0f, 0.25f, 1.5f, -0.5f, 3.0f};
 
 /* ------------------------------------------------------------ positions */
 
@@ -207,6 +213,7 @@ static void apply_options(const rcase *c, fa_forward_args *a, const float *slope
     a->window_right = c->wr;
     if (c->alibi) a->alibi_slopes = slopes;
     if (c->softcap) a->softcap = 3.0f;
+    if (c->sinks) a->sinks = g_sinks;
     if (c->dropout) {
         a->dropout_p = 0.25f;
         a->dropout_seed = 0xfeedbeef12345ull;
@@ -335,11 +342,14 @@ static void run_case(const rcase *c, int idx)
     fa_tensor gq = h_alloc(c->gdt, B, N, Hq, D), gk = h_alloc(c->gdt, B, N, Hk, D), gv = h_alloc(c->gdt, B, N, Hk, Dv);
     fa_backward_args fb = FA_BACKWARD_ARGS_INIT;
     fb.fwd = fa, fb.do_ = dO, fb.dq = gq, fb.dk = gk, fb.dv = gv;
+    float ds_ref[16] = {0}, ds_single[16] = {0}, ds_ring[16], ds_again[16];
+    fb.dsinks = c->sinks ? ds_ref : NULL;
     fa_context_set(g_ctx, FA_PARAM_ALGO, FA_ALGO_REFERENCE);
     st = fa_backward(g_ctx, &fb);
     CHECK(st == FA_OK, "reference backward: %s", fa_context_error(g_ctx));
     double *rq = dense(&gq), *rk = dense(&gk), *rv = dense(&gv);
     fa_context_set(g_ctx, FA_PARAM_ALGO, FA_ALGO_FLASH);
+    fb.dsinks = c->sinks ? ds_single : NULL;
     st = fa_backward(g_ctx, &fb);
     CHECK(st == FA_OK, "single-process backward: %s", fa_context_error(g_ctx));
     double *sq = dense(&gq), *sk = dense(&gk), *sv = dense(&gv);
@@ -359,8 +369,26 @@ static void run_case(const rcase *c, int idx)
     lb.dk = alloc_t(c->gdt, c->bnsd, B, Sl, Hk, D);
     lb.dv = alloc_t(c->gdt, c->bnsd, B, Sl, Hk, Dv);
     h_fill(&lb.dq, 777.0), h_fill(&lb.dk, 777.0), h_fill(&lb.dv, 777.0);
+    for (int h = 0; h < 16; h++) ds_ring[h] = ds_again[h] = 777.0f;
+    lb.dsinks = c->sinks ? ds_ring : NULL;
     st = fa_ring_backward(g_ctx, MPI_COMM_WORLD, &ring, &lb);
     CHECK(st == FA_OK, "%s: fa_ring_backward: %s: %s", c->name, fa_status_string(st), fa_ring_error());
+    for (int64_t h = 0; c->sinks && h < Hq; h++) { /* a sum over every row of the sequence (B N terms of Dv products) */
+        /* dot(dO_i, o_i) takes the o each forward returned, rounded to o's dtype: the ring's
+         * and the single call's o may each be off by eps |o| (their rounding slack) */
+        double slack = 0.0;
+        for (int64_t b = 0; b < B && g_sinks[h] != -INFINITY; b++)
+            for (int64_t i = 0; i < N; i++) {
+                double dot = 0.0;
+                for (int64_t x = 0; x < Dv; x++)
+                    dot += fabs(h_get(&dO, b, i, h, x)) * fabs(o_ref[((b * N + i) * Hq + h) * Dv + x]);
+                slack += exp((double)g_sinks[h] - lse_ref[(b * Hq + h) * N + i]) * dot;
+            }
+        const double ts = 2.0 * fabs((double)ds_single[h] - ds_ref[h]) + 2.0 * h_eps(c->odt) * slack +
+                          grad_tol(FA_DTYPE_F32, B * N * Dv) * tmax(1.0, fabs((double)ds_ref[h]));
+        CHECK(fabs((double)ds_ring[h] - ds_ref[h]) <= ts, "%s: dsinks[%lld] %.9g, reference %.9g (tol %.3g)", c->name,
+              (long long)h, (double)ds_ring[h], (double)ds_ref[h], ts);
+    }
     e = rows_err(c, &lb.dq, rq, N, NULL);
     CHECK(e <= tq, "%s: dq max |err| %.3g > tol %.3g", c->name, e, tq);
     e = rows_err(c, &lb.dk, rk, N, NULL);
@@ -370,9 +398,17 @@ static void run_case(const rcase *c, int idx)
     CHECK(stats.steps_prefetched == g_P - 1, "%s: backward: %lld of %d steps prefetched", c->name,
           (long long)stats.steps_prefetched, g_P - 1);
     fa_tensor q1 = clone(&lb.dq), k1 = clone(&lb.dk), v1 = clone(&lb.dv);
+    if (c->sinks) lb.dsinks = ds_again;
     st = fa_ring_backward(g_ctx, MPI_COMM_WORLD, &ring, &lb);
-    CHECK(st == FA_OK && same_bits(&q1, &lb.dq) && same_bits(&k1, &lb.dk) && same_bits(&v1, &lb.dv),
+    CHECK(st == FA_OK && same_bits(&q1, &lb.dq) && same_bits(&k1, &lb.dk) && same_bits(&v1, &lb.dv) &&
+              memcmp(ds_ring, ds_again, sizeof ds_ring) == 0,
           "%s: a second backward differs", c->name);
+    if (c->sinks) { /* every rank holds the same dsinks, bitwise */
+        float ds0[16];
+        memcpy(ds0, ds_ring, sizeof ds0);
+        MPI_Bcast(ds0, 16, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        CHECK(memcmp(ds0, ds_ring, sizeof ds0) == 0, "%s: ranks disagree on dsinks", c->name);
+    }
     free(q1.data), free(k1.data), free(v1.data);
 
     free(rq), free(rk), free(rv), free(sq), free(sk), free(sv);
@@ -421,14 +457,14 @@ static void test_unshard(void)
 
 typedef enum {
     BAD_SHAPE, BAD_CTX, BAD_BIAS, BAD_HEADS, BAD_ODD, BAD_LSE, BAD_DROPWIN, BAD_STRIDE, BAD_FAULT, BAD_FAULT_BWD,
-    BAD_KINDS
+    BAD_SINKS, BAD_SINK_INF, BAD_KINDS
 } bad_kind;
 
 static void test_errors(void)
 {
     const int64_t B = 1, S = 8, H = 2, D = 8;
     for (int kind = 0; kind < BAD_KINDS; kind++) {
-        if ((kind == BAD_HEADS || kind == BAD_DROPWIN) && g_P == 1) continue; /* need a second rank to differ */
+        if ((kind == BAD_HEADS || kind == BAD_DROPWIN || kind == BAD_SINKS) && g_P == 1) continue; /* need a second rank to differ */
         const int culprit = kind == BAD_CTX ? 0 : g_P - 1, me = g_rank == culprit;
         h_case("error agreement %d, culprit rank %d of %d", kind, culprit, g_P);
         int64_t Sl = S, Hq = H;
@@ -444,6 +480,9 @@ static void test_errors(void)
         a.causal = FA_CAUSAL_TOP_LEFT;
         fa_tensor bias = h_alloc(FA_DTYPE_F32, 1, 1, 1, 1);
         if (kind == BAD_BIAS && me) a.bias = bias;
+        static const float sinks_ok[2] = {0.5f, -1.0f}, sinks_inf[2] = {INFINITY, 0.0f};
+        if (kind == BAD_SINKS && me) a.sinks = sinks_ok; /* the others have none */
+        if (kind == BAD_SINK_INF) a.sinks = me ? sinks_inf : sinks_ok;
         if (kind == BAD_DROPWIN) a.dropout_p = 0.1f, a.window_left = 3, a.window_right = 0;
         /* a failure inside the ring, after the agreement: this rank's first core call */
         ring_fault_step = ((kind == BAD_FAULT) && me) ? 0 : -1;
@@ -456,7 +495,7 @@ static void test_errors(void)
         const fa_status want[BAD_KINDS] = {FA_ERR_SHAPE_MISMATCH, FA_ERR_NULL_CONTEXT, FA_ERR_UNSUPPORTED,
                                            FA_ERR_SHAPE_MISMATCH, FA_ERR_INVALID_DIM, FA_ERR_NULL_POINTER,
                                            FA_ERR_UNSUPPORTED,   FA_ERR_OVERFLOW,     FA_ERR_OUT_OF_MEMORY,
-                                           FA_ERR_OUT_OF_MEMORY};
+                                           FA_ERR_OUT_OF_MEMORY, FA_ERR_INVALID_ARGUMENT, FA_ERR_INVALID_ARGUMENT};
         fa_status st;
         if (kind != BAD_LSE && kind != BAD_FAULT_BWD) {
             h_poison_outputs(&a);
@@ -515,24 +554,29 @@ int main(int argc, char **argv)
     const fa_causal NC = FA_CAUSAL_NONE, TL = FA_CAUSAL_TOP_LEFT, BR = FA_CAUSAL_BOTTOM_RIGHT;
     const fa_ring_sharding CT = FA_RING_CONTIGUOUS, ZZ = FA_RING_ZIGZAG;
     const rcase cases[] = {
-        /* name                      shard causal wl  wr al sc dr bnsd pcs uneq B  S  Hq Hk D   Dv  dt  odt gdt */
-        {"non-causal contiguous f32", CT, NC, -1, -1, 0, 0, 0, 0, 0, 0, 2, 12, 4, 4, 16, 16, F, F, F},
-        {"causal contiguous f32 GQA", CT, TL, -1, -1, 0, 0, 0, 0, 0, 0, 1, 12, 4, 2, 16, 16, F, F, F},
-        {"causal zig-zag f32 MQA", ZZ, BR, -1, -1, 0, 0, 0, 0, 3, 0, 1, 12, 4, 1, 16, 16, F, F, F},
-        {"causal zig-zag bf16 GQA", ZZ, TL, -1, -1, 0, 0, 0, 0, 0, 0, 2, 16, 4, 2, 32, 32, BF, BF, BF},
-        {"causal zig-zag bf16 in, f32 out, BNSD", ZZ, BR, -1, -1, 0, 0, 0, 1, 2, 0, 1, 16, 2, 1, 32, 32, BF, F, F},
-        {"window+alibi+softcap zig-zag f32, Dv!=D", ZZ, NC, 9, 4, 1, 1, 0, 0, 0, 0, 1, 12, 2, 2, 16, 8, F, F, F},
-        {"causal window contiguous, unequal shards", CT, TL, 6, 0, 0, 0, 0, 0, 0, 1, 1, 0, 2, 1, 16, 16, F, F, F},
-        {"dropout causal zig-zag f32", ZZ, TL, -1, -1, 0, 0, 1, 0, 0, 0, 1, 12, 2, 1, 16, 16, F, F, F},
-        {"dropout+window+alibi zig-zag f32", ZZ, NC, 7, 2, 1, 0, 1, 0, 0, 0, 1, 12, 2, 2, 16, 16, F, F, F},
-        {"non-causal contiguous f16, one piece", CT, NC, -1, -1, 0, 0, 0, 0, 1, 0, 1, 10, 2, 2, 16, 16, H, H, F},
-        {"no value dims (Dv = 0): lse alone", ZZ, NC, -1, -1, 0, 0, 0, 0, 0, 0, 1, 8, 2, 1, 16, 0, F, F, F},
-        {"causal, rank 0 holds no rows", CT, BR, -1, -1, 0, 0, 0, 0, 0, 2, 1, 0, 2, 1, 16, 16, F, F, F},
-        {"causal window+alibi zig-zag, unequal shards", ZZ, TL, 5, 0, 1, 0, 0, 0, 0, 3, 1, 0, 2, 1, 16, 16, F, F, F},
-        {"dropout causal zig-zag, unequal shards", ZZ, TL, -1, -1, 0, 0, 1, 0, 0, 3, 1, 0, 2, 2, 16, 16, F, F, F},
+        /* name                      shard causal wl  wr al sc dr bnsd pcs uneq B  S  Hq Hk D   Dv  dt  odt gdt sinks */
+        {"non-causal contiguous f32", CT, NC, -1, -1, 0, 0, 0, 0, 0, 0, 2, 12, 4, 4, 16, 16, F, F, F, 0},
+        {"causal contiguous f32 GQA", CT, TL, -1, -1, 0, 0, 0, 0, 0, 0, 1, 12, 4, 2, 16, 16, F, F, F, 0},
+        {"causal zig-zag f32 MQA", ZZ, BR, -1, -1, 0, 0, 0, 0, 3, 0, 1, 12, 4, 1, 16, 16, F, F, F, 0},
+        {"causal zig-zag bf16 GQA", ZZ, TL, -1, -1, 0, 0, 0, 0, 0, 0, 2, 16, 4, 2, 32, 32, BF, BF, BF, 0},
+        {"causal zig-zag bf16 in, f32 out, BNSD", ZZ, BR, -1, -1, 0, 0, 0, 1, 2, 0, 1, 16, 2, 1, 32, 32, BF, F, F, 0},
+        {"window+alibi+softcap zig-zag f32, Dv!=D", ZZ, NC, 9, 4, 1, 1, 0, 0, 0, 0, 1, 12, 2, 2, 16, 8, F, F, F, 0},
+        {"causal window contiguous, unequal shards", CT, TL, 6, 0, 0, 0, 0, 0, 0, 1, 1, 0, 2, 1, 16, 16, F, F, F, 0},
+        {"dropout causal zig-zag f32", ZZ, TL, -1, -1, 0, 0, 1, 0, 0, 0, 1, 12, 2, 1, 16, 16, F, F, F, 0},
+        {"dropout+window+alibi zig-zag f32", ZZ, NC, 7, 2, 1, 0, 1, 0, 0, 0, 1, 12, 2, 2, 16, 16, F, F, F, 0},
+        {"non-causal contiguous f16, one piece", CT, NC, -1, -1, 0, 0, 0, 0, 1, 0, 1, 10, 2, 2, 16, 16, H, H, F, 0},
+        {"no value dims (Dv = 0): lse alone", ZZ, NC, -1, -1, 0, 0, 0, 0, 0, 0, 1, 8, 2, 1, 16, 0, F, F, F, 0},
+        {"causal, rank 0 holds no rows", CT, BR, -1, -1, 0, 0, 0, 0, 0, 2, 1, 0, 2, 1, 16, 16, F, F, F, 0},
+        {"causal window+alibi zig-zag, unequal shards", ZZ, TL, 5, 0, 1, 0, 0, 0, 0, 3, 1, 0, 2, 1, 16, 16, F, F, F, 0},
+        {"dropout causal zig-zag, unequal shards", ZZ, TL, -1, -1, 0, 0, 1, 0, 0, 3, 1, 0, 2, 2, 16, 16, F, F, F, 0},
         /* longer shards: the core's own tiles, several pieces per segment, messages of ~100 KB */
-        {"causal zig-zag f32 GQA, S_local 96", ZZ, TL, -1, -1, 0, 0, 0, 0, 7, 0, 1, 96, 4, 2, 64, 64, F, F, F},
-        {"window zig-zag bf16, S_local 64", ZZ, BR, 40, 0, 0, 0, 0, 0, 0, 0, 1, 64, 2, 1, 64, 64, BF, BF, F},
+        {"causal zig-zag f32 GQA, S_local 96", ZZ, TL, -1, -1, 0, 0, 0, 0, 7, 0, 1, 96, 4, 2, 64, 64, F, F, F, 0},
+        {"window zig-zag bf16, S_local 64", ZZ, BR, 40, 0, 0, 0, 0, 0, 0, 0, 1, 64, 2, 1, 64, 64, BF, BF, F, 0},
+        /* attention sinks (one head's -inf): the sink once per row, dsinks over every rank's rows */
+        {"sinks causal zig-zag f32 GQA", ZZ, TL, -1, -1, 0, 0, 0, 0, 3, 0, 2, 12, 4, 2, 16, 16, F, F, F, 1},
+        {"sinks non-causal contiguous bf16, BNSD", CT, NC, -1, -1, 0, 0, 0, 1, 0, 0, 1, 10, 4, 4, 32, 32, BF, BF, F, 1},
+        {"sinks window+softcap, rank 0 holds no rows", CT, BR, 6, 0, 0, 1, 0, 0, 0, 2, 1, 0, 4, 1, 16, 16, F, F, F, 1},
+        {"sinks dropout causal zig-zag f32", ZZ, TL, -1, -1, 0, 0, 1, 0, 0, 0, 1, 12, 2, 1, 16, 8, F, F, F, 1},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k], (int)k);
     test_unshard();
