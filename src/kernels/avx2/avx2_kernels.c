@@ -730,6 +730,51 @@ void fa_avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
+/* f16 and bf16 outputs (o, and dq/dk/dv): half.h's rounding exactly, eight at a time.
+ * The reference's scalar loops took 1.4% of an f16 forward's time (perf, N = 2048).
+ * vcvtps2ph rounds to nearest even and keeps a NaN's sign, quiet bit and top payload
+ * bits as fa_f32_to_f16 does (the avx512 table relies on the same). */
+AVX2_INLINE __m128i f32x8_to_f16(__m256 v)
+{
+    return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+/* fa_f32_to_bf16 on eight floats: the dwords rounded to nearest even on the low 16
+ * bits (a NaN quieted instead), their high halves packed. */
+AVX2_INLINE __m128i f32x8_to_bf16(__m256 v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rn = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+    const __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    const __m256i r = _mm256_srli_epi32(_mm256_blendv_epi8(rn, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan), 16);
+    /* packus works within 128-bit lanes: the two halves are then in place */
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+void fa_avx2_f32_to_f16(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(dst + i), f32x8_to_f16(_mm256_loadu_ps(src + i)));
+    if (i < n) {
+        uint16_t tmp[8];
+        _mm_storeu_si128((__m128i *)tmp, f32x8_to_f16(_mm256_maskload_ps(src + i, lanes_below(n - i))));
+        memcpy(dst + i, tmp, (size_t)(n - i) * sizeof *tmp);
+    }
+}
+
+void fa_avx2_f32_to_bf16(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(dst + i), f32x8_to_bf16(_mm256_loadu_ps(src + i)));
+    if (i < n) {
+        uint16_t tmp[8];
+        _mm_storeu_si128((__m128i *)tmp, f32x8_to_bf16(_mm256_maskload_ps(src + i, lanes_below(n - i))));
+        memcpy(dst + i, tmp, (size_t)(n - i) * sizeof *tmp);
+    }
+}
+
 /* ------------------------------------------------------- small-row (decode) */
 
 /*

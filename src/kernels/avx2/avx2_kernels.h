@@ -25,6 +25,8 @@ void fa_avx2_stx_3x32(int64_t rows, int64_t cols, int64_t n, const float *st, in
                       int64_t ldx, float *acc, int64_t ldacc);
 void fa_avx2_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void fa_avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
+void fa_avx2_f32_to_f16(const float *src, uint16_t *dst, int64_t n);
+void fa_avx2_f32_to_bf16(const float *src, uint16_t *dst, int64_t n);
 void fa_avx2_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq, const void *const *krow,
                       int kv, const float *kscale, float *s, int64_t lds);
 void fa_avx2_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo, const int32_t *hi,

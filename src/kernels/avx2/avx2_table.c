@@ -32,6 +32,8 @@ void fa_kernels_init_avx2(fa_kernels *k)
     k->stx = fa_avx2_stx_3x32;
     k->f16_to_f32 = fa_avx2_f16_to_f32;
     k->bf16_to_f32 = fa_avx2_bf16_to_f32;
+    k->f32_to_f16 = fa_avx2_f32_to_f16;
+    k->f32_to_bf16 = fa_avx2_f32_to_bf16;
     k->qk_small = fa_avx2_qk_small;
     k->softmax_small = fa_avx2_softmax_small;
     k->pv_small = fa_avx2_pv_small;
