@@ -50,6 +50,34 @@ AVX2_INLINE __m256i lanes_below(int64_t n)
 }
 
 /*
+ * Software prefetch of the rows the next pass of a kernel reads (nrows rows of n
+ * floats, ld apart), spread over the current pass in equal steps: a K/V tile
+ * usually comes from L3 (the packed K/V of a long unit outgrows L2), and the
+ * hardware prefetchers start too late on rows that a pass reads in a burst.
+ */
+typedef struct pf_stream {
+    uintptr_t base; /* an address, not a pointer: the rows may lie outside any object */
+    int64_t ld, lines_per_row, total, next;
+} pf_stream;
+
+static pf_stream pf_rows(const float *base, int64_t nrows, int64_t n, int64_t ld)
+{
+    const int64_t lines = (4 * n + 63) / 64 + 1; /* +1: rows need not start a line */
+    return (pf_stream){(uintptr_t)base, 4 * ld, lines, nrows > 0 ? nrows * lines : 0, 0};
+}
+
+/* Issues the prefetches of step `step` of `steps`. */
+AVX2_INLINE void pf_step(pf_stream *ps, int64_t step, int64_t steps)
+{
+    const int64_t end = ps->total * (step + 1) / steps;
+    for (; ps->next < end; ps->next++) {
+        const int64_t row = ps->next / ps->lines_per_row, line = ps->next % ps->lines_per_row;
+        const uintptr_t at = ps->base + (uintptr_t)(row * ps->ld) + (uintptr_t)(64 * line);
+        _mm_prefetch((const char *)at, _MM_HINT_T1);
+    }
+}
+
+/*
  * exp(x) for 8 floats. n = round(x / ln 2), r = x - n ln 2 (Cody-Waite, two
  * FMAs, |r| <= ln2/2), exp(r) = 1 + r(1 + r q(r)) with q a degree-4 fit of
  * (e^r - 1 - r) / r^2 at Chebyshev nodes (approximation error < 1.1e-8 relative),
@@ -297,7 +325,10 @@ void fa_avx2_qk_16x6(int64_t rows, int64_t cols, int64_t d, const float *qt, int
         for (int64_t c0 = 0; c0 < cols; c0 += QK_CC) {
             const int64_t ncc = cols - c0 < QK_CC ? cols - c0 : QK_CC;
             const float *kc = k + c0 * ldk + x0;
+            const int64_t nxt = cols - c0 - ncc < QK_CC ? cols - c0 - ncc : QK_CC;
+            pf_stream ps = pf_rows(k + (c0 + ncc) * ldk + x0, nxt, nx, ldk);
             for (int64_t r0 = 0; r0 < padded; r0 += 16) {
+                pf_step(&ps, r0 / 16, padded / 16);
                 const float *qp = qt + x0 * ldqt + r0;
                 int64_t qld = ldqt;
                 if (copy) {
