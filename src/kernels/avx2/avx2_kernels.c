@@ -334,7 +334,7 @@ void fa_avx2_qk_16x6(int64_t rows, int64_t cols, int64_t d, const float *qt, int
             const int64_t ncc = cols - c0 < QK_CC ? cols - c0 : QK_CC;
             const float *kc = k + c0 * ldk + x0;
             const int64_t nxt = cols - c0 - ncc < QK_CC ? cols - c0 - ncc : QK_CC;
-            pf_stream ps = pf_rows(k + (c0 + ncc) * ldk + x0, nxt, nx, ldk);
+            pf_stream ps = pf_rows(nxt > 0 ? k + (c0 + ncc) * ldk + x0 : k, nxt, nx, ldk);
             for (int64_t r0 = 0; r0 < padded; r0 += 16) {
                 pf_step(&ps, r0 / 16, padded / 16);
                 const float *qp = qt + x0 * ldqt + r0;
