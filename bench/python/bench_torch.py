@@ -20,7 +20,7 @@ medians; progress goes to stderr, the table to stdout.
   sweep      (only when asked for) a matrix of other shapes, forward and forward +
              backward through the SDPA: dtypes, short and long N, batches, head dims,
              causal, GQA and MQA (SWEEP below), torch SDPA against flashattn SDPA
-  decode     one query token against a KV cache of --decode-len keys (GQA 32/8):
+  decode     one query token against a KV cache of --decode-len keys (GQA 32/8), f32, bf16, f16:
              torch SDPA (enable_gqa) against flash_attn_with_kvcache, and the same
              call looped in C (flashattn._C.time_call_c: the Python layer's share)
   train      one training step (forward, backward, AdamW) of a small Llama-style
@@ -467,6 +467,9 @@ def print_table():
             if "flashattn C loop" in vs:
                 extra = f"; Python/C loop {vs['flashattn SDPA']['ms'] / vs['flashattn C loop']['ms']:.3f}"
             print(f"# {case} N={N}: flashattn is {s:.2f}x torch SDPA{extra}")
+        if "flash_attn_with_kvcache" in vs and "flashattn C loop" in vs:
+            r = vs["flash_attn_with_kvcache"]["ms"] / vs["flashattn C loop"]["ms"]
+            print(f"# {case}: flash_attn_with_kvcache / C loop {r:.3f} (issue 22: at most 1.10)")
         if "native sdpa" in vs and "flashattn (fa_cpu)" in vs and vs["native sdpa"]["ms"]:
             print(f"# {case}: flashattn is {vs['native sdpa']['ms'] / vs['flashattn (fa_cpu)']['ms']:.2f}x native")
 
@@ -569,7 +572,7 @@ def main():
         for spec in SWEEP:
             plan.append((f"sweep {spec}", lambda spec=spec: case_sweep(args, ctx, spec)))
     if "decode" in cases:
-        for dt in ("float32", "bfloat16"):
+        for dt in ("float32", "bfloat16", "float16"):
             plan.append((f"decode {dt}", lambda dt=dt: case_decode(args, ctx, dt)))
     if "train" in cases:
         plan.append((f"train step seq={args.train_seq}", lambda: case_train(args, ctx)))

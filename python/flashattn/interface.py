@@ -119,6 +119,9 @@ def _np_forward(q, k, v, *, bias=None, mask=None, alibi=None, cu_q=None, cu_k=No
     return out, lse, dm
 
 
+_kvcache_torch = _C.kvcache_torch
+_current_context = _core.current_context
+
 _PLAIN = (0.0, 0.0, _core.CAUSAL_NONE, -1, -1, 0.0, 0, 0)
 _PLAIN_CAUSAL = (0.0, 0.0, _core.CAUSAL_BOTTOM_RIGHT, -1, -1, 0.0, 0, 0)
 _NO_WINDOW = (-1, -1)
@@ -512,6 +515,20 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     num_splits > 0 forces the
     split-KV chunk count.
     """
+    if (rotary_cos is None and rotary_sin is None and alibi_slopes is None and sinks is None and k_scale is None and
+            v_scale is None and k_descale is None and v_descale is None and not num_splits and
+            not return_softmax_lse):
+        # Decoding's per-call path: CPU torch tensors and int32 index arrays as they
+        # come, every check in one binding call (_C.kvcache_torch, lenient), which
+        # answers None for whatever the general path below converts or refuses. A
+        # decoding step's Python runs on caches the kernel has just flushed, so each
+        # step saved here is worth several microseconds (binding.cpp).
+        scale, softcap_, causal_, wl, wr, _, _, _ = _options(0.0, softmax_scale, causal, window_size, softcap, None,
+                                                             0, True)
+        out = _kvcache_torch(_current_context(), q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
+                             block_table, cache_leftpad, None, None, scale, softcap_, causal_, wl, wr, True)
+        if out is not None:
+            return out
     t = is_torch(q)
     opts = _options(0.0, softmax_scale, causal, window_size, softcap, None, 0, t)
     scale, softcap_, causal_, wl, wr = opts[:5]

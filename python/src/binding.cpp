@@ -498,14 +498,16 @@ void merge_states(Context &ctx, const std::vector<nb::handle> &o_parts, const st
 // general path raises its own message.
 PyObject *g_to_dlpack = nullptr;
 PyObject *g_empty_strided = nullptr;
+PyObject *g_tensor_type = nullptr;  // torch.Tensor: what kvcache_torch's lenient form takes
 PyObject *g_dtype_kwname = nullptr; // ("dtype",), the keyword names of the vectorcall
 PyObject *g_dtype_attr = nullptr;   // "dtype", interned
 
-void torch_setup(nb::handle to_dlpack, nb::handle empty_strided)
+void torch_setup(nb::handle to_dlpack, nb::handle empty_strided, nb::handle tensor_type)
 {
     // Held for the life of the process, as the torch module itself is.
     g_to_dlpack = nb::borrow(to_dlpack).release().ptr();
     g_empty_strided = nb::borrow(empty_strided).release().ptr();
+    g_tensor_type = nb::borrow(tensor_type).release().ptr();
     g_dtype_attr = PyUnicode_InternFromString("dtype");
     g_dtype_kwname = PyTuple_Pack(1, g_dtype_attr);
     if (!g_dtype_attr || !g_dtype_kwname)
@@ -623,26 +625,56 @@ nb::object forward_torch(Context &ctx, nb::handle q, nb::handle k, nb::handle v,
 
 // The torch fast path of flash_attn_with_kvcache (decoding: a call of a millisecond
 // whose Python layer must stay a few percent of it): every tensor to a DLPack
-// capsule here, the output from torch.empty_strided, then fa_forward; index arrays
-// already int32 (flashattn.interface converts them). Returns out (B, Sq, Hq, Dv).
+// capsule here, the output from torch.empty_strided, then fa_forward. Returns out
+// (B, Sq, Hq, Dv).
+//
+// lenient: the call as flash_attn_with_kvcache received it, before any conversion.
+// What this path does not take as it is (an argument that is not a torch.Tensor,
+// such as an int cache_seqlens; a tensor off the CPU; index arrays not int32 and
+// contiguous; a q not 4-d; torch not set up yet) gives None before anything is
+// written, and the caller's general path converts or raises its own message.
+// Decoding pays for every Python step several times over: the kernel's pass over
+// the cache evicts the interpreter's code and data from this core's caches, so the
+// next call's Python runs cold (measured at L = 4096: a torch attribute read, ~0.5 us
+// warm, then costs ~6 us; torch.empty ~3 us, then ~25 us). Hence one call from
+// Python, with every check here. Without lenient, index arrays are already int32
+// (flashattn.interface converts them).
 nb::object kvcache_torch(Context &ctx, nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k, nb::handle v,
                          nb::handle seqlens, nb::handle batch_idx, nb::handle block_table, nb::handle leftpad,
                          nb::handle k_scale, nb::handle v_scale, double scale, double softcap, int causal,
-                         int64_t window_left, int64_t window_right)
+                         int64_t window_left, int64_t window_right, bool lenient)
 {
     fa_context *c = ctx.get();
-    if (!g_to_dlpack)
+    if (!g_to_dlpack) {
+        if (lenient)
+            return nb::none();
         raise(PyExc_RuntimeError, "flashattn._C.kvcache_torch: torch_setup() has not run");
+    }
     nb::handle none(Py_None);
-    nb::object caps[11];
     const nb::handle tensors[11] = {q, k, v, k_cache, v_cache, k_scale, v_scale, seqlens, batch_idx, block_table, leftpad};
-    for (int i = 0; i < 11; i++)
-        if (!tensors[i].is_none())
-            caps[i] = dlpack_of(tensors[i]);
-    auto h = [&](int i) { return caps[i].is_valid() ? nb::handle(caps[i]) : none; };
+    if (lenient) {
+        if (q.is_none() || seqlens.is_none() || k_cache.is_none() || v_cache.is_none()) // the general path's words
+            return nb::none();
+        for (const nb::handle &t : tensors)
+            if (!t.is_none() && !PyObject_TypeCheck(t.ptr(), reinterpret_cast<PyTypeObject *>(g_tensor_type)))
+                return nb::none();
+    }
+    nb::object caps[11];
     Call call;
-    fill(call, h(0), h(1), h(2), none, none, scale, softcap, causal, window_left, window_right, none, none, none, none,
-         none, h(3), h(4), h(5), h(6), h(7), h(8), h(9), 0, 0, 0.0, 0, 0, none, none, h(10));
+    try {
+        for (int i = 0; i < 11; i++)
+            if (!tensors[i].is_none())
+                caps[i] = dlpack_of(tensors[i]);
+        auto h = [&](int i) { return caps[i].is_valid() ? nb::handle(caps[i]) : none; };
+        fill(call, h(0), h(1), h(2), none, none, scale, softcap, causal, window_left, window_right, none, none, none,
+             none, none, h(3), h(4), h(5), h(6), h(7), h(8), h(9), 0, 0, 0.0, 0, 0, none, none, h(10));
+    } catch (nb::python_error &) {
+        // fill refuses a q that is not 4-d, a tensor off the CPU, an index array not
+        // int32 or not contiguous: the general path converts or raises in its words
+        if (!lenient)
+            throw;
+        return nb::none(); // the error goes with the exception; nothing was written
+    }
     fa_forward_args &a = call.a;
     const int64_t B = a.q.shape[0], S = a.q.shape[1], H = a.q.shape[2], Dv = call.cache.v.shape[3];
     const int64_t shape[4] = {B, S, H, Dv}, strides[4] = {S * H * Dv, H * Dv, Dv, 1};
@@ -833,7 +865,7 @@ NB_MODULE(_C, m)
 
     m.def("forward", &forward, nb::arg("ctx"), FA_FWD_ARGS);
     m.def("forward_work", &forward_work, nb::arg("ctx"), FA_FWD_ARGS);
-    m.def("torch_setup", &torch_setup, nb::arg("to_dlpack"), nb::arg("empty_strided"));
+    m.def("torch_setup", &torch_setup, nb::arg("to_dlpack"), nb::arg("empty_strided"), nb::arg("tensor_type"));
     m.def("forward_torch", &forward_torch, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
           nb::arg("bias").none(), nb::arg("mask").none(), nb::arg("scale"), nb::arg("softcap"), nb::arg("causal"),
           nb::arg("window_left"), nb::arg("window_right"), nb::arg("dropout_p"), nb::arg("dropout_seed"),
@@ -842,11 +874,11 @@ NB_MODULE(_C, m)
           nb::arg("dv").none(), FA_FWD_ARGS, nb::arg("dsinks").none() = nb::none());
     m.def("merge_states", &merge_states, nb::arg("ctx"), nb::arg("out_parts"), nb::arg("lse_parts"),
           nb::arg("out"), nb::arg("lse").none());
-    m.def("kvcache_torch", &kvcache_torch, nb::arg("ctx"), nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
-          nb::arg("k").none(), nb::arg("v").none(), nb::arg("cache_seqlens"), nb::arg("cache_batch_idx").none(),
-          nb::arg("block_table").none(), nb::arg("cache_leftpad").none(), nb::arg("k_scale").none(),
-          nb::arg("v_scale").none(), nb::arg("scale"), nb::arg("softcap"), nb::arg("causal"), nb::arg("window_left"),
-          nb::arg("window_right"));
+    m.def("kvcache_torch", &kvcache_torch, nb::arg("ctx"), nb::arg("q").none(), nb::arg("k_cache").none(),
+          nb::arg("v_cache").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("cache_seqlens").none(),
+          nb::arg("cache_batch_idx").none(), nb::arg("block_table").none(), nb::arg("cache_leftpad").none(),
+          nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("scale"), nb::arg("softcap"),
+          nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("lenient") = false);
     m.def("time_call_c", &time_call_c, nb::arg("ctx"), nb::arg("runs"), FA_FWD_ARGS);
     m.def("time_forward_c", &time_forward_c, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
           nb::arg("out"), nb::arg("runs"));

@@ -216,3 +216,59 @@ def test_short_index_arrays_are_refused_not_read_past():
         flash_attn_func(q, kc[:, :3], vc[:, :3], alibi_slopes=torch.ones(1))
     with pytest.raises(ValueError, match="int32"):
         flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.tensor([1.0, 2.0]))
+
+
+def test_kvcache_decode_path_matches_the_general_path():
+    """flash_attn_with_kvcache's per-call path (_C.kvcache_torch, lenient: CPU torch tensors and
+    int32 index arrays taken as they come, in one binding call) gives the general path's bits, and
+    hands everything it does not take to the general path before writing anything, so that the
+    general path's conversions and messages still hold."""
+    B, Smax, Hq, Hk, D = 2, 16, 4, 2, 8
+    q = randn(B, 1, Hq, D, seed=70)
+    kn, vn = randn(B, 1, Hk, D, seed=71), randn(B, 1, Hk, D, seed=72)
+    kc0, vc0 = randn(B, Smax, Hk, D, seed=73), randn(B, Smax, Hk, D, seed=74)
+    sl = torch.tensor([3, 9], dtype=torch.int32)
+
+    def run(q=q, seqlens=sl, **kw):
+        kc, vc = kc0.clone(), vc0.clone()
+        return flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens, causal=True, **kw), kc, vc
+
+    (ref, _), kref, vref = run(return_softmax_lse=True)  # the general path
+    for b in range(B):  # what it wrote and computed, against the float64 formula
+        n = int(sl[b])
+        assert torch.equal(kref[b, n], kn[b, 0]) and torch.equal(vref[b, n], vn[b, 0])
+        ro, _ = attn_ref(q[b:b + 1].double(), kref[b:b + 1, :n + 1].double(), vref[b:b + 1, :n + 1].double(),
+                         causal="bottom-right")
+        assert (ref[b] - ro[0]).abs().max().item() < 1e-5
+    import flashattn.torch  # noqa: F401  (hands torch's functions to the binding, as a first torch call does)
+
+    ctx = flashattn._core.current_context()
+
+    def lenient(q=q, seqlens=sl, kc=None):
+        kc = kc0.clone() if kc is None else kc
+        return flashattn._C.kvcache_torch(ctx, q, kc, vc0.clone(), kn, vn, seqlens, None, None, None, None, None,
+                                          0.0, 0.0, 1, -1, -1, True), kc
+
+    out, kc = lenient()
+    assert out is not None and torch.equal(out, ref) and torch.equal(kc, kref)
+    # refused before anything is written: what the general path converts, or words its own way
+    strided = torch.tensor([3, 0, 9, 0], dtype=torch.int32)[::2]
+    for kw in ({"seqlens": 3}, {"seqlens": sl.long()}, {"seqlens": strided}, {"seqlens": None},
+               {"q": q.numpy()}, {"q": q[0]}, {"q": q.to("meta")}):
+        out, kc = lenient(**kw)
+        assert out is None and torch.equal(kc, kc0), kw
+    # through the API, each form gives the same bits
+    for s in (sl.long(), strided):
+        out, kc, vc = run(seqlens=s)
+        assert torch.equal(out, ref) and torch.equal(kc, kref) and torch.equal(vc, vref)
+    out, kc, vc = run(q=q.clone().requires_grad_())
+    assert torch.equal(out, ref) and not out.requires_grad and torch.equal(kc, kref)
+    same, _, _ = run(seqlens=torch.tensor([5, 5], dtype=torch.int32))
+    out, _, _ = run(seqlens=5)
+    assert torch.equal(out, same)
+    with pytest.raises(ValueError, match=r"q must be 4-d \(batch"):
+        run(q=q[0])
+    with pytest.raises(ValueError, match="cache_seqlens is required"):
+        run(seqlens=None)
+    with pytest.raises(ValueError, match="q is on meta"):
+        run(q=q.to("meta"))

@@ -37,7 +37,7 @@ _grad_enabled = torch.is_grad_enabled
 _is_compiling = torch.compiler.is_compiling
 _profiling = torch.autograd._profiler_enabled
 _f32, _bool = torch.float32, torch.bool
-_C.torch_setup(_to_dlpack, torch.empty_strided)
+_C.torch_setup(_to_dlpack, torch.empty_strided, torch.Tensor)
 _forward_torch = _C.forward_torch
 _kvcache_torch = _C.kvcache_torch
 
