@@ -167,8 +167,8 @@ static int dq_direct(const fa_problem *p, const fa_grads *g)
  * sink's column, which has no value (dp = 0): dsink_h = -sum_{b,i} exp(sink_h - lse_i) D_i,
  * summed here in one fixed order (b, h, i) on one thread, so no thread count moves
  * its bits. dsum: (Hq) doubles of scratch. */
-static void compute_dvec(const fa_problem *p, const fa_grads *g, float *dvec, int64_t sb, int64_t sh, float *rowa,
-                         float *rowb, double *dsum)
+static void compute_dvec(const fa_problem *p, const fa_kernels *kern, const fa_grads *g, float *dvec, int64_t sb,
+                         int64_t sh, float *rowa, float *rowb, double *dsum)
 {
     for (int64_t h = 0; h < p->Hq; h++) dsum[h] = 0.0;
     for (int64_t b = 0; b < p->B; b++) {
@@ -178,8 +178,8 @@ static void compute_dvec(const fa_problem *p, const fa_grads *g, float *dvec, in
         fa_seq_grads(p, g, b, &gs);
         for (int64_t h = 0; h < p->Hq; h++)
             for (int64_t i = 0; i < s.Sq; i++) {
-                fa_pack_rows(&gs.dout, 0, i, 1, h, p->Dv, rowa, p->Dv);
-                fa_pack_rows(&s.o, 0, i, 1, h, p->Dv, rowb, p->Dv);
+                fa_pack_rows(&gs.dout, kern, 0, i, 1, h, p->Dv, rowa, p->Dv);
+                fa_pack_rows(&s.o, kern, 0, i, 1, h, p->Dv, rowb, p->Dv);
                 double d = 0.0; /* in double: D_i is a difference's subtrahend for every column */
                 for (int64_t e = 0; e < p->Dv; e++) d += (double)rowa[e] * (double)rowb[e];
                 const int64_t row = p->cu_q ? p->cu_q[b] + i : i;
@@ -577,7 +577,7 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     fa_ws_layout(parts, sizeof parts / sizeof parts[0], ws);
     job.dvec = dvec;
 
-    compute_dvec(p, g, dvec, job.dvec_sb, job.dvec_sh, rowa, rowb, dsum);
+    compute_dvec(p, job.kern, g, dvec, job.dvec_sb, job.dvec_sh, rowa, rowb, dsum);
     fa_bwd_tasks_fill(p, &rules, &counts, job.tasks);
     job.n_tasks = n_tasks;
     atomic_init(&job.next, 0);

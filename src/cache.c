@@ -10,6 +10,7 @@
 #include "cache.h"
 #include "arith.h"
 #include "checks.h"
+#include "context.h"
 #include "convert.h"
 #include "alloc.h"
 
@@ -352,11 +353,11 @@ static int8_t quant_code(fa_dtype d, float y)
 /* One row x of dim values into the cache slot (at, hk): rounded to a float cache's
  * dtype, or quantised into an int8 or fp8 cache with its scale: the slot's own
  * (max|x| / FMAX, written with the row), or a shared one, read and left as it is. */
-static void store_row(const fa_tensor *cache, const fa_tensor *scale, int shared, fa_slot at, int64_t hk,
-                      const float *x, int64_t dim)
+static void store_row(const fa_kernels *kern, const fa_tensor *cache, const fa_tensor *scale, int shared, fa_slot at,
+                      int64_t hk, const float *x, int64_t dim)
 {
     if (!fa_dtype_is_quant(cache->dtype)) {
-        fa_store_rows(cache, &fa_kernels_ref, at.blk, at.row, 1, hk, dim, x, dim);
+        fa_store_rows(cache, kern, at.blk, at.row, 1, hk, dim, x, dim);
         return;
     }
     float *sp = (float *)scale->data + at.blk * scale->stride[0] + at.row * scale->stride[1] + hk * scale->stride[2];
@@ -439,19 +440,22 @@ fa_status fa_cache_append(fa_context *ctx, const fa_problem *p, fa_cache_undo *u
     undo->bytes = bytes;
     float *row = (float *)buf;
     char *kept = buf + row_bytes;
+    /* the context's row converters: a decoding call appends a row per kv head, and
+     * half.h's scalar ones took a third of such a call's time at short caches */
+    const fa_kernels *kern = ctx->kernels;
     for (int64_t b = 0; b < p->B; b++) {
         const int64_t add = fa_cache_new_rows(p, b);
         const int64_t sb = p->cu_k ? 0 : b, s0 = p->cu_k ? p->cu_k[b] : 0; /* new row t of sequence b */
         for (int64_t t = 0; t < add; t++) {
             const fa_slot at = seq_slot(p, b, fa_cache_old_keys(p, b) + t);
             for (int64_t hk = 0; hk < p->Hk; hk++) {
-                fa_pack_rows(&p->k, sb, s0 + t, 1, hk, p->D, row, p->D);
+                fa_pack_rows(&p->k, kern, sb, s0 + t, 1, hk, p->D, row, p->D);
                 kept = keep_part(p, 0, at, hk, kept, 1);
-                store_row(&p->kc, &p->k_scale, p->scale_shared[0], at, hk, row, p->D);
+                store_row(kern, &p->kc, &p->k_scale, p->scale_shared[0], at, hk, row, p->D);
                 if (p->v_in_k) continue; /* V is K's row, just written */
-                fa_pack_rows(&p->v, sb, s0 + t, 1, hk, p->Dv, row, p->Dv);
+                fa_pack_rows(&p->v, kern, sb, s0 + t, 1, hk, p->Dv, row, p->Dv);
                 kept = keep_part(p, 1, at, hk, kept, 1);
-                store_row(&p->vc, &p->v_scale, p->scale_shared[1], at, hk, row, p->Dv);
+                store_row(kern, &p->vc, &p->v_scale, p->scale_shared[1], at, hk, row, p->Dv);
             }
         }
     }

@@ -36,13 +36,17 @@ void fa_row_to_f32(const void *row, fa_dtype dtype, int64_t sd, float scale, int
     }
 }
 
-void fa_pack_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
-                  float *dst, int64_t ld)
+void fa_pack_rows(const fa_tensor *t, const fa_kernels *kern, int64_t b, int64_t s0, int64_t rows, int64_t h,
+                  int64_t cols, float *dst, int64_t ld)
 {
+    void (*cvt)(const uint16_t *, float *, int64_t) = NULL;
+    if (kern && t->stride[3] == 1)
+        cvt = t->dtype == FA_DTYPE_F16 ? kern->f16_to_f32 : t->dtype == FA_DTYPE_BF16 ? kern->bf16_to_f32 : NULL;
     for (int64_t r = 0; r < rows; r++) {
         const int64_t base = b * t->stride[0] + (s0 + r) * t->stride[1] + h * t->stride[2];
-        fa_row_to_f32((const char *)t->data + base * (int64_t)fa_dtype_size(t->dtype), t->dtype, t->stride[3], 1.0f,
-                      cols, dst + r * ld);
+        const char *row = (const char *)t->data + base * (int64_t)fa_dtype_size(t->dtype);
+        if (cvt) cvt((const uint16_t *)row, dst + r * ld, cols);
+        else fa_row_to_f32(row, t->dtype, t->stride[3], 1.0f, cols, dst + r * ld);
     }
 }
 
@@ -92,14 +96,7 @@ const float *fa_rows_f32(const fa_tensor *t, const fa_kernels *kern, int64_t b, 
         return (const float *)t->data + base;
     }
     *ld = cols;
-    if (t->stride[3] == 1 && (t->dtype == FA_DTYPE_F16 || t->dtype == FA_DTYPE_BF16)) {
-        void (*cvt)(const uint16_t *, float *, int64_t) =
-            t->dtype == FA_DTYPE_F16 ? kern->f16_to_f32 : kern->bf16_to_f32;
-        for (int64_t r = 0; r < rows; r++)
-            cvt((const uint16_t *)t->data + base + r * t->stride[1], scratch + r * cols, cols);
-        return scratch;
-    }
-    fa_pack_rows(t, b, s0, rows, h, cols, scratch, cols);
+    fa_pack_rows(t, kern, b, s0, rows, h, cols, scratch, cols);
     return scratch;
 }
 

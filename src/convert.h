@@ -32,9 +32,11 @@ static inline float fa_load(const fa_tensor *t, int64_t i0, int64_t i1, int64_t 
  * are multiplied by scale (the row's dequantisation scale), other dtypes ignore it. */
 void fa_row_to_f32(const void *row, fa_dtype dtype, int64_t sd, float scale, int64_t n, float *out);
 
-/* Rows s0 .. s0+rows-1 of (b, :, h, 0..cols-1) as f32, written to dst[r*ld + c]. */
-void fa_pack_rows(const fa_tensor *t, int64_t b, int64_t s0, int64_t rows, int64_t h, int64_t cols,
-                  float *dst, int64_t ld);
+/* Rows s0 .. s0+rows-1 of (b, :, h, 0..cols-1) as f32, written to dst[r*ld + c]
+ * (always a copy). kern: its row converters for f16/bf16 rows of unit stride (the same
+ * bits as half.h's); NULL: half.h's scalar ones. */
+void fa_pack_rows(const fa_tensor *t, const fa_kernels *kern, int64_t b, int64_t s0, int64_t rows, int64_t h,
+                  int64_t cols, float *dst, int64_t ld);
 /*
  * The same rows as f32 for a kernel: a pointer into the tensor itself when it is
  * f32 with unit stride along the last axis (no copy at all), otherwise converted

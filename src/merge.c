@@ -74,6 +74,7 @@ typedef struct {
     int n;
     const fa_tensor *o_parts, *lse_parts;
     const fa_tensor *o, *lse; /* lse NULL: not wanted */
+    const fa_kernels *kern;   /* the context's row converters */
     int64_t S, H, Dv, rows;   /* rows = B * S * H */
     char *workspace;
     int64_t per_thread;       /* bytes */
@@ -115,12 +116,12 @@ static void merge_worker(void *arg, int ith, int nth)
             const int64_t h = r % job->H, s = r / job->H % job->S, b = r / job->H / job->S;
             /* read every part's row before writing: o may be one of the parts */
             for (int i = 0; i < n; i++) {
-                fa_pack_rows(&job->o_parts[i], b, s, 1, h, Dv, sc.rows + (int64_t)i * Dv, Dv);
+                fa_pack_rows(&job->o_parts[i], job->kern, b, s, 1, h, Dv, sc.rows + (int64_t)i * Dv, Dv);
                 sc.lses[i] = fa_load(&job->lse_parts[i], b, h, s, 0);
             }
             float l;
             fa_merge_rows(n, sc.ptrs, sc.lses, Dv, sc.merged, &l);
-            fa_store_rows(job->o, &fa_kernels_ref, b, s, 1, h, Dv, sc.merged, Dv);
+            fa_store_rows(job->o, job->kern, b, s, 1, h, Dv, sc.merged, Dv);
             if (job->lse)
                 ((float *)job->lse->data)[b * job->lse->stride[0] + h * job->lse->stride[1] + s * job->lse->stride[2]] = l;
         }
@@ -153,7 +154,7 @@ static fa_status merge_states(fa_context *ctx, int n, const fa_tensor *o_parts, 
         if ((st = fa_check_lse(ctx, l, B, H, S)) != FA_OK) return st;
     }
 
-    merge_job job = {.n = n, .S = S, .H = H, .Dv = Dv};
+    merge_job job = {.n = n, .S = S, .H = H, .Dv = Dv, .kern = ctx->kernels};
     job.rows = fa_bytes3(B, S, H); /* the lse of part 0 has B*H*S elements: no overflow */
     if (job.rows == 0) return FA_OK;
     /* canonical copies (checks.h): the rows read and written are the caller's */
