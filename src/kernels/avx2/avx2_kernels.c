@@ -796,27 +796,25 @@ AVX2_INLINE __m128i f32x8_to_bf16(__m256 v)
     return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 
-void fa_avx2_f32_to_f16(const float *src, uint16_t *dst, int64_t n)
+/* n floats to a 16-bit dtype, eight at a time, the tail through a masked load. */
+AVX2_INLINE void f32_to_half(const int bf16, const float *src, uint16_t *dst, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(dst + i), f32x8_to_f16(_mm256_loadu_ps(src + i)));
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(src + i);
+        _mm_storeu_si128((__m128i *)(dst + i), bf16 ? f32x8_to_bf16(v) : f32x8_to_f16(v));
+    }
     if (i < n) {
         uint16_t tmp[8];
-        _mm_storeu_si128((__m128i *)tmp, f32x8_to_f16(_mm256_maskload_ps(src + i, lanes_below(n - i))));
+        const __m256 v = _mm256_maskload_ps(src + i, lanes_below(n - i));
+        _mm_storeu_si128((__m128i *)tmp, bf16 ? f32x8_to_bf16(v) : f32x8_to_f16(v));
         memcpy(dst + i, tmp, (size_t)(n - i) * sizeof *tmp);
     }
 }
 
-void fa_avx2_f32_to_bf16(const float *src, uint16_t *dst, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(dst + i), f32x8_to_bf16(_mm256_loadu_ps(src + i)));
-    if (i < n) {
-        uint16_t tmp[8];
-        _mm_storeu_si128((__m128i *)tmp, f32x8_to_bf16(_mm256_maskload_ps(src + i, lanes_below(n - i))));
-        memcpy(dst + i, tmp, (size_t)(n - i) * sizeof *tmp);
-    }
-}
+void fa_avx2_f32_to_f16(const float *src, uint16_t *dst, int64_t n) { f32_to_half(0, src, dst, n); }
+
+void fa_avx2_f32_to_bf16(const float *src, uint16_t *dst, int64_t n) { f32_to_half(1, src, dst, n); }
 
 /* ------------------------------------------------------- small-row (decode) */
 
