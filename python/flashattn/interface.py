@@ -151,13 +151,11 @@ def _round128(n):
     return (n + 127) // 128 * 128
 
 
-def _attn_probs(q, k, bias, mask, alibi, opts, keep, t, sinks=None):
-    """flash-attn's S_dmask for a dense call with dropout: (batch, nheads, seqlen_q rounded
-    up to 128, seqlen_k likewise) in q's dtype, the softmax probabilities p_ij (undropped)
-    with the sign bit set where dropout dropped the element (-p, -0.0 for p = 0), zero in
-    the padding. P comes from the library itself (every mask, softcap and ALiBi rule as
-    the call applied it): the same call without dropout on v = the identity, so that
-    o_i = sum_j p_ij e_j = p_i, in f32."""
+def _probs(q, k, bias, mask, alibi, opts, t, sinks=None):
+    """The softmax probabilities p_ij (undropped) of a dense call, (batch, nheads, seqlen_q,
+    seqlen_k) f32, from the library itself (every mask, softcap, ALiBi and sink rule as
+    the call applies it): the same call without dropout on v = the identity, so that
+    o_i = sum_j p_ij e_j = p_i."""
     B, Sq, Hq, _ = q.shape
     Sk, Hk = k.shape[1], k.shape[2]
     scale, softcap, causal, wl, wr = opts[:5]
@@ -175,15 +173,70 @@ def _attn_probs(q, k, bias, mask, alibi, opts, keep, t, sinks=None):
         call = [q, k, eye, p, bias, mask, alibi, _sinks(sinks, t)]
     qa, ka, ea, pa, ba, ma, aa, sa = call
     _C.forward(_core.current_context(), qa, ka, ea, pa, None, scale, softcap, causal, wl, wr, aa, ba, ma, sinks=sa)
+    return p.permute(0, 2, 1, 3) if t else p.transpose(0, 2, 1, 3)
+
+
+def _signed(p, keep, dtype, t):
+    """flash-attn's encoding of probabilities p under the keep-mask: p where kept, -p
+    (the sign bit set, -0.0 for p = 0) where dropped, in dtype."""
     if t:
-        p = p.permute(0, 2, 1, 3)
-        s = torch.where(keep, p, -p).to(q.dtype)
-        out = torch.zeros((B, Hq, _round128(Sq), _round128(Sk)), dtype=q.dtype)
+        import torch
+
+        return torch.where(keep, p, -p).to(dtype)
+    return np.where(keep, p, -p).astype(dtype)
+
+
+def _zeros(shape, dtype, t):
+    if t:
+        import torch
+
+        return torch.zeros(shape, dtype=dtype)
+    return np.zeros(shape, dtype=dtype)
+
+
+def _attn_probs(q, k, bias, mask, alibi, opts, keep, t, sinks=None):
+    """flash-attn's S_dmask for a dense call with dropout: (batch, nheads, seqlen_q rounded
+    up to 128, seqlen_k likewise) in q's dtype, the probabilities (_probs) encoded by the
+    call's keep-mask (_signed), zero in the padding."""
+    B, Sq, Hq, _ = q.shape
+    Sk = k.shape[1]
+    out = _zeros((B, Hq, _round128(Sq), _round128(Sk)), q.dtype, t)
+    out[:, :, :Sq, :Sk] = _signed(_probs(q, k, bias, mask, alibi, opts, t, sinks), keep, q.dtype, t)
+    return out
+
+
+def _varlen_attn_probs(q, k, cu_q, cu_k, max_seqlen_q, max_seqlen_k, alibi, opts, t, sinks):
+    """flash-attn's S_dmask for a varlen call with dropout: (batch, nheads, max_seqlen_q
+    rounded up to 128, max_seqlen_k likewise), sequence b's probabilities encoded in
+    [b, :, :len_q(b), :len_k(b)], zero elsewhere. The keep bits are the library's: the
+    mask of a dense call on zero rows of width 1 padded to (batch, max_seqlen), whose
+    (b, h, i, j) draw exactly the varlen call's (docs/semantics.md, section 6: b the
+    sequence, i and j counted from its first row). The probabilities are each
+    sequence's own dense call (_probs), with its row of a (batch, nheads) ALiBi."""
+    lq = [int(x) for x in (cu_q[1:] - cu_q[:-1])]
+    lk = [int(x) for x in (cu_k[1:] - cu_k[:-1])]
+    B, Hq = len(lq), q.shape[1]
+    mq = max(lq, default=0) if not isinstance(max_seqlen_q, int) else max_seqlen_q
+    mk = max(lk, default=0) if not isinstance(max_seqlen_k, int) else max_seqlen_k
+    out = _zeros((B, Hq, _round128(mq), _round128(mk)), q.dtype, t)
+    if B == 0 or mq == 0 or mk == 0:
+        return out
+    cq, ck = [int(x) for x in cu_q], [int(x) for x in cu_k]
+    mask_opts = (1.0, 0.0, _core.CAUSAL_NONE, -1, -1) + tuple(opts[5:])
+    if t:
+        import torch
+
+        z = torch.zeros((B, mq, Hq, 1), dtype=torch.float32), torch.zeros((B, mk, 1, 1), dtype=torch.float32)
+        keep = _ops().attention(z[0], z[1], z[1], None, None, None, None, None, mask_opts, True, need_lse=False)[2]
     else:
-        p = p.transpose(0, 2, 1, 3)
-        s = np.where(keep, p, -p).astype(q.dtype)
-        out = np.zeros((B, Hq, _round128(Sq), _round128(Sk)), dtype=q.dtype)
-    out[:, :, :Sq, :Sk] = s
+        z = np.zeros((B, mq, Hq, 1), dtype=np.float32), np.zeros((B, mk, 1, 1), dtype=np.float32)
+        keep = _np_forward(z[0], z[1], z[1], opts=mask_opts, want_mask=True, need_lse=False)[2]
+    for b in range(B):
+        if lq[b] == 0 or lk[b] == 0:
+            continue
+        ab = alibi if alibi is None or alibi.ndim == 1 else alibi[b:b + 1]
+        p = _probs(q[cq[b]:cq[b + 1]][None], k[ck[b]:ck[b + 1]][None], None, None, ab, opts, t, sinks)
+        out[b, :, :lq[b], :lk[b]] = _signed(p[0], keep[b, :, :lq[b], :lk[b]], q.dtype, t)
     return out
 
 
@@ -302,9 +355,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            dropout_seed=None, dropout_offset=0, sinks=None):
     """Packed sequences: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim[_v]),
     cu_seqlens_* int32 (batch + 1,) prefix sums. Returns out (total_q, nheads, headdim_v);
-    with return_attn_probs also softmax_lse (nheads, total_q) and None (the dropout
-    mask is a dense-call output). max_seqlen_* are checked against cu_seqlens when
-    given as ints.
+    with return_attn_probs also softmax_lse (nheads, total_q) and, with dropout,
+    flash-attn's S_dmask: (batch, nheads, max_seqlen_q, max_seqlen_k), each rounded up to
+    a multiple of 128, sequence b's probabilities in [b, :, :len_q(b), :len_k(b)] with
+    the sign bit set where dropout dropped them, zero elsewhere (None without dropout,
+    as in flash-attn). max_seqlen_* are checked against cu_seqlens when given as ints,
+    and then size S_dmask, as flash-attn's do.
 
     Paged keys (flash-attn's block_table): k, v are page pools (num_pages, page_size,
     nheads_k, headdim[_v]) of any page size, block_table (batch, max_pages) int32 page
@@ -330,16 +386,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_q, cu_k = _int32(cu_seqlens_q, t, "cu_seqlens_q"), _int32(cu_seqlens_k, t, "cu_seqlens_k")
     _check_max_seqlen("max_seqlen_q", cu_q, max_seqlen_q, t)
     _check_max_seqlen("max_seqlen_k", cu_k, max_seqlen_k, t)
+    alibi = _alibi(alibi_slopes, t)
     if t:
-        out, lse, _ = _ops().attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), None, None,
-                                       _alibi(alibi_slopes, True), cu_q, cu_k, opts, False, sinks=sinks)
+        out, lse, _ = _ops().attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), None, None, alibi, cu_q, cu_k,
+                                       opts, False, sinks=sinks)
         out, lse = out[0], lse[0]
     else:
         q, k, v = _np(q, "q"), _np(k, "k"), _np(v, "v")
-        out, lse, _ = _np_forward(q[None], k[None], v[None], alibi=_alibi(alibi_slopes, False), cu_q=cu_q,
-                                  cu_k=cu_k, opts=opts, sinks=sinks)
+        out, lse, _ = _np_forward(q[None], k[None], v[None], alibi=alibi, cu_q=cu_q, cu_k=cu_k, opts=opts, sinks=sinks)
         out, lse = out[0], lse[0]
-    return (out, lse, None) if return_attn_probs else out
+    if not return_attn_probs:
+        return out
+    dm = (_varlen_attn_probs(q, k, cu_q, cu_k, max_seqlen_q, max_seqlen_k, alibi, opts, t, sinks)
+          if opts[5] > 0 else None)
+    return out, lse, dm
 
 
 def _check_max_seqlen(name, cu, mx, torch_side):

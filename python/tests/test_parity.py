@@ -265,3 +265,49 @@ def test_attn_probs_encoding(dtype):
     assert np.array_equal(Sn[:, :, :Sq, :Sk].view(np.uint16 if dt == torch.float16 else np.uint32),
                           S.numpy().view(np.uint16 if dt == torch.float16 else np.uint32))
     assert flash_attn_func(q, k, v, return_attn_probs=True)[2] is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_varlen_attn_probs_encoding(dtype):
+    # flash-attn's varlen S_dmask: (batch, nheads, max_seqlen_q, max_seqlen_k) rounded up to
+    # 128, sequence b in [b, :, :len_q, :len_k]; the keep bits are the Philox rule with b the
+    # sequence and i, j from its first row (docs/semantics.md, section 6)
+    dt = getattr(torch, dtype)
+    lq, lk = [5, 0, 130, 9], [7, 3, 140, 9]
+    Hq, Hk, D, p, seed = 4, 2, 16, 0.3, 99
+    cu_q = torch.tensor(np.cumsum([0] + lq), dtype=torch.int32)
+    cu_k = torch.tensor(np.cumsum([0] + lk), dtype=torch.int32)
+    q, k, v = randn(sum(lq), Hq, D, dtype=dt, seed=4), randn(sum(lk), Hk, D, dtype=dt, seed=5), randn(sum(lk), Hk, D, dtype=dt, seed=6)
+    alibi = torch.rand(len(lq), Hq, generator=torch.Generator().manual_seed(7)) * 0.1  # a row per sequence
+    out, lse, S = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), dropout_p=p, causal=True,
+                                         alibi_slopes=alibi, return_attn_probs=True, dropout_seed=seed)
+    assert S.shape == (len(lq), Hq, 256, 256) and S.dtype == dt
+    for b in range(len(lq)):
+        Sb = S[b, :, :lq[b], :lk[b]]
+        pad = S[b].clone()
+        pad[:, :lq[b], :lk[b]] = 0
+        assert not pad.any(), f"sequence {b}: nonzero outside its lengths"
+        if lq[b] == 0:
+            continue
+        keep = ~torch.signbit(Sb)
+        assert np.array_equal(keep.numpy(), dropout_keep_rule(b + 1, Hq, lq[b], lk[b], p, seed, 0)[b]), b
+        qb = q[cu_q[b]:cu_q[b + 1]][None]
+        kb, vb = k[cu_k[b]:cu_k[b + 1]][None], v[cu_k[b]:cu_k[b + 1]][None]
+        eye = torch.eye(lk[b], dtype=torch.float64)[None, :, None, :].expand(1, lk[b], Hk, lk[b])
+        ref, _ = attn_ref(qb.double(), kb.double(), eye, causal="bottom-right", alibi=alibi[b:b + 1])
+        err = (Sb.abs().double() - ref[0].transpose(0, 1)).abs().max().item()
+        assert err <= (1e-6 if dt == torch.float32 else 2e-3), (b, err)
+        # the call's output is the dropped probabilities times v under the same mask
+        ro, _ = attn_ref(qb.double(), kb.double(), vb.double(), causal="bottom-right", alibi=alibi[b:b + 1],
+                         keep=keep[None], dropout_p=p)
+        no, _ = attn_ref(qb, kb, vb, causal="bottom-right", alibi=alibi[b:b + 1], keep=keep[None], dropout_p=p,
+                         dtype=dt)
+        assert_rule(out[cu_q[b]:cu_q[b + 1]][None], ro, no)
+    # NumPy gives the same bits; a larger max_seqlen sizes S_dmask as flash-attn's does
+    _, _, Sn = flash_attn_varlen_func(q.numpy(), k.numpy(), v.numpy(), cu_q.numpy(), cu_k.numpy(), 300, max(lk),
+                                      dropout_p=p, causal=True, alibi_slopes=alibi.numpy(), return_attn_probs=True,
+                                      dropout_seed=seed)
+    assert Sn.shape == (len(lq), Hq, 384, 256)
+    u = np.uint16 if dt == torch.float16 else np.uint32
+    assert np.array_equal(Sn[:, :, :256].view(u), S.numpy().view(u)) and not Sn[:, :, 256:].any()
+    assert flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), return_attn_probs=True)[2] is None
