@@ -23,11 +23,14 @@ needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
 
 def attn_ref(q, k, v, *, scale=None, causal=None, window=(-1, -1), softcap=0.0, alibi=None, bias=None, mask=None,
-             keep=None, dropout_p=0.0, dtype=None):
+             keep=None, dropout_p=0.0, dtype=None, sinks=None):
     """o (B, Sq, Hq, Dv) and lse (B, Hq, Sq) of BSND q, k, v in `dtype` (default float64).
 
     causal: None, "bottom-right" or "top-left". bias/mask broadcast to (B, Hq, Sq, Sk);
-    keep (B, Hq, Sq, Sk) bool is a dropout keep-mask."""
+    keep (B, Hq, Sq, Sk) bool is a dropout keep-mask. sinks (Hq,): gpt-oss's rule as
+    gpt-oss writes it, the masked scores get one more column holding the head's sink
+    logit, the softmax runs over all of them, and the sink's column is dropped before
+    P @ V; the lse is the same row's, sink included."""
     dtype = dtype or torch.float64
     B, Sq, Hq, D = q.shape
     Sk, Hk = k.shape[1], k.shape[2]
@@ -60,12 +63,16 @@ def attn_ref(q, k, v, *, scale=None, causal=None, window=(-1, -1), softcap=0.0, 
     if window[1] >= 0:
         kept = kept & (j <= d + window[1])
     s = s.masked_fill(~kept, float("-inf"))
+    if sinks is not None:
+        s = torch.cat([s, sinks.to(dtype).reshape(1, Hq, 1, 1).expand(B, Hq, Sq, 1)], dim=-1)
     m = s.amax(-1, keepdim=True).detach()
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.exp(s - m)
     l = e.sum(-1, keepdim=True)
     p = e / torch.where(l > 0, l, torch.ones_like(l))
     lse = (torch.log(l.double()) + m.double()).squeeze(-1)
+    if sinks is not None:
+        p = p[..., :-1]  # the sink has no value
     if keep is not None:
         p = p * keep.to(dtype) / (1.0 - dropout_p)
     o = (p @ vh).transpose(1, 2)
@@ -130,6 +137,12 @@ def philox_np(c0, c1, c2, c3, k0, k1):
         hi1, lo1 = p1 >> np.uint64(32), p1 & m
         c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
     return c0, c1, c2, c3
+
+
+def sink_ref(q, k, v, sinks, *, causal=False, window=(-1, -1), scale=None, dtype=None):
+    """attn_ref with sinks, causal a bool (flash-attn's bottom-right alignment)."""
+    return attn_ref(q, k, v, sinks=sinks, causal="bottom-right" if causal else None, window=window, scale=scale,
+                    dtype=dtype)
 
 
 def dropout_keep_rule(B, Hq, Sq, Sk, dropout_p, seed, offset, q_start=0, k_start=0):

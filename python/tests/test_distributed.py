@@ -28,7 +28,7 @@ from datetime import timedelta
 
 import pytest
 
-from conftest import assert_rule, attn_ref, needs_torch, torch
+from conftest import assert_rule, attn_ref, needs_torch, rule_tol, sink_ref, torch
 
 pytestmark = needs_torch
 
@@ -106,7 +106,7 @@ def _full(shape, dtype, seed):
 
 
 def _case(rank, world, method="ring", layout="zigzag", dtype=torch.float32, causal=False, window=None, gqa=False,
-          lengths=None, alibi=False, dropout=0.0, repeat=False, B=1, D=16):
+          lengths=None, alibi=False, dropout=0.0, repeat=False, B=1, D=16, sinks=False):
     import flashattn
     import flashattn.torch.distributed as fd
 
@@ -124,17 +124,32 @@ def _case(rank, world, method="ring", layout="zigzag", dtype=torch.float32, caus
     ql, kl, vl, dol = (mine(x) for x in (q, k, v, do))
     call = fd.ring_attention if method == "ring" else fd.ulysses_attention
     kw = dict(causal=causal, window=window, alibi_slopes=slopes, layout=layout)
+    sk = None
+    if sinks:  # one head's sink at -inf: no term, and a zero gradient
+        vals = _full((Hq,), torch.float32, 5) * 2.0
+        vals[0] = float("-inf")
+        sk = vals.requires_grad_()
+        kw["sinks"] = sk
     if dropout:
         kw.update(dropout_p=dropout, dropout_seed=1234, dropout_offset=7)
     o = call(ql, kl, vl, **kw)
     o.backward(dol)
     got = {"out": o.detach(), "dq": ql.grad, "dk": kl.grad, "dv": vl.grad}
+    if sinks:
+        got["dsinks"] = sk.grad.clone()
+        assert got["dsinks"][0] == 0, "a -inf sink has a zero gradient"
+        every = [torch.empty_like(sk.grad) for _ in range(world)]
+        torch.distributed.all_gather(every, sk.grad)
+        assert all(torch.equal(x, every[0]) for x in every), "the ranks' dsinks differ"
     if repeat:
         ql2, kl2, vl2 = (x.detach().clone().requires_grad_() for x in (ql, kl, vl))
+        if sinks:
+            kw["sinks"] = sk2 = sk.detach().clone().requires_grad_()
         o2 = call(ql2, kl2, vl2, **kw)
         o2.backward(dol)
-        for name, a, b in (("out", o2.detach(), got["out"]), ("dq", ql2.grad, got["dq"]), ("dk", kl2.grad, got["dk"]),
-                           ("dv", vl2.grad, got["dv"])):
+        again = [("out", o2.detach(), got["out"]), ("dq", ql2.grad, got["dq"]), ("dk", kl2.grad, got["dk"]),
+                 ("dv", vl2.grad, got["dv"])] + ([("dsinks", sk2.grad, got["dsinks"])] if sinks else [])
+        for name, a, b in again:
             assert torch.equal(a, b), f"{name} differs between two identical calls"
 
     def ours(x):
@@ -156,11 +171,30 @@ def _case(rank, world, method="ring", layout="zigzag", dtype=torch.float32, caus
     refs = {}
     for prec in (torch.float64, dtype):
         qf, kf, vf = (x.detach().to(prec).requires_grad_() for x in (q, k, v))
-        of, _ = attn_ref(qf, kf, vf, causal=cz, window=win, alibi=slopes, dtype=prec)
+        if sinks:  # one sequence: bottom-right causal is top-left
+            sf = sk.detach().to(torch.float64 if prec == torch.float64 else torch.float32).requires_grad_()
+            of, lse = sink_ref(qf, kf, vf, sf, causal=causal, window=win, dtype=prec)
+        else:
+            of, _ = attn_ref(qf, kf, vf, causal=cz, window=win, alibi=slopes, dtype=prec)
         of.backward(do.to(prec))
         refs[prec] = {"out": of.detach(), "dq": qf.grad, "dk": kf.grad, "dv": vf.grad}
+        if sinks:
+            refs[prec]["dsinks"] = sf.grad
+            refs[prec]["lse"] = lse.detach()
     for name in ("out", "dq", "dk", "dv"):
         assert_rule(got[name], ours(refs[torch.float64][name]), ours(refs[dtype][name]), what=f"rank {rank} {name}")
+    if sinks:  # the whole sequence's gradient on every rank
+        r64 = refs[torch.float64]
+        # the rule, plus what rounding o to the dtype adds: dsinks_h sums
+        # exp(sink_h - lse_i) dot(dO_i, o_i) with the output's o, each term off by
+        # at most u sum_e |dO_ie o_ie| (u the dtype's unit roundoff; 0 for f32, whose o
+        # the naive formula rounds alike)
+        u = 0.0 if dtype == torch.float32 else torch.finfo(dtype).eps / 2
+        w = torch.exp(sk.detach().double()[None, :, None] - r64["lse"])
+        slack = u * (w * (do.double().abs() * r64["out"].abs()).sum(-1).transpose(1, 2)).sum((0, 2))
+        err = (got["dsinks"][1:].double() - r64["dsinks"][1:]).abs().max().item()
+        tol = rule_tol(r64["dsinks"][1:], refs[dtype]["dsinks"][1:], torch.float32, 4) + slack[1:].max().item()
+        assert err <= tol, f"rank {rank} dsinks: max error {err:.3g} > tolerance {tol:.3g}"
 
 
 def _run_cases(rank, world, cases):
@@ -180,6 +214,8 @@ def _cases_for(world):
     uneven = [8 + 4 * r for r in range(world)]
     if world > 2:
         return [dict(method="ring", causal=True, gqa=True, lengths=uneven),
+                dict(method="ring", causal=True, sinks=True),
+                dict(method="ulysses", layout="contiguous", causal=True, gqa=True, sinks=True),
                 dict(method="ring", layout="contiguous", causal=True, window=(5, 0), dtype=bf16),
                 dict(method="ulysses", causal=True, gqa=True),
                 dict(method="ulysses", layout="contiguous", window=(3, 6), lengths=uneven)]
@@ -196,7 +232,13 @@ def _cases_for(world):
               dict(method="ring", causal=True, dropout=0.2),
               dict(method="ring", layout="contiguous", causal=True, window=(6, 0), alibi=True, dropout=0.3),
               dict(method="ring", causal=True, repeat=True),
-              dict(method="ulysses", causal=True, repeat=True, B=2)]
+              dict(method="ulysses", causal=True, repeat=True, B=2),
+              dict(method="ring", causal=True, gqa=True, sinks=True, B=2),
+              dict(method="ring", layout="contiguous", window=(5, 0), lengths=uneven, sinks=True),
+              dict(method="ring", dtype=bf16, sinks=True),
+              dict(method="ring", causal=True, sinks=True, repeat=True),
+              dict(method="ulysses", causal=True, gqa=True, sinks=True),
+              dict(method="ulysses", layout="contiguous", dtype=bf16, window=(3, 6), sinks=True)]
     return cases
 
 
@@ -242,6 +284,10 @@ def _errors(rank, world):
     out["ulysses_heads"] = attempt(lambda: fd.ulysses_attention(*bad))
     # a bad option on one rank
     out["window"] = attempt(lambda: fd.ring_attention(*good, window=(-3, 0) if rank == 1 else None))
+    # sinks on one rank only, and a +inf sink (the core's rule)
+    one = torch.zeros(H) if rank == 0 else None
+    out["sinks_one"] = attempt(lambda: fd.ring_attention(*good, sinks=one))
+    out["sinks_inf"] = attempt(lambda: fd.ulysses_attention(*good, sinks=torch.full((H,), float("inf"))))
     out["after"] = attempt(lambda: fd.ring_attention(*good, causal=True).sum().item())
     return out
 
@@ -254,7 +300,8 @@ def test_errors_agree():
         assert len(verdicts) == 1, f"{key}: the ranks disagree: {[r[key] for r in res]}"
     assert res[0]["after"] == "no error"
     for key, kind in (("seq", "ValueError"), ("dims", "ValueError"), ("disagree", "ValueError"),
-                      ("odd", "ValueError"), ("ulysses_heads", "ValueError"), ("window", "ValueError")):
+                      ("odd", "ValueError"), ("ulysses_heads", "ValueError"), ("window", "ValueError"),
+                      ("sinks_one", "ValueError"), ("sinks_inf", "ValueError")):
         assert res[0][key].startswith(kind), f"{key}: {res[0][key]}"
     assert "multiples of 3" in res[0]["ulysses_heads"]
     assert "rank 1 of 3" in res[0]["seq"] and "rank 2 of 3" in res[0]["dims"]

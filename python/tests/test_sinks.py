@@ -10,45 +10,17 @@ a few ulps. Forms: flash_attn_func (torch and NumPy), the packed variants,
 flash_attn_varlen_func, flash_attn_with_kvcache (contiguous and paged, split-KV).
 """
 
-import math
 
 import numpy as np
 import pytest
 
-from conftest import assert_rule, needs_torch, randn, torch
+from conftest import assert_rule, needs_torch, randn, sink_ref, torch
 
 pytestmark = needs_torch
 
 import flashattn  # noqa: E402
 from flashattn import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,  # noqa: E402
                        flash_attn_varlen_func, flash_attn_with_kvcache)
-
-
-def sink_ref(q, k, v, sinks, *, causal=False, window=(-1, -1), scale=None, dtype=torch.float64):
-    """o (B, Sq, Hq, Dv), lse (B, Hq, Sq) of BSND q, k, v with a sink column per head."""
-    B, Sq, Hq, D = q.shape
-    Sk, Hk = k.shape[1], k.shape[2]
-    g = Hq // Hk
-    qh = q.to(dtype).transpose(1, 2)
-    kh = k.to(dtype).transpose(1, 2).repeat_interleave(g, dim=1)
-    vh = v.to(dtype).transpose(1, 2).repeat_interleave(g, dim=1)
-    s = (qh @ kh.transpose(-1, -2)) * (1.0 / math.sqrt(D) if scale is None else scale)
-    i = torch.arange(Sq)[:, None]
-    j = torch.arange(Sk)[None, :]
-    d = i + Sk - Sq  # bottom-right, flash-attn's alignment
-    kept = torch.ones(Sq, Sk, dtype=torch.bool)
-    if causal:
-        kept &= j <= d
-    if window[0] >= 0:
-        kept &= j >= d - window[0]
-    if window[1] >= 0:
-        kept &= j <= d + window[1]
-    s = s.masked_fill(~kept, float("-inf"))
-    col = sinks.to(dtype).reshape(1, Hq, 1, 1).expand(B, Hq, Sq, 1)
-    full = torch.cat([s, col], dim=-1)  # the sink: one more logit, with no value
-    p = torch.softmax(full, dim=-1)[..., :-1]
-    lse = torch.logsumexp(full, dim=-1)
-    return (p @ vh).transpose(1, 2), lse
 
 
 def _inputs(B, Sq, Sk, Hq, Hk, D, dtype, seed):

@@ -8,6 +8,7 @@ PyTorch code on CPUs (torch's own context_parallel intercepts only CUDA kernels)
     accumulators, and runs fa_backward with the forward's global o and lse;
   - ulysses_attention: an all-to-all from sequence shards to head groups, one local
     flashattn call over the whole sequence, an all-to-all back;
+  - attention sinks in both (the ring merges them in once, after its blocks);
   - shard / unshard / positions: a full sequence to this rank's rows and back, in
     the contiguous or the zig-zag layout (zig-zag balances causal work);
   - the agreement: every rank checks its arguments (the core's own validation, by a
@@ -152,7 +153,7 @@ class _Plan:
     """What every rank agreed on: the group, the ranks' shard lengths, the options."""
 
     __slots__ = ("group", "P", "rank", "lengths", "layout", "causal", "wl", "wr", "scale", "softcap", "alibi", "p",
-                 "seed", "offset", "band_offsets", "ctx", "peers")
+                 "seed", "offset", "band_offsets", "ctx", "peers", "sinks", "sinks_grad")
 
 
 def _options(causal, window, softcap, alibi_slopes, dropout_p, scale, layout, dropout_seed, dropout_offset):
@@ -180,10 +181,20 @@ def _options(causal, window, softcap, alibi_slopes, dropout_p, scale, layout, dr
     return causal, wl, wr, _core.scale_of(scale), softcap, alibi, p, seed, offset
 
 
-def _check_local(q, k, v, opts, what):
+def _sinks_f32(sinks, what):
+    """The sink logits as the core takes them: (nheads,) contiguous f32, detached (the
+    autograd functions below carry their gradient); None stays None."""
+    if sinks is None:
+        return None
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"{what}: sinks must be a tensor (nheads,), got {type(sinks).__name__}")
+    return sinks.detach().to(_f32).contiguous()
+
+
+def _check_local(q, k, v, opts, what, sinks=None):
     """This rank's verdict on its own arguments; the core's validation is run by a
     zero-row forward call, so every rule it owns (dtypes, head ratios, dims,
-    scalars, ALiBi shapes) is its own."""
+    scalars, ALiBi shapes, the sinks' length and values) is its own."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{what}: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -201,10 +212,11 @@ def _check_local(q, k, v, opts, what):
     l0 = torch.empty(B, Hq, 0, dtype=_f32)
     _C.forward(_core.current_context(), _dl(q[:, :0]), _dl(k[:, :0]), _dl(v[:, :0]), _dl(o0), _dl(l0), scale,
                softcap, _core.CAUSAL_TOP_LEFT if causal else _core.CAUSAL_NONE, wl, wr, _dl(alibi), None, None,
-               None, None, None, None, None, None, None, None, None, 0, 0, p, seed, offset, None)
+               None, None, None, None, None, None, None, None, None, 0, 0, p, seed, offset, None,
+               sinks=_dl(_sinks_f32(sinks, what)))
 
 
-def _agree(group, what, q, k, v, opts, layout, ulysses=False):
+def _agree(group, what, q, k, v, opts, layout, ulysses=False, sinks=None):
     """The local verdict, then one all_gather of (error, descriptor) per rank: every
     rank raises the lowest failing rank's exception, or a disagreement, or returns
     the same plan. Nothing else has moved yet."""
@@ -215,7 +227,7 @@ def _agree(group, what, q, k, v, opts, layout, ulysses=False):
             raise opts
         if layout not in LAYOUTS:
             raise ValueError(f"{what}: layout must be one of {LAYOUTS}, got {layout!r}")
-        _check_local(q, k, v, opts, what)
+        _check_local(q, k, v, opts, what, sinks)
         B, S, Hq, D = q.shape
         Hk, Dv = k.shape[2], v.shape[3]
         if layout == "zigzag" and S % 2:
@@ -233,7 +245,10 @@ def _agree(group, what, q, k, v, opts, layout, ulysses=False):
                   "dtype": str(q.dtype), "causal": causal, "window": (wl, wr), "scale": scale, "softcap": softcap,
                   "alibi_slopes": None if alibi is None else tuple(alibi.flatten().tolist()), "dropout_p": p,
                   "dropout_offset": offset, "layout": layout,
-                  "requires_grad": torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))}
+                  "sinks": None if sinks is None else tuple(_sinks_f32(sinks, what).tolist()),
+                  "requires_grad": torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
+                  # a gradient of the sinks makes a collective in the backward
+                  "sinks_grad": torch.is_grad_enabled() and sinks is not None and sinks.requires_grad}
         desc = (S, seed, shared)
     except Exception as e:  # noqa: BLE001 - every rank must hear of it, whatever it is
         err = (type(e) if isinstance(e, (ValueError, TypeError, RuntimeError, MemoryError)) else RuntimeError,
@@ -262,6 +277,8 @@ def _agree(group, what, q, k, v, opts, layout, ulysses=False):
         raise NotImplementedError(f"{what}: a window or ALiBi with dropout needs equal shard lengths (the core's band "
                                   "rules and its dropout counter need different offsets unless every call has "
                                   f"Sq = Sk); got {plan.lengths}")
+    plan.sinks = _sinks_f32(sinks, what)
+    plan.sinks_grad = ref["sinks_grad"]
     plan.ctx = _core.current_context()
     plan.peers = [dist.get_global_rank(group, x) if group is not None else x for x in range(P)]
     return plan
@@ -447,34 +464,51 @@ def _ring_forward(plan, q, k, v):
         compute += time.perf_counter() - t0
         exposed += x.wait()
     o = torch.empty(B, S, Hq, Dv, dtype=q.dtype)
-    # one exact merge of one part: rounds o once to its dtype
-    _C.merge_states(plan.ctx, [_dl(acc_o)], [_dl(acc_l)], _dl(o), None)
+    if plan.sinks is None:
+        # one exact merge of one part: rounds o once to its dtype
+        _C.merge_states(plan.ctx, [_dl(acc_o)], [_dl(acc_l)], _dl(o), None)
+    else:
+        # the blocks ran without sinks; the sink rule (docs/semantics.md, step 6) is one
+        # more part of every row, no value and lse = the head's sink, merged once here
+        sink_o = torch.zeros_like(acc_o)
+        sink_l = plan.sinks.view(1, Hq, 1).expand(B, Hq, S).contiguous()
+        lse = torch.empty_like(acc_l)
+        _C.merge_states(plan.ctx, [_dl(acc_o), _dl(sink_o)], [_dl(acc_l), _dl(sink_l)], _dl(o), _dl(lse))
+        acc_l = lse
     _record("ring_forward", total=time.perf_counter() - t_start, compute=compute, exposed=exposed, bytes_sent=sent)
     return o, acc_l
 
 
-def _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, dkv):
+def _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, dkv, dsinks_acc=None):
     """Runs fa_backward on each block with the forward's global o and lse of its rows,
     so P and dot(dO, o) are the whole sequence's and the block's gradients are exactly
-    its terms of the full sums: dq adds into dq_acc, dk and dv into dkv's (k, v) rows."""
+    its terms of the full sums: dq adds into dq_acc, dk and dv into dkv's (k, v) rows.
+    dsinks_acc (the own step's blocks only): each local row's sink term once, from the
+    blocks whose query rows are among their own keys (the band keeps every row's
+    diagonal), added in f64 in block order, as mpi/ring.c does."""
     B, Hq, D = q.shape[0], q.shape[2], q.shape[3]
     dk_acc, dv_acc = dkv
+    ds = torch.empty(Hq, dtype=_f32) if dsinks_acc is not None else None
     for qo, qp, n, ko, kp, m in blocks:
         qs, ks, causal = _place(plan, qp, n, kp, m)
         dq = torch.empty(B, n, Hq, D, dtype=_f32)
         dk = torch.empty(B, m, kt.shape[2], kt.shape[3], dtype=_f32)
         dv = torch.empty(B, m, vt.shape[2], vt.shape[3], dtype=_f32)
+        sink_rows = ds is not None and kp <= qp < kp + m and qp - kp == qo - ko
         _C.backward(plan.ctx, _dl(dout[:, qo:qo + n]), _dl(dq), _dl(dk), _dl(dv), _dl(q[:, qo:qo + n]),
                     _dl(kt[:, ko:ko + m]), _dl(vt[:, ko:ko + m]), _dl(o[:, qo:qo + n]), _dl(lse[:, :, qo:qo + n]),
                     plan.scale, plan.softcap, causal, plan.wl, plan.wr, _dl(plan.alibi), None, None, None, None, None,
-                    None, None, None, None, None, None, qs, ks, plan.p, plan.seed, plan.offset, None)
+                    None, None, None, None, None, None, qs, ks, plan.p, plan.seed, plan.offset, None,
+                    sinks=_dl(plan.sinks), dsinks=_dl(ds) if sink_rows else None)
+        if sink_rows:
+            dsinks_acc += ds.double()
         dq_acc[:, qo:qo + n] += dq
         dk_acc[:, ko:ko + m] += dk
         dv_acc[:, ko:ko + m] += dv
 
 
-def _ring_backward(plan, dout, q, k, v, o, lse):
-    """(dq, dk, dv): the k/v shards go round the ring again; at step s >= 1 this rank
+def _ring_backward(plan, dout, q, k, v, o, lse, want_dsinks=False):
+    """(dq, dk, dv, dsinks or None): the k/v shards go round the ring again; at step s >= 1 this rank
     adds its terms for the visiting shard into that shard's f32 dK/dV accumulator,
     received from the rank before (which held the shard one step earlier), and sends
     it on; after step P - 1 it reaches its owner, which adds its own terms, computed
@@ -494,6 +528,7 @@ def _ring_backward(plan, dout, q, k, v, o, lse):
     compute = exposed = 0.0
     sent = 0
     late = []
+    dsinks = torch.zeros(Hq, dtype=torch.float64) if want_dsinks else None
     for s in range(P):
         src = (r - s) % P
         cur = bufs[s % 2]
@@ -507,7 +542,7 @@ def _ring_backward(plan, dout, q, k, v, o, lse):
         blocks = _blocks(plan, src)
         if s == 0:
             blocks, late = _halves(plan, blocks) if P > 1 else (blocks, [])
-            _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, _kv_of(own, plan, r, B, Hk, D, Dv))
+            _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, _kv_of(own, plan, r, B, Hk, D, Dv), dsinks)
         else:
             terms = torch.zeros(n_acc, dtype=_f32)
             _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, _kv_of(terms, plan, src, B, Hk, D, Dv))
@@ -528,33 +563,43 @@ def _ring_backward(plan, dout, q, k, v, o, lse):
         mine = accs[P % 2][:per_row * S]
         xin.recv(plan, mine, (r - 1) % P)
         t0 = time.perf_counter()
-        _bwd_calls(plan, late, q, k, v, o, lse, dout, dq_acc, _kv_of(own, plan, r, B, Hk, D, Dv))
+        _bwd_calls(plan, late, q, k, v, o, lse, dout, dq_acc, _kv_of(own, plan, r, B, Hk, D, Dv), dsinks)
         compute += time.perf_counter() - t0
         exposed += xin.wait() + xout.wait()
         own += mine
     dk, dv = _kv_of(own, plan, r, B, Hk, D, Dv)
+    if dsinks is not None:  # every rank's partial, summed in rank order: the same bits on every rank
+        parts = [torch.empty_like(dsinks) for _ in range(P)]
+        dist.all_gather(parts, dsinks, group=plan.group)
+        dsinks = torch.zeros_like(dsinks)
+        for x in parts:
+            dsinks += x
+        dsinks = dsinks.to(_f32)
     _record("ring_backward", total=time.perf_counter() - t_start, compute=compute, exposed=exposed, bytes_sent=sent)
-    return dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    return dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dsinks
 
 
 class _Ring(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, plan):
+    def forward(ctx, q, k, v, sinks, plan):
         o, lse = _ring_forward(plan, q, k, v)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.plan = plan
+        ctx.sinks_dtype = None if sinks is None else sinks.dtype
         ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _ring_backward(ctx.plan, dout, q, k, v, o, lse)
-        return dq, dk, dv, None
+        # the agreed flag, not this rank's needs_input_grad: the dsinks sum is a collective
+        want = ctx.sinks_dtype is not None and ctx.plan.sinks_grad
+        dq, dk, dv, dsinks = _ring_backward(ctx.plan, dout, q, k, v, o, lse, want)
+        return dq, dk, dv, None if dsinks is None else dsinks.to(ctx.sinks_dtype), None
 
 
 def ring_attention(q, k, v, *, group=None, causal=False, window=None, softcap=0.0, alibi_slopes=None, dropout_p=0.0,
-                   scale=None, layout="zigzag", dropout_seed=None, dropout_offset=0, return_lse=False):
+                   scale=None, layout="zigzag", dropout_seed=None, dropout_offset=0, return_lse=False, sinks=None):
     """Exact attention over a sequence sharded across the ranks of `group` (default:
     the world), by ring attention.
 
@@ -567,7 +612,10 @@ def ring_attention(q, k, v, *, group=None, causal=False, window=None, softcap=0.
 
     Options as flash_attn_func over the whole sequence: causal, window (left, right)
     or None, softcap, alibi_slopes, dropout_p (the mask of one process's call: it is
-    drawn at global positions, from rank 0's dropout_seed), scale. A collective:
+    drawn at global positions, from rank 0's dropout_seed), scale, and sinks (nheads,),
+    gpt-oss's attention sinks, the same values on every rank (the blocks run without
+    them and the sink enters each row's final merge once; with requires_grad every
+    rank gets the whole sequence's gradient, the same bits on each). A collective:
     every rank of the group calls it, forward and backward, in the same order. Bad
     arguments on any rank raise the same exception on every rank before any data
     moves. Bitwise reproducible for a fixed group size, layout and shard lengths.
@@ -577,8 +625,8 @@ def ring_attention(q, k, v, *, group=None, causal=False, window=None, softcap=0.
                         dropout_offset)
     except Exception as e:  # noqa: BLE001 - agreed on with the other ranks
         opts = e
-    plan = _agree(group, "ring_attention", q, k, v, opts, layout)
-    o, lse = _Ring.apply(q, k, v, plan)
+    plan = _agree(group, "ring_attention", q, k, v, opts, layout, sinks=sinks)
+    o, lse = _Ring.apply(q, k, v, sinks, plan)
     return (o, lse) if return_lse else o
 
 
@@ -625,6 +673,30 @@ def _heads_to_seq(plan, y):
     return recv.view(P, B, S, h, X).permute(1, 2, 0, 3, 4).reshape(B, S, P * h, X)
 
 
+def _rank_heads(x, plan):
+    """This rank's group of heads along x's last axis (Ulysses: rank r holds heads
+    r * H/P .. (r + 1) * H/P - 1)."""
+    h = x.shape[-1] // plan.P
+    return x[..., plan.rank * h:(plan.rank + 1) * h]
+
+
+class _HeadSlice(torch.autograd.Function):
+    """This rank's heads of the sinks (nheads,), for its Ulysses call; the gradient
+    comes back whole: each rank's slice of it, gathered (no head is summed twice, so
+    every rank holds the same bits)."""
+
+    @staticmethod
+    def forward(ctx, sinks, plan):
+        ctx.plan = plan
+        return _rank_heads(sinks, plan).clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        parts = [torch.empty_like(g) for _ in range(ctx.plan.P)]
+        dist.all_gather(parts, g.contiguous(), group=ctx.plan.group)
+        return torch.cat(parts), None
+
+
 class _AllToAll(torch.autograd.Function):
     """_seq_to_heads (to_heads) or _heads_to_seq; the gradient goes the other way."""
 
@@ -639,32 +711,38 @@ class _AllToAll(torch.autograd.Function):
 
 
 def ulysses_attention(q, k, v, *, group=None, causal=False, window=None, softcap=0.0, alibi_slopes=None,
-                      dropout_p=0.0, scale=None, layout="zigzag", dropout_seed=None, dropout_offset=0):
+                      dropout_p=0.0, scale=None, layout="zigzag", dropout_seed=None, dropout_offset=0, sinks=None):
     """Exact attention over a sequence sharded across the ranks of `group`, by Ulysses
     (DeepSpeed-Ulysses) context parallelism: an all-to-all gives every rank the whole
     sequence for nheads / P of the heads, one flashattn call runs there, and an
     all-to-all brings the output back to (B, S_r, Hq, Dv) shards.
 
-    Arguments and results as ring_attention; nheads and nheads_k must be multiples of
-    the group size, and dropout is refused (the core's dropout counter numbers the
-    heads within a call). Differentiable; every rank calls it, in the same order.
+    Arguments and results as ring_attention (sinks included: each rank's call takes
+    its heads' sinks, and their gradient is gathered whole on every rank); nheads and
+    nheads_k must be multiples of the group size, and dropout is refused (the core's
+    dropout counter numbers the heads within a call). Differentiable; every rank calls
+    it, in the same order.
     """
     try:
         opts = _options(causal, window, softcap, alibi_slopes, dropout_p, scale, layout, dropout_seed,
                         dropout_offset)
     except Exception as e:  # noqa: BLE001 - agreed on with the other ranks
         opts = e
-    plan = _agree(group, "ulysses_attention", q, k, v, opts, layout, ulysses=True)
+    plan = _agree(group, "ulysses_attention", q, k, v, opts, layout, ulysses=True, sinks=sinks)
     t0 = time.perf_counter()
     qh, kh, vh = (_AllToAll.apply(t, plan, True) for t in (q, k, v))
     alibi = plan.alibi
     if alibi is not None:
-        h = q.shape[2] // plan.P
-        alibi = alibi[..., plan.rank * h:(plan.rank + 1) * h].contiguous()
+        alibi = _rank_heads(alibi, plan).contiguous()
+    hs = None
+    if sinks is not None:
+        # the agreed flag decides whether the backward gathers (a collective), not this rank's graph
+        hs = _HeadSlice.apply(sinks, plan) if plan.sinks_grad else _rank_heads(sinks.detach(), plan)
+        hs = hs.to(_f32)
     t1 = time.perf_counter()
     oh, _, _ = _attention(qh, kh, vh, None, None, alibi, None, None,
                           (plan.scale, plan.softcap, _core.CAUSAL_BOTTOM_RIGHT if plan.causal else _core.CAUSAL_NONE,
-                           plan.wl, plan.wr, 0.0, 0, 0), False, need_lse=False)
+                           plan.wl, plan.wr, 0.0, 0, 0), False, need_lse=False, sinks=hs)
     t2 = time.perf_counter()
     o = _AllToAll.apply(oh, plan, False)
     t3 = time.perf_counter()
