@@ -70,8 +70,7 @@ typedef struct {
     fa_steps steps;
     atomic_llong pack_ns; /* thread time in pack steps, for FA_PARAM_LAST_KV_PACK_US */
     atomic_llong next;    /* the next split unit to merge */
-    int profile;          /* time the phases (FLASHATTN_VERBOSE) */
-    atomic_llong phase_ns[4]; /* thread CPU time in scores, softmax, P V (small-row path), merge */
+    fa_phases *phases;    /* the verbose trace's profile (algos.h): S, X, P, M */
 } flash_job;
 
 typedef struct {
@@ -194,30 +193,6 @@ static void finish_rows(const flash_job *job, const fa_problem *s, const fa_task
         for (int64_t g = 0; g < ng; g++) fa_store_rows(&s->o, job->kern, 0, i0, n, h0 + g, Dv, acc + g * n * ldacc, ldacc);
 }
 
-/* Profiling (FLASHATTN_VERBOSE): the thread CPU time of each phase of the small-row
- * loop and of the merge, summed over the threads; off, nothing is timed. On a
- * crowded machine a thread that waits for a core is not charged to the phase it
- * was in. */
-enum { PH_SCORES, PH_SOFTMAX, PH_PV, PH_MERGE, PH_COUNT };
-
-static double thread_cpu_s(void)
-{
-#if defined(CLOCK_THREAD_CPUTIME_ID)
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-#endif
-    return fa_now_s();
-}
-
-/* Adds the time since t0 to the phase; returns now (0 when not profiling). */
-static double phase_mark(const flash_job *job, int phase, double t0)
-{
-    if (!job->profile) return 0.0;
-    const double t = thread_cpu_s();
-    atomic_fetch_add_explicit((atomic_llong *)&job->phase_ns[phase], (long long)((t - t0) * 1e9), memory_order_relaxed);
-    return t;
-}
-
 /*
  * Small-row path (decoding): nkv stacks of <= FA_SMALL_ROWS rows, each its own
  * online softmax state, walk the keys together, tile by tile, stack by stack. In
@@ -277,14 +252,14 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             /* a latent V row is its K row (and scale): PV finds it in cache after QK */
             const void *const *vrow = s->v_in_k ? sc->kp : sc->vp;
             const float *vscale = s->v_in_k ? sc->ks : sc->vs;
-            double t0 = job->profile ? thread_cpu_s() : 0.0;
+            double t0 = fa_phase_start(job->phases);
             kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
-            t0 = phase_mark(job, PH_SCORES, t0);
+            t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
             if (elementwise)
                 for (int64_t g = 0; g < ng; g++)
                     fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n * lds, 1, lds);
             kern->softmax_small(rows, cols, sc->st, lds, tlo, thi, STACK_M(k), STACK_L(k), STACK_ALPHA(k));
-            t0 = phase_mark(job, PH_SOFTMAX, t0);
+            t0 = fa_phase_mark(job->phases, FA_PH_X, t0);
             /* a vector kernel multiplies a masked p = 0 by v too: a NaN/inf in a masked V
              * row would leak into rows that never see it, so such tiles take the
              * reference kernel, which skips p == 0 */
@@ -294,7 +269,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
                 pk->pv_small(rows, cols, Dv, sc->st, lds, vrow, kvt, s->quant ? vscale : NULL, STACK_ALPHA(k),
                              STACK_ACC(k), ldacc);
-            phase_mark(job, PH_PV, t0);
+            fa_phase_mark(job->phases, FA_PH_P, t0);
         }
     }
     for (int64_t k = 0; k < nkv; k++)
@@ -515,15 +490,17 @@ enum { TRIM_ROWS = 64 };
  * works row by row, and the columns a block skips hold p = 0 for all its rows (which
  * add exactly nothing to l and acc), so the results are bitwise those of the whole
  * tile. A block gets at least 16 rows (the small-row forms of some qk sum in
- * another order), and at least one column. */
-static void wide_trimmed(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
-                         int64_t cols, const int32_t *lo, const int32_t *hi)
+ * another order), and at least one column. t0: the phase clock (algos.h), returned
+ * advanced past the tile. */
+static double wide_trimmed(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
+                           int64_t cols, const int32_t *lo, const int32_t *hi, double t0)
 {
     const fa_kernels *kern = job->kern;
     const int64_t D = w->s->D, Dv = w->s->Dv, bp = job->plan.br_pad, ldacc = job->ldacc, rows = w->rows;
     int64_t ldk, ldv;
     const float *v;
     const float *k = wide_kv_f32(job, sc, w, j0, cols, &ldk, &v, &ldv);
+    t0 = fa_phase_mark(job->phases, FA_PH_S, t0); /* the tile's K and V rows: step 1's reads */
     int64_t used = 1; /* the columns any block reads: V rows beyond them are never touched */
     for (int64_t r = 0; r < rows; r++) used = hi[r] + 1 > used ? hi[r] + 1 : used;
     const int careful = kern != &fa_kernels_ref && !fa_rows_finite(v, ldv, used, Dv);
@@ -533,13 +510,17 @@ static void wide_trimmed(const flash_job *job, const flash_scratch *sc, const wi
         for (int64_t r = r0; r < r0 + nr; r++) nc = hi[r] + 1 > nc ? hi[r] + 1 : nc;
         /* 1. scaled scores */
         kern->qk(nr, nc, D, sc->qt + r0, bp, k, ldk, sc->st + r0, bp);
+        t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
         /* 6-7. online softmax */
         kern->softmax(nr, nc, sc->st + r0, bp, lo + r0, hi + r0, sc->m + r0, sc->l + r0, sc->alpha + r0);
+        t0 = fa_phase_mark(job->phases, FA_PH_X, t0);
         /* 9. acc = alpha * acc + P V (the reference kernel where a V row is not finite) */
         const fa_kernels *pvk = careful ? &fa_kernels_ref : kern;
         pvk->pv(nr, nc, Dv, sc->st + r0, bp, v, ldv, sc->alpha + r0, sc->acc + r0 * ldacc, ldacc);
+        t0 = fa_phase_mark(job->phases, FA_PH_P, t0);
         r0 += nr;
     }
+    return t0;
 }
 
 /* The wide path: one stack of rows, vectors along rows (kernels.h), for the task
@@ -583,6 +564,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     fa_task_columns(&s, it, i0, n, &lo, &hi);
     const int64_t bc = job->plan.bc, ta = step->j0, tb = step->j0 + step->cols;
     const int64_t first = ta > lo ? lo + (ta - lo + bc - 1) / bc * bc : lo;
+    double t0 = fa_phase_start(job->phases);
     for (int64_t j0 = first; j0 <= hi && j0 < tb; j0 += bc) {
         const int64_t cols = hi - j0 + 1 < bc ? hi - j0 + 1 : bc;
         int64_t ldv = 0;
@@ -593,11 +575,12 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         /* trimmed where the band ends inside the tile for its first rows (a window's
          * left edge alone leaves nothing to trim) */
         if (tlo && thi[0] + 1 < cols && !w.b16 && !w.mm && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
-            wide_trimmed(job, sc, &w, j0, cols, tlo, thi);
+            t0 = wide_trimmed(job, sc, &w, j0, cols, tlo, thi, t0);
             continue;
         }
         /* 1. scaled scores */
         const float *v = wide_scores(job, sc, &w, j0, cols, &ldv);
+        t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
 
         /* 2-5. softcap, bias, ALiBi and masks, head by head */
         if (elementwise)
@@ -610,6 +593,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
             for (int64_t g = 0; g < ng; g++)
                 fa_dropout_tile_t(&s.drop, it->b, h0 + g, p->Hq, s.q_start + i0, n, s.k_start + j0, cols,
                                   sc->st + g * n, bp);
+        t0 = fa_phase_mark(job->phases, FA_PH_X, t0);
 
         if (Dv == 0) continue; /* the lse is all there is to compute */
         /* 9. acc = alpha * acc + P V; a partial tile with a NaN/inf V row takes the
@@ -622,6 +606,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
             fa_kernels_ref.pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
         else
             kern->pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
+        t0 = fa_phase_mark(job->phases, FA_PH_P, t0);
     }
     /* 6-7 completed: P normalised by the row's sum, lse = m + log l */
     if (step->end) finish_rows(job, &s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
@@ -686,10 +671,10 @@ static void merge_worker(void *arg, int ith, int nth)
     flash_job *job = arg;
     flash_scratch sc;
     scratch_layout(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
-    const double t0 = job->profile ? thread_cpu_s() : 0.0;
+    const double t0 = fa_phase_start(job->phases);
     for (int64_t t; (t = atomic_fetch_add(&job->next, 1)) < job->n_merges;)
         merge_unit(job, &sc, &job->items[job->merges[t]]);
-    phase_mark(job, PH_MERGE, t0);
+    fa_phase_mark(job->phases, FA_PH_M, t0);
 }
 
 /* The job's tiles, paths and per-thread scratch, from the shapes and the context. */
@@ -778,12 +763,13 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     if (ws2) fa_steps_fill(&job.steps, p, &pack_rules, units, ws2);
 
     atomic_init(&job.pack_ns, 0);
-    job.profile = ctx->set.verbose;
-    for (int i = 0; i < PH_COUNT; i++) atomic_init(&job.phase_ns[i], 0);
+    fa_phases phases;
+    fa_phases_init(&phases, ctx->set.verbose);
+    job.phases = &phases;
     if (job.n_items > 0) fa_pool_run(ctx->pool, nth, flash_worker, &job);
     atomic_init(&job.next, 0);
     if (job.n_merges > 0) fa_pool_run(ctx->pool, nth, merge_worker, &job);
-    for (int i = 0; i < PH_COUNT; i++) info->phase_us[i] = atomic_load(&job.phase_ns[i]) / 1000;
+    fa_phases_read(&phases, info->phase_us);
     /* sequences with no query rows have nothing to write; rows with no keys were
      * written by their tasks (o = 0, lse = -inf) */
     fa_context_workspace_done(ctx, ws);

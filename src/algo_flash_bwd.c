@@ -66,6 +66,7 @@ typedef struct {
     fa_kv_packing kv_layout; /* f32 rows fa_packed_ld apart, one unit of bc keys */
     const float *dvec;      /* (B or 1, Hq, Sq) D_i = dot(dO_i, o_i), laid out as lse */
     int64_t dvec_sb, dvec_sh; /* its strides (b, h); i is contiguous */
+    fa_phases *phases;      /* the verbose trace's profile (algos.h): S, X, dP, dS, dV, dK, dQ */
     fa_bwd_task *tasks;     /* tasks.c's, most expensive first */
     int64_t n_tasks;
     char *workspace;
@@ -302,6 +303,7 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     /* the softmax step below runs with m = lse and may move m: each tile starts anew */
     memcpy(sc->m, sc->lse, (size_t)bp * sizeof(float));
     memset(sc->l, 0, (size_t)bp * sizeof(float)); /* the softmax step's running sum: unused here */
+    double t0 = fa_phase_start(job->phases);
 
     /* forward 1-5: S^T, then softcap, bias, ALiBi and masks (x kept for the softcap) */
     if (job->b16)
@@ -313,10 +315,12 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     const int32_t *tlo = NULL, *thi = NULL;
     const int partial = elementwise || !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
     if (partial && !elementwise) tlo = sc->lo, thi = sc->hi;
+    t0 = fa_phase_mark(job->phases, FA_PH_BS, t0);
 
     /* forward 6-7 recomputed: P^T = exp(S^T - lse) (the softmax step with m = lse,
      * which is the row's final max-and-sum in one number) */
     kern->softmax(n, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
+    t0 = fa_phase_mark(job->phases, FA_PH_BX, t0);
 
     /* backward of 9 and 8: dP^T = V dO^T, times the dropout factor (Dv = 0:
      * there is no output, so dP = 0; the kernels need a depth >= 1) */
@@ -327,6 +331,7 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     else
         kern->qk(n, cols, Dv, sc->dot, bp, t->v, t->ldv, sc->dpt, bp);
     if (s->drop.on) fa_dropout_tile_t(&s->drop, b, h, p->Hq, s->q_start + i0, n, s->k_start + j0, cols, sc->dpt, bp);
+    t0 = fa_phase_mark(job->phases, FA_PH_DP, t0);
 
     /* backward of 7 (the softmax): dS = P (dP - D); of 2 (softcap): x (1 - tanh^2) */
     kern->ds(n, cols, sc->st, bp, sc->dpt, bp, sc->dv_rows);
@@ -336,6 +341,7 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
                 const float th = tanhf(sc->xt[c * bp + r] / p->softcap);
                 sc->dpt[c * bp + r] *= 1.0f - th * th;
             }
+    t0 = fa_phase_mark(job->phases, FA_PH_DS, t0);
 
     /* backward of 9: dV += P~^T dO, with P~ the dropped probabilities */
     const int want_dv = kv && gs->has_dv, want_dk = kv && gs->has_dk;
@@ -352,8 +358,11 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
                                    ? &fa_kernels_ref
                                    : kern;
         if (want_dv) kx->stx_bf16(n, cols, Dv, sc->st, bp, rw.do16, rw.lddo, t->dv, job->lddv, sc->pair_scratch);
+        t0 = fa_phase_mark(job->phases, FA_PH_DV, t0);
         if (want_dk) kx->stx_bf16(n, cols, D, sc->dpt, bp, rw.q16, rw.ldq, t->dk, job->ldd, sc->pair_scratch);
+        t0 = fa_phase_mark(job->phases, FA_PH_DK, t0);
         if (dq_rows) kq->pv_bf16(n, cols, D, sc->dpt, bp, t->k_pairs, t->ldkp, NULL, dq_rows, ldq_acc, sc->pair_scratch);
+        fa_phase_mark(job->phases, FA_PH_DQ, t0);
         return;
     }
     const fa_kernels *kx = (want_dv || want_dk) && partial &&
@@ -361,10 +370,13 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
                                ? &fa_kernels_ref
                                : kern;
     if (want_dv) kx->stx(n, cols, Dv, sc->st, bp, rw.dout, rw.lddo, t->dv, job->lddv);
+    t0 = fa_phase_mark(job->phases, FA_PH_DV, t0);
     /* backward of 1, S = scale Q K^T: dK += dS^T Q (scale applied once, at the store) */
     if (want_dk) kx->stx(n, cols, D, sc->dpt, bp, rw.q, rw.ldq, t->dk, job->ldd);
+    t0 = fa_phase_mark(job->phases, FA_PH_DK, t0);
     /* ... and dQ += dS K */
     if (dq_rows) kq->pv(n, cols, D, sc->dpt, bp, t->k, t->ldk, NULL, dq_rows, ldq_acc);
+    fa_phase_mark(job->phases, FA_PH_DQ, t0);
 }
 
 /* The query blocks (aligned to br from row 0, as the forward cuts them) that see key
@@ -581,7 +593,11 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     fa_bwd_tasks_fill(p, &rules, &counts, job.tasks);
     job.n_tasks = n_tasks;
     atomic_init(&job.next, 0);
+    fa_phases phases;
+    fa_phases_init(&phases, ctx->set.verbose);
+    job.phases = &phases;
     if (job.n_tasks > 0) fa_pool_run(ctx->pool, nth, bwd_worker, &job);
+    fa_phases_read(&phases, info->phase_us);
     fa_context_workspace_done(ctx, ws);
     info->extra_bytes = bytes;
     info->br = job.br;

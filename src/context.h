@@ -68,6 +68,9 @@ typedef struct fa_settings {
     X(FA_PARAM_LAST_KV_PACKED, kv_packed, 0, INT64_MAX) /* (sequence, kv head) units packed */ \
     X(FA_PARAM_LAST_KV_PACK_US, kv_pack_us, 0, INT64_MAX) /* thread time spent packing them */
 
+/* Phases of a tiled loop the verbose trace times: the forward's four, the backward's seven (algos.h). */
+#define FA_PHASES_MAX 7
+
 /* What a run allocated and chose: the read-outs above, and for FLASHATTN_VERBOSE. */
 typedef struct fa_run_info {
 #define FA_READOUT_FIELD(param, field, lo, hi) int64_t field;
@@ -75,10 +78,9 @@ typedef struct fa_run_info {
 #undef FA_READOUT_FIELD
     const char *path; /* compute path, e.g. "f32" or "bf16-dot" */
     int backward;     /* a backward pass (the trace says so) */
-    /* flash forward with FLASHATTN_VERBOSE (for its trace): thread CPU time (all
-     * threads) in the small-row (decode) loop's scores, softmax and P V, and in
-     * merging split-KV chunks; 0 otherwise */
-    int64_t phase_us[4];
+    /* with FLASHATTN_VERBOSE (for its trace): the tiled loop's thread CPU time (all
+     * threads) by phase, algos.h's FA_PH_*; all 0 for the loops that keep none */
+    int64_t phase_us[FA_PHASES_MAX];
 } fa_run_info;
 
 /* Tuned tiles (src/tune.c, src/tune_file.c): the tune file is read once, at the first

@@ -9,7 +9,38 @@
 #include "algos.h"
 #include "tune.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
+
+void fa_phases_init(fa_phases *ph, int on)
+{
+    ph->on = on;
+    for (int i = 0; i < FA_PHASES_MAX; i++) atomic_init(&ph->ns[i], 0);
+}
+
+double fa_phase_start(const fa_phases *ph)
+{
+    if (!ph->on) return 0.0;
+#if defined(CLOCK_THREAD_CPUTIME_ID)
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
+    return fa_now_s();
+}
+
+double fa_phase_mark(fa_phases *ph, int phase, double t0)
+{
+    if (!ph->on) return 0.0;
+    const double t = fa_phase_start(ph);
+    atomic_fetch_add_explicit(&ph->ns[phase], (long long)((t - t0) * 1e9), memory_order_relaxed);
+    return t;
+}
+
+void fa_phases_read(const fa_phases *ph, int64_t *us)
+{
+    for (int i = 0; i < FA_PHASES_MAX; i++) us[i] = atomic_load(&ph->ns[i]) / 1000;
+}
 
 static const char *causal_name(fa_causal c)
 {
@@ -19,7 +50,7 @@ static const char *causal_name(fa_causal c)
 void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, const char *fallback,
                      const fa_run_info *info, double ms)
 {
-    char algo[160], form[32], tiles[640], phases[96];
+    char algo[160], form[32], tiles[640], phases[160];
     snprintf(form, sizeof form, "%s%s%s", p->varlen ? "varlen" : "dense",
              p->cache ? (p->block_table ? "+paged" : "+cache") : "", p->append ? "+append" : "");
     if (fallback)
@@ -36,14 +67,17 @@ void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, co
         snprintf(tiles, sizeof tiles, "%lldx%lld (%s%s%s)%s%s", (long long)info->br, (long long)info->bc,
                  fa_tiles_source_name(sq), sq == skv ? "" : "/", sq == skv ? "" : fa_tiles_source_name(skv),
                  ctx->tune.note_due ? ",tune:" : "", ctx->tune.note_due ? ctx->tune.note : "");
-    /* the flash forward's small-row (decode) loop, when it ran: the thread CPU time
-     * (all threads) of its scores, softmax, P V and of merging split-KV chunks */
+    /* the tiled loop's phase profile (algos.h), when it keeps one: the thread CPU time
+     * (all threads) of the forward's S:X:P:M or the backward's S:X:dP:dS:dV:dK:dQ */
     const int64_t *ph = info->phase_us;
-    if (ph[0] + ph[1] + ph[2] + ph[3] > 0)
-        snprintf(phases, sizeof phases, "%.3f:%.3f:%.3f:%.3fms", (double)ph[0] * 1e-3, (double)ph[1] * 1e-3,
-                 (double)ph[2] * 1e-3, (double)ph[3] * 1e-3);
-    else
-        snprintf(phases, sizeof phases, "-");
+    const int nph = info->backward ? FA_PH_BWD : FA_PH_FWD;
+    int64_t any = 0;
+    for (int i = 0; i < nph; i++) any += ph[i];
+    int len = snprintf(phases, sizeof phases, "-");
+    for (int i = 0; any > 0 && i < nph; i++)
+        len = i ? len + snprintf(phases + len, sizeof phases - (size_t)len, ":%.3f", (double)ph[i] * 1e-3)
+                : snprintf(phases, sizeof phases, "%.3f", (double)ph[i] * 1e-3);
+    if (any > 0) snprintf(phases + len, sizeof phases - (size_t)len, "ms");
     fprintf(stderr,
             "flashattn_verbose,%s,%s,isa:%s,path:%s,dtype:%s,out:%s,B:%lld,Hq:%lld,Hk:%lld,Sq:%lld,Sk:%lld,"
             "D:%lld,Dv:%lld,causal:%s,window:%lld:%lld,softcap:%g,alibi:%d,bias:%d,mask:%d,lse:%d,dropout:%g,"

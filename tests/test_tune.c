@@ -397,12 +397,14 @@ static int trace_lines(const char *path, char (*lines)[2048], int max)
     return n;
 }
 
-/* The verbose trace of a decode-sized flash call (one query row x a GQA group of 4, the
- * small-row path, keys split into 2 chunks) splits its CPU time into phases:S:X:P:M,
- * all >= 0 and the scores and P V ones present; a prefill call says phases:-. */
+/* The verbose trace splits a flash call's CPU time into phases: a decode-sized call
+ * (one query row x a GQA group of 4, the small-row path, keys split into 2 chunks)
+ * and a prefill call (the wide path) into S:X:P:M, all >= 0 with the scores and P V
+ * present (and the merge, for the split call); a backward into S:X:dP:dS:dV:dK:dQ,
+ * every product present. */
 static void test_verbose_phases(void)
 {
-    h_case("verbose trace: the decode loop's phases");
+    h_case("verbose trace: the phases of decode, prefill and backward");
     char trace[512];
     snprintf(trace, sizeof trace, "%s/phases.txt", g_dir);
     h_problem dec;
@@ -416,31 +418,56 @@ static void test_verbose_phases(void)
     int saved;
     FILE *t;
     if (!CHECK(trace_begin(trace, &saved, &t), "cannot redirect stderr")) return;
+    /* the backward's dO and gradients, f32, for g_p */
+    const h_dims gd = g_p.dims;
+    const int64_t nq = gd.B * gd.Sq * gd.Hq, nk = gd.B * gd.Sk * gd.Hk;
+    float *dout = calloc((size_t)(nq * gd.Dv), 4), *dq = calloc((size_t)(nq * gd.D), 4);
+    float *dk = calloc((size_t)(nk * gd.D), 4), *dv = calloc((size_t)(nk * gd.Dv), 4);
+    fa_backward_args b = FA_BACKWARD_ARGS_INIT;
+    b.fwd = &g_p.args;
+    b.do_ = fa_tensor_make(dout, FA_DTYPE_F32, FA_LAYOUT_BSND, gd.B, gd.Sq, gd.Hq, gd.Dv);
+    b.dq = fa_tensor_make(dq, FA_DTYPE_F32, FA_LAYOUT_BSND, gd.B, gd.Sq, gd.Hq, gd.D);
+    b.dk = fa_tensor_make(dk, FA_DTYPE_F32, FA_LAYOUT_BSND, gd.B, gd.Sk, gd.Hk, gd.D);
+    b.dv = fa_tensor_make(dv, FA_DTYPE_F32, FA_LAYOUT_BSND, gd.B, gd.Sk, gd.Hk, gd.Dv);
+    if (dout) h_fill_normal(&b.do_, &rng, 1.0);
     fa_context *ctx = NULL;
-    fa_status st[2] = {FA_ERR_INVALID_ARGUMENT, FA_ERR_INVALID_ARGUMENT};
-    if (fa_context_create(&ctx) == FA_OK) {
+    fa_status st[3] = {FA_ERR_INVALID_ARGUMENT, FA_ERR_INVALID_ARGUMENT, FA_ERR_INVALID_ARGUMENT};
+    if (fa_context_create(&ctx) == FA_OK && dout && dq && dk && dv) {
         fa_context_set(ctx, FA_PARAM_VERBOSE, 1);
         fa_context_set(ctx, FA_PARAM_KV_SPLITS, 2);
         st[0] = h_run(ctx, FA_ALGO_FLASH, 2, &dec.args);
         fa_context_set(ctx, FA_PARAM_KV_SPLITS, 0);
         st[1] = h_run(ctx, FA_ALGO_FLASH, 2, &g_p.args);
-        fa_context_free(ctx);
+        st[2] = fa_backward(ctx, &b);
     }
+    fa_context_free(ctx);
     trace_end(saved, t);
     h_problem_free(&dec);
-    CHECK(st[0] == FA_OK && st[1] == FA_OK, "the calls failed: %s, %s", fa_status_string(st[0]),
-          fa_status_string(st[1]));
-    char lines[2][2048] = {{0}};
-    const int n = trace_lines(trace, lines, 2);
+    free(dout), free(dq), free(dk), free(dv);
+    CHECK(st[0] == FA_OK && st[1] == FA_OK && st[2] == FA_OK, "the calls failed: %s, %s, %s",
+          fa_status_string(st[0]), fa_status_string(st[1]), fa_status_string(st[2]));
+    char lines[3][2048] = {{0}};
+    const int n = trace_lines(trace, lines, 3);
     unlink(trace);
-    if (!CHECK(n == 2, "%d trace lines, expected 2", n)) return;
-    const char *ph = strstr(lines[0], ",phases:");
-    double sc = -1, sm = -1, pv = -1, mg = -1;
-    CHECK(ph && sscanf(ph, ",phases:%lf:%lf:%lf:%lfms,", &sc, &sm, &pv, &mg) == 4, "decode: no phases in %s",
-          lines[0]);
-    CHECK(sc > 0 && sm >= 0 && pv > 0 && mg >= 0, "decode phases %g %g %g %g: scores and P V must take time", sc,
-          sm, pv, mg);
-    CHECK(strstr(lines[1], ",phases:-,") != NULL, "prefill: no 'phases:-' in %s", lines[1]);
+    if (!CHECK(n == 3, "%d trace lines, expected 3", n)) return;
+    for (int i = 0; i < 2; i++) {
+        const char *ph = strstr(lines[i], ",phases:");
+        double sc = -1, sm = -1, pv = -1, mg = -1;
+        CHECK(ph && sscanf(ph, ",phases:%lf:%lf:%lf:%lfms,", &sc, &sm, &pv, &mg) == 4, "%s: no phases in %s",
+              i ? "prefill" : "decode", lines[i]);
+        CHECK(sc > 0 && sm >= 0 && pv > 0 && (i ? mg == 0 : mg > 0),
+              "%s phases %g %g %g %g: scores, P V (and the merge of a split call) must take time",
+              i ? "prefill" : "decode", sc, sm, pv, mg);
+    }
+    const char *ph = strstr(lines[2], ",phases:");
+    double x[7] = {-1, -1, -1, -1, -1, -1, -1};
+    CHECK(strncmp(lines[2], "flashattn_verbose,backward,", 27) == 0 && ph &&
+              sscanf(ph, ",phases:%lf:%lf:%lf:%lf:%lf:%lf:%lfms,", &x[0], &x[1], &x[2], &x[3], &x[4], &x[5],
+                     &x[6]) == 7,
+          "backward: no 7 phases in %s", lines[2]);
+    CHECK(x[0] > 0 && x[1] >= 0 && x[2] > 0 && x[3] >= 0 && x[4] > 0 && x[5] > 0 && x[6] > 0,
+          "backward phases %g %g %g %g %g %g %g: S, dP, dV, dK and dQ must take time", x[0], x[1], x[2], x[3], x[4],
+          x[5], x[6]);
 }
 
 /* The verbose trace (stderr) says where the tiles came from, and what the file gave
