@@ -165,32 +165,56 @@ static int dq_direct(const fa_problem *p, const fa_grads *g)
 
 /* Before the tiles: D_i = dot(dO_i, o_i) for every row, what the backward of step 7
  * (the softmax) subtracts; and the sinks' gradient, the backward of step 6 for the
- * sink's column, which has no value (dp = 0): dsink_h = -sum_{b,i} exp(sink_h - lse_i) D_i,
- * summed here in one fixed order (b, h, i) on one thread, so no thread count moves
- * its bits. dsum: (Hq) doubles of scratch. */
-static void compute_dvec(const fa_problem *p, const fa_kernels *kern, const fa_grads *g, float *dvec, int64_t sb,
-                         int64_t sh, float *rowa, float *rowb, double *dsum)
+ * sink's column, which has no value (dp = 0): dsink_h = -sum_{b,i} exp(sink_h - lse_i) D_i.
+ * The threads take whole heads, and each head's sum runs in one fixed order (b, i),
+ * so no thread count moves its bits. */
+typedef struct {
+    const fa_problem *p;
+    const fa_kernels *kern;
+    const fa_grads *g;
+    float *dvec;
+    int64_t sb, sh;
+    float *rows;   /* (threads, 2, Dv) scratch: a dO row and an o row as f32 */
+    double *dsum;  /* (Hq) */
+    atomic_llong next;
+} dvec_job;
+
+static void dvec_worker(void *arg, int ith, int nth)
 {
-    for (int64_t h = 0; h < p->Hq; h++) dsum[h] = 0.0;
-    for (int64_t b = 0; b < p->B; b++) {
-        fa_problem s;
-        fa_grads gs;
-        fa_seq_view(p, b, &s);
-        fa_seq_grads(p, g, b, &gs);
-        for (int64_t h = 0; h < p->Hq; h++)
+    (void)nth;
+    dvec_job *job = arg;
+    const fa_problem *p = job->p;
+    float *rowa = job->rows + (int64_t)ith * 2 * p->Dv, *rowb = rowa + p->Dv;
+    for (int64_t h; (h = atomic_fetch_add(&job->next, 1)) < p->Hq;) {
+        double sum = 0.0;
+        for (int64_t b = 0; b < p->B; b++) {
+            fa_problem s;
+            fa_grads gs;
+            fa_seq_view(p, b, &s);
+            fa_seq_grads(p, job->g, b, &gs);
             for (int64_t i = 0; i < s.Sq; i++) {
-                fa_pack_rows(&gs.dout, kern, 0, i, 1, h, p->Dv, rowa, p->Dv);
-                fa_pack_rows(&s.o, kern, 0, i, 1, h, p->Dv, rowb, p->Dv);
                 double d = 0.0; /* in double: D_i is a difference's subtrahend for every column */
-                for (int64_t e = 0; e < p->Dv; e++) d += (double)rowa[e] * (double)rowb[e];
+                if (p->Dv > 0) { /* Dv = 0: no output, D_i = 0 (and no rows to read) */
+                    fa_pack_rows(&gs.dout, job->kern, 0, i, 1, h, p->Dv, rowa, p->Dv);
+                    fa_pack_rows(&s.o, job->kern, 0, i, 1, h, p->Dv, rowb, p->Dv);
+                    for (int64_t e = 0; e < p->Dv; e++) d += (double)rowa[e] * (double)rowb[e];
+                }
                 const int64_t row = p->cu_q ? p->cu_q[b] + i : i;
-                dvec[(p->cu_q ? 0 : b) * sb + h * sh + row] = (float)d;
+                job->dvec[(p->cu_q ? 0 : b) * job->sb + h * job->sh + row] = (float)d;
                 const float sink = fa_sink(p, h), lse = ((const float *)s.lse.data)[h * s.lse.stride[1] + i * s.lse.stride[2]];
-                if (g->dsinks && sink != -INFINITY) dsum[h] -= exp((double)sink - lse) * d;
+                if (job->g->dsinks && sink != -INFINITY) sum -= exp((double)sink - lse) * d;
             }
+        }
+        job->dsum[h] = sum;
     }
-    if (g->dsinks)
-        for (int64_t h = 0; h < p->Hq; h++) g->dsinks[h] = (float)dsum[h];
+}
+
+static void compute_dvec(fa_context *ctx, int nth, dvec_job *job)
+{
+    atomic_init(&job->next, 0);
+    fa_pool_run(ctx->pool, nth, dvec_worker, job);
+    if (job->g->dsinks)
+        for (int64_t h = 0; h < job->p->Hq; h++) job->g->dsinks[h] = (float)job->dsum[h];
 }
 
 /* A query block's Q and dO rows (natural, unscaled), as the products take them: f32
@@ -568,14 +592,13 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     const int64_t rows = p->cu_q ? p->q.shape[1] : p->Sq;
     job.dvec_sh = rows;
     job.dvec_sb = p->cu_q ? 0 : p->Hq * rows;
-    float *dvec, *rowa, *rowb;
+    float *dvec, *rows2;
     double *dsum;
     const fa_ws_part parts[] = {
         {(void **)&job.workspace, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
         {(void **)&job.tasks, fa_bytes3(n_tasks, (int64_t)sizeof(fa_bwd_task), 1)},
         {(void **)&dvec, fa_bytes3(p->cu_q ? 1 : p->B, p->Hq * rows, 4)},
-        {(void **)&rowa, fa_bytes3(p->Dv, 4, 1)},
-        {(void **)&rowb, fa_bytes3(p->Dv, 4, 1)},
+        {(void **)&rows2, fa_bytes3(p->Dv, 8, ctx->threads)},
         {(void **)&dsum, fa_bytes3(p->Hq, 8, 1)},
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
@@ -589,7 +612,9 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     fa_ws_layout(parts, sizeof parts / sizeof parts[0], ws);
     job.dvec = dvec;
 
-    compute_dvec(p, job.kern, g, dvec, job.dvec_sb, job.dvec_sh, rowa, rowb, dsum);
+    dvec_job dj = {.p = p, .kern = job.kern, .g = g, .dvec = dvec, .sb = job.dvec_sb, .sh = job.dvec_sh,
+                   .rows = rows2, .dsum = dsum};
+    compute_dvec(ctx, ctx->threads < p->Hq ? ctx->threads : (int)(p->Hq > 0 ? p->Hq : 1), &dj);
     fa_bwd_tasks_fill(p, &rules, &counts, job.tasks);
     job.n_tasks = n_tasks;
     atomic_init(&job.next, 0);
