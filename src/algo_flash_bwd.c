@@ -175,7 +175,6 @@ typedef struct {
     float *dvec;
     int64_t sb, sh;
     float *rows;   /* (threads, 2, Dv) scratch: a dO row and an o row as f32 */
-    double *dsum;  /* (Hq) */
     atomic_llong next;
 } dvec_job;
 
@@ -205,16 +204,15 @@ static void dvec_worker(void *arg, int ith, int nth)
                 if (job->g->dsinks && sink != -INFINITY) sum -= exp((double)sink - lse) * d;
             }
         }
-        job->dsum[h] = sum;
+        if (job->g->dsinks) job->g->dsinks[h] = (float)sum;
     }
 }
 
-static void compute_dvec(fa_context *ctx, int nth, dvec_job *job)
+static void compute_dvec(fa_context *ctx, dvec_job *job)
 {
+    const int64_t hq = job->p->Hq;
     atomic_init(&job->next, 0);
-    fa_pool_run(ctx->pool, nth, dvec_worker, job);
-    if (job->g->dsinks)
-        for (int64_t h = 0; h < job->p->Hq; h++) job->g->dsinks[h] = (float)job->dsum[h];
+    fa_pool_run(ctx->pool, ctx->threads < hq ? ctx->threads : (int)(hq > 0 ? hq : 1), dvec_worker, job);
 }
 
 /* A query block's Q and dO rows (natural, unscaled), as the products take them: f32
@@ -593,13 +591,11 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     job.dvec_sh = rows;
     job.dvec_sb = p->cu_q ? 0 : p->Hq * rows;
     float *dvec, *rows2;
-    double *dsum;
     const fa_ws_part parts[] = {
         {(void **)&job.workspace, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
         {(void **)&job.tasks, fa_bytes3(n_tasks, (int64_t)sizeof(fa_bwd_task), 1)},
         {(void **)&dvec, fa_bytes3(p->cu_q ? 1 : p->B, p->Hq * rows, 4)},
         {(void **)&rows2, fa_bytes3(p->Dv, 8, ctx->threads)},
-        {(void **)&dsum, fa_bytes3(p->Hq, 8, 1)},
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
     if (bytes < 0)
@@ -613,8 +609,8 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     job.dvec = dvec;
 
     dvec_job dj = {.p = p, .kern = job.kern, .g = g, .dvec = dvec, .sb = job.dvec_sb, .sh = job.dvec_sh,
-                   .rows = rows2, .dsum = dsum};
-    compute_dvec(ctx, ctx->threads < p->Hq ? ctx->threads : (int)(p->Hq > 0 ? p->Hq : 1), &dj);
+                   .rows = rows2};
+    compute_dvec(ctx, &dj);
     fa_bwd_tasks_fill(p, &rules, &counts, job.tasks);
     job.n_tasks = n_tasks;
     atomic_init(&job.next, 0);

@@ -213,15 +213,15 @@ def _varlen_attn_probs(q, k, cu_q, cu_k, max_seqlen_q, max_seqlen_k, alibi, opts
     (b, h, i, j) draw exactly the varlen call's (docs/semantics.md, section 6: b the
     sequence, i and j counted from its first row). The probabilities are each
     sequence's own dense call (_probs), with its row of a (batch, nheads) ALiBi."""
-    lq = [int(x) for x in (cu_q[1:] - cu_q[:-1])]
-    lk = [int(x) for x in (cu_k[1:] - cu_k[:-1])]
+    cq, ck = [int(x) for x in cu_q], [int(x) for x in cu_k]
+    lq = [b - a for a, b in zip(cq, cq[1:])]
+    lk = [b - a for a, b in zip(ck, ck[1:])]
     B, Hq = len(lq), q.shape[1]
     mq = max(lq, default=0) if not isinstance(max_seqlen_q, int) else max_seqlen_q
     mk = max(lk, default=0) if not isinstance(max_seqlen_k, int) else max_seqlen_k
     out = _zeros((B, Hq, _round128(mq), _round128(mk)), q.dtype, t)
     if B == 0 or mq == 0 or mk == 0:
         return out
-    cq, ck = [int(x) for x in cu_q], [int(x) for x in cu_k]
     mask_opts = (1.0, 0.0, _core.CAUSAL_NONE, -1, -1) + tuple(opts[5:])
     if t:
         import torch
