@@ -463,6 +463,123 @@ typedef struct fa_work {
  * status and message). Nothing runs and nothing is written but *out. */
 FA_API fa_status fa_forward_work(fa_context *ctx, const fa_forward_args *args, fa_work *out);
 
+/*
+ * The band of one row (docs/semantics.md, sections 3 and 4): the keys query row `row`
+ * of sequence `seq` may see under the call's causal, window, q_start and k_start, as
+ * [*lo, *hi], key indices of that sequence (0 = its first key; a KV cache's keys
+ * after the append), clamped to its keys; empty when *lo > *hi. Both ends are
+ * non-decreasing in row. Bias, mask, dropout and sinks are not part of the band.
+ * `args` must be a call fa_forward_check accepts (else its status and message);
+ * seq in [0, B) (varlen and cache calls: the sequence, at its own lengths; dense:
+ * any batch row, all alike) and row in [0, Sq of that sequence), else
+ * FA_ERR_OUT_OF_RANGE. Nothing runs and nothing is written but *lo and *hi.
+ */
+FA_API fa_status fa_forward_band(fa_context *ctx, const fa_forward_args *args, int64_t seq, int64_t row,
+                                 int64_t *lo, int64_t *hi);
+
+/*
+ * The ring planner: the rules of attention over one sequence sharded along its
+ * length across P ranks (context parallelism), without any transport. Rank r holds
+ * S_r rows of the sequence (sharding below); at ring step s it holds the k/v shard
+ * of rank (r - s) mod P and computes its queries against it in pieces, each one core
+ * call with q_start/k_start placing it in the whole sequence (docs/semantics.md
+ * section 4, docs/mpi.md). libflashattn_mpi and flashattn.torch.distributed ask it
+ * and only move the bytes.
+ *
+ * Sharding: FA_RING_CONTIGUOUS: rank r holds global rows [S_0 + .. + S_{r-1}, + S_r).
+ * FA_RING_ZIGZAG: the sequence is cut into 2P chunks; rank r holds chunk r and chunk
+ * 2P-1-r, each S_r / 2 rows (S_r even), in that order: causal work is then balanced.
+ */
+typedef enum fa_ring_sharding {
+    FA_RING_CONTIGUOUS = 0,
+    FA_RING_ZIGZAG = 1
+} fa_ring_sharding;
+
+typedef struct fa_ring_plan {
+    size_t struct_size;          /* sizeof(fa_ring_plan) as the caller compiled it */
+    int nranks;                  /* P >= 1 */
+    int rank;                    /* this rank, 0..P-1 */
+    const int64_t *lengths;      /* (P) every rank's shard rows S_r >= 0; zig-zag: even */
+    fa_ring_sharding sharding;
+    /* the calls' options, as every rank's local fa_forward_args has them: causal (either
+     * alignment: over one sequence both keep j <= i), window_left/right, alibi_slopes
+     * (set or not) and dropout_p (> 0 or not) decide the placement; its tensors are
+     * read only by fa_ring_describe and fa_ring_check (shapes, never data) */
+    const fa_forward_args *call;
+    int pieces;                  /* query-row pieces each (segment, segment) block is cut into, 0..1024;
+                                    0 = 1. A window or ALiBi with dropout keeps blocks whole. */
+    int whole_shards;            /* 1: a step whose calls read no position (no causal, window, ALiBi or
+                                    dropout) is one call on the whole shards, positions 0 */
+} fa_ring_plan;
+
+#define FA_RING_PLAN_INIT {sizeof(fa_ring_plan), 1, 0, 0, FA_RING_CONTIGUOUS, 0, 0, 0}
+
+/* A run of a shard's rows contiguous in the whole sequence. */
+typedef struct fa_ring_segment {
+    int64_t pos; /* global position of its first row */
+    int64_t len; /* rows */
+    int64_t off; /* its first row within the shard */
+} fa_ring_segment;
+
+/* Rank `rank`'s segments: one (contiguous) or two (zig-zag: chunk rank, then chunk
+ * 2P-1-rank) into seg[0 .. *count). Needs plan->lengths, not plan->call; ctx may be
+ * NULL (then a failure has no message). */
+FA_API fa_status fa_ring_placement(fa_context *ctx, const fa_ring_plan *plan, int rank, fa_ring_segment seg[2],
+                                   int *count);
+
+/* One core call of a ring step: this rank's query rows against the visiting shard's keys. */
+typedef struct fa_ring_piece {
+    int64_t q_row, rows;         /* this rank's local query rows [q_row, q_row + rows) */
+    int64_t k_row, keys;         /* the visiting shard's local keys [k_row, k_row + keys) */
+    int64_t q_pos, k_pos;        /* the global positions of q_row and k_row */
+    int64_t q_start, k_start;    /* the call's fa_forward_args.q_start and k_start */
+    fa_causal causal;            /* the call's fa_forward_args.causal */
+    int64_t kept;                /* kept (query, key) pairs, per (batch, head): fa_forward_work's count */
+    int diagonal;                /* 1: the keys are the rows' own segment (step 0): every local row is in
+                                    one such piece, where what a row adds once is added (dsinks) */
+} fa_ring_piece;
+
+/* Step `step` (0..P-1) of plan->rank: its pieces, in the order they run, into
+ * out[0 .. *count) (pieces that keep nothing are left out). At most 4 * pieces
+ * (pieces 0: 4); a smaller capacity is FA_ERR_OUT_OF_RANGE with *count the number. */
+FA_API fa_status fa_ring_step(fa_context *ctx, const fa_ring_plan *plan, int step, fa_ring_piece *out, int capacity,
+                              int *count);
+
+/* The call of any block: `rows` query rows at global position q_pos against `keys`
+ * keys at k_pos, placed and counted as fa_ring_step's pieces are (q_row = k_row = 0,
+ * diagonal 0: the caller knows where its block lies). */
+FA_API fa_status fa_ring_block(fa_context *ctx, const fa_ring_plan *plan, int64_t q_pos, int64_t rows, int64_t k_pos,
+                               int64_t keys, fa_ring_piece *out);
+
+/* Where a backward cuts its own step in two by kept pairs (the first part hides the
+ * first transfer, the rest the gradients' way home): the fewest leading pieces that
+ * hold at least half of the kept pairs. */
+FA_API int fa_ring_split(const fa_ring_piece *pieces, int count);
+
+/*
+ * The agreement: what every rank of a ring must share before any data moves. Each
+ * rank fills its descriptor (fa_ring_describe: its status, then its shapes and
+ * options; only the status when it is not FA_OK), the transport gathers them rank by
+ * rank (P x FA_RING_AGREE_FIELDS int64), and every rank reads the same verdict from
+ * them (fa_ring_verdict). Then, with every rank's length known, fa_ring_check asks
+ * the core about the ring as a whole, with the same answer on every rank.
+ */
+enum { FA_RING_AGREE_STATUS = 0, FA_RING_AGREE_S_LOCAL = 2, FA_RING_AGREE_FIELDS = 21 };
+
+/* `extra`: the driver's own agreed value (libflashattn_mpi: which gradients). */
+FA_API void fa_ring_describe(const fa_ring_plan *plan, fa_status status, int64_t extra,
+                             int64_t desc[FA_RING_AGREE_FIELDS]);
+/* The field's name ("B", "window_left", ...); "" outside 0..FA_RING_AGREE_FIELDS-1. */
+FA_API const char *fa_ring_agreement_name(int field);
+/* FA_OK; or the status of the lowest rank that failed (*who that rank, *field -1);
+ * or the status of the first field that rank *who and rank 0 differ on (*field). */
+FA_API fa_status fa_ring_verdict(int nranks, const int64_t *all, int *who, int *field);
+/* The ring as a whole, from agreed values only: the plan, the core's limits on the
+ * longest call any rank makes (Smax rows against Smax keys at the end of the
+ * sequence: positions within FA_POSITION_MAX, work within int64), and equal shard
+ * lengths for a window or ALiBi with dropout (FA_ERR_UNSUPPORTED otherwise). */
+FA_API fa_status fa_ring_check(fa_context *ctx, const fa_ring_plan *plan);
+
 /* ------------------------------------------------------------------- tune */
 
 /*

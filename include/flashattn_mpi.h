@@ -55,10 +55,8 @@
 extern "C" {
 #endif
 
-typedef enum fa_ring_sharding {
-    FA_RING_CONTIGUOUS = 0,
-    FA_RING_ZIGZAG = 1
-} fa_ring_sharding;
+/* fa_ring_sharding, and the ring's rules (placement, pieces, agreement), are the
+ * core's ring planner (flashattn.h): this library only moves the bytes. */
 
 /*
  * What one ring call did, for tests and benchmarks (optional: fa_ring_args.stats).

@@ -86,16 +86,12 @@ typedef struct ring_call {
     MPI_Comm comm; /* our duplicate of the caller's */
     fa_forward_args a; /* the local forward arguments, struct_size normalised */
     fa_backward_args g; /* the backward's (backward only) */
-    fa_ring_sharding sharding;
-    int pieces;
-    int band_offsets;  /* window or ALiBi: offsets follow the bottom-right rule */
-    int causal;        /* either alignment: over the whole sequence both keep j <= i */
-    int64_t window_left, window_right; /* as the ranks agree on them (window_side) */
+    fa_ring_plan plan; /* the core's ring planner: placement, pieces, agreement */
+    int pieces;        /* per (segment, segment) block, resolved */
     int64_t B, Hq, Hk, D, Dv, Sl, Smax;
     fa_dtype dt;
     int64_t es;
     int64_t *S;        /* (P) shard lengths */
-    ring_layout mine;
     fa_ring_stats *stats, local_stats;
     fa_status st;      /* the first failure inside the ring */
     char msg[400];
@@ -111,40 +107,6 @@ static fa_status call_fail(ring_call *rc, fa_status st, int step, const char *wh
     return st;
 }
 
-/* The descriptor each rank contributes to the agreement. */
-enum {
-    D_STATUS, D_B, D_S, D_HQ, D_HK, D_D, D_DV, D_DTYPE, D_CAUSAL, D_WL, D_WR, D_SCALE, D_SOFTCAP, D_ALIBI,
-    D_DROP_P, D_DROP_SEED, D_DROP_OFF, D_SHARDING, D_PIECES, D_GRADS, D_SINKS, D_COUNT
-};
-static const char *const desc_name[D_COUNT] = {
-    "status", "B", "S_local", "Hq", "Hk", "D", "Dv", "dtype", "causal", "window_left", "window_right", "scale",
-    "softcap", "alibi", "dropout_p", "dropout_seed", "dropout_offset", "sharding", "pieces", "gradients", "sinks"};
-/* what a disagreement on a field is: the fields that every rank must share */
-static fa_status desc_mismatch(int f)
-{
-    switch (f) {
-    case D_B: case D_HQ: case D_HK: case D_D: case D_DV: return FA_ERR_SHAPE_MISMATCH;
-    case D_DTYPE: return FA_ERR_DTYPE;
-    case D_S: case D_STATUS: return FA_OK; /* lengths may differ; statuses are read first */
-    default: return FA_ERR_INVALID_ARGUMENT;
-    }
-}
-
-static int64_t float_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return (int64_t)u;
-}
-
-/* A window side as the ranks agree on it: a side that reaches past every position
- * the ring can place (FA_POSITION_MAX) bounds nothing, as -1 does, and needs no
- * bottom-right offsets. Whether a side is valid at all is the core's to say. */
-static int64_t window_side(int64_t w)
-{
-    return w < 0 || w >= FA_POSITION_MAX ? -1 : w;
-}
-
 /* A failure the core found, reported with the core's own message. */
 static fa_status core_fail(fa_status st, fa_context *ctx)
 {
@@ -157,6 +119,21 @@ static int mul_ok(int64_t *acc, int64_t x)
     if (x != 0 && *acc > INT64_MAX / x) return 0;
     *acc *= x;
     return 1;
+}
+
+/* What has no meaning for a sequence the ring shards, refused with its reason. */
+static fa_status check_ring_fields(const fa_forward_args *a)
+{
+    if (a->bias.data) return ring_fail(FA_ERR_UNSUPPORTED, "bias tensors are not supported by ring attention");
+    if (a->mask.data) return ring_fail(FA_ERR_UNSUPPORTED, "mask tensors are not supported by ring attention");
+    if (a->cu_seqlens_q || a->cu_seqlens_k)
+        return ring_fail(FA_ERR_UNSUPPORTED, "variable-length (cu_seqlens) calls are not supported by ring attention");
+    if (a->kv_cache) return ring_fail(FA_ERR_UNSUPPORTED, "KV caches are not supported by ring attention");
+    if (a->dropout_mask.data)
+        return ring_fail(FA_ERR_UNSUPPORTED, "dropout_mask is not supported by ring attention");
+    if (a->q_start || a->k_start)
+        return ring_fail(FA_ERR_UNSUPPORTED, "q_start/k_start are set by the ring from the sharding; pass 0");
+    return FA_OK;
 }
 
 /* Pass 1 for the forward's arguments (also run by the backward on its fwd). */
@@ -180,16 +157,7 @@ static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_arg
     if (rg.stats && rg.stats->struct_size != sizeof(fa_ring_stats))
         return ring_fail(FA_ERR_STRUCT_SIZE, "stats->struct_size %zu is not %zu", rg.stats->struct_size,
                          sizeof(fa_ring_stats));
-    /* what has no meaning for a sequence the ring shards */
-    if (a.bias.data) return ring_fail(FA_ERR_UNSUPPORTED, "bias tensors are not supported by ring attention");
-    if (a.mask.data) return ring_fail(FA_ERR_UNSUPPORTED, "mask tensors are not supported by ring attention");
-    if (a.cu_seqlens_q || a.cu_seqlens_k)
-        return ring_fail(FA_ERR_UNSUPPORTED, "variable-length (cu_seqlens) calls are not supported by ring attention");
-    if (a.kv_cache) return ring_fail(FA_ERR_UNSUPPORTED, "KV caches are not supported by ring attention");
-    if (a.dropout_mask.data)
-        return ring_fail(FA_ERR_UNSUPPORTED, "dropout_mask is not supported by ring attention");
-    if (a.q_start || a.k_start)
-        return ring_fail(FA_ERR_UNSUPPORTED, "q_start/k_start are set by the ring from the sharding; pass 0");
+    if ((st = check_ring_fields(&a)) != FA_OK) return st;
     /* the call itself is the core's to judge: dtypes, shapes, extents, data, scalars */
     if ((st = fa_forward_check(ctx, local)) != FA_OK) return core_fail(st, ctx);
     const int64_t B = a.q.shape[0], Sl = a.q.shape[1], Hq = a.q.shape[2], D = a.q.shape[3];
@@ -205,59 +173,16 @@ static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_arg
         return ring_fail(FA_ERR_OVERFLOW, "the shard's buffers do not fit in 64 bits");
     rc->ctx = ctx;
     rc->a = a;
-    rc->sharding = rg.sharding;
     rc->pieces = rg.pieces ? rg.pieces : 4;
     rc->stats = rg.stats;
-    rc->causal = a.causal != FA_CAUSAL_NONE;
-    rc->window_left = window_side(a.window_left);
-    rc->window_right = window_side(a.window_right);
-    rc->band_offsets = rc->window_left >= 0 || rc->window_right >= 0 || a.alibi_slopes != NULL;
+    rc->plan.sharding = rg.sharding;
+    rc->plan.pieces = rc->pieces;
     rc->B = B, rc->Sl = Sl, rc->Hq = Hq, rc->Hk = Hk, rc->D = D, rc->Dv = Dv;
     rc->dt = a.q.dtype;
     rc->es = (int64_t)fa_dtype_size(a.q.dtype);
     return FA_OK;
 }
 
-static void fill_desc(const ring_call *rc, fa_status st, int64_t grads, int64_t *d)
-{
-    memset(d, 0, sizeof(int64_t) * D_COUNT);
-    d[D_STATUS] = st;
-    if (st != FA_OK) return;
-    const fa_forward_args *a = &rc->a;
-    d[D_B] = rc->B, d[D_S] = rc->Sl, d[D_HQ] = rc->Hq, d[D_HK] = rc->Hk, d[D_D] = rc->D, d[D_DV] = rc->Dv;
-    d[D_DTYPE] = rc->dt;
-    d[D_CAUSAL] = rc->causal;
-    d[D_WL] = rc->window_left, d[D_WR] = rc->window_right;
-    d[D_SCALE] = float_bits(a->scale), d[D_SOFTCAP] = float_bits(a->softcap);
-    d[D_ALIBI] = a->alibi_slopes != NULL;
-    d[D_DROP_P] = float_bits(a->dropout_p);
-    d[D_DROP_SEED] = (int64_t)a->dropout_seed, d[D_DROP_OFF] = a->dropout_offset;
-    d[D_SHARDING] = rc->sharding;
-    d[D_PIECES] = rc->pieces;
-    d[D_GRADS] = grads;
-    d[D_SINKS] = a->sinks != NULL;
-}
-
-/* The longest call any rank makes, Smax query rows against Smax keys at the end of
- * the whole sequence of N positions, checked by the core (positions within
- * FA_POSITION_MAX, the work within int64): from agreed values only, so every rank
- * reaches the same verdict. The data is never read. */
-static fa_status check_longest(ring_call *rc, int64_t N)
-{
-    static float never_read[1];
-    const int64_t B = rc->B, S = rc->Smax;
-    fa_forward_args c = rc->a;
-    c.q = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, B, S, rc->Hq, rc->D);
-    c.k = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, B, S, rc->Hk, rc->D);
-    c.v = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, B, S, rc->Hk, rc->Dv);
-    c.o = fa_tensor_make(never_read, FA_DTYPE_F32, FA_LAYOUT_BSND, B, S, rc->Hq, rc->Dv);
-    c.lse = fa_tensor_contiguous(never_read, FA_DTYPE_F32, B, rc->Hq, S, 1);
-    c.q_start = c.k_start = N - S;
-    const fa_status st = fa_forward_check(rc->ctx, &c);
-    return st == FA_OK ? FA_OK : ring_fail(st, "the ring's longest call: %s", fa_context_error(rc->ctx));
-}
-
-/* Pass 2: every rank derives the same verdict from everybody's descriptor. */
 /* The opening of every ring call: a clean error, and this rank's place in the
  * communicator (the one check that cannot be agreed on: a null communicator). */
 static fa_status ring_begin(ring_call *rc, MPI_Comm comm)
@@ -267,14 +192,31 @@ static fa_status ring_begin(ring_call *rc, MPI_Comm comm)
     if (comm == MPI_COMM_NULL) return ring_fail(FA_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
     MPI_Comm_size(comm, &rc->P);
     MPI_Comm_rank(comm, &rc->rank);
+    const fa_ring_plan init = FA_RING_PLAN_INIT;
+    rc->plan = init;
+    rc->plan.nranks = rc->P;
+    rc->plan.rank = rc->rank;
+    rc->plan.call = &rc->a;
     return FA_OK;
 }
 
+/* The verdict's words: the lowest failing rank's status (this rank's own message is
+ * already recorded), or the field two ranks disagree on. */
+static fa_status verdict_fail(const ring_call *rc, const int64_t *all, fa_status st, int who, int field)
+{
+    if (field < 0) return who == rc->rank ? st : ring_fail(st, "rank %d refused its arguments: %s", who,
+                                                           fa_status_string(st));
+    return ring_fail(st, "ranks 0 and %d disagree on %s (%lld vs %lld)", who, fa_ring_agreement_name(field),
+                     (long long)all[field], (long long)all[who * FA_RING_AGREE_FIELDS + field]);
+}
+
+/* Pass 2: every rank derives the same verdict from everybody's descriptor (the core's
+ * ring planner reads them), then the core judges the ring as a whole. */
 static fa_status agree(ring_call *rc, MPI_Comm comm, fa_status local_st, int64_t grads)
 {
-    int64_t desc[D_COUNT];
-    fill_desc(rc, local_st, grads, desc);
-    int64_t *all = malloc(sizeof(int64_t) * D_COUNT * (size_t)rc->P);
+    int64_t desc[FA_RING_AGREE_FIELDS];
+    fa_ring_describe(&rc->plan, local_st, grads, desc);
+    int64_t *all = malloc(sizeof(int64_t) * FA_RING_AGREE_FIELDS * (size_t)rc->P);
     int64_t *S = malloc(sizeof(int64_t) * (size_t)rc->P);
     int bad = !all || !S;
     /* a rank without memory for the agreement still agrees: it reports OOM */
@@ -284,49 +226,25 @@ static fa_status agree(ring_call *rc, MPI_Comm comm, fa_status local_st, int64_t
         free(all), free(S);
         return ring_fail(FA_ERR_OUT_OF_MEMORY, "a rank could not allocate the agreement's few bytes");
     }
-    MPI_Allgather(desc, D_COUNT, MPI_INT64_T, all, D_COUNT, MPI_INT64_T, comm);
-    fa_status st = FA_OK;
-    for (int x = 0; x < rc->P && st == FA_OK; x++) {
-        const fa_status sx = (fa_status)all[x * D_COUNT + D_STATUS];
-        if (sx == FA_OK) continue;
-        st = sx;
-        if (x != rc->rank) ring_fail(st, "rank %d refused its arguments: %s", x, fa_status_string(st));
-    }
-    for (int x = 1; x < rc->P && st == FA_OK; x++)
-        for (int f = 0; f < D_COUNT && st == FA_OK; f++) {
-            const fa_status m = desc_mismatch(f);
-            if (m != FA_OK && all[x * D_COUNT + f] != all[f])
-                st = ring_fail(m, "ranks 0 and %d disagree on %s (%lld vs %lld)", x, desc_name[f], (long long)all[f],
-                               (long long)all[x * D_COUNT + f]);
-        }
+    MPI_Allgather(desc, FA_RING_AGREE_FIELDS, MPI_INT64_T, all, FA_RING_AGREE_FIELDS, MPI_INT64_T, comm);
+    int who = -1, field = -1;
+    fa_status st = fa_ring_verdict(rc->P, all, &who, &field);
+    if (st != FA_OK) st = verdict_fail(rc, all, st, who, field);
     if (st == FA_OK) {
-        rc->Smax = 0;
-        int64_t N = 0;
         for (int x = 0; x < rc->P; x++) {
-            S[x] = all[x * D_COUNT + D_S];
+            S[x] = all[x * FA_RING_AGREE_FIELDS + FA_RING_AGREE_S_LOCAL];
             if (S[x] > rc->Smax) rc->Smax = S[x];
-            N = N > FA_POSITION_MAX - S[x] ? FA_POSITION_MAX + 1 : N + S[x];
         }
-        /* the core's limits on every call of the ring, asked of the core */
-        st = check_longest(rc, N);
-        /* the core's band rules and its dropout counter need different offsets
-         * unless every call has Sq = Sk: equal segments and one piece */
-        if (st == FA_OK && rc->band_offsets && rc->a.dropout_p > 0.0f) {
-            for (int x = 1; x < rc->P; x++)
-                if (S[x] != S[0])
-                    st = ring_fail(FA_ERR_UNSUPPORTED, "a window or ALiBi with dropout needs equal shard lengths "
-                                                       "(rank %d has %lld rows, rank 0 %lld)",
-                                   x, (long long)S[x], (long long)S[0]);
-            rc->pieces = 1;
-        }
+        rc->plan.lengths = S;
+        if ((st = fa_ring_check(rc->ctx, &rc->plan)) != FA_OK) core_fail(st, rc->ctx);
     }
     free(all);
     if (st != FA_OK) {
         free(S);
+        rc->plan.lengths = NULL;
         return st;
     }
     rc->S = S;
-    ring_layout_of(rc->sharding, rc->P, S, rc->rank, &rc->mine);
     return FA_OK;
 }
 
@@ -400,68 +318,30 @@ static int64_t kv_elems(const ring_call *rc, int64_t S)
     return rc->B * S * rc->Hk * (rc->D + rc->Dv);
 }
 
-/* The offsets and causal rule of a call on query rows at global qpos (n rows) and
- * keys at kpos (m rows): global positions for the top-left rule and the dropout
- * counter; the bottom-right rule's difference when a window or ALiBi needs d(i). */
-static void place(const ring_call *rc, fa_forward_args *c, int64_t qpos, int64_t n, int64_t kpos, int64_t m)
-{
-    if (!rc->band_offsets) {
-        c->q_start = qpos;
-        c->k_start = kpos;
-        c->causal = rc->causal ? FA_CAUSAL_TOP_LEFT : FA_CAUSAL_NONE;
-        return;
-    }
-    int64_t qs = qpos - (m - n), ks = kpos; /* with n = m (dropout) these are the positions */
-    if (qs < 0) ks -= qs, qs = 0;
-    c->q_start = qs;
-    c->k_start = ks;
-    c->causal = rc->causal ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
-}
-
-/* The (query segment, row block, key segment) calls of one step, in a fixed order. */
-typedef struct piece {
-    const ring_seg *q, *k;
-    int64_t r0, n, kept;
-} piece;
-
-/* Kept (query, key) pairs of one (batch, head) for query rows at global qpos (n rows)
- * against keys at kpos (m rows): the core's count of the call place() makes of them. */
-static int64_t pairs_of(const ring_call *rc, int64_t qpos, int64_t n, int64_t kpos, int64_t m)
-{
-    static float never_read[1];
-    if (n <= 0 || m <= 0) return 0;
-    fa_forward_args c = rc->a; /* its scalars; one (batch, head) of width one */
-    c.q = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, 1, n, 1, 1);
-    c.k = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, 1, m, 1, 1);
-    c.v = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, 1, m, 1, 1);
-    c.o = fa_tensor_make(never_read, rc->dt, FA_LAYOUT_BSND, 1, n, 1, 1);
-    c.lse = (fa_tensor){0};
-    c.alibi_slopes = NULL;
-    place(rc, &c, qpos, n, kpos, m);
-    fa_work w = FA_WORK_INIT;
-    /* the agreement checked the longest call, so this cannot fail; if it did, the
-     * piece runs and the core's own call reports why */
-    return fa_forward_work(rc->ctx, &c, &w) == FA_OK ? w.pairs : 1;
-}
-
-static int step_pieces(const ring_call *rc, const ring_layout *src, piece *out, int cap, int64_t *kept_total)
+/* The pieces of step s, their kept pairs summed into *kept: the core's ring planner.
+ * The agreement checked the ring as a whole, so this cannot fail; if it did, the
+ * failure is recorded and the step computes nothing. */
+static int step_pieces(ring_call *rc, int s, fa_ring_piece *out, int64_t *kept)
 {
     int np = 0;
-    *kept_total = 0;
-    for (int a = 0; a < rc->mine.n; a++)
-        for (int b = 0; b < src->n; b++) {
-            const ring_seg *qs = &rc->mine.seg[a], *ks = &src->seg[b];
-            if (pairs_of(rc, qs->pos, qs->len, ks->pos, ks->len) == 0) continue;
-            const int64_t blk = (qs->len + rc->pieces - 1) / rc->pieces;
-            for (int64_t r0 = 0; r0 < qs->len && np < cap; r0 += blk) {
-                const int64_t n = qs->len - r0 < blk ? qs->len - r0 : blk;
-                const int64_t kept = pairs_of(rc, qs->pos + r0, n, ks->pos, ks->len);
-                if (!kept) continue;
-                out[np++] = (piece){qs, ks, r0, n, kept};
-                *kept_total += kept;
-            }
-        }
+    *kept = 0;
+    const fa_status st = fa_ring_step(rc->ctx, &rc->plan, s, out, 4 * rc->pieces, &np);
+    if (st != FA_OK) {
+        call_fail(rc, st, s, "fa_ring_step");
+        return 0;
+    }
+    for (int p = 0; p < np; p++) *kept += out[p].kept;
     return np;
+}
+
+/* The call of piece pc: the local call's options, pc's placement. */
+static fa_forward_args piece_call(const ring_call *rc, const fa_ring_piece *pc)
+{
+    fa_forward_args c = rc->a;
+    c.q_start = pc->q_start;
+    c.k_start = pc->k_start;
+    c.causal = pc->causal;
+    return c;
 }
 
 static fa_ring_stats *stats_of(ring_call *rc)
@@ -526,6 +406,114 @@ static void sink_state(const ring_call *rc, float *o, float *lse)
             for (int64_t i = 0; i < rc->Sl; i++) lse[(b * rc->Hq + h) * rc->Sl + i] = rc->a.sinks[h];
 }
 
+/* The forward's buffers: the two travelling k/v shards (each for the longest shard),
+ * the f32 accumulators of this rank's rows and one piece's partial (o, lse). */
+typedef struct fwd_bufs {
+    char *kv[2];
+    float *o_acc, *o_part, *lse_acc, *lse_part;
+    fa_ring_piece *pcs;
+    fa_tensor acc_o, part_o, acc_l, part_l;
+} fwd_bufs;
+
+static void fwd_free(fwd_bufs *f)
+{
+    free(f->kv[0]), free(f->kv[1]), free(f->o_acc), free(f->o_part), free(f->lse_acc), free(f->lse_part);
+    free(f->pcs);
+}
+
+/* Allocates on every rank and agrees on whether all could (on the caller's comm). */
+static fa_status fwd_alloc(ring_call *rc, MPI_Comm comm, fwd_bufs *f)
+{
+    const int P = rc->P;
+    const int64_t B = rc->B, Sl = rc->Sl, Hq = rc->Hq, Dv = rc->Dv;
+    const int64_t kv_bytes = kv_elems(rc, rc->Smax) * rc->es, acc_n = B * Sl * Hq * Dv, lse_n = B * Hq * Sl;
+    memset(f, 0, sizeof *f);
+    f->kv[0] = malloc((size_t)kv_bytes + 64);
+    f->kv[1] = P > 1 ? malloc((size_t)kv_bytes + 64) : NULL;
+    f->o_acc = malloc(sizeof(float) * (size_t)(acc_n + 1)), f->o_part = malloc(sizeof(float) * (size_t)(acc_n + 1));
+    f->lse_acc = malloc(sizeof(float) * (size_t)(lse_n + 1)), f->lse_part = malloc(sizeof(float) * (size_t)(lse_n + 1));
+    f->pcs = malloc(sizeof(fa_ring_piece) * (size_t)(4 * rc->pieces));
+    const int oom = !f->kv[0] || (P > 1 && !f->kv[1]) || !f->o_acc || !f->o_part || !f->lse_acc || !f->lse_part ||
+                    !f->pcs || kv_bytes > RING_CHUNK * RING_MAX_CHUNKS;
+    if (any_rank(oom, comm)) {
+        fwd_free(f);
+        return ring_fail(kv_bytes > RING_CHUNK * RING_MAX_CHUNKS ? FA_ERR_OVERFLOW : FA_ERR_OUT_OF_MEMORY,
+                         "a rank could not allocate the ring's buffers");
+    }
+    /* accumulators: lse -inf and o 0 are "nothing yet", which a merge leaves exact */
+    for (int64_t k = 0; k < acc_n; k++) f->o_acc[k] = 0.0f;
+    for (int64_t k = 0; k < lse_n; k++) f->lse_acc[k] = -INFINITY;
+    f->acc_o = fa_tensor_make(f->o_acc, FA_DTYPE_F32, FA_LAYOUT_BSND, B, Sl, Hq, Dv);
+    f->part_o = fa_tensor_make(f->o_part, FA_DTYPE_F32, FA_LAYOUT_BSND, B, Sl, Hq, Dv);
+    f->acc_l = fa_tensor_contiguous(f->lse_acc, FA_DTYPE_F32, B, Hq, Sl, 1);
+    f->part_l = fa_tensor_contiguous(f->lse_part, FA_DTYPE_F32, B, Hq, Sl, 1);
+    return FA_OK;
+}
+
+/* Step s: posts the next shard's transfer, computes the pieces against the shard at
+ * hand (rank r - s's) and merges each piece's partial into the accumulators. */
+static void fwd_step(ring_call *rc, fwd_bufs *f, int s, xfer *x)
+{
+    const int P = rc->P, src = (rc->rank - s + P) % P, nsrc = (rc->rank - s - 1 + 2 * P) % P;
+    const int64_t es = rc->es;
+    fa_ring_stats *stats = stats_of(rc);
+    char *cur = f->kv[s % 2];
+    /* the next shard moves while this one computes: posted before any piece */
+    if (s < P - 1) {
+        xfer_post(x, 0, f->kv[(s + 1) % 2], kv_elems(rc, rc->S[nsrc]) * es, rc->prev, RING_TAG_KV, rc->comm);
+        xfer_post(x, 1, cur, kv_elems(rc, rc->S[src]) * es, rc->next, RING_TAG_KV, rc->comm);
+        stats->bytes_sent += kv_elems(rc, rc->S[src]) * es;
+    }
+    int64_t kept = 0;
+    const int np = step_pieces(rc, s, f->pcs, &kept);
+    const fa_tensor kt = kv_view(rc, cur, rc->S[src], 0, rc->dt, es), vt = kv_view(rc, cur, rc->S[src], 1, rc->dt, es);
+    const double tc = MPI_Wtime();
+    /* the hook the tests read: was the next shard already on its way? */
+    if (x->n > 0) stats->steps_prefetched++;
+    double tested = 0.0;
+    xfer *xs[1] = {x};
+    for (int p = 0; p < np && rc->st == FA_OK; p++) {
+        tested += progress(rc, xs, 1);
+        const fa_ring_piece *pc = &f->pcs[p];
+        fa_forward_args c = piece_call(rc, pc);
+        c.sinks = NULL; /* a partial without them: the sink enters once, after the ring */
+        c.q = rows_of(&rc->a.q, 1, pc->q_row, pc->rows);
+        c.k = rows_of(&kt, 1, pc->k_row, pc->keys);
+        c.v = rows_of(&vt, 1, pc->k_row, pc->keys);
+        c.o = rows_of(&f->part_o, 1, pc->q_row, pc->rows);
+        c.lse = rows_of(&f->part_l, 2, pc->q_row, pc->rows);
+        fa_status st = s == ring_fault_step ? FA_ERR_OUT_OF_MEMORY : fa_forward(rc->ctx, &c);
+        stats->core_calls++;
+        if (st != FA_OK) {
+            call_fail(rc, st, s, "fa_forward");
+            break;
+        }
+        fa_tensor ov[2] = {rows_of(&f->acc_o, 1, pc->q_row, pc->rows), c.o};
+        fa_tensor lv[2] = {rows_of(&f->acc_l, 2, pc->q_row, pc->rows), c.lse};
+        st = fa_merge_states(rc->ctx, 2, ov, lv, &ov[0], &lv[0]);
+        if (st != FA_OK) call_fail(rc, st, s, "fa_merge_states");
+    }
+    stats->kept_pairs += kept;
+    stats->steps_computed += np > 0;
+    const double tw = MPI_Wtime();
+    xfer_wait(x);
+    stats_step(rc, s, tw - tc - tested, MPI_Wtime() - tw);
+}
+
+/* Pass 4: the ring's statuses agreed, then o (and lse) written by one exact merge,
+ * which rounds o once to its dtype; with sinks, their state is its second part. */
+static fa_status fwd_write(ring_call *rc, fwd_bufs *f)
+{
+    fa_status st = agree_end(rc);
+    if (st != FA_OK) return st;
+    const fa_tensor ov[2] = {f->acc_o, f->part_o}, lv[2] = {f->acc_l, f->part_l};
+    if (rc->a.sinks) sink_state(rc, f->o_part, f->lse_part);
+    fa_tensor lse_out = rc->a.lse;
+    st = fa_merge_states(rc->ctx, rc->a.sinks ? 2 : 1, ov, lv, &rc->a.o, &lse_out);
+    if (st != FA_OK) ring_fail(st, "writing o: %s", fa_context_error(rc->ctx));
+    return st;
+}
+
 fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ring, const fa_forward_args *local)
 {
     const double t0 = MPI_Wtime();
@@ -533,97 +521,24 @@ fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ri
     if (ring_begin(&rc, comm) != FA_OK) return FA_ERR_INVALID_ARGUMENT;
     fa_status st = check_forward(&rc, ctx, ring, local);
     if ((st = agree(&rc, comm, st, 0)) != FA_OK) return st;
-
-    const int P = rc.P;
-    const int64_t B = rc.B, Sl = rc.Sl, Hq = rc.Hq, Dv = rc.Dv, es = rc.es;
-    const int64_t kv_bytes = kv_elems(&rc, rc.Smax) * es, acc_n = B * Sl * Hq * Dv, lse_n = B * Hq * Sl;
-    char *kv[2] = {malloc((size_t)kv_bytes + 64), P > 1 ? malloc((size_t)kv_bytes + 64) : NULL};
-    float *o_acc = malloc(sizeof(float) * (size_t)(acc_n + 1)), *o_part = malloc(sizeof(float) * (size_t)(acc_n + 1));
-    float *lse_acc = malloc(sizeof(float) * (size_t)(lse_n + 1)), *lse_part = malloc(sizeof(float) * (size_t)(lse_n + 1));
-    piece *pcs = malloc(sizeof(piece) * (size_t)(4 * rc.pieces));
-    const int oom = !kv[0] || (P > 1 && !kv[1]) || !o_acc || !o_part || !lse_acc || !lse_part || !pcs ||
-                    kv_bytes > RING_CHUNK * RING_MAX_CHUNKS;
-    if (any_rank(oom, comm)) {
-        free(kv[0]), free(kv[1]), free(o_acc), free(o_part), free(lse_acc), free(lse_part), free(pcs), free(rc.S);
-        return ring_fail(kv_bytes > RING_CHUNK * RING_MAX_CHUNKS ? FA_ERR_OVERFLOW : FA_ERR_OUT_OF_MEMORY,
-                         "a rank could not allocate the ring's buffers");
+    fwd_bufs f;
+    if ((st = fwd_alloc(&rc, comm, &f)) != FA_OK) {
+        free(rc.S);
+        return st;
     }
     MPI_Comm_dup(comm, &rc.comm); /* our messages never meet the caller's */
-    rc.prev = (rc.rank + P - 1) % P;
-    rc.next = (rc.rank + 1) % P;
+    rc.prev = (rc.rank + rc.P - 1) % rc.P;
+    rc.next = (rc.rank + 1) % rc.P;
     stats_begin(&rc);
-    fa_ring_stats *stats = stats_of(&rc);
-
-    /* accumulators: lse -inf and o 0 are "nothing yet", which a merge leaves exact */
-    for (int64_t k = 0; k < acc_n; k++) o_acc[k] = 0.0f;
-    for (int64_t k = 0; k < lse_n; k++) lse_acc[k] = -INFINITY;
-    const fa_tensor acc_o = fa_tensor_make(o_acc, FA_DTYPE_F32, FA_LAYOUT_BSND, B, Sl, Hq, Dv);
-    const fa_tensor part_o = fa_tensor_make(o_part, FA_DTYPE_F32, FA_LAYOUT_BSND, B, Sl, Hq, Dv);
-    const fa_tensor acc_l = fa_tensor_contiguous(lse_acc, FA_DTYPE_F32, B, Hq, Sl, 1);
-    const fa_tensor part_l = fa_tensor_contiguous(lse_part, FA_DTYPE_F32, B, Hq, Sl, 1);
-
-    pack(kv[0], &rc.a.k, es);
-    pack(kv[0] + B * Sl * rc.Hk * rc.D * es, &rc.a.v, es);
+    pack(f.kv[0], &rc.a.k, rc.es);
+    pack(f.kv[0] + rc.B * rc.Sl * rc.Hk * rc.D * rc.es, &rc.a.v, rc.es);
     xfer x = {.n = 0};
-    xfer *xs[1] = {&x};
-    for (int s = 0; s < P; s++) {
-        const int src = (rc.rank - s + P) % P, nsrc = (rc.rank - s - 1 + 2 * P) % P;
-        char *cur = kv[s % 2];
-        /* the next shard moves while this one computes: posted before any piece */
-        if (s < P - 1) {
-            xfer_post(&x, 0, kv[(s + 1) % 2], kv_elems(&rc, rc.S[nsrc]) * es, rc.prev, RING_TAG_KV, rc.comm);
-            xfer_post(&x, 1, cur, kv_elems(&rc, rc.S[src]) * es, rc.next, RING_TAG_KV, rc.comm);
-            stats->bytes_sent += kv_elems(&rc, rc.S[src]) * es;
-        }
-        ring_layout sl;
-        ring_layout_of(rc.sharding, P, rc.S, src, &sl);
-        int64_t kept = 0;
-        const int np = step_pieces(&rc, &sl, pcs, 4 * rc.pieces, &kept);
-        const fa_tensor kt = kv_view(&rc, cur, rc.S[src], 0, rc.dt, es), vt = kv_view(&rc, cur, rc.S[src], 1, rc.dt, es);
-        const double tc = MPI_Wtime();
-        /* the hook the tests read: was the next shard already on its way? */
-        if (x.n > 0) stats->steps_prefetched++;
-        double tested = 0.0;
-        for (int p = 0; p < np && rc.st == FA_OK; p++) {
-            tested += progress(&rc, xs, 1);
-            const piece *pc = &pcs[p];
-            const int64_t row = pc->q->off + pc->r0;
-            fa_forward_args c = rc.a;
-            c.sinks = NULL; /* a partial without them: the sink enters once, after the ring */
-            c.q = rows_of(&rc.a.q, 1, row, pc->n);
-            c.k = rows_of(&kt, 1, pc->k->off, pc->k->len);
-            c.v = rows_of(&vt, 1, pc->k->off, pc->k->len);
-            c.o = rows_of(&part_o, 1, row, pc->n);
-            c.lse = rows_of(&part_l, 2, row, pc->n);
-            place(&rc, &c, pc->q->pos + pc->r0, pc->n, pc->k->pos, pc->k->len);
-            st = s == ring_fault_step ? FA_ERR_OUT_OF_MEMORY : fa_forward(ctx, &c);
-            stats->core_calls++;
-            if (st != FA_OK) {
-                call_fail(&rc, st, s, "fa_forward");
-                break;
-            }
-            fa_tensor ov[2] = {rows_of(&acc_o, 1, row, pc->n), c.o};
-            fa_tensor lv[2] = {rows_of(&acc_l, 2, row, pc->n), c.lse};
-            st = fa_merge_states(ctx, 2, ov, lv, &ov[0], &lv[0]);
-            if (st != FA_OK) call_fail(&rc, st, s, "fa_merge_states");
-        }
-        stats->kept_pairs += kept;
-        stats->steps_computed += np > 0;
-        const double tw = MPI_Wtime();
-        xfer_wait(&x);
-        stats_step(&rc, s, tw - tc - tested, MPI_Wtime() - tw);
-    }
-    st = agree_end(&rc);
-    if (st == FA_OK) { /* one exact merge: rounds o once to its dtype */
-        const fa_tensor ov[2] = {acc_o, part_o}, lv[2] = {acc_l, part_l};
-        if (rc.a.sinks) sink_state(&rc, o_part, lse_part);
-        fa_tensor lse_out = rc.a.lse;
-        st = fa_merge_states(ctx, rc.a.sinks ? 2 : 1, ov, lv, &rc.a.o, &lse_out);
-        if (st != FA_OK) ring_fail(st, "writing o: %s", fa_context_error(ctx));
-    }
+    for (int s = 0; s < rc.P; s++) fwd_step(&rc, &f, s, &x);
+    st = fwd_write(&rc, &f);
     MPI_Comm_free(&rc.comm);
-    free(kv[0]), free(kv[1]), free(o_acc), free(o_part), free(lse_acc), free(lse_part), free(pcs), free(rc.S);
-    stats->total_seconds = MPI_Wtime() - t0;
+    fwd_free(&f);
+    free(rc.S);
+    stats_of(&rc)->total_seconds = MPI_Wtime() - t0;
     return st;
 }
 
@@ -668,42 +583,89 @@ static fa_status write_f32(fa_context *ctx, float *buf, int64_t B, int64_t S, in
     return fa_merge_states(ctx, 1, &src, &z, &dst, &none);
 }
 
-/* The backward's scratch: f32 pieces' gradients and what they sum into. */
-typedef struct bwd_scratch {
-    int want_dq, travel;
-    float *dq_acc, *dq_piece, *dkv_piece;
+/* The backward's buffers: the travelling k/v shards and dK/dV accumulators, a
+ * step's dK/dV terms (tmp), the own shard's second half (own, with its pieces in
+ * late), the pieces' f32 gradients and what they sum into. */
+typedef struct bwd_bufs {
+    int want_dq, travel, defer, want_dsinks;
+    char *kv[2];
+    float *acc[2], *tmp, *own;
+    float *dq_acc, *dq_piece, *dkv_piece, *zeros;
+    fa_ring_piece *pcs, *late;
+    int nlate;
     float *dsink_piece;  /* (Hq) one piece's dsinks, or NULL: not wanted */
-    double *dsink_acc;   /* (Hq) this rank's sum of them */
-} bwd_scratch;
+    double *dsink_acc;   /* (Hq) this rank's sum of them, then (P x Hq) every rank's */
+} bwd_bufs;
+
+static void bwd_free(bwd_bufs *b)
+{
+    free(b->kv[0]), free(b->kv[1]), free(b->acc[0]), free(b->acc[1]), free(b->tmp), free(b->dkv_piece);
+    free(b->dq_acc), free(b->dq_piece), free(b->zeros), free(b->pcs), free(b->own), free(b->late);
+    free(b->dsink_acc), free(b->dsink_piece);
+}
+
+/* Allocates on every rank and agrees on whether all could (on the caller's comm). */
+static fa_status bwd_alloc(ring_call *rc, MPI_Comm comm, int64_t grads, bwd_bufs *b)
+{
+    const int P = rc->P;
+    const int64_t B = rc->B, Sl = rc->Sl, Hq = rc->Hq, D = rc->D;
+    const int64_t kv_bytes = kv_elems(rc, rc->Smax) * rc->es, acc_n = kv_elems(rc, rc->Smax), dq_n = B * Sl * Hq * D;
+    memset(b, 0, sizeof *b);
+    b->travel = (grads & 3) != 0; /* dk/dv accumulators travel only when wanted */
+    b->want_dq = rc->g.dq.data != NULL;
+    b->defer = b->travel && P > 1; /* the own shard's second half, computed while its accumulators come home */
+    b->want_dsinks = rc->g.dsinks != NULL;
+    b->kv[0] = malloc((size_t)kv_bytes + 64);
+    b->kv[1] = P > 1 ? malloc((size_t)kv_bytes + 64) : NULL;
+    for (int k = 0; k < 2 && b->travel; k++)
+        b->acc[k] = k == 0 || P > 1 ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL;
+    b->tmp = b->travel ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL;
+    b->own = b->defer ? calloc((size_t)(kv_elems(rc, Sl) + 1), sizeof(float)) : NULL;
+    b->late = malloc(sizeof(fa_ring_piece) * (size_t)(4 * rc->pieces));
+    /* 64-byte aligned: the core's backward then accumulates dq in it directly */
+    b->dkv_piece = b->travel ? aligned_floats(acc_n) : NULL;
+    b->dq_acc = b->want_dq ? calloc((size_t)(dq_n + 1), sizeof(float)) : NULL;
+    b->dq_piece = b->want_dq ? aligned_floats(dq_n) : NULL;
+    b->zeros = calloc((size_t)(B * Hq * Sl + 1), sizeof(float));
+    b->pcs = malloc(sizeof(fa_ring_piece) * (size_t)(4 * rc->pieces));
+    b->dsink_acc = b->want_dsinks ? calloc((size_t)(Hq * (P + 1)), sizeof(double)) : NULL;
+    b->dsink_piece = b->want_dsinks ? malloc(sizeof(float) * (size_t)Hq) : NULL;
+    const int too_big = acc_n * 4 > RING_CHUNK * RING_MAX_CHUNKS;
+    const int oom = !b->kv[0] || (P > 1 && !b->kv[1]) ||
+                    (b->travel && (!b->acc[0] || (P > 1 && !b->acc[1]) || !b->tmp || !b->dkv_piece)) ||
+                    (b->want_dq && (!b->dq_acc || !b->dq_piece)) || !b->zeros || !b->pcs || !b->late ||
+                    (b->defer && !b->own) || (b->want_dsinks && (!b->dsink_acc || !b->dsink_piece)) || too_big;
+    if (!any_rank(oom, comm)) return FA_OK;
+    bwd_free(b);
+    return ring_fail(too_big ? FA_ERR_OVERFLOW : FA_ERR_OUT_OF_MEMORY, "a rank could not allocate the ring's buffers");
+}
 
 /* Runs pieces [from, to) of a step against the keys kt, vt (a shard of Ss rows):
  * dq adds into dq_acc, dk/dv into `into` (laid out (B, Ss, Hk, D) then
  * (B, Ss, Hk, Dv)). Returns the seconds spent progressing transfers. */
-static double bwd_pieces(ring_call *rc, const piece *pcs, int from, int to, const fa_tensor *kt, const fa_tensor *vt,
-                         int64_t Ss, float *into, const bwd_scratch *sc, xfer *const *xs, int step)
+static double bwd_pieces(ring_call *rc, const fa_ring_piece *pcs, int from, int to, const fa_tensor *kt,
+                         const fa_tensor *vt, int64_t Ss, float *into, const bwd_bufs *sc, xfer *const *xs, int step)
 {
     const int64_t B = rc->B, Sl = rc->Sl, Hq = rc->Hq, Hk = rc->Hk, D = rc->D, Dv = rc->Dv;
     double tested = 0.0;
     for (int p = from; p < to && rc->st == FA_OK; p++) {
         tested += progress(rc, xs, 3);
-        const piece *pc = &pcs[p];
-        const int64_t row = pc->q->off + pc->r0, koff = pc->k->off, klen = pc->k->len;
-        fa_forward_args c = rc->a;
-        c.q = rows_of(&rc->a.q, 1, row, pc->n);
+        const fa_ring_piece *pc = &pcs[p];
+        const int64_t row = pc->q_row, n = pc->rows, koff = pc->k_row, klen = pc->keys;
+        fa_forward_args c = piece_call(rc, pc);
+        c.q = rows_of(&rc->a.q, 1, row, n);
         c.k = rows_of(kt, 1, koff, klen);
         c.v = rows_of(vt, 1, koff, klen);
-        c.o = rows_of(&rc->a.o, 1, row, pc->n); /* the global o and lse of these rows */
-        c.lse = rows_of(&rc->a.lse, 2, row, pc->n);
-        place(rc, &c, pc->q->pos + pc->r0, pc->n, pc->k->pos, klen);
+        c.o = rows_of(&rc->a.o, 1, row, n); /* the global o and lse of these rows */
+        c.lse = rows_of(&rc->a.lse, 2, row, n);
         fa_backward_args g = FA_BACKWARD_ARGS_INIT;
         g.fwd = &c;
-        g.do_ = rows_of(&rc->g.do_, 1, row, pc->n);
-        /* the sink term of each local row once: in the pieces of its own segment at step 0
-         * (the band keeps every row's diagonal, so they cover each row exactly once) */
-        const int sink_rows = sc->dsink_piece && step == 0 && pc->q->pos == pc->k->pos;
+        g.do_ = rows_of(&rc->g.do_, 1, row, n);
+        /* the sink term of each local row once: in the diagonal pieces of step 0 */
+        const int sink_rows = sc->dsink_piece && pc->diagonal;
         if (sink_rows) g.dsinks = sc->dsink_piece;
         /* the pieces' gradients land in f32 scratch laid out like the shard */
-        if (sc->want_dq) g.dq = fa_tensor_make(sc->dq_piece, FA_DTYPE_F32, FA_LAYOUT_BSND, B, pc->n, Hq, D);
+        if (sc->want_dq) g.dq = fa_tensor_make(sc->dq_piece, FA_DTYPE_F32, FA_LAYOUT_BSND, B, n, Hq, D);
         if (sc->travel) {
             g.dk = fa_tensor_make(sc->dkv_piece, FA_DTYPE_F32, FA_LAYOUT_BSND, B, klen, Hk, D);
             g.dv = fa_tensor_make(sc->dkv_piece + B * klen * Hk * D, FA_DTYPE_F32, FA_LAYOUT_BSND, B, klen, Hk, Dv);
@@ -714,7 +676,7 @@ static double bwd_pieces(ring_call *rc, const piece *pcs, int from, int to, cons
             call_fail(rc, st, step, "fa_backward");
             break;
         }
-        if (sc->want_dq) add_rows(sc->dq_acc, Sl, row, sc->dq_piece, pc->n, B, Hq * D);
+        if (sc->want_dq) add_rows(sc->dq_acc, Sl, row, sc->dq_piece, n, B, Hq * D);
         for (int64_t h = 0; sink_rows && h < Hq; h++) sc->dsink_acc[h] += sc->dsink_piece[h];
         if (sc->travel) {
             add_rows(into, Ss, koff, sc->dkv_piece, klen, B, Hk * D);
@@ -722,6 +684,119 @@ static double bwd_pieces(ring_call *rc, const piece *pcs, int from, int to, cons
         }
     }
     return tested;
+}
+
+/* Step s's dK/dV terms (tmp) into the visiting shard's accumulator, which came from
+ * the rank before (or starts here at step 0), and on to the next rank. Returns the
+ * seconds spent waiting; *compute gains the adding. */
+static double bwd_pass_acc(ring_call *rc, bwd_bufs *b, int s, int64_t nk, xfer *xin, xfer *xout, double *compute)
+{
+    float *a_cur = b->acc[s % 2];
+    const double tw = MPI_Wtime();
+    xfer_wait(xin); /* exposed: this step's accumulator had to be here */
+    const double ta = MPI_Wtime();
+    double wait = ta - tw;
+    if (s == 0) memcpy(a_cur, b->tmp, sizeof(float) * (size_t)nk);
+    else
+        for (int64_t k = 0; k < nk; k++) a_cur[k] += b->tmp[k];
+    const double tb = MPI_Wtime();
+    *compute += tb - ta;
+    xfer_wait(xout); /* last step's send, before its buffer is received into */
+    if (rc->P > 1) {
+        xfer_post(xout, 1, a_cur, nk * 4, rc->next, RING_TAG_ACC, rc->comm);
+        stats_of(rc)->bytes_sent += nk * 4;
+    }
+    return wait + MPI_Wtime() - tb;
+}
+
+/* Step s of the backward ring: the k/v transfers and the accumulator's arrival
+ * posted, the step's pieces run (the own step's second half deferred), the
+ * accumulator passed on. xs: the k/v, incoming and outgoing accumulator transfers. */
+static void bwd_step(ring_call *rc, bwd_bufs *b, int s, xfer *const *xs)
+{
+    const int P = rc->P, src = (rc->rank - s + P) % P, nsrc = (rc->rank - s - 1 + 2 * P) % P;
+    const int64_t Ss = rc->S[src], nk = kv_elems(rc, Ss), es = rc->es;
+    fa_ring_stats *stats = stats_of(rc);
+    xfer *xkv = xs[0], *xin = xs[1], *xout = xs[2];
+    char *cur = b->kv[s % 2];
+    if (s < P - 1) {
+        xfer_post(xkv, 0, b->kv[(s + 1) % 2], kv_elems(rc, rc->S[nsrc]) * es, rc->prev, RING_TAG_KV, rc->comm);
+        xfer_post(xkv, 1, cur, nk * es, rc->next, RING_TAG_KV, rc->comm);
+        stats->bytes_sent += nk * es;
+    }
+    /* this step's accumulator comes from the rank that held the shard last step */
+    if (b->travel && s > 0) xfer_post(xin, 0, b->acc[s % 2], nk * 4, rc->prev, RING_TAG_ACC, rc->comm);
+    int64_t kept = 0;
+    const int np = step_pieces(rc, s, b->pcs, &kept);
+    const fa_tensor kt = kv_view(rc, cur, Ss, 0, rc->dt, es), vt = kv_view(rc, cur, Ss, 1, rc->dt, es);
+    const double tc = MPI_Wtime();
+    if (b->travel) memset(b->tmp, 0, sizeof(float) * (size_t)nk);
+    if (xkv->n > 0) stats->steps_prefetched++;
+    /* the own shard's step is split by kept pairs: its first half now (it hides the
+     * first transfer), the rest after the ring (it hides the accumulators' way home) */
+    int run = np;
+    if (s == 0 && b->defer) {
+        run = fa_ring_split(b->pcs, np);
+        for (int p = run; p < np; p++) b->late[b->nlate++] = b->pcs[p];
+    }
+    const double tested = bwd_pieces(rc, b->pcs, 0, run, &kt, &vt, Ss, b->tmp, b, xs, s);
+    stats->kept_pairs += kept;
+    stats->steps_computed += np > 0;
+    double compute = MPI_Wtime() - tc - tested, wait = 0.0;
+    if (b->travel) wait += bwd_pass_acc(rc, b, s, nk, xin, xout, &compute);
+    const double tk = MPI_Wtime();
+    xfer_wait(xkv);
+    wait += MPI_Wtime() - tk;
+    stats_step(rc, s, compute, wait);
+}
+
+/* After the ring: the own shard's accumulators come home while the own shard's
+ * second half computes (on the caller's k and v: the packed copy was received into
+ * long ago). Returns the accumulators of this rank's keys (NULL: none travel). */
+static float *bwd_own_rest(ring_call *rc, bwd_bufs *b, xfer *const *xs)
+{
+    if (!b->defer) return b->travel ? b->acc[0] : NULL;
+    fa_ring_stats *stats = stats_of(rc);
+    float *mine = b->acc[rc->P % 2];
+    const int64_t n = kv_elems(rc, rc->Sl);
+    xfer_post(xs[1], 0, mine, n * 4, rc->prev, RING_TAG_ACC, rc->comm);
+    const double tc = MPI_Wtime();
+    const double tested = bwd_pieces(rc, b->late, 0, b->nlate, &rc->a.k, &rc->a.v, rc->Sl, b->own, b, xs, 0);
+    const double tw = MPI_Wtime();
+    xfer_wait(xs[1]);
+    xfer_wait(xs[2]);
+    const double wait = MPI_Wtime() - tw;
+    for (int64_t k = 0; k < n; k++) mine[k] += b->own[k];
+    stats->compute_seconds += MPI_Wtime() - tc - tested - wait;
+    stats->wait_seconds += wait;
+    if (stats->step_capacity > 0 && stats->step_compute_seconds)
+        stats->step_compute_seconds[0] += MPI_Wtime() - tc - tested - wait;
+    if (stats->step_capacity > 0 && stats->step_wait_seconds) stats->step_wait_seconds[0] += wait;
+    return mine;
+}
+
+/* Pass 4: the ring's statuses agreed; every rank's dsinks partials gathered while
+ * that status is the one all ranks share; then the gradients written. */
+static fa_status bwd_write(ring_call *rc, bwd_bufs *b, const float *mine)
+{
+    const int64_t B = rc->B, Sl = rc->Sl, Hq = rc->Hq, Hk = rc->Hk, D = rc->D, Dv = rc->Dv;
+    fa_context *ctx = rc->ctx;
+    fa_status st = agree_end(rc);
+    double *dsink_all = b->dsink_acc ? b->dsink_acc + Hq : NULL;
+    if (st == FA_OK && b->want_dsinks)
+        MPI_Allgather(b->dsink_acc, (int)Hq, MPI_DOUBLE, dsink_all, (int)Hq, MPI_DOUBLE, rc->comm);
+    if (st == FA_OK && b->want_dq) st = write_f32(ctx, b->dq_acc, B, Sl, Hq, D, b->zeros, &rc->g.dq);
+    if (st == FA_OK && b->travel) st = write_f32(ctx, (float *)mine, B, Sl, Hk, D, b->zeros, &rc->g.dk);
+    if (st == FA_OK && b->travel)
+        st = write_f32(ctx, (float *)mine + B * Sl * Hk * D, B, Sl, Hk, Dv, b->zeros, &rc->g.dv);
+    for (int64_t h = 0; st == FA_OK && b->want_dsinks && h < Hq; h++) { /* in rank order: the same bits on every rank */
+        double sum = 0.0;
+        for (int x = 0; x < rc->P; x++) sum += dsink_all[x * Hq + h];
+        rc->g.dsinks[h] = (float)sum;
+    }
+    if (st != FA_OK && rc->st == FA_OK && fa_ring_error()[0] == '\0')
+        ring_fail(st, "writing the gradients: %s", fa_context_error(ctx));
+    return st;
 }
 
 fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ring, const fa_backward_args *local)
@@ -732,148 +807,25 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
     int64_t grads = 0;
     fa_status st = check_backward(&rc, ctx, ring, local, &grads);
     if ((st = agree(&rc, comm, st, grads)) != FA_OK) return st;
-
-    const int P = rc.P, travel = (grads & 3) != 0; /* dk/dv accumulators travel only when wanted */
-    const int64_t B = rc.B, Sl = rc.Sl, Hq = rc.Hq, Hk = rc.Hk, D = rc.D, Dv = rc.Dv, es = rc.es;
-    const int64_t kv_bytes = kv_elems(&rc, rc.Smax) * es, acc_n = kv_elems(&rc, rc.Smax), dq_n = B * Sl * Hq * D;
-    const int want_dq = rc.g.dq.data != NULL;
-    char *kv[2] = {malloc((size_t)kv_bytes + 64), P > 1 ? malloc((size_t)kv_bytes + 64) : NULL};
-    float *acc[2] = {travel ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL,
-                     travel && P > 1 ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL};
-    float *tmp = travel ? malloc(sizeof(float) * (size_t)(acc_n + 1)) : NULL;
-    /* the own shard's second half, computed while its accumulators come home */
-    const int defer = travel && P > 1;
-    float *own = defer ? calloc((size_t)(kv_elems(&rc, Sl) + 1), sizeof(float)) : NULL;
-    piece *late = malloc(sizeof(piece) * (size_t)(4 * rc.pieces));
-    int nlate = 0;
-    /* 64-byte aligned: the core's backward then accumulates dq in it directly */
-    float *dkv_piece = travel ? aligned_floats(acc_n) : NULL;
-    float *dq_acc = want_dq ? calloc((size_t)(dq_n + 1), sizeof(float)) : NULL;
-    float *dq_piece = want_dq ? aligned_floats(dq_n) : NULL;
-    float *zeros = calloc((size_t)(B * Hq * Sl + 1), sizeof(float));
-    piece *pcs = malloc(sizeof(piece) * (size_t)(4 * rc.pieces));
-    /* dsinks: this rank's sum (Hq), then every rank's (P x Hq), and one piece's (Hq) */
-    const int want_dsinks = rc.g.dsinks != NULL;
-    double *dsink_acc = want_dsinks ? calloc((size_t)(Hq * (P + 1)), sizeof(double)) : NULL;
-    float *dsink_piece = want_dsinks ? malloc(sizeof(float) * (size_t)Hq) : NULL;
-    const int oom = !kv[0] || (P > 1 && !kv[1]) || (travel && (!acc[0] || (P > 1 && !acc[1]) || !tmp || !dkv_piece)) ||
-                    (want_dq && (!dq_acc || !dq_piece)) || !zeros || !pcs || !late || (defer && !own) ||
-                    (want_dsinks && (!dsink_acc || !dsink_piece)) || acc_n * 4 > RING_CHUNK * RING_MAX_CHUNKS;
-    if (any_rank(oom, comm)) {
-        free(kv[0]), free(kv[1]), free(acc[0]), free(acc[1]), free(tmp), free(dkv_piece), free(dq_acc), free(dq_piece);
-        free(zeros), free(pcs), free(rc.S), free(own), free(late), free(dsink_acc), free(dsink_piece);
-        return ring_fail(acc_n * 4 > RING_CHUNK * RING_MAX_CHUNKS ? FA_ERR_OVERFLOW : FA_ERR_OUT_OF_MEMORY,
-                         "a rank could not allocate the ring's buffers");
+    bwd_bufs b;
+    if ((st = bwd_alloc(&rc, comm, grads, &b)) != FA_OK) {
+        free(rc.S);
+        return st;
     }
     MPI_Comm_dup(comm, &rc.comm);
-    rc.prev = (rc.rank + P - 1) % P;
-    rc.next = (rc.rank + 1) % P;
+    rc.prev = (rc.rank + rc.P - 1) % rc.P;
+    rc.next = (rc.rank + 1) % rc.P;
     stats_begin(&rc);
-    fa_ring_stats *stats = stats_of(&rc);
-    const bwd_scratch sc = {want_dq, travel, dq_acc, dq_piece, dkv_piece, dsink_piece, dsink_acc};
-
-    pack(kv[0], &rc.a.k, es);
-    pack(kv[0] + B * Sl * Hk * D * es, &rc.a.v, es);
+    pack(b.kv[0], &rc.a.k, rc.es);
+    pack(b.kv[0] + rc.B * rc.Sl * rc.Hk * rc.D * rc.es, &rc.a.v, rc.es);
     xfer xkv = {.n = 0}, xin = {.n = 0}, xout = {.n = 0};
     xfer *xs[3] = {&xkv, &xin, &xout};
-    for (int s = 0; s < P; s++) {
-        const int src = (rc.rank - s + P) % P, nsrc = (rc.rank - s - 1 + 2 * P) % P;
-        const int64_t Ss = rc.S[src], nk = kv_elems(&rc, Ss);
-        char *cur = kv[s % 2];
-        float *a_cur = travel ? acc[s % 2] : NULL;
-        if (s < P - 1) {
-            xfer_post(&xkv, 0, kv[(s + 1) % 2], kv_elems(&rc, rc.S[nsrc]) * es, rc.prev, RING_TAG_KV, rc.comm);
-            xfer_post(&xkv, 1, cur, nk * es, rc.next, RING_TAG_KV, rc.comm);
-            stats->bytes_sent += nk * es;
-        }
-        /* this step's accumulator comes from the rank that held the shard last step */
-        if (travel && s > 0) xfer_post(&xin, 0, a_cur, nk * 4, rc.prev, RING_TAG_ACC, rc.comm);
-        ring_layout sl;
-        ring_layout_of(rc.sharding, P, rc.S, src, &sl);
-        int64_t kept = 0;
-        const int np = step_pieces(&rc, &sl, pcs, 4 * rc.pieces, &kept);
-        const fa_tensor kt = kv_view(&rc, cur, Ss, 0, rc.dt, es), vt = kv_view(&rc, cur, Ss, 1, rc.dt, es);
-        const double tc = MPI_Wtime();
-        if (travel) memset(tmp, 0, sizeof(float) * (size_t)nk);
-        if (xkv.n > 0) stats->steps_prefetched++;
-        /* the own shard's step is split by kept pairs: its first half now (it
-         * hides the first transfer), the rest after the ring (it hides the
-         * accumulators' way home) */
-        int run = np;
-        if (s == 0 && defer) {
-            int64_t half = 0;
-            run = 0;
-            while (run < np && 2 * half < kept) half += pcs[run++].kept;
-            for (int p = run; p < np; p++) { /* k segments of the own layout, which outlives the loop */
-                late[nlate] = pcs[p];
-                late[nlate++].k = &rc.mine.seg[pcs[p].k - sl.seg];
-            }
-        }
-        const double tested = bwd_pieces(&rc, pcs, 0, run, &kt, &vt, Ss, tmp, &sc, xs, s);
-        stats->kept_pairs += kept;
-        stats->steps_computed += np > 0;
-        const double tw = MPI_Wtime();
-        double compute = tw - tc - tested, wait = 0.0;
-        if (travel) {
-            xfer_wait(&xin); /* exposed: this step's accumulator had to be here */
-            const double ta = MPI_Wtime();
-            wait += ta - tw;
-            if (s == 0) memcpy(a_cur, tmp, sizeof(float) * (size_t)nk);
-            else
-                for (int64_t k = 0; k < nk; k++) a_cur[k] += tmp[k];
-            const double tb = MPI_Wtime();
-            compute += tb - ta;
-            xfer_wait(&xout); /* last step's send, before its buffer is received into */
-            if (P > 1) {
-                xfer_post(&xout, 1, a_cur, nk * 4, rc.next, RING_TAG_ACC, rc.comm);
-                stats->bytes_sent += nk * 4;
-            }
-            wait += MPI_Wtime() - tb;
-        }
-        const double tk = MPI_Wtime();
-        xfer_wait(&xkv);
-        wait += MPI_Wtime() - tk;
-        stats_step(&rc, s, compute, wait);
-    }
-    /* the accumulators of this rank's own shard come home after P steps, while
-     * the own shard's second half computes (on the caller's k and v: the packed
-     * copy was received into long ago) */
-    float *mine = travel ? acc[0] : NULL;
-    if (defer) {
-        mine = acc[P % 2];
-        xfer_post(&xin, 0, mine, kv_elems(&rc, Sl) * 4, rc.prev, RING_TAG_ACC, rc.comm);
-        const double tc = MPI_Wtime();
-        const double tested = bwd_pieces(&rc, late, 0, nlate, &rc.a.k, &rc.a.v, Sl, own, &sc, xs, 0);
-        const double tw = MPI_Wtime();
-        xfer_wait(&xin);
-        xfer_wait(&xout);
-        const double wait = MPI_Wtime() - tw;
-        const int64_t n = kv_elems(&rc, Sl);
-        for (int64_t k = 0; k < n; k++) mine[k] += own[k];
-        stats->compute_seconds += MPI_Wtime() - tc - tested - wait;
-        stats->wait_seconds += wait;
-        if (stats->step_capacity > 0 && stats->step_compute_seconds)
-            stats->step_compute_seconds[0] += MPI_Wtime() - tc - tested - wait;
-        if (stats->step_capacity > 0 && stats->step_wait_seconds) stats->step_wait_seconds[0] += wait;
-    }
-    st = agree_end(&rc);
-    /* every rank's dsinks partials, while the status is still the one all ranks agreed on */
-    double *dsink_all = dsink_acc ? dsink_acc + Hq : NULL;
-    if (st == FA_OK && want_dsinks)
-        MPI_Allgather(dsink_acc, (int)Hq, MPI_DOUBLE, dsink_all, (int)Hq, MPI_DOUBLE, rc.comm);
-    if (st == FA_OK && want_dq) st = write_f32(ctx, dq_acc, B, Sl, Hq, D, zeros, &rc.g.dq);
-    if (st == FA_OK && travel) st = write_f32(ctx, mine, B, Sl, Hk, D, zeros, &rc.g.dk);
-    if (st == FA_OK && travel) st = write_f32(ctx, mine + B * Sl * Hk * D, B, Sl, Hk, Dv, zeros, &rc.g.dv);
-    for (int64_t h = 0; st == FA_OK && want_dsinks && h < Hq; h++) { /* in rank order: the same bits on every rank */
-        double sum = 0.0;
-        for (int x = 0; x < P; x++) sum += dsink_all[x * Hq + h];
-        rc.g.dsinks[h] = (float)sum;
-    }
-    if (st != FA_OK && rc.st == FA_OK && fa_ring_error()[0] == '\0')
-        ring_fail(st, "writing the gradients: %s", fa_context_error(ctx));
+    for (int s = 0; s < rc.P; s++) bwd_step(&rc, &b, s, xs);
+    const float *mine = bwd_own_rest(&rc, &b, xs);
+    st = bwd_write(&rc, &b, mine);
     MPI_Comm_free(&rc.comm);
-    free(kv[0]), free(kv[1]), free(acc[0]), free(acc[1]), free(tmp), free(dkv_piece), free(dq_acc), free(dq_piece);
-    free(zeros), free(pcs), free(rc.S), free(own), free(late), free(dsink_acc), free(dsink_piece);
-    stats->total_seconds = MPI_Wtime() - t0;
+    bwd_free(&b);
+    free(rc.S);
+    stats_of(&rc)->total_seconds = MPI_Wtime() - t0;
     return st;
 }

@@ -1,13 +1,13 @@
 /*
- * shard.c: where a shard's rows sit in the global sequence (the layouts of
- * include/flashattn_mpi.h), the shard and unshard helpers (plain memory copies),
- * and the per-thread error message. Which pairs a block keeps is the core's count
- * (fa_forward_work, in ring.c).
+ * shard.c: the shard and unshard helpers (plain memory copies to and from the rows
+ * the core's ring planner places on a rank, fa_ring_placement), and the per-thread
+ * error message.
  */
 #include "ring_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static _Thread_local char ring_error_text[512];
@@ -31,35 +31,37 @@ const char *fa_ring_error(void)
     return ring_error_text;
 }
 
-void ring_layout_of(fa_ring_sharding sharding, int P, const int64_t *S, int r, ring_layout *out)
+/* Local row i's global position for the P equal shards of s rows, by the core's
+ * placement: the row's segment start plus its offset in it; -1 when the plan is
+ * not one (an unknown sharding, an odd zig-zag shard, a rank outside the ring). */
+static int64_t position_of(fa_ring_sharding sharding, int rank, int P, int64_t s, const int64_t *lengths, int64_t i)
 {
-    memset(out, 0, sizeof *out);
-    if (sharding == FA_RING_CONTIGUOUS) {
-        int64_t pos = 0;
-        for (int x = 0; x < r; x++) pos += S[x];
-        out->n = 1;
-        out->seg[0] = (ring_seg){pos, S[r], 0};
-        return;
-    }
-    /* zig-zag: the global order of the 2P chunks is rank 0's first, 1's first, ...,
-     * P-1's first, P-1's second, ..., 0's second; chunk lengths S_x / 2 */
-    int64_t first = 0, second = 0;
-    for (int x = 0; x < r; x++) first += S[x] / 2;
-    for (int x = 0; x < P; x++) second += S[x] / 2;
-    for (int x = P - 1; x > r; x--) second += S[x] / 2;
-    const int64_t c = S[r] / 2;
-    out->n = 2;
-    out->seg[0] = (ring_seg){first, c, 0};
-    out->seg[1] = (ring_seg){second, c, c};
+    fa_ring_plan plan = FA_RING_PLAN_INIT;
+    plan.nranks = P, plan.rank = rank, plan.lengths = lengths, plan.sharding = sharding;
+    fa_ring_segment seg[2];
+    int n = 0;
+    if (i < 0 || i >= s || fa_ring_placement(NULL, &plan, rank, seg, &n) != FA_OK) return -1;
+    for (int k = 0; k < n; k++)
+        if (i >= seg[k].off && i < seg[k].off + seg[k].len) return seg[k].pos + (i - seg[k].off);
+    return -1;
+}
+
+/* P copies of s: the lengths of equal shards (NULL when P is not a rank count or
+ * there is no memory). */
+static int64_t *equal_lengths(int P, int64_t s)
+{
+    if (P < 1) return NULL;
+    int64_t *S = malloc(sizeof(int64_t) * (size_t)P);
+    for (int x = 0; S && x < P; x++) S[x] = s;
+    return S;
 }
 
 int64_t fa_ring_position(fa_ring_sharding sharding, int rank, int nranks, int64_t s_local, int64_t i)
 {
-    if (nranks < 1 || rank < 0 || rank >= nranks || i < 0 || i >= s_local) return -1;
-    if (sharding == FA_RING_CONTIGUOUS) return (int64_t)rank * s_local + i;
-    if (sharding != FA_RING_ZIGZAG || s_local % 2 != 0) return -1;
-    const int64_t c = s_local / 2;
-    return i < c ? (int64_t)rank * c + i : (int64_t)(2 * nranks - 1 - rank) * c + (i - c);
+    int64_t *S = equal_lengths(nranks, s_local);
+    const int64_t pos = S ? position_of(sharding, rank, nranks, s_local, S, i) : -1;
+    free(S);
+    return pos;
 }
 
 /* Copies between a full tensor and a shard, one element of esize bytes at a time
@@ -91,6 +93,8 @@ static fa_status shard_copy(const fa_tensor *full, const fa_tensor *local, int a
     for (int d = 0; d < 4; d++) count *= local->shape[d];
     if (count == 0) return FA_OK;
     if (!full->data || !local->data) return ring_fail(FA_ERR_NULL_POINTER, "a tensor's data is NULL");
+    int64_t *S = equal_lengths(P, s);
+    if (!S) return ring_fail(FA_ERR_OUT_OF_MEMORY, "no memory for %d shard lengths", P);
     int64_t idx[4];
     for (idx[0] = 0; idx[0] < local->shape[0]; idx[0]++)
         for (idx[1] = 0; idx[1] < local->shape[1]; idx[1]++)
@@ -98,7 +102,7 @@ static fa_status shard_copy(const fa_tensor *full, const fa_tensor *local, int a
                 for (idx[3] = 0; idx[3] < local->shape[3]; idx[3]++) {
                     int64_t lo = 0, fo = 0;
                     for (int d = 0; d < 4; d++) {
-                        const int64_t fi = d == axis ? fa_ring_position(sharding, rank, P, s, idx[d]) : idx[d];
+                        const int64_t fi = d == axis ? position_of(sharding, rank, P, s, S, idx[d]) : idx[d];
                         lo += idx[d] * local->stride[d];
                         fo += fi * full->stride[d];
                     }
@@ -106,6 +110,7 @@ static fa_status shard_copy(const fa_tensor *full, const fa_tensor *local, int a
                     if (to_local) memcpy(l, f, es);
                     else memcpy(f, l, es);
                 }
+    free(S);
     return FA_OK;
 }
 

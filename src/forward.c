@@ -262,6 +262,41 @@ fa_status fa_forward_work(fa_context *ctx, const fa_forward_args *args, fa_work 
     return enter(ctx, forward_work, args, out, 0);
 }
 
+/* fa_forward_band's question: row `row` of sequence `seq`, and where the answer goes. */
+typedef struct band_query {
+    int64_t seq, row;
+    int64_t *lo, *hi;
+} band_query;
+
+/* The band of the validated call's row: fa_row_band at the sequence's own lengths
+ * (a dense call's batch rows all have the call's). */
+static fa_status forward_band(fa_context *ctx, const void *args, void *out)
+{
+    const band_query *bq = out;
+    if (!bq->lo || !bq->hi) return fa_fail(ctx, FA_ERR_NULL_POINTER, "lo or hi is NULL");
+    fa_problem p;
+    const fa_algo_entry *e;
+    const char *fallback = NULL;
+    const fa_status st = prepare_forward(ctx, args, &p, &e, &fallback);
+    if (st != FA_OK) return st;
+    if (bq->seq < 0 || bq->seq >= p.B)
+        return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "sequence %lld of a call of %lld", (long long)bq->seq, (long long)p.B);
+    fa_problem s = p; /* the band reads the lengths and the band's fields only */
+    if (fa_problem_is_form(&p)) fa_seq_lengths(&p, bq->seq, &s.Sq, &s.Sk);
+    if (bq->row < 0 || bq->row >= s.Sq)
+        return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "row %lld of a sequence of %lld query rows", (long long)bq->row,
+                       (long long)s.Sq);
+    fa_row_band(&s, bq->row, bq->lo, bq->hi);
+    return FA_OK;
+}
+
+fa_status fa_forward_band(fa_context *ctx, const fa_forward_args *args, int64_t seq, int64_t row, int64_t *lo,
+                          int64_t *hi)
+{
+    band_query bq = {seq, row, lo, hi};
+    return enter(ctx, forward_band, args, &bq, 0);
+}
+
 /* ---------------------------------------------------------------- backward */
 
 /* Writes zeros over a whole gradient tensor (the gradient of nothing). */

@@ -10,30 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-void cli_row_band(const cli_shape *s, int64_t i, int64_t *lo, int64_t *hi)
+/* The tools are single-threaded: one context for the rule queries, kept for the
+ * process (NULL when it cannot be had: then the queries answer nothing). */
+static fa_context *rules_context(void)
 {
-    const int64_t diag = i + s->seq_kv - s->seq; /* bottom-right diagonal */
-    int64_t a = 0, b = s->seq_kv - 1;
-    if (s->window_left >= 0 && diag - s->window_left > a)
-        a = diag - s->window_left;
-    if (s->window_right >= 0 && diag + s->window_right < b)
-        b = diag + s->window_right;
-    if (s->causal == FA_CAUSAL_BOTTOM_RIGHT && diag < b)
-        b = diag;
-    if (s->causal == FA_CAUSAL_TOP_LEFT && i < b)
-        b = i;
-    *lo = a;
-    *hi = b;
+    static fa_context *ctx;
+    if (!ctx && fa_context_create(&ctx) != FA_OK) ctx = NULL;
+    return ctx;
 }
 
 /* The shape as a call the core can judge and count, on a pointer it never reads:
- * fa_forward_work touches no data. */
-static fa_work shape_work(const cli_shape *s)
+ * fa_forward_work and fa_forward_band touch no data. */
+static fa_forward_args shape_call(const cli_shape *s)
 {
-    static fa_context *ctx; /* the tools are single-threaded: one, kept for the process */
     static float never_read[1];
-    fa_work w = FA_WORK_INIT;
-    if (!ctx && fa_context_create(&ctx) != FA_OK) return w;
     fa_forward_args a = FA_FORWARD_ARGS_INIT;
     a.q = fa_tensor_make(never_read, s->dtype, FA_LAYOUT_BSND, s->batch, s->seq, s->heads, s->dim);
     a.k = fa_tensor_make(never_read, s->dtype, FA_LAYOUT_BSND, s->batch, s->seq_kv, s->kv_heads, s->dim);
@@ -42,7 +32,22 @@ static fa_work shape_work(const cli_shape *s)
     a.causal = s->causal;
     a.window_left = s->window_left;
     a.window_right = s->window_right;
-    if (fa_forward_work(ctx, &a, &w) != FA_OK) w.pairs = 0, w.flops = w.backward_flops = 0.0;
+    return a;
+}
+
+void cli_row_band(const cli_shape *s, int64_t i, int64_t *lo, int64_t *hi)
+{
+    fa_context *ctx = rules_context();
+    const fa_forward_args a = shape_call(s);
+    if (!ctx || fa_forward_band(ctx, &a, 0, i, lo, hi) != FA_OK) *lo = 0, *hi = -1;
+}
+
+static fa_work shape_work(const cli_shape *s)
+{
+    fa_work w = FA_WORK_INIT;
+    fa_context *ctx = rules_context();
+    const fa_forward_args a = shape_call(s);
+    if (!ctx || fa_forward_work(ctx, &a, &w) != FA_OK) w.pairs = 0, w.flops = w.backward_flops = 0.0;
     return w;
 }
 

@@ -13,8 +13,9 @@
 #include "shape.h"
 
 /* The key columns query row i keeps under causal and window masking,
- * [*lo, *hi] within [0, Sk-1] (empty when *lo > *hi), per docs/semantics.md step 5.
- * Both ends are non-decreasing in i. */
+ * [*lo, *hi] within [0, Sk-1] (empty when *lo > *hi): the core's fa_forward_band on
+ * the shape's call (empty for a shape the core refuses). Both ends are
+ * non-decreasing in i. */
 void cli_row_band(const cli_shape *s, int64_t i, int64_t *lo, int64_t *hi);
 
 /* (i, j) pairs the causal/window masks keep, per (batch, head), as the core counts
