@@ -843,6 +843,79 @@ int64_t context_get(const Context &ctx, int param)
     return value;
 }
 
+// ---------------------------------------------------------------- ring planner
+// The core's ring planner (fa_ring_placement, fa_ring_step, fa_ring_block) for
+// flashattn.torch.distributed, which then only moves tensors. The calls' options come
+// as the few values the planner reads; a piece is the tuple (q_row, rows, k_row, keys,
+// q_pos, k_pos, q_start, k_start, causal, kept, diagonal).
+
+nb::tuple ring_piece_tuple(const fa_ring_piece &p)
+{
+    return nb::make_tuple(p.q_row, p.rows, p.k_row, p.keys, p.q_pos, p.k_pos, p.q_start, p.k_start,
+                          static_cast<int>(p.causal), p.kept, p.diagonal);
+}
+
+// {"segments": per rank [(pos, len, off)], "steps": this rank's pieces per step,
+//  "blocks": the given (q_pos, rows, k_pos, keys) placed and counted}
+nb::dict ring_plan(Context &ctx, const std::vector<int64_t> &lengths, int rank, bool zigzag, int causal,
+                   int64_t window_left, int64_t window_right, bool alibi, float dropout_p, int pieces,
+                   bool whole_shards, const std::vector<std::vector<int64_t>> &blocks)
+{
+    fa_context *c = ctx.get();
+    static const float slope_flag[1] = {0.0f}; // ALiBi on: the planner reads only whether it is set
+    fa_forward_args call = FA_FORWARD_ARGS_INIT;
+    call.causal = static_cast<fa_causal>(causal);
+    call.window_left = window_left;
+    call.window_right = window_right;
+    call.alibi_slopes = alibi ? slope_flag : nullptr;
+    call.dropout_p = dropout_p;
+    fa_ring_plan plan = FA_RING_PLAN_INIT;
+    plan.nranks = static_cast<int>(lengths.size());
+    plan.rank = rank;
+    plan.lengths = lengths.data();
+    plan.sharding = zigzag ? FA_RING_ZIGZAG : FA_RING_CONTIGUOUS;
+    plan.call = &call;
+    plan.pieces = pieces;
+    plan.whole_shards = whole_shards ? 1 : 0;
+    nb::list segments, steps, placed;
+    for (int r = 0; r < plan.nranks; r++) {
+        fa_ring_segment seg[2];
+        int n = 0;
+        check(fa_ring_placement(c, &plan, r, seg, &n), c, "fa_ring_placement");
+        nb::list l;
+        for (int k = 0; k < n; k++) l.append(nb::make_tuple(seg[k].pos, seg[k].len, seg[k].off));
+        segments.append(l);
+    }
+    std::vector<fa_ring_piece> pcs(4 * static_cast<size_t>(pieces > 0 ? pieces : 1));
+    for (int s = 0; s < plan.nranks; s++) {
+        int n = 0;
+        check(fa_ring_step(c, &plan, s, pcs.data(), static_cast<int>(pcs.size()), &n), c, "fa_ring_step");
+        nb::list l;
+        for (int k = 0; k < n; k++) l.append(ring_piece_tuple(pcs[k]));
+        steps.append(l);
+    }
+    for (const auto &b : blocks) {
+        if (b.size() != 4)
+            raise(PyExc_ValueError, "ring_plan: a block is (q_pos, rows, k_pos, keys)");
+        fa_ring_piece p;
+        check(fa_ring_block(c, &plan, b[0], b[1], b[2], b[3], &p), c, "fa_ring_block");
+        placed.append(ring_piece_tuple(p));
+    }
+    nb::dict d;
+    d["segments"] = segments;
+    d["steps"] = steps;
+    d["blocks"] = placed;
+    return d;
+}
+
+void add_ring_plan(nb::module_ &m)
+{
+    m.def("ring_plan", &ring_plan, nb::arg("ctx"), nb::arg("lengths"), nb::arg("rank"), nb::arg("zigzag"),
+          nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("alibi"), nb::arg("dropout_p"),
+          nb::arg("pieces") = 1, nb::arg("whole_shards") = false,
+          nb::arg("blocks") = std::vector<std::vector<int64_t>>());
+}
+
 } // namespace
 
 NB_MODULE(_C, m)
@@ -902,4 +975,5 @@ NB_MODULE(_C, m)
           {"PARAM_LAST_BACKWARD_PASSES", FA_PARAM_LAST_BACKWARD_PASSES},
           {"PARAM_LAST_KV_PACKED", FA_PARAM_LAST_KV_PACKED}, {"PARAM_LAST_KV_PACK_US", FA_PARAM_LAST_KV_PACK_US},
           {"PARAM_LAST_TILE_Q", FA_PARAM_LAST_TILE_Q}, {"PARAM_LAST_TILE_KV", FA_PARAM_LAST_TILE_KV}});
+    add_ring_plan(m);
 }

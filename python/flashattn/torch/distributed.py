@@ -14,8 +14,10 @@ PyTorch code on CPUs (torch's own context_parallel intercepts only CUDA kernels)
   - the agreement: every rank checks its arguments (the core's own validation, by a
     zero-row call) and all ranks exchange verdicts before any data moves, so a bad
     argument on one rank raises the same exception on every rank instead of a hang.
-It is libflashattn_mpi's ring (mpi/ring.c, docs/mpi.md) rebuilt on torch's
-collectives; positions follow docs/semantics.md section 4, as that ring does.
+The rules are the library's: where each rank's rows sit, which core calls each ring
+step makes, their q_start/k_start and kept pairs come from its ring planner (the one
+libflashattn_mpi's ring asks, docs/mpi.md), through _C.ring_plan; this module moves
+the tensors.
 
 Legend: P ranks, r this rank, B batch, S_r rows of rank r (S_local), N = sum S_r,
 Hq/Hk heads, D/Dv head dims. Shards are (B, S_r, H, D), flash-attn's layout.
@@ -78,18 +80,23 @@ def _check_layout(layout):
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 
 
-def _segments(layout, lengths, r):
-    """Rank r's runs of rows that are contiguous in the whole sequence, as
-    (global position, rows, first row in the shard): one (contiguous), or two
-    (zig-zag: the sequence is cut into 2P chunks, rank x holds chunk x and chunk
-    2P-1-x, each S_x / 2 rows), the layout of mpi/shard.c's ring_layout_of."""
-    if layout == "contiguous":
-        return [(sum(lengths[:r]), lengths[r], 0)]
-    P = len(lengths)
-    first = sum(s // 2 for s in lengths[:r])
-    second = sum(s // 2 for s in lengths) + sum(lengths[x] // 2 for x in range(r + 1, P))
-    c = lengths[r] // 2
-    return [(first, c, 0), (second, c, c)]
+def _ring_plan(layout, lengths, rank=0, causal=False, wl=-1, wr=-1, alibi=False, p=0.0, blocks=()):
+    """The library's ring planner (fa_ring_placement, fa_ring_step, fa_ring_block):
+    every rank's segments, runs of rows contiguous in the whole sequence as (global
+    position, rows, first row in the shard); this rank's pieces per step, each a core
+    call (q_row, rows, k_row, keys, q_pos, k_pos, q_start, k_start, causal, kept,
+    diagonal); and `blocks`, (q_pos, rows, k_pos, keys), placed and counted alike.
+    One call per block of a step (pieces=1); a step that reads no position is one
+    call on the whole shards."""
+    return _C.ring_plan(_core.current_context(), [int(x) for x in lengths], rank, layout == "zigzag",
+                        _core.CAUSAL_TOP_LEFT if causal else _core.CAUSAL_NONE, wl, wr, alibi, p, pieces=1,
+                        whole_shards=True, blocks=[list(b) for b in blocks])
+
+
+def _segments(layout, lengths):
+    """Every rank's segments (global position, rows, first row in the shard): one
+    (contiguous), or two (zig-zag: chunks r and 2P-1-r of 2P), by the library's rule."""
+    return _ring_plan(layout, lengths)["segments"]
 
 
 def _lengths_of(n, world_size, layout, lengths):
@@ -114,7 +121,7 @@ def positions(n, *, group=None, layout="zigzag", lengths=None, rank=None, world_
     _check_layout(layout)
     rank, world_size = _rank_world(group, rank, world_size)
     lengths = _lengths_of(n, world_size, layout, lengths)
-    return torch.cat([torch.arange(p, p + m, dtype=torch.int64) for p, m, _ in _segments(layout, lengths, rank)])
+    return torch.cat([torch.arange(p, p + m, dtype=torch.int64) for p, m, _ in _segments(layout, lengths)[rank]])
 
 
 def shard(x, *, dim=1, group=None, layout="zigzag", lengths=None, rank=None, world_size=None):
@@ -140,8 +147,9 @@ def unshard(x, *, dim=1, group=None, layout="zigzag"):
     parts = [torch.empty_like(padded) for _ in range(P)]
     dist.all_gather(parts, padded, group=group)
     full = torch.empty((sum(lengths),) + tuple(x.shape[1:]), dtype=x.dtype)
+    segments = _segments(layout, lengths)
     for r in range(P):
-        for p, m, off in _segments(layout, lengths, r):
+        for p, m, off in segments[r]:
             full[p:p + m] = parts[r][off:off + m]
     return full.movedim(0, dim)
 
@@ -153,7 +161,7 @@ class _Plan:
     """What every rank agreed on: the group, the ranks' shard lengths, the options."""
 
     __slots__ = ("group", "P", "rank", "lengths", "layout", "causal", "wl", "wr", "scale", "softcap", "alibi", "p",
-                 "seed", "offset", "band_offsets", "ctx", "peers", "sinks", "sinks_grad")
+                 "seed", "offset", "band_offsets", "ctx", "peers", "sinks", "sinks_grad", "steps")
 
 
 def _options(causal, window, softcap, alibi_slopes, dropout_p, scale, layout, dropout_seed, dropout_offset):
@@ -281,90 +289,38 @@ def _agree(group, what, q, k, v, opts, layout, ulysses=False, sinks=None):
     plan.sinks_grad = ref["sinks_grad"]
     plan.ctx = _core.current_context()
     plan.peers = [dist.get_global_rank(group, x) if group is not None else x for x in range(P)]
+    plan.steps = None if ulysses else _ring_plan(layout, plan.lengths, plan.rank, plan.causal, plan.wl, plan.wr,
+                                                 plan.alibi is not None, plan.p)["steps"]
     return plan
 
 
 # ------------------------------------------------------------------ the ring
 
 
-def _reach(plan, qpos, n, kpos, m):
-    """Whether rows [qpos, +n) keep any key of [kpos, +m) under causal and the window
-    in global positions: row i keeps [i - left, min(i + right, i if causal)], a band
-    whose union over the rows is one interval. A skip, never a rule: a block kept
-    here goes to the core, which applies the mask itself."""
-    if n <= 0 or m <= 0:
-        return 0
-    hi = qpos + n - 1
-    if plan.wr >= 0:
-        hi += plan.wr
-    elif not plan.causal:
-        hi = kpos + m
-    if plan.causal:
-        hi = min(hi, qpos + n - 1)
-    lo = qpos - plan.wl if plan.wl >= 0 else kpos
-    return kpos <= hi and kpos + m - 1 >= lo
-
-
-def _kept(plan, qpos, n, kpos, m):
-    """Kept pairs of a block (for splitting work in halves only), counted by the
-    library's one rule (fa_forward_work) on the call the block becomes (_place): one
-    head of dim 1, on broadcast views, so nothing of size n x m is made."""
-    qs, ks, code = _place(plan, qpos, n, kpos, m)
-    one = torch.zeros(1, 1, 1, 1, dtype=_f32)
-    q, k = one.expand(1, n, 1, 1), one.expand(1, m, 1, 1)
-    work = _C.forward_work(plan.ctx, _dl(q), _dl(k), _dl(k), _dl(q), causal=code, window_left=plan.wl,
-                           window_right=plan.wr, q_start=qs, k_start=ks)
-    return int(work["pairs"])
-
-
-def _place(plan, qpos, n, kpos, m):
-    """(q_start, k_start, causal code) of a call on n query rows at global qpos and m
-    keys at kpos (docs/semantics.md section 4, as mpi/ring.c's place()): the true
-    positions with top-left causal; with a window or ALiBi, whose diagonal is the
-    bottom-right one, offsets whose difference is shifted by m - n (with n = m, as
-    dropout then requires, they are the positions again)."""
-    if not plan.band_offsets:
-        return qpos, kpos, _core.CAUSAL_TOP_LEFT if plan.causal else _core.CAUSAL_NONE
-    qs, ks = qpos - (m - n), kpos
-    if qs < 0:
-        ks, qs = ks - qs, 0
-    return qs, ks, _core.CAUSAL_BOTTOM_RIGHT if plan.causal else _core.CAUSAL_NONE
-
-
-def _blocks(plan, src):
-    """The (q row offset, q position, rows, k row offset, k position, keys) calls of the
-    step that visits rank src's k/v, in a fixed order, without blocks that keep nothing.
-    When no rule reads positions, the whole shards make one call."""
-    S = plan.lengths
-    if not (plan.causal or plan.band_offsets or plan.p > 0):
-        return [(0, 0, S[plan.rank], 0, 0, S[src])] if S[plan.rank] and S[src] else []
-    out = []
-    for qp, n, qo in _segments(plan.layout, S, plan.rank):
-        for kp, m, ko in _segments(plan.layout, S, src):
-            if _reach(plan, qp, n, kp, m):
-                out.append((qo, qp, n, ko, kp, m))
-    return out
-
-
-def _halves(plan, blocks):
-    """The blocks cut by query rows into a first and a second half of their kept pairs
+def _halves(plan, pieces):
+    """The pieces cut by query rows into a first and a second half of their kept pairs
     (the own step of the backward: one half hides the first k/v transfer, the other
-    the dK/dV accumulators' way home). Not with dropout and a window or ALiBi, whose
-    calls must keep Sq = Sk."""
+    the dK/dV accumulators' way home), each half placed and counted by the library.
+    Not with dropout and a window or ALiBi, whose calls must keep Sq = Sk."""
     if plan.p > 0 and plan.band_offsets:
-        return blocks, []
-    pieces = []
-    for qo, qp, n, ko, kp, m in blocks:
+        return pieces, []
+    parts, spans = [], []
+    for pc in pieces:
+        q_row, n, k_row, m, q_pos, k_pos = pc[:6]
         h = n // 2
         for a, b in ((0, h), (h, n)):
             if b > a:
-                pieces.append((qo + a, qp + a, b - a, ko, kp, m))
-    weights = [_kept(plan, qp, n, kp, m) for _, qp, n, _, kp, m in pieces]
+                parts.append((q_row + a, k_row, pc[10]))
+                spans.append((q_pos + a, b - a, k_pos, m))
+    placed = _ring_plan(plan.layout, plan.lengths, plan.rank, plan.causal, plan.wl, plan.wr, plan.alibi is not None,
+                        plan.p, blocks=spans)["blocks"]
+    halves = [(q_row, pl[1], k_row) + pl[3:10] + (diagonal,) for (q_row, k_row, diagonal), pl in zip(parts, placed)]
+    weights = [pc[9] for pc in halves]
     total, run, cut = sum(weights), 0, 0
-    while cut < len(pieces) and 2 * (run + weights[cut]) <= total:
+    while cut < len(halves) and 2 * (run + weights[cut]) <= total:
         run += weights[cut]
         cut += 1
-    return pieces[:cut], pieces[cut:]
+    return halves[:cut], halves[cut:]
 
 
 def _kv_buffers(plan, k, v, per_row):
@@ -423,9 +379,8 @@ class _Transfers:
         return time.perf_counter() - t0
 
 
-def _fwd_call(plan, q, kt, vt, blk, o, lse):
-    qo, qp, n, ko, kp, m = blk
-    qs, ks, causal = _place(plan, qp, n, kp, m)
+def _fwd_call(plan, q, kt, vt, pc, o, lse):
+    qo, n, ko, m, _, _, qs, ks, causal = pc[:9]
     _C.forward(plan.ctx, _dl(q[:, qo:qo + n]), _dl(kt[:, ko:ko + m]), _dl(vt[:, ko:ko + m]), _dl(o[:, qo:qo + n]),
                _dl(lse[:, :, qo:qo + n]), plan.scale, plan.softcap, causal, plan.wl, plan.wr, _dl(plan.alibi), None,
                None, None, None, None, None, None, None, None, None, None, qs, ks, plan.p, plan.seed, plan.offset,
@@ -455,9 +410,9 @@ def _ring_forward(plan, q, k, v):
         sent += x.pass_kv(plan, bufs, s, per_row)
         kt, vt = _kv_of(cur, plan, src, B, Hk, D, Dv)
         t0 = time.perf_counter()
-        for blk in _blocks(plan, src):
-            qo, n = blk[0], blk[2]
-            _fwd_call(plan, q, kt, vt, blk, part_o, part_l)
+        for pc in plan.steps[s]:
+            qo, n = pc[0], pc[1]
+            _fwd_call(plan, q, kt, vt, pc, part_o, part_l)
             ao, al = acc_o[:, qo:qo + n], acc_l[:, :, qo:qo + n]
             _C.merge_states(plan.ctx, [_dl(ao), _dl(part_o[:, qo:qo + n])], [_dl(al), _dl(part_l[:, :, qo:qo + n])],
                             _dl(ao), _dl(al))
@@ -479,22 +434,21 @@ def _ring_forward(plan, q, k, v):
     return o, acc_l
 
 
-def _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, dkv, dsinks_acc=None):
+def _bwd_calls(plan, pieces, q, kt, vt, o, lse, dout, dq_acc, dkv, dsinks_acc=None):
     """Runs fa_backward on each block with the forward's global o and lse of its rows,
     so P and dot(dO, o) are the whole sequence's and the block's gradients are exactly
     its terms of the full sums: dq adds into dq_acc, dk and dv into dkv's (k, v) rows.
-    dsinks_acc (the own step's blocks only): each local row's sink term once, from the
-    blocks whose query rows are among their own keys (the band keeps every row's
-    diagonal), added in f64 in block order, as mpi/ring.c does."""
+    dsinks_acc (the own step's pieces only): each local row's sink term once, from the
+    planner's diagonal pieces (the band keeps every row's diagonal), added in f64 in
+    piece order, as mpi/ring.c does."""
     B, Hq, D = q.shape[0], q.shape[2], q.shape[3]
     dk_acc, dv_acc = dkv
     ds = torch.empty(Hq, dtype=_f32) if dsinks_acc is not None else None
-    for qo, qp, n, ko, kp, m in blocks:
-        qs, ks, causal = _place(plan, qp, n, kp, m)
+    for qo, n, ko, m, _, _, qs, ks, causal, _, diagonal in pieces:
         dq = torch.empty(B, n, Hq, D, dtype=_f32)
         dk = torch.empty(B, m, kt.shape[2], kt.shape[3], dtype=_f32)
         dv = torch.empty(B, m, vt.shape[2], vt.shape[3], dtype=_f32)
-        sink_rows = ds is not None and kp <= qp < kp + m and qp - kp == qo - ko
+        sink_rows = ds is not None and diagonal
         _C.backward(plan.ctx, _dl(dout[:, qo:qo + n]), _dl(dq), _dl(dk), _dl(dv), _dl(q[:, qo:qo + n]),
                     _dl(kt[:, ko:ko + m]), _dl(vt[:, ko:ko + m]), _dl(o[:, qo:qo + n]), _dl(lse[:, :, qo:qo + n]),
                     plan.scale, plan.softcap, causal, plan.wl, plan.wr, _dl(plan.alibi), None, None, None, None, None,
@@ -539,7 +493,7 @@ def _ring_backward(plan, dout, q, k, v, o, lse, want_dsinks=False):
             xin.recv(plan, acc, (r - 1) % P)
         kt, vt = _kv_of(cur, plan, src, B, Hk, D, Dv)
         t0 = time.perf_counter()
-        blocks = _blocks(plan, src)
+        blocks = plan.steps[s]
         if s == 0:
             blocks, late = _halves(plan, blocks) if P > 1 else (blocks, [])
             _bwd_calls(plan, blocks, q, kt, vt, o, lse, dout, dq_acc, _kv_of(own, plan, r, B, Hk, D, Dv), dsinks)
