@@ -337,22 +337,22 @@ static void close_group(fa_steps *st, int64_t sk, int64_t *gn, const int64_t *gl
  * marks a packed one, order being where the tasks (most expensive first) first
  * reach it; units[nu ..] is scratch.
  */
-int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, int64_t *units)
+/* The readers of each unit (units[u], and a copy in total[u]). */
+static void count_readers(fa_steps *st, const fa_problem *p, int64_t *units, int64_t *total)
 {
     const int64_t nu = p->B * p->Hk;
-    int64_t *gn = units + nu, *glo = units + 2 * nu, *ghi = units + 3 * nu, *total = units + 4 * nu,
-            *seen = units + 5 * nu;
-    st->packed = st->unpacked = st->waves = st->pack_steps = st->n_pieces = st->groups = 0;
-    st->chunk_keys = 0;
-    st->hk_count = p->Hk;
     memset(units, 0, (size_t)nu * sizeof *units);
-    st->pack.bf16 = rules->form;
-    st->pc = pack_chunk(st, rules);
     for (int64_t t = 0; t < st->n_tasks; t++) {
         const int64_t u = task_unit(p, &st->tasks[t]);
         if (u >= 0) units[u]++;
     }
     memcpy(total, units, (size_t)nu * sizeof *units);
+}
+
+/* Marks the units worth packing (units[u] = -2 - order, in the tasks' order) and
+ * counts the tasks that read in place; returns the longest packed unit's keys. */
+static int64_t choose_packed(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, int64_t *units)
+{
     /* Below this many reading tasks a copy costs more than it saves: the packed rows
      * come back from L3, while a unit's few in-place readers find them in L2 (measured,
      * 2 threads, H = 32, D = 128, 128-row query blocks: f16 lost 5% at 3 readers and
@@ -374,15 +374,21 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
         if (sk > sk_max) sk_max = sk;
         units[u] = -2 - st->packed++;
     }
-    if (st->packed == 0) return 0;
+    return sk_max;
+}
+
+/* The slots' size (st->pack, st->chunk_keys) and the readers' groups; 0 when packing
+ * is off after all (no keys, or too many). */
+static int plan_slots(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, int64_t sk_max)
+{
     /* a unit over unit_max is cut into chunks of about half of it, each slot holding a
      * chunk and a pack step's keys more */
     const int64_t unit_max = rules->unit_max > 0 ? rules->unit_max : FA_PACK_UNIT_MAX;
     int64_t slot_keys = sk_max;
-    if (!fa_kv_packing_plan(rules->form, sk_max, p->D, p->Dv, p->v_in_k, &st->pack)) return st->packed = 0;
+    if (!fa_kv_packing_plan(rules->form, sk_max, p->D, p->Dv, p->v_in_k, &st->pack)) return 0;
     if (st->pack.unit_bytes > unit_max) {
         if (!fa_kv_packing_plan(rules->form, st->pc, p->D, p->Dv, p->v_in_k, &st->pack) || st->pack.unit_bytes == 0)
-            return st->packed = 0;
+            return 0;
         const int64_t steps = unit_max / 2 / st->pack.unit_bytes - 1;
         st->chunk_keys = (steps > 1 ? steps : 1) * st->pc;
         if (st->chunk_keys + st->pc < slot_keys) slot_keys = st->chunk_keys + st->pc;
@@ -391,7 +397,7 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
     if (!fa_kv_packing_plan(rules->form, slot_keys, p->D, p->Dv, p->v_in_k, &st->pack) || st->pack.unit_bytes == 0 ||
         st->pack.unit_bytes > PACK_MEMORY_MAX / 2) {
         /* no keys, or too many (even beyond int64): read in place; units[] is unread without fa_steps_fill */
-        return st->packed = 0;
+        return 0;
     }
     /* a chunked unit's readers go in groups whose online softmax states fit the state
      * slots, and are enough to keep the threads busy */
@@ -399,7 +405,17 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
     st->group = PACK_STATE_BYTES / st->state_bytes;
     if (st->group < 2 * (int64_t)rules->threads) st->group = 2 * (int64_t)rules->threads;
     if (st->group < 1) st->group = 1;
-    /* the pieces, their pack steps and task steps; a unit's groups in the tasks' order */
+    return 1;
+}
+
+/* The pieces, their pack steps and the task steps of the packed units (a chunked
+ * unit's groups in the tasks' order); returns the task steps. */
+static int64_t count_steps(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, const int64_t *units,
+                           int64_t *scratch)
+{
+    const int64_t nu = p->B * p->Hk;
+    int64_t *gn = scratch, *glo = scratch + nu, *ghi = scratch + 2 * nu, *total = scratch + 3 * nu,
+            *seen = scratch + 4 * nu;
     int64_t task_steps = 0;
     for (int64_t u = 0; u < nu; u++) gn[u] = seen[u] = 0;
     for (int64_t t = 0; t < st->n_tasks; t++) {
@@ -437,15 +453,38 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
         fa_seq_lengths(p, u / p->Hk, &sq, &sk);
         if (!chunked(st, sk)) task_steps++;
     }
+    return task_steps;
+}
+
+/* How many units a wave packs: two waves are in flight at most, so each needs tasks
+ * for every thread, twice over: pieces enough for 2 * threads task steps at the mean
+ * readers of a piece. */
+static void plan_waves(fa_steps *st, const fa_pack_rules *rules, int64_t task_steps)
+{
     st->wave_units = st->chunk_keys == 0 && st->pack.unit_bytes < PACK_WAVE_BYTES ? PACK_WAVE_BYTES / st->pack.unit_bytes : 1;
-    /* two waves are in flight at most, so each needs tasks for every thread, twice
-     * over: pieces enough for 2 * threads task steps at the mean readers of a piece */
     const int64_t for_threads = (2 * rules->threads * st->n_pieces + task_steps - 1) / task_steps;
     if (st->wave_units < for_threads) st->wave_units = for_threads;
     if (st->wave_units > st->n_pieces) st->wave_units = st->n_pieces;
     if (st->wave_units > PACK_MEMORY_MAX / 2 / st->pack.unit_bytes)
         st->wave_units = PACK_MEMORY_MAX / 2 / st->pack.unit_bytes;
     st->waves = (st->n_pieces + st->wave_units - 1) / st->wave_units;
+}
+
+int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, int64_t *units)
+{
+    const int64_t nu = p->B * p->Hk;
+    st->packed = st->unpacked = st->waves = st->pack_steps = st->n_pieces = st->groups = 0;
+    st->chunk_keys = 0;
+    st->hk_count = p->Hk;
+    st->pack.bf16 = rules->form;
+    st->pc = pack_chunk(st, rules);
+    /* units[nu ..]: the scratch of count_steps (gn, glo, ghi, total, seen) */
+    count_readers(st, p, units, units + 4 * nu);
+    const int64_t sk_max = choose_packed(st, p, rules, units);
+    if (st->packed == 0) return 0;
+    if (!plan_slots(st, p, rules, sk_max)) return st->packed = 0;
+    const int64_t task_steps = count_steps(st, p, rules, units, units + nu);
+    plan_waves(st, rules, task_steps);
     st->n_steps = st->unpacked + st->pack_steps + task_steps;
     return steps_layout(st, NULL, NULL);
 }
