@@ -116,7 +116,25 @@ FA_API fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_a
 FA_API fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ring,
                                   const fa_backward_args *local);
 
-/* What the last failed ring call on this thread found wrong, in words; "" after a success. */
+/*
+ * Ulysses attention (DeepSpeed-Ulysses): the same arguments, shards and result as
+ * fa_ring_forward / fa_ring_backward (ring->sharding places the rows; ring->pieces and
+ * ring->stats are not used), computed another way: an all-to-all gives every rank
+ * the whole sequence for Hq / P of the query heads (and Hk / P of the kv heads), one
+ * core call runs there, and an all-to-all brings o and lse (the backward: dq, dk, dv;
+ * dsinks gathered whole on every rank) back to this rank's rows. Hq and Hk must be
+ * multiples of the number of ranks (else FA_ERR_INVALID_ARGUMENT); dropout is refused
+ * (FA_ERR_UNSUPPORTED: the core's dropout counter numbers the heads within a call).
+ * Each head is computed by one call over the whole sequence, as one process would.
+ * Every rank moves 2 GiB at most per exchange (MPI's int counts; FA_ERR_OVERFLOW
+ * beyond). Collective, agreed and all-or-nothing as the ring calls.
+ */
+FA_API fa_status fa_ulysses_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ring,
+                                    const fa_forward_args *local);
+FA_API fa_status fa_ulysses_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ring,
+                                     const fa_backward_args *local);
+
+/* What the last failed ring or Ulysses call on this thread found wrong, in words; "" after a success. */
 FA_API const char *fa_ring_error(void);
 
 /*

@@ -80,24 +80,8 @@ static void xfer_wait(xfer *x)
 
 /* -------------------------------------------------------- one ring call */
 
-typedef struct ring_call {
-    fa_context *ctx;
-    int P, rank, prev, next;
-    MPI_Comm comm; /* our duplicate of the caller's */
-    fa_forward_args a; /* the local forward arguments, struct_size normalised */
-    fa_backward_args g; /* the backward's (backward only) */
-    fa_ring_plan plan; /* the core's ring planner: placement, pieces, agreement */
-    int pieces;        /* per (segment, segment) block, resolved */
-    int64_t B, Hq, Hk, D, Dv, Sl, Smax;
-    fa_dtype dt;
-    int64_t es;
-    int64_t *S;        /* (P) shard lengths */
-    fa_ring_stats *stats, local_stats;
-    fa_status st;      /* the first failure inside the ring */
-    char msg[400];
-} ring_call;
 
-static fa_status call_fail(ring_call *rc, fa_status st, int step, const char *what)
+fa_status ring_call_fail(ring_call *rc, fa_status st, int step, const char *what)
 {
     if (rc->st == FA_OK) {
         rc->st = st;
@@ -108,7 +92,7 @@ static fa_status call_fail(ring_call *rc, fa_status st, int step, const char *wh
 }
 
 /* A failure the core found, reported with the core's own message. */
-static fa_status core_fail(fa_status st, fa_context *ctx)
+fa_status ring_core_fail(fa_status st, fa_context *ctx)
 {
     return ring_fail(st, "%s", fa_context_error(ctx));
 }
@@ -137,7 +121,7 @@ static fa_status check_ring_fields(const fa_forward_args *a)
 }
 
 /* Pass 1 for the forward's arguments (also run by the backward on its fwd). */
-static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_args *ring,
+fa_status ring_check_forward(ring_call *rc, fa_context *ctx, const fa_ring_args *ring,
                                const fa_forward_args *local)
 {
     if (!ctx) return ring_fail(FA_ERR_NULL_CONTEXT, "the context is NULL");
@@ -149,7 +133,7 @@ static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_arg
     fa_status st;
     if ((st = fa_struct_read(ctx, "ring", ring, &rg, sizeof rg, offsetof(fa_ring_args, pieces))) != FA_OK ||
         (st = fa_struct_read(ctx, "args", local, &a, sizeof a, sizeof(size_t))) != FA_OK)
-        return core_fail(st, ctx);
+        return ring_core_fail(st, ctx);
     if (rg.sharding != FA_RING_CONTIGUOUS && rg.sharding != FA_RING_ZIGZAG)
         return ring_fail(FA_ERR_INVALID_ARGUMENT, "ring->sharding %d is not a fa_ring_sharding", (int)rg.sharding);
     if (rg.pieces < 0 || rg.pieces > 1024)
@@ -159,7 +143,7 @@ static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_arg
                          sizeof(fa_ring_stats));
     if ((st = check_ring_fields(&a)) != FA_OK) return st;
     /* the call itself is the core's to judge: dtypes, shapes, extents, data, scalars */
-    if ((st = fa_forward_check(ctx, local)) != FA_OK) return core_fail(st, ctx);
+    if ((st = fa_forward_check(ctx, local)) != FA_OK) return ring_core_fail(st, ctx);
     const int64_t B = a.q.shape[0], Sl = a.q.shape[1], Hq = a.q.shape[2], D = a.q.shape[3];
     const int64_t Hk = a.k.shape[2], Dv = a.v.shape[3];
     if (a.k.shape[1] != Sl)
@@ -185,7 +169,7 @@ static fa_status check_forward(ring_call *rc, fa_context *ctx, const fa_ring_arg
 
 /* The opening of every ring call: a clean error, and this rank's place in the
  * communicator (the one check that cannot be agreed on: a null communicator). */
-static fa_status ring_begin(ring_call *rc, MPI_Comm comm)
+fa_status ring_begin(ring_call *rc, MPI_Comm comm)
 {
     ring_clear_error();
     memset(rc, 0, sizeof *rc);
@@ -212,7 +196,7 @@ static fa_status verdict_fail(const ring_call *rc, const int64_t *all, fa_status
 
 /* Pass 2: every rank derives the same verdict from everybody's descriptor (the core's
  * ring planner reads them), then the core judges the ring as a whole. */
-static fa_status agree(ring_call *rc, MPI_Comm comm, fa_status local_st, int64_t grads)
+fa_status ring_agree(ring_call *rc, MPI_Comm comm, fa_status local_st, int64_t grads)
 {
     int64_t desc[FA_RING_AGREE_FIELDS];
     fa_ring_describe(&rc->plan, local_st, grads, desc);
@@ -236,7 +220,7 @@ static fa_status agree(ring_call *rc, MPI_Comm comm, fa_status local_st, int64_t
             if (S[x] > rc->Smax) rc->Smax = S[x];
         }
         rc->plan.lengths = S;
-        if ((st = fa_ring_check(rc->ctx, &rc->plan)) != FA_OK) core_fail(st, rc->ctx);
+        if ((st = fa_ring_check(rc->ctx, &rc->plan)) != FA_OK) ring_core_fail(st, rc->ctx);
     }
     free(all);
     if (st != FA_OK) {
@@ -249,7 +233,7 @@ static fa_status agree(ring_call *rc, MPI_Comm comm, fa_status local_st, int64_t
 }
 
 /* Agrees on a flag every rank computed itself (1 = failed). */
-static int any_rank(int flag, MPI_Comm comm)
+int ring_any(int flag, MPI_Comm comm)
 {
     int any = 0;
     MPI_Allreduce(&flag, &any, 1, MPI_INT, MPI_MAX, comm);
@@ -258,7 +242,7 @@ static int any_rank(int flag, MPI_Comm comm)
 
 /* Pass 4: the first failing rank's status, on every rank (two collectives and
  * no allocation, so it cannot itself fail on one rank only). */
-static fa_status agree_end(ring_call *rc)
+fa_status ring_agree_end(ring_call *rc)
 {
     int key = rc->st != FA_OK ? rc->rank : rc->P, first = rc->P, status = (int)rc->st;
     MPI_Allreduce(&key, &first, 1, MPI_INT, MPI_MIN, rc->comm);
@@ -271,7 +255,7 @@ static fa_status agree_end(ring_call *rc)
 /* ------------------------------------------------------------ tensors */
 
 /* Rows [r0, r0 + n) of a tensor along axis `ax`. */
-static fa_tensor rows_of(const fa_tensor *t, int ax, int64_t r0, int64_t n)
+fa_tensor ring_rows(const fa_tensor *t, int ax, int64_t r0, int64_t n)
 {
     fa_tensor v = *t;
     if (v.data) v.data = (char *)t->data + r0 * t->stride[ax] * (int64_t)fa_dtype_size(t->dtype);
@@ -327,7 +311,7 @@ static int step_pieces(ring_call *rc, int s, fa_ring_piece *out, int64_t *kept)
     *kept = 0;
     const fa_status st = fa_ring_step(rc->ctx, &rc->plan, s, out, 4 * rc->pieces, &np);
     if (st != FA_OK) {
-        call_fail(rc, st, s, "fa_ring_step");
+        ring_call_fail(rc, st, s, "fa_ring_step");
         return 0;
     }
     for (int p = 0; p < np; p++) *kept += out[p].kept;
@@ -344,14 +328,14 @@ static fa_forward_args piece_call(const ring_call *rc, const fa_ring_piece *pc)
     return c;
 }
 
-static fa_ring_stats *stats_of(ring_call *rc)
+fa_ring_stats *ring_stats_of(ring_call *rc)
 {
     return rc->stats ? rc->stats : &rc->local_stats;
 }
 
 static void stats_begin(ring_call *rc)
 {
-    fa_ring_stats *s = stats_of(rc);
+    fa_ring_stats *s = ring_stats_of(rc);
     double *sc = s->step_compute_seconds, *sw = s->step_wait_seconds;
     const int64_t cap = s->step_capacity;
     memset(s, 0, sizeof *s);
@@ -366,7 +350,7 @@ static void stats_begin(ring_call *rc)
 
 static void stats_step(ring_call *rc, int s, double compute, double wait)
 {
-    fa_ring_stats *st = stats_of(rc);
+    fa_ring_stats *st = ring_stats_of(rc);
     st->compute_seconds += compute;
     st->wait_seconds += wait;
     if (s < st->step_capacity) {
@@ -378,7 +362,7 @@ static void stats_step(ring_call *rc, int s, double compute, double wait)
 /* Progresses the step's transfers before a piece, counting what the test reads. */
 static double progress(ring_call *rc, xfer *const *xs, int nx)
 {
-    fa_ring_stats *st = stats_of(rc);
+    fa_ring_stats *st = ring_stats_of(rc);
     const double t0 = MPI_Wtime();
     int pending = 0;
     for (int k = 0; k < nx; k++)
@@ -435,7 +419,7 @@ static fa_status fwd_alloc(ring_call *rc, MPI_Comm comm, fwd_bufs *f)
     f->pcs = malloc(sizeof(fa_ring_piece) * (size_t)(4 * rc->pieces));
     const int oom = !f->kv[0] || (P > 1 && !f->kv[1]) || !f->o_acc || !f->o_part || !f->lse_acc || !f->lse_part ||
                     !f->pcs || kv_bytes > RING_CHUNK * RING_MAX_CHUNKS;
-    if (any_rank(oom, comm)) {
+    if (ring_any(oom, comm)) {
         fwd_free(f);
         return ring_fail(kv_bytes > RING_CHUNK * RING_MAX_CHUNKS ? FA_ERR_OVERFLOW : FA_ERR_OUT_OF_MEMORY,
                          "a rank could not allocate the ring's buffers");
@@ -456,7 +440,7 @@ static void fwd_step(ring_call *rc, fwd_bufs *f, int s, xfer *x)
 {
     const int P = rc->P, src = (rc->rank - s + P) % P, nsrc = (rc->rank - s - 1 + 2 * P) % P;
     const int64_t es = rc->es;
-    fa_ring_stats *stats = stats_of(rc);
+    fa_ring_stats *stats = ring_stats_of(rc);
     char *cur = f->kv[s % 2];
     /* the next shard moves while this one computes: posted before any piece */
     if (s < P - 1) {
@@ -477,21 +461,21 @@ static void fwd_step(ring_call *rc, fwd_bufs *f, int s, xfer *x)
         const fa_ring_piece *pc = &f->pcs[p];
         fa_forward_args c = piece_call(rc, pc);
         c.sinks = NULL; /* a partial without them: the sink enters once, after the ring */
-        c.q = rows_of(&rc->a.q, 1, pc->q_row, pc->rows);
-        c.k = rows_of(&kt, 1, pc->k_row, pc->keys);
-        c.v = rows_of(&vt, 1, pc->k_row, pc->keys);
-        c.o = rows_of(&f->part_o, 1, pc->q_row, pc->rows);
-        c.lse = rows_of(&f->part_l, 2, pc->q_row, pc->rows);
+        c.q = ring_rows(&rc->a.q, 1, pc->q_row, pc->rows);
+        c.k = ring_rows(&kt, 1, pc->k_row, pc->keys);
+        c.v = ring_rows(&vt, 1, pc->k_row, pc->keys);
+        c.o = ring_rows(&f->part_o, 1, pc->q_row, pc->rows);
+        c.lse = ring_rows(&f->part_l, 2, pc->q_row, pc->rows);
         fa_status st = s == ring_fault_step ? FA_ERR_OUT_OF_MEMORY : fa_forward(rc->ctx, &c);
         stats->core_calls++;
         if (st != FA_OK) {
-            call_fail(rc, st, s, "fa_forward");
+            ring_call_fail(rc, st, s, "fa_forward");
             break;
         }
-        fa_tensor ov[2] = {rows_of(&f->acc_o, 1, pc->q_row, pc->rows), c.o};
-        fa_tensor lv[2] = {rows_of(&f->acc_l, 2, pc->q_row, pc->rows), c.lse};
+        fa_tensor ov[2] = {ring_rows(&f->acc_o, 1, pc->q_row, pc->rows), c.o};
+        fa_tensor lv[2] = {ring_rows(&f->acc_l, 2, pc->q_row, pc->rows), c.lse};
         st = fa_merge_states(rc->ctx, 2, ov, lv, &ov[0], &lv[0]);
-        if (st != FA_OK) call_fail(rc, st, s, "fa_merge_states");
+        if (st != FA_OK) ring_call_fail(rc, st, s, "fa_merge_states");
     }
     stats->kept_pairs += kept;
     stats->steps_computed += np > 0;
@@ -504,7 +488,7 @@ static void fwd_step(ring_call *rc, fwd_bufs *f, int s, xfer *x)
  * which rounds o once to its dtype; with sinks, their state is its second part. */
 static fa_status fwd_write(ring_call *rc, fwd_bufs *f)
 {
-    fa_status st = agree_end(rc);
+    fa_status st = ring_agree_end(rc);
     if (st != FA_OK) return st;
     const fa_tensor ov[2] = {f->acc_o, f->part_o}, lv[2] = {f->acc_l, f->part_l};
     if (rc->a.sinks) sink_state(rc, f->o_part, f->lse_part);
@@ -519,8 +503,8 @@ fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ri
     const double t0 = MPI_Wtime();
     ring_call rc;
     if (ring_begin(&rc, comm) != FA_OK) return FA_ERR_INVALID_ARGUMENT;
-    fa_status st = check_forward(&rc, ctx, ring, local);
-    if ((st = agree(&rc, comm, st, 0)) != FA_OK) return st;
+    fa_status st = ring_check_forward(&rc, ctx, ring, local);
+    if ((st = ring_agree(&rc, comm, st, 0)) != FA_OK) return st;
     fwd_bufs f;
     if ((st = fwd_alloc(&rc, comm, &f)) != FA_OK) {
         free(rc.S);
@@ -538,27 +522,27 @@ fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ri
     MPI_Comm_free(&rc.comm);
     fwd_free(&f);
     free(rc.S);
-    stats_of(&rc)->total_seconds = MPI_Wtime() - t0;
+    ring_stats_of(&rc)->total_seconds = MPI_Wtime() - t0;
     return st;
 }
 
 /* ------------------------------------------------------------ backward */
 
-static fa_status check_backward(ring_call *rc, fa_context *ctx, const fa_ring_args *ring,
+fa_status ring_check_backward(ring_call *rc, fa_context *ctx, const fa_ring_args *ring,
                                 const fa_backward_args *local, int64_t *grads)
 {
     *grads = 0;
     if (!local) return ring_fail(FA_ERR_NULL_POINTER, "the backward args are NULL");
     fa_backward_args g = FA_BACKWARD_ARGS_INIT;
     fa_status st = fa_struct_read(ctx, "args", local, &g, sizeof g, sizeof(size_t));
-    if (st != FA_OK) return core_fail(st, ctx);
+    if (st != FA_OK) return ring_core_fail(st, ctx);
     if (!g.fwd) return ring_fail(FA_ERR_NULL_POINTER, "args->fwd is NULL: the backward needs the forward's arguments");
-    if ((st = check_forward(rc, ctx, ring, g.fwd)) != FA_OK) return st;
+    if ((st = ring_check_forward(rc, ctx, ring, g.fwd)) != FA_OK) return st;
     if (g.dsinks && rc->Hq > INT_MAX) /* MPI counts are ints */
         return ring_fail(FA_ERR_OVERFLOW, "%lld heads of dsinks do not fit an MPI count", (long long)rc->Hq);
     /* lse, o, do_ and the gradients: the core's backward checks (the global lse of
      * the local rows is the one the ring needs) */
-    if ((st = fa_backward_check(ctx, local)) != FA_OK) return core_fail(st, ctx);
+    if ((st = fa_backward_check(ctx, local)) != FA_OK) return ring_core_fail(st, ctx);
     rc->g = g;
     rc->g.struct_size = sizeof g;
     rc->g.fwd = &rc->a;
@@ -635,7 +619,7 @@ static fa_status bwd_alloc(ring_call *rc, MPI_Comm comm, int64_t grads, bwd_bufs
                     (b->travel && (!b->acc[0] || (P > 1 && !b->acc[1]) || !b->tmp || !b->dkv_piece)) ||
                     (b->want_dq && (!b->dq_acc || !b->dq_piece)) || !b->zeros || !b->pcs || !b->late ||
                     (b->defer && !b->own) || (b->want_dsinks && (!b->dsink_acc || !b->dsink_piece)) || too_big;
-    if (!any_rank(oom, comm)) return FA_OK;
+    if (!ring_any(oom, comm)) return FA_OK;
     bwd_free(b);
     return ring_fail(too_big ? FA_ERR_OVERFLOW : FA_ERR_OUT_OF_MEMORY, "a rank could not allocate the ring's buffers");
 }
@@ -653,14 +637,14 @@ static double bwd_pieces(ring_call *rc, const fa_ring_piece *pcs, int from, int 
         const fa_ring_piece *pc = &pcs[p];
         const int64_t row = pc->q_row, n = pc->rows, koff = pc->k_row, klen = pc->keys;
         fa_forward_args c = piece_call(rc, pc);
-        c.q = rows_of(&rc->a.q, 1, row, n);
-        c.k = rows_of(kt, 1, koff, klen);
-        c.v = rows_of(vt, 1, koff, klen);
-        c.o = rows_of(&rc->a.o, 1, row, n); /* the global o and lse of these rows */
-        c.lse = rows_of(&rc->a.lse, 2, row, n);
+        c.q = ring_rows(&rc->a.q, 1, row, n);
+        c.k = ring_rows(kt, 1, koff, klen);
+        c.v = ring_rows(vt, 1, koff, klen);
+        c.o = ring_rows(&rc->a.o, 1, row, n); /* the global o and lse of these rows */
+        c.lse = ring_rows(&rc->a.lse, 2, row, n);
         fa_backward_args g = FA_BACKWARD_ARGS_INIT;
         g.fwd = &c;
-        g.do_ = rows_of(&rc->g.do_, 1, row, n);
+        g.do_ = ring_rows(&rc->g.do_, 1, row, n);
         /* the sink term of each local row once: in the diagonal pieces of step 0 */
         const int sink_rows = sc->dsink_piece && pc->diagonal;
         if (sink_rows) g.dsinks = sc->dsink_piece;
@@ -671,9 +655,9 @@ static double bwd_pieces(ring_call *rc, const fa_ring_piece *pcs, int from, int 
             g.dv = fa_tensor_make(sc->dkv_piece + B * klen * Hk * D, FA_DTYPE_F32, FA_LAYOUT_BSND, B, klen, Hk, Dv);
         }
         const fa_status st = step == ring_fault_step ? FA_ERR_OUT_OF_MEMORY : fa_backward(rc->ctx, &g);
-        stats_of(rc)->core_calls++;
+        ring_stats_of(rc)->core_calls++;
         if (st != FA_OK) {
-            call_fail(rc, st, step, "fa_backward");
+            ring_call_fail(rc, st, step, "fa_backward");
             break;
         }
         if (sc->want_dq) add_rows(sc->dq_acc, Sl, row, sc->dq_piece, n, B, Hq * D);
@@ -704,7 +688,7 @@ static double bwd_pass_acc(ring_call *rc, bwd_bufs *b, int s, int64_t nk, xfer *
     xfer_wait(xout); /* last step's send, before its buffer is received into */
     if (rc->P > 1) {
         xfer_post(xout, 1, a_cur, nk * 4, rc->next, RING_TAG_ACC, rc->comm);
-        stats_of(rc)->bytes_sent += nk * 4;
+        ring_stats_of(rc)->bytes_sent += nk * 4;
     }
     return wait + MPI_Wtime() - tb;
 }
@@ -716,7 +700,7 @@ static void bwd_step(ring_call *rc, bwd_bufs *b, int s, xfer *const *xs)
 {
     const int P = rc->P, src = (rc->rank - s + P) % P, nsrc = (rc->rank - s - 1 + 2 * P) % P;
     const int64_t Ss = rc->S[src], nk = kv_elems(rc, Ss), es = rc->es;
-    fa_ring_stats *stats = stats_of(rc);
+    fa_ring_stats *stats = ring_stats_of(rc);
     xfer *xkv = xs[0], *xin = xs[1], *xout = xs[2];
     char *cur = b->kv[s % 2];
     if (s < P - 1) {
@@ -756,7 +740,7 @@ static void bwd_step(ring_call *rc, bwd_bufs *b, int s, xfer *const *xs)
 static float *bwd_own_rest(ring_call *rc, bwd_bufs *b, xfer *const *xs)
 {
     if (!b->defer) return b->travel ? b->acc[0] : NULL;
-    fa_ring_stats *stats = stats_of(rc);
+    fa_ring_stats *stats = ring_stats_of(rc);
     float *mine = b->acc[rc->P % 2];
     const int64_t n = kv_elems(rc, rc->Sl);
     xfer_post(xs[1], 0, mine, n * 4, rc->prev, RING_TAG_ACC, rc->comm);
@@ -781,7 +765,7 @@ static fa_status bwd_write(ring_call *rc, bwd_bufs *b, const float *mine)
 {
     const int64_t B = rc->B, Sl = rc->Sl, Hq = rc->Hq, Hk = rc->Hk, D = rc->D, Dv = rc->Dv;
     fa_context *ctx = rc->ctx;
-    fa_status st = agree_end(rc);
+    fa_status st = ring_agree_end(rc);
     double *dsink_all = b->dsink_acc ? b->dsink_acc + Hq : NULL;
     if (st == FA_OK && b->want_dsinks)
         MPI_Allgather(b->dsink_acc, (int)Hq, MPI_DOUBLE, dsink_all, (int)Hq, MPI_DOUBLE, rc->comm);
@@ -805,8 +789,8 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
     ring_call rc;
     if (ring_begin(&rc, comm) != FA_OK) return FA_ERR_INVALID_ARGUMENT;
     int64_t grads = 0;
-    fa_status st = check_backward(&rc, ctx, ring, local, &grads);
-    if ((st = agree(&rc, comm, st, grads)) != FA_OK) return st;
+    fa_status st = ring_check_backward(&rc, ctx, ring, local, &grads);
+    if ((st = ring_agree(&rc, comm, st, grads)) != FA_OK) return st;
     bwd_bufs b;
     if ((st = bwd_alloc(&rc, comm, grads, &b)) != FA_OK) {
         free(rc.S);
@@ -826,6 +810,6 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
     MPI_Comm_free(&rc.comm);
     bwd_free(&b);
     free(rc.S);
-    stats_of(&rc)->total_seconds = MPI_Wtime() - t0;
+    ring_stats_of(&rc)->total_seconds = MPI_Wtime() - t0;
     return st;
 }
