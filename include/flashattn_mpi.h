@@ -1,5 +1,6 @@
 /*
- * flashattn_mpi.h: the public header of libflashattn_mpi, ring attention over MPI.
+ * flashattn_mpi.h: the public header of libflashattn_mpi, ring attention (and Ulysses
+ * attention, below) over MPI.
  *
  * Attention over a sequence sharded along its length across the ranks of an MPI
  * communicator, forward and backward, with the result of single-machine attention

@@ -1,5 +1,8 @@
 /*
- * ring.c: ring attention over MPI (include/flashattn_mpi.h, docs/mpi.md).
+ * ring.c: ring attention over MPI (include/flashattn_mpi.h, docs/mpi.md), and the
+ * checks and agreement Ulysses (ulysses.c) shares. Every rule of the ring (where the
+ * rows sit, the pieces of a step, their placement and kept pairs, the descriptor and
+ * its verdict) is the core's ring planner's (fa_ring_*); this file moves the bytes.
  *
  * One call runs in four passes, the same on every rank:
  *   1. local checks of the arguments, without communication;
