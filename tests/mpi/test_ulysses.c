@@ -9,11 +9,11 @@
  * process's fa_forward / fa_backward on the full tensors, restricted to those rows:
  * each head of a Ulysses call is one core call over the whole sequence, as in one
  * process, so they must agree bit for bit. The matrix: both shardings, causal both
- * ways and not, windows, ALiBi, softcap, sinks, GQA, f32 and bf16 inputs,
- * f32 outputs, BNSD shards, unequal shard lengths, B = 2. Then the agreement: heads
- * not divisible by the ranks, dropout, ranks that disagree, and a core failure on
- * one rank (the fault hook) give every rank the same status and leave the outputs
- * untouched.
+ * ways and not, windows, ALiBi, softcap, sinks, GQA, f32 and bf16 inputs, f32
+ * outputs, gradients in o's dtype (f32 or bf16), BNSD shards, unequal shard lengths,
+ * B = 2. Then the agreement: heads not divisible by the ranks, dropout, ranks that
+ * disagree, and a core failure on one rank (the fault hook) give every rank the same
+ * status and leave the outputs untouched.
  */
 #include <mpi.h>
 
@@ -134,8 +134,8 @@ static void run_case(const ucase *c)
     fa_backward_args fg = FA_BACKWARD_ARGS_INIT;
     float dsinks_full[16] = {0}, dsinks[16];
     fg.fwd = &fa, fg.do_ = dO;
-    fg.dq = h_alloc(FA_DTYPE_F32, B, N, Hq, D), fg.dk = h_alloc(FA_DTYPE_F32, B, N, Hk, D);
-    fg.dv = h_alloc(FA_DTYPE_F32, B, N, Hk, Dv);
+    fg.dq = h_alloc(c->odt, B, N, Hq, D), fg.dk = h_alloc(c->odt, B, N, Hk, D); /* gradients in o's dtype */
+    fg.dv = h_alloc(c->odt, B, N, Hk, Dv);
     if (c->sinks) fg.dsinks = dsinks_full;
     fa_status st = fa_forward(g_ctx, &fa);
     if (st == FA_OK) st = fa_backward(g_ctx, &fg);
@@ -156,8 +156,8 @@ static void run_case(const ucase *c)
     CHECK(differ(c, &fa.lse, &la.lse, 2) == 0, "%s: lse differs from one process's", c->name);
     fa_backward_args lg = FA_BACKWARD_ARGS_INIT;
     lg.fwd = &la, lg.do_ = ldo;
-    lg.dq = tensor(c, FA_DTYPE_F32, B, Sl, Hq, D), lg.dk = tensor(c, FA_DTYPE_F32, B, Sl, Hk, D);
-    lg.dv = tensor(c, FA_DTYPE_F32, B, Sl, Hk, Dv);
+    lg.dq = tensor(c, c->odt, B, Sl, Hq, D), lg.dk = tensor(c, c->odt, B, Sl, Hk, D);
+    lg.dv = tensor(c, c->odt, B, Sl, Hk, Dv);
     if (c->sinks) lg.dsinks = dsinks;
     st = fa_ulysses_backward(g_ctx, MPI_COMM_WORLD, &ring, &lg);
     CHECK(st == FA_OK, "%s: fa_ulysses_backward: %s: %s", c->name, fa_status_string(st), fa_ring_error());
