@@ -856,12 +856,13 @@ nb::tuple ring_piece_tuple(const fa_ring_piece &p)
 }
 
 // {"segments": per rank [(pos, len, off)], "steps": this rank's pieces per step,
-//  "blocks": the given (q_pos, rows, k_pos, keys) placed and counted}
-nb::dict ring_plan(Context &ctx, const std::vector<int64_t> &lengths, int rank, bool zigzag, int causal,
+//  "blocks": the given (q_pos, rows, k_pos, keys) placed and counted}; without a
+// context (None) the segments alone, which ask no core call.
+nb::dict ring_plan(Context *ctx, const std::vector<int64_t> &lengths, int rank, bool zigzag, int causal,
                    int64_t window_left, int64_t window_right, bool alibi, float dropout_p, int pieces,
                    bool whole_shards, const std::vector<std::vector<int64_t>> &blocks)
 {
-    fa_context *c = ctx.get();
+    fa_context *c = ctx ? ctx->get() : nullptr;
     static const float slope_flag[1] = {0.0f}; // ALiBi on: the planner reads only whether it is set
     fa_forward_args call = FA_FORWARD_ARGS_INIT;
     call.causal = static_cast<fa_causal>(causal);
@@ -887,13 +888,15 @@ nb::dict ring_plan(Context &ctx, const std::vector<int64_t> &lengths, int rank, 
         segments.append(l);
     }
     std::vector<fa_ring_piece> pcs(4 * static_cast<size_t>(pieces > 0 ? pieces : 1));
-    for (int s = 0; s < plan.nranks; s++) {
+    for (int s = 0; c && s < plan.nranks; s++) {
         int n = 0;
         check(fa_ring_step(c, &plan, s, pcs.data(), static_cast<int>(pcs.size()), &n), c, "fa_ring_step");
         nb::list l;
         for (int k = 0; k < n; k++) l.append(ring_piece_tuple(pcs[k]));
         steps.append(l);
     }
+    if (!c && !blocks.empty())
+        raise(PyExc_ValueError, "ring_plan: placing blocks needs a context");
     for (const auto &b : blocks) {
         if (b.size() != 4)
             raise(PyExc_ValueError, "ring_plan: a block is (q_pos, rows, k_pos, keys)");
@@ -910,7 +913,7 @@ nb::dict ring_plan(Context &ctx, const std::vector<int64_t> &lengths, int rank, 
 
 void add_ring_plan(nb::module_ &m)
 {
-    m.def("ring_plan", &ring_plan, nb::arg("ctx"), nb::arg("lengths"), nb::arg("rank"), nb::arg("zigzag"),
+    m.def("ring_plan", &ring_plan, nb::arg("ctx").none(), nb::arg("lengths"), nb::arg("rank"), nb::arg("zigzag"),
           nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("alibi"), nb::arg("dropout_p"),
           nb::arg("pieces") = 1, nb::arg("whole_shards") = false,
           nb::arg("blocks") = std::vector<std::vector<int64_t>>());

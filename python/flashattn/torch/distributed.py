@@ -80,15 +80,15 @@ def _check_layout(layout):
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 
 
-def _ring_plan(layout, lengths, rank=0, causal=False, wl=-1, wr=-1, alibi=False, p=0.0, blocks=()):
+def _ring_plan(layout, lengths, rank=0, causal=False, wl=-1, wr=-1, alibi=False, p=0.0, blocks=(), ctx=True):
     """The library's ring planner (fa_ring_placement, fa_ring_step, fa_ring_block):
     every rank's segments, runs of rows contiguous in the whole sequence as (global
     position, rows, first row in the shard); this rank's pieces per step, each a core
     call (q_row, rows, k_row, keys, q_pos, k_pos, q_start, k_start, causal, kept,
     diagonal); and `blocks`, (q_pos, rows, k_pos, keys), placed and counted alike.
     One call per block of a step (pieces=1); a step that reads no position is one
-    call on the whole shards."""
-    return _C.ring_plan(_core.current_context(), [int(x) for x in lengths], rank, layout == "zigzag",
+    call on the whole shards. ctx=False: the segments alone, without a context."""
+    return _C.ring_plan(_core.current_context() if ctx else None, [int(x) for x in lengths], rank, layout == "zigzag",
                         _core.CAUSAL_TOP_LEFT if causal else _core.CAUSAL_NONE, wl, wr, alibi, p, pieces=1,
                         whole_shards=True, blocks=[list(b) for b in blocks])
 
@@ -96,7 +96,7 @@ def _ring_plan(layout, lengths, rank=0, causal=False, wl=-1, wr=-1, alibi=False,
 def _segments(layout, lengths):
     """Every rank's segments (global position, rows, first row in the shard): one
     (contiguous), or two (zig-zag: chunks r and 2P-1-r of 2P), by the library's rule."""
-    return _ring_plan(layout, lengths)["segments"]
+    return _ring_plan(layout, lengths, ctx=False)["segments"]
 
 
 def _lengths_of(n, world_size, layout, lengths):
