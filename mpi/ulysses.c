@@ -72,7 +72,11 @@ static fa_status ulysses_alloc(ulysses *u, MPI_Comm comm)
     for (int y = 0; y < P; y++) rows += rc->S[y];
     u->N = rows;
     u->hq = rc->Hq / P, u->hk = rc->Hk / P;
-    u->wire = rc->B * (rows > rc->Sl * P ? rows : rc->Sl * P) * u->hq * (X > 1 ? X : 1) * 4;
+    /* in double first: a product past int64 is past MPI's counts as well */
+    const double wire = (double)rc->B * (double)(rows > rc->Sl * P ? rows : rc->Sl * P) * (double)u->hq *
+                        (double)(X > 1 ? X : 1) * 4.0;
+    const int too_big = wire > (double)INT_MAX;
+    u->wire = too_big ? 0 : (int64_t)wire;
     u->seg = malloc(sizeof *u->seg * (size_t)P);
     u->nseg = malloc(sizeof(int) * (size_t)P);
     u->scount = malloc(sizeof(int) * 4 * (size_t)P);
@@ -82,7 +86,6 @@ static fa_status ulysses_alloc(ulysses *u, MPI_Comm comm)
     int bad = !u->seg || !u->nseg || !u->scount || !u->send || !u->recv;
     for (int y = 0; !bad && y < P; y++)
         bad = fa_ring_placement(rc->ctx, &rc->plan, y, u->seg[y], &u->nseg[y]) != FA_OK;
-    const int too_big = u->wire > INT_MAX;
     if (!ring_any(bad || too_big, comm)) return FA_OK;
     return ring_fail(too_big ? FA_ERR_OVERFLOW : FA_ERR_OUT_OF_MEMORY,
                      too_big ? "an exchange of over 2 GiB on a rank (MPI's int counts)"
