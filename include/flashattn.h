@@ -191,8 +191,13 @@ typedef enum fa_param {
                                       are too few for the threads; same bits either way; 0 otherwise */
     FA_PARAM_LAST_KV_PACKED = 108, /* read-only: (sequence, kv head) units whose K/V the last flash
                                       forward packed (FA_PARAM_KV_PACK); 0 otherwise */
-    FA_PARAM_LAST_KV_PACK_US = 109 /* read-only: microseconds the last flash forward's threads spent
+    FA_PARAM_LAST_KV_PACK_US = 109, /* read-only: microseconds the last flash forward's threads spent
                                       packing K/V, summed over the threads; 0 otherwise */
+    FA_PARAM_LAST_POOL = 110       /* read-only: where the last successful call's parallel work ran:
+                                      0 = the context's own threads, 1 = the host's parallel-for
+                                      (fa_context_set_parallel), 2 = the host's, but its parallel-for
+                                      failed (returned nonzero or left a share) and the calling thread
+                                      ran the shares it left: the results are complete all the same */
 } fa_param;
 
 /* *out receives a new context, or NULL on failure. */
@@ -213,6 +218,47 @@ FA_API const char *fa_context_isa(const fa_context *ctx);
  * whether this machine runs them (1, or 0 with *why saying why not; "" when it runs);
  * -1 past the last. name and why may be NULL; the strings are static. */
 FA_API int fa_isa_info(int index, const char **name, const char **why);
+
+/*
+ * The host's threads. By default a context runs its parallel work on worker threads
+ * of its own (FA_PARAM_THREADS of them, the caller included). A program that has a
+ * thread pool already (an OpenMP runtime, oneDNN's threadpool, pthreadpool) can have
+ * the library run on it instead, so that two pools never take turns on the same
+ * cores: fa_context_set_parallel(ctx, fn, user) installs a parallel-for, and the
+ * context's own worker threads are joined.
+ *
+ * The library calls fn(user, nth, task, task_arg) on the calling thread, with
+ * 2 <= nth <= FA_PARAM_THREADS (a job of one share runs on the calling thread
+ * directly). fn must call task(task_arg, ith, nth) once for each ith in [0, nth),
+ * in any order, on any threads, at the same time or one after another (a loop on
+ * the calling thread is a valid fn), and return 0 once every one of them has
+ * returned. The shares split their work through shared counters, so a share may
+ * find nothing left; no share waits for a share that has not started, so fewer
+ * host threads than shares cannot deadlock. Whichever thread runs a share, the
+ * library sets up and releases its per-thread state (AMX tiles) around it.
+ *
+ * Results are bitwise the same as on the own pool at the same FA_PARAM_THREADS,
+ * and as at any other thread count (docs/semantics.md, "The host's threads"): which thread
+ * runs which share never shows in the outputs. FA_PARAM_THREADS keeps its meaning
+ * (the shares a job is cut into; 0 = one per online CPU): set it to the host
+ * pool's size.
+ *
+ * A fn that returns nonzero, returns with a share not run, or calls task for a
+ * share twice or outside [0, nth) (or with another nth) has failed: the stray calls
+ * run nothing, the calling thread runs every share left, the call still completes
+ * with the same bits, and FA_PARAM_LAST_POOL says 2.
+ *
+ * fn = NULL returns to the context's own threads (FA_PARAM_THREADS of them). On
+ * failure (FA_ERR_THREADS: they could not be started) the context keeps its
+ * previous pool. Like fa_context_set, it returns FA_ERR_BUSY while another
+ * thread's call runs on ctx, and touches nothing then. fn and user must stay
+ * valid until replaced or the context is freed. This function and
+ * FA_PARAM_LAST_POOL were appended to the API; callers that never use them run
+ * exactly as before.
+ */
+typedef void (*fa_parallel_task)(void *task_arg, int ith, int nth);
+typedef int (*fa_parallel_fn)(void *user, int nth, fa_parallel_task task, void *task_arg);
+FA_API fa_status fa_context_set_parallel(fa_context *ctx, fa_parallel_fn fn, void *user);
 /* The CPU features the library detected, space separated, e.g. "sse2 avx2 fma f16c". */
 FA_API const char *fa_cpu_features(void);
 /* The CPU model that keys the tune file's entries: x86 the CPUID brand string, aarch64

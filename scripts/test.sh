@@ -28,7 +28,7 @@ cmake --build build-asan -j "$jobs"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DFA_TSAN=ON \
   -DCMAKE_C_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" \
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DFLASHATTN_BUILD_TOOLS=OFF >/dev/null
-cmake --build build-tsan -j "$jobs" --target test_threads test_api test_inference test_amx_model
+cmake --build build-tsan -j "$jobs" --target test_threads test_host_pool test_api test_inference test_amx_model
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --output-on-failure -j "$jobs" -L threads)
 
 # The Python package (pip install . into the cached venv of scripts/venv.sh, which

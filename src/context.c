@@ -22,6 +22,7 @@ int fa_context_enter(fa_context *ctx)
     int expected = 0;
     if (!atomic_compare_exchange_strong(&ctx->busy, &expected, 1)) return 0;
     ctx->error[0] = '\0';
+    if (ctx->pool) fa_pool_clear(ctx->pool); /* FA_PARAM_LAST_POOL speaks of this call alone */
     return 1;
 }
 
@@ -44,13 +45,15 @@ static int online_cpus(void)
     return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
 }
 
-/* (Re)starts the worker pool for `setting` threads; the old pool stays on failure.
- * The pool exists for one thread too: it runs the kernel table's per-thread hooks. */
-static fa_status apply_threads(fa_context *ctx, int64_t setting)
+/* (Re)starts the worker pool for `setting` threads, on the host's parallel-for
+ * `host` when non-NULL; the old pool stays on failure. The pool exists for one
+ * thread too: it runs the kernel table's per-thread hooks. */
+static fa_status apply_pool(fa_context *ctx, int64_t setting, fa_parallel_fn host, void *user)
 {
     int n = setting == 0 ? online_cpus() : (int)setting;
     fa_pool *pool = NULL;
-    fa_status st = fa_pool_create(n - 1, ctx->kernels->thread_begin, ctx->kernels->thread_end, &pool);
+    const fa_thread_hook begin = ctx->kernels->thread_begin, end = ctx->kernels->thread_end;
+    fa_status st = host ? fa_pool_create_host(n, host, user, begin, end, &pool) : fa_pool_create(n - 1, begin, end, &pool);
     if (st != FA_OK) {
         if (st == FA_ERR_THREADS) return fa_fail(ctx, st, "could not start %d worker threads", n - 1);
         return fa_fail(ctx, st, "out of memory for a pool of %d worker threads", n - 1);
@@ -59,7 +62,18 @@ static fa_status apply_threads(fa_context *ctx, int64_t setting)
     ctx->pool = pool;
     ctx->threads = n;
     ctx->set.threads = setting;
+    ctx->host = host;
+    ctx->host_user = user;
     return FA_OK;
+}
+
+fa_status fa_context_set_parallel(fa_context *ctx, fa_parallel_fn fn, void *user)
+{
+    if (!ctx) return FA_ERR_NULL_CONTEXT;
+    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
+    const fa_status st = apply_pool(ctx, ctx->set.threads, fn, fn ? user : NULL);
+    fa_context_leave(ctx);
+    return st;
 }
 
 fa_status fa_context_create(fa_context **out)
@@ -80,7 +94,7 @@ fa_status fa_context_create(fa_context **out)
                           : strcmp(mm, "bf16") == 0   ? FA_F32_MATMUL_BF16
                                                       : FA_F32_MATMUL_IEEE;
     fa_status st = fa_kernels_select(&ctx->kernels, ctx->error, sizeof ctx->error);
-    if (st == FA_OK) st = apply_threads(ctx, 0);
+    if (st == FA_OK) st = apply_pool(ctx, 0, NULL, NULL);
     if (st != FA_OK) {
         fa_context_free(ctx);
         return st;
@@ -150,7 +164,7 @@ static fa_status context_set(fa_context *ctx, fa_param param, int64_t value)
     if (value < row->lo || value > row->hi)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "parameter %d: value %lld is outside [%lld, %lld]",
                        (int)param, (long long)value, (long long)row->lo, (long long)row->hi);
-    if (param == FA_PARAM_THREADS) return apply_threads(ctx, value);
+    if (param == FA_PARAM_THREADS) return apply_pool(ctx, value, ctx->host, ctx->host_user);
     *param_field(ctx, row) = value;
     return FA_OK;
 }

@@ -66,7 +66,8 @@ typedef struct fa_settings {
     X(FA_PARAM_LAST_KV_SPLITS, kv_splits, 0, FA_MAX_KV_SPLITS) /* most key chunks of a sequence */ \
     X(FA_PARAM_LAST_BACKWARD_PASSES, backward_passes, 0, 2) /* flash backward: 1 fused, 2 two-pass */ \
     X(FA_PARAM_LAST_KV_PACKED, kv_packed, 0, INT64_MAX) /* (sequence, kv head) units packed */ \
-    X(FA_PARAM_LAST_KV_PACK_US, kv_pack_us, 0, INT64_MAX) /* thread time spent packing them */
+    X(FA_PARAM_LAST_KV_PACK_US, kv_pack_us, 0, INT64_MAX) /* thread time spent packing them */ \
+    X(FA_PARAM_LAST_POOL, pool, 0, 2) /* FA_POOL_*: own, host, host failed (forward.c's record_run) */
 
 /* Phases of a tiled loop the verbose trace times: the forward's four, the backward's seven (algos.h). */
 #define FA_PHASES_MAX 7
@@ -99,7 +100,9 @@ typedef struct fa_tune_state {
 struct fa_context {
     fa_settings set;         /* as fa_context_set set them (FA_SETTINGS) */
     int threads;             /* set.threads resolved, >= 1 */
-    fa_pool *pool;           /* threads - 1 workers (the pool exists for one thread too) */
+    fa_pool *pool;           /* threads - 1 workers (the pool exists for one thread too), or a host pool */
+    fa_parallel_fn host;     /* fa_context_set_parallel's fn, NULL: the own workers */
+    void *host_user;
     const fa_kernels *kernels;
     fa_run_info last;        /* the last successful call's (FA_READOUTS) */
     fa_tune_state tune;

@@ -7,6 +7,7 @@
 #include "algos.h"
 #include "cache.h"
 #include "convert.h"
+#include "threadpool.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -72,7 +73,8 @@ static void record_run(fa_context *ctx, const fa_problem *p, const fa_algo_entry
 {
     ctx->last = *info;
     ctx->last.algo = e->algo;
-    if (ctx->set.verbose) fa_verbose_exec(ctx, p, e->algo, fallback, info, (fa_now_s() - t0) * 1e3);
+    ctx->last.pool = fa_pool_kind(ctx->pool);
+    if (ctx->set.verbose) fa_verbose_exec(ctx, p, e->algo, fallback, &ctx->last, (fa_now_s() - t0) * 1e3);
 }
 
 /* A dense call with no keys: every row keeps nothing, so o = 0 and lse = -inf, or

@@ -7,6 +7,7 @@
  * the fused kernel ran, and whether a tune file was read.
  */
 #include "algos.h"
+#include "threadpool.h"
 #include "tune.h"
 
 #include <stdatomic.h>
@@ -81,13 +82,14 @@ void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, co
     fprintf(stderr,
             "flashattn_verbose,%s,%s,isa:%s,path:%s,dtype:%s,out:%s,B:%lld,Hq:%lld,Hk:%lld,Sq:%lld,Sk:%lld,"
             "D:%lld,Dv:%lld,causal:%s,window:%lld:%lld,softcap:%g,alibi:%d,bias:%d,mask:%d,lse:%d,dropout:%g,"
-            "form:%s,kv:%s,splits:%lld,packed:%lld:%.3fms,passes:%d,phases:%s,tiles:%s,threads:%d,extra_bytes:%lld,%.3f\n",
+            "form:%s,kv:%s,splits:%lld,packed:%lld:%.3fms,passes:%d,phases:%s,tiles:%s,threads:%d,pool:%s,extra_bytes:%lld,%.3f\n",
             info->backward ? "backward" : "exec", algo, ctx->kernels->name, info->path, fa_dtype_name(p->dtype), fa_dtype_name(p->o.dtype),
             (long long)p->B, (long long)p->Hq, (long long)p->Hk, (long long)p->Sq, (long long)p->Sk,
             (long long)p->D, (long long)p->Dv, causal_name(p->causal), (long long)p->window_left,
             (long long)p->window_right, (double)p->softcap, p->alibi != NULL, p->has_bias, p->has_mask,
             p->has_lse, p->drop.on ? 1.0 - 1.0 / (double)p->drop.scale : 0.0, form, fa_dtype_name(p->cache ? p->kc.dtype : p->k.dtype), (long long)info->kv_splits,
             (long long)info->kv_packed, (double)info->kv_pack_us * 1e-3, (int)info->backward_passes, phases, tiles, (int)info->threads,
+            fa_pool_kind_name((int)info->pool),
             (long long)info->extra_bytes, ms);
 }
 

@@ -320,6 +320,17 @@ int64_t h_numel(const fa_tensor *t) {
     return t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
 }
 
+size_t h_nbytes(const fa_tensor *t) { return (size_t)h_numel(t) * h_dtype_bytes(t->dtype); }
+
+fa_tensor h_clone(const fa_tensor *t) {
+    fa_tensor c = *t;
+    c.data = malloc(h_nbytes(t) ? h_nbytes(t) : 1);
+    memcpy(c.data, t->data, h_nbytes(t));
+    return c;
+}
+
+int h_same_bytes(const fa_tensor *a, const fa_tensor *b) { return memcmp(a->data, b->data, h_nbytes(a)) == 0; }
+
 fa_tensor h_alloc(fa_dtype dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
     fa_tensor t;
     memset(&t, 0, sizeof t);

@@ -75,6 +75,11 @@ void h_fill(const fa_tensor *t, double x);
 void h_fill_normal(const fa_tensor *t, h_rng *r, double sigma);
 /* Copies logical elements of src into dst (same shape, any strides, any dtypes). */
 void h_copy(const fa_tensor *dst, const fa_tensor *src);
+/* A contiguous tensor's bytes; a private copy of them (same shape and strides, free its
+ * data); whether two such tensors hold the same bytes (bitwise equal results). */
+size_t h_nbytes(const fa_tensor *t);
+fa_tensor h_clone(const fa_tensor *t);
+int h_same_bytes(const fa_tensor *a, const fa_tensor *b);
 
 /* ---------------------------------------------------- a contiguous problem */
 

@@ -37,21 +37,9 @@
  * ever meets BUSY would otherwise finish at once and stop competing. */
 enum { NTHREADS = 8, ROUNDS = 3, HAMMER = 60, MAX_ATTEMPTS = 200000, SENTINEL = 0xa5 };
 
-static size_t nbytes(const fa_tensor *t) { return (size_t)h_numel(t) * h_dtype_bytes(t->dtype); }
-
-/* A private copy of a contiguous tensor's bytes (same shape and strides). */
-static fa_tensor clone(const fa_tensor *t) {
-    fa_tensor c = *t;
-    c.data = malloc(nbytes(t) ? nbytes(t) : 1);
-    memcpy(c.data, t->data, nbytes(t));
-    return c;
-}
-
-static int same(const fa_tensor *a, const fa_tensor *b) { return memcmp(a->data, b->data, nbytes(a)) == 0; }
-
 static int untouched(const fa_tensor *t) {
     const unsigned char *c = t->data;
-    for (size_t i = 0; i < nbytes(t); i++)
+    for (size_t i = 0; i < h_nbytes(t); i++)
         if (c[i] != SENTINEL) return 0;
     return 1;
 }
@@ -127,23 +115,23 @@ static void *independent(void *arg) {
         return NULL;
     }
     if ((st = fa_context_set(ctx, FA_PARAM_THREADS, 1 + w->id % 2)) != FA_OK) note(w, "set THREADS", st);
-    fa_tensor o = clone(&g_dense_o), lse = clone(&g_dense_lse);
-    fa_tensor dec_o = clone(&g_dec_o), dec_lse = clone(&g_dec_lse);
-    fa_tensor kc = clone(&g_kc), vc = clone(&g_vc);
+    fa_tensor o = h_clone(&g_dense_o), lse = h_clone(&g_dense_lse);
+    fa_tensor dec_o = h_clone(&g_dec_o), dec_lse = h_clone(&g_dec_lse);
+    fa_tensor kc = h_clone(&g_kc), vc = h_clone(&g_vc);
     for (int round = 0; round < ROUNDS; round++) {
-        memset(o.data, SENTINEL, nbytes(&o));
-        memset(lse.data, SENTINEL, nbytes(&lse));
+        memset(o.data, SENTINEL, h_nbytes(&o));
+        memset(lse.data, SENTINEL, h_nbytes(&lse));
         if ((st = dense(ctx, &o, &lse)) != FA_OK) note(w, "dense call failed", st);
-        else if (!same(&o, &g_dense_o) || !same(&lse, &g_dense_lse)) note(w, "dense result differs from serial", st);
+        else if (!h_same_bytes(&o, &g_dense_o) || !h_same_bytes(&lse, &g_dense_lse)) note(w, "dense result differs from serial", st);
 
-        memcpy(kc.data, g_kc.data, nbytes(&kc));
-        memcpy(vc.data, g_vc.data, nbytes(&vc));
-        memset(dec_o.data, SENTINEL, nbytes(&dec_o));
-        memset(dec_lse.data, SENTINEL, nbytes(&dec_lse));
+        memcpy(kc.data, g_kc.data, h_nbytes(&kc));
+        memcpy(vc.data, g_vc.data, h_nbytes(&vc));
+        memset(dec_o.data, SENTINEL, h_nbytes(&dec_o));
+        memset(dec_lse.data, SENTINEL, h_nbytes(&dec_lse));
         if ((st = decode(ctx, &kc, &vc, &dec_o, &dec_lse)) != FA_OK) note(w, "decode call failed", st);
-        else if (!same(&dec_o, &g_dec_o) || !same(&dec_lse, &g_dec_lse))
+        else if (!h_same_bytes(&dec_o, &g_dec_o) || !h_same_bytes(&dec_lse, &g_dec_lse))
             note(w, "decode result differs from serial", st);
-        else if (!same(&kc, &g_kc_after) || !same(&vc, &g_vc_after))
+        else if (!h_same_bytes(&kc, &g_kc_after) || !h_same_bytes(&vc, &g_vc_after))
             note(w, "cache after the append differs from serial", st);
     }
     free(o.data), free(lse.data), free(dec_o.data), free(dec_lse.data), free(kc.data), free(vc.data);
@@ -184,7 +172,7 @@ static void judge(hammer *h, const char *what, fa_status st, fa_tensor *o, fa_te
                   const fa_tensor *want_lse) {
     if (st == FA_OK) {
         h->ok++;
-        if (!same(o, want_o) || !same(lse, want_lse)) note(&h->w, what, st);
+        if (!h_same_bytes(o, want_o) || !h_same_bytes(lse, want_lse)) note(&h->w, what, st);
     } else if (st == FA_ERR_BUSY) {
         h->busy++;
         if (!untouched(o) || !untouched(lse)) note(&h->w, "a BUSY call wrote its outputs", st);
@@ -195,11 +183,11 @@ static void judge(hammer *h, const char *what, fa_status st, fa_tensor *o, fa_te
 
 static void *hammering(void *arg) {
     hammer *h = arg;
-    fa_tensor o = clone(&g_small_o), lse = clone(&g_small_lse);
-    fa_tensor mo = clone(&g_merged), ml = clone(&g_merged_lse);
+    fa_tensor o = h_clone(&g_small_o), lse = h_clone(&g_small_lse);
+    fa_tensor mo = h_clone(&g_merged), ml = h_clone(&g_merged_lse);
     for (int it = 0; h->forward_ok < HAMMER && it < MAX_ATTEMPTS; it++) {
-        memset(o.data, SENTINEL, nbytes(&o));
-        memset(lse.data, SENTINEL, nbytes(&lse));
+        memset(o.data, SENTINEL, h_nbytes(&o));
+        memset(lse.data, SENTINEL, h_nbytes(&lse));
         fa_forward_args a = g_small.args;
         a.o = o, a.lse = lse;
         const int64_t busy_before = h->busy;
@@ -209,8 +197,8 @@ static void *hammering(void *arg) {
 
         switch ((it + h->w.id) % 4) {
         case 0: {
-            memset(mo.data, SENTINEL, nbytes(&mo));
-            memset(ml.data, SENTINEL, nbytes(&ml));
+            memset(mo.data, SENTINEL, h_nbytes(&mo));
+            memset(ml.data, SENTINEL, h_nbytes(&ml));
             const fa_status st = fa_merge_states(g_shared, 2, g_parts, g_part_lse, &mo, &ml);
             judge(h, "shared merge", st, &mo, &ml, &g_merged, &g_merged_lse);
             break;
@@ -224,7 +212,7 @@ static void *hammering(void *arg) {
             break;
         }
         case 2: { /* a call that fails validation: its own status or BUSY */
-            memset(o.data, SENTINEL, nbytes(&o));
+            memset(o.data, SENTINEL, h_nbytes(&o));
             a.k.shape[3] = 3;
             const fa_status st = fa_forward(g_shared, &a);
             if (st != FA_ERR_SHAPE_MISMATCH && st != FA_ERR_BUSY) note(&h->w, "a bad call", st);
@@ -260,7 +248,7 @@ static void test_shared(void) {
     CHECK(fa_context_create(&g_shared) == FA_OK, "fa_context_create");
     CHECK(fa_context_set(g_shared, FA_PARAM_THREADS, 2) == FA_OK, "set THREADS");
     /* serial results (thread counts never change them) */
-    g_small_o = clone(&g_small.args.o), g_small_lse = clone(&g_small.args.lse);
+    g_small_o = h_clone(&g_small.args.o), g_small_lse = h_clone(&g_small.args.lse);
     fa_forward_args a = g_small.args;
     a.o = g_small_o, a.lse = g_small_lse;
     CHECK(fa_forward(g_shared, &a) == FA_OK, "serial small call: %s", fa_context_error(g_shared));
@@ -283,8 +271,8 @@ static void test_shared(void) {
     printf("shared context: %lld + %lld OK calls, %lld + %lld BUSY\n", (long long)h[0].ok, (long long)h[1].ok,
            (long long)h[0].busy, (long long)h[1].busy);
     /* the context is still whole: one more serial call gives the same result */
-    memset(a.o.data, SENTINEL, nbytes(&a.o));
-    CHECK(fa_forward(g_shared, &a) == FA_OK && same(&a.o, &g_small_o), "the shared context after the hammering");
+    memset(a.o.data, SENTINEL, h_nbytes(&a.o));
+    CHECK(fa_forward(g_shared, &a) == FA_OK && h_same_bytes(&a.o, &g_small_o), "the shared context after the hammering");
 
     fa_context_free(g_shared);
     free(g_small_o.data), free(g_small_lse.data), free(g_merged.data), free(g_merged_lse.data);
@@ -314,7 +302,7 @@ static void test_packed_waves_at(int64_t sk) {
     h_problem p;
     random_problem(&p, (h_dims){1, 64, sk, 6, 6, 128, 128}, 79, &r);
     p.args.window_left = 3001; /* tiles from an odd key too (the band's first) */
-    fa_tensor want_o = clone(&p.args.o), want_lse = clone(&p.args.lse);
+    fa_tensor want_o = h_clone(&p.args.o), want_lse = h_clone(&p.args.lse);
     fa_context *ctx;
     CHECK(h_context_create(&ctx) == FA_OK, "fa_context_create");
     fa_context_set(ctx, FA_PARAM_ALGO, FA_ALGO_FLASH);
@@ -337,7 +325,7 @@ static void test_packed_waves_at(int64_t sk) {
         /* chunked: two wave buffers of 1 MiB slots (two slots each on 3-4 threads) and the
          * state slots, not two 4 MiB units */
         if (th && sk > 2048) CHECK(extra < (8 << 20), "LAST_EXTRA_BYTES %lld with chunked units", (long long)extra);
-        if (th) CHECK(same(&a.o, &want_o) && same(&a.lse, &want_lse), "o or lse differ bitwise from the unpacked run");
+        if (th) CHECK(h_same_bytes(&a.o, &want_o) && h_same_bytes(&a.lse, &want_lse), "o or lse differ bitwise from the unpacked run");
     }
     fa_context_free(ctx);
     free(want_o.data), free(want_lse.data);
@@ -381,7 +369,7 @@ static void test_backward_pool(void) {
         CHECK(st == FA_OK, "%s", fa_context_error(ctx));
         CHECK(passes == (th > 1 ? 2 : 1), "LAST_BACKWARD_PASSES %lld on %d threads", (long long)passes, th);
         if (th > 1)
-            CHECK(same(&g[0][0], &g[1][0]) && same(&g[0][1], &g[1][1]) && same(&g[0][2], &g[1][2]),
+            CHECK(h_same_bytes(&g[0][0], &g[1][0]) && h_same_bytes(&g[0][1], &g[1][1]) && h_same_bytes(&g[0][2], &g[1][2]),
                   "gradients differ bitwise from the 1-thread fused run");
     }
     fa_context_free(ctx);
@@ -398,11 +386,11 @@ int main(void) {
     setup();
     /* serial results on one thread */
     CHECK(fa_context_set(ctx, FA_PARAM_THREADS, 1) == FA_OK, "set THREADS");
-    g_dense_o = clone(&g_dense.args.o), g_dense_lse = clone(&g_dense.args.lse);
+    g_dense_o = h_clone(&g_dense.args.o), g_dense_lse = h_clone(&g_dense.args.lse);
     CHECK(dense(ctx, &g_dense_o, &g_dense_lse) == FA_OK, "serial dense: %s", fa_context_error(ctx));
     g_dec_o = h_alloc(FA_DTYPE_F32, 2, 1, 8, 64);
     g_dec_lse = h_alloc(FA_DTYPE_F32, 2, 8, 1, 1);
-    g_kc_after = clone(&g_kc), g_vc_after = clone(&g_vc);
+    g_kc_after = h_clone(&g_kc), g_vc_after = h_clone(&g_vc);
     CHECK(decode(ctx, &g_kc_after, &g_vc_after, &g_dec_o, &g_dec_lse) == FA_OK, "serial decode: %s",
           fa_context_error(ctx));
     fa_context_free(ctx);

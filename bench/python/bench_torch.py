@@ -20,6 +20,11 @@ medians; progress goes to stderr, the table to stdout.
   sweep      (only when asked for) a matrix of other shapes, forward and forward +
              backward through the SDPA: dtypes, short and long N, batches, head dims,
              causal, GQA and MQA (SWEEP below), torch SDPA against flashattn SDPA
+  pool       (only when asked for) the sweep's f32 shapes of N <= 256, where torch's
+             spinning OpenMP workers compete with a second pool: torch SDPA against
+             flashattn SDPA on its own threads and on torch's intra-op pool (the
+             default since flashattn.torch hands it to the library), in one
+             interleaved run
   decode     one query token against a KV cache of --decode-len keys (GQA 32/8), f32, bf16, f16:
              torch SDPA (enable_gqa) against flash_attn_with_kvcache, and the same
              call looped in C (flashattn._C.time_call_c: the Python layer's share)
@@ -226,7 +231,16 @@ SWEEP = [
 ]
 
 
-def case_sweep(args, ctx, spec):
+def under(c, fn):
+    """fn on context c (`with c:`), for variants that differ only in the context."""
+    def run():
+        with c:
+            fn()
+    return run
+
+
+def case_sweep(args, ctx, spec, pools=None):
+    """pools: {name: context}: flashattn's variant once per context (case `pool`)."""
     dtype, B, Hq, Hk, N, D, causal, backward = spec
     if args.smoke:
         N = min(N, 64)
@@ -241,9 +255,13 @@ def case_sweep(args, ctx, spec):
     else:
         fns = {"torch SDPA": lambda: F.scaled_dot_product_attention(q, k, v, **kw),
                "flashattn SDPA": lambda: fat.scaled_dot_product_attention(q, k, v, **kw)}
+    if pools:
+        fa = fns.pop("flashattn SDPA")
+        fns.update({f"flashattn SDPA, {name}": under(c, fa) for name, c in pools.items()})
     with ctx:
         med = interleaved(fns, args.runs)
-    case = f"sweep_{dtype}_{'fwdbwd' if backward else 'fwd'}{'_causal' if causal else ''}_B{B}_H{Hq}/{Hk}_D{D}"
+    case = (f"{'pool' if pools else 'sweep'}_{dtype}_{'fwdbwd' if backward else 'fwd'}{'_causal' if causal else ''}"
+            f"_B{B}_H{Hq}/{Hk}_D{D}")
     for kname, sec in med.items():
         row(case, kname, sec, flops, B=B, Hq=Hq, Hk=Hk, N=N, D=D)
 
@@ -461,6 +479,10 @@ def print_table():
         by.setdefault((r["case"], r.get("N")), {})[r["variant"]] = r
     print()
     for (case, N), vs in by.items():
+        for name in ("own threads", "torch's threads"):
+            if "torch SDPA" in vs and f"flashattn SDPA, {name}" in vs:
+                s = vs["torch SDPA"]["ms"] / vs[f"flashattn SDPA, {name}"]["ms"]
+                print(f"# {case} N={N}: flashattn SDPA on {name} is {s:.2f}x torch SDPA")
         if "torch SDPA" in vs and "flashattn SDPA" in vs:
             s = vs["torch SDPA"]["ms"] / vs["flashattn SDPA"]["ms"]
             extra = ""
@@ -525,7 +547,8 @@ def parse_args():
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--gen-tokens", type=int, default=128)
-    p.add_argument("--cases", default="overhead,fwd,fwdbwd,mqa,decode,train,generate,memory")
+    p.add_argument("--cases", default="overhead,fwd,fwdbwd,mqa,decode,train,generate,memory",
+                   help="comma separated; also sweep and pool, which run only when named")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, a few seconds: does the script work")
     p.add_argument("--json", action="store_true", help="one JSON object per row on stdout instead of the table")
     p.add_argument("--plot", default=None, help="PNG path: latency and memory against N")
@@ -571,6 +594,13 @@ def main():
     if "sweep" in cases:
         for spec in SWEEP:
             plan.append((f"sweep {spec}", lambda spec=spec: case_sweep(args, ctx, spec)))
+    if "pool" in cases:
+        own, host = flashattn.Context(threads=args.threads), flashattn.Context(threads=args.threads)
+        own.pool = "own"
+        host.pool = "host"  # raises without an OpenMP runtime: nothing to compare then
+        pools = {"own threads": own, "torch's threads": host}
+        for spec in (s for s in SWEEP if s[0] == "float32" and s[4] <= 256):
+            plan.append((f"pool {spec}", lambda spec=spec: case_sweep(args, ctx, spec, pools)))
     if "decode" in cases:
         for dt in ("float32", "bfloat16", "float16"):
             plan.append((f"decode {dt}", lambda dt=dt: case_decode(args, ctx, dt)))

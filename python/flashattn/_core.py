@@ -5,6 +5,8 @@ Owns:
   - the per-thread default context and the `with ctx:` stack that makes a Context
     current for this thread only (a context serves one thread at a time: the C
     library answers FA_ERR_BUSY otherwise, so nothing here shares one implicitly);
+  - which pool new contexts run on: their own threads, or the host's when
+    flashattn.torch has set _host_pool (torch's intra-op OpenMP pool);
   - the translation of flash-attn 2.x's arguments (softmax_scale, causal,
     window_size, ...) into the binding's (scale, causal code, window) so that
     the NumPy path and the torch custom ops read them the same way.
@@ -18,13 +20,31 @@ from . import _C
 
 CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = 0, 1, 2
 _ALGOS = {"auto": 0, "flash": 1, "standard": 2, "reference": 3}
+_POOLS = ("own", "host", "host-failed")  # FA_PARAM_LAST_POOL's values
+
+# None, or what puts a new context on the host's pool: a function of the _C.Context
+# and whether its threads were given, returning "" or why it could not (then the
+# context keeps its own threads). flashattn.torch sets it (flashattn.torch.set_pool).
+_host_pool = None
+
+
+def _new_context(threads, algo):
+    """A _C.Context, and the pool it runs on ("own" or "host")."""
+    c = _C.Context(threads, algo)
+    if _host_pool is not None and not _host_pool(c, threads != 0):
+        return c, "host"
+    return c, "own"
 
 
 class Context:
     """A flashattn context: worker threads and the algorithm every call on it runs.
 
-    threads: worker threads including the caller, 0 = one per online CPU.
+    threads: worker threads including the caller, 0 = one per online CPU (on torch's
+      pool: torch.get_num_threads()).
     algo: "auto" (flash), "flash", "standard" or "reference" (fp64 loops, the oracle).
+
+    Its parallel work runs on threads of its own, or, once flashattn.torch is imported,
+    on torch's intra-op pool (see `pool`).
 
     A Context serves one thread at a time. `with ctx:` makes it the current context
     of the calling thread (for flash_attn_func and the torch ops too); using one
@@ -36,7 +56,7 @@ class Context:
             if algo not in _ALGOS:
                 raise ValueError(f"algo must be one of {sorted(_ALGOS)}, got {algo!r}")
             algo = _ALGOS[algo]
-        self._c = _C.Context(int(threads), int(algo))
+        self._c, self._pool = _new_context(int(threads), int(algo))
 
     @property
     def threads(self):
@@ -49,6 +69,22 @@ class Context:
     @property
     def algo(self):
         return _C.algo_name(self._c.get(_C.PARAM_ALGO))
+
+    @property
+    def pool(self):
+        """Where its parallel work runs: "own" (threads of its own) or "host" (the
+        loaded OpenMP runtime's, torch's intra-op pool; flashattn.torch.set_pool).
+        Results are bitwise the same either way."""
+        return self._pool
+
+    @pool.setter
+    def pool(self, mode):
+        if mode not in ("own", "host"):
+            raise ValueError(f"pool must be 'own' or 'host', got {mode!r}")
+        why = _C.set_host_pool(self._c, mode == "host")
+        if why:
+            raise RuntimeError(f"flashattn: no host pool: {why}")
+        self._pool = mode
 
     _KV_PACK = {"auto": 0, "never": 1, "always": 2}
 
@@ -72,7 +108,9 @@ class Context:
         return self._c.isa
 
     def last(self):
-        """What the last successful call ran: algorithm, threads, extra bytes allocated,
+        """What the last successful call ran: algorithm, threads and pool ("own",
+        "host", or "host-failed" when the host's parallel-for failed and the calling
+        thread finished its work), extra bytes allocated,
         for a flash backward its passes (1 fused; 2 when the (sequence, kv head)
         walks were too few for the threads; 0 otherwise), and for a flash forward the
         (sequence, kv head) units whose K/V it packed (see kv_pack) and the thread time
@@ -87,6 +125,7 @@ class Context:
             "kv_pack_us": self._c.get(_C.PARAM_LAST_KV_PACK_US),
             "tile_q": self._c.get(_C.PARAM_LAST_TILE_Q),
             "tile_kv": self._c.get(_C.PARAM_LAST_TILE_KV),
+            "pool": _POOLS[self._c.get(_C.PARAM_LAST_POOL)],
         }
 
     def close(self):
@@ -133,7 +172,7 @@ def current_context():
         return s[-1]._c
     c = getattr(_local, "default", None)
     if c is None:
-        c = _local.default = _C.Context(0, 0)
+        c = _local.default = _new_context(0, 0)[0]
     return c
 
 

@@ -921,6 +921,132 @@ void add_ring_plan(nb::module_ &m)
 
 } // namespace
 
+// ---------------------------------------------------------------- the host's threads
+// flashattn.torch hands torch's intra-op pool to the library (fa_context_set_parallel),
+// so that a PyTorch process never has two pools taking turns on its cores: torch's
+// OpenMP workers spin after each of its ops while ours would start on the same cores.
+// No torch or OpenMP header is needed: torch's wheel ships its OpenMP runtime
+// (libgomp) and has loaded it by the time flashattn.torch runs, so the block finds it
+// among the loaded objects and calls its GOMP_parallel entry, the one `#pragma omp
+// parallel` compiles to (LLVM's libomp and Intel's libiomp5 export it too).
+#include <dlfcn.h>
+#include <link.h>
+
+namespace {
+
+struct omp_runtime {
+    void (*parallel)(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags) = nullptr;
+    int (*thread_num)() = nullptr;
+    int (*num_threads)() = nullptr;
+    int (*max_threads)() = nullptr;
+    std::string path; // the runtime's file; "" when none was found
+    std::string why;  // why none, when none
+};
+
+// The loaded OpenMP runtime to use: torch's own where several are loaded.
+int omp_candidate(struct dl_phdr_info *info, size_t, void *out)
+{
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    const char *base = std::strrchr(name, '/') ? std::strrchr(name, '/') + 1 : name;
+    if (std::strncmp(base, "libgomp", 7) != 0 && std::strncmp(base, "libiomp5", 8) != 0 &&
+        std::strncmp(base, "libomp", 6) != 0)
+        return 0;
+    auto *path = static_cast<std::string *>(out);
+    if (path->empty() || std::strstr(name, "/torch/"))
+        *path = name;
+    return std::strstr(name, "/torch/") != nullptr; // stop at torch's
+}
+
+omp_runtime omp_load()
+{
+    omp_runtime rt;
+    std::string path;
+    dl_iterate_phdr(omp_candidate, &path);
+    if (path.empty()) {
+        rt.why = "no OpenMP runtime (libgomp, libomp, libiomp5) is loaded in this process";
+        return rt;
+    }
+    void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD); // kept: the runtime stays loaded
+    if (!h) {
+        rt.why = "could not open the loaded " + path;
+        return rt;
+    }
+    rt.parallel = reinterpret_cast<decltype(rt.parallel)>(dlsym(h, "GOMP_parallel"));
+    rt.thread_num = reinterpret_cast<int (*)()>(dlsym(h, "omp_get_thread_num"));
+    rt.num_threads = reinterpret_cast<int (*)()>(dlsym(h, "omp_get_num_threads"));
+    rt.max_threads = reinterpret_cast<int (*)()>(dlsym(h, "omp_get_max_threads"));
+    if (!rt.parallel || !rt.thread_num || !rt.num_threads || !rt.max_threads) {
+        rt = omp_runtime{};
+        rt.why = path + " lacks GOMP_parallel or omp_get_{thread_num,num_threads,max_threads}";
+        return rt;
+    }
+    rt.path = path;
+    return rt;
+}
+
+// Looked up once (C++ statics are initialised once, thread-safely), at the first use.
+const omp_runtime &omp()
+{
+    static const omp_runtime rt = omp_load();
+    return rt;
+}
+
+struct omp_job {
+    const omp_runtime *rt;
+    fa_parallel_task task;
+    void *arg;
+    int nth;
+};
+
+// One thread of the region: its shares round robin (a region narrower than nth, as
+// a nested one is, still runs every share once).
+void omp_region(void *p)
+{
+    const auto *j = static_cast<const omp_job *>(p);
+    const int t = j->rt->thread_num(), n = j->rt->num_threads();
+    for (int i = t; i < j->nth; i += n)
+        j->task(j->arg, i, j->nth);
+}
+
+// The parallel-for: a region as wide as the shares, at most torch's thread count on
+// this thread (torch.set_num_threads sets the same runtime's omp_set_num_threads).
+int omp_parallel_for(void *user, int nth, fa_parallel_task task, void *arg)
+{
+    const auto *rt = static_cast<const omp_runtime *>(user);
+    omp_job job{rt, task, arg, nth};
+    const int most = rt->max_threads();
+    rt->parallel(omp_region, &job, static_cast<unsigned>(nth < most ? nth : most), 0);
+    return 0;
+}
+
+// Puts ctx's parallel work on the loaded OpenMP runtime (on = true) or back on its own
+// threads. Returns "" on success, else why not (the context keeps its own threads).
+std::string set_host_pool(Context &ctx, bool on)
+{
+    const omp_runtime &rt = omp();
+    if (on && rt.path.empty())
+        return rt.why;
+    check(fa_context_set_parallel(ctx.get(), on ? omp_parallel_for : nullptr,
+                                  on ? const_cast<omp_runtime *>(&rt) : nullptr),
+          ctx.get(), "fa_context_set_parallel");
+    return "";
+}
+
+void bind_host_pool(nb::module_ &m)
+{
+    m.def("set_host_pool", &set_host_pool, nb::arg("ctx"), nb::arg("on"));
+    // (the runtime's file, why none): one of the two is ""
+    m.def("omp_runtime", []() {
+        nb::dict d;
+        d["path"] = omp().path;
+        d["why"] = omp().why;
+        return d;
+    });
+    m.attr("PARAM_LAST_POOL") = static_cast<int>(FA_PARAM_LAST_POOL);
+}
+
+} // namespace
+
 NB_MODULE(_C, m)
 {
     m.doc() = "flashattn._C: the compiled binding of libflashattn (see flashattn for the Python API)";
@@ -971,6 +1097,7 @@ NB_MODULE(_C, m)
     m.def("cpu_features", []() { return std::string(fa_cpu_features()); });
     m.def("cpu_model", []() { return std::string(fa_cpu_model()); });
     m.def("algo_name", [](int algo) { return std::string(fa_algo_name(static_cast<fa_algo>(algo))); });
+    bind_host_pool(m);
 
     ints({{"PARAM_THREADS", FA_PARAM_THREADS}, {"PARAM_ALGO", FA_PARAM_ALGO}, {"PARAM_KV_SPLITS", FA_PARAM_KV_SPLITS},
           {"PARAM_KV_PACK", FA_PARAM_KV_PACK}, {"PARAM_LAST_ALGO", FA_PARAM_LAST_ALGO},

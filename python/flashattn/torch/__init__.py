@@ -7,7 +7,10 @@ Owns:
   - the routing of torch.nn.functional.scaled_dot_product_attention to it with a
     TorchFunctionMode (enable()/disable(), `with sdpa():`), no monkey-patching;
   - stats(): routed calls and fallbacks by reason, and the FLASHATTN_VERBOSE=1
-    per-call line on stderr (the library's own verbose line follows it).
+    per-call line on stderr (the library's own verbose line follows it);
+  - the pool: from import on, flashattn's parallel work runs on torch's intra-op
+    OpenMP pool, never on a second pool of its own beside it (set_pool, pool_info;
+    FLASHATTN_TORCH_POOL=own at import keeps the library's own threads).
 Whatever flashattn cannot take falls back to torch's own kernel, with a reason.
 """
 
@@ -21,10 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from .. import _core
+from .. import _C, _core
 from . import _ops
 
-__all__ = ["scaled_dot_product_attention", "enable", "disable", "sdpa", "stats", "reset_stats", "is_enabled"]
+__all__ = ["scaled_dot_product_attention", "enable", "disable", "sdpa", "stats", "reset_stats", "is_enabled",
+           "set_pool", "pool_info"]
 
 _torch_sdpa = F.scaled_dot_product_attention
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -293,3 +297,56 @@ class sdpa:
     def __exit__(self, *exc):
         disable()
         return False
+
+
+# ---------------------------------------------------------------- the pool
+# torch's OpenMP workers spin for a while after each torch op; a pool of flashattn's
+# own starting work on the same cores then competes with them. So contexts made once
+# flashattn.torch is imported (each thread's default context, and Context()) hand
+# their parallel work to torch's pool: the binding finds the OpenMP runtime torch
+# loaded and runs each job in a parallel region of it, as wide as the context's
+# threads (torch.get_num_threads() when the context was made) and never wider than
+# torch's count at the call. Results are bitwise the same on either pool.
+
+
+def _on_torch_pool(c, threads_given):
+    """_core._host_pool: puts the new _C.Context c on torch's pool, with torch's thread
+    count unless its threads were given. Returns "" or why not (c keeps its own)."""
+    why = _C.set_host_pool(c, True)
+    if not why and not threads_given:
+        c.set(_C.PARAM_THREADS, torch.get_num_threads())
+    return why
+
+
+def set_pool(mode):
+    """"host" (the default from import on): contexts made from now on run their parallel
+    work on torch's intra-op pool; "own": on threads of their own, as without
+    flashattn.torch. The calling thread's default context follows at once; other
+    threads' default contexts made before keep their pool (Context.pool sets one
+    context's). Raises RuntimeError for "host" when no OpenMP runtime is loaded."""
+    if mode not in ("own", "host"):
+        raise ValueError(f"pool must be 'own' or 'host', got {mode!r}")
+    why = _C.omp_runtime()["why"] if mode == "host" else ""
+    if why:
+        raise RuntimeError(f"flashattn: no host pool: {why}")
+    _core._host_pool = _on_torch_pool if mode == "host" else None
+    c = getattr(_core._local, "default", None)
+    if c is not None:
+        if mode == "host":
+            _on_torch_pool(c, False)
+        else:
+            _C.set_host_pool(c, False)
+
+
+def pool_info():
+    """{"pool": "host" or "own" (what contexts made now get), "runtime": the OpenMP
+    runtime's file, or why none is usable}."""
+    rt = _C.omp_runtime()
+    return {"pool": "host" if _core._host_pool is not None else "own", "runtime": rt["path"] or rt["why"]}
+
+
+if os.environ.get("FLASHATTN_TORCH_POOL", "host") != "own":
+    if _C.omp_runtime()["path"]:
+        set_pool("host")
+    else:  # the library keeps its own threads
+        _verbose("pool:own,why:" + _C.omp_runtime()["why"])
