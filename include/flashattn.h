@@ -18,8 +18,9 @@
  *
  * Threads: a context is used by one caller thread at a time. A call that finds
  * its context in use by another thread (fa_forward, fa_backward, fa_merge_states,
- * fa_context_set, fa_probe) returns FA_ERR_BUSY and touches nothing, not even the
- * context's error message. Different contexts are fully independent.
+ * fa_context_set, fa_context_set_parallel, fa_probe) returns FA_ERR_BUSY and
+ * touches nothing, not even the context's error message. Different contexts are
+ * fully independent.
  *
  * Sizes: every product and sum of the sizes, strides, offsets and windows a
  * caller gives is checked before use. The element count of each tensor and the
@@ -250,8 +251,9 @@ FA_API int fa_isa_info(int index, const char **name, const char **why);
  *
  * fn = NULL returns to the context's own threads (FA_PARAM_THREADS of them). On
  * failure (FA_ERR_THREADS: they could not be started) the context keeps its
- * previous pool. Like fa_context_set, it returns FA_ERR_BUSY while another
- * thread's call runs on ctx, and touches nothing then. fn and user must stay
+ * previous pool. Like fa_context_set, it returns FA_ERR_BUSY while a call runs
+ * on ctx (another thread's, or the one whose parallel-for is calling), and touches
+ * nothing then. fn and user must stay
  * valid until replaced or the context is freed. This function and
  * FA_PARAM_LAST_POOL were appended to the API; callers that never use them run
  * exactly as before.
