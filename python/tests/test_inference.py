@@ -247,7 +247,7 @@ def test_kvcache_decode_path_matches_the_general_path():
     def lenient(q=q, seqlens=sl, kc=None):
         kc = kc0.clone() if kc is None else kc
         return flashattn._C.kvcache_torch(ctx, q, kc, vc0.clone(), kn, vn, seqlens, None, None, None, None, None,
-                                          0.0, 0.0, 1, -1, -1, True), kc
+                                          flashattn._core.Options(causal=1), True), kc
 
     out, kc = lenient()
     assert out is not None and torch.equal(out, ref) and torch.equal(kc, kref)
