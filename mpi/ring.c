@@ -111,14 +111,18 @@ static fa_status call_fail(ring_call *rc, fa_status st, int step, const char *wh
     return st;
 }
 
-/* The descriptor each rank contributes to the agreement. */
-enum {
-    D_STATUS, D_B, D_S, D_HQ, D_HK, D_D, D_DV, D_DTYPE, D_CAUSAL, D_WL, D_WR, D_SCALE, D_SOFTCAP, D_ALIBI,
-    D_DROP_P, D_DROP_SEED, D_DROP_OFF, D_SHARDING, D_PIECES, D_GRADS, D_SINKS, D_COUNT
-};
-static const char *const desc_name[D_COUNT] = {
-    "status", "B", "S_local", "Hq", "Hk", "D", "Dv", "dtype", "causal", "window_left", "window_right", "scale",
-    "softcap", "alibi", "dropout_p", "dropout_seed", "dropout_offset", "sharding", "pieces", "gradients", "sinks"};
+/* The descriptor each rank contributes to the agreement: the shapes and the ring's
+ * own settings, then one slot per row of the header's field table (FA_FORWARD_FIELDS):
+ * every OPTION by its value, every optional input (ALiBi, sinks; the ring refuses the
+ * others) by its presence, so a field added to the table is agreed on here unasked. */
+enum { D_STATUS, D_B, D_S, D_HQ, D_HK, D_D, D_DV, D_DTYPE, D_SHARDING, D_PIECES, D_GRADS, D_FIELDS };
+#define D_ROW(name, key, ctype, type, role, def, doc) +1
+enum { D_COUNT = D_FIELDS FA_FORWARD_FIELDS(D_ROW) };
+#undef D_ROW
+#define D_ROW(name, key, ctype, type, role, def, doc) #name,
+static const char *const desc_name[D_COUNT] = {"status", "B", "S_local", "Hq", "Hk", "D", "Dv", "dtype", "sharding",
+                                               "pieces", "gradients", FA_FORWARD_FIELDS(D_ROW)};
+#undef D_ROW
 /* what a disagreement on a field is: the fields that every rank must share */
 static fa_status desc_mismatch(int f)
 {
@@ -130,11 +134,28 @@ static fa_status desc_mismatch(int f)
     }
 }
 
-static int64_t float_bits(float x)
+/* A field's slot: an option's bits (zero-extended), an optional input's presence. */
+static int64_t field_slot(const fa_forward_args *a, size_t offset, fa_field_type type, fa_field_role role)
 {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return (int64_t)u;
+    const char *at = (const char *)a + offset;
+    int64_t v = 0;
+    if (role == FA_ROLE_OPTION) {
+        uint32_t u32;
+        switch (type) {
+        case FA_FIELD_F32: case FA_FIELD_I32: case FA_FIELD_U32: memcpy(&u32, at, 4), v = (int64_t)u32; break;
+        case FA_FIELD_I64: case FA_FIELD_U64: memcpy(&v, at, 8); break;
+        default: break;
+        }
+    } else if (role == FA_ROLE_INPUT && type == FA_FIELD_PTR) {
+        const void *p;
+        memcpy(&p, at, sizeof p);
+        v = p != NULL;
+    } else if (role == FA_ROLE_INPUT && type == FA_FIELD_TENSOR) {
+        fa_tensor t;
+        memcpy(&t, at, sizeof t);
+        v = t.data != NULL;
+    }
+    return v;
 }
 
 /* A window side as the ranks agree on it: a side that reaches past every position
@@ -223,19 +244,21 @@ static void fill_desc(const ring_call *rc, fa_status st, int64_t grads, int64_t 
     memset(d, 0, sizeof(int64_t) * D_COUNT);
     d[D_STATUS] = st;
     if (st != FA_OK) return;
-    const fa_forward_args *a = &rc->a;
     d[D_B] = rc->B, d[D_S] = rc->Sl, d[D_HQ] = rc->Hq, d[D_HK] = rc->Hk, d[D_D] = rc->D, d[D_DV] = rc->Dv;
     d[D_DTYPE] = rc->dt;
-    d[D_CAUSAL] = rc->causal;
-    d[D_WL] = rc->window_left, d[D_WR] = rc->window_right;
-    d[D_SCALE] = float_bits(a->scale), d[D_SOFTCAP] = float_bits(a->softcap);
-    d[D_ALIBI] = a->alibi_slopes != NULL;
-    d[D_DROP_P] = float_bits(a->dropout_p);
-    d[D_DROP_SEED] = (int64_t)a->dropout_seed, d[D_DROP_OFF] = a->dropout_offset;
     d[D_SHARDING] = rc->sharding;
     d[D_PIECES] = rc->pieces;
     d[D_GRADS] = grads;
-    d[D_SINKS] = a->sinks != NULL;
+    /* the call as the ranks agree on it: over one sequence both causal alignments keep
+     * j <= i, and a window side past every position is unbounded (window_side) */
+    fa_forward_args a = rc->a;
+    a.causal = rc->causal ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+    a.window_left = rc->window_left, a.window_right = rc->window_right;
+    int f = D_FIELDS;
+#define D_ROW(name, key, ctype, type, role, def, doc) \
+    d[f++] = field_slot(&a, offsetof(fa_forward_args, name), FA_FIELD_##type, FA_ROLE_##role);
+    FA_FORWARD_FIELDS(D_ROW)
+#undef D_ROW
 }
 
 /* The longest call any rank makes, Smax query rows against Smax keys at the end of
