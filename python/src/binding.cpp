@@ -385,8 +385,9 @@ void take_options(Args &args, nb::handle opts, const char *what)
         args.h[g_options.key[i]] = PyTuple_GET_ITEM(opts.ptr(), i);
 }
 
-// Positional arrays (q, k, v, out, softmax_lse), then opts, then every other keyword.
-Args parse(const nb::args &pos, const nb::kwargs &kw, const char *what)
+// Positional arrays (q, k, v, out, softmax_lse), then opts, then every other keyword
+// (the backward's own only for backward).
+Args parse(const nb::args &pos, const nb::kwargs &kw, const char *what, bool backward = false)
 {
     Args args;
     static const int positional[] = {FWD_q, FWD_k, FWD_v, FWD_o, FWD_lse};
@@ -394,7 +395,7 @@ Args parse(const nb::args &pos, const nb::kwargs &kw, const char *what)
     if (np > sizeof positional / sizeof *positional)
         raise(PyExc_TypeError, std::string(what) + "() takes at most 5 arrays by position (q, k, v, out, softmax_lse)");
     for (size_t i = 0; i < np; i++)
-        args.h[positional[i]] = pos[i].ptr();
+        args.h[positional[i]] = PyTuple_GET_ITEM(pos.ptr(), static_cast<Py_ssize_t>(i));
     PyObject *opts = PyDict_GetItem(kw.ptr(), g_opts_name);
     if (opts)
         take_options(args, opts, what);
@@ -417,6 +418,8 @@ Args parse(const nb::args &pos, const nb::kwargs &kw, const char *what)
                 continue;
             bad_keyword(what, name);
         }
+        if (g_rows[found].part == BWD && !backward)
+            bad_keyword(what, name);
         args.h[found] = value;
     }
     return args;
@@ -617,7 +620,7 @@ void backward(Context &ctx, const nb::args &pos, const nb::kwargs &kw)
 {
     fa_context *c = ctx.get();
     Call call;
-    const Args args = parse(pos, kw, "backward");
+    const Args args = parse(pos, kw, "backward", true);
     fill(call, args);
     fa_backward_args &b = call.b;
     b.fwd = &call.a;
