@@ -337,6 +337,12 @@ typedef struct fa_forward_args {
      * keeps a key; +inf is refused
      * (FA_ERR_INVALID_ARGUMENT). Every algorithm and form; split-KV adds it once. */
     const float *sinks;
+
+    /* ---- split-KV for this call (flash-attn's num_splits; docs/semantics.md, section 8):
+     * 1..256 cuts each sequence's keys into that many chunks, as FA_PARAM_KV_SPLITS does
+     * for every call of a context; 0 (default) leaves it to the context's setting (itself
+     * 0 = planned from the shapes). Other values: FA_ERR_INVALID_ARGUMENT. */
+    int64_t kv_splits;
 } fa_forward_args;
 
 /*
@@ -382,7 +388,8 @@ typedef struct fa_forward_args {
     X(dropout_offset, "dropout_offset", uint32_t, U32, OPTION, 0, "dropout: the caller's call counter")           \
     X(dropout_seed, "dropout_seed", uint64_t, U64, OPTION, 0, "dropout: the Philox seed")                         \
     X(dropout_mask, "dropout_mask", fa_tensor, TENSOR, OUTPUT, 0, "optional (B, Hq, Sq, Sk) bool output: kept = 1") \
-    X(sinks, "sinks", const float *, PTR, INPUT, 0, "optional [Hq] f32 attention-sink logits")
+    X(sinks, "sinks", const float *, PTR, INPUT, 0, "optional [Hq] f32 attention-sink logits")                \
+    X(kv_splits, "kv_splits", int64_t, I64, OPTION, 0, "split-KV chunks per sequence, 1..256; 0 = the context's")
 
 /* The initialisers the tables give: an absent tensor for TENSOR rows, else the default. */
 #define FA_FIELD_INIT_(name, key, ctype, type, role, def, doc) FA_FIELD_INIT_##type(def),
