@@ -571,25 +571,28 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     which appends quantise with and never write). k_descale, v_descale (fp8 only,
     flash-attn 3's names): (batch, nheads_k) fp32, one scale per sequence and kv head,
     for contiguous caches without cache_batch_idx (docs/semantics.md, section 8). sinks (nheads,) as in
-    flash_attn_func, added once per row however the keys are split. Not differentiable;
-    num_splits > 0 forces the
-    split-KV chunk count.
+    flash_attn_func, added once per row however the keys are split. Not differentiable.
+    num_splits: 1..256 cuts each sequence's keys into that many split-KV chunks for this
+    call (fa_forward_args.kv_splits); 0 leaves it to the context (planned by default).
     """
     if (rotary_cos is None and rotary_sin is None and alibi_slopes is None and sinks is None and k_scale is None and
-            v_scale is None and k_descale is None and v_descale is None and not num_splits and
-            not return_softmax_lse):
+            v_scale is None and k_descale is None and v_descale is None and not return_softmax_lse):
         # Decoding's per-call path: CPU torch tensors and int32 index arrays as they
         # come, every check in one binding call (_C.kvcache_torch, lenient), which
         # answers None for whatever the general path below converts or refuses. A
         # decoding step's Python runs on caches the kernel has just flushed, so each
         # step saved here is worth several microseconds (binding.cpp).
         opts = _options(0.0, softmax_scale, causal, window_size, softcap, None, 0, True)
+        if num_splits:
+            opts = opts._replace(kv_splits=num_splits)
         out = _kvcache_torch(_current_context(), q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
                              block_table, cache_leftpad, None, None, opts, True)
         if out is not None:
             return out
     t = is_torch(q)
     opts = _options(0.0, softmax_scale, causal, window_size, softcap, None, 0, t)
+    if num_splits:
+        opts = opts._replace(kv_splits=num_splits)
     _need_ndim(q, 4, "q", "(batch, seqlen_q, nheads, headdim)")
     B = q.shape[0]
     seqlens, bidx, table = _cache_index(B, cache_seqlens, cache_batch_idx, block_table, t)
@@ -613,7 +616,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
             if x.device.type != "cpu":
                 raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
-        if not return_softmax_lse and alibi_slopes is None and not num_splits and sinks is None:
+        if not return_softmax_lse and alibi_slopes is None and sinks is None:
             return _ops().kvcache_lean(q, k_cache, v_cache, k, v, seqlens, bidx, table, leftpad, k_scale, v_scale,
                                        opts)
         out = torch.empty((B, q.shape[1], q.shape[2], v_cache.shape[3]), dtype=q.dtype)
@@ -633,16 +636,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 
         args = tuple(None if x is None else to_dlpack(x) for x in args)
     q_, k_, v_, out_, lse_, alibi_, kc_, vc_, ks_, vs_, seqlens_, bidx_, table_, sinks_, leftpad_ = args
-    ctx = _core.current_context()
-    if num_splits:
-        ctx.set(_C.PARAM_KV_SPLITS, int(num_splits))
-    try:
-        _C.forward(ctx, q_, k_, v_, out_, lse_, opts=opts, alibi_slopes=alibi_, k_cache=kc_, v_cache=vc_,
-                   k_scale=ks_, v_scale=vs_, cache_seqlens=seqlens_, cache_batch_idx=bidx_, block_table=table_,
-                   sinks=sinks_, cache_leftpad=leftpad_)
-    finally:
-        if num_splits:
-            ctx.set(_C.PARAM_KV_SPLITS, 0)
+    _C.forward(_core.current_context(), q_, k_, v_, out_, lse_, opts=opts, alibi_slopes=alibi_, k_cache=kc_,
+               v_cache=vc_, k_scale=ks_, v_scale=vs_, cache_seqlens=seqlens_, cache_batch_idx=bidx_,
+               block_table=table_, sinks=sinks_, cache_leftpad=leftpad_)
     return (out, lse) if return_softmax_lse else out
 
 

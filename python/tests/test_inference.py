@@ -316,3 +316,35 @@ def test_kv_splits_per_call_is_the_contexts_setting_bitwise():
                 assert torch.equal(out, want), (splits, setting)
                 assert ctx._c.get(flashattn._C.PARAM_KV_SPLITS) == setting
         ctx._c.set(flashattn._C.PARAM_KV_SPLITS, 0)
+
+
+@pytest.mark.parametrize("lse", [False, True])  # the per-call path and the general one
+def test_num_splits_is_the_calls_own_split_count(lse):
+    # fa_forward_args.kv_splits, reached from flash_attn_with_kvcache's num_splits: the
+    # bits of the context's FA_PARAM_KV_SPLITS set to the same count, whatever the
+    # context's setting, which the call leaves as it was; out of range is a ValueError
+    B, L, Hq, Hk, D = 2, 700, 8, 2, 32
+    q = randn(B, 1, Hq, D, seed=81)
+    kc0, vc0 = randn(B, L + 1, Hk, D, seed=82), randn(B, L + 1, Hk, D, seed=83)
+    kn, vn = randn(B, 1, Hk, D, seed=84), randn(B, 1, Hk, D, seed=85)
+    seqlens = torch.full((B,), L, dtype=torch.int32)
+    ctx = flashattn.Context(threads=2)
+
+    def call(num_splits):
+        out = flash_attn_with_kvcache(q, kc0.clone(), vc0.clone(), kn, vn, cache_seqlens=seqlens, causal=True,
+                                      num_splits=num_splits, return_softmax_lse=lse)
+        return out[0] if lse else out
+
+    with ctx:
+        for splits in (1, 2, 5, 16):
+            ctx._c.set(flashattn._C.PARAM_KV_SPLITS, splits)
+            want = call(0)
+            for context_setting in (0, 3):
+                ctx._c.set(flashattn._C.PARAM_KV_SPLITS, context_setting)
+                got = call(splits)
+                assert torch.equal(got, want), (splits, context_setting)
+                assert ctx._c.get(flashattn._C.PARAM_KV_SPLITS) == context_setting
+        ctx._c.set(flashattn._C.PARAM_KV_SPLITS, 0)
+        for bad in (-1, 257):
+            with pytest.raises(ValueError, match="kv_splits"):
+                call(bad)
