@@ -385,14 +385,72 @@ typedef struct fa_forward_args {
      * keeps a key; +inf is refused
      * (FA_ERR_INVALID_ARGUMENT). Every algorithm and form; split-KV adds it once. */
     const float *sinks;
+
+    /* ---- split-KV for this call (flash-attn's num_splits; docs/semantics.md, section 8):
+     * 1..256 cuts each sequence's keys into that many chunks, as FA_PARAM_KV_SPLITS does
+     * for every call of a context; 0 (default) leaves it to the context's setting (itself
+     * 0 = planned from the shapes). Other values: FA_ERR_INVALID_ARGUMENT. */
+    int64_t kv_splits;
 } fa_forward_args;
 
-#define FA_FORWARD_ARGS_INIT                                                          \
-    {                                                                                 \
-        sizeof(fa_forward_args), {0}, {0}, {0}, {0}, {0}, 0.0f, 0.0f, FA_CAUSAL_NONE, \
-            FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, {0}, {0}, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0, 0, {0}, 0                                                        \
-    }
+/*
+ * The call's fields: one row per field of fa_forward_args, in the struct's order,
+ *   X(name, key, ctype, TYPE, ROLE, default, doc)
+ * name: the member; key: its keyword in keyword APIs (Python: flash-attn's names);
+ * ctype: its C type; TYPE: an fa_field_type without FA_FIELD_; ROLE: an fa_field_role
+ * without FA_ROLE_; default: its value in FA_FORWARD_ARGS_INIT (tensors: absent); doc:
+ * one line. Everything that lists the fields derives from this table: the INIT macro
+ * below, fa_args_field() (the library's description of itself, for other languages),
+ * the Python binding's keywords and options object, the torch ops' schemas, the MPI
+ * ring's agreement and the fuzz target. tests/test_fields.c fails when the struct above
+ * and the table disagree. A new field is one member appended to the struct and one row
+ * appended here.
+ */
+#define FA_FORWARD_FIELDS(X)                                                                                      \
+    X(struct_size, "struct_size", size_t, SIZE, HEADER, sizeof(fa_forward_args),                                  \
+      "sizeof(fa_forward_args) as the caller compiled it")                                                        \
+    X(q, "q", fa_tensor, TENSOR, INPUT, 0, "(B, Sq, Hq, D) queries, f32 | f16 | bf16")                            \
+    X(k, "k", fa_tensor, TENSOR, INPUT, 0, "(B, Sk, Hk, D) keys, q's dtype; with a KV cache the new rows")         \
+    X(v, "v", fa_tensor, TENSOR, INPUT, 0, "(B, Sk, Hk, Dv) values, q's dtype; with a KV cache the new rows")      \
+    X(o, "out", fa_tensor, TENSOR, OUTPUT, 0, "(B, Sq, Hq, Dv) output, q's dtype or f32")                          \
+    X(lse, "softmax_lse", fa_tensor, TENSOR, OUTPUT, 0, "optional (B, Hq, Sq, 1) f32 output: each row's log-sum-exp") \
+    X(scale, "scale", float, F32, OPTION, 0, "score scale; 0 = 1/sqrt(D)")                                        \
+    X(softcap, "softcap", float, F32, OPTION, 0, "0 = off; > 0: s = softcap * tanh(s / softcap)")                  \
+    X(causal, "causal", fa_causal, I32, OPTION, FA_CAUSAL_NONE, "an fa_causal: 0 none, 1 bottom-right, 2 top-left") \
+    X(window_left, "window_left", int64_t, I64, OPTION, FA_WINDOW_UNBOUNDED,                                      \
+      "keys kept before the diagonal; -1 = unbounded")                                                            \
+    X(window_right, "window_right", int64_t, I64, OPTION, FA_WINDOW_UNBOUNDED,                                    \
+      "keys kept after the diagonal; -1 = unbounded")                                                             \
+    X(alibi_slopes, "alibi_slopes", const float *, PTR, INPUT, 0,                                                 \
+      "optional [Hq] or [B, Hq] f32 ALiBi slopes: s += -slope * |diag(i) - j|")                                   \
+    X(alibi_stride_b, "alibi_stride_b", int64_t, I64, DERIVED, 0, "slopes per batch row: 0 for [Hq], Hq for [B, Hq]") \
+    X(bias, "bias", fa_tensor, TENSOR, INPUT, 0, "optional additive bias, broadcast to (B, Hq, Sq, Sk)")          \
+    X(mask, "mask", fa_tensor, TENSOR, INPUT, 0, "optional bool mask, broadcast likewise; true = attend")         \
+    X(cu_seqlens_q, "cu_seqlens_q", const int32_t *, PTR, INPUT, 0, "varlen: [num_seqs + 1] query row offsets")    \
+    X(cu_seqlens_k, "cu_seqlens_k", const int32_t *, PTR, INPUT, 0, "varlen: [num_seqs + 1] key row offsets")      \
+    X(num_seqs, "num_seqs", int64_t, I64, DERIVED, 0, "varlen: the number of sequences")                          \
+    X(kv_cache, "kv_cache", const struct fa_kv_cache *, PTR, FORM, 0, "optional KV cache the keys come from")     \
+    X(q_start, "q_start", int64_t, I64, OPTION, 0, "position of query row 0 (a shard, a prefill chunk)")          \
+    X(k_start, "k_start", int64_t, I64, OPTION, 0, "position of key row 0")                                       \
+    X(dropout_p, "dropout_p", float, F32, OPTION, 0, "dropout probability in [0, 1); 0 = off")                    \
+    X(dropout_offset, "dropout_offset", uint32_t, U32, OPTION, 0, "dropout: the caller's call counter")           \
+    X(dropout_seed, "dropout_seed", uint64_t, U64, OPTION, 0, "dropout: the Philox seed")                         \
+    X(dropout_mask, "dropout_mask", fa_tensor, TENSOR, OUTPUT, 0, "optional (B, Hq, Sq, Sk) bool output: kept = 1") \
+    X(sinks, "sinks", const float *, PTR, INPUT, 0, "optional [Hq] f32 attention-sink logits")                \
+    X(kv_splits, "kv_splits", int64_t, I64, OPTION, 0, "split-KV chunks per sequence, 1..256; 0 = the context's")
+
+/* The initialisers the tables give: an absent tensor for TENSOR rows, else the default. */
+#define FA_FIELD_INIT_(name, key, ctype, type, role, def, doc) FA_FIELD_INIT_##type(def),
+#define FA_FIELD_INIT_TENSOR(def) {0}
+#define FA_FIELD_INIT_SIZE(def) def
+#define FA_FIELD_INIT_F32(def) def
+#define FA_FIELD_INIT_I32(def) def
+#define FA_FIELD_INIT_I64(def) def
+#define FA_FIELD_INIT_U32(def) def
+#define FA_FIELD_INIT_U64(def) def
+#define FA_FIELD_INIT_PTR(def) def
+
+#define FA_FORWARD_ARGS_INIT {FA_FORWARD_FIELDS(FA_FIELD_INIT_)}
 
 /* The largest position q_start + Sq or k_start + Sk may reach. */
 #define FA_POSITION_MAX ((int64_t)1 << 60)
@@ -467,7 +525,21 @@ typedef struct fa_kv_cache {
     const int32_t *leftpad;
 } fa_kv_cache;
 
-#define FA_KV_CACHE_INIT {sizeof(fa_kv_cache), {0}, {0}, {0}, {0}, 0, 0, 0, 0, 0, 0}
+/* fa_kv_cache's fields, as FA_FORWARD_FIELDS. */
+#define FA_KV_CACHE_FIELDS(X)                                                                                     \
+    X(struct_size, "struct_size", size_t, SIZE, HEADER, sizeof(fa_kv_cache), "sizeof(fa_kv_cache) as the caller compiled it") \
+    X(k, "k_cache", fa_tensor, TENSOR, INOUT, 0, "(B_cache, S_max, Hk, D) or paged (pages, page_size, Hk, D) keys") \
+    X(v, "v_cache", fa_tensor, TENSOR, INOUT, 0, "the values, as k with Dv")                                     \
+    X(k_scale, "k_scale", fa_tensor, TENSOR, INOUT, 0, "quantised caches: (.., .., Hk, 1) f32 key scales")        \
+    X(v_scale, "v_scale", fa_tensor, TENSOR, INOUT, 0, "quantised caches: (.., .., Hk, 1) f32 value scales")      \
+    X(seqlens, "cache_seqlens", const int32_t *, PTR, INPUT, 0, "[B] valid rows per sequence before the append")  \
+    X(batch_idx, "cache_batch_idx", const int32_t *, PTR, INPUT, 0, "optional [B] cache row of each sequence")    \
+    X(block_table, "block_table", const int32_t *, PTR, INPUT, 0, "optional [B, max_pages] page ids (paged)")     \
+    X(max_pages, "max_pages", int64_t, I64, DERIVED, 0, "entries per block_table row")                          \
+    X(v_in_k, "v_in_k", int, I32, OPTION, 0, "1: V is the first Dv columns of K's rows (MLA latent cache)")       \
+    X(leftpad, "cache_leftpad", const int32_t *, PTR, INPUT, 0, "optional [B] first key row of each sequence")
+
+#define FA_KV_CACHE_INIT {FA_KV_CACHE_FIELDS(FA_FIELD_INIT_)}
 FA_API void fa_kv_cache_init(fa_kv_cache *cache);
 
 /* The same defaults as FA_FORWARD_ARGS_INIT, for languages without the macro. */
@@ -612,7 +684,17 @@ FA_API int fa_ring_split(const fa_ring_piece *pieces, int count);
  * them (fa_ring_verdict). Then, with every rank's length known, fa_ring_check asks
  * the core about the ring as a whole, with the same answer on every rank.
  */
-enum { FA_RING_AGREE_STATUS = 0, FA_RING_AGREE_S_LOCAL = 2, FA_RING_AGREE_FIELDS = 21 };
+/* The descriptor: status, B, S_local, Hq, Hk, D, Dv, dtype, sharding, pieces and the
+ * driver's value, then one slot per row of FA_FORWARD_FIELDS (an option by its bits,
+ * an optional input by its presence), so a field added to the table is agreed on
+ * without a line here. */
+#define FA_RING_AGREE_ROW_(name, key, ctype, type, role, def, doc) +1
+enum {
+    FA_RING_AGREE_STATUS = 0,
+    FA_RING_AGREE_S_LOCAL = 2,
+    FA_RING_AGREE_TABLE = 11, /* the first table slot */
+    FA_RING_AGREE_FIELDS = FA_RING_AGREE_TABLE FA_FORWARD_FIELDS(FA_RING_AGREE_ROW_)
+};
 
 /* `extra`: the driver's own agreed value (libflashattn_mpi: which gradients). */
 FA_API void fa_ring_describe(const fa_ring_plan *plan, fa_status status, int64_t extra,
@@ -748,12 +830,78 @@ typedef struct fa_backward_args {
     float *dsinks;
 } fa_backward_args;
 
-#define FA_BACKWARD_ARGS_INIT {sizeof(fa_backward_args), 0, {0}, {0}, {0}, {0}, 0}
+/* fa_backward_args' fields, as FA_FORWARD_FIELDS. */
+#define FA_BACKWARD_FIELDS(X)                                                                                     \
+    X(struct_size, "struct_size", size_t, SIZE, HEADER, sizeof(fa_backward_args),                                 \
+      "sizeof(fa_backward_args) as the caller compiled it")                                                       \
+    X(fwd, "fwd", const fa_forward_args *, PTR, FORM, 0, "the forward's arguments, its o and lse included")      \
+    X(do_, "dout", fa_tensor, TENSOR, INPUT, 0, "(B, Sq, Hq, Dv) dL/do, f32 or q's dtype")                        \
+    X(dq, "dq", fa_tensor, TENSOR, OUTPUT, 0, "optional (B, Sq, Hq, D) output")                                  \
+    X(dk, "dk", fa_tensor, TENSOR, OUTPUT, 0, "optional (B, Sk, Hk, D) output")                                  \
+    X(dv, "dv", fa_tensor, TENSOR, OUTPUT, 0, "optional (B, Sk, Hk, Dv) output")                                 \
+    X(dsinks, "dsinks", float *, PTR, OUTPUT, 0, "optional [Hq] f32 output: the gradient of fwd->sinks")
+
+#define FA_BACKWARD_ARGS_INIT {FA_BACKWARD_FIELDS(FA_FIELD_INIT_)}
 FA_API void fa_backward_args_init(fa_backward_args *args);
 FA_API fa_status fa_backward(fa_context *ctx, const fa_backward_args *args);
 /* Validation alone, as fa_forward_check: the status fa_backward would return before
  * running (its fwd validated as fa_forward_check does), writing nothing. */
 FA_API fa_status fa_backward_check(fa_context *ctx, const fa_backward_args *args);
+
+/* ------------------------------------------------------------- self-description */
+
+/*
+ * The library's description of its argument structs, from the tables above
+ * (FA_FORWARD_FIELDS, FA_BACKWARD_FIELDS, FA_KV_CACHE_FIELDS): for languages that
+ * build their mirror of a struct at run time (ctypes, cffi) and for generic tools
+ * (decoders, loggers). The strings are static.
+ */
+typedef enum fa_field_type {
+    FA_FIELD_SIZE = 0,   /* size_t: struct_size */
+    FA_FIELD_TENSOR = 1, /* fa_tensor; absent when its data is NULL */
+    FA_FIELD_F32 = 2,    /* float */
+    FA_FIELD_I32 = 3,    /* int, or an enum (4 bytes) */
+    FA_FIELD_I64 = 4,    /* int64_t */
+    FA_FIELD_U32 = 5,    /* uint32_t */
+    FA_FIELD_U64 = 6,    /* uint64_t */
+    FA_FIELD_PTR = 7     /* a pointer; absent when NULL */
+} fa_field_type;
+
+typedef enum fa_field_role {
+    FA_ROLE_HEADER = 0,  /* struct_size */
+    FA_ROLE_INPUT = 1,   /* data the call reads */
+    FA_ROLE_OUTPUT = 2,  /* data the call writes */
+    FA_ROLE_INOUT = 3,   /* data the call reads and writes (a KV cache's append) */
+    FA_ROLE_OPTION = 4,  /* a scalar setting of the call */
+    FA_ROLE_DERIVED = 5, /* follows from another field's extent (a binding fills it from the array) */
+    FA_ROLE_FORM = 6     /* a pointer to another argument struct */
+} fa_field_role;
+
+typedef enum fa_args_kind {
+    FA_ARGS_FORWARD = 0,  /* fa_forward_args */
+    FA_ARGS_BACKWARD = 1, /* fa_backward_args */
+    FA_ARGS_KV_CACHE = 2  /* fa_kv_cache */
+} fa_args_kind;
+
+typedef struct fa_field {
+    size_t struct_size;   /* sizeof(fa_field) as the caller compiled it */
+    const char *name;     /* the C member */
+    const char *key;      /* its keyword in keyword APIs */
+    const char *ctype;    /* its C type as the header spells it */
+    const char *doc;      /* one line */
+    size_t offset, size;  /* offsetof and sizeof of the member in this library */
+    fa_field_type type;
+    fa_field_role role;
+    double default_value; /* what the INIT macro gives a scalar (struct_size: the struct's size); 0 otherwise */
+} fa_field;
+
+#define FA_FIELD_INIT {sizeof(fa_field), 0, 0, 0, 0, 0, 0, FA_FIELD_SIZE, FA_ROLE_HEADER, 0.0}
+
+/* Field `index` (0, 1, ...) of the struct `kind`, in the struct's order, into *out
+ * (its struct_size set by the caller: FA_FIELD_INIT). FA_ERR_OUT_OF_RANGE past the
+ * last field, FA_ERR_INVALID_ARGUMENT for an unknown kind, FA_ERR_NULL_POINTER for a
+ * NULL out, FA_ERR_STRUCT_SIZE as fa_struct_read says. */
+FA_API fa_status fa_args_field(fa_args_kind kind, int index, fa_field *out);
 
 /*
  * The rule every versioned struct of this library is read by (its struct_size first;

@@ -222,6 +222,9 @@ fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem
     if (a->q_start < 0 || a->q_start > FA_POSITION_MAX || a->k_start < 0 || a->k_start > FA_POSITION_MAX)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "q_start = %lld, k_start = %lld: positions lie in [0, 2^60]",
                        (long long)a->q_start, (long long)a->k_start);
+    if (a->kv_splits < 0 || a->kv_splits > FA_MAX_KV_SPLITS)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_splits = %lld: 0 (the context's) or 1..%d",
+                       (long long)a->kv_splits, FA_MAX_KV_SPLITS);
 
     p->scale = a->scale;
     p->softcap = a->softcap;
@@ -232,6 +235,7 @@ fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem
     p->alibi_stride_b = a->alibi_slopes ? a->alibi_stride_b : 0;
     p->q_start = a->q_start;
     p->k_start = a->k_start;
+    p->kv_splits = a->kv_splits;
     fa_dropout_init(&p->drop, a->dropout_p, a->dropout_seed, a->dropout_offset);
     return FA_OK;
 }

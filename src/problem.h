@@ -42,6 +42,7 @@ typedef struct fa_problem {
     int has_drop_mask;        /* write the keep bits to drop_mask (B, Hq, Sq, Sk) */
     fa_tensor drop_mask;
     const float *sinks;       /* (Hq) sink logits; NULL = none (fa_sink) */
+    int64_t kv_splits;        /* this call's split-KV chunks; 0 = the context's */
 
     /*
      * Inference forms (src/sequences.c; the cache fields are src/cache.c's). Sequences

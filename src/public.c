@@ -1,7 +1,7 @@
 /*
  * public.c: the small public helpers that need no context: versions, the names of
- * statuses, dtypes and algorithms, tensor views and the argument structs'
- * initialisers.
+ * statuses, dtypes and algorithms, tensor views (the argument structs' initialisers
+ * are fields.c's).
  */
 #include "flashattn.h"
 #include "arith.h"
@@ -131,26 +131,5 @@ fa_tensor fa_tensor_make(void *data, fa_dtype dtype, fa_layout layout,
 fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
 {
     return tensor_dense(data, dtype, d0, d1, d2, d3, 2, 1, 0);
-}
-
-void fa_kv_cache_init(fa_kv_cache *cache)
-{
-    if (!cache) return;
-    fa_kv_cache init = FA_KV_CACHE_INIT;
-    *cache = init;
-}
-
-void fa_backward_args_init(fa_backward_args *args)
-{
-    if (!args) return;
-    fa_backward_args init = FA_BACKWARD_ARGS_INIT;
-    *args = init;
-}
-
-void fa_forward_args_init(fa_forward_args *args)
-{
-    if (!args) return;
-    fa_forward_args init = FA_FORWARD_ARGS_INIT;
-    *args = init;
 }
 

@@ -259,18 +259,22 @@ int fa_ring_split(const fa_ring_piece *pieces, int count)
 
 /* ------------------------------------------------------------ agreement */
 
-/* The descriptor's fields after the status: what every rank must share, and what a
- * disagreement on each is. */
-enum {
-    D_STATUS, D_B, D_S, D_HQ, D_HK, D_D, D_DV, D_DTYPE, D_CAUSAL, D_WL, D_WR, D_SCALE, D_SOFTCAP, D_ALIBI,
-    D_DROP_P, D_DROP_SEED, D_DROP_OFF, D_SHARDING, D_PIECES, D_EXTRA, D_SINKS, D_COUNT
-};
-_Static_assert(D_COUNT == (int)FA_RING_AGREE_FIELDS && D_S == (int)FA_RING_AGREE_S_LOCAL,
+/* The descriptor's fixed fields, then one slot per row of the field table
+ * (FA_FORWARD_FIELDS, from FA_RING_AGREE_TABLE on): what every rank must share, and
+ * what a disagreement on each is. */
+enum { D_STATUS, D_B, D_S, D_HQ, D_HK, D_D, D_DV, D_DTYPE, D_SHARDING, D_PIECES, D_EXTRA, D_TABLE };
+#define D_ROW(name, key, ctype, type, role, def, doc) +1
+enum { D_COUNT = D_TABLE FA_FORWARD_FIELDS(D_ROW) };
+#undef D_ROW
+_Static_assert(D_COUNT == (int)FA_RING_AGREE_FIELDS && D_S == (int)FA_RING_AGREE_S_LOCAL &&
+                   D_TABLE == (int)FA_RING_AGREE_TABLE,
                "the descriptor's fields are the header's");
 
-static const char *const desc_name[D_COUNT] = {
-    "status", "B", "S_local", "Hq", "Hk", "D", "Dv", "dtype", "causal", "window_left", "window_right", "scale",
-    "softcap", "alibi", "dropout_p", "dropout_seed", "dropout_offset", "sharding", "pieces", "gradients", "sinks"};
+#define D_ROW(name, key, ctype, type, role, def, doc) #name,
+static const char *const desc_name[D_COUNT] = {"status",  "B",        "S_local", "Hq",     "Hk",       "D",
+                                               "Dv",      "dtype",    "sharding", "pieces", "gradients",
+                                               FA_FORWARD_FIELDS(D_ROW)};
+#undef D_ROW
 
 static fa_status desc_mismatch(int f)
 {
@@ -282,11 +286,29 @@ static fa_status desc_mismatch(int f)
     }
 }
 
-static int64_t float_bits(float x)
+/* A table row's slot: an option's bits (zero-extended), an optional input's presence;
+ * outputs, forms and derived extents are not agreed on (the ring refuses the forms). */
+static int64_t field_slot(const fa_forward_args *a, size_t offset, fa_field_type type, fa_field_role role)
 {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return (int64_t)u;
+    const char *at = (const char *)a + offset;
+    int64_t v = 0;
+    if (role == FA_ROLE_OPTION) {
+        uint32_t u32;
+        switch (type) {
+        case FA_FIELD_F32: case FA_FIELD_I32: case FA_FIELD_U32: memcpy(&u32, at, 4), v = (int64_t)u32; break;
+        case FA_FIELD_I64: case FA_FIELD_U64: memcpy(&v, at, 8); break;
+        default: break;
+        }
+    } else if (role == FA_ROLE_INPUT && type == FA_FIELD_PTR) {
+        const void *p;
+        memcpy(&p, at, sizeof p);
+        v = p != NULL;
+    } else if (role == FA_ROLE_INPUT && type == FA_FIELD_TENSOR) {
+        fa_tensor t;
+        memcpy(&t, at, sizeof t);
+        v = t.data != NULL;
+    }
+    return v;
 }
 
 const char *fa_ring_agreement_name(int field)
@@ -313,20 +335,22 @@ void fa_ring_describe(const fa_ring_plan *plan, fa_status status, int64_t extra,
     memcpy(&r.pl, plan, plan->struct_size < sizeof r.pl ? plan->struct_size : sizeof r.pl);
     memcpy(&r.call, plan->call, plan->call->struct_size < sizeof r.call ? plan->call->struct_size : sizeof r.call);
     derive_rules(&r);
-    const fa_forward_args *a = &r.call;
-    desc[D_B] = a->q.shape[0], desc[D_S] = a->q.shape[1], desc[D_HQ] = a->q.shape[2], desc[D_D] = a->q.shape[3];
-    desc[D_HK] = a->k.shape[2], desc[D_DV] = a->v.shape[3];
-    desc[D_DTYPE] = a->q.dtype;
-    desc[D_CAUSAL] = r.causal;
-    desc[D_WL] = r.wl, desc[D_WR] = r.wr;
-    desc[D_SCALE] = float_bits(a->scale), desc[D_SOFTCAP] = float_bits(a->softcap);
-    desc[D_ALIBI] = a->alibi_slopes != NULL;
-    desc[D_DROP_P] = float_bits(a->dropout_p);
-    desc[D_DROP_SEED] = (int64_t)a->dropout_seed, desc[D_DROP_OFF] = a->dropout_offset;
+    /* the call as the ranks agree on it: over one sequence both causal alignments keep
+     * j <= i, and a window side past every position is unbounded (window_side) */
+    fa_forward_args a = r.call;
+    a.causal = r.causal ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+    a.window_left = r.wl, a.window_right = r.wr;
+    desc[D_B] = a.q.shape[0], desc[D_S] = a.q.shape[1], desc[D_HQ] = a.q.shape[2], desc[D_D] = a.q.shape[3];
+    desc[D_HK] = a.k.shape[2], desc[D_DV] = a.v.shape[3];
+    desc[D_DTYPE] = a.q.dtype;
     desc[D_SHARDING] = r.pl.sharding;
     desc[D_PIECES] = r.pl.pieces;
     desc[D_EXTRA] = extra;
-    desc[D_SINKS] = a->sinks != NULL;
+    int f = D_TABLE;
+#define D_ROW(name, key, ctype, type, role, def, doc) \
+    desc[f++] = field_slot(&a, offsetof(fa_forward_args, name), FA_FIELD_##type, FA_ROLE_##role);
+    FA_FORWARD_FIELDS(D_ROW)
+#undef D_ROW
 }
 
 fa_status fa_ring_verdict(int nranks, const int64_t *all, int *who, int *field)

@@ -1792,6 +1792,69 @@ static void test_splits(uint64_t seed) {
     fa_context_set(g_ctx, FA_PARAM_KV_SPLITS, 0);
 }
 
+/* fa_forward_args.kv_splits: this call's split-KV count, the very bits of the context's
+ * FA_PARAM_KV_SPLITS set to it, winning over that setting and leaving it as it was;
+ * outside 0..256 refused before anything is written. */
+static void test_call_splits(uint64_t seed) {
+    icase c;
+    icase_init(&c);
+    c.mode = MODE_CONTIG;
+    c.B = 3, c.Hq = 8, c.Hk = 2, c.D = 64, c.Dv = 64;
+    c.qdt = FA_DTYPE_F32, c.cdt = FA_DTYPE_F16;
+    c.append = 1;
+    static const int32_t old[] = {900, 37, 0};
+    for (int b = 0; b < 3; b++) c.sq[b] = 1, c.snew[b] = 1, c.sold[b] = old[b];
+    c.causal = FA_CAUSAL_BOTTOM_RIGHT;
+    h_rng r;
+    h_rng_seed(&r, seed + 850);
+    iprob p;
+    iprob_build(&p, &c, &r);
+    unsigned char *o1 = malloc(p.o_bytes), *l1 = malloc(p.lse_bytes);
+    static const int64_t splits[] = {1, 2, 7, 64};
+    for (size_t s = 0; s < sizeof splits / sizeof splits[0]; s++) {
+        h_case("kv_splits = %lld per call: %s", (long long)splits[s], p.desc);
+        g_cases++;
+        p.a.kv_splits = 0;
+        fa_status st = iprob_run(g_ctx, &p, FA_ALGO_FLASH, 2, splits[s]);
+        if (!CHECK(st == FA_OK, "context KV_SPLITS %lld: %s", (long long)splits[s], fa_context_error(g_ctx))) break;
+        check_numbers(g_ctx, &p);
+        memcpy(o1, p.a.o.data, p.o_bytes), memcpy(l1, p.lse_t.data, p.lse_bytes);
+        const int64_t last1 = p.last_splits;
+        for (int64_t ctx_splits = 0; ctx_splits <= 3; ctx_splits += 3) {
+            p.a.kv_splits = splits[s];
+            st = iprob_run(g_ctx, &p, FA_ALGO_FLASH, 2, ctx_splits);
+            if (!CHECK(st == FA_OK, "kv_splits %lld: %s", (long long)splits[s], fa_context_error(g_ctx))) continue;
+            check_cache(&p);
+            CHECK(memcmp(o1, p.a.o.data, p.o_bytes) == 0 && memcmp(l1, p.lse_t.data, p.lse_bytes) == 0,
+                  "kv_splits %lld (context %lld) differs bitwise from the context's KV_SPLITS %lld",
+                  (long long)splits[s], (long long)ctx_splits, (long long)splits[s]);
+            CHECK(p.last_splits == last1, "LAST_KV_SPLITS %lld, with the context's setting %lld",
+                  (long long)p.last_splits, (long long)last1);
+            int64_t kept = -1;
+            fa_context_get(g_ctx, FA_PARAM_KV_SPLITS, &kept);
+            CHECK(kept == ctx_splits, "the call changed the context's KV_SPLITS to %lld", (long long)kept);
+        }
+    }
+    static const int64_t bad[] = {-1, 257, INT64_MAX, INT64_MIN};
+    for (size_t s = 0; s < sizeof bad / sizeof bad[0]; s++) {
+        h_case("kv_splits = %lld refused", (long long)bad[s]);
+        p.a.kv_splits = bad[s];
+        CHECK(fa_forward_check(g_ctx, &p.a) == FA_ERR_INVALID_ARGUMENT, "fa_forward_check accepted it");
+        const fa_status st = iprob_run(g_ctx, &p, FA_ALGO_FLASH, 2, 0);
+        CHECK(st == FA_ERR_INVALID_ARGUMENT && strstr(fa_context_error(g_ctx), "kv_splits"), "status %d: %s", (int)st,
+              fa_context_error(g_ctx));
+        const unsigned char *ob = p.a.o.data;
+        int untouched = 1;
+        for (size_t e = 0; e < p.o_bytes; e++) untouched &= ob[e] == SENTINEL;
+        for (int t = 0; t < p.ncache; t++) untouched &= memcmp(p.cache[t].data, p.snap[t], p.cbytes[t]) == 0;
+        CHECK(untouched, "a refused kv_splits wrote o or the cache");
+    }
+    p.a.kv_splits = 0;
+    fa_context_set(g_ctx, FA_PARAM_KV_SPLITS, 0);
+    free(o1), free(l1);
+    iprob_free(&p);
+}
+
 /* ------------------------------------------------------------------- merge */
 
 /* A (B, S, H, Dv) tensor; layout 0 BSND, 1 BNSD, 2 BSND with padded rows (pad elements). */
@@ -2835,6 +2898,7 @@ int main(void) {
     test_cache_random(seed);
     test_decode(seed);
     test_splits(seed);
+    test_call_splits(seed);
     test_mla(seed);
     test_new_row_dtypes(seed);
     test_int8_rows(seed);

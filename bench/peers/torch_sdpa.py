@@ -4,10 +4,11 @@
 Owns the peer benchmark: one process, the same tensors (BNSD torch tensors that
 flashattn reads zero-copy through strides), the same thread count on both
 sides, calls interleaved (torch, flashattn, torch, flashattn, ...) and medians
-reported. It loads build/libflashattn.so with ctypes and declares the structs
-of include/flashattn.h it needs; a tiny C program compiled at start-up checks
-that those declarations have the C sizes and offsets, so a header change fails
-loudly instead of passing garbage. Run it through bench/peers/run.sh, which
+reported. It loads build/libflashattn.so with ctypes and builds the argument
+structs from the library's description of itself (fa_args_field), so a field
+added to the header needs no line here; a tiny C program compiled at start-up
+checks that those structs have the header's sizes and offsets, so a mismatch of
+library and header fails loudly instead of passing garbage. Run it through bench/peers/run.sh, which
 sets up the venv with torch.
 """
 
@@ -45,77 +46,75 @@ class FaTensor(C.Structure):
     ]
 
 
-class FaForwardArgs(C.Structure):
+class FaField(C.Structure):
+    """fa_field: the library's description of one field of its argument structs."""
+
     _fields_ = [
         ("struct_size", C.c_size_t),
-        ("q", FaTensor),
-        ("k", FaTensor),
-        ("v", FaTensor),
-        ("o", FaTensor),
-        ("lse", FaTensor),
-        ("scale", C.c_float),
-        ("softcap", C.c_float),
-        ("causal", C.c_int),
-        ("window_left", C.c_int64),
-        ("window_right", C.c_int64),
-        ("alibi_slopes", C.c_void_p),
-        ("alibi_stride_b", C.c_int64),
-        ("bias", FaTensor),
-        ("mask", FaTensor),
-        ("cu_seqlens_q", C.c_void_p),
-        ("cu_seqlens_k", C.c_void_p),
-        ("num_seqs", C.c_int64),
-        ("kv_cache", C.c_void_p),
-        ("q_start", C.c_int64),
-        ("k_start", C.c_int64),
-        ("dropout_p", C.c_float),
-        ("dropout_offset", C.c_uint32),
-        ("dropout_seed", C.c_uint64),
-        ("dropout_mask", FaTensor),
-        ("sinks", C.POINTER(C.c_float)),
+        ("name", C.c_char_p),
+        ("key", C.c_char_p),
+        ("ctype", C.c_char_p),
+        ("doc", C.c_char_p),
+        ("offset", C.c_size_t),
+        ("size", C.c_size_t),
+        ("type", C.c_int),
+        ("role", C.c_int),
+        ("default_value", C.c_double),
     ]
 
 
-class FaKvCache(C.Structure):
-    _fields_ = [
-        ("struct_size", C.c_size_t),
-        ("k", FaTensor),
-        ("v", FaTensor),
-        ("k_scale", FaTensor),
-        ("v_scale", FaTensor),
-        ("seqlens", C.c_void_p),
-        ("batch_idx", C.c_void_p),
-        ("block_table", C.c_void_p),
-        ("max_pages", C.c_int64),
-        ("v_in_k", C.c_int),
-        ("leftpad", C.POINTER(C.c_int32)),
-    ]
+FA_ARGS_FORWARD, FA_ARGS_BACKWARD, FA_ARGS_KV_CACHE = 0, 1, 2
+FA_ERR_OUT_OF_RANGE = 15
+# fa_field_type -> the ctypes type of a member
+FIELD_CTYPES = {0: C.c_size_t, 1: FaTensor, 2: C.c_float, 3: C.c_int32, 4: C.c_int64, 5: C.c_uint32,
+                6: C.c_uint64, 7: C.c_void_p}
 
 
-class FaBackwardArgs(C.Structure):
-    _fields_ = [
-        ("struct_size", C.c_size_t),
-        ("fwd", C.POINTER(FaForwardArgs)),
-        ("do_", FaTensor),
-        ("dq", FaTensor),
-        ("dk", FaTensor),
-        ("dv", FaTensor),
-        ("dsinks", C.POINTER(C.c_float)),
-    ]
+def mirror(so, kind, cname):
+    """The ctypes struct of one of the library's argument structs, built from the
+    library's description of itself (fa_args_field: the header's field table), so a
+    field the library gains needs no line here. Pointers are c_void_p."""
+    so.fa_args_field.argtypes = [C.c_int, C.c_int, C.POINTER(FaField)]
+    so.fa_args_field.restype = C.c_int
+    rows = []
+    while True:
+        f = FaField(struct_size=C.sizeof(FaField))
+        st = so.fa_args_field(kind, len(rows), C.byref(f))
+        if st == FA_ERR_OUT_OF_RANGE:
+            break
+        if st != 0:
+            sys.exit(f"torch_sdpa: fa_args_field({cname}, {len(rows)}) failed with status {st}")
+        rows.append((f.name.decode(), f.type, f.offset, f.default_value))
+    cls = type(cname, (C.Structure,), {"_fields_": [(name, FIELD_CTYPES[t]) for name, t, _, _ in rows]})
+    # the struct_size row's default is the library's sizeof; every offset is the library's
+    bad = [f"{name}: library {off}, ctypes {getattr(cls, name).offset}" for name, _, off, _ in rows
+           if getattr(cls, name).offset != off]
+    if C.sizeof(cls) != int(rows[0][3]):
+        bad.append(f"sizeof: library {int(rows[0][3])}, ctypes {C.sizeof(cls)}")
+    if bad:
+        sys.exit(f"torch_sdpa: ctypes cannot lay out {cname} as the library does:\n  " + "\n  ".join(bad))
+    return cls
 
 
-ABI_STRUCTS = {
-    "fa_tensor": FaTensor,
-    "fa_forward_args": FaForwardArgs,
-    "fa_kv_cache": FaKvCache,
-    "fa_backward_args": FaBackwardArgs,
-}
+ABI_STRUCTS = {"fa_tensor": FaTensor}
+
+
+def load_structs(so):
+    """FaForwardArgs, FaKvCache and FaBackwardArgs as the library describes them."""
+    global FaForwardArgs, FaKvCache, FaBackwardArgs
+    FaForwardArgs = mirror(so, FA_ARGS_FORWARD, "fa_forward_args")
+    FaKvCache = mirror(so, FA_ARGS_KV_CACHE, "fa_kv_cache")
+    FaBackwardArgs = mirror(so, FA_ARGS_BACKWARD, "fa_backward_args")
+    ABI_STRUCTS.update({"fa_forward_args": FaForwardArgs, "fa_kv_cache": FaKvCache,
+                        "fa_backward_args": FaBackwardArgs})
 
 
 def check_abi(include_dir):
     """Compiles a program that prints sizeof and every offsetof of the structs
-    above and compares them with ctypes; any difference is fatal, because a
-    wrong layout would make the library read the wrong fields silently."""
+    above (as the library described them, load_structs) against the header and
+    compares them with ctypes; any difference is fatal, because a wrong layout
+    would make the library read the wrong fields silently (a library built from
+    another header than include/'s)."""
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "flashattn.h"', "int main(void) {"]
     for cname, cls in ABI_STRUCTS.items():
         lines.append(f'    printf("{cname} sizeof %zu\\n", sizeof({cname}));')
@@ -158,6 +157,7 @@ class Lib:
     def __init__(self, path):
         self.so = C.CDLL(path)
         so = self.so
+        load_structs(so)
         so.fa_context_create.argtypes = [C.POINTER(C.c_void_p)]
         so.fa_context_create.restype = C.c_int
         so.fa_context_free.argtypes = [C.c_void_p]
@@ -352,7 +352,7 @@ class Case:
         self.args.lse = view_lse(self.lse)
         self.bargs = FaBackwardArgs()
         self.lib.so.fa_backward_args_init(C.byref(self.bargs))
-        self.bargs.fwd = C.pointer(self.args)
+        self.bargs.fwd = C.cast(C.pointer(self.args), C.c_void_p)
         self.bargs.do_ = view_bnsd(self.dout)
         self.bargs.dq, self.bargs.dk, self.bargs.dv = view_bnsd(self.dq), view_bnsd(self.dk), view_bnsd(self.dv)
         self.tq, self.tk, self.tv = (t.detach().clone().requires_grad_(True) for t in (self.q, self.k, self.v))
@@ -566,10 +566,10 @@ def main():
         if c not in CASES:
             p.error(f"unknown case {c!r}; known: {', '.join(CASES)}")
 
-    sizes = check_abi(os.path.join(REPO, "include"))
     import torch
     torch.set_num_threads(opts.threads)
     lib = Lib(opts.lib)
+    sizes = check_abi(os.path.join(REPO, "include"))
     lib.set(FA_PARAM_THREADS, opts.threads)
 
     meta = {

@@ -7,18 +7,43 @@ Owns:
     library answers FA_ERR_BUSY otherwise, so nothing here shares one implicitly);
   - which pool new contexts run on: their own threads, or the host's when
     flashattn.torch has set _host_pool (torch's intra-op OpenMP pool);
+  - Options, the one options object of a call: the C library's OPTION fields
+    (include/flashattn.h, FA_FORWARD_FIELDS), read from the library's description
+    of itself (fa_args_field), so a field added there is a member here;
   - the translation of flash-attn 2.x's arguments (softmax_scale, causal,
     window_size, ...) into the binding's (scale, causal code, window) so that
     the NumPy path and the torch custom ops read them the same way.
 torch is never imported here.
 """
 
+import collections
 import sys
 import threading
 
 from . import _C
 
 CAUSAL_NONE, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = 0, 1, 2
+
+# fa_forward_args' fields as the library describes them: dicts of name, key, ctype,
+# doc, offset, size, type, role and default, in the struct's order.
+FORWARD_FIELDS = tuple(_C.fields(_C.ARGS_FORWARD))
+_INTEGER_TYPES = (_C.FIELD_I32, _C.FIELD_I64, _C.FIELD_U32, _C.FIELD_U64)
+
+
+def _default(field):
+    return int(field["default"]) if field["type"] in _INTEGER_TYPES else float(field["default"])
+
+
+OPTION_FIELDS = tuple(f for f in FORWARD_FIELDS if f["role"] == _C.ROLE_OPTION)
+# A tuple, so that the binding reads it by position (in the table's order) in a few
+# nanoseconds per member; built from the table, so a new option needs no line here.
+Options = collections.namedtuple("Options", [f["key"] for f in OPTION_FIELDS],
+                                 defaults=[_default(f) for f in OPTION_FIELDS])
+Options.__doc__ = ("The scalar options of one flashattn call (fa_forward_args' OPTION fields, in its order; "
+                   "the values are the C library's: causal a code, -1 an unbounded window):\n" +
+                   "\n".join(f"  {f['key']} ({f['ctype']}, default {_default(f)}): {f['doc']}"
+                             for f in OPTION_FIELDS))
+DEFAULT_OPTIONS = Options()
 _ALGOS = {"auto": 0, "flash": 1, "standard": 2, "reference": 3}
 _POOLS = ("own", "host", "host-failed")  # FA_PARAM_LAST_POOL's values
 

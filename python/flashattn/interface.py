@@ -109,21 +109,21 @@ def _np_forward(q, k, v, *, bias=None, mask=None, alibi=None, cu_q=None, cu_k=No
                 need_lse=True, sinks=None):
     """The NumPy forward: allocates o, lse (when needed; the library then skips it)
     and the dropout mask, and calls the library."""
-    scale, softcap, causal, wl, wr, p, seed, offset = opts
     B, Sq, Hq, _ = q.shape
     out = np.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype)
     lse = np.empty((B, Hq, Sq), dtype=np.float32) if need_lse else None
     dm = np.empty((B, Hq, Sq, k.shape[1]), dtype=np.bool_) if want_mask else None
-    _C.forward(_core.current_context(), q, k, v, out, lse, scale, softcap, causal, wl, wr, alibi, bias, mask,
-               cu_q, cu_k, None, None, None, None, None, None, None, 0, 0, p, seed, offset, dm, sinks)
+    _C.forward(_core.current_context(), q, k, v, out, lse, opts=opts, alibi_slopes=alibi, bias=bias, mask=mask,
+               cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, dropout_mask=dm, sinks=sinks)
     return out, lse, dm
 
 
 _kvcache_torch = _C.kvcache_torch
 _current_context = _core.current_context
 
-_PLAIN = (0.0, 0.0, _core.CAUSAL_NONE, -1, -1, 0.0, 0, 0)
-_PLAIN_CAUSAL = (0.0, 0.0, _core.CAUSAL_BOTTOM_RIGHT, -1, -1, 0.0, 0, 0)
+_Options = _core.Options
+_PLAIN = _core.DEFAULT_OPTIONS
+_PLAIN_CAUSAL = _Options(causal=_core.CAUSAL_BOTTOM_RIGHT)
 _NO_WINDOW = (-1, -1)
 _NUMBERS = (float, int)
 
@@ -143,8 +143,9 @@ def _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_see
     # (ValueError, in its words) answers an out-of-range value
     p = float(dropout_p)
     wl, wr = _core.window_of(window_size)
-    return (_core.scale_of(softmax_scale), float(softcap), _core.causal_of(causal), wl, wr, p,
-            _seed(p, dropout_seed, torch_side), _offset(dropout_offset))
+    return _Options(scale=_core.scale_of(softmax_scale), softcap=float(softcap), causal=_core.causal_of(causal),
+                    window_left=wl, window_right=wr, dropout_p=p, dropout_seed=_seed(p, dropout_seed, torch_side),
+                    dropout_offset=_offset(dropout_offset))
 
 
 def _round128(n):
@@ -158,7 +159,7 @@ def _probs(q, k, bias, mask, alibi, opts, t, sinks=None):
     o_i = sum_j p_ij e_j = p_i."""
     B, Sq, Hq, _ = q.shape
     Sk, Hk = k.shape[1], k.shape[2]
-    scale, softcap, causal, wl, wr = opts[:5]
+    opts = opts._replace(dropout_p=0.0, dropout_seed=0, dropout_offset=0)
     if t:
         import torch
         from torch.utils.dlpack import to_dlpack
@@ -172,7 +173,7 @@ def _probs(q, k, bias, mask, alibi, opts, t, sinks=None):
         p = np.empty((B, Sq, Hq, Sk), dtype=np.float32)
         call = [q, k, eye, p, bias, mask, alibi, _sinks(sinks, t)]
     qa, ka, ea, pa, ba, ma, aa, sa = call
-    _C.forward(_core.current_context(), qa, ka, ea, pa, None, scale, softcap, causal, wl, wr, aa, ba, ma, sinks=sa)
+    _C.forward(_core.current_context(), qa, ka, ea, pa, opts=opts, alibi_slopes=aa, bias=ba, mask=ma, sinks=sa)
     return p.permute(0, 2, 1, 3) if t else p.transpose(0, 2, 1, 3)
 
 
@@ -222,7 +223,9 @@ def _varlen_attn_probs(q, k, cu_q, cu_k, max_seqlen_q, max_seqlen_k, alibi, opts
     out = _zeros((B, Hq, _round128(mq), _round128(mk)), q.dtype, t)
     if B == 0 or mq == 0 or mk == 0:
         return out
-    mask_opts = (1.0, 0.0, _core.CAUSAL_NONE, -1, -1) + tuple(opts[5:])
+    # the keep bits alone: no scale, mask or window, the call's dropout
+    mask_opts = _Options(scale=1.0, dropout_p=opts.dropout_p, dropout_seed=opts.dropout_seed,
+                         dropout_offset=opts.dropout_offset)
     if t:
         import torch
 
@@ -277,7 +280,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         out = _ops().forward_lean(q, k, v, opts)  # None: autograd, compile or profiler
         if out is not None:
             return out
-    want = bool(return_attn_probs) and opts[5] > 0
+    want = bool(return_attn_probs) and opts.dropout_p > 0
     if t:
         bias, mask = _mask_split(attn_mask, True)
         alibi = _alibi(alibi_slopes, True)
@@ -294,9 +297,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         # the plain call in one binding call: out alone (the library skips the lse)
         B, Sq, Hq, _ = q.shape
         out = np.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype)
-        scale, softcap, causal, wl, wr, p, seed, offset = opts
-        _C.forward(_core.current_context(), q, k, v, out, None, scale, softcap, causal, wl, wr, None, None, None, None,
-                   None, None, None, None, None, None, None, None, 0, 0, p, seed, offset, None)
+        _C.forward(_core.current_context(), q, k, v, out, opts=opts)
         return out
     bias, mask = _mask_split(attn_mask, False)
     alibi = _alibi(alibi_slopes, False)
@@ -398,7 +399,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if not return_attn_probs:
         return out
     dm = (_varlen_attn_probs(q, k, cu_q, cu_k, max_seqlen_q, max_seqlen_k, alibi, opts, t, sinks)
-          if opts[5] > 0 else None)
+          if opts.dropout_p > 0 else None)
     return out, lse, dm
 
 
@@ -415,8 +416,7 @@ def _check_max_seqlen(name, cu, mx, torch_side):
 def _varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_k, block_table, t, opts, alibi_slopes,
                   return_attn_probs, sinks):
     """flash_attn_varlen_func with block_table: packed q over a paged KV cache, no append."""
-    scale, softcap, causal, wl, wr, p = opts[:6]
-    if p > 0.0:
+    if opts.dropout_p > 0.0:
         raise ValueError("flash_attn_varlen_func: dropout does not apply with block_table (paged KV caches are "
                          "inference-only)")
     _need_ndim(q, 3, "q", "(total_q, nheads, headdim)")
@@ -446,9 +446,9 @@ def _varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_k, 
         q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
         out = np.empty((1, total, H, v.shape[3]), dtype=q.dtype)
         lse = np.empty((1, H, total), dtype=np.float32) if return_attn_probs else None
-    _C.forward(_core.current_context(), q[None], None, None, out, lse, scale, softcap, causal, wl, wr,
-               _alibi(alibi_slopes, t), None, None, cu_q, None, k, v, None, None, seqlens, None, table,
-               sinks=None if sinks is None else _sinks(sinks, t).detach() if t else _sinks(sinks, t))
+    _C.forward(_core.current_context(), q[None], None, None, out, lse, opts=opts,
+               alibi_slopes=_alibi(alibi_slopes, t), cu_seqlens_q=cu_q, k_cache=k, v_cache=v, cache_seqlens=seqlens,
+               block_table=table, sinks=None if sinks is None else _sinks(sinks, t).detach() if t else _sinks(sinks, t))
     return (out[0], lse[0], None) if return_attn_probs else out[0]
 
 
@@ -571,27 +571,28 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     which appends quantise with and never write). k_descale, v_descale (fp8 only,
     flash-attn 3's names): (batch, nheads_k) fp32, one scale per sequence and kv head,
     for contiguous caches without cache_batch_idx (docs/semantics.md, section 8). sinks (nheads,) as in
-    flash_attn_func, added once per row however the keys are split. Not differentiable;
-    num_splits > 0 forces the
-    split-KV chunk count.
+    flash_attn_func, added once per row however the keys are split. Not differentiable.
+    num_splits: 1..256 cuts each sequence's keys into that many split-KV chunks for this
+    call (fa_forward_args.kv_splits); 0 leaves it to the context (planned by default).
     """
     if (rotary_cos is None and rotary_sin is None and alibi_slopes is None and sinks is None and k_scale is None and
-            v_scale is None and k_descale is None and v_descale is None and not num_splits and
-            not return_softmax_lse):
+            v_scale is None and k_descale is None and v_descale is None and not return_softmax_lse):
         # Decoding's per-call path: CPU torch tensors and int32 index arrays as they
         # come, every check in one binding call (_C.kvcache_torch, lenient), which
         # answers None for whatever the general path below converts or refuses. A
         # decoding step's Python runs on caches the kernel has just flushed, so each
         # step saved here is worth several microseconds (binding.cpp).
-        scale, softcap_, causal_, wl, wr, _, _, _ = _options(0.0, softmax_scale, causal, window_size, softcap, None,
-                                                             0, True)
+        opts = _options(0.0, softmax_scale, causal, window_size, softcap, None, 0, True)
+        if num_splits:
+            opts = opts._replace(kv_splits=num_splits)
         out = _kvcache_torch(_current_context(), q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
-                             block_table, cache_leftpad, None, None, scale, softcap_, causal_, wl, wr, True)
+                             block_table, cache_leftpad, None, None, opts, True)
         if out is not None:
             return out
     t = is_torch(q)
     opts = _options(0.0, softmax_scale, causal, window_size, softcap, None, 0, t)
-    scale, softcap_, causal_, wl, wr = opts[:5]
+    if num_splits:
+        opts = opts._replace(kv_splits=num_splits)
     _need_ndim(q, 4, "q", "(batch, seqlen_q, nheads, headdim)")
     B = q.shape[0]
     seqlens, bidx, table = _cache_index(B, cache_seqlens, cache_batch_idx, block_table, t)
@@ -600,7 +601,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if rotary_cos is None or rotary_sin is None or k is None:
             raise ValueError("flash_attn_with_kvcache: rotary embedding needs rotary_cos, rotary_sin and the new "
                              "rows k, v (as in flash-attn)")
-        q, k = _rotate_qk(q, k, rotary_cos, rotary_sin, seqlens, causal_ != _core.CAUSAL_NONE or wl >= 0 or wr >= 0,
+        q, k = _rotate_qk(q, k, rotary_cos, rotary_sin, seqlens,
+                          opts.causal != _core.CAUSAL_NONE or opts.window_left >= 0 or opts.window_right >= 0,
                           bool(rotary_interleaved), t)
     if t:
         k_scale = _cache_scale(k_scale, k_descale, k_cache, B, cache_batch_idx, block_table, "k")
@@ -614,9 +616,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
             if x.device.type != "cpu":
                 raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
-        if not return_softmax_lse and alibi_slopes is None and not num_splits and sinks is None:
+        if not return_softmax_lse and alibi_slopes is None and sinks is None:
             return _ops().kvcache_lean(q, k_cache, v_cache, k, v, seqlens, bidx, table, leftpad, k_scale, v_scale,
-                                       scale, softcap_, causal_, wl, wr)
+                                       opts)
         out = torch.empty((B, q.shape[1], q.shape[2], v_cache.shape[3]), dtype=q.dtype)
         lse = torch.empty((B, q.shape[2], q.shape[1]), dtype=torch.float32) if return_softmax_lse else None
     else:
@@ -634,15 +636,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 
         args = tuple(None if x is None else to_dlpack(x) for x in args)
     q_, k_, v_, out_, lse_, alibi_, kc_, vc_, ks_, vs_, seqlens_, bidx_, table_, sinks_, leftpad_ = args
-    ctx = _core.current_context()
-    if num_splits:
-        ctx.set(_C.PARAM_KV_SPLITS, int(num_splits))
-    try:
-        _C.forward(ctx, q_, k_, v_, out_, lse_, scale, softcap_, causal_, wl, wr, alibi_, None, None, None, None, kc_,
-                   vc_, ks_, vs_, seqlens_, bidx_, table_, 0, 0, 0.0, 0, 0, None, sinks_, leftpad_)
-    finally:
-        if num_splits:
-            ctx.set(_C.PARAM_KV_SPLITS, 0)
+    _C.forward(_core.current_context(), q_, k_, v_, out_, lse_, opts=opts, alibi_slopes=alibi_, k_cache=kc_,
+               v_cache=vc_, k_scale=ks_, v_scale=vs_, cache_seqlens=seqlens_, cache_batch_idx=bidx_,
+               block_table=table_, sinks=sinks_, cache_leftpad=leftpad_)
     return (out, lse) if return_softmax_lse else out
 
 
@@ -703,15 +699,12 @@ def tune(q, k, v, causal=False, window_size=(-1, -1), softmax_scale=None, softca
         for name, x in (("q", q), ("k", k), ("v", v)):
             _need_ndim(x, 4, name, "(batch, seqlen, nheads, headdim)")
         out = np.empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=q.dtype)
-    scale, softcap, causal, wl, wr, _, _, _ = opts
-
     def report(done, total, tile_q, tile_kv, ms):
         progress(done, total, tile_q, tile_kv, None if ms != ms else ms)
 
     return _C.tune(_core.current_context(), [int(x) for x in tile_qs or ()], [int(x) for x in tile_kvs or ()],
                    int(runs), bool(save), None if path is None else str(path), None if progress is None else report,
-                   q=q, k=k, v=v, out=out, scale=scale, softcap=softcap, causal=causal, window_left=wl,
-                   window_right=wr)
+                   q, k, v, out, opts=opts)
 
 
 def forward_work(q, k, v, causal=False, window_size=(-1, -1), *, cu_seqlens_q=None, cu_seqlens_k=None,
@@ -732,7 +725,7 @@ def forward_work(q, k, v, causal=False, window_size=(-1, -1), *, cu_seqlens_q=No
     the library would refuse raises what the call would.
     """
     t = is_torch(q)
-    _, _, causal_, wl, wr = _options(0.0, None, causal, window_size, 0.0, None, 0, t)[:5]
+    opts = _options(0.0, None, causal, window_size, 0.0, None, 0, t)
     if t:
         q, k, v, k_cache, v_cache = (None if x is None else x.detach() for x in (q, k, v, k_cache, v_cache))
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -750,6 +743,6 @@ def forward_work(q, k, v, causal=False, window_size=(-1, -1), *, cu_seqlens_q=No
     Dv = (v_cache if v_cache is not None else v).shape[-1]
     out = np.lib.stride_tricks.as_strided(np.empty(1, np.float32), (q.shape[0], q.shape[1], q.shape[2], Dv),
                                           (0, 0, 0, 0), writeable=True)
-    return _C.forward_work(_core.current_context(), q, k, v, out, causal=causal_, window_left=wl, window_right=wr,
-                           cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, k_cache=k_cache, v_cache=v_cache, k_scale=k_scale,
-                           v_scale=v_scale, cache_seqlens=seqlens, cache_batch_idx=bidx, block_table=table)
+    return _C.forward_work(_core.current_context(), q, k, v, out, opts=opts, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                           k_cache=k_cache, v_cache=v_cache, k_scale=k_scale, v_scale=v_scale, cache_seqlens=seqlens,
+                           cache_batch_idx=bidx, block_table=table)

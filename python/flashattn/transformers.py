@@ -70,7 +70,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         window = (int(sw) - 1, int(sw) - 1)
     p = float(dropout)
     seed = int(torch.randint(0, 2**62, (1,)).item()) if p > 0 else 0
-    opts = (_core.scale_of(scaling), softcap, causal, window[0], window[1], p, seed, 0)
+    opts = _core.Options(scale=_core.scale_of(scaling), softcap=softcap, causal=causal, window_left=window[0],
+                         window_right=window[1], dropout_p=p, dropout_seed=seed)
     # gpt-oss's attention sinks (one logit per head, passed as s_aux): a term of each
     # row's softmax normaliser with no value, the library's `sinks`; autograd reaches
     # the model's parameter through the f32 conversion

@@ -287,33 +287,240 @@ float *floats_of(Keep &keep, const nb::handle &obj, const char *name, int64_t n)
 struct Call {
     fa_forward_args a;
     fa_kv_cache cache;
+    fa_backward_args b;
     Keep keep;
     Call()
     {
         fa_forward_args_init(&a);
         fa_kv_cache_init(&cache);
+        fa_backward_args_init(&b);
     }
 };
 
-// Fills *c from the Python arguments shared by forward and backward.
-void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, double scale,
-          double softcap, int causal, int64_t window_left, int64_t window_right, nb::handle alibi, nb::handle bias,
-          nb::handle mask, nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle k_cache, nb::handle v_cache,
-          nb::handle k_scale, nb::handle v_scale, nb::handle cache_seqlens, nb::handle cache_batch_idx,
-          nb::handle block_table, int64_t q_start, int64_t k_start, double dropout_p, uint64_t dropout_seed,
-          uint32_t dropout_offset, nb::handle dropout_mask, nb::handle sinks, nb::handle cache_leftpad)
+// ---------------------------------------------------------------- the call's keywords
+// Every keyword of forward, forward_work, backward, tune and time_call_c is a row of the
+// header's field tables (FA_FORWARD_FIELDS, then FA_KV_CACHE_FIELDS, then
+// FA_BACKWARD_FIELDS), under its key; opts, a tuple of the forward's OPTION rows in the
+// table's order (flashattn's Options, built from fa_args_field), sets those at once, and
+// a keyword overrides it. Up to five arrays may come by position: q, k, v, out,
+// softmax_lse. So a field added to a table is a keyword here, and an OPTION row a member
+// of Options, with no line of this file changed.
+enum Key : int {
+#define KEY_FWD(name, ...) FWD_##name,
+#define KEY_KV(name, ...) KV_##name,
+#define KEY_BWD(name, ...) BWD_##name,
+    FA_FORWARD_FIELDS(KEY_FWD) FA_KV_CACHE_FIELDS(KEY_KV) FA_BACKWARD_FIELDS(KEY_BWD) N_KEYS
+#undef KEY_FWD
+#undef KEY_KV
+#undef KEY_BWD
+};
+
+enum Part { FWD, KV, BWD }; // the struct a row belongs to
+
+struct KeyRow {
+    const char *key;
+    fa_field_type type;
+    fa_field_role role;
+    Part part;
+    size_t offset;
+};
+
+const KeyRow g_rows[N_KEYS] = {
+#define ROW_OF(S, P, name, key, ctype, type, role, def, doc) {key, FA_FIELD_##type, FA_ROLE_##role, P, offsetof(S, name)},
+#define ROW_FWD(...) ROW_OF(fa_forward_args, FWD, __VA_ARGS__)
+#define ROW_KV(...) ROW_OF(fa_kv_cache, KV, __VA_ARGS__)
+#define ROW_BWD(...) ROW_OF(fa_backward_args, BWD, __VA_ARGS__)
+    FA_FORWARD_FIELDS(ROW_FWD) FA_KV_CACHE_FIELDS(ROW_KV) FA_BACKWARD_FIELDS(ROW_BWD)
+#undef ROW_OF
+#undef ROW_FWD
+#undef ROW_KV
+#undef ROW_BWD
+};
+
+// A row a caller gives: data or an option (the header, the derived extents and the
+// pointers to other structs are the binding's to fill).
+bool is_keyword(const KeyRow &r)
+{
+    return r.role == FA_ROLE_INPUT || r.role == FA_ROLE_OUTPUT || r.role == FA_ROLE_INOUT ||
+           r.role == FA_ROLE_OPTION;
+}
+
+// The forward's OPTION rows in table order: the members of an opts tuple.
+struct OptionKeys {
+    int key[N_KEYS];
+    int n = 0;
+    OptionKeys()
+    {
+        for (int i = 0; i < N_KEYS; i++)
+            if (g_rows[i].part == FWD && g_rows[i].role == FA_ROLE_OPTION)
+                key[n++] = i;
+    }
+};
+const OptionKeys g_options;
+
+PyObject *g_key_names[N_KEYS]; // interned at import: most keywords compare by pointer
+PyObject *g_opts_name = nullptr;
+
+// The Python objects of one call's keywords; null = not given.
+struct Args {
+    PyObject *h[N_KEYS] = {};
+    nb::handle operator[](int k) const { return h[k] ? nb::handle(h[k]) : nb::handle(Py_None); }
+};
+
+[[noreturn]] void bad_keyword(const char *what, nb::handle name)
+{
+    raise(PyExc_TypeError, std::string(what) + "() got an unexpected keyword argument " +
+                               nb::cast<std::string>(nb::repr(name)));
+}
+
+// opts (a tuple, one value per OPTION row) into args; None = the defaults.
+void take_options(Args &args, nb::handle opts, const char *what)
+{
+    if (opts.is_none())
+        return;
+    if (!PyTuple_Check(opts.ptr()) || PyTuple_GET_SIZE(opts.ptr()) != g_options.n)
+        raise(PyExc_TypeError, std::string(what) + ": opts must be a flashattn Options (a tuple of " +
+                                   std::to_string(g_options.n) + " values)");
+    for (int i = 0; i < g_options.n; i++)
+        args.h[g_options.key[i]] = PyTuple_GET_ITEM(opts.ptr(), i);
+}
+
+// Positional arrays (q, k, v, out, softmax_lse), then opts, then every other keyword
+// (the backward's own only for backward).
+Args parse(const nb::args &pos, const nb::kwargs &kw, const char *what, bool backward = false)
+{
+    Args args;
+    static const int positional[] = {FWD_q, FWD_k, FWD_v, FWD_o, FWD_lse};
+    const size_t np = pos.size();
+    if (np > sizeof positional / sizeof *positional)
+        raise(PyExc_TypeError, std::string(what) + "() takes at most 5 arrays by position (q, k, v, out, softmax_lse)");
+    for (size_t i = 0; i < np; i++)
+        args.h[positional[i]] = PyTuple_GET_ITEM(pos.ptr(), static_cast<Py_ssize_t>(i));
+    PyObject *opts = PyDict_GetItem(kw.ptr(), g_opts_name);
+    if (opts)
+        take_options(args, opts, what);
+    PyObject *name, *value;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(kw.ptr(), &at, &name, &value)) {
+        if (name == g_opts_name)
+            continue;
+        int found = -1;
+        for (int i = 0; i < N_KEYS && found < 0; i++)
+            if (name == g_key_names[i])
+                found = i;
+        for (int i = 0; i < N_KEYS && found < 0; i++)
+            if (g_key_names[i] && PyUnicode_Compare(name, g_key_names[i]) == 0)
+                found = i;
+        if (found < 0) {
+            if (PyErr_Occurred())
+                throw nb::python_error();
+            if (PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "opts") == 0)
+                continue;
+            bad_keyword(what, name);
+        }
+        if (g_rows[found].part == BWD && !backward)
+            bad_keyword(what, name);
+        args.h[found] = value;
+    }
+    return args;
+}
+
+template <typename T> void store(char *at, T x)
+{
+    std::memcpy(at, &x, sizeof x);
+}
+
+// A scalar option into its field, converted as its type says.
+void set_scalar(void *base, const KeyRow &r, nb::handle v)
+{
+    char *at = static_cast<char *>(base) + r.offset;
+    PyObject *o = v.ptr();
+    auto fail = [&r](const char *want) {
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_OverflowError))
+            throw nb::python_error();
+        PyErr_Clear();
+        raise(PyExc_TypeError, std::string(r.key) + " must be " + want);
+    };
+    switch (r.type) {
+    case FA_FIELD_F32: {
+        const double d = PyFloat_AsDouble(o);
+        if (d == -1.0 && PyErr_Occurred())
+            fail("a number");
+        store(at, static_cast<float>(d));
+        break;
+    }
+    case FA_FIELD_I32:
+    case FA_FIELD_I64: {
+        const bool i32 = r.type == FA_FIELD_I32;
+        const long long x = PyLong_AsLongLong(o);
+        if ((x == -1 && PyErr_Occurred()) || (i32 && (x < INT32_MIN || x > INT32_MAX)))
+            fail(i32 ? "an int32" : "an int64");
+        if (i32)
+            store(at, static_cast<int32_t>(x));
+        else
+            store(at, static_cast<int64_t>(x));
+        break;
+    }
+    case FA_FIELD_U32:
+    case FA_FIELD_U64: {
+        const bool u32 = r.type == FA_FIELD_U32;
+        const unsigned long long x = PyLong_AsUnsignedLongLong(o);
+        if ((x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) || (u32 && x > UINT32_MAX))
+            fail(u32 ? "a uint32" : "a uint64");
+        if (u32)
+            store(at, static_cast<uint32_t>(x));
+        else
+            store(at, static_cast<uint64_t>(x));
+        break;
+    }
+    default:
+        raise(PyExc_TypeError, std::string(r.key) + ": not a scalar");
+    }
+}
+
+void *base_of(Call &c, Part p)
+{
+    return p == FWD ? static_cast<void *>(&c.a) : p == KV ? static_cast<void *>(&c.cache) : static_cast<void *>(&c.b);
+}
+
+// The binding's conveniences for arrays: which take bool (masks) or quantised codes
+// (caches), and which may come 3-d with the library's trailing extent of 1 left out.
+void array_rules(int key, bool *allow_bool, bool *allow_i8, bool *allow_3d)
+{
+    *allow_bool = key == FWD_mask || key == FWD_dropout_mask;
+    *allow_i8 = key == KV_k || key == KV_v;
+    *allow_3d = key == FWD_lse || key == KV_k_scale || key == KV_v_scale;
+}
+
+// The tensors and options of one struct (part) from args, by the table.
+void fill_part(Call &c, const Args &args, Part part)
+{
+    void *base = base_of(c, part);
+    for (int i = 0; i < N_KEYS; i++) {
+        const KeyRow &r = g_rows[i];
+        if (r.part != part || !args.h[i])
+            continue;
+        if (r.role == FA_ROLE_OPTION) {
+            if (args.h[i] != Py_None) // None: the default
+                set_scalar(base, r, args[i]);
+        } else if (r.type == FA_FIELD_TENSOR) {
+            bool b, q8, d3;
+            array_rules(i, &b, &q8, &d3);
+            const fa_tensor t = r.role == FA_ROLE_INPUT ? tensor_of<in_array>(c.keep, args[i], r.key, b, q8, d3)
+                                                        : tensor_of<out_array>(c.keep, args[i], r.key, b, q8, d3);
+            std::memcpy(static_cast<char *>(base) + r.offset, &t, sizeof t);
+        }
+    }
+}
+
+// Fills *c from the keywords shared by forward and backward: the table's tensors and
+// options, then the plain pointers, whose extents the library cannot see and which are
+// checked here.
+void fill(Call &c, const Args &args)
 {
     fa_forward_args &a = c.a;
-    a.q = tensor_of<in_array>(c.keep, q, "q");
-    a.k = tensor_of<in_array>(c.keep, k, "k");
-    a.v = tensor_of<in_array>(c.keep, v, "v");
-    a.o = tensor_of<out_array>(c.keep, o, "out");
-    a.lse = tensor_of<out_array>(c.keep, lse, "softmax_lse", false, false, true);
-    a.scale = static_cast<float>(scale);
-    a.softcap = static_cast<float>(softcap);
-    a.causal = static_cast<fa_causal>(causal);
-    a.window_left = window_left;
-    a.window_right = window_right;
+    fill_part(c, args, FWD);
+    const nb::handle alibi = args[FWD_alibi_slopes];
     if (!alibi.is_none()) {
         in_array s;
         if (!nb::try_cast(alibi, s))
@@ -331,16 +538,15 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
             (s.ndim() == 2 && s.shape(0) != 1 && static_cast<int64_t>(s.shape(0)) < bq))
             raise(PyExc_ValueError, "alibi_slopes must be (nheads,) or (batch, nheads) for nheads = " +
                                         std::to_string(hq) + ", batch = " + std::to_string(bq));
+        c.keep.hold(s);
         a.alibi_slopes = static_cast<const float *>(s.data());
         a.alibi_stride_b = s.ndim() == 2 ? s.stride(0) : 0;
         if (s.ndim() == 2 && s.shape(0) == 1)
             a.alibi_stride_b = 0;
     }
-    a.bias = tensor_of<in_array>(c.keep, bias, "bias");
-    a.mask = tensor_of<in_array>(c.keep, mask, "mask", true);
     int64_t n_q = 0, n_k = 0, rows = 0;
-    a.cu_seqlens_q = int32_of(c.keep, cu_seqlens_q, "cu_seqlens_q", &rows, &n_q);
-    a.cu_seqlens_k = int32_of(c.keep, cu_seqlens_k, "cu_seqlens_k", &rows, &n_k);
+    a.cu_seqlens_q = int32_of(c.keep, args[FWD_cu_seqlens_q], "cu_seqlens_q", &rows, &n_q);
+    a.cu_seqlens_k = int32_of(c.keep, args[FWD_cu_seqlens_k], "cu_seqlens_k", &rows, &n_k);
     if (a.cu_seqlens_q) {
         if (a.cu_seqlens_k && n_k != n_q)
             raise(PyExc_ValueError, "cu_seqlens_q and cu_seqlens_k must have the same length");
@@ -348,12 +554,9 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
             raise(PyExc_ValueError, "cu_seqlens_q needs batch + 1 >= 1 entries");
         a.num_seqs = n_q - 1;
     }
-    if (!k_cache.is_none() || !v_cache.is_none()) {
+    if (!args[KV_k].is_none() || !args[KV_v].is_none()) {
         fa_kv_cache &kc = c.cache;
-        kc.k = tensor_of<out_array>(c.keep, k_cache, "k_cache", false, true);
-        kc.v = tensor_of<out_array>(c.keep, v_cache, "v_cache", false, true);
-        kc.k_scale = tensor_of<out_array>(c.keep, k_scale, "k_scale", false, false, true);
-        kc.v_scale = tensor_of<out_array>(c.keep, v_scale, "v_scale", false, false, true);
+        fill_part(c, args, KV);
         // seqlens, batch_idx and the block table are plain pointers to the library:
         // each must cover every sequence of the call
         const int64_t batch = a.cu_seqlens_q ? a.num_seqs : a.q.shape[0];
@@ -363,62 +566,30 @@ void fill(Call &c, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::h
                                             " entries for a batch of " + std::to_string(batch));
         };
         int64_t r = 0, n = 0;
-        kc.seqlens = int32_of(c.keep, cache_seqlens, "cache_seqlens", &r, &n);
+        kc.seqlens = int32_of(c.keep, args[KV_seqlens], "cache_seqlens", &r, &n);
         if (kc.seqlens)
             covers("cache_seqlens", r * n);
-        kc.batch_idx = int32_of(c.keep, cache_batch_idx, "cache_batch_idx", &r, &n);
+        kc.batch_idx = int32_of(c.keep, args[KV_batch_idx], "cache_batch_idx", &r, &n);
         if (kc.batch_idx)
             covers("cache_batch_idx", r * n);
         int64_t bt_rows = 0, bt_cols = 0;
-        kc.block_table = int32_of(c.keep, block_table, "block_table", &bt_rows, &bt_cols);
+        kc.block_table = int32_of(c.keep, args[KV_block_table], "block_table", &bt_rows, &bt_cols);
         if (kc.block_table)
             covers("block_table (rows)", bt_rows);
         kc.max_pages = kc.block_table ? bt_cols : 0;
-        kc.leftpad = int32_of(c.keep, cache_leftpad, "cache_leftpad", &r, &n);
+        kc.leftpad = int32_of(c.keep, args[KV_leftpad], "cache_leftpad", &r, &n);
         if (kc.leftpad)
             covers("cache_leftpad", r * n);
         a.kv_cache = &kc;
     }
-    a.q_start = q_start;
-    a.k_start = k_start;
-    a.dropout_p = static_cast<float>(dropout_p);
-    a.dropout_seed = dropout_seed;
-    a.dropout_offset = dropout_offset;
-    a.dropout_mask = tensor_of<out_array>(c.keep, dropout_mask, "dropout_mask", true);
-    a.sinks = floats_of(c.keep, sinks, "sinks", a.q.shape[2]);
+    a.sinks = floats_of(c.keep, args[FWD_sinks], "sinks", a.q.shape[2]);
 }
 
-#define FA_FWD_PARAMS                                                                                              \
-    nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, double scale, double softcap,          \
-        int causal, int64_t window_left, int64_t window_right, nb::handle alibi, nb::handle bias, nb::handle mask, \
-        nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle k_cache, nb::handle v_cache,                  \
-        nb::handle k_scale, nb::handle v_scale, nb::handle cache_seqlens, nb::handle cache_batch_idx,              \
-        nb::handle block_table, int64_t q_start, int64_t k_start, double dropout_p, uint64_t dropout_seed,         \
-        uint32_t dropout_offset, nb::handle dropout_mask, nb::handle sinks,        \
-        nb::handle cache_leftpad
-#define FA_FWD_NAMES                                                                                              \
-    q, k, v, o, lse, scale, softcap, causal, window_left, window_right, alibi, bias, mask, cu_seqlens_q,           \
-        cu_seqlens_k, k_cache, v_cache, k_scale, v_scale, cache_seqlens, cache_batch_idx, block_table, q_start,    \
-        k_start, dropout_p, dropout_seed, dropout_offset, dropout_mask, sinks, cache_leftpad
-#define FA_FWD_ARGS                                                                                                \
-    nb::arg("q"), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out"), nb::arg("softmax_lse").none() = nb::none(), \
-        nb::arg("scale") = 0.0, nb::arg("softcap") = 0.0, nb::arg("causal") = 0, nb::arg("window_left") = -1,       \
-        nb::arg("window_right") = -1, nb::arg("alibi_slopes").none() = nb::none(),                                \
-        nb::arg("bias").none() = nb::none(), nb::arg("mask").none() = nb::none(),                                  \
-        nb::arg("cu_seqlens_q").none() = nb::none(), nb::arg("cu_seqlens_k").none() = nb::none(),                  \
-        nb::arg("k_cache").none() = nb::none(), nb::arg("v_cache").none() = nb::none(),                            \
-        nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none(),                            \
-        nb::arg("cache_seqlens").none() = nb::none(), nb::arg("cache_batch_idx").none() = nb::none(),              \
-        nb::arg("block_table").none() = nb::none(), nb::arg("q_start") = 0, nb::arg("k_start") = 0,                \
-        nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,                    \
-        nb::arg("dropout_mask").none() = nb::none(), nb::arg("sinks").none() = nb::none(),         \
-        nb::arg("cache_leftpad").none() = nb::none()
-
-void forward(Context &ctx, FA_FWD_PARAMS)
+void forward(Context &ctx, const nb::args &pos, const nb::kwargs &kw)
 {
     fa_context *c = ctx.get();
     Call call;
-    fill(call, FA_FWD_NAMES);
+    fill(call, parse(pos, kw, "forward"));
     fa_status st;
     {
         nb::gil_scoped_release unlocked;
@@ -430,11 +601,11 @@ void forward(Context &ctx, FA_FWD_PARAMS)
 // fa_forward_work: the kept pairs and FLOPs of the call forward() would make, by the
 // library's one rule (docs/semantics.md, section 9); nothing runs and nothing is
 // written. An invalid call raises what forward() would.
-nb::dict forward_work(Context &ctx, FA_FWD_PARAMS)
+nb::dict forward_work(Context &ctx, const nb::args &pos, const nb::kwargs &kw)
 {
     fa_context *c = ctx.get();
     Call call;
-    fill(call, FA_FWD_NAMES);
+    fill(call, parse(pos, kw, "forward_work"));
     fa_work w = FA_WORK_INIT;
     check(fa_forward_work(c, &call.a, &w), c, "fa_forward_work");
     nb::dict d;
@@ -444,20 +615,17 @@ nb::dict forward_work(Context &ctx, FA_FWD_PARAMS)
     return d;
 }
 
-void backward(Context &ctx, nb::handle dout, nb::handle dq, nb::handle dk, nb::handle dv, FA_FWD_PARAMS,
-              nb::handle dsinks)
+// The forward's keywords, and the backward's: dout, dq, dk, dv, dsinks.
+void backward(Context &ctx, const nb::args &pos, const nb::kwargs &kw)
 {
     fa_context *c = ctx.get();
     Call call;
-    fill(call, FA_FWD_NAMES);
-    fa_backward_args b;
-    fa_backward_args_init(&b);
+    const Args args = parse(pos, kw, "backward", true);
+    fill(call, args);
+    fa_backward_args &b = call.b;
     b.fwd = &call.a;
-    b.do_ = tensor_of<in_array>(call.keep, dout, "dout");
-    b.dq = tensor_of<out_array>(call.keep, dq, "dq");
-    b.dk = tensor_of<out_array>(call.keep, dk, "dk");
-    b.dv = tensor_of<out_array>(call.keep, dv, "dv");
-    b.dsinks = floats_of(call.keep, dsinks, "dsinks", call.a.q.shape[2]);
+    fill_part(call, args, BWD);
+    b.dsinks = floats_of(call.keep, args[BWD_dsinks], "dsinks", call.a.q.shape[2]);
     fa_status st;
     {
         nb::gil_scoped_release unlocked;
@@ -549,8 +717,7 @@ nb::object empty_strided(const int64_t *shape, const int64_t *strides, size_t nd
 }
 
 nb::object forward_torch(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb::handle bias, nb::handle mask,
-                         double scale, double softcap, int causal, int64_t window_left, int64_t window_right,
-                         double dropout_p, uint64_t dropout_seed, uint32_t dropout_offset, bool bnsd)
+                         nb::handle opts, bool bnsd)
 {
     fa_context *c = ctx.get();
     if (!g_to_dlpack)
@@ -586,14 +753,9 @@ nb::object forward_torch(Context &ctx, nb::handle q, nb::handle k, nb::handle v,
         cm = dlpack_of(mask);
     a.bias = tensor_of<in_array>(call.keep, cb.is_valid() ? nb::handle(cb) : nb::handle(Py_None), "bias");
     a.mask = tensor_of<in_array>(call.keep, cm.is_valid() ? nb::handle(cm) : nb::handle(Py_None), "mask", true);
-    a.scale = static_cast<float>(scale);
-    a.softcap = static_cast<float>(softcap);
-    a.causal = static_cast<fa_causal>(causal);
-    a.window_left = window_left;
-    a.window_right = window_right;
-    a.dropout_p = static_cast<float>(dropout_p);
-    a.dropout_seed = dropout_seed;
-    a.dropout_offset = dropout_offset;
+    Args options;
+    take_options(options, opts, "forward_torch");
+    fill_part(call, options, FWD);
     // out: (B, Sq, Hq, Dv) row-major; for bnsd the (B, Hq, Sq, Dv) view of that
     // buffer (SDPA's layout), or (B, Sq, Dv) for 3-d inputs
     const int64_t B = a.q.shape[0], S = a.q.shape[1], H = a.q.shape[2], Dv = a.v.shape[3];
@@ -641,8 +803,7 @@ nb::object forward_torch(Context &ctx, nb::handle q, nb::handle k, nb::handle v,
 // (flashattn.interface converts them).
 nb::object kvcache_torch(Context &ctx, nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k, nb::handle v,
                          nb::handle seqlens, nb::handle batch_idx, nb::handle block_table, nb::handle leftpad,
-                         nb::handle k_scale, nb::handle v_scale, double scale, double softcap, int causal,
-                         int64_t window_left, int64_t window_right, bool lenient)
+                         nb::handle k_scale, nb::handle v_scale, nb::handle opts, bool lenient)
 {
     fa_context *c = ctx.get();
     if (!g_to_dlpack) {
@@ -650,7 +811,8 @@ nb::object kvcache_torch(Context &ctx, nb::handle q, nb::handle k_cache, nb::han
             return nb::none();
         raise(PyExc_RuntimeError, "flashattn._C.kvcache_torch: torch_setup() has not run");
     }
-    nb::handle none(Py_None);
+    static const int keys[11] = {FWD_q,  FWD_k,      FWD_v,        KV_k,         KV_v,      KV_k_scale,
+                                 KV_v_scale, KV_seqlens, KV_batch_idx, KV_block_table, KV_leftpad};
     const nb::handle tensors[11] = {q, k, v, k_cache, v_cache, k_scale, v_scale, seqlens, batch_idx, block_table, leftpad};
     if (lenient) {
         if (q.is_none() || seqlens.is_none() || k_cache.is_none() || v_cache.is_none()) // the general path's words
@@ -662,12 +824,14 @@ nb::object kvcache_torch(Context &ctx, nb::handle q, nb::handle k_cache, nb::han
     nb::object caps[11];
     Call call;
     try {
+        Args args;
+        take_options(args, opts, "kvcache_torch");
         for (int i = 0; i < 11; i++)
-            if (!tensors[i].is_none())
+            if (!tensors[i].is_none()) {
                 caps[i] = dlpack_of(tensors[i]);
-        auto h = [&](int i) { return caps[i].is_valid() ? nb::handle(caps[i]) : none; };
-        fill(call, h(0), h(1), h(2), none, none, scale, softcap, causal, window_left, window_right, none, none, none,
-             none, none, h(3), h(4), h(5), h(6), h(7), h(8), h(9), 0, 0, 0.0, 0, 0, none, none, h(10));
+                args.h[keys[i]] = caps[i].ptr();
+            }
+        fill(call, args);
     } catch (nb::python_error &) {
         // fill refuses a q that is not 4-d, a tensor off the CPU, an index array not
         // int32 or not contiguous: the general path converts or raises in its words
@@ -721,11 +885,11 @@ double time_forward_c(Context &ctx, nb::handle q, nb::handle k, nb::handle v, nb
 // For the benchmark: any forward call (the arguments of forward(), a KV cache's
 // included) built once and run `runs` times in C, so that a front end's per-call
 // cost is (its per-call time - this). An append writes the same rows every run.
-double time_call_c(Context &ctx, int64_t runs, FA_FWD_PARAMS)
+double time_call_c(Context &ctx, int64_t runs, const nb::args &pos, const nb::kwargs &kw)
 {
     fa_context *c = ctx.get();
     Call call;
-    fill(call, FA_FWD_NAMES);
+    fill(call, parse(pos, kw, "time_call_c"));
     return time_loop(c, call.a, runs);
 }
 
@@ -782,11 +946,11 @@ nb::dict result_dict(const fa_tune_result &r)
 }
 
 nb::dict tune(Context &ctx, const std::vector<int64_t> &tile_qs, const std::vector<int64_t> &tile_kvs, int64_t runs,
-              bool save, nb::handle path, nb::handle progress, FA_FWD_PARAMS)
+              bool save, nb::handle path, nb::handle progress, const nb::args &pos, const nb::kwargs &kw)
 {
     fa_context *c = ctx.get();
     Call call;
-    fill(call, FA_FWD_NAMES);
+    fill(call, parse(pos, kw, "tune"));
     fa_tune_options opt;
     fa_tune_options_init(&opt);
     if (!tile_qs.empty()) {
@@ -821,6 +985,32 @@ nb::dict tune(Context &ctx, const std::vector<int64_t> &tile_qs, const std::vect
         throw *p.error;
     check(st, c, "fa_tune");
     return result_dict(*r);
+}
+
+// fa_args_field for every field of a struct: the library's own description, from which
+// flashattn builds its Options and the torch ops' schemas.
+nb::list fields(int kind)
+{
+    nb::list out;
+    for (int i = 0;; i++) {
+        fa_field f = FA_FIELD_INIT;
+        const fa_status st = fa_args_field(static_cast<fa_args_kind>(kind), i, &f);
+        if (st == FA_ERR_OUT_OF_RANGE)
+            break;
+        check(st, nullptr, "fa_args_field");
+        nb::dict d;
+        d["name"] = f.name;
+        d["key"] = f.key;
+        d["ctype"] = f.ctype;
+        d["doc"] = f.doc;
+        d["offset"] = f.offset;
+        d["size"] = f.size;
+        d["type"] = static_cast<int>(f.type);
+        d["role"] = static_cast<int>(f.role);
+        d["default"] = f.default_value;
+        out.append(d);
+    }
+    return out;
 }
 
 // fa_probe on the context's threads and ISA path: the peaks the benchmark divides by.
@@ -1065,32 +1255,39 @@ NB_MODULE(_C, m)
             c.ctx = nullptr;
         });
 
-    m.def("forward", &forward, nb::arg("ctx"), FA_FWD_ARGS);
-    m.def("forward_work", &forward_work, nb::arg("ctx"), FA_FWD_ARGS);
+    for (int i = 0; i < N_KEYS; i++)
+        if (is_keyword(g_rows[i]))
+            g_key_names[i] = PyUnicode_InternFromString(g_rows[i].key);
+    g_opts_name = PyUnicode_InternFromString("opts");
+    m.def("forward", &forward);
+    m.def("forward_work", &forward_work);
+    m.def("fields", &fields, nb::arg("kind"));
     m.def("torch_setup", &torch_setup, nb::arg("to_dlpack"), nb::arg("empty_strided"), nb::arg("tensor_type"));
     m.def("forward_torch", &forward_torch, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
-          nb::arg("bias").none(), nb::arg("mask").none(), nb::arg("scale"), nb::arg("softcap"), nb::arg("causal"),
-          nb::arg("window_left"), nb::arg("window_right"), nb::arg("dropout_p"), nb::arg("dropout_seed"),
-          nb::arg("dropout_offset"), nb::arg("bnsd"));
-    m.def("backward", &backward, nb::arg("ctx"), nb::arg("dout"), nb::arg("dq").none(), nb::arg("dk").none(),
-          nb::arg("dv").none(), FA_FWD_ARGS, nb::arg("dsinks").none() = nb::none());
+          nb::arg("bias").none(), nb::arg("mask").none(), nb::arg("opts").none(), nb::arg("bnsd"));
+    m.def("backward", &backward);
     m.def("merge_states", &merge_states, nb::arg("ctx"), nb::arg("out_parts"), nb::arg("lse_parts"),
           nb::arg("out"), nb::arg("lse").none());
     m.def("kvcache_torch", &kvcache_torch, nb::arg("ctx"), nb::arg("q").none(), nb::arg("k_cache").none(),
           nb::arg("v_cache").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("cache_seqlens").none(),
           nb::arg("cache_batch_idx").none(), nb::arg("block_table").none(), nb::arg("cache_leftpad").none(),
-          nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("scale"), nb::arg("softcap"),
-          nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("lenient") = false);
-    m.def("time_call_c", &time_call_c, nb::arg("ctx"), nb::arg("runs"), FA_FWD_ARGS);
+          nb::arg("k_scale").none(), nb::arg("v_scale").none(), nb::arg("opts").none(), nb::arg("lenient") = false);
+    m.def("time_call_c", &time_call_c);
     m.def("time_forward_c", &time_forward_c, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"),
           nb::arg("out"), nb::arg("runs"));
     m.def("probe", &probe, nb::arg("ctx"), nb::arg("kind"));
     m.def("tune", &tune, nb::arg("ctx"), nb::arg("tile_qs"), nb::arg("tile_kvs"), nb::arg("runs"), nb::arg("save"),
-          nb::arg("path").none(), nb::arg("progress").none(), FA_FWD_ARGS);
+          nb::arg("path").none(), nb::arg("progress").none(), nb::arg("args"), nb::arg("kwargs"));
     /* the C enums' values, each under its name without FA_ */
     const auto ints = [&m](std::initializer_list<std::pair<const char *, int>> values) {
         for (const auto &v : values) m.attr(v.first) = v.second;
     };
+    ints({{"ARGS_FORWARD", FA_ARGS_FORWARD}, {"ARGS_BACKWARD", FA_ARGS_BACKWARD}, {"ARGS_KV_CACHE", FA_ARGS_KV_CACHE},
+          {"FIELD_SIZE", FA_FIELD_SIZE}, {"FIELD_TENSOR", FA_FIELD_TENSOR}, {"FIELD_F32", FA_FIELD_F32},
+          {"FIELD_I32", FA_FIELD_I32}, {"FIELD_I64", FA_FIELD_I64}, {"FIELD_U32", FA_FIELD_U32},
+          {"FIELD_U64", FA_FIELD_U64}, {"FIELD_PTR", FA_FIELD_PTR}, {"ROLE_HEADER", FA_ROLE_HEADER},
+          {"ROLE_INPUT", FA_ROLE_INPUT}, {"ROLE_OUTPUT", FA_ROLE_OUTPUT}, {"ROLE_INOUT", FA_ROLE_INOUT},
+          {"ROLE_OPTION", FA_ROLE_OPTION}, {"ROLE_DERIVED", FA_ROLE_DERIVED}, {"ROLE_FORM", FA_ROLE_FORM}});
     ints({{"PROBE_FMA_PEAK", FA_PROBE_FMA_PEAK}, {"PROBE_BF16_PEAK", FA_PROBE_BF16_PEAK},
           {"PROBE_READ_BW", FA_PROBE_READ_BW}});
     m.def("version", []() { return std::string(fa_version_string()); });

@@ -247,7 +247,7 @@ def test_kvcache_decode_path_matches_the_general_path():
     def lenient(q=q, seqlens=sl, kc=None):
         kc = kc0.clone() if kc is None else kc
         return flashattn._C.kvcache_torch(ctx, q, kc, vc0.clone(), kn, vn, seqlens, None, None, None, None, None,
-                                          0.0, 0.0, 1, -1, -1, True), kc
+                                          flashattn._core.Options(causal=1), True), kc
 
     out, kc = lenient()
     assert out is not None and torch.equal(out, ref) and torch.equal(kc, kref)
@@ -272,3 +272,79 @@ def test_kvcache_decode_path_matches_the_general_path():
         run(seqlens=None)
     with pytest.raises(ValueError, match="q is on meta"):
         run(q=q.to("meta"))
+
+
+def test_kv_splits_reaches_every_layer_from_the_table():
+    # an option appended to the C table is a member of Options (with its C default), a
+    # keyword of the binding and an argument of both torch ops, with no line of them changed
+    import flashattn.torch  # noqa: F401  (defines the ops)
+
+    opts = flashattn._core.Options()
+    assert opts.kv_splits == 0 and "kv_splits" in flashattn._core.Options.__doc__
+    fwd = str(torch.ops.flashattn.fwd.default._schema)
+    bwd = str(torch.ops.flashattn.bwd.default._schema)
+    assert "int kv_splits=0" in fwd and "int kv_splits=0" in bwd, (fwd, bwd)
+    q = randn(1, 4, 2, 16, seed=86)
+    with pytest.raises(ValueError, match="kv_splits"):
+        torch.ops.flashattn.fwd(q, q, q, kv_splits=300)
+    out = torch.empty_like(q)
+    with pytest.raises(ValueError, match="kv_splits"):
+        flashattn._C.forward(flashattn.current_context(), q.numpy(), q.numpy(), q.numpy(), out.numpy(), kv_splits=-1)
+
+
+def test_kv_splits_per_call_is_the_contexts_setting_bitwise():
+    # a decoding call through the binding (Options and the torch op): kv_splits = s gives
+    # the bits of the context's FA_PARAM_KV_SPLITS = s whatever that setting is, and
+    # leaves it as it was
+    import flashattn.torch  # noqa: F401  (defines the ops)
+
+    B, L, Hq, Hk, D = 2, 700, 8, 2, 32
+    q = randn(B, 1, Hq, D, seed=81)
+    k, v = randn(B, L, Hk, D, seed=82), randn(B, L, Hk, D, seed=83)
+    ctx = flashattn.Context(threads=2)
+    with ctx:
+        for splits in (1, 2, 5, 16):
+            ctx._c.set(flashattn._C.PARAM_KV_SPLITS, splits)
+            want = torch.ops.flashattn.fwd(q, k, v, causal=1)[0]
+            for setting in (0, 3):
+                ctx._c.set(flashattn._C.PARAM_KV_SPLITS, setting)
+                got = torch.ops.flashattn.fwd(q, k, v, causal=1, kv_splits=splits)[0]
+                assert torch.equal(got, want), (splits, setting)
+                opts = flashattn._core.Options(causal=1, kv_splits=splits)
+                out = torch.empty_like(want)
+                flashattn._C.forward(ctx._c, q.numpy(), k.numpy(), v.numpy(), out.numpy(), opts=opts)
+                assert torch.equal(out, want), (splits, setting)
+                assert ctx._c.get(flashattn._C.PARAM_KV_SPLITS) == setting
+        ctx._c.set(flashattn._C.PARAM_KV_SPLITS, 0)
+
+
+@pytest.mark.parametrize("lse", [False, True])  # the per-call path and the general one
+def test_num_splits_is_the_calls_own_split_count(lse):
+    # fa_forward_args.kv_splits, reached from flash_attn_with_kvcache's num_splits: the
+    # bits of the context's FA_PARAM_KV_SPLITS set to the same count, whatever the
+    # context's setting, which the call leaves as it was; out of range is a ValueError
+    B, L, Hq, Hk, D = 2, 700, 8, 2, 32
+    q = randn(B, 1, Hq, D, seed=81)
+    kc0, vc0 = randn(B, L + 1, Hk, D, seed=82), randn(B, L + 1, Hk, D, seed=83)
+    kn, vn = randn(B, 1, Hk, D, seed=84), randn(B, 1, Hk, D, seed=85)
+    seqlens = torch.full((B,), L, dtype=torch.int32)
+    ctx = flashattn.Context(threads=2)
+
+    def call(num_splits):
+        out = flash_attn_with_kvcache(q, kc0.clone(), vc0.clone(), kn, vn, cache_seqlens=seqlens, causal=True,
+                                      num_splits=num_splits, return_softmax_lse=lse)
+        return out[0] if lse else out
+
+    with ctx:
+        for splits in (1, 2, 5, 16):
+            ctx._c.set(flashattn._C.PARAM_KV_SPLITS, splits)
+            want = call(0)
+            for context_setting in (0, 3):
+                ctx._c.set(flashattn._C.PARAM_KV_SPLITS, context_setting)
+                got = call(splits)
+                assert torch.equal(got, want), (splits, context_setting)
+                assert ctx._c.get(flashattn._C.PARAM_KV_SPLITS) == context_setting
+        ctx._c.set(flashattn._C.PARAM_KV_SPLITS, 0)
+        for bad in (-1, 257):
+            with pytest.raises(ValueError, match="kv_splits"):
+                call(bad)

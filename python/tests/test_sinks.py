@@ -156,9 +156,9 @@ def test_custom_op_with_sinks_passes_opcheck():
     # registered autograd, with the sinks taking a gradient
     q, k, v, sinks = _inputs(1, 8, 10, 2, 2, 16, torch.float32, 71)
     q.requires_grad_(True), sinks.requires_grad_(True)
-    args = (q, k, v, None, None, None, None, None, 0.0, 0.0, 1, -1, -1, 0.0, 0, 0, False, sinks)
-    torch.library.opcheck(torch.ops.flashattn.fwd.default, args)
-    out, _, _ = torch.ops.flashattn.fwd(*args)
+    kwargs = dict(sinks=sinks, causal=1)
+    torch.library.opcheck(torch.ops.flashattn.fwd.default, (q, k, v), kwargs)
+    out, _, _ = torch.ops.flashattn.fwd(q, k, v, **kwargs)
     out.sum().backward()
     r = [x.double().detach().requires_grad_(True) for x in (q, k, v, sinks)]
     ref, _ = sink_ref(*r, causal=True)

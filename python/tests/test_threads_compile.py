@@ -115,8 +115,7 @@ def test_custom_ops_pass_opcheck():
     q = randn(1, 8, 2, 16, seed=1).requires_grad_()
     k = randn(1, 8, 2, 16, seed=2).requires_grad_()
     v = randn(1, 8, 2, 16, seed=3).requires_grad_()
-    args = (q, k, v, None, None, None, None, None, 0.0, 0.0, 1, -1, -1, 0.0, 0, 0, False)
-    torch.library.opcheck(torch.ops.flashattn.fwd.default, args)
+    torch.library.opcheck(torch.ops.flashattn.fwd.default, (q, k, v), dict(causal=1))
 
 
 def test_registered_autograd_equals_eager_bitwise():
@@ -127,8 +126,7 @@ def test_registered_autograd_equals_eager_bitwise():
     for via_op in (False, True):
         q, k, v = (x.clone().requires_grad_() for x in (q0, k0, v0))
         if via_op:
-            out = torch.ops.flashattn.fwd(q, k, v, None, None, None, None, None, 0.0, 0.0, 1, -1, -1, 0.0, 0, 0,
-                                          False)[0]
+            out = torch.ops.flashattn.fwd(q, k, v, causal=1)[0]
         else:
             out = flash_attn_func(q, k, v, causal=True)
         out.backward(randn(*out.shape, seed=7))

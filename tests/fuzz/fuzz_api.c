@@ -476,6 +476,41 @@ static int rd_sinks(reader *r, fa_forward_args *a, int64_t Hq, float *buf) {
     return flags;
 }
 
+/*
+ * The options fa_forward_args gained after the decoders above were written (its OPTION
+ * fields after sinks), from the library's description of its table (fa_args_field), read
+ * at the very end of a branch's program after the sinks: one byte, 0 = none (a seed that
+ * ends before reads zeros: the defaults), else one more byte per such field picking a
+ * value of its type: the default, small ones, edges, and ones the library must refuse.
+ * So a new option is fuzzed with no line here; the oracles are those of every call (a
+ * success matches the reference algorithm run with the same options, 1 and 2 threads
+ * agree bitwise, a failure writes nothing).
+ */
+static void rd_new_options(reader *r, fa_forward_args *a) {
+    if (!u8(r)) return;
+    static const int64_t I[16] = {0, 1, 2, 3, 4, 7, 16, 255, 256, 257, -1, -2, INT32_MAX, INT32_MIN, INT64_MAX, 64};
+    static const float F[16] = {0.0f, 1.0f, 0.5f, 2.0f, -1.0f, 1e-3f, 1e3f, 0.25f,
+                                -0.0f, 0.99f, 1.0f, 3.0f, 1e30f, NAN, INFINITY, -INFINITY};
+    for (int i = 0;; i++) {
+        fa_field f = FA_FIELD_INIT;
+        if (fa_args_field(FA_ARGS_FORWARD, i, &f) != FA_OK) break;
+        if (f.role != FA_ROLE_OPTION || f.offset <= offsetof(fa_forward_args, sinks)) continue;
+        const uint8_t b = u8(r);
+        char *at = (char *)a + f.offset;
+        const int64_t v = b & 16 ? (int64_t)f.default_value : I[b & 15];
+        const float x = b & 16 ? (float)f.default_value : F[b & 15];
+        const int32_t v32 = (int32_t)v;
+        const uint32_t u32 = (uint32_t)v;
+        switch (f.type) {
+        case FA_FIELD_F32: memcpy(at, &x, sizeof x); break;
+        case FA_FIELD_I32: memcpy(at, &v32, sizeof v32); break;
+        case FA_FIELD_U32: memcpy(at, &u32, sizeof u32); break;
+        case FA_FIELD_I64: case FA_FIELD_U64: memcpy(at, &v, sizeof v); break;
+        default: break;
+        }
+    }
+}
+
 static int dropout_valid(float p) { return p >= 0.0f && p < 1.0f; }
 static int dropout_on(float p) { return p != 0.0f; } /* NaN counts: the library must look at it */
 
@@ -774,6 +809,7 @@ static void fuzz_dense(reader *r) {
     float sink_buf[64];
     const int sinks = rd_sinks(r, &a, a.q.shape[2], sink_buf);
     seen->sinks = a.sinks;
+    rd_new_options(r, seen);
     if (w.skip) {
         world_free(&w);
         return;
@@ -984,6 +1020,7 @@ static void fuzz_varlen(reader *r) {
     float sink_buf[64];
     const int sinks = rd_sinks(r, &a, a.q.shape[2], sink_buf);
     seen->sinks = a.sinks;
+    rd_new_options(r, seen);
     const int finite = all_finite(&w) && !(effective(seen).sinks && (sinks & SINKS_NAN));
     snapshot(&w);
     const fa_status sc = check_first(&w, seen, "varlen check");
@@ -1148,6 +1185,7 @@ static void fuzz_cache(reader *r, int paged) {
         }
     float sink_buf[64];
     const int sinks = rd_sinks(r, &a, a.q.shape[2], sink_buf);
+    rd_new_options(r, &a);
     const int inputs_finite = all_finite(&w), finite = inputs_finite && !(sinks & SINKS_NAN);
     snapshot(&w);
     const fa_status sc = check_first(&w, &a, "cache check");
@@ -1454,6 +1492,7 @@ static void fuzz_backward(reader *r, int varlen) {
     float sink_buf[64], dsinks[64], dsinks0[64];
     const int sinks = rd_sinks(r, &a, a.q.shape[2], sink_buf);
     big.u.a.sinks = a.sinks;
+    rd_new_options(r, &big.u.a);
     if (w.skip) {
         world_free(&w);
         return;

@@ -195,6 +195,10 @@ def _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     return nd
 
 
+_PLAIN_OPTIONS = _core.DEFAULT_OPTIONS
+_CAUSAL_OPTIONS = _core.Options(causal=_core.CAUSAL_TOP_LEFT)
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention, computed by flashattn.
@@ -228,8 +232,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         seed = int(torch.randint(0, 2**62, (1,)).item())
     else:
         p, seed = 0.0, 0
-    causal = _core.CAUSAL_TOP_LEFT if is_causal else _core.CAUSAL_NONE
-    opts = (0.0 if scale is None else _core.scale_of(scale), 0.0, causal, -1, -1, p, seed, 0)
+    if scale is None and not p:
+        opts = _CAUSAL_OPTIONS if is_causal else _PLAIN_OPTIONS  # made once: a call is a few microseconds
+    else:
+        opts = _core.Options(scale=0.0 if scale is None else _core.scale_of(scale),
+                             causal=_core.CAUSAL_TOP_LEFT if is_causal else _core.CAUSAL_NONE, dropout_p=p,
+                             dropout_seed=seed)
     _count(None)
     if _VERBOSE:
         qs, ks, vs = query.shape, key.shape, value.shape

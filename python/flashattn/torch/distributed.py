@@ -161,7 +161,7 @@ class _Plan:
     """What every rank agreed on: the group, the ranks' shard lengths, the options."""
 
     __slots__ = ("group", "P", "rank", "lengths", "layout", "causal", "wl", "wr", "scale", "softcap", "alibi", "p",
-                 "seed", "offset", "band_offsets", "ctx", "peers", "sinks", "sinks_grad", "steps")
+                 "seed", "offset", "band_offsets", "ctx", "peers", "sinks", "sinks_grad", "steps", "opts")
 
 
 def _options(causal, window, softcap, alibi_slopes, dropout_p, scale, layout, dropout_seed, dropout_offset):
@@ -186,7 +186,10 @@ def _options(causal, window, softcap, alibi_slopes, dropout_p, scale, layout, dr
         if not isinstance(alibi_slopes, torch.Tensor):
             raise TypeError("alibi_slopes must be a tensor, (nheads,) or (batch, nheads)")
         alibi = alibi_slopes.detach().to(_f32).contiguous()
-    return causal, wl, wr, _core.scale_of(scale), softcap, alibi, p, seed, offset
+    # (flashattn Options, the slopes); causal as one code: both alignments are the same here
+    return _core.Options(scale=_core.scale_of(scale), softcap=softcap,
+                         causal=_core.CAUSAL_TOP_LEFT if causal else _core.CAUSAL_NONE, window_left=wl,
+                         window_right=wr, dropout_p=p, dropout_seed=seed, dropout_offset=offset), alibi
 
 
 def _sinks_f32(sinks, what):
@@ -214,14 +217,12 @@ def _check_local(q, k, v, opts, what, sinks=None):
     if not q.shape[1] == k.shape[1] == v.shape[1]:
         raise ValueError(f"{what}: q, k and v must be this rank's rows of one sequence (the same seqlen_local), "
                          f"got {q.shape[1]}, {k.shape[1]}, {v.shape[1]}")
-    causal, wl, wr, scale, softcap, alibi, p, seed, offset = opts
+    opts, alibi = opts
     B, Hq = q.shape[0], q.shape[2]
     o0 = torch.empty(B, 0, Hq, v.shape[3], dtype=q.dtype)
     l0 = torch.empty(B, Hq, 0, dtype=_f32)
-    _C.forward(_core.current_context(), _dl(q[:, :0]), _dl(k[:, :0]), _dl(v[:, :0]), _dl(o0), _dl(l0), scale,
-               softcap, _core.CAUSAL_TOP_LEFT if causal else _core.CAUSAL_NONE, wl, wr, _dl(alibi), None, None,
-               None, None, None, None, None, None, None, None, None, 0, 0, p, seed, offset, None,
-               sinks=_dl(_sinks_f32(sinks, what)))
+    _C.forward(_core.current_context(), _dl(q[:, :0]), _dl(k[:, :0]), _dl(v[:, :0]), _dl(o0), _dl(l0), opts=opts,
+               alibi_slopes=_dl(alibi), sinks=_dl(_sinks_f32(sinks, what)))
 
 
 def _agree(group, what, q, k, v, opts, layout, ulysses=False, sinks=None):
@@ -244,11 +245,14 @@ def _agree(group, what, q, k, v, opts, layout, ulysses=False, sinks=None):
             if Hq % P or Hk % P:
                 raise ValueError(f"{what}: Ulysses splits the heads across the {P} ranks: nheads {Hq} and "
                                  f"nheads_k {Hk} must both be multiples of {P}")
-            if opts[6] > 0:
+            if opts[0].dropout_p > 0:
                 raise NotImplementedError(f"{what}: dropout is not supported by Ulysses attention (the dropout "
                                           "counter numbers the heads within a call, and Ulysses splits them); "
                                           "use ring_attention")
-        causal, wl, wr, scale, softcap, alibi, p, seed, offset = opts
+        o, alibi = opts
+        causal = o.causal != _core.CAUSAL_NONE
+        wl, wr, scale, softcap, p, seed, offset = (o.window_left, o.window_right, o.scale, o.softcap, o.dropout_p,
+                                                   o.dropout_seed, o.dropout_offset)
         shared = {"batch": B, "nheads": Hq, "nheads_k": Hk, "headdim": D, "headdim_v": Dv,
                   "dtype": str(q.dtype), "causal": causal, "window": (wl, wr), "scale": scale, "softcap": softcap,
                   "alibi_slopes": None if alibi is None else tuple(alibi.flatten().tolist()), "dropout_p": p,
@@ -278,8 +282,12 @@ def _agree(group, what, q, k, v, opts, layout, ulysses=False, sinks=None):
     plan.group, plan.P, plan.rank = group, P, dist.get_rank(group)
     plan.lengths = [g[1][0] for g in gathered]
     plan.layout = layout
-    plan.causal, plan.wl, plan.wr, plan.scale, plan.softcap, plan.alibi, plan.p, _, plan.offset = opts
+    o, plan.alibi = opts
+    plan.causal = o.causal != _core.CAUSAL_NONE
+    plan.wl, plan.wr, plan.scale, plan.softcap, plan.p, plan.offset = (o.window_left, o.window_right, o.scale,
+                                                                       o.softcap, o.dropout_p, o.dropout_offset)
     plan.seed = gathered[0][1][1]  # rank 0's draw, so that every rank drops the same pairs
+    plan.opts = o._replace(dropout_seed=plan.seed)
     plan.band_offsets = plan.wl >= 0 or plan.wr >= 0 or plan.alibi is not None
     if plan.band_offsets and plan.p > 0 and len(set(plan.lengths)) > 1:
         raise NotImplementedError(f"{what}: a window or ALiBi with dropout needs equal shard lengths (the core's band "
@@ -382,9 +390,8 @@ class _Transfers:
 def _fwd_call(plan, q, kt, vt, pc, o, lse):
     qo, n, ko, m, _, _, qs, ks, causal = pc[:9]
     _C.forward(plan.ctx, _dl(q[:, qo:qo + n]), _dl(kt[:, ko:ko + m]), _dl(vt[:, ko:ko + m]), _dl(o[:, qo:qo + n]),
-               _dl(lse[:, :, qo:qo + n]), plan.scale, plan.softcap, causal, plan.wl, plan.wr, _dl(plan.alibi), None,
-               None, None, None, None, None, None, None, None, None, None, qs, ks, plan.p, plan.seed, plan.offset,
-               None)
+               _dl(lse[:, :, qo:qo + n]), opts=plan.opts._replace(causal=causal, q_start=qs, k_start=ks),
+               alibi_slopes=_dl(plan.alibi))
 
 
 def _ring_forward(plan, q, k, v):
@@ -449,11 +456,11 @@ def _bwd_calls(plan, pieces, q, kt, vt, o, lse, dout, dq_acc, dkv, dsinks_acc=No
         dk = torch.empty(B, m, kt.shape[2], kt.shape[3], dtype=_f32)
         dv = torch.empty(B, m, vt.shape[2], vt.shape[3], dtype=_f32)
         sink_rows = ds is not None and diagonal
-        _C.backward(plan.ctx, _dl(dout[:, qo:qo + n]), _dl(dq), _dl(dk), _dl(dv), _dl(q[:, qo:qo + n]),
-                    _dl(kt[:, ko:ko + m]), _dl(vt[:, ko:ko + m]), _dl(o[:, qo:qo + n]), _dl(lse[:, :, qo:qo + n]),
-                    plan.scale, plan.softcap, causal, plan.wl, plan.wr, _dl(plan.alibi), None, None, None, None, None,
-                    None, None, None, None, None, None, qs, ks, plan.p, plan.seed, plan.offset, None,
-                    sinks=_dl(plan.sinks), dsinks=_dl(ds) if sink_rows else None)
+        _C.backward(plan.ctx, _dl(q[:, qo:qo + n]), _dl(kt[:, ko:ko + m]), _dl(vt[:, ko:ko + m]),
+                    _dl(o[:, qo:qo + n]), _dl(lse[:, :, qo:qo + n]),
+                    opts=plan.opts._replace(causal=causal, q_start=qs, k_start=ks), dout=_dl(dout[:, qo:qo + n]),
+                    dq=_dl(dq), dk=_dl(dk), dv=_dl(dv), alibi_slopes=_dl(plan.alibi), sinks=_dl(plan.sinks),
+                    dsinks=_dl(ds) if sink_rows else None)
         if sink_rows:
             dsinks_acc += ds.double()
         dq_acc[:, qo:qo + n] += dq
@@ -694,9 +701,9 @@ def ulysses_attention(q, k, v, *, group=None, causal=False, window=None, softcap
         hs = _HeadSlice.apply(sinks, plan) if plan.sinks_grad else _rank_heads(sinks.detach(), plan)
         hs = hs.to(_f32)
     t1 = time.perf_counter()
-    oh, _, _ = _attention(qh, kh, vh, None, None, alibi, None, None,
-                          (plan.scale, plan.softcap, _core.CAUSAL_BOTTOM_RIGHT if plan.causal else _core.CAUSAL_NONE,
-                           plan.wl, plan.wr, 0.0, 0, 0), False, need_lse=False, sinks=hs)
+    opts = plan.opts._replace(causal=_core.CAUSAL_BOTTOM_RIGHT if plan.causal else _core.CAUSAL_NONE, dropout_p=0.0,
+                              dropout_seed=0, dropout_offset=0)
+    oh, _, _ = _attention(qh, kh, vh, None, None, alibi, None, None, opts, False, need_lse=False, sinks=hs)
     t2 = time.perf_counter()
     o = _AllToAll.apply(oh, plan, False)
     t3 = time.perf_counter()
