@@ -134,7 +134,23 @@ enum {
     FA_KERNELS_TILES = 1u << 3,
     /* never chosen automatically, only by FLASHATTN_ARCH (a model of hardware, for tests) */
     FA_KERNELS_EXPLICIT = 1u << 4,
+    /* qk_small_i8/pv_small_i8 are this table's own: integer dot products (AVX-512-VNNI), or
+     * the reference itself. FA_PARAM_QUANT_MATMUL takes them only where this is set; a table
+     * that inherits the reference's scalar ones clears it (there the mode computes exactly,
+     * as the contract allows). */
+    FA_KERNELS_I8_DOT = 1u << 5,
 };
+
+/* The head dims up to which FA_PARAM_QUANT_MATMUL applies: int32 sums of D products of
+ * int8 codes (and of codes + 128, 255 * 127 * D) stay below 2^31 (docs/semantics.md, 11). */
+#define FA_QUANT_D_MAX 65536
+
+/* pv_small_i8 quantises a row's weights only when their maximum is at least this: above
+ * it 255 / wmax is finite (docs/semantics.md, 11); below, the row is computed exactly. */
+#define FA_PV_I8_WMIN 0x1p-100f
+
+/* The q8 rows of qk_small_i8: codes padded with zeros to whole 64-byte vectors. */
+static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
 
 typedef struct fa_kernels {
     const char *name;   /* what FLASHATTN_ARCH and fa_context_isa() call it */
@@ -287,6 +303,30 @@ typedef struct fa_kernels {
                      const void *const *vrow, int kv, const float *vscale, const float *alpha,
                      float *acc, int64_t ldacc);
 
+    /*
+     * FA_PARAM_QUANT_MATMUL's decode kernels over int8 K/V rows (docs/semantics.md, 11):
+     *
+     *   qk_small_i8: s[r][c] = float(sum_{x < d} q8[r][x] * k_c[x]) * (qscale[r] * kscale[c])
+     *     for r < rows, c < cols: the sum exact in int32 (d <= FA_QUANT_D_MAX), converted to
+     *     f32 to nearest, the scales' product rounded once, then the one product; so every
+     *     table gives the same bits. q8: rows of fa_q8_ld(d) codes at ldq8 apart (a multiple
+     *     of 64, 64-byte aligned), zero from d on; krow, kscale, s and lds as qk_small's.
+     *     fa_quant_row_i8 makes q8 and qscale.
+     *   pv_small_i8: per row r, w_c = s[r][c] * vscale[c], wmax = max_c w_c, ps = wmax / 255,
+     *     u_c = w_c * (255 / wmax) rounded to nearest even, clamped to [0, 255], and
+     *       acc[r][e] = fma(ps, float(sum_c u_c * v_c[e]), alpha[r] * acc[r][e])   (e < dv)
+     *     (alpha NULL = 1; the sum exact in int32). A row with wmax = 0 only scales. A row
+     *     whose w_c are not all finite and >= 0, or whose wmax is below FA_PV_I8_WMIN (where
+     *     255 / wmax would lose range), is computed by the reference's pv_small (f32, p = 0
+     *     skipped), so non-finite values propagate as the exact mode's do. Any 1 <= rows <=
+     *     FA_SMALL_ROWS, cols <= FA_SMALL_COLS.
+     */
+    void (*qk_small_i8)(int64_t rows, int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8, const float *qscale,
+                        const void *const *krow, const float *kscale, float *s, int64_t lds);
+    void (*pv_small_i8)(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+                        const void *const *vrow, const float *vscale, const float *alpha, float *acc,
+                        int64_t ldacc);
+
     /* Peak probes: run `iters` iterations of an unrolled, dependency-free loop of
      * the ISA's widest FMA (and bf16 dot product) and return the number of FLOPs
      * done; the core times them. probe_bf16 measures a native bf16 dot product
@@ -312,6 +352,13 @@ typedef struct fa_kernels {
  * present, the baseline the others are tested against, and the careful kernels
  * (its pv skips p == 0) the core falls back to on non-finite V. */
 extern const fa_kernels fa_kernels_ref;
+
+/* One row of n floats as int8 codes by the rule of docs/semantics.md, section 11 (the
+ * cache's, section 8): returns scale = max|x| / 127, writes code[x] = x * (1 / scale)
+ * rounded to nearest even and clamped to [-127, 127] for x < n, and 0 from n to
+ * fa_q8_ld(n). A zero row has scale 0; a row holding NaN or inf gets a NaN scale and
+ * codes 0. */
+float fa_quant_row_i8(const float *x, int64_t n, int8_t *code);
 
 /*
  * Table builders: each copies its parent's table into k (by calling the parent's

@@ -1,0 +1,281 @@
+/*
+ * avx512vnni_kernels.c: FA_PARAM_QUANT_MATMUL's decode kernels (kernels.h: qk_small_i8,
+ * pv_small_i8; docs/semantics.md, section 11) on AVX-512-VNNI's vpdpbusd, which adds to
+ * each int32 lane the four products of an unsigned byte quad and a signed one. Built
+ * with the avx512bf16 table's flags and -mavx512vnni: every CPU with AVX512_BF16 has
+ * VNNI, and that table's predicate asks for both.
+ *
+ *   qk_small_i8  vectors along x, as qk_small: each K row's 64-byte vectors feed one
+ *                vpdpbusd per query row. vpdpbusd multiplies unsigned by signed bytes,
+ *                and both q and K are signed, so K goes in as k + 128 (a byte's top bit
+ *                flipped, exact for every int8) and 128 * sum_x q8[r][x] comes off each
+ *                sum (int32 arithmetic wraps, so the intermediate may exceed 2^31 for
+ *                large d; the result is exact). The 16 lanes of each (row, key)
+ *                accumulator are summed by a transposing add tree for 16 keys at a time
+ *                (hsum16), then scaled in f32 in the contract's order.
+ *   pv_small_i8  the reduction runs along keys, so V is taken four keys at a time and
+ *                byte-interleaved (vpunpck: each dword holds the four keys' bytes of one
+ *                e), into a buffer of 32 keys (8 quads) x dv that stays in L1; then each
+ *                (row, e) int32 accumulator takes one vpdpbusd per quad with the row's
+ *                four u8 weights broadcast. The interleave leaves e permuted within each
+ *                64-byte block (dword j of lane L of vector k holds e = 16 L + 4 k + j);
+ *                the sums are put back in order (a 4 x 4 transpose of 128-bit lanes) when
+ *                they are scaled into acc.
+ * Both give the reference's bits: the integer sums are exact and the f32 steps are the
+ * contract's, in its order (vcvtps2dq rounds to nearest even, as nearbyintf does in the
+ * default rounding mode the library runs in).
+ */
+#include "avx512_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { I8_PF = 32, PV_CHUNK = 32, PV_EBIG = 512 };
+
+/* Lane i of the result: the sum of the 16 lanes of a[i]. 15 adds of unpacked pairs
+ * per level; int32 sums are exact in any order. */
+FA_AVX512_INLINE __m512i hsum16(const __m512i a[16])
+{
+    __m512i b[8], c[4], d[2];
+    for (int i = 0; i < 8; i++) /* lane L: x0+x2, y0+y2, x1+x3, y1+y3 (x = a[2i], y = a[2i+1]) */
+        b[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]),
+                                _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 4; i++) /* lane L: the lane-L sums of a[4i..4i+3] */
+        c[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(b[2 * i], b[2 * i + 1]),
+                                _mm512_unpackhi_epi64(b[2 * i], b[2 * i + 1]));
+    for (int i = 0; i < 2; i++) /* pairs of lanes added: [c0 l0+l1, c0 l2+l3, c1 l0+l1, c1 l2+l3] */
+        d[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0x88),
+                                _mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0xDD));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(d[0], d[1], 0x88), _mm512_shuffle_i32x4(d[0], d[1], 0xDD));
+}
+
+/* ------------------------------------------------------------------- q . k */
+
+FA_AVX512_INLINE void qk_i8_body(const int R, int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8,
+                                 const float *qscale, const void *const *krow, const float *kscale, float *s,
+                                 int64_t lds)
+{
+    const int64_t nv = fa_q8_ld(d) / 64;
+    const __mmask64 tail = d % 64 ? (__mmask64)((UINT64_C(1) << (d % 64)) - 1) : ~(__mmask64)0;
+    const __m512i flip = _mm512_set1_epi8((char)0x80), ones = _mm512_set1_epi8(1);
+    /* 128 * sum_x q8[r][x], what k + 128 adds */
+    __m512i corr[FA_SMALL_ROWS];
+    FA_AVX512_UNROLL
+    for (int r = 0; r < R; r++) {
+        __m512i t = _mm512_setzero_si512();
+        for (int64_t v = 0; v < nv; v++) t = _mm512_dpbusd_epi32(t, ones, _mm512_load_si512(q8 + r * ldq8 + 64 * v));
+        corr[r] = _mm512_set1_epi32(128 * _mm512_reduce_add_epi32(t));
+    }
+    _Alignas(64) int32_t part[FA_SMALL_ROWS][16][16];
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+        const int64_t nc = cols - c0 < 16 ? cols - c0 : 16;
+        for (int64_t c = 0; c < 16; c++) {
+            __m512i acc[FA_SMALL_ROWS];
+            FA_AVX512_UNROLL
+            for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
+            if (c < nc) {
+                const int8_t *k = krow[c0 + c];
+                if (c0 + c + I8_PF < cols) {
+                    const char *pf = krow[c0 + c + I8_PF];
+                    for (int64_t x = 0; x < d; x += 64) _mm_prefetch(pf + x, _MM_HINT_T0);
+                }
+                for (int64_t v = 0; v < nv; v++) {
+                    const __m512i kv = v + 1 < nv ? _mm512_loadu_si512(k + 64 * v) : _mm512_maskz_loadu_epi8(tail, k + 64 * v);
+                    const __m512i ku = _mm512_xor_si512(kv, flip);
+                    FA_AVX512_UNROLL
+                    for (int r = 0; r < R; r++)
+                        acc[r] = _mm512_dpbusd_epi32(acc[r], ku, _mm512_load_si512(q8 + r * ldq8 + 64 * v));
+                }
+            }
+            FA_AVX512_UNROLL
+            for (int r = 0; r < R; r++) _mm512_store_si512(part[r][c], acc[r]);
+        }
+        const __mmask16 m = fa_avx512_head_mask(nc);
+        const __m512 ks = _mm512_maskz_loadu_ps(m, kscale + c0);
+        FA_AVX512_UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m512i sum = _mm512_sub_epi32(hsum16((const __m512i *)part[r]), corr[r]);
+            const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(qscale[r]), ks);
+            _mm512_store_ps(s + r * lds + c0, _mm512_mul_ps(_mm512_cvtepi32_ps(sum), sc));
+        }
+    }
+}
+
+#define QK_I8_DEF(R)                                                                                                   \
+    static void qk_i8_##R(int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8, const float *qscale,                \
+                          const void *const *krow, const float *kscale, float *s, int64_t lds)                         \
+    {                                                                                                                  \
+        qk_i8_body(R, cols, d, q8, ldq8, qscale, krow, kscale, s, lds);                                                \
+    }
+QK_I8_DEF(1)
+QK_I8_DEF(2)
+QK_I8_DEF(3)
+QK_I8_DEF(4)
+QK_I8_DEF(5)
+QK_I8_DEF(6)
+QK_I8_DEF(7)
+QK_I8_DEF(8)
+
+void fa_avx512vnni_qk_small_i8(int64_t rows, int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8,
+                               const float *qscale, const void *const *krow, const float *kscale, float *s,
+                               int64_t lds)
+{
+    static void (*const fn[FA_SMALL_ROWS + 1])(int64_t, int64_t, const int8_t *, int64_t, const float *,
+                                               const void *const *, const float *, float *, int64_t) = {
+        NULL, qk_i8_1, qk_i8_2, qk_i8_3, qk_i8_4, qk_i8_5, qk_i8_6, qk_i8_7, qk_i8_8};
+    fn[rows](cols, d, q8, ldq8, qscale, krow, kscale, s, lds);
+}
+
+/* ------------------------------------------------------------------- p . v */
+
+/* Four keys' 64-byte V vectors at e0 (zero past dv, and for keys past cols: v == NULL)
+ * byte-interleaved into four dword vectors: out[k] lane L dword j = the four keys' e =
+ * e0 + 16 L + 4 k + j. */
+FA_AVX512_INLINE void interleave4(const int8_t *const v[4], int64_t e0, __mmask64 m, __m512i out[4])
+{
+    __m512i x[4];
+    for (int i = 0; i < 4; i++) x[i] = v[i] ? _mm512_maskz_loadu_epi8(m, v[i] + e0) : _mm512_setzero_si512();
+    const __m512i t0 = _mm512_unpacklo_epi8(x[0], x[1]), t1 = _mm512_unpackhi_epi8(x[0], x[1]);
+    const __m512i t2 = _mm512_unpacklo_epi8(x[2], x[3]), t3 = _mm512_unpackhi_epi8(x[2], x[3]);
+    out[0] = _mm512_unpacklo_epi16(t0, t2);
+    out[1] = _mm512_unpackhi_epi16(t0, t2);
+    out[2] = _mm512_unpacklo_epi16(t1, t3);
+    out[3] = _mm512_unpackhi_epi16(t1, t3);
+}
+
+/* isum[r][e] += sum over the nq quads of u[r][quad] . vp[quad][e] for R rows, e < ne (a
+ * multiple of 64), 4 vectors of e at a time in registers. */
+FA_AVX512_INLINE void pv_i8_rows(const int R, int64_t nq, int64_t ne, const uint8_t *u, int64_t ldu,
+                                 const int32_t *vp, int64_t ldvp, int32_t *isum, int64_t ldis)
+{
+    for (int64_t e = 0; e < ne; e += 64) {
+        __m512i acc[4][4];
+        FA_AVX512_UNROLL
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < 4; k++) acc[r][k] = _mm512_load_si512(isum + r * ldis + e + 16 * k);
+        for (int64_t qd = 0; qd < nq; qd++) {
+            const int32_t *vq = vp + qd * ldvp + e;
+            const __m512i v0 = _mm512_load_si512(vq), v1 = _mm512_load_si512(vq + 16);
+            const __m512i v2 = _mm512_load_si512(vq + 32), v3 = _mm512_load_si512(vq + 48);
+            FA_AVX512_UNROLL
+            for (int r = 0; r < R; r++) {
+                int32_t w;
+                memcpy(&w, u + r * ldu + 4 * qd, 4);
+                const __m512i b = _mm512_set1_epi32(w);
+                acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], b, v0);
+                acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], b, v1);
+                acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], b, v2);
+                acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], b, v3);
+            }
+        }
+        FA_AVX512_UNROLL
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < 4; k++) _mm512_store_si512(isum + r * ldis + e + 16 * k, acc[r][k]);
+    }
+}
+
+static void pv_i8_group(int rows, int64_t nq, int64_t ne, const uint8_t *u, int64_t ldu, const int32_t *vp,
+                        int64_t ldvp, int32_t *isum, int64_t ldis)
+{
+    switch (rows) {
+    case 1: pv_i8_rows(1, nq, ne, u, ldu, vp, ldvp, isum, ldis); break;
+    case 2: pv_i8_rows(2, nq, ne, u, ldu, vp, ldvp, isum, ldis); break;
+    case 3: pv_i8_rows(3, nq, ne, u, ldu, vp, ldvp, isum, ldis); break;
+    default: pv_i8_rows(4, nq, ne, u, ldu, vp, ldvp, isum, ldis); break;
+    }
+}
+
+/* Row kinds of one call (kernels.h's rule) */
+enum { PV_QUANT = 0, PV_ZERO = 1, PV_EXACT = 2 };
+
+void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+                               const void *const *vrow, const float *vscale, const float *alpha, float *acc,
+                               int64_t ldacc)
+{
+    enum { LDU = FA_SMALL_COLS + 64 };
+    _Alignas(64) uint8_t u[FA_SMALL_ROWS][LDU];
+    _Alignas(64) int32_t vp[PV_CHUNK / 4][PV_EBIG];
+    _Alignas(64) int32_t isum[FA_SMALL_ROWS][PV_EBIG];
+    float ps[FA_SMALL_ROWS];
+    int kind[FA_SMALL_ROWS];
+    const __m512 inf = _mm512_set1_ps(INFINITY), zero = _mm512_setzero_ps();
+
+    /* the weights: w = p * vs, checked, and as u8 codes (zero past cols, to whole quads) */
+    for (int64_t r = 0; r < rows; r++) {
+        const float *sr = s + r * lds;
+        __m512 mx = zero;
+        __mmask16 bad = 0;
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+            const __mmask16 m = fa_avx512_head_mask(cols - c0);
+            const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + c0), _mm512_maskz_loadu_ps(m, vscale + c0));
+            const __mmask16 ok = _mm512_cmp_ps_mask(w, zero, _CMP_GE_OQ) & _mm512_cmp_ps_mask(w, inf, _CMP_LT_OQ);
+            bad |= m & (__mmask16)~ok;
+            mx = _mm512_max_ps(mx, w);
+        }
+        const float wmax = _mm512_reduce_max_ps(mx);
+        kind[r] = bad || (wmax > 0.0f && wmax < FA_PV_I8_WMIN) ? PV_EXACT : wmax == 0.0f ? PV_ZERO : PV_QUANT;
+        memset(u[r], 0, LDU);
+        if (kind[r] != PV_QUANT) continue;
+        ps[r] = wmax / 255.0f;
+        const __m512 inv = _mm512_set1_ps(255.0f / wmax);
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+            const __mmask16 m = fa_avx512_head_mask(cols - c0);
+            const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + c0), _mm512_maskz_loadu_ps(m, vscale + c0));
+            const __m512i y = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w, inv)), _mm512_set1_epi32(255));
+            _mm_store_si128((__m128i *)(u[r] + c0), _mm512_cvtusepi32_epi8(y));
+        }
+    }
+
+    for (int64_t e0 = 0; e0 < dv; e0 += PV_EBIG) {
+        const int64_t ne = dv - e0 < PV_EBIG ? dv - e0 : PV_EBIG, nep = (ne + 63) / 64 * 64;
+        for (int64_t r = 0; r < rows; r++) memset(isum[r], 0, (size_t)nep * sizeof(int32_t));
+        for (int64_t c0 = 0; c0 < cols; c0 += PV_CHUNK) {
+            const int64_t nq = ((cols - c0 < PV_CHUNK ? cols - c0 : PV_CHUNK) + 3) / 4;
+            for (int64_t qd = 0; qd < nq; qd++) {
+                const int8_t *v4[4];
+                for (int i = 0; i < 4; i++) {
+                    const int64_t c = c0 + 4 * qd + i;
+                    v4[i] = c < cols ? (const int8_t *)vrow[c] + e0 : NULL;
+                }
+                for (int64_t e = 0; e < nep; e += 64) {
+                    const __mmask64 m =
+                        ne - e >= 64 ? ~(__mmask64)0 : (__mmask64)((UINT64_C(1) << (ne - e)) - 1);
+                    __m512i o[4];
+                    interleave4(v4, e, m, o);
+                    for (int k = 0; k < 4; k++) _mm512_store_si512(vp[qd] + e + 16 * k, o[k]);
+                }
+            }
+            for (int64_t r = 0; r < rows; r += 4)
+                pv_i8_group((int)(rows - r < 4 ? rows - r : 4), nq, nep, u[r] + c0, LDU, vp[0], PV_EBIG, isum[r],
+                            PV_EBIG);
+        }
+        /* acc = fma(ps, float(sum), alpha * acc), the sums back in e order */
+        for (int64_t r = 0; r < rows; r++) {
+            if (kind[r] == PV_EXACT) continue;
+            float *ar = acc + r * ldacc + e0;
+            const __m512 a = _mm512_set1_ps(alpha ? alpha[r] : 1.0f), p = _mm512_set1_ps(ps[r]);
+            for (int64_t e = 0; e < nep; e += 64) {
+                const int32_t *is = isum[r] + e;
+                const __m512i A0 = _mm512_load_si512(is), A1 = _mm512_load_si512(is + 16);
+                const __m512i A2 = _mm512_load_si512(is + 32), A3 = _mm512_load_si512(is + 48);
+                const __m512i T0 = _mm512_shuffle_i32x4(A0, A1, 0x44), T1 = _mm512_shuffle_i32x4(A0, A1, 0xEE);
+                const __m512i T2 = _mm512_shuffle_i32x4(A2, A3, 0x44), T3 = _mm512_shuffle_i32x4(A2, A3, 0xEE);
+                const __m512i N[4] = {_mm512_shuffle_i32x4(T0, T2, 0x88), _mm512_shuffle_i32x4(T0, T2, 0xDD),
+                                      _mm512_shuffle_i32x4(T1, T3, 0x88), _mm512_shuffle_i32x4(T1, T3, 0xDD)};
+                for (int k = 0; k < 4; k++) {
+                    const int64_t eo = e + 16 * k;
+                    if (eo >= ne) break;
+                    const __mmask16 m = fa_avx512_head_mask(ne - eo);
+                    const __m512 x = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m, ar + eo));
+                    const __m512 y = kind[r] == PV_ZERO ? x : _mm512_fmadd_ps(p, _mm512_cvtepi32_ps(N[k]), x);
+                    _mm512_mask_storeu_ps(ar + eo, m, y);
+                }
+            }
+        }
+    }
+    /* the rows the contract leaves to the exact kernel */
+    for (int64_t r = 0; r < rows; r++)
+        if (kind[r] == PV_EXACT)
+            fa_kernels_ref.pv_small(1, cols, dv, s + r * lds, lds, vrow, FA_KV_I8, vscale, alpha ? alpha + r : NULL,
+                                    acc + r * ldacc, ldacc);
+}
