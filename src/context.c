@@ -81,8 +81,8 @@ fa_status fa_context_create(fa_context **out)
                                                       : FA_F32_MATMUL_IEEE;
     const char *qm = getenv("FLASHATTN_QUANT_MATMUL");
     ctx->set.quant_matmul = !qm                     ? FA_QUANT_MATMUL_EXACT
-                            : strcmp(qm, "i8qk") == 0 ? FA_QUANT_MATMUL_I8QK
                             : strcmp(qm, "i8") == 0   ? FA_QUANT_MATMUL_I8
+                            : strcmp(qm, "i8x2") == 0 ? FA_QUANT_MATMUL_I8X2
                                                       : FA_QUANT_MATMUL_EXACT;
     fa_status st = fa_kernels_select(&ctx->kernels, ctx->error, sizeof ctx->error);
     if (st == FA_OK) st = apply_threads(ctx, 0);

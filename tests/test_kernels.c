@@ -1673,17 +1673,17 @@ static void test_small(void) {
  */
 static int same_or_nan(float a, float b) { return fbits(a) == fbits(b) || (isnan(a) && isnan(b)); }
 
-static void case_quant_row(int64_t n, int kind) {
+static void case_quant_row(int64_t n, int kind, int digits) {
     float *x = xmalloc(sizeof(float) * (size_t)n);
     const double sig = ldexp(1.0, (int)h_rng_int(&g_rng, -20, 20));
     for (int64_t i = 0; i < n; i++) x[i] = kind == 1 ? 0.0f : (float)(sig * h_rng_normal(&g_rng));
     if (kind == 2) x[h_rng_int(&g_rng, 0, n - 1)] = h_rng_uniform(&g_rng) < 0.5 ? NAN : -INFINITY;
     if (kind == 3) x[h_rng_int(&g_rng, 0, n - 1)] = (float)(127.5 * sig); /* ties around the max */
     const int64_t ld = (n + 63) / 64 * 64;
-    int8_t *code = xmalloc((size_t)ld + 64);
-    memset(code, 0x55, (size_t)ld + 64);
-    h_case("fa_quant_row_i8 n=%lld kind=%d", (long long)n, kind);
-    const float sc = fa_quant_row_i8(x, n, code);
+    int8_t *code = xmalloc((size_t)(digits * ld) + 64);
+    memset(code, 0x55, (size_t)(digits * ld) + 64);
+    h_case("fa_quant_row_i8 n=%lld kind=%d digits=%d", (long long)n, kind, digits);
+    const float sc = fa_quant_row_i8(x, n, digits, code);
     float amax = 0.0f;
     int finite = 1;
     for (int64_t i = 0; i < n; i++) {
@@ -1694,45 +1694,52 @@ static void case_quant_row(int64_t n, int kind) {
     CHECK(same_or_nan(sc, want), "scale %a, want %a", (double)sc, (double)want);
     int bad = 0;
     for (int64_t i = 0; i < ld; i++) {
-        int w = 0;
+        int w = 0, w2 = 0;
         if (i < n && finite && want > 0.0f) {
-            const float y = nearbyintf(x[i] * (1.0f / want));
-            w = y > 127.0f ? 127 : y < -127.0f ? -127 : (int)y;
+            const float y = x[i] * (1.0f / want), yr = nearbyintf(y);
+            w = yr > 127.0f ? 127 : yr < -127.0f ? -127 : (int)yr;
+            const float l = nearbyintf((y - (float)w) * 256.0f);
+            w2 = l > 127.0f ? 127 : l < -127.0f ? -127 : (int)l;
         }
         bad += code[i] != w;
+        if (digits == 2) bad += code[ld + i] != w2;
     }
-    for (int64_t i = ld; i < ld + 64; i++) bad += code[i] != 0x55;
+    for (int64_t i = digits * ld; i < digits * ld + 64; i++) bad += code[i] != 0x55;
     CHECK(bad == 0, "%d codes wrong (or written past fa_q8_ld(n))", bad);
     free(x), free(code);
 }
 
-static void case_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int layout, int mapping, int64_t lds) {
+static void case_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, int layout, int mapping,
+                             int64_t lds) {
     const int64_t ldq8 = (d + 63) / 64 * 64 + 64 * h_rng_int(&g_rng, 0, 1);
-    int8_t *q0 = xmalloc((size_t)(rows * ldq8));
+    int8_t *q0 = xmalloc((size_t)(rows * digits * ldq8));
     float qs0[FA_SMALL_ROWS];
     for (int64_t r = 0; r < rows; r++) {
-        for (int64_t x = 0; x < ldq8; x++) q0[r * ldq8 + x] = x < d ? (int8_t)h_rng_int(&g_rng, -127, 127) : 0;
+        for (int64_t x = 0; x < digits * ldq8; x++)
+            q0[r * digits * ldq8 + x] = x % ldq8 < d ? (int8_t)h_rng_int(&g_rng, -127, 127) : 0;
         const double u = h_rng_uniform(&g_rng);
         qs0[r] = u < 0.1 ? 0.0f : u < 0.15 ? NAN : (float)ldexp(h_rng_range(&g_rng, 0.5, 1.0), (int)h_rng_int(&g_rng, -20, 3));
     }
     if (d > 200) /* the largest sums: every code -127 in one row (and K's -128 where drawn) */
         for (int64_t x = 0; x < d; x++) q0[x] = -127;
-    ibuf qb = ib_dup(q0, (size_t)(rows * ldq8), 1), sb = ib_dup(qs0, sizeof(float) * (size_t)rows, 0);
+    ibuf qb = ib_dup(q0, (size_t)(rows * digits * ldq8), 1), sb = ib_dup(qs0, sizeof(float) * (size_t)rows, 0);
     kvpool k = kvp_make(FA_KV_I8, cols, d, layout, mapping, 0);
     for (int t = 0; t < g_ntab; t++) {
         const fa_kernels *kt = g_tab[t].k;
-        h_case("qk_small_i8 isa=%s rows=%lld cols=%lld d=%lld ldq8=%lld lds=%lld K %s, columns %s", kt->name,
-               (long long)rows, (long long)cols, (long long)d, (long long)ldq8, (long long)lds, KV_LAYOUT_STR[layout],
-               KV_MAP_STR[mapping]);
+        h_case("qk_small_i8 isa=%s rows=%lld cols=%lld d=%lld digits=%d ldq8=%lld lds=%lld K %s, columns %s",
+               kt->name, (long long)rows, (long long)cols, (long long)d, digits, (long long)ldq8, (long long)lds,
+               KV_LAYOUT_STR[layout], KV_MAP_STR[mapping]);
         obuf s = ob_alloc((size_t)(rows * lds) * 4);
-        kt->qk_small_i8(rows, cols, d, qb.p, ldq8, sb.p, kvp_ptrs(&k), kvp_scales(&k), obf(&s), lds);
+        kt->qk_small_i8(rows, cols, d, digits, qb.p, ldq8, sb.p, kvp_ptrs(&k), kvp_scales(&k), obf(&s), lds);
         int64_t bad = 0, touched = 0;
         for (int64_t r = 0; r < rows; r++) {
             for (int64_t c = 0; c < cols; c++) {
-                int64_t sum = 0;
+                int64_t sum[2] = {0, 0};
                 const int8_t *kr = kvp_ptrs(&k)[c];
-                for (int64_t x = 0; x < d; x++) sum += (int64_t)q0[r * ldq8 + x] * kr[x];
-                const float want = (float)sum * (qs0[r] * kvp_scales(&k)[c]);
+                for (int dg = 0; dg < digits; dg++)
+                    for (int64_t x = 0; x < d; x++) sum[dg] += (int64_t)q0[(r * digits + dg) * ldq8 + x] * kr[x];
+                const float dot = digits == 2 ? fmaf((float)sum[1], 0x1p-8f, (float)sum[0]) : (float)sum[0];
+                const float want = dot * (qs0[r] * kvp_scales(&k)[c]);
                 const float got = obf(&s)[r * lds + c];
                 if (!same_or_nan(got, want) && bad++ < 3)
                     printf("  (r %lld, c %lld): got %a want %a\n", (long long)r, (long long)c, (double)got, (double)want);
@@ -1751,8 +1758,8 @@ static void case_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int layout, 
 
 /* special: 0 none, 1 a NaN p, 2 a negative V scale, 3 an inf V scale, 4 tiny p (wmax
  * below FA_PV_I8_WMIN), 5 an all-zero row, 6 a NaN V scale at a p = 0 (masked) key */
-static void case_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int layout, int mapping, int64_t lds,
-                             int64_t ldacc, int alpha_mode, int special) {
+static void case_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, int layout, int mapping,
+                             int64_t lds, int64_t ldacc, int alpha_mode, int special) {
     float *p0 = xmalloc((size_t)(rows * lds) * 4);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < lds; c++)
@@ -1806,24 +1813,28 @@ static void case_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int layout,
                 wr[e] = a * wr[e];
                 continue;
             }
-            int64_t sum = 0;
+            int64_t hs = 0, ls = 0;
             for (int64_t c = 0; c < cols; c++) {
-                float y = nearbyintf(pr[c] * vs[c] * (255.0f / wmax));
-                if (y > 255.0f) y = 255.0f;
-                sum += (int64_t)y * ((const int8_t *)kvp_ptrs(&v)[c])[e];
+                /* one digit: y to nearest; two: floor(y) and the rest to nearest in 2^-8, each clamped */
+                const float y = pr[c] * vs[c] * (255.0f / wmax);
+                float h = digits == 2 ? floorf(y) : nearbyintf(y), l = nearbyintf((y - h) * 256.0f);
+                h = h > 255.0f ? 255.0f : h, l = l > 255.0f ? 255.0f : l;
+                hs += (int64_t)h * ((const int8_t *)kvp_ptrs(&v)[c])[e];
+                ls += (int64_t)l * ((const int8_t *)kvp_ptrs(&v)[c])[e];
             }
-            wr[e] = fmaf(wmax / 255.0f, (float)sum, a * wr[e]);
+            const float dot = digits == 2 ? fmaf((float)ls, 0x1p-8f, (float)hs) : (float)hs;
+            wr[e] = fmaf(wmax / 255.0f, dot, a * wr[e]);
         }
     }
     for (int t = 0; t < g_ntab; t++) {
         const fa_kernels *kt = g_tab[t].k;
-        h_case("pv_small_i8 isa=%s rows=%lld cols=%lld dv=%lld lds=%lld ldacc=%lld alpha=%s special=%d V %s, "
-               "columns %s",
-               kt->name, (long long)rows, (long long)cols, (long long)dv, (long long)lds, (long long)ldacc,
+        h_case("pv_small_i8 isa=%s rows=%lld cols=%lld dv=%lld digits=%d lds=%lld ldacc=%lld alpha=%s special=%d "
+               "V %s, columns %s",
+               kt->name, (long long)rows, (long long)cols, (long long)dv, digits, (long long)lds, (long long)ldacc,
                alpha0 ? "given" : "NULL", special, KV_LAYOUT_STR[layout], KV_MAP_STR[mapping]);
         obuf acc = ob_alloc((size_t)(rows * ldacc) * 4);
         memcpy(acc.p, acc0, (size_t)(rows * ldacc) * 4);
-        kt->pv_small_i8(rows, cols, dv, pb.p, lds, kvp_ptrs(&v), vs, alpha0 ? ab.p : NULL, obf(&acc), ldacc);
+        kt->pv_small_i8(rows, cols, dv, digits, pb.p, lds, kvp_ptrs(&v), vs, alpha0 ? ab.p : NULL, obf(&acc), ldacc);
         int64_t bad = 0;
         for (int64_t r = 0; r < rows; r++)
             for (int64_t e = 0; e < ldacc; e++) {
@@ -1845,7 +1856,7 @@ static void case_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int layout,
 
 static void test_small_i8(void) {
     for (int64_t n = 1; n <= 300; n += (n < 20 ? 1 : 37))
-        for (int kind = 0; kind < 4; kind++) case_quant_row(n, kind);
+        for (int kind = 0; kind < 4; kind++) case_quant_row(n, kind, 1 + kind % 2), case_quant_row(n, kind, 2 - kind % 2);
     static const int64_t dims[] = {1, 3, 17, 63, 64, 65, 100, 128, 130, 256, 576, 777};
     for (int64_t rows = 1; rows <= FA_SMALL_ROWS; rows++)
         for (int di = 0; di < NELEM(dims); di++) {
@@ -1854,17 +1865,21 @@ static void test_small_i8(void) {
             const int64_t cols = pick_size(&g_rng, SMALL_COLS_EDGE, NELEM(SMALL_COLS_EDGE), FA_SMALL_COLS);
             const int layout = (int)h_rng_int(&g_rng, 0, KV_LAYOUTS - 1), mapping = (int)h_rng_int(&g_rng, 0, KV_MAPS - 1);
             const int64_t lds = round16(cols) + 16 * h_rng_int(&g_rng, 0, 2);
-            case_qk_small_i8(rows, cols, d, layout, mapping, lds);
+            const int digits = 1 + (int)((rows + di) % 2);
+            case_qk_small_i8(rows, cols, d, digits, layout, mapping, lds);
             const int64_t dv = h_rng_uniform(&g_rng) < 0.7 ? d : dims[h_rng_int(&g_rng, 0, NELEM(dims) - 1)];
-            case_pv_small_i8(rows, cols, dv, layout, mapping, lds, round16(dv) + 16 * h_rng_int(&g_rng, 0, 1),
+            case_pv_small_i8(rows, cols, dv, 3 - digits, layout, mapping, lds, round16(dv) + 16 * h_rng_int(&g_rng, 0, 1),
                              h_rng_uniform(&g_rng) < 0.7, (int)(rows + di) % 7);
         }
-    for (int special = 0; special < 7; special++) {
-        case_pv_small_i8(8, 512, 128, 0, 3, 512, 128, 1, special);
-        case_pv_small_i8(3, 5, 1100, 1, 0, 16, 1104, special % 2, special);
+    for (int special = 0; special < 7; special++)
+        for (int digits = 1; digits <= 2; digits++) {
+            case_pv_small_i8(8, 512, 128, digits, 0, 3, 512, 128, 1, special);
+            case_pv_small_i8(3, 5, 1100, digits, 1, 0, 16, 1104, special % 2, special);
+        }
+    for (int digits = 1; digits <= 2; digits++) {
+        case_qk_small_i8(8, 512, 128, digits, 0, 3, 512);
+        case_qk_small_i8(4, 1, 2000, digits, 1, 0, 16);
     }
-    case_qk_small_i8(8, 512, 128, 0, 3, 512);
-    case_qk_small_i8(4, 1, 2000, 1, 0, 16);
 }
 
 /*

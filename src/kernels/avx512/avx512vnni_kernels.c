@@ -1,6 +1,6 @@
 /*
  * avx512vnni_kernels.c: FA_PARAM_QUANT_MATMUL's decode kernels (kernels.h: qk_small_i8,
- * pv_small_i8; docs/semantics.md, section 11) on AVX-512-VNNI's vpdpbusd, which adds to
+ * pv_small_i8, in one or two digits; docs/semantics.md, section 11) on AVX-512-VNNI's vpdpbusd, which adds to
  * each int32 lane the four products of an unsigned byte quad and a signed one. Built
  * with the avx512bf16 table's flags and -mavx512vnni: every CPU with AVX512_BF16 has
  * VNNI, and that table's predicate asks for both.
@@ -20,7 +20,8 @@
  *                four u8 weights broadcast. The interleave leaves e permuted within each
  *                64-byte block (dword j of lane L of vector k holds e = 16 L + 4 k + j);
  *                the sums are put back in order (a 4 x 4 transpose of 128-bit lanes) when
- *                they are scaled into acc.
+ *                they are scaled into acc. Two digits run the dot products twice over the
+ *                same K vectors and the same interleaved V.
  * Both give the reference's bits: the integer sums are exact and the f32 steps are the
  * contract's, in its order (vcvtps2dq rounds to nearest even, as nearbyintf does in the
  * default rounding mode the library runs in).
@@ -51,28 +52,31 @@ FA_AVX512_INLINE __m512i hsum16(const __m512i a[16])
 
 /* ------------------------------------------------------------------- q . k */
 
-FA_AVX512_INLINE void qk_i8_body(const int R, int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8,
+FA_AVX512_INLINE void qk_i8_body(const int R, const int T, int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8,
                                  const float *qscale, const void *const *krow, const float *kscale, float *s,
                                  int64_t lds)
 {
     const int64_t nv = fa_q8_ld(d) / 64;
     const __mmask64 tail = d % 64 ? (__mmask64)((UINT64_C(1) << (d % 64)) - 1) : ~(__mmask64)0;
     const __m512i flip = _mm512_set1_epi8((char)0x80), ones = _mm512_set1_epi8(1);
-    /* 128 * sum_x q8[r][x], what k + 128 adds */
-    __m512i corr[FA_SMALL_ROWS];
+    /* 128 * sum_x of each digit row: what k + 128 adds */
+    __m512i corr[FA_SMALL_ROWS][2];
     FA_AVX512_UNROLL
-    for (int r = 0; r < R; r++) {
-        __m512i t = _mm512_setzero_si512();
-        for (int64_t v = 0; v < nv; v++) t = _mm512_dpbusd_epi32(t, ones, _mm512_load_si512(q8 + r * ldq8 + 64 * v));
-        corr[r] = _mm512_set1_epi32(128 * _mm512_reduce_add_epi32(t));
-    }
-    _Alignas(64) int32_t part[FA_SMALL_ROWS][16][16];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) {
+            const int8_t *qr = q8 + (r * T + t) * ldq8;
+            __m512i z = _mm512_setzero_si512();
+            for (int64_t v = 0; v < nv; v++) z = _mm512_dpbusd_epi32(z, ones, _mm512_load_si512(qr + 64 * v));
+            corr[r][t] = _mm512_set1_epi32(128 * _mm512_reduce_add_epi32(z));
+        }
+    _Alignas(64) int32_t part[FA_SMALL_ROWS][2][16][16];
     for (int64_t c0 = 0; c0 < cols; c0 += 16) {
         const int64_t nc = cols - c0 < 16 ? cols - c0 : 16;
         for (int64_t c = 0; c < 16; c++) {
-            __m512i acc[FA_SMALL_ROWS];
+            __m512i acc[FA_SMALL_ROWS][2];
             FA_AVX512_UNROLL
-            for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
+            for (int r = 0; r < R; r++)
+                for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_si512();
             if (c < nc) {
                 const int8_t *k = krow[c0 + c];
                 if (c0 + c + I8_PF < cols) {
@@ -84,28 +88,37 @@ FA_AVX512_INLINE void qk_i8_body(const int R, int64_t cols, int64_t d, const int
                     const __m512i ku = _mm512_xor_si512(kv, flip);
                     FA_AVX512_UNROLL
                     for (int r = 0; r < R; r++)
-                        acc[r] = _mm512_dpbusd_epi32(acc[r], ku, _mm512_load_si512(q8 + r * ldq8 + 64 * v));
+                        for (int t = 0; t < T; t++)
+                            acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], ku, _mm512_load_si512(q8 + (r * T + t) * ldq8 + 64 * v));
                 }
             }
             FA_AVX512_UNROLL
-            for (int r = 0; r < R; r++) _mm512_store_si512(part[r][c], acc[r]);
+            for (int r = 0; r < R; r++)
+                for (int t = 0; t < T; t++) _mm512_store_si512(part[r][t][c], acc[r][t]);
         }
         const __mmask16 m = fa_avx512_head_mask(nc);
         const __m512 ks = _mm512_maskz_loadu_ps(m, kscale + c0);
         FA_AVX512_UNROLL
         for (int r = 0; r < R; r++) {
-            const __m512i sum = _mm512_sub_epi32(hsum16((const __m512i *)part[r]), corr[r]);
+            __m512 dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(hsum16((const __m512i *)part[r][0]), corr[r][0]));
+            if (T == 2) {
+                const __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(hsum16((const __m512i *)part[r][1]), corr[r][1]));
+                dot = _mm512_fmadd_ps(lo, _mm512_set1_ps(0x1p-8f), dot);
+            }
             const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(qscale[r]), ks);
-            _mm512_store_ps(s + r * lds + c0, _mm512_mul_ps(_mm512_cvtepi32_ps(sum), sc));
+            _mm512_store_ps(s + r * lds + c0, _mm512_mul_ps(dot, sc));
         }
     }
 }
 
 #define QK_I8_DEF(R)                                                                                                   \
-    static void qk_i8_##R(int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8, const float *qscale,                \
+    static void qk_i8_##R(int digits, int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8, const float *qscale,    \
                           const void *const *krow, const float *kscale, float *s, int64_t lds)                         \
     {                                                                                                                  \
-        qk_i8_body(R, cols, d, q8, ldq8, qscale, krow, kscale, s, lds);                                                \
+        if (digits == 2)                                                                                               \
+            qk_i8_body(R, 2, cols, d, q8, ldq8, qscale, krow, kscale, s, lds);                                         \
+        else                                                                                                           \
+            qk_i8_body(R, 1, cols, d, q8, ldq8, qscale, krow, kscale, s, lds);                                         \
     }
 QK_I8_DEF(1)
 QK_I8_DEF(2)
@@ -116,14 +129,14 @@ QK_I8_DEF(6)
 QK_I8_DEF(7)
 QK_I8_DEF(8)
 
-void fa_avx512vnni_qk_small_i8(int64_t rows, int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8,
+void fa_avx512vnni_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, const int8_t *q8, int64_t ldq8,
                                const float *qscale, const void *const *krow, const float *kscale, float *s,
                                int64_t lds)
 {
-    static void (*const fn[FA_SMALL_ROWS + 1])(int64_t, int64_t, const int8_t *, int64_t, const float *,
+    static void (*const fn[FA_SMALL_ROWS + 1])(int, int64_t, int64_t, const int8_t *, int64_t, const float *,
                                                const void *const *, const float *, float *, int64_t) = {
         NULL, qk_i8_1, qk_i8_2, qk_i8_3, qk_i8_4, qk_i8_5, qk_i8_6, qk_i8_7, qk_i8_8};
-    fn[rows](cols, d, q8, ldq8, qscale, krow, kscale, s, lds);
+    fn[rows](digits, cols, d, q8, ldq8, qscale, krow, kscale, s, lds);
 }
 
 /* ------------------------------------------------------------------- p . v */
@@ -185,17 +198,31 @@ static void pv_i8_group(int rows, int64_t nq, int64_t ne, const uint8_t *u, int6
     }
 }
 
+/* 64 sums in interleave4's order (dword j of lane L of vector k: e = 16 L + 4 k + j) as
+ * floats in e order: a 4 x 4 transpose of 128-bit lanes. */
+FA_AVX512_INLINE void unpermute(const int32_t *is, __m512 out[4])
+{
+    const __m512i A0 = _mm512_load_si512(is), A1 = _mm512_load_si512(is + 16);
+    const __m512i A2 = _mm512_load_si512(is + 32), A3 = _mm512_load_si512(is + 48);
+    const __m512i T0 = _mm512_shuffle_i32x4(A0, A1, 0x44), T1 = _mm512_shuffle_i32x4(A0, A1, 0xEE);
+    const __m512i T2 = _mm512_shuffle_i32x4(A2, A3, 0x44), T3 = _mm512_shuffle_i32x4(A2, A3, 0xEE);
+    out[0] = _mm512_cvtepi32_ps(_mm512_shuffle_i32x4(T0, T2, 0x88));
+    out[1] = _mm512_cvtepi32_ps(_mm512_shuffle_i32x4(T0, T2, 0xDD));
+    out[2] = _mm512_cvtepi32_ps(_mm512_shuffle_i32x4(T1, T3, 0x88));
+    out[3] = _mm512_cvtepi32_ps(_mm512_shuffle_i32x4(T1, T3, 0xDD));
+}
+
 /* Row kinds of one call (kernels.h's rule) */
 enum { PV_QUANT = 0, PV_ZERO = 1, PV_EXACT = 2 };
 
-void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
                                const void *const *vrow, const float *vscale, const float *alpha, float *acc,
                                int64_t ldacc)
 {
     enum { LDU = FA_SMALL_COLS + 64 };
-    _Alignas(64) uint8_t u[FA_SMALL_ROWS][LDU];
+    _Alignas(64) uint8_t u[2][FA_SMALL_ROWS][LDU]; /* the weights' digits */
     _Alignas(64) int32_t vp[PV_CHUNK / 4][PV_EBIG];
-    _Alignas(64) int32_t isum[FA_SMALL_ROWS][PV_EBIG];
+    _Alignas(64) int32_t isum[2][FA_SMALL_ROWS][PV_EBIG];
     float ps[FA_SMALL_ROWS];
     int kind[FA_SMALL_ROWS];
     const __m512 inf = _mm512_set1_ps(INFINITY), zero = _mm512_setzero_ps();
@@ -214,21 +241,31 @@ void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, const flo
         }
         const float wmax = _mm512_reduce_max_ps(mx);
         kind[r] = bad || (wmax > 0.0f && wmax < FA_PV_I8_WMIN) ? PV_EXACT : wmax == 0.0f ? PV_ZERO : PV_QUANT;
-        memset(u[r], 0, LDU);
+        memset(u[0][r], 0, LDU), memset(u[1][r], 0, LDU);
         if (kind[r] != PV_QUANT) continue;
         ps[r] = wmax / 255.0f;
-        const __m512 inv = _mm512_set1_ps(255.0f / wmax);
+        const __m512 inv = _mm512_set1_ps(255.0f / wmax), top = _mm512_set1_ps(255.0f);
         for (int64_t c0 = 0; c0 < cols; c0 += 16) {
             const __mmask16 m = fa_avx512_head_mask(cols - c0);
             const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + c0), _mm512_maskz_loadu_ps(m, vscale + c0));
-            const __m512i y = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w, inv)), _mm512_set1_epi32(255));
-            _mm_store_si128((__m128i *)(u[r] + c0), _mm512_cvtusepi32_epi8(y));
+            const __m512 y = _mm512_mul_ps(w, inv);
+            /* fa_u8_digits: nearest even (one digit), or floor and the residual's nearest in 2^-8 */
+            const __m512 h = digits == 2 ? _mm512_roundscale_ps(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                                         : _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            _mm_store_si128((__m128i *)(u[0][r] + c0), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(h, top))));
+            if (digits == 2) {
+                const __m512 l = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(y, h), _mm512_set1_ps(256.0f)),
+                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                _mm_store_si128((__m128i *)(u[1][r] + c0),
+                                _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(l, top))));
+            }
         }
     }
 
     for (int64_t e0 = 0; e0 < dv; e0 += PV_EBIG) {
         const int64_t ne = dv - e0 < PV_EBIG ? dv - e0 : PV_EBIG, nep = (ne + 63) / 64 * 64;
-        for (int64_t r = 0; r < rows; r++) memset(isum[r], 0, (size_t)nep * sizeof(int32_t));
+        for (int t = 0; t < digits; t++)
+            for (int64_t r = 0; r < rows; r++) memset(isum[t][r], 0, (size_t)nep * sizeof(int32_t));
         for (int64_t c0 = 0; c0 < cols; c0 += PV_CHUNK) {
             const int64_t nq = ((cols - c0 < PV_CHUNK ? cols - c0 : PV_CHUNK) + 3) / 4;
             for (int64_t qd = 0; qd < nq; qd++) {
@@ -245,9 +282,10 @@ void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, const flo
                     for (int k = 0; k < 4; k++) _mm512_store_si512(vp[qd] + e + 16 * k, o[k]);
                 }
             }
-            for (int64_t r = 0; r < rows; r += 4)
-                pv_i8_group((int)(rows - r < 4 ? rows - r : 4), nq, nep, u[r] + c0, LDU, vp[0], PV_EBIG, isum[r],
-                            PV_EBIG);
+            for (int t = 0; t < digits; t++)
+                for (int64_t r = 0; r < rows; r += 4)
+                    pv_i8_group((int)(rows - r < 4 ? rows - r : 4), nq, nep, u[t][r] + c0, LDU, vp[0], PV_EBIG,
+                                isum[t][r], PV_EBIG);
         }
         /* acc = fma(ps, float(sum), alpha * acc), the sums back in e order */
         for (int64_t r = 0; r < rows; r++) {
@@ -255,19 +293,19 @@ void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, const flo
             float *ar = acc + r * ldacc + e0;
             const __m512 a = _mm512_set1_ps(alpha ? alpha[r] : 1.0f), p = _mm512_set1_ps(ps[r]);
             for (int64_t e = 0; e < nep; e += 64) {
-                const int32_t *is = isum[r] + e;
-                const __m512i A0 = _mm512_load_si512(is), A1 = _mm512_load_si512(is + 16);
-                const __m512i A2 = _mm512_load_si512(is + 32), A3 = _mm512_load_si512(is + 48);
-                const __m512i T0 = _mm512_shuffle_i32x4(A0, A1, 0x44), T1 = _mm512_shuffle_i32x4(A0, A1, 0xEE);
-                const __m512i T2 = _mm512_shuffle_i32x4(A2, A3, 0x44), T3 = _mm512_shuffle_i32x4(A2, A3, 0xEE);
-                const __m512i N[4] = {_mm512_shuffle_i32x4(T0, T2, 0x88), _mm512_shuffle_i32x4(T0, T2, 0xDD),
-                                      _mm512_shuffle_i32x4(T1, T3, 0x88), _mm512_shuffle_i32x4(T1, T3, 0xDD)};
+                __m512 dot[4];
+                unpermute(isum[0][r] + e, dot);
+                if (digits == 2) {
+                    __m512 lo[4];
+                    unpermute(isum[1][r] + e, lo);
+                    for (int k = 0; k < 4; k++) dot[k] = _mm512_fmadd_ps(lo[k], _mm512_set1_ps(0x1p-8f), dot[k]);
+                }
                 for (int k = 0; k < 4; k++) {
                     const int64_t eo = e + 16 * k;
                     if (eo >= ne) break;
                     const __mmask16 m = fa_avx512_head_mask(ne - eo);
                     const __m512 x = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m, ar + eo));
-                    const __m512 y = kind[r] == PV_ZERO ? x : _mm512_fmadd_ps(p, _mm512_cvtepi32_ps(N[k]), x);
+                    const __m512 y = kind[r] == PV_ZERO ? x : _mm512_fmadd_ps(p, dot[k], x);
                     _mm512_mask_storeu_ps(ar + eo, m, y);
                 }
             }
