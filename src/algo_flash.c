@@ -804,7 +804,8 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     info->br = job.plan.br;
     info->bc = job.plan.bc;
     info->threads = nth;
-    info->path = job.bf16_dot ? "bf16-dot" : job.mm_terms == 3 ? "bf16x3" : job.mm_terms == 1 ? "bf16-of-f32" : "f32";
+    info->path = job.bf16_dot ? "bf16-dot" : job.mm_terms == 3 ? "bf16x3" : job.mm_terms == 1 ? "bf16-of-f32"
+                 : job.digits == 2 ? "i8x2" : job.digits == 1 ? "i8" : "f32";
     info->kv_splits = counts.max_split;
     return FA_OK;
 }

@@ -5,14 +5,17 @@
  * with the avx512bf16 table's flags and -mavx512vnni: every CPU with AVX512_BF16 has
  * VNNI, and that table's predicate asks for both.
  *
- *   qk_small_i8  vectors along x, as qk_small: each K row's 64-byte vectors feed one
- *                vpdpbusd per query row. vpdpbusd multiplies unsigned by signed bytes,
- *                and both q and K are signed, so K goes in as k + 128 (a byte's top bit
- *                flipped, exact for every int8) and 128 * sum_x q8[r][x] comes off each
- *                sum (int32 arithmetic wraps, so the intermediate may exceed 2^31 for
- *                large d; the result is exact). The 16 lanes of each (row, key)
- *                accumulator are summed by a transposing add tree for 16 keys at a time
- *                (hsum16), then scaled in f32 in the contract's order.
+ *   qk_small_i8  16 keys at a time, lanes along keys: each 64-byte vector of their K
+ *                rows is transposed as dwords (fa_avx512_transpose16), so vector j holds
+ *                bytes 4j..4j+3 of every key, and one vpdpbusd per query row and digit
+ *                takes it with that row's four q bytes broadcast; the 16 sums of a row
+ *                come out in one vector (no horizontal adds). vpdpbusd multiplies
+ *                unsigned by signed bytes, and both q and K are signed, so K goes in as
+ *                k + 128 (a byte's top bit flipped, exact for every int8) and 128 * sum_x
+ *                q8[r][x] comes off each sum (int32 arithmetic wraps, so an intermediate
+ *                may pass 2^31 for large d; the result is exact). The transpose (4 shuffles
+ *                per key and 64 bytes) is shared by the rows; it replaced per-(row, key)
+ *                accumulators summed by an add tree, which cost ~3 uops per score.
  *   pv_small_i8  the reduction runs along keys, so V is taken four keys at a time and
  *                byte-interleaved (vpunpck: each dword holds the four keys' bytes of one
  *                e), into a buffer of 32 keys (8 quads) x dv that stays in L1; then each
@@ -33,23 +36,6 @@
 
 enum { I8_PF = 32, PV_CHUNK = 32, PV_EBIG = 512 };
 
-/* Lane i of the result: the sum of the 16 lanes of a[i]. 15 adds of unpacked pairs
- * per level; int32 sums are exact in any order. */
-FA_AVX512_INLINE __m512i hsum16(const __m512i a[16])
-{
-    __m512i b[8], c[4], d[2];
-    for (int i = 0; i < 8; i++) /* lane L: x0+x2, y0+y2, x1+x3, y1+y3 (x = a[2i], y = a[2i+1]) */
-        b[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]),
-                                _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
-    for (int i = 0; i < 4; i++) /* lane L: the lane-L sums of a[4i..4i+3] */
-        c[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(b[2 * i], b[2 * i + 1]),
-                                _mm512_unpackhi_epi64(b[2 * i], b[2 * i + 1]));
-    for (int i = 0; i < 2; i++) /* pairs of lanes added: [c0 l0+l1, c0 l2+l3, c1 l0+l1, c1 l2+l3] */
-        d[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0x88),
-                                _mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0xDD));
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(d[0], d[1], 0x88), _mm512_shuffle_i32x4(d[0], d[1], 0xDD));
-}
-
 /* ------------------------------------------------------------------- q . k */
 
 FA_AVX512_INLINE void qk_i8_body(const int R, const int T, int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8,
@@ -69,42 +55,47 @@ FA_AVX512_INLINE void qk_i8_body(const int R, const int T, int64_t cols, int64_t
             for (int64_t v = 0; v < nv; v++) z = _mm512_dpbusd_epi32(z, ones, _mm512_load_si512(qr + 64 * v));
             corr[r][t] = _mm512_set1_epi32(128 * _mm512_reduce_add_epi32(z));
         }
-    _Alignas(64) int32_t part[FA_SMALL_ROWS][2][16][16];
+    _Alignas(64) __m512i kt[16];
     for (int64_t c0 = 0; c0 < cols; c0 += 16) {
         const int64_t nc = cols - c0 < 16 ? cols - c0 : 16;
-        for (int64_t c = 0; c < 16; c++) {
-            __m512i acc[FA_SMALL_ROWS][2];
-            FA_AVX512_UNROLL
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_si512();
-            if (c < nc) {
-                const int8_t *k = krow[c0 + c];
-                if (c0 + c + I8_PF < cols) {
-                    const char *pf = krow[c0 + c + I8_PF];
-                    for (int64_t x = 0; x < d; x += 64) _mm_prefetch(pf + x, _MM_HINT_T0);
-                }
-                for (int64_t v = 0; v < nv; v++) {
-                    const __m512i kv = v + 1 < nv ? _mm512_loadu_si512(k + 64 * v) : _mm512_maskz_loadu_epi8(tail, k + 64 * v);
-                    const __m512i ku = _mm512_xor_si512(kv, flip);
-                    FA_AVX512_UNROLL
-                    for (int r = 0; r < R; r++)
-                        for (int t = 0; t < T; t++)
-                            acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], ku, _mm512_load_si512(q8 + (r * T + t) * ldq8 + 64 * v));
-                }
+        for (int64_t c = c0 + I8_PF; c < c0 + I8_PF + 16 && c < cols; c++)
+            for (int64_t x = 0; x < d; x += 64) _mm_prefetch((const char *)krow[c] + x, _MM_HINT_T0);
+        __m512i acc[FA_SMALL_ROWS][2];
+        FA_AVX512_UNROLL
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_si512();
+        for (int64_t v = 0; v < nv; v++) {
+            /* 16 keys' 64-byte vectors transposed as dwords: kt[j] lane c = bytes 4j..4j+3 of key c,
+             * flipped to k + 128 (keys past cols read as zero: they add 128 * q, which corr takes off) */
+            const __mmask64 m = v + 1 < nv ? ~(__mmask64)0 : tail;
+            __m512 t16[16];
+            if (nc == 16 && v + 1 < nv)
+                for (int64_t c = 0; c < 16; c++) t16[c] = _mm512_loadu_ps((const int8_t *)krow[c0 + c] + 64 * v);
+            else
+                for (int64_t c = 0; c < 16; c++)
+                    t16[c] = _mm512_castsi512_ps(c < nc ? _mm512_maskz_loadu_epi8(m, (const int8_t *)krow[c0 + c] + 64 * v)
+                                                        : _mm512_setzero_si512());
+            fa_avx512_transpose16(t16);
+            for (int jj = 0; jj < 16; jj++) _mm512_store_si512(&kt[jj], _mm512_xor_si512(_mm512_castps_si512(t16[jj]), flip));
+            for (int jj = 0; jj < 16; jj++) {
+                const __m512i ku = _mm512_load_si512(&kt[jj]);
+                FA_AVX512_UNROLL
+                for (int r = 0; r < R; r++)
+                    for (int t = 0; t < T; t++) {
+                        int32_t qd;
+                        memcpy(&qd, q8 + (r * T + t) * ldq8 + 64 * v + 4 * jj, 4);
+                        acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], ku, _mm512_set1_epi32(qd));
+                    }
             }
-            FA_AVX512_UNROLL
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < T; t++) _mm512_store_si512(part[r][t][c], acc[r][t]);
         }
-        const __mmask16 m = fa_avx512_head_mask(nc);
-        const __m512 ks = _mm512_maskz_loadu_ps(m, kscale + c0);
+        const __mmask16 mk = fa_avx512_head_mask(nc);
+        const __m512 ks = _mm512_maskz_loadu_ps(mk, kscale + c0);
         FA_AVX512_UNROLL
         for (int r = 0; r < R; r++) {
-            __m512 dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(hsum16((const __m512i *)part[r][0]), corr[r][0]));
-            if (T == 2) {
-                const __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(hsum16((const __m512i *)part[r][1]), corr[r][1]));
-                dot = _mm512_fmadd_ps(lo, _mm512_set1_ps(0x1p-8f), dot);
-            }
+            __m512 dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][0], corr[r][0]));
+            if (T == 2)
+                dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][1], corr[r][1])),
+                                      _mm512_set1_ps(0x1p-8f), dot);
             const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(qscale[r]), ks);
             _mm512_store_ps(s + r * lds + c0, _mm512_mul_ps(dot, sc));
         }
