@@ -259,6 +259,10 @@ void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digit
             for (int64_t r = 0; r < rows; r++) memset(isum[t][r], 0, (size_t)nep * sizeof(int32_t));
         for (int64_t c0 = 0; c0 < cols; c0 += PV_CHUNK) {
             const int64_t nq = ((cols - c0 < PV_CHUNK ? cols - c0 : PV_CHUNK) + 3) / 4;
+            /* the next chunk's rows, as qk_small_i8 prefetches K's (a stream the hardware
+             * prefetchers do not see: rows a row of heads or a page apart) */
+            for (int64_t c = c0 + PV_CHUNK; c < c0 + 2 * PV_CHUNK && c < cols; c++)
+                for (int64_t e = 0; e < ne; e += 64) _mm_prefetch((const char *)vrow[c] + e0 + e, _MM_HINT_T0);
             for (int64_t qd = 0; qd < nq; qd++) {
                 const int8_t *v4[4];
                 for (int i = 0; i < 4; i++) {
