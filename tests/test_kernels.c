@@ -2405,6 +2405,7 @@ static const struct {
 } KNOWN_TABLES[] = {
     {"ref", NULL, "", FA_KERNELS_SMALL_ROWS | FA_KERNELS_I8_DOT},
     {"avx2", "ref", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
+    {"avx2vnni", "avx2", "qk_small_i8 pv_small_i8", FA_KERNELS_SMALL_ROWS | FA_KERNELS_I8_DOT},
     {"avx512", "avx2", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
     {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16 qk_small_i8 pv_small_i8",
      FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT | FA_KERNELS_I8_DOT},

@@ -277,7 +277,7 @@ static const double BOUND_O_OUTLIER[3] = {0, 4e-2, 2.5e-4}, BOUND_LSE_OUTLIER[3]
  * bits there, and is ignored (the exact bits) elsewhere. */
 static int mode_applies(void)
 {
-    static const char *const with[] = {"ref", "avx512bf16", "amx", "amx-model"};
+    static const char *const with[] = {"ref", "avx2vnni", "avx512bf16", "amx", "amx-model"};
     for (size_t i = 0; i < sizeof with / sizeof with[0]; i++)
         if (strcmp(fa_context_isa(g_ctx), with[i]) == 0) return 1;
     return 0;

@@ -7,7 +7,7 @@
  * predicate (FA_KERNELS_ISA below), one row in registry.c and one CMake line.
  *
  * Tables inherit, as BLIS's contexts do: each ISA's init function starts from
- * its parent's table (ref -> avx2 -> avx512 -> avx512bf16 -> amx; ref -> neon;
+ * its parent's table (ref -> avx2 -> avx512 -> avx512bf16 -> amx; avx2 -> avx2vnni; ref -> neon;
  * ref -> amx-model, the tile kernels on a software model of the tiles) and
  * overrides what it has, so NO entry is ever NULL and the core never checks
  * one. What an entry's presence used to say ("this ISA has a native bf16 dot

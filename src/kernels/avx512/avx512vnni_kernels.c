@@ -30,11 +30,14 @@
  * default rounding mode the library runs in).
  */
 #include "avx512_internal.h"
+#include "../i8_rows.h"
 
 #include <math.h>
 #include <string.h>
 
-enum { I8_PF = 32, PV_CHUNK = 32, PV_EBIG = 512 };
+/* PV_EBIG_LD: the rows of the sum and interleave buffers a cache line more than a
+ * multiple of 1 KB apart, so they do not fall into a few L1 sets */
+enum { I8_PF = 32, PV_CHUNK = 32, PV_EBIG = 512, PV_EBIG_LD = PV_EBIG + 16 };
 
 /* ------------------------------------------------------------------- q . k */
 
@@ -102,33 +105,8 @@ FA_AVX512_INLINE void qk_i8_body(const int R, const int T, int64_t cols, int64_t
     }
 }
 
-#define QK_I8_DEF(R)                                                                                                   \
-    static void qk_i8_##R(int digits, int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8, const float *qscale,    \
-                          const void *const *krow, const float *kscale, float *s, int64_t lds)                         \
-    {                                                                                                                  \
-        if (digits == 2)                                                                                               \
-            qk_i8_body(R, 2, cols, d, q8, ldq8, qscale, krow, kscale, s, lds);                                         \
-        else                                                                                                           \
-            qk_i8_body(R, 1, cols, d, q8, ldq8, qscale, krow, kscale, s, lds);                                         \
-    }
-QK_I8_DEF(1)
-QK_I8_DEF(2)
-QK_I8_DEF(3)
-QK_I8_DEF(4)
-QK_I8_DEF(5)
-QK_I8_DEF(6)
-QK_I8_DEF(7)
-QK_I8_DEF(8)
-
-void fa_avx512vnni_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, const int8_t *q8, int64_t ldq8,
-                               const float *qscale, const void *const *krow, const float *kscale, float *s,
-                               int64_t lds)
-{
-    static void (*const fn[FA_SMALL_ROWS + 1])(int, int64_t, int64_t, const int8_t *, int64_t, const float *,
-                                               const void *const *, const float *, float *, int64_t) = {
-        NULL, qk_i8_1, qk_i8_2, qk_i8_3, qk_i8_4, qk_i8_5, qk_i8_6, qk_i8_7, qk_i8_8};
-    fn[rows](digits, cols, d, q8, ldq8, qscale, krow, kscale, s, lds);
-}
+_Static_assert(FA_SMALL_ROWS == 8, "i8_rows.h makes one function per row count 1..8");
+FA_I8_QK_ENTRY(qk_i8_body, fa_avx512vnni_qk_small_i8)
 
 /* ------------------------------------------------------------------- p . v */
 
@@ -212,8 +190,8 @@ void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digit
 {
     enum { LDU = FA_SMALL_COLS + 64 };
     _Alignas(64) uint8_t u[2][FA_SMALL_ROWS][LDU]; /* the weights' digits */
-    _Alignas(64) int32_t vp[PV_CHUNK / 4][PV_EBIG];
-    _Alignas(64) int32_t isum[2][FA_SMALL_ROWS][PV_EBIG];
+    _Alignas(64) int32_t vp[PV_CHUNK / 4][PV_EBIG_LD];
+    _Alignas(64) int32_t isum[2][FA_SMALL_ROWS][PV_EBIG_LD];
     float ps[FA_SMALL_ROWS];
     int kind[FA_SMALL_ROWS];
     const __m512 inf = _mm512_set1_ps(INFINITY), zero = _mm512_setzero_ps();
@@ -279,8 +257,8 @@ void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digit
             }
             for (int t = 0; t < digits; t++)
                 for (int64_t r = 0; r < rows; r += 4)
-                    pv_i8_group((int)(rows - r < 4 ? rows - r : 4), nq, nep, u[t][r] + c0, LDU, vp[0], PV_EBIG,
-                                isum[t][r], PV_EBIG);
+                    pv_i8_group((int)(rows - r < 4 ? rows - r : 4), nq, nep, u[t][r] + c0, LDU, vp[0], PV_EBIG_LD,
+                                isum[t][r], PV_EBIG_LD);
         }
         /* acc = fma(ps, float(sum), alpha * acc), the sums back in e order */
         for (int64_t r = 0; r < rows; r++) {
