@@ -179,6 +179,13 @@ typedef enum fa_param {
                                       hi.hi + hi.lo + lo.hi; ~fp32 accuracy), 2 = bf16 (one product of
                                       the bf16-rounded operands); never the default. Default from
                                       FLASHATTN_F32_MATMUL=ieee|bf16x3|bf16 (docs/semantics.md, 5) */
+    FA_PARAM_QUANT_MATMUL = 10,    /* forward products on int8 codes (docs/semantics.md, 11): 0 = exact
+                                      (default), 1 = i8 (q.k as int8 x int8, P.V as u8 P x int8 V, int32
+                                      sums), 2 = i8x2 (the same with two int8 digits per q and P value,
+                                      ~100x more accurate); never the default; taken today by the decode
+                                      path over int8 caches, elsewhere ignored; fa_backward refuses a
+                                      context where it is not 0. Default from
+                                      FLASHATTN_QUANT_MATMUL=exact|i8|i8x2 */
     FA_PARAM_LAST_ALGO = 100,      /* read-only: the fa_algo the last successful call ran */
     FA_PARAM_LAST_EXTRA_BYTES = 101, /* read-only: peak bytes the last successful call allocated */
     FA_PARAM_LAST_TILE_Q = 102,    /* read-only: query rows per tile the last flash call used (0 otherwise) */

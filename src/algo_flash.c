@@ -56,6 +56,8 @@ typedef struct {
     int64_t lds;        /* small-row score tiles: round_up(bc, FA_ROW_ALIGN) */
     int small;          /* the kernels have the small-row path and tiles fit it */
     int64_t stacks_max; /* small-row path: head stacks one task may hold */
+    int digits;         /* small-row path, int8 K/V: FA_PARAM_QUANT_MATMUL's int8 digits (1 i8, 2 i8x2) where
+                         * the table has the kernels, else 0 (exact) */
     fa_task *items;     /* tasks, most expensive first */
     int64_t n_items;
     int64_t *merges;    /* indices into items of split 0 of every split unit */
@@ -84,6 +86,8 @@ typedef struct {
     int32_t *lo, *hi;     /* (br_pad) tile-relative band of each row */
     const void **kp, **vp; /* (bc) small path: K/V row pointers */
     float *ks, *vs;        /* (bc) small path: their int8 scales */
+    int8_t *q8;            /* small path, int8 products: (stack, FA_SMALL_ROWS, digits, fa_q8_ld(D)) Q codes */
+    float *q8s;            /* (stack, FA_SMALL_ROWS) their scales */
     /* bf16 dot-product path only (and f32 as bf16 products: q16, k16, v16 then hold
      * the split rows, below) */
     uint16_t *q16, *qt2, *k16, *v16;
@@ -131,6 +135,8 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->vp, bc * (int64_t)sizeof(void *)},
         {(void **)&sc->ks, bc * 4},
         {(void **)&sc->vs, bc * 4},
+        {(void **)&sc->q8, fa_bytes3(qt_rows * job->digits, fa_q8_ld(D), 1)},
+        {(void **)&sc->q8s, job->digits ? qt_rows * 4 : 0},
         {(void **)&sc->q16, b16 ? fa_bytes3(mm ? T * bp : br, D, 2) : 0},
         {(void **)&sc->qt2, b16 ? fa_bytes3((T * D + 1) / 2 * 2, bp, 2) : 0},
         /* a pack step may take one row more than a tile (kv.h: its rows start even) */
@@ -210,8 +216,12 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
     const int64_t ng = it->ng, rows = n * ng, nkv = it->nkv;
     const int elementwise = fa_problem_has_elementwise(s);
     const int kvt = fa_kv_type(s->k.dtype);
+    /* FA_PARAM_QUANT_MATMUL (docs/semantics.md, 11): both products on int8 digits */
+    const int q8 = kvt == FA_KV_I8 ? job->digits : 0;
+    const int64_t ldq8 = fa_q8_ld(D);
     /* stack k: heads h0 + k*ng .., state at these offsets */
 #define STACK_Q(k) (sc->qt + (k) * FA_SMALL_ROWS * D)
+#define STACK_Q8(k) (sc->q8 + (k) * FA_SMALL_ROWS * q8 * ldq8)
 #define STACK_ACC(k) (sc->acc + (k) * FA_SMALL_ROWS * ldacc)
 #define STACK_M(k) (sc->m + (k) * FA_ROW_ALIGN)
 #define STACK_L(k) (sc->l + (k) * FA_ROW_ALIGN)
@@ -224,6 +234,8 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             for (int64_t r = 0; r < n; r++)
                 for (int64_t x = 0; x < D; x++) STACK_Q(k)[(g * n + r) * D + x] = p->scale * q[r * ldq + x];
         }
+        for (int64_t r = 0; q8 && r < rows; r++)
+            sc->q8s[k * FA_SMALL_ROWS + r] = fa_quant_row_i8(STACK_Q(k) + r * D, D, q8, STACK_Q8(k) + r * q8 * ldq8);
         for (int64_t r = 0; r < rows; r++) {
             STACK_M(k)[r] = -INFINITY;
             STACK_L(k)[r] = 0.0f;
@@ -253,7 +265,11 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             const void *const *vrow = s->v_in_k ? sc->kp : sc->vp;
             const float *vscale = s->v_in_k ? sc->ks : sc->vs;
             double t0 = fa_phase_start(job->phases);
-            kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
+            if (q8)
+                kern->qk_small_i8(rows, cols, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, sc->kp, sc->ks,
+                                  sc->st, lds);
+            else
+                kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
             t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
             if (elementwise)
                 for (int64_t g = 0; g < ng; g++)
@@ -266,7 +282,9 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             const fa_kernels *pk =
                 partial && kern != &fa_kernels_ref && !fa_kv_rows_finite(vrow, kvt, vscale, cols, Dv) ? &fa_kernels_ref
                                                                                                  : kern;
-            if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
+            if (Dv > 0 && q8)
+                pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, vrow, vscale, STACK_ALPHA(k), STACK_ACC(k), ldacc);
+            else if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
                 pk->pv_small(rows, cols, Dv, sc->st, lds, vrow, kvt, s->quant ? vscale : NULL, STACK_ALPHA(k),
                              STACK_ACC(k), ldacc);
             fa_phase_mark(job->phases, FA_PH_P, t0);
@@ -275,6 +293,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
     for (int64_t k = 0; k < nkv; k++)
         finish_rows(job, s, it, it->h0 + k * ng, i0, n, ng, STACK_M(k), STACK_L(k), STACK_ACC(k), k * rows);
 #undef STACK_Q
+#undef STACK_Q8
 #undef STACK_ACC
 #undef STACK_M
 #undef STACK_L
@@ -697,6 +716,11 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     job->lds = round16(job->plan.bc);
     /* decoding takes no dropout: the small-row loop leaves it to the wide one */
     job->small = (ctx->kernels->flags & FA_KERNELS_SMALL_ROWS) && job->plan.bc <= FA_SMALL_COLS && !p->drop.on;
+    /* int8 products: opt-in, int8 caches, where the table has its own kernels (tasks on
+     * other key types ignore it) */
+    job->digits = job->small && p->quant && (ctx->kernels->flags & FA_KERNELS_I8_DOT) && p->D <= FA_QUANT_D_MAX
+                      ? (int)ctx->set.quant_matmul
+                      : 0;
     /* stacks one small-row task may hold: their Q rows, accumulators and softmax
      * state within 256 KiB, a share of L2 */
     job->stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job->ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
@@ -780,7 +804,8 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     info->br = job.plan.br;
     info->bc = job.plan.bc;
     info->threads = nth;
-    info->path = job.bf16_dot ? "bf16-dot" : job.mm_terms == 3 ? "bf16x3" : job.mm_terms == 1 ? "bf16-of-f32" : "f32";
+    info->path = job.bf16_dot ? "bf16-dot" : job.mm_terms == 3 ? "bf16x3" : job.mm_terms == 1 ? "bf16-of-f32"
+                 : job.digits == 2 ? "i8x2" : job.digits == 1 ? "i8" : "f32";
     info->kv_splits = counts.max_split;
     return FA_OK;
 }

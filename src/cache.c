@@ -344,10 +344,7 @@ static int8_t quant_code(fa_dtype d, float y)
 {
     if (d == FA_DTYPE_F8E4M3) return (int8_t)fa_f32_to_e4m3(y);
     if (d == FA_DTYPE_F8E5M2) return (int8_t)fa_f32_to_e5m2(y);
-    float qv = nearbyintf(y);
-    if (!(qv >= -127.0f)) qv = -127.0f; /* also NaN: its scale carries the NaN */
-    if (qv > 127.0f) qv = 127.0f;
-    return (int8_t)qv;
+    return fa_f32_to_i8(y);
 }
 
 /* One row x of dim values into the cache slot (at, hk): rounded to a float cache's

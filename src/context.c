@@ -93,6 +93,11 @@ fa_status fa_context_create(fa_context **out)
                           : strcmp(mm, "bf16x3") == 0 ? FA_F32_MATMUL_BF16X3
                           : strcmp(mm, "bf16") == 0   ? FA_F32_MATMUL_BF16
                                                       : FA_F32_MATMUL_IEEE;
+    const char *qm = getenv("FLASHATTN_QUANT_MATMUL");
+    ctx->set.quant_matmul = !qm                     ? FA_QUANT_MATMUL_EXACT
+                            : strcmp(qm, "i8") == 0   ? FA_QUANT_MATMUL_I8
+                            : strcmp(qm, "i8x2") == 0 ? FA_QUANT_MATMUL_I8X2
+                                                      : FA_QUANT_MATMUL_EXACT;
     fa_status st = fa_kernels_select(&ctx->kernels, ctx->error, sizeof ctx->error);
     if (st == FA_OK) st = apply_pool(ctx, 0, NULL, NULL);
     if (st != FA_OK) {

@@ -40,10 +40,14 @@ typedef struct fa_tune_key {
     X(FA_PARAM_BF16_DOT, bf16_dot, 0, 2)          /* 0 auto, 1 on, 2 off */                  \
     X(FA_PARAM_KV_SPLITS, kv_splits, 0, FA_MAX_KV_SPLITS) /* 0 = planned */                  \
     X(FA_PARAM_KV_PACK, kv_pack, 0, 2)            /* 0 auto, 1 never, 2 wherever shared */ \
-    X(FA_PARAM_F32_MATMUL, f32_matmul, 0, 2)      /* FA_F32_MATMUL_*: 0 ieee, 1 bf16x3, 2 bf16 */
+    X(FA_PARAM_F32_MATMUL, f32_matmul, 0, 2)      /* FA_F32_MATMUL_*: 0 ieee, 1 bf16x3, 2 bf16 */ \
+    X(FA_PARAM_QUANT_MATMUL, quant_matmul, 0, 2)  /* FA_QUANT_MATMUL_*: 0 exact, 1 i8, 2 i8x2 */
 
 /* FA_PARAM_F32_MATMUL's values. */
 enum { FA_F32_MATMUL_IEEE = 0, FA_F32_MATMUL_BF16X3 = 1, FA_F32_MATMUL_BF16 = 2 };
+
+/* FA_PARAM_QUANT_MATMUL's values (docs/semantics.md, 11): the int8 digits of each operand. */
+enum { FA_QUANT_MATMUL_EXACT = 0, FA_QUANT_MATMUL_I8 = 1, FA_QUANT_MATMUL_I8X2 = 2 };
 
 typedef struct fa_settings {
 #define FA_SETTING_FIELD(param, field, lo, hi) int64_t field;

@@ -1,6 +1,6 @@
 /*
  * amx_hw_probe.c: the real tile instructions for test_amx_model, the only file of
- * it built with -mamx-tile -mamx-bf16 (x86-64 only). amx_hw_available() must say
+ * it built with -mamx-tile -mamx-bf16 -mamx-int8 (x86-64 only). amx_hw_available() must say
  * yes before anything else here runs: it checks CPUID, XCR0 and asks Linux for the
  * tile data permission.
  */
@@ -45,6 +45,35 @@ int amx_hw_available(char *why, size_t n)
     }
     snprintf(why, n, "AMX-TILE and AMX-BF16, XCR0 tiles on, permission granted");
     return 1;
+}
+
+int amx_hw_int8_available(char *why, size_t n)
+{
+    if (!amx_hw_available(why, n)) return 0;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 25))) {
+        snprintf(why, n, "CPUID says no AMX-INT8 (leaf 7 EDX = %#x)", d);
+        return 0;
+    }
+    snprintf(why, n, "AMX-INT8, XCR0 tiles on, permission granted");
+    return 1;
+}
+
+void amx_hw_dpbxxd(int variant, const void *cfg64, void *c, size_t ldc, const void *a, size_t lda, const void *b,
+                   size_t ldb)
+{
+    _tile_loadconfig(cfg64);
+    _tile_loadd(0, c, ldc);
+    _tile_loadd(1, a, lda);
+    _tile_loadd(2, b, ldb);
+    switch (variant) { /* the tile numbers are immediates */
+    case 0: _tile_dpbssd(0, 1, 2); break;
+    case 1: _tile_dpbsud(0, 1, 2); break;
+    case 2: _tile_dpbusd(0, 1, 2); break;
+    default: _tile_dpbuud(0, 1, 2); break;
+    }
+    _tile_stored(0, c, ldc);
+    _tile_release();
 }
 
 /* tmm0 = C, tmm1 = A, tmm2 = B, as the model's tests lay them out */

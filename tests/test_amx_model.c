@@ -15,6 +15,11 @@
  *                 on random, edge, near-FTZ, near-overflow and exponent-gap inputs
  *   hardware      random and edge inputs through the real instructions and the model,
  *                 bit for bit (x86-64 with AMX only; otherwise says why, counts nothing)
+ *   int8          TDPBSSD/TDPBSUD/TDPBUSD/TDPBUUD on hand-computed values (sign
+ *                 extension, wrap-around modulo 2^32) and on random ones against a
+ *                 transcription in int64 here, their operand checks; with --int8-hw
+ *                 only: the four on the tiles against the model, bit for bit (exit 77
+ *                 where the CPU, the OS or the build has no AMX-INT8)
  *
  * The program links amx_model.c alone (not the library), so it stands apart from the
  * kernels. It keeps its own CHECK and prints "N passed, N failed" as harness.h does.
@@ -436,6 +441,123 @@ static void test_dp(void)
             bad += c[m][n] != (float)want;
         }
     CHECK(bad == 0, "%d of 256 elements wrong", bad);
+}
+
+/* ---------------------------------------------------------------- int8 */
+
+static uint64_t rnd(void);
+
+static const char *const dp8_names[4] = {"tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud"};
+
+/* The model's variant v (0 ssd, 1 sud, 2 usd, 3 uud) on row-major buffers (strides 64). */
+static void model_dp8(int v, const fa_tilecfg *cfg, void *c, const void *a, const void *b)
+{
+    fa_tm_loadconfig(cfg);
+    fa_tm_loadd(0, c, 64);
+    fa_tm_loadd(1, a, 64);
+    fa_tm_loadd(2, b, 64);
+    if (v == 0) fa_tm_dpbssd(0, 1, 2);
+    if (v == 1) fa_tm_dpbsud(0, 1, 2);
+    if (v == 2) fa_tm_dpbusd(0, 1, 2);
+    if (v == 3) fa_tm_dpbuud(0, 1, 2);
+    fa_tm_stored(0, c, 64);
+    fa_tm_release();
+}
+
+/* The SDM's sum for element (m, n), written here in int64 and reduced modulo 2^32. */
+static uint32_t dp8_want(int v, uint32_t c, int K, uint8_t a[16][64], int m, uint8_t b[16][64], int n)
+{
+    int64_t sum = 0;
+    for (int k = 0; k < K; k++)
+        for (int i = 0; i < 4; i++) {
+            const int64_t x = v < 2 ? (int8_t)a[m][4 * k + i] : a[m][4 * k + i];
+            const int64_t y = v % 2 == 0 ? (int8_t)b[k][4 * n + i] : b[k][4 * n + i];
+            sum += x * y;
+        }
+    return (uint32_t)((uint64_t)c + (uint64_t)sum);
+}
+
+static void test_int8(void)
+{
+    /* One k-quad, bytes (0x80, 0x7f, 0xff, 0x02) . (0x80, 0x80, 0xff, 0x03), by hand:
+     *   ssd: (-128)(-128) + 127(-128) + (-1)(-1) + 2*3 = 16384 - 16256 + 1 + 6 = 135
+     *   sud: (-128)128 + 127*128 + (-1)255 + 6 = -16384 + 16256 - 255 + 6 = -377
+     *   usd: 128(-128) + 127(-128) + 255(-1) + 6 = -16384 - 16256 - 255 + 6 = -32889
+     *   uud: 128*128 + 127*128 + 255*255 + 6 = 16384 + 16256 + 65025 + 6 = 97671 */
+    static const int32_t want1[4] = {135, -377, -32889, 97671};
+    static uint8_t a[16][64], b[16][64];
+    static uint32_t c[16][16];
+    for (int v = 0; v < 4; v++) {
+        g_case = dp8_names[v];
+        memset(a, 0, sizeof a), memset(b, 0, sizeof b), memset(c, 0, sizeof c);
+        a[0][0] = 0x80, a[0][1] = 0x7f, a[0][2] = 0xff, a[0][3] = 0x02;
+        b[0][0] = 0x80, b[0][1] = 0x80, b[0][2] = 0xff, b[0][3] = 0x03;
+        c[0][0] = 1000;
+        fa_tm_clear_faults();
+        const fa_tilecfg cfg = dp_cfg(1, 1, 1);
+        model_dp8(v, &cfg, c, a, b);
+        CHECK(fa_tm_faults() == 0 && c[0][0] == (uint32_t)(1000 + want1[v]), "%s: got %d want %d (faults %#x)",
+              dp8_names[v], (int32_t)c[0][0], 1000 + want1[v], fa_tm_faults());
+        /* wrap-around: C = INT32_MAX plus 135 (ssd) wraps to INT32_MIN + 134, nothing saturates */
+        c[0][0] = 0x7fffffffu;
+        model_dp8(v, &cfg, c, a, b);
+        CHECK(c[0][0] == (uint32_t)(0x7fffffffu + (uint32_t)want1[v]), "%s wrap: got %#x", dp8_names[v], c[0][0]);
+    }
+    /* the largest sums: 16 quads of 0x80 * 0x80 (ssd 16384 each, 64 products = 2^20) into
+     * C = 2^31 - 2^20: exactly 2^31, read as INT32_MIN */
+    g_case = "tdpbssd full K to 2^31";
+    memset(a, 0x80, sizeof a), memset(b, 0x80, sizeof b), memset(c, 0, sizeof c);
+    c[3][5] = 0x7ff00000u;
+    const fa_tilecfg full = dp_cfg(16, 16, 16);
+    model_dp8(0, &full, c, a, b);
+    CHECK(c[3][5] == 0x80000000u && c[0][0] == 0x00100000u, "got %#x and %#x", c[3][5], c[0][0]);
+
+    /* random shapes and bytes against the int64 transcription, every element; the C
+     * values are random too, so the sums wrap often */
+    for (int v = 0; v < 4; v++) {
+        g_case = dp8_names[v];
+        int bad = 0;
+        for (int it = 0; it < 60; it++) {
+            const int M = 1 + (int)(rnd() % 16), K = 1 + (int)(rnd() % 16), N = 1 + (int)(rnd() % 16);
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 64; j++) a[i][j] = (uint8_t)rnd(), b[i][j] = (uint8_t)rnd();
+            static uint32_t c0[16][16];
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 16; j++) c0[i][j] = (uint32_t)rnd();
+            memcpy(c, c0, sizeof c);
+            const fa_tilecfg cfg = dp_cfg(M, K, N);
+            fa_tm_clear_faults();
+            model_dp8(v, &cfg, c, a, b);
+            bad += fa_tm_faults() != 0;
+            for (int m = 0; m < 16; m++)
+                for (int n = 0; n < 16; n++)
+                    bad += c[m][n] != (m < M && n < N ? dp8_want(v, c0[m][n], K, a, m, b, n) : c0[m][n]); /* outside: not stored */
+        }
+        CHECK(bad == 0, "%s: %d elements (or faults) wrong over 60 random products", dp8_names[v], bad);
+    }
+
+    /* operands that do not chain: refused, C unchanged */
+    g_case = "tdpbssd operand checks";
+    fa_tilecfg bad = dp_cfg(4, 4, 4);
+    cfg_set(&bad, 2, 3, 16); /* B has 3 rows, A's colsb / 4 is 4 */
+    fa_tm_clear_faults();
+    fa_tm_loadconfig(&bad);
+    static uint32_t cc[16][16];
+    for (int i = 0; i < 16; i++) cc[0][i] = 0x5a5a5a5au;
+    fa_tm_loadd(0, cc, 64);
+    fa_tm_dpbssd(0, 1, 2);
+    CHECK(fa_tm_faults() == FA_TM_FAULT_SHAPE, "faults %#x", fa_tm_faults());
+    fa_tm_clear_faults();
+    fa_tm_dpbuud(0, 0, 2); /* C == A */
+    CHECK(fa_tm_faults() == FA_TM_FAULT_SHAPE, "C == A: faults %#x", fa_tm_faults());
+    memset(cc, 0, sizeof cc);
+    fa_tm_stored(0, cc, 64);
+    CHECK(cc[0][0] == 0x5a5a5a5au && cc[0][3] == 0x5a5a5a5au, "C changed: %#x", cc[0][0]);
+    fa_tm_release();
+    fa_tm_clear_faults();
+    fa_tm_dpbsud(0, 1, 2);
+    CHECK(fa_tm_faults() == FA_TM_FAULT_UNCONFIGURED, "unconfigured: faults %#x", fa_tm_faults());
+    fa_tm_clear_faults();
 }
 
 /* ---------------------------------------------------------------- memory */
@@ -900,7 +1022,58 @@ static void test_hardware(void)
           nan_mismatch, other, (unsigned long long)worst);
 }
 
+/* The four AMX-INT8 products on the tiles and on the model, bit for bit: random bytes,
+ * random C (so sums wrap), random shapes and the edge bytes 0x00, 0x01, 0x7f, 0x80, 0xff.
+ * Returns 77 when there is no AMX-INT8 to compare with. */
+static int test_int8_hardware(void)
+{
+    char why[160];
+    if (!amx_hw_int8_available(why, sizeof why)) {
+        printf("AMX-INT8 hardware comparison skipped: %s\n", why);
+        return 77;
+    }
+    printf("AMX-INT8 hardware comparison: %s\n", why);
+    static const uint8_t edge[] = {0x00, 0x01, 0x7f, 0x80, 0xff, 0x81, 0xfe};
+    for (int v = 0; v < 4; v++) {
+        g_case = dp8_names[v];
+        long elems = 0, same = 0;
+        for (int it = 0; it < 200; it++) {
+            const int M = it < 20 ? 16 : 1 + (int)(rnd() % 16), K = it < 20 ? 16 : 1 + (int)(rnd() % 16),
+                      N = it < 20 ? 16 : 1 + (int)(rnd() % 16);
+            static uint8_t a[16][64], b[16][64];
+            static uint32_t c0[16][16], ch[16][16], cm[16][16];
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 64; j++) {
+                    const uint64_t x = rnd();
+                    a[i][j] = it % 3 == 1 ? edge[x % sizeof edge] : (uint8_t)x;
+                    b[i][j] = it % 3 == 1 ? edge[(x >> 8) % sizeof edge] : (uint8_t)(x >> 16);
+                }
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 16; j++) c0[i][j] = it % 5 == 0 ? 0x7fff0000u + (uint32_t)j : (uint32_t)rnd();
+            memcpy(ch, c0, sizeof ch), memcpy(cm, c0, sizeof cm);
+            const fa_tilecfg cfg = dp_cfg(M, K, N);
+            amx_hw_dpbxxd(v, &cfg, ch, 64, a, 64, b, 64);
+            fa_tm_clear_faults();
+            model_dp8(v, &cfg, cm, a, b);
+            CHECK(fa_tm_faults() == 0, "model faults %#x", fa_tm_faults());
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) elems++, same += ch[m][n] == cm[m][n];
+            CHECK(memcmp(ch, cm, sizeof ch) == 0, "%s M %d K %d N %d: tiles and model differ", dp8_names[v], M, K,
+                  N);
+        }
+        printf("  %s: %ld elements, %ld bitwise equal\n", dp8_names[v], elems, same);
+    }
+    return 0;
+}
+
 #else
+static int test_int8_hardware(void)
+{
+    printf("AMX-INT8 hardware comparison skipped: not built with the AMX probe (needs x86-64 and a compiler "
+           "taking -mamx-tile -mamx-bf16 -mamx-int8)\n");
+    return 77;
+}
+
 static void test_hardware(void)
 {
     printf("hardware comparison skipped: not built with the AMX probe (needs x86-64 and a compiler "
@@ -908,11 +1081,17 @@ static void test_hardware(void)
 }
 #endif
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--int8-hw") == 0) {
+        const int skip = test_int8_hardware();
+        printf("%ld passed, %ld failed\n", g_passed, g_failed);
+        return skip && !g_failed ? 77 : g_failed ? 1 : 0;
+    }
     test_config();
     test_dp();
     test_memory();
+    test_int8();
     test_threads();
     test_fast_path("FPU rounding to nearest");
     /* the same with the FPU rounding elsewhere (the inputs differ too: gauss() rounds) */

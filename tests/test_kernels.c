@@ -1665,6 +1665,224 @@ static void test_small(void) {
 }
 
 /*
+ * FA_PARAM_QUANT_MATMUL's decode kernels (kernels.h: qk_small_i8, pv_small_i8; docs/semantics.md,
+ * section 11) against the contract's formulas computed here (integer sums in int64, the f32
+ * steps in the written order), bit for bit on every table (a NaN matches any NaN); the
+ * rows the contract leaves to the exact kernel against the reference's pv_small. And
+ * fa_quant_row_i8 against the rule, written out here.
+ */
+static int same_or_nan(float a, float b) { return fbits(a) == fbits(b) || (isnan(a) && isnan(b)); }
+
+static void case_quant_row(int64_t n, int kind, int digits) {
+    float *x = xmalloc(sizeof(float) * (size_t)n);
+    const double sig = ldexp(1.0, (int)h_rng_int(&g_rng, -20, 20));
+    for (int64_t i = 0; i < n; i++) x[i] = kind == 1 ? 0.0f : (float)(sig * h_rng_normal(&g_rng));
+    if (kind == 2) x[h_rng_int(&g_rng, 0, n - 1)] = h_rng_uniform(&g_rng) < 0.5 ? NAN : -INFINITY;
+    if (kind == 3) x[h_rng_int(&g_rng, 0, n - 1)] = (float)(127.5 * sig); /* ties around the max */
+    const int64_t ld = (n + 63) / 64 * 64;
+    int8_t *code = xmalloc((size_t)(digits * ld) + 64);
+    memset(code, 0x55, (size_t)(digits * ld) + 64);
+    h_case("fa_quant_row_i8 n=%lld kind=%d digits=%d", (long long)n, kind, digits);
+    const float sc = fa_quant_row_i8(x, n, digits, code);
+    float amax = 0.0f;
+    int finite = 1;
+    for (int64_t i = 0; i < n; i++) {
+        finite &= isfinite(x[i]);
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
+    }
+    const float want = finite ? amax / 127.0f : NAN;
+    CHECK(same_or_nan(sc, want), "scale %a, want %a", (double)sc, (double)want);
+    int bad = 0;
+    for (int64_t i = 0; i < ld; i++) {
+        int w = 0, w2 = 0;
+        if (i < n && finite && want > 0.0f) {
+            const float y = x[i] * (1.0f / want), yr = nearbyintf(y);
+            w = yr > 127.0f ? 127 : yr < -127.0f ? -127 : (int)yr;
+            const float l = nearbyintf((y - (float)w) * 256.0f);
+            w2 = l > 127.0f ? 127 : l < -127.0f ? -127 : (int)l;
+        }
+        bad += code[i] != w;
+        if (digits == 2) bad += code[ld + i] != w2;
+    }
+    for (int64_t i = digits * ld; i < digits * ld + 64; i++) bad += code[i] != 0x55;
+    CHECK(bad == 0, "%d codes wrong (or written past fa_q8_ld(n))", bad);
+    free(x), free(code);
+}
+
+static void case_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, int layout, int mapping,
+                             int64_t lds) {
+    const int64_t ldq8 = (d + 63) / 64 * 64 + 64 * h_rng_int(&g_rng, 0, 1);
+    int8_t *q0 = xmalloc((size_t)(rows * digits * ldq8));
+    float qs0[FA_SMALL_ROWS];
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t x = 0; x < digits * ldq8; x++)
+            q0[r * digits * ldq8 + x] = x % ldq8 < d ? (int8_t)h_rng_int(&g_rng, -127, 127) : 0;
+        const double u = h_rng_uniform(&g_rng);
+        qs0[r] = u < 0.1 ? 0.0f : u < 0.15 ? NAN : (float)ldexp(h_rng_range(&g_rng, 0.5, 1.0), (int)h_rng_int(&g_rng, -20, 3));
+    }
+    if (d > 200) /* the largest sums: every code -127 in one row (and K's -128 where drawn) */
+        for (int64_t x = 0; x < d; x++) q0[x] = -127;
+    ibuf qb = ib_dup(q0, (size_t)(rows * digits * ldq8), 1), sb = ib_dup(qs0, sizeof(float) * (size_t)rows, 0);
+    kvpool k = kvp_make(FA_KV_I8, cols, d, layout, mapping, 0);
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        h_case("qk_small_i8 isa=%s rows=%lld cols=%lld d=%lld digits=%d ldq8=%lld lds=%lld K %s, columns %s",
+               kt->name, (long long)rows, (long long)cols, (long long)d, digits, (long long)ldq8, (long long)lds,
+               KV_LAYOUT_STR[layout], KV_MAP_STR[mapping]);
+        obuf s = ob_alloc((size_t)(rows * lds) * 4);
+        kt->qk_small_i8(rows, cols, d, digits, qb.p, ldq8, sb.p, kvp_ptrs(&k), kvp_scales(&k), obf(&s), lds);
+        int64_t bad = 0, touched = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t c = 0; c < cols; c++) {
+                int64_t sum[2] = {0, 0};
+                const int8_t *kr = kvp_ptrs(&k)[c];
+                for (int dg = 0; dg < digits; dg++)
+                    for (int64_t x = 0; x < d; x++) sum[dg] += (int64_t)q0[(r * digits + dg) * ldq8 + x] * kr[x];
+                const float dot = digits == 2 ? fmaf((float)sum[1], 0x1p-8f, (float)sum[0]) : (float)sum[0];
+                const float want = dot * (qs0[r] * kvp_scales(&k)[c]);
+                const float got = obf(&s)[r * lds + c];
+                if (!same_or_nan(got, want) && bad++ < 3)
+                    printf("  (r %lld, c %lld): got %a want %a\n", (long long)r, (long long)c, (double)got, (double)want);
+            }
+            for (int64_t c = round16(cols); c < lds; c++) touched += fbits(obf(&s)[r * lds + c]) != SENT32;
+        }
+        CHECK(bad == 0, "%lld scores differ from the contract's bits", (long long)bad);
+        CHECK(touched == 0 && ob_guards_ok(&s), "writes outside s's rows and their padding");
+        CHECK(ib_unchanged(&qb) && ib_unchanged(&sb) && kvp_unchanged(&k), "q8, qscale or K changed");
+        free(s.raw);
+    }
+    free(q0);
+    ib_free(&qb), ib_free(&sb);
+    kvp_free(&k);
+}
+
+/* special: 0 none, 1 a NaN p, 2 a negative V scale, 3 an inf V scale, 4 tiny p (wmax
+ * below FA_PV_I8_WMIN), 5 an all-zero row, 6 a NaN V scale at a p = 0 (masked) key */
+static void case_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, int layout, int mapping,
+                             int64_t lds, int64_t ldacc, int alpha_mode, int special) {
+    float *p0 = xmalloc((size_t)(rows * lds) * 4);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < lds; c++)
+            p0[r * lds + c] = c >= cols ? NAN : h_rng_uniform(&g_rng) < 0.2 ? 0.0f : (float)(1.0 - h_rng_uniform(&g_rng));
+    const int64_t sr = h_rng_int(&g_rng, 0, rows - 1), sc = h_rng_int(&g_rng, 0, cols - 1);
+    if (special == 1) p0[sr * lds + sc] = NAN;
+    if (special == 4)
+        for (int64_t c = 0; c < cols; c++) p0[sr * lds + c] *= 0x1p-120f;
+    if (special == 5 || special == 6)
+        for (int64_t c = 0; c < cols; c++) p0[sr * lds + c] = 0.0f;
+    float *alpha0 = NULL;
+    if (alpha_mode) {
+        alpha0 = xmalloc((size_t)rows * 4);
+        for (int64_t r = 0; r < rows; r++) {
+            const double u = h_rng_uniform(&g_rng);
+            alpha0[r] = u < 0.3 ? 1.0f : u < 0.4 ? 0.0f : (float)h_rng_uniform(&g_rng);
+        }
+    }
+    float *acc0 = xmalloc((size_t)(rows * ldacc) * 4);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t e = 0; e < ldacc; e++) acc0[r * ldacc + e] = e < dv ? (float)h_rng_normal(&g_rng) : NAN;
+    if (special == 5) acc0[sr * ldacc] = -0.0f;
+    kvpool v = kvp_make(FA_KV_I8, cols, dv, layout, mapping, 0);
+    float *vs = (float *)v.scale.p;
+    if (special == 2) vs[sc] = -vs[sc] - 1.0f;
+    if (special == 3) vs[sc] = INFINITY;
+    if (special == 6) vs[sc] = NAN;
+    memcpy(v.scale.copy, v.scale.p, v.scale.bytes);
+    ibuf pb = ib_dup(p0, (size_t)(rows * lds) * 4, 1), ab = {0};
+    if (alpha0) ab = ib_dup(alpha0, (size_t)rows * 4, 0);
+    /* the contract's result, row by row; rows it leaves to the reference's exact kernel: that */
+    float *want = xmalloc((size_t)(rows * ldacc) * 4);
+    memcpy(want, acc0, (size_t)(rows * ldacc) * 4);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *pr = p0 + r * lds, a = alpha0 ? alpha0[r] : 1.0f;
+        float wmax = 0.0f;
+        int ok = 1;
+        for (int64_t c = 0; c < cols; c++) {
+            const float w = pr[c] * vs[c];
+            ok &= w >= 0.0f && w < INFINITY;
+            if (w > wmax) wmax = w;
+        }
+        float *wr = want + r * ldacc;
+        if (!ok || (wmax > 0.0f && wmax < 0x1p-100f)) {
+            fa_kernels_ref.pv_small(1, cols, dv, pr, lds, kvp_ptrs(&v), FA_KV_I8, vs, alpha0 ? alpha0 + r : NULL, wr,
+                                    ldacc);
+            continue;
+        }
+        for (int64_t e = 0; e < dv; e++) {
+            if (wmax == 0.0f) {
+                wr[e] = a * wr[e];
+                continue;
+            }
+            int64_t hs = 0, ls = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                /* one digit: y to nearest; two: floor(y) and the rest to nearest in 2^-8, each clamped */
+                const float y = pr[c] * vs[c] * (255.0f / wmax);
+                float h = digits == 2 ? floorf(y) : nearbyintf(y), l = nearbyintf((y - h) * 256.0f);
+                h = h > 255.0f ? 255.0f : h, l = l > 255.0f ? 255.0f : l;
+                hs += (int64_t)h * ((const int8_t *)kvp_ptrs(&v)[c])[e];
+                ls += (int64_t)l * ((const int8_t *)kvp_ptrs(&v)[c])[e];
+            }
+            const float dot = digits == 2 ? fmaf((float)ls, 0x1p-8f, (float)hs) : (float)hs;
+            wr[e] = fmaf(wmax / 255.0f, dot, a * wr[e]);
+        }
+    }
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        h_case("pv_small_i8 isa=%s rows=%lld cols=%lld dv=%lld digits=%d lds=%lld ldacc=%lld alpha=%s special=%d "
+               "V %s, columns %s",
+               kt->name, (long long)rows, (long long)cols, (long long)dv, digits, (long long)lds, (long long)ldacc,
+               alpha0 ? "given" : "NULL", special, KV_LAYOUT_STR[layout], KV_MAP_STR[mapping]);
+        obuf acc = ob_alloc((size_t)(rows * ldacc) * 4);
+        memcpy(acc.p, acc0, (size_t)(rows * ldacc) * 4);
+        kt->pv_small_i8(rows, cols, dv, digits, pb.p, lds, kvp_ptrs(&v), vs, alpha0 ? ab.p : NULL, obf(&acc), ldacc);
+        int64_t bad = 0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t e = 0; e < ldacc; e++) {
+                const float got = obf(&acc)[r * ldacc + e], w = want[r * ldacc + e];
+                if (e < dv ? !same_or_nan(got, w) : fbits(got) != fbits(w)) /* padding: untouched */
+                    if (bad++ < 3)
+                        printf("  (r %lld, e %lld): got %a want %a\n", (long long)r, (long long)e, (double)got, (double)w);
+            }
+        CHECK(bad == 0, "%lld outputs differ from the contract's bits", (long long)bad);
+        CHECK(ob_guards_ok(&acc), "writes outside acc");
+        CHECK(ib_unchanged(&pb) && (!alpha0 || ib_unchanged(&ab)) && kvp_unchanged(&v), "s, alpha or V changed");
+        free(acc.raw);
+    }
+    free(p0), free(alpha0), free(acc0), free(want);
+    ib_free(&pb);
+    if (alpha0) ib_free(&ab);
+    kvp_free(&v);
+}
+
+static void test_small_i8(void) {
+    for (int64_t n = 1; n <= 300; n += (n < 20 ? 1 : 37))
+        for (int kind = 0; kind < 4; kind++) case_quant_row(n, kind, 1 + kind % 2), case_quant_row(n, kind, 2 - kind % 2);
+    static const int64_t dims[] = {1, 3, 17, 63, 64, 65, 100, 128, 130, 256, 576, 777};
+    for (int64_t rows = 1; rows <= FA_SMALL_ROWS; rows++)
+        for (int di = 0; di < NELEM(dims); di++) {
+            if (h_rng_uniform(&g_rng) >= h_test_scale()) continue;
+            const int64_t d = dims[di];
+            const int64_t cols = pick_size(&g_rng, SMALL_COLS_EDGE, NELEM(SMALL_COLS_EDGE), FA_SMALL_COLS);
+            const int layout = (int)h_rng_int(&g_rng, 0, KV_LAYOUTS - 1), mapping = (int)h_rng_int(&g_rng, 0, KV_MAPS - 1);
+            const int64_t lds = round16(cols) + 16 * h_rng_int(&g_rng, 0, 2);
+            const int digits = 1 + (int)((rows + di) % 2);
+            case_qk_small_i8(rows, cols, d, digits, layout, mapping, lds);
+            const int64_t dv = h_rng_uniform(&g_rng) < 0.7 ? d : dims[h_rng_int(&g_rng, 0, NELEM(dims) - 1)];
+            case_pv_small_i8(rows, cols, dv, 3 - digits, layout, mapping, lds, round16(dv) + 16 * h_rng_int(&g_rng, 0, 1),
+                             h_rng_uniform(&g_rng) < 0.7, (int)(rows + di) % 7);
+        }
+    for (int special = 0; special < 7; special++)
+        for (int digits = 1; digits <= 2; digits++) {
+            case_pv_small_i8(8, 512, 128, digits, 0, 3, 512, 128, 1, special);
+            case_pv_small_i8(3, 5, 1100, digits, 1, 0, 16, 1104, special % 2, special);
+        }
+    for (int digits = 1; digits <= 2; digits++) {
+        case_qk_small_i8(8, 512, 128, digits, 0, 3, 512);
+        case_qk_small_i8(4, 1, 2000, digits, 1, 0, 16);
+    }
+}
+
+/*
  * Every code of both fp8 formats through each table's small-row kernels, against the
  * decoding harness.c writes from the formats' definitions: qk_small with q = 1 and K
  * rows holding one code among zeros (at every position of a 44-wide row: the whole
@@ -2163,6 +2381,7 @@ static const struct {
     KERNEL_ENTRY(pack_qt_bf16), KERNEL_ENTRY(qk_bf16),
     KERNEL_ENTRY(pack_pairs_bf16), KERNEL_ENTRY(pv_bf16),  KERNEL_ENTRY(stx_bf16),
     KERNEL_ENTRY(qk_small),      KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
+    KERNEL_ENTRY(qk_small_i8),   KERNEL_ENTRY(pv_small_i8),
     KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(probe_tile),
     KERNEL_ENTRY(thread_begin),  KERNEL_ENTRY(thread_end),
 };
@@ -2184,13 +2403,15 @@ static const struct {
     const char *table, *parent, *overrides;
     unsigned flags;
 } KNOWN_TABLES[] = {
-    {"ref", NULL, "", FA_KERNELS_SMALL_ROWS},
+    {"ref", NULL, "", FA_KERNELS_SMALL_ROWS | FA_KERNELS_I8_DOT},
     {"avx2", "ref", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
+    {"avx2vnni", "avx2", "qk_small_i8 pv_small_i8", FA_KERNELS_SMALL_ROWS | FA_KERNELS_I8_DOT},
     {"avx512", "avx2", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
-    {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16", FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT},
+    {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16 qk_small_i8 pv_small_i8",
+     FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT | FA_KERNELS_I8_DOT},
     {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
-    {"amx", "avx512bf16", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS},
-    {"amx-model", "ref", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_EXPLICIT},
+    {"amx", "avx512bf16", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_I8_DOT},
+    {"amx-model", "ref", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_EXPLICIT | FA_KERNELS_I8_DOT},
 };
 
 static int word_in(const char *word, const char *list) {
@@ -2231,7 +2452,7 @@ static void test_tables(void) {
               "register blocks qk %dx%d, pv %dx%d", (int)k->qk_block.rows, (int)k->qk_block.cols,
               (int)k->pv_block.rows, (int)k->pv_block.cols);
         CHECK((k->flags & ~(unsigned)(FA_KERNELS_BF16_DOT | FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT_FAST |
-                                      FA_KERNELS_TILES | FA_KERNELS_EXPLICIT)) == 0,
+                                      FA_KERNELS_TILES | FA_KERNELS_EXPLICIT | FA_KERNELS_I8_DOT)) == 0,
               "unknown flags 0x%x", k->flags);
         CHECK(!(k->flags & (FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES)) || (k->flags & FA_KERNELS_BF16_DOT),
               "flags 0x%x: a fast bf16 dot product or a tile unit without FA_KERNELS_BF16_DOT", k->flags);
@@ -2630,6 +2851,7 @@ int main(void) {
     test_stx();
     test_stx_bf16();
     test_small();
+    test_small_i8();
     test_amx_agreement();
     free(g_sweep);
 

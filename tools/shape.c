@@ -41,6 +41,7 @@ cli_shape cli_shape_defaults(void)
     s.runs_given = 0;
     s.seed = 42;
     s.dropout = 0.0;
+    s.quant_matmul = -1; /* the context's own */
     return s;
 }
 
@@ -164,6 +165,15 @@ int cli_shape_flag(cli_shape *s, int argc, char **argv, int *i, const char *verb
             return -1;
         }
         s->dtype = (fa_dtype)v;
+        return 1;
+    }
+
+    if (cli_take_value("--quant-matmul", argc, argv, i, &value)) {
+        static const named modes[] = {{"exact", 0}, {"i8", 1}, {"i8x2", 2}};
+        if (!named_value(value, modes, sizeof modes / sizeof modes[0], &s->quant_matmul)) {
+            bad_value(verb, "--quant-matmul", value, "exact, i8 or i8x2");
+            return -1;
+        }
         return 1;
     }
 
@@ -383,6 +393,8 @@ void cli_shape_usage(FILE *f, const cli_shape *d)
             "  --tile-kv N        flash K/V tile rows, 0 = planned    [%lld]\n"
             "  --kv-pack M        flash forward: pack each (sequence, kv head)'s K/V once,\n"
             "                     0 = where it pays, 1 = never, 2 = always [0]\n"
+            "  --quant-matmul M   exact | i8 | i8x2: products on int8 codes (decoding over\n"
+            "                     int8 caches; docs/semantics.md, 11) [FLASHATTN_QUANT_MATMUL]\n"
             "  --runs N           timed runs                          [%lld]\n"
             "  --seed N           seed of the random inputs and the dropout mask [%lld]\n"
             "  --dropout P        dropout probability in [0, 1), offset 0  [0]\n",
@@ -453,6 +465,12 @@ int cli_context_make(const cli_shape *s, const char *verb, fa_context **out)
             fa_context_free(ctx);
             return -1;
         }
+    }
+    if (s->quant_matmul >= 0 && (st = fa_context_set(ctx, FA_PARAM_QUANT_MATMUL, s->quant_matmul)) != FA_OK) {
+        fprintf(stderr, "flashattn %s: setting quant_matmul: %s: %s\n", verb, fa_status_string(st),
+                fa_context_error(ctx));
+        fa_context_free(ctx);
+        return -1;
     }
     *out = ctx;
     return 0;

@@ -32,6 +32,8 @@ typedef struct cli_shape {
     int algo_given;                    /* --algo was on the command line */
     int64_t tile_q, tile_kv;           /* flash tile sizes; 0 = the library's plan */
     int64_t kv_pack;                   /* FA_PARAM_KV_PACK: 0 auto, 1 never, 2 always */
+    int quant_matmul;                  /* FA_PARAM_QUANT_MATMUL (0 exact, 1 i8, 2 i8x2); -1: the
+                                          context's own (FLASHATTN_QUANT_MATMUL) */
     int64_t runs;
     int runs_given;                    /* --runs was on the command line */
     int64_t seed;                      /* of the random inputs, and the dropout seed */

@@ -1,5 +1,5 @@
 /*
- * half.h: scalar f16, bf16 and fp8 (E4M3, E5M2) <-> f32 conversions, exact and
+ * half.h: scalar f16, bf16 and fp8 (E4M3, E5M2) <-> f32 conversions (and f32 -> int8 codes), exact and
  * portable (integer bit manipulation, no F16C or FP16 instructions). A leaf: the reference
  * kernels and the core's packing code (convert.c) both use it, so that every
  * scalar conversion in the library rounds the same way.
@@ -156,6 +156,16 @@ static inline uint8_t fa_f32_to_e4m3(float x)
 static inline uint8_t fa_f32_to_e5m2(float x)
 {
     return fa_f32_to_f8(x, 2, 15, FA_F8E5M2_MAX, 0x7b, 0x7c);
+}
+
+/* An int8 code: nearest, ties to even (the default rounding mode), clamped to [-127, 127];
+ * NaN gives -127 (a NaN value's scale carries the NaN). */
+static inline int8_t fa_f32_to_i8(float y)
+{
+    float qv = nearbyintf(y);
+    if (!(qv >= -127.0f)) qv = -127.0f;
+    if (qv > 127.0f) qv = 127.0f;
+    return (int8_t)qv;
 }
 
 #endif

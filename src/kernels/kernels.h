@@ -7,7 +7,7 @@
  * predicate (FA_KERNELS_ISA below), one row in registry.c and one CMake line.
  *
  * Tables inherit, as BLIS's contexts do: each ISA's init function starts from
- * its parent's table (ref -> avx2 -> avx512 -> avx512bf16 -> amx; ref -> neon;
+ * its parent's table (ref -> avx2 -> avx512 -> avx512bf16 -> amx; avx2 -> avx2vnni; ref -> neon;
  * ref -> amx-model, the tile kernels on a software model of the tiles) and
  * overrides what it has, so NO entry is ever NULL and the core never checks
  * one. What an entry's presence used to say ("this ISA has a native bf16 dot
@@ -42,6 +42,8 @@
 
 #include "flashattn.h"
 #include "half.h" /* FA_E4M3_F16_UNIT */
+
+#include <math.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -134,7 +136,23 @@ enum {
     FA_KERNELS_TILES = 1u << 3,
     /* never chosen automatically, only by FLASHATTN_ARCH (a model of hardware, for tests) */
     FA_KERNELS_EXPLICIT = 1u << 4,
+    /* qk_small_i8/pv_small_i8 are this table's own: integer dot products (AVX-512-VNNI), or
+     * the reference itself. FA_PARAM_QUANT_MATMUL takes them only where this is set; a table
+     * that inherits the reference's scalar ones clears it (there the mode computes exactly,
+     * as the contract allows). */
+    FA_KERNELS_I8_DOT = 1u << 5,
 };
+
+/* The head dims up to which FA_PARAM_QUANT_MATMUL applies: int32 sums of D products of
+ * int8 codes (and of codes + 128, 255 * 127 * D) stay below 2^31 (docs/semantics.md, 11). */
+#define FA_QUANT_D_MAX 65536
+
+/* pv_small_i8 quantises a row's weights only when their maximum is at least this: above
+ * it 255 / wmax is finite (docs/semantics.md, 11); below, the row is computed exactly. */
+#define FA_PV_I8_WMIN 0x1p-100f
+
+/* The q8 rows of qk_small_i8: codes padded with zeros to whole 64-byte vectors. */
+static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
 
 typedef struct fa_kernels {
     const char *name;   /* what FLASHATTN_ARCH and fa_context_isa() call it */
@@ -287,6 +305,33 @@ typedef struct fa_kernels {
                      const void *const *vrow, int kv, const float *vscale, const float *alpha,
                      float *acc, int64_t ldacc);
 
+    /*
+     * FA_PARAM_QUANT_MATMUL's decode kernels over int8 K/V rows (docs/semantics.md, 11), in
+     * `digits` = 1 or 2 int8 digits per operand (the second in units of 2^-8 of the first):
+     *
+     *   qk_small_i8: with A = sum_{x < d} q8[r][0][x] * k_c[x] and B the same of digit 1
+     *     (exact int32 sums, d <= FA_QUANT_D_MAX), for r < rows, c < cols:
+     *       s[r][c] = D * (qscale[r] * kscale[c]),  D = float(A) (one digit) or
+     *                 fma(float(B), 2^-8, float(A)) (two)
+     *     every step rounded to nearest as written, so every table gives the same bits.
+     *     q8: digit t of row r at q8 + (r * digits + t) * ldq8, fa_q8_ld(d) codes each (ldq8
+     *     a multiple of 64, 64-byte aligned), zero from d on, as fa_quant_row_i8 writes them;
+     *     krow, kscale, s and lds as qk_small's.
+     *   pv_small_i8: per row r, w_c = s[r][c] * vscale[c], wmax = max_c w_c, ps = wmax / 255,
+     *     y_c = w_c * (255 / wmax) as u8 digits (fa_u8_digits: H_c, and L_c in 2^-8), and
+     *       acc[r][e] = fma(ps, D, alpha[r] * acc[r][e])   (e < dv), D as above of
+     *     H = sum_c H_c * v_c[e], L = sum_c L_c * v_c[e] (alpha NULL = 1). A row with wmax = 0
+     *     only scales. A row whose w_c are not all finite and >= 0, or whose wmax is below
+     *     FA_PV_I8_WMIN (where 255 / wmax would lose range), is computed by the reference's
+     *     pv_small (f32, p = 0 skipped), so non-finite values propagate as the exact mode's
+     *     do. Any 1 <= rows <= FA_SMALL_ROWS, cols <= FA_SMALL_COLS.
+     */
+    void (*qk_small_i8)(int64_t rows, int64_t cols, int64_t d, int digits, const int8_t *q8, int64_t ldq8,
+                        const float *qscale, const void *const *krow, const float *kscale, float *s, int64_t lds);
+    void (*pv_small_i8)(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
+                        const void *const *vrow, const float *vscale, const float *alpha, float *acc,
+                        int64_t ldacc);
+
     /* Peak probes: run `iters` iterations of an unrolled, dependency-free loop of
      * the ISA's widest FMA (and bf16 dot product) and return the number of FLOPs
      * done; the core times them. probe_bf16 measures a native bf16 dot product
@@ -312,6 +357,30 @@ typedef struct fa_kernels {
  * present, the baseline the others are tested against, and the careful kernels
  * (its pv skips p == 0) the core falls back to on non-finite V. */
 extern const fa_kernels fa_kernels_ref;
+
+/* One row of n floats as int8 digits by the rule of docs/semantics.md, section 11 (the
+ * first digit is the cache's code, section 8): returns scale = max|x| / 127 and writes
+ * digit 0, code[x] = y = x * (1 / scale) rounded to nearest even and clamped to
+ * [-127, 127], and with digits = 2 at code + fa_q8_ld(n) digit 1, (y - digit 0) * 256
+ * rounded and clamped likewise; each digit row zero from n to fa_q8_ld(n). A zero row has
+ * scale 0; a row holding NaN or inf gets a NaN scale and codes 0. */
+float fa_quant_row_i8(const float *x, int64_t n, int digits, int8_t *code);
+
+/* y in [0, 255] (pv_small_i8's weights) as u8 digits: one, y rounded to nearest even; two,
+ * floor(y) and (y - floor(y)) * 256 rounded to nearest even, clamped to 255 (y - floor(y)
+ * is exact). */
+static inline void fa_u8_digits(float y, int digits, uint8_t *hi, uint8_t *lo)
+{
+    if (digits == 1) {
+        const float h = nearbyintf(y);
+        *hi = (uint8_t)(h > 255.0f ? 255.0f : h);
+        *lo = 0;
+        return;
+    }
+    const float h = floorf(y), l = nearbyintf((y - h) * 256.0f);
+    *hi = (uint8_t)(h > 255.0f ? 255.0f : h);
+    *lo = (uint8_t)(l > 255.0f ? 255.0f : l);
+}
 
 /*
  * Table builders: each copies its parent's table into k (by calling the parent's

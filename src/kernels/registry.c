@@ -34,6 +34,9 @@ FA_KERNELS_ISA(avx512bf16);
 #if defined(FA_BUILD_AVX512)
 FA_KERNELS_ISA(avx512);
 #endif
+#if defined(FA_BUILD_AVX2VNNI)
+FA_KERNELS_ISA(avx2vnni);
+#endif
 #if defined(FA_BUILD_AVX2)
 FA_KERNELS_ISA(avx2);
 #endif
@@ -53,6 +56,9 @@ static const fa_kernel_row g_rows[] = {
 #endif
 #if defined(FA_BUILD_AVX512)
     FA_ISA_ROW(avx512),
+#endif
+#if defined(FA_BUILD_AVX2VNNI)
+    FA_ISA_ROW(avx2vnni),
 #endif
 #if defined(FA_BUILD_AVX2)
     FA_ISA_ROW(avx2),

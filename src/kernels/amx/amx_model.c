@@ -15,6 +15,10 @@
  *               output column (the even and the odd products of the pairs), each
  *               an FMA per k; then even + odd, then C + that (three roundings);
  *               DAZ on every input, FTZ on every result, nearest even.
+ *   TDPBSSD, TDPBSUD, TDPBUSD, TDPBUUD   C (int32) += the four byte products of each
+ *               k-quad, A's bytes signed (S) or unsigned (U), then B's; integer
+ *               arithmetic modulo 2^32 (the SDM's sums wrap, nothing saturates or
+ *               flags), so the order of the additions cannot matter.
  *
  * A call the hardware would fault on (#GP, #UD) changes nothing and sets a bit of
  * fa_tm_faults(). Nothing aborts or prints; nothing is shared between threads.
@@ -363,6 +367,23 @@ static uint32_t f32_of_du(uint64_t du)
     return sign | (uint32_t)((mag >> 52) - 896) << 23 | (uint32_t)(mag >> 29 & 0x7fffffu);
 }
 
+/* The operand checks every tile product shares (the SDM's #UD list, exception class
+ * AMX-E4): 1 when the instruction may run. */
+static int dp_operands_ok(int c, int a, int b)
+{
+    if (!tile_ok(c) || !tile_ok(a) || !tile_ok(b)) return 0;
+    if (c == a || c == b || a == b || tm.rows[a] != tm.rows[c] || tm.colsb[b] != tm.colsb[c] ||
+        tm.rows[b] != tm.colsb[a] / 4) {
+        tm.faults |= FA_TM_FAULT_SHAPE;
+        return 0;
+    }
+    if (tm.colsb[a] % 4 || tm.colsb[b] % 4 || tm.colsb[c] % 4) {
+        tm.faults |= FA_TM_FAULT_CONFIG;
+        return 0;
+    }
+    return 1;
+}
+
 /* ------------------------------------------------------------------ TDPBF16PS */
 
 /* Row m on the integer path: the SDM's pseudo-code as written. */
@@ -383,17 +404,7 @@ static void dp_row_slow(int c, int a, int b, int m, int K, int N)
 
 void fa_tm_dpbf16ps(int c, int a, int b)
 {
-    if (!tile_ok(c) || !tile_ok(a) || !tile_ok(b)) return;
-    /* the SDM's #UD list for TDPBF16PS (exception class AMX-E4) */
-    if (c == a || c == b || a == b || tm.rows[a] != tm.rows[c] || tm.colsb[b] != tm.colsb[c] ||
-        tm.rows[b] != tm.colsb[a] / 4) {
-        tm.faults |= FA_TM_FAULT_SHAPE;
-        return;
-    }
-    if (tm.colsb[a] % 4 || tm.colsb[b] % 4 || tm.colsb[c] % 4) {
-        tm.faults |= FA_TM_FAULT_CONFIG;
-        return;
-    }
+    if (!dp_operands_ok(c, a, b)) return;
     enum { KM = FA_TILE_MAX_COLSB / 4, NM = FA_TILE_MAX_COLSB / 4 };
     const int M = tm.rows[c], K = tm.colsb[a] / 4, N = tm.colsb[c] / 4;
     /* B once per instruction, DAZ'd, as doubles: bd[lane][k][n] */
@@ -432,6 +443,37 @@ void fa_tm_dpbf16ps(int c, int a, int b)
     }
     for (int m = M; m < FA_TILE_MAX_ROWS; m++) memset(tm.data[c][m], 0, FA_TILE_MAX_COLSB); /* zero_upper_rows */
 }
+
+/* ------------------------------------------------------- TDPB[SU][SU]D */
+
+/* A byte as the SDM's SignExtend (signed) or ZeroExtend, as a 32-bit value. */
+static uint32_t byte_ext(uint8_t x, int sign) { return sign ? (uint32_t)(int32_t)(int8_t)x : (uint32_t)x; }
+
+/* The SDM's DPBD pseudo-code: for m < rows(A), k < colsb(A)/4, n < colsb(C)/4,
+ * C[m][n] += A[m].byte[4k+i] * B[k].byte[4n+i] for i < 4, each extended as the
+ * mnemonic says, in uint32 arithmetic (wrap-around); then the rows' unused bytes and
+ * the rows past M zeroed, as every tile product writes its destination. */
+static void dp_int8(int c, int a, int b, int sa, int sb)
+{
+    if (!dp_operands_ok(c, a, b)) return;
+    const int M = tm.rows[c], K = tm.colsb[a] / 4, N = tm.colsb[c] / 4;
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < N; n++) {
+            uint32_t acc = get32(&tm.data[c][m][4 * n]);
+            for (int k = 0; k < K; k++)
+                for (int i = 0; i < 4; i++)
+                    acc += byte_ext(tm.data[a][m][4 * k + i], sa) * byte_ext(tm.data[b][k][4 * n + i], sb);
+            put32(&tm.data[c][m][4 * n], acc);
+        }
+        memset(&tm.data[c][m][4 * N], 0, FA_TILE_MAX_COLSB - 4 * (size_t)N);
+    }
+    for (int m = M; m < FA_TILE_MAX_ROWS; m++) memset(tm.data[c][m], 0, FA_TILE_MAX_COLSB);
+}
+
+void fa_tm_dpbssd(int c, int a, int b) { dp_int8(c, a, b, 1, 1); }
+void fa_tm_dpbsud(int c, int a, int b) { dp_int8(c, a, b, 1, 0); }
+void fa_tm_dpbusd(int c, int a, int b) { dp_int8(c, a, b, 0, 1); }
+void fa_tm_dpbuud(int c, int a, int b) { dp_int8(c, a, b, 0, 0); }
 
 unsigned fa_tm_faults(void) { return tm.faults; }
 

@@ -2,7 +2,7 @@
  * amx_tile.h: the tile interface the AMX kernels (amx_kernels.c) are written
  * against, and its two back-ends. amx_kernels.c is compiled twice:
  *
- *   FA_AMX_HW defined   the hardware: Intel's intrinsics (-mamx-tile -mamx-bf16 and
+ *   FA_AMX_HW defined   the hardware: Intel's intrinsics (-mamx-tile -mamx-bf16 -mamx-int8 and
  *                       the AVX-512 flags); symbols fa_amx_<name>, table "amx";
  *   otherwise           the model (amx_model.c): one thread's tile state and the
  *                       instructions in portable C, built with no ISA flags, so the
@@ -40,7 +40,8 @@ enum {
     FA_TM_FAULT_PALETTE = 1u << 1,      /* ldtilecfg with a palette other than 0 or 1 */
     FA_TM_FAULT_CONFIG = 1u << 2,       /* rows > 16, colsb > 64, colsb not a multiple of 4 where the
                                            SDM requires, start_row != 0, reserved bytes set */
-    FA_TM_FAULT_SHAPE = 1u << 3,        /* tdpbf16ps operands that do not chain, or an unconfigured tile */
+    FA_TM_FAULT_SHAPE = 1u << 3,        /* tile product (tdpbf16ps, tdpb[su][su]d) operands that do not
+                                           chain, or an unconfigured tile */
     FA_TM_FAULT_TILE = 1u << 4          /* a tile number outside 0..7 */
 };
 
@@ -54,6 +55,12 @@ void fa_tm_zero(int t);
 void fa_tm_loadd(int t, const void *base, size_t stride_bytes);
 void fa_tm_stored(int t, void *base, size_t stride_bytes);
 void fa_tm_dpbf16ps(int c, int a, int b);
+/* AMX-INT8: C (int32) += A (bytes) . B (bytes, k-quads), A then B signed (s) or
+ * unsigned (u), wrapping modulo 2^32; the operand rules of tdpbf16ps. */
+void fa_tm_dpbssd(int c, int a, int b);
+void fa_tm_dpbsud(int c, int a, int b);
+void fa_tm_dpbusd(int c, int a, int b);
+void fa_tm_dpbuud(int c, int a, int b);
 unsigned fa_tm_faults(void);    /* this thread's fault bits since the last clear */
 void fa_tm_clear_faults(void);
 int fa_tm_configured(void);     /* 1 while this thread holds a tile configuration */
@@ -67,6 +74,10 @@ int fa_tm_configured(void);     /* 1 while this thread holds a tile configuratio
 #define FA_TILE_LOAD(t, base, stride) _tile_loadd(t, base, stride)
 #define FA_TILE_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define FA_TILE_DPBF16(c, a, b) _tile_dpbf16ps(c, a, b)
+#define FA_TILE_DPBSSD(c, a, b) _tile_dpbssd(c, a, b) /* -mamx-int8 */
+#define FA_TILE_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
+#define FA_TILE_DPBUSD(c, a, b) _tile_dpbusd(c, a, b)
+#define FA_TILE_DPBUUD(c, a, b) _tile_dpbuud(c, a, b)
 #define FA_AMX_FN(name) fa_amx_##name
 #else
 #define FA_TILE_CONFIG(cfg) fa_tm_loadconfig(cfg)
@@ -76,6 +87,10 @@ int fa_tm_configured(void);     /* 1 while this thread holds a tile configuratio
 #define FA_TILE_LOAD(t, base, stride) fa_tm_loadd(t, base, (size_t)(stride))
 #define FA_TILE_STORE(t, base, stride) fa_tm_stored(t, base, (size_t)(stride))
 #define FA_TILE_DPBF16(c, a, b) fa_tm_dpbf16ps(c, a, b)
+#define FA_TILE_DPBSSD(c, a, b) fa_tm_dpbssd(c, a, b)
+#define FA_TILE_DPBSUD(c, a, b) fa_tm_dpbsud(c, a, b)
+#define FA_TILE_DPBUSD(c, a, b) fa_tm_dpbusd(c, a, b)
+#define FA_TILE_DPBUUD(c, a, b) fa_tm_dpbuud(c, a, b)
 #define FA_AMX_FN(name) fa_amxm_##name
 #endif
 

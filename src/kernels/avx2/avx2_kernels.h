@@ -35,4 +35,11 @@ void fa_avx2_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, in
                       int kv, const float *vscale, const float *alpha, float *acc, int64_t ldacc);
 double fa_avx2_probe_fma(int64_t iters);
 
+/* avx2vnni_kernels.c (AVX-VNNI; the "avx2vnni" table): kernels.h's qk_small_i8, pv_small_i8. */
+void fa_avx2vnni_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, const int8_t *q8, int64_t ldq8,
+                             const float *qscale, const void *const *krow, const float *kscale, float *s, int64_t lds);
+void fa_avx2vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
+                             const void *const *vrow, const float *vscale, const float *alpha, float *acc,
+                             int64_t ldacc);
+
 #endif

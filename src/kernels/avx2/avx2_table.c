@@ -22,6 +22,7 @@ void fa_kernels_init_avx2(fa_kernels *k)
     k->name = "avx2";
     k->parent = "ref";
     k->flags |= FA_KERNELS_SMALL_ROWS;
+    k->flags &= ~(unsigned)FA_KERNELS_I8_DOT; /* the reference's scalar int8 kernels: never worth choosing */
     k->qk_block = (fa_kernel_block){16, 6};
     k->pv_block = (fa_kernel_block){3, 32};
     k->pack_qt = fa_avx2_pack_qt;

@@ -51,4 +51,12 @@ void fa_avx512bf16_stx_6x64(int64_t rows, int64_t cols, int64_t n, const float *
                             int64_t ldx, float *acc, int64_t ldacc, void *scratch);
 double fa_avx512bf16_probe(int64_t iters);
 
+/* avx512vnni_kernels.c (vpdpbusd; in the avx512bf16 table): kernels.h's qk_small_i8, pv_small_i8. */
+void fa_avx512vnni_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, const int8_t *q8, int64_t ldq8,
+                               const float *qscale, const void *const *krow, const float *kscale, float *s,
+                               int64_t lds);
+void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
+                               const void *const *vrow, const float *vscale, const float *alpha, float *acc,
+                               int64_t ldacc);
+
 #endif

@@ -26,6 +26,7 @@ void fa_kernels_init_neon(fa_kernels *k)
     k->name = "neon";
     k->parent = "ref";
     k->flags |= FA_KERNELS_SMALL_ROWS;
+    k->flags &= ~(unsigned)FA_KERNELS_I8_DOT; /* the reference's scalar int8 kernels: never worth choosing */
     k->qk_block = (fa_kernel_block){16, 4};
     k->pv_block = (fa_kernel_block){12, 8};
     k->pack_qt = fa_neon_pack_qt;

@@ -245,6 +245,91 @@ static void ref_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s,
     }
 }
 
+/* ------------------------------------ int8 products (FA_PARAM_QUANT_MATMUL) */
+
+float fa_quant_row_i8(const float *x, int64_t n, int digits, int8_t *code)
+{
+    float amax = 0.0f;
+    for (int64_t e = 0; e < n; e++) {
+        const float m = fabsf(x[e]);
+        if (m > amax || isnan(m)) amax = m;
+    }
+    const int finite = isfinite(amax);
+    const float scale = finite ? amax / 127.0f : NAN;
+    const float inv = finite && scale > 0.0f ? 1.0f / scale : 0.0f;
+    const int64_t ld = fa_q8_ld(n);
+    for (int64_t e = 0; e < ld; e++) {
+        const float y = e < n && finite ? x[e] * inv : 0.0f;
+        code[e] = fa_f32_to_i8(y);
+        /* the second digit: the residual (exact: y is within 2^23 of an integer) in 2^-8 */
+        if (digits == 2) code[ld + e] = fa_f32_to_i8((y - (float)code[e]) * 256.0f);
+    }
+    return scale;
+}
+
+static void ref_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, const int8_t *q8, int64_t ldq8,
+                            const float *qscale, const void *const *krow, const float *kscale, float *s, int64_t lds)
+{
+    for (int64_t c = 0; c < cols; c++) {
+        const int8_t *k = krow[c];
+        for (int64_t r = 0; r < rows; r++) {
+            int32_t sum[2] = {0, 0}; /* |sum| <= 127^2 d < 2^31 for d <= FA_QUANT_D_MAX */
+            for (int t = 0; t < digits; t++)
+                for (int64_t x = 0; x < d; x++) sum[t] += (int32_t)q8[(r * digits + t) * ldq8 + x] * (int32_t)k[x];
+            const float dot = digits == 2 ? fmaf((float)sum[1], 0x1p-8f, (float)sum[0]) : (float)sum[0];
+            s[r * lds + c] = dot * (qscale[r] * kscale[c]);
+        }
+    }
+}
+
+static void ref_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
+                            const void *const *vrow, const float *vscale, const float *alpha, float *acc,
+                            int64_t ldacc)
+{
+    uint8_t u[2][FA_SMALL_COLS];
+    for (int64_t r = 0; r < rows; r++) {
+        const float *sr = s + r * lds;
+        float *ar = acc + r * ldacc;
+        const float a = alpha ? alpha[r] : 1.0f;
+        float wmax = 0.0f;
+        int ok = 1;
+        for (int64_t c = 0; c < cols; c++) {
+            const float w = sr[c] * vscale[c];
+            ok &= w >= 0.0f && w < INFINITY; /* false for NaN */
+            if (w > wmax) wmax = w;
+        }
+        if (!ok || (wmax > 0.0f && wmax < FA_PV_I8_WMIN)) {
+            ref_pv_small(1, cols, dv, sr, lds, vrow, FA_KV_I8, vscale, alpha ? alpha + r : NULL, ar, ldacc);
+            continue;
+        }
+        if (wmax == 0.0f) {
+            for (int64_t e = 0; e < dv; e++) ar[e] *= a;
+            continue;
+        }
+        const float ps = wmax / 255.0f, inv = 255.0f / wmax;
+        for (int64_t c = 0; c < cols; c++) {
+            const float y = sr[c] * vscale[c] * inv;
+            fa_u8_digits(y, digits, &u[0][c], &u[1][c]);
+        }
+        enum { EB = 256 };
+        for (int64_t e0 = 0; e0 < dv; e0 += EB) {
+            const int64_t ne = dv - e0 < EB ? dv - e0 : EB;
+            int32_t sum[2][EB] = {{0}}; /* each <= 255 * 128 * FA_SMALL_COLS */
+            for (int t = 0; t < digits; t++)
+                for (int64_t c = 0; c < cols; c++) {
+                    const int32_t uc = u[t][c];
+                    const int8_t *v = (const int8_t *)vrow[c] + e0;
+                    if (uc)
+                        for (int64_t e = 0; e < ne; e++) sum[t][e] += uc * (int32_t)v[e];
+                }
+            for (int64_t e = 0; e < ne; e++) {
+                const float dot = digits == 2 ? fmaf((float)sum[1][e], 0x1p-8f, (float)sum[0][e]) : (float)sum[0][e];
+                ar[e0 + e] = fmaf(ps, dot, a * ar[e0 + e]);
+            }
+        }
+    }
+}
+
 /* ------------------------------------------------ bf16 pairs (scalar) */
 
 static void ref_pack_qt_bf16(int64_t rows, int64_t d, const uint16_t *q, int64_t ldq, uint16_t *qt2,
@@ -347,7 +432,7 @@ static void ref_thread_end(void) {}
 const fa_kernels fa_kernels_ref = {
     .name = "ref",
     .parent = NULL,
-    .flags = FA_KERNELS_SMALL_ROWS,
+    .flags = FA_KERNELS_SMALL_ROWS | FA_KERNELS_I8_DOT,
     .row_align = FA_ROW_ALIGN,
     .qk_block = {1, 1},
     .pv_block = {1, 1},
@@ -369,6 +454,8 @@ const fa_kernels fa_kernels_ref = {
     .qk_small = ref_qk_small,
     .softmax_small = ref_softmax_small,
     .pv_small = ref_pv_small,
+    .qk_small_i8 = ref_qk_small_i8,
+    .pv_small_i8 = ref_pv_small_i8,
     .probe_fma = ref_probe_fma,
     .probe_bf16 = ref_probe_bf16,
     .probe_tile = ref_probe_tile,

@@ -1,0 +1,361 @@
+/*
+ * test_quant.c: FA_PARAM_QUANT_MATMUL, the forward's products on int8 codes
+ * (docs/semantics.md, section 11).
+ *
+ *   setting   default 0, bounds, read back; fa_backward refuses a context with it on
+ *             (and fa_backward_check says the same), writing nothing
+ *   accuracy  decoding over int8 caches built here (K, V ~ N(0, 1), or K with outlier
+ *             channels; quantised by the test's own rule, optionally after the caller
+ *             smoothed K by its mean), D = 64, 128, 256, up to 32K keys: the error of
+ *             each mode against an fp64 oracle of the cache's values (and of the float
+ *             K/V before quantising), asserted against the bounds docs/semantics.md,
+ *             section 11, publishes; next to it the error of P rounded to bf16 (what the
+ *             exact bf16 path does). The forms: paged, GQA, several rows, causal,
+ *             windows, softcap, sinks, split-KV; bitwise the same on 1 and 2 threads;
+ *             where the path has the kernels the mode changes the bits, elsewhere it is
+ *             ignored (the exact bits)
+ */
+#include "harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static fa_context *g_ctx;
+
+static void test_setting(void)
+{
+    h_case("setting");
+    int64_t v = -1;
+    CHECK(fa_context_get(g_ctx, FA_PARAM_QUANT_MATMUL, &v) == FA_OK && v == 0, "default %lld", (long long)v);
+    CHECK(fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 3) == FA_ERR_INVALID_ARGUMENT, "3 accepted");
+    CHECK(fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, -1) == FA_ERR_INVALID_ARGUMENT, "-1 accepted");
+    for (int64_t m = 0; m <= 2; m++) {
+        CHECK(fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, m) == FA_OK, "set %lld", (long long)m);
+        CHECK(fa_context_get(g_ctx, FA_PARAM_QUANT_MATMUL, &v) == FA_OK && v == m, "got %lld", (long long)v);
+    }
+
+    /* the backward is refused with the mode on, before it writes anything */
+    h_case("backward refused");
+    const h_dims d = {1, 8, 8, 2, 2, 16, 16};
+    h_problem p;
+    h_problem_alloc(&p, d, FA_DTYPE_F32, FA_DTYPE_F32);
+    h_rng r;
+    h_rng_seed(&r, 7);
+    h_fill_normal(&p.args.q, &r, 1.0), h_fill_normal(&p.args.k, &r, 1.0), h_fill_normal(&p.args.v, &r, 1.0);
+    fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 0);
+    CHECK(h_run(g_ctx, FA_ALGO_AUTO, 1, &p.args) == FA_OK, "forward: %s", fa_context_error(g_ctx));
+    fa_tensor dout = h_alloc(FA_DTYPE_F32, 1, 8, 2, 16), dq = h_alloc(FA_DTYPE_F32, 1, 8, 2, 16);
+    h_fill_normal(&dout, &r, 1.0);
+    h_fill(&dq, 12345.0);
+    fa_backward_args b;
+    fa_backward_args_init(&b);
+    b.fwd = &p.args;
+    b.do_ = dout;
+    b.dq = dq;
+    for (int64_t m = 1; m <= 2; m++) {
+        fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, m);
+        const fa_status st = fa_backward(g_ctx, &b), sc = fa_backward_check(g_ctx, &b);
+        CHECK(st == FA_ERR_UNSUPPORTED && sc == st, "mode %lld: backward %d, check %d", (long long)m, st, sc);
+        CHECK(strstr(fa_context_error(g_ctx), "FA_PARAM_QUANT_MATMUL") != NULL, "message: %s", fa_context_error(g_ctx));
+        int untouched = 1;
+        for (int64_t e = 0; e < h_numel(&dq); e++) untouched &= ((float *)dq.data)[e] == 12345.0f;
+        CHECK(untouched, "mode %lld: dq written", (long long)m);
+    }
+    fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 0);
+    CHECK(fa_backward(g_ctx, &b) == FA_OK, "exact backward: %s", fa_context_error(g_ctx));
+    free(dout.data), free(dq.data);
+    h_problem_free(&p);
+}
+
+/* ------------------------------------------------------------- accuracy */
+
+typedef struct qcase {
+    int64_t D, Sk, Sq, Hq, Hk;
+    int outliers;   /* K with outlier channels (a common offset of 12 in D/16 channels) */
+    int smooth;     /* the caller subtracts K's mean over the keys before quantising */
+    int paged;      /* pages of 16 keys, shuffled */
+    int causal;     /* bottom-right causal (Sq > 1) */
+    int64_t window; /* left window, or -1 */
+    float softcap;
+    int sinks;
+    int64_t splits; /* FA_PARAM_KV_SPLITS, 0 = planned */
+    int mla;        /* a latent cache (v_in_k): V is K's rows, Dv = D */
+} qcase;
+
+typedef struct qresult {
+    double err[3], lse_err[3]; /* per mode: max|o - o_ref| / max|o_ref|, max|lse - lse_ref| */
+    double bf16_err;           /* P rounded to bf16, same oracle */
+    double float_err[3];       /* against the fp64 attention of the float K, V before quantising */
+    int differs[3];            /* the mode's bits differ from mode 0's */
+    int threads_same;          /* 1 and 2 threads give the same bits, every mode */
+} qresult;
+
+/* The test's own int8 quantiser (docs/semantics.md, section 8): scale = max|x| / 127, codes
+ * x * (1 / scale) rounded to nearest even, clamped. */
+static float quant_row(const double *x, int64_t n, int8_t *code)
+{
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        if (fabsf((float)x[i]) > amax) amax = fabsf((float)x[i]);
+    const float sc = amax / 127.0f, inv = sc > 0.0f ? 1.0f / sc : 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float y = nearbyintf((float)x[i] * inv);
+        code[i] = (int8_t)(y > 127.0f ? 127.0f : y < -127.0f ? -127.0f : y);
+    }
+    return sc;
+}
+
+/* fp64 attention of row i of head h over keys kv[j][g][x] (any values), section 3's rules. */
+static double oracle_row(const qcase *c, const float *q, const double *kv_k, const double *kv_v, const float *sinks,
+                         int64_t h, int64_t i, double *o, double *bf16_o)
+{
+    const int64_t D = c->D, g = h / (c->Hq / c->Hk), diag = i + c->Sk - c->Sq;
+    const double scale = 1.0 / sqrt((double)D);
+    double *sc = malloc(sizeof(double) * (size_t)c->Sk);
+    double m = -INFINITY;
+    for (int64_t j = 0; j < c->Sk; j++) {
+        const int kept = (!c->causal || j <= diag) && (c->window < 0 || j >= diag - c->window);
+        double s = 0;
+        for (int64_t x = 0; x < D; x++) s += (double)q[(i * c->Hq + h) * D + x] * kv_k[(j * c->Hk + g) * D + x];
+        s *= scale;
+        if (c->softcap > 0) s = c->softcap * tanh(s / c->softcap);
+        sc[j] = kept ? s : -INFINITY;
+        if (sc[j] > m) m = sc[j];
+    }
+    const double sink = sinks ? sinks[h] : -INFINITY;
+    if (sink > m) m = sink;
+    double l = exp(sink - m);
+    for (int64_t j = 0; j < c->Sk; j++) l += exp(sc[j] - m);
+    const double lse = m + log(l);
+    for (int64_t e = 0; e < D; e++) o[e] = bf16_o[e] = 0;
+    for (int64_t j = 0; j < c->Sk; j++) {
+        if (sc[j] == -INFINITY) continue;
+        const double p = exp(sc[j] - lse), pb = h_bf16_to_f32(h_f32_to_bf16((float)p));
+        for (int64_t e = 0; e < D; e++) {
+            o[e] += p * kv_v[(j * c->Hk + g) * D + e];
+            bf16_o[e] += pb * kv_v[(j * c->Hk + g) * D + e];
+        }
+    }
+    free(sc);
+    return lse;
+}
+
+static void run_case(const qcase *c, uint64_t seed, qresult *res)
+{
+    const int64_t D = c->D, Sk = c->Sk, Sq = c->Sq, Hq = c->Hq, Hk = c->Hk, n = Sk * Hk * D;
+    h_rng r;
+    h_rng_seed(&r, seed);
+    float *q = malloc(sizeof(float) * (size_t)(Sq * Hq * D));
+    for (int64_t e = 0; e < Sq * Hq * D; e++) q[e] = (float)h_rng_normal(&r);
+    double *kf = malloc(sizeof(double) * (size_t)n), *vf = malloc(sizeof(double) * (size_t)n);
+    for (int64_t e = 0; e < n; e++) {
+        kf[e] = (float)h_rng_normal(&r) + (c->outliers && (e % D) % 16 == 5 ? 12.0 : 0.0);
+        vf[e] = (float)h_rng_normal(&r);
+    }
+    /* what goes into the cache: K, or K minus its mean over the keys (per kv head) */
+    double *ks = malloc(sizeof(double) * (size_t)n);
+    memcpy(ks, kf, sizeof(double) * (size_t)n);
+    if (c->smooth)
+        for (int64_t g = 0; g < Hk; g++)
+            for (int64_t x = 0; x < D; x++) {
+                double mean = 0;
+                for (int64_t j = 0; j < Sk; j++) mean += kf[(j * Hk + g) * D + x];
+                mean /= (double)Sk;
+                for (int64_t j = 0; j < Sk; j++) ks[(j * Hk + g) * D + x] -= (float)mean;
+            }
+    /* the cache: codes and per-(token, head) scales; its values, dequantised */
+    const int64_t page = 16, pages = (Sk + page - 1) / page, rows_alloc = pages * page;
+    fa_tensor kc = h_alloc(FA_DTYPE_I8, c->paged ? pages : 1, c->paged ? page : rows_alloc, Hk, D);
+    fa_tensor vc = h_alloc(FA_DTYPE_I8, kc.shape[0], kc.shape[1], Hk, D);
+    fa_tensor ksc = h_alloc(FA_DTYPE_F32, kc.shape[0], kc.shape[1], Hk, 1), vsc = h_alloc(FA_DTYPE_F32, kc.shape[0], kc.shape[1], Hk, 1);
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)pages);
+    for (int64_t p = 0; p < pages; p++) table[p] = (int32_t)p;
+    for (int64_t p = pages - 1; p > 0; p--) {
+        const int64_t j = h_rng_int(&r, 0, p);
+        const int32_t t = table[p];
+        table[p] = table[j], table[j] = t;
+    }
+    double *kd = malloc(sizeof(double) * (size_t)n), *vd = malloc(sizeof(double) * (size_t)n);
+    int8_t *code = malloc((size_t)D);
+    for (int64_t j = 0; j < Sk; j++)
+        for (int64_t g = 0; g < Hk; g++) {
+            const int64_t b0 = c->paged ? table[j / page] : 0, r0 = c->paged ? j % page : j;
+            for (int kv = 0; kv < 2; kv++) {
+                if (kv && c->mla) { /* V is K's row: its values, and the cache's */
+                    memcpy(vf + (j * Hk + g) * D, kf + (j * Hk + g) * D, sizeof(double) * (size_t)D);
+                    memcpy(vd + (j * Hk + g) * D, kd + (j * Hk + g) * D, sizeof(double) * (size_t)D);
+                    continue;
+                }
+                const double *src = (kv ? vf : ks) + (j * Hk + g) * D;
+                const float s = quant_row(src, D, code);
+                h_set(kv ? &vsc : &ksc, b0, r0, g, 0, s);
+                for (int64_t x = 0; x < D; x++) {
+                    ((int8_t *)(kv ? vc : kc).data)[h_offset(kv ? &vc : &kc, b0, r0, g, x)] = code[x];
+                    (kv ? vd : kd)[(j * Hk + g) * D + x] = (double)s * code[x];
+                }
+            }
+        }
+    float *sinks = NULL;
+    if (c->sinks) {
+        sinks = malloc(sizeof(float) * (size_t)Hq);
+        for (int64_t h = 0; h < Hq; h++) sinks[h] = (float)h_rng_range(&r, -1.0, 3.0);
+    }
+    /* oracles */
+    double *oref = malloc(sizeof(double) * (size_t)(Sq * Hq * D)), *obf = malloc(sizeof(double) * (size_t)(Sq * Hq * D));
+    double *ofl = malloc(sizeof(double) * (size_t)(Sq * Hq * D)), *tmp = malloc(sizeof(double) * (size_t)D);
+    double *lref = malloc(sizeof(double) * (size_t)(Sq * Hq));
+    double omax = 0, bf16_err = 0, omax_f = 0;
+    for (int64_t i = 0; i < Sq; i++)
+        for (int64_t h = 0; h < Hq; h++) {
+            double *o = oref + (i * Hq + h) * D;
+            lref[i * Hq + h] = oracle_row(c, q, kd, vd, sinks, h, i, o, obf + (i * Hq + h) * D);
+            oracle_row(c, q, kf, vf, sinks, h, i, ofl + (i * Hq + h) * D, tmp);
+            for (int64_t e = 0; e < D; e++) {
+                omax = fmax(omax, fabs(o[e]));
+                omax_f = fmax(omax_f, fabs(ofl[(i * Hq + h) * D + e]));
+                bf16_err = fmax(bf16_err, fabs(obf[(i * Hq + h) * D + e] - o[e]));
+            }
+        }
+    res->bf16_err = bf16_err / omax;
+
+    fa_tensor qt = h_alloc(FA_DTYPE_F32, 1, Sq, Hq, D), ot = h_alloc(FA_DTYPE_F32, 1, Sq, Hq, D);
+    fa_tensor lt = h_alloc(FA_DTYPE_F32, 1, Hq, Sq, 1);
+    memcpy(qt.data, q, sizeof(float) * (size_t)(Sq * Hq * D));
+    const int32_t seqlens[1] = {(int32_t)Sk};
+    fa_kv_cache cache = FA_KV_CACHE_INIT;
+    cache.k = kc, cache.v = vc, cache.k_scale = ksc, cache.v_scale = vsc, cache.seqlens = seqlens;
+    if (c->paged) cache.block_table = table, cache.max_pages = pages;
+    if (c->mla) cache.v = (fa_tensor){0}, cache.v_scale = (fa_tensor){0}, cache.v_in_k = 1;
+    fa_forward_args a = FA_FORWARD_ARGS_INIT;
+    a.q = qt, a.o = ot, a.lse = lt, a.kv_cache = &cache;
+    a.causal = c->causal ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+    a.window_left = c->window;
+    a.softcap = c->softcap;
+    a.sinks = sinks;
+    float *o0 = malloc(sizeof(float) * (size_t)(Sq * Hq * D)), *om = malloc(sizeof(float) * (size_t)(Sq * Hq * D));
+    res->threads_same = 1;
+    fa_context_set(g_ctx, FA_PARAM_KV_SPLITS, c->splits);
+    for (int mode = 0; mode < 3; mode++) {
+        fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, mode);
+        for (int th = 2; th >= 1; th--) {
+            const fa_status st = h_run(g_ctx, FA_ALGO_AUTO, th, &a);
+            CHECK(st == FA_OK, "mode %d: %s", mode, fa_context_error(g_ctx));
+            if (th == 2) memcpy(om, ot.data, sizeof(float) * (size_t)(Sq * Hq * D));
+            else res->threads_same &= memcmp(om, ot.data, sizeof(float) * (size_t)(Sq * Hq * D)) == 0;
+        }
+        if (mode == 0) memcpy(o0, om, sizeof(float) * (size_t)(Sq * Hq * D));
+        res->differs[mode] = memcmp(o0, om, sizeof(float) * (size_t)(Sq * Hq * D)) != 0;
+        double err = 0, ferr = 0, lerr = 0;
+        for (int64_t e = 0; e < Sq * Hq * D; e++) {
+            err = fmax(err, fabs((double)om[e] - oref[e]));
+            ferr = fmax(ferr, fabs((double)om[e] - ofl[e]));
+            if (isnan(om[e])) err = ferr = INFINITY;
+        }
+        for (int64_t i = 0; i < Sq; i++)
+            for (int64_t h = 0; h < Hq; h++) {
+                const double l = (double)((float *)lt.data)[h * Sq + i], want = lref[i * Hq + h];
+                lerr = fmax(lerr, isnan(l) ? INFINITY : fabs(l - want));
+            }
+        res->err[mode] = err / omax;
+        res->float_err[mode] = ferr / omax_f;
+        res->lse_err[mode] = lerr;
+    }
+    fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 0);
+    fa_context_set(g_ctx, FA_PARAM_KV_SPLITS, 0);
+    free(q), free(kf), free(vf), free(ks), free(kd), free(vd), free(code), free(sinks), free(table);
+    free(oref), free(obf), free(ofl), free(tmp), free(lref), free(o0), free(om);
+    free(kc.data), free(vc.data), free(ksc.data), free(vsc.data), free(qt.data), free(ot.data), free(lt.data);
+}
+
+/* The documented bounds (docs/semantics.md, section 11), per mode: exact (checked apart), i8, i8x2. */
+static const double BOUND_O[3] = {0, 4e-2, 2.5e-4}, BOUND_LSE[3] = {0, 8e-3, 4e-5};
+static const double BOUND_O_OUTLIER[3] = {0, 4e-2, 2.5e-4}, BOUND_LSE_OUTLIER[3] = {0, 0.15, 5e-4};
+
+/* The paths whose tables have the int8 kernels (FA_KERNELS_I8_DOT): the mode changes the
+ * bits there, and is ignored (the exact bits) elsewhere. */
+static int mode_applies(void)
+{
+    static const char *const with[] = {"ref", "avx2vnni", "avx512bf16", "amx", "amx-model"};
+    for (size_t i = 0; i < sizeof with / sizeof with[0]; i++)
+        if (strcmp(fa_context_isa(g_ctx), with[i]) == 0) return 1;
+    return 0;
+}
+
+/* bound[m]: o's bound of mode m (1 i8, 2 i8x2); lse[m] likewise */
+static void check_result(const qcase *c, const qresult *q, const char *what, const double bound[3], const double lse[3])
+{
+    const int applies = mode_applies();
+    CHECK(q->threads_same, "%s: 1 and 2 threads differ", what);
+    CHECK(q->err[0] <= 1e-5 && q->lse_err[0] <= 1e-4, "%s: exact mode's error %.3g (lse %.3g)", what, q->err[0],
+          q->lse_err[0]);
+    for (int m = 1; m < 3; m++) {
+        CHECK(q->differs[m] == applies, "%s: mode %d %s the exact bits on %s", what, m,
+              q->differs[m] ? "changes" : "keeps", fa_context_isa(g_ctx));
+        CHECK(q->err[m] <= bound[m] && q->lse_err[m] <= lse[m],
+              "%s (D %lld, Sk %lld): mode %d error %.3g (bound %.3g), lse %.3g (bound %.3g)", what, (long long)c->D,
+              (long long)c->Sk, m, q->err[m], bound[m], q->lse_err[m], lse[m]);
+    }
+}
+
+static void test_accuracy(void)
+{
+    printf("relative error max|o - o_ref| / max|o_ref| against fp64 (the cache's values); lse absolute; "
+           "'float' against the float K, V before quantising\n");
+    printf("%-22s %5s %6s | %9s %9s %9s | %9s | %9s %9s | %9s %9s %9s\n", "K", "D", "Sk", "exact", "i8", "i8x2",
+           "bf16 P", "lse i8", "lse i8x2", "float ex", "float i8", "flt i8x2");
+    static const char *const kname[3] = {"N(0,1)", "outlier channels", "outliers, smoothed"};
+    for (int kind = 0; kind < 3; kind++)
+        for (int64_t D = 64; D <= 256; D *= 2)
+            for (int64_t Sk = 4096; Sk <= 32768; Sk *= 8) {
+                if (Sk > 4096 && (D != 128 || h_test_scale() < 1)) continue;
+                const qcase c = {D, Sk, 1, 8, 2, kind > 0, kind == 2, 0, 0, -1, 0.0f, 0, 0, 0};
+                qresult q;
+                h_case("accuracy %s D=%lld Sk=%lld", kname[kind], (long long)D, (long long)Sk);
+                run_case(&c, 1000 + (uint64_t)(kind * 7 + D + Sk), &q);
+                printf("%-22s %5lld %6lld | %9.2e %9.2e %9.2e | %9.2e | %9.2e %9.2e | %9.2e %9.2e %9.2e\n",
+                       kname[kind], (long long)D, (long long)Sk, q.err[0], q.err[1], q.err[2], q.bf16_err, q.lse_err[1],
+                       q.lse_err[2], q.float_err[0], q.float_err[1], q.float_err[2]);
+                check_result(&c, &q, kname[kind], kind ? BOUND_O_OUTLIER : BOUND_O, kind ? BOUND_LSE_OUTLIER : BOUND_LSE);
+                /* two digits: within 4x the error of P rounded to bf16 */
+                CHECK(q.err[2] <= 4 * q.bf16_err, "%s D %lld: i8x2 error %.3g, 4x bf16 P's %.3g", kname[kind],
+                      (long long)D, q.err[2], 4 * q.bf16_err);
+            }
+}
+
+static void test_forms(void)
+{
+    static const struct {
+        const char *what;
+        qcase c;
+    } forms[] = {
+        {"paged", {128, 1000, 1, 8, 2, 0, 0, 1, 0, -1, 0.0f, 0, 0, 0}},
+        {"two rows, causal, GQA 4", {128, 777, 2, 8, 2, 0, 0, 0, 1, -1, 0.0f, 0, 0, 0}},
+        {"window 100", {64, 900, 1, 4, 4, 0, 0, 0, 1, 100, 0.0f, 0, 0, 0}},
+        {"softcap 5", {64, 600, 1, 4, 1, 0, 0, 1, 0, -1, 5.0f, 0, 0, 0}},
+        {"sinks", {128, 700, 1, 8, 1, 0, 0, 0, 0, -1, 0.0f, 1, 0, 0}},
+        {"split-KV 3", {256, 2000, 1, 4, 2, 0, 0, 1, 0, -1, 0.0f, 1, 3, 0}},
+        {"D 100, eight rows", {100, 513, 1, 8, 1, 0, 0, 0, 0, -1, 0.0f, 0, 0, 0}},
+        {"MLA latent, paged", {192, 600, 1, 8, 1, 0, 0, 1, 0, -1, 0.0f, 0, 0, 1}},
+    };
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        qresult q;
+        h_case("form %s", forms[i].what);
+        run_case(&forms[i].c, 77 + i, &q);
+        printf("form %-26s exact %.2e  i8 %.2e  i8x2 %.2e  (lse %.2e %.2e)\n", forms[i].what, q.err[0], q.err[1],
+               q.err[2], q.lse_err[1], q.lse_err[2]);
+        check_result(&forms[i].c, &q, forms[i].what, BOUND_O, BOUND_LSE);
+    }
+}
+
+int main(void)
+{
+    CHECK(h_context_create(&g_ctx) == FA_OK, "context");
+    if (!g_ctx) return h_summary();
+    test_setting();
+    test_accuracy();
+    test_forms();
+    fa_context_free(g_ctx);
+    return h_summary();
+}
