@@ -113,7 +113,7 @@ def _np_forward(q, k, v, *, bias=None, mask=None, alibi=None, cu_q=None, cu_k=No
     out = np.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype)
     lse = np.empty((B, Hq, Sq), dtype=np.float32) if need_lse else None
     dm = np.empty((B, Hq, Sq, k.shape[1]), dtype=np.bool_) if want_mask else None
-    _C.forward(_core.current_context(), q, k, v, out, lse, opts=opts, alibi_slopes=alibi, bias=bias, mask=mask,
+    _C.forward(_core.current_context(), q, k, v, out, lse, opts, alibi_slopes=alibi, bias=bias, mask=mask,
                cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, dropout_mask=dm, sinks=sinks)
     return out, lse, dm
 
@@ -297,7 +297,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         # the plain call in one binding call: out alone (the library skips the lse)
         B, Sq, Hq, _ = q.shape
         out = np.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype)
-        _C.forward(_core.current_context(), q, k, v, out, opts=opts)
+        _C.forward(_core.current_context(), q, k, v, out, None, opts)
         return out
     bias, mask = _mask_split(attn_mask, False)
     alibi = _alibi(alibi_slopes, False)

@@ -385,18 +385,19 @@ void take_options(Args &args, nb::handle opts, const char *what)
         args.h[g_options.key[i]] = PyTuple_GET_ITEM(opts.ptr(), i);
 }
 
-// Positional arrays (q, k, v, out, softmax_lse), then opts, then every other keyword
-// (the backward's own only for backward).
+// Positional: the arrays q, k, v, out, softmax_lse, then opts (by position it costs a
+// small call no keyword dict); then every other keyword (the backward's own only for
+// backward), which overrides opts.
 Args parse(const nb::args &pos, const nb::kwargs &kw, const char *what, bool backward = false)
 {
     Args args;
     static const int positional[] = {FWD_q, FWD_k, FWD_v, FWD_o, FWD_lse};
-    const size_t np = pos.size();
-    if (np > sizeof positional / sizeof *positional)
-        raise(PyExc_TypeError, std::string(what) + "() takes at most 5 arrays by position (q, k, v, out, softmax_lse)");
-    for (size_t i = 0; i < np; i++)
+    const size_t n_arrays = sizeof positional / sizeof *positional, np = pos.size();
+    if (np > n_arrays + 1)
+        raise(PyExc_TypeError, std::string(what) + "() takes at most q, k, v, out, softmax_lse and opts by position");
+    for (size_t i = 0; i < np && i < n_arrays; i++)
         args.h[positional[i]] = PyTuple_GET_ITEM(pos.ptr(), static_cast<Py_ssize_t>(i));
-    PyObject *opts = PyDict_GetItem(kw.ptr(), g_opts_name);
+    PyObject *opts = np > n_arrays ? PyTuple_GET_ITEM(pos.ptr(), n_arrays) : PyDict_GetItem(kw.ptr(), g_opts_name);
     if (opts)
         take_options(args, opts, what);
     PyObject *name, *value;

@@ -80,8 +80,13 @@ def _bwd_schema():
             ") -> (Tensor, Tensor, Tensor, Tensor)")
 
 
+_NONE = (None,) * (_N_IN - 3)
+
+
 def _keywords(inputs):
     """The optional inputs (after q, k, v) as the binding's keywords, DLPack capsules."""
+    if inputs[3:] == _NONE:  # the usual call: a dict saved is ~0.5 us of a small call
+        return {}
     return {key: _to_dlpack(x) for key, x in zip(_OPTIONAL, inputs[3:]) if x is not None}
 
 
@@ -94,8 +99,10 @@ def _fwd_impl(inputs, opts, return_mask, lean=False):
     lse = None if lean else _empty(B, Hq, Sq, dtype=_f32)
     dm = _empty(B, Hq, Sq, k.shape[1], dtype=_bool) if return_mask else (None if lean else _empty(0, dtype=_bool))
     dl = _to_dlpack
-    _forward(_context(), dl(q), dl(k), dl(v), dl(out), None if lean else dl(lse), opts=opts,
-             dropout_mask=dl(dm) if return_mask else None, **_keywords(inputs))
+    kw = _keywords(inputs)
+    if return_mask:
+        kw["dropout_mask"] = dl(dm)
+    _forward(_context(), dl(q), dl(k), dl(v), dl(out), None if lean else dl(lse), opts, **kw)
     return out, lse, dm
 
 
@@ -241,11 +248,15 @@ def _check(q, k, v, bias, mask):
         raise ValueError("a float attn_mask that requires grad is not supported: flashattn gives no bias gradient")
 
 
-def _inputs(q, k, v, bias, mask, alibi, cu_q, cu_k, sinks):
-    """The op's inputs in _INPUTS' order (the table's)."""
-    named = {"q": q, "k": k, "v": v, "bias": bias, "mask": mask, "alibi_slopes": alibi, "cu_seqlens_q": cu_q,
-             "cu_seqlens_k": cu_k, "sinks": sinks}
-    return tuple(named[key] for key in _INPUTS)
+# attention()'s arrays, by the table's keys, in _INPUTS' order
+_ATTENTION_ARRAYS = ("q", "k", "v", "bias", "mask", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "sinks")
+_ORDER = tuple(_ATTENTION_ARRAYS.index(key) for key in _INPUTS)
+
+
+def _inputs(*given):
+    """attention()'s arrays (q, k, v, bias, mask, alibi, cu_q, cu_k, sinks) in _INPUTS'
+    order (the table's)."""
+    return tuple([given[i] for i in _ORDER])
 
 
 def attention(q, k, v, bias, mask, alibi, cu_q, cu_k, opts, return_mask, need_lse=True, checked=False, sinks=None):
