@@ -134,7 +134,60 @@ enum {
     FA_KERNELS_TILES = 1u << 3,
     /* never chosen automatically, only by FLASHATTN_ARCH (a model of hardware, for tests) */
     FA_KERNELS_EXPLICIT = 1u << 4,
+    /* fwd_bf16 is this table's own fused forward (row-major tiles, no transpose of P),
+     * faster than the qk_bf16 / softmax / pv_bf16 loop: the core takes it for the wide
+     * bf16 tiles it can (plain keys and band masks, no element-wise rules, no dropout).
+     * Without it the table's fwd_bf16 is the reference's, correct but never chosen. */
+    FA_KERNELS_FWD_BF16 = 1u << 5,
 };
+
+/* K as the B operand of Q K^T on pairs along d (pack_kt_bf16): pair rows per chunk of 32
+ * d, whole chunks (the rows past ceil(d/2) are zero). */
+#define FA_KT_PAIRS(d) FA_RUP16(((d) + 1) / 2)
+
+/* bytes of scratch fwd_bf16 needs for a tile of cols keys (any table). */
+#define FA_FWD_BF16_SCRATCH(cols, dv)                                                                             \
+    (64 * 8 + 32 * 64 * 4 + 32 * (FA_RUP32(cols) + 32) * 2 + 32 * 16 * 4 + 32 * 4 * 2 + 2 * 16 * FA_RUP16(dv) * 4)
+
+/*
+ * One key tile of the fused bf16 forward (fwd_bf16): scores row-major, P written as
+ * row-major bf16, which is already the A operand of P V. For r < rows, c < cols,
+ * kept(c) = lo == NULL || (lo[r] <= c && c <= hi[r]) (tile-relative, as softmax's):
+ *   s[r][c] = scale * sum_x q[r][x] k_c[x]     (bf16 products, fp32 sums)
+ *   m[r]    moves to the max over kept s only when some kept s exceeds it by more than
+ *           FA_FWD_LAZY_LOG2 / log2(e) (lazy rescale; exact, since acc and l then use
+ *           the same m): m_new, alpha = exp(m_old - m_new), l and acc scaled by alpha
+ *   p       = exp(s - m) to about 2^-13 relative, rounded to bf16 (as vcvtne2ps2bf16),
+ *             0 for masked columns; l[r] += sum of those bf16 values (the same P
+ *             that P V multiplies), acc[r][e] += sum_c p v_c[e].
+ * With nothing kept yet m stays -inf and p = 0; a NaN score makes its row NaN.
+ *   q    rows of bf16, ldq apart, zero-padded to FA_RUP32(d) columns and
+ *        FA_RUP16(rows) rows (64-byte aligned, ldq a multiple of 32)
+ *   kt   K^T pairs (pack_kt_bf16): kt[p * ldkt + c] = (k_c[2p], k_c[2p+1]); the columns
+ *        up to FA_RUP16(cols) must be readable (any values: masked), rows past ceil(d/2)
+ *        zero
+ *   vp   V as key pairs from key 0 of the tile (pack_pairs_bf16), ldvp >= FA_RUP16(dv),
+ *        zero past dv; rows past cols are never read
+ *   acc  rows, ldacc apart (ldacc >= FA_RUP16(dv)); only rows < rows are touched
+ *   scratch  FA_FWD_BF16_SCRATCH(cols, dv) bytes, 64-byte aligned
+ * Like pv_bf16, the tile products multiply a masked p = 0 by v: the core hands over
+ * partly masked tiles only when their V rows are finite.
+ */
+#define FA_FWD_LAZY_LOG2 8.0f
+typedef struct fa_fwd_tile {
+    int64_t rows, cols, d, dv;
+    const uint16_t *q;
+    int64_t ldq;
+    float scale;
+    const uint32_t *kt;
+    int64_t ldkt;
+    const uint32_t *vp;
+    int64_t ldvp;
+    const int32_t *lo, *hi;
+    float *m, *l, *acc;
+    int64_t ldacc;
+    void *scratch;
+} fa_fwd_tile;
 
 typedef struct fa_kernels {
     const char *name;   /* what FLASHATTN_ARCH and fa_context_isa() call it */
@@ -251,6 +304,11 @@ typedef struct fa_kernels {
      * holds at least FA_STX_BF16_SCRATCH(rows, cols, n, ldst) uint16, 64-byte aligned. */
     void (*stx_bf16)(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,
                      int64_t ldx, float *acc, int64_t ldacc, void *scratch);
+    /* pack_kt_bf16: kt[p * ldkt + c] = the dword (k[c][2p], k[c][2p+1]) (low word x = 2p)
+     * for c < cols and p < FA_KT_PAIRS(d), zero where x >= d; columns >= cols untouched.
+     * k any ld (uint16), kt any ldkt >= cols (dwords). fwd_bf16: above. */
+    void (*pack_kt_bf16)(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t ldkt);
+    void (*fwd_bf16)(const fa_fwd_tile *t);
 
     /*
      * Small-row path (decoding): for rows <= FA_SMALL_ROWS query rows (a few GQA
