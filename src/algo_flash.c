@@ -90,7 +90,7 @@ typedef struct {
     uint16_t *q16, *qt2, *k16, *v16;
     uint32_t *v_pairs, *pv_scratch; /* a V tile as row pairs when not packed; P pairs */
     /* the fused forward only: Q rows zero-padded (bp, FA_RUP32(D)), a K tile as K^T pairs
-     * when not packed (FA_KT_PAIRS(D), ldkt), the kernel's scratch */
+     * when it is not packed where it starts (kernels.h's blocks), the kernel's scratch */
     uint16_t *qa;
     uint32_t *kt;
     void *fwd_scratch;
@@ -101,9 +101,6 @@ typedef struct {
 
 static int64_t round16(int64_t x) { return fa_round_up(x, FA_ROW_ALIGN); }
 
-/* The row distance of a K tile as K^T pairs in scratch: a tile's keys and the 16-key
- * blocks the kernel may read past them. */
-static int64_t kt_ld(const flash_job *job) { return fa_packed_ld(job->plan.bc + 16); }
 
 /* The per-thread scratch as one table (fa_ws_layout): its size with base == NULL,
  * its slices from base otherwise; -1 when a size overflows (D, Dv are user sizes). */
@@ -149,7 +146,7 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->v_pairs, b16 ? fa_bytes3(T2 * ((bc + 2) / 2), fa_packed_ld(Dv), 4) : 0},
         {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, Dv) : 0},
         {(void **)&sc->qa, job->fused ? fa_bytes3(bp, FA_RUP32(D), 2) : 0},
-        {(void **)&sc->kt, job->fused ? fa_bytes3(FA_KT_PAIRS(D), kt_ld(job), 4) : 0},
+        {(void **)&sc->kt, job->fused ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(D), 4) : 0},
         {(void **)&sc->fwd_scratch, job->fused ? FA_FWD_BF16_SCRATCH(bc, Dv) : 0},
         {(void **)&sc->row16, mm ? fa_bytes3(row_max, 2, 1) : 0},
         {(void **)&sc->rowf, mm ? fa_bytes3(row_max, 8, 1) : 0},
@@ -594,17 +591,15 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
     const uint32_t *vp = tile_pairs(job, sc, w, j0, cols, v, ldv, &ldvp);
     if (partial && !pairs_finite(vp, ldvp, cols, Dv)) return 0;
     const uint32_t *kt = sc->kt;
-    int64_t ldkt = kt_ld(job);
-    if (w->unit) {
-        kt = (const uint32_t *)w->unit + (j0 - w->key0);
-        ldkt = pk->ldk;
+    if (w->unit && (j0 - w->key0) % 16 == 0) { /* a tile from a block's start (a window's may not be) */
+        kt = (const uint32_t *)w->unit + (j0 - w->key0) / 16 * pk->ldk;
     } else {
         if (!k16) k16 = fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
-        kern->pack_kt_bf16(cols, D, k16, ldk, sc->kt, ldkt);
+        kern->pack_kt_bf16(cols, D, k16, ldk, sc->kt, 0);
     }
     *t0 = fa_phase_mark(job->phases, FA_PH_S, *t0);
     const fa_fwd_tile t = {.rows = w->rows, .cols = cols, .d = D, .dv = Dv, .q = sc->qa, .ldq = FA_RUP32(D),
-                           .scale = s->scale, .kt = kt, .ldkt = ldkt, .vp = vp, .ldvp = ldvp, .lo = tlo, .hi = thi,
+                           .scale = s->scale, .kt = kt, .vp = vp, .ldvp = ldvp, .lo = tlo, .hi = thi,
                            .m = sc->m, .l = sc->l, .acc = sc->acc, .ldacc = job->ldacc, .scratch = sc->fwd_scratch};
     kern->fwd_bf16(&t);
     *t0 = fa_phase_mark(job->phases, FA_PH_P, *t0);

@@ -52,9 +52,9 @@ void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, in
  *   bf16 form: k[j][x] as bf16 rows, V as row pairs from key 0 (kernels.h's
  *              pack_pairs_bf16), which pv_bf16 (and a tile unit) multiplies;
  *   K^T form:  the bf16 form's V pairs, and K as the B operand of Q K^T on a tile
- *              unit (the fused forward, kernels.h's fwd_bf16): kt[p][j] = the pair
- *              (k_j[2p], k_j[2p+1]), FA_KT_PAIRS(D) rows of ldk dwords, ldk >= keys +
- *              16 so that a tile's 16-key blocks can read past its last key;
+ *              unit (the fused forward, kernels.h's fwd_bf16): pack_kt_bf16's blocks
+ *              of 16 keys from key0, ldk = 16 FA_KT_PAIRS(D) dwords each, so a tile
+ *              reads them from block (j0 - key0) / 16 when j0 - key0 is a multiple of 16;
  *   split form (f32 as T bf16 products, FA_PARAM_F32_MATMUL, T = 3 or 1): K rows
  *              as T * D bf16, [hi | lo | hi] (T = 1: [hi]), V's hi rows as pairs from
  *              key 0 and (T = 3) after them V's lo rows as pairs (fa_split_row).
@@ -65,7 +65,7 @@ void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, in
  */
 typedef struct fa_kv_packing {
     int bf16;           /* the bf16 form, the K^T form or the split form (bf16 pairs too) */
-    int kt;             /* the K^T form: a tile at key j0 reads kt + (j0 - key0), ldk apart */
+    int kt;             /* the K^T form (ldk: dwords per block of 16 keys) */
     int terms;          /* the split form: T; else 0 */
     int64_t ldk, ldv;   /* f32 form: floats; bf16 form: uint16 (K), dwords (V pairs) */
     int64_t v_offset;   /* bytes from a unit's start to its V */

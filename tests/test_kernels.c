@@ -2105,7 +2105,7 @@ static void fwd_state_free(fwd_state *st) { free(st->m), free(st->l), free(st->a
 static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64_t ntiles, int64_t d, int64_t dv,
                          const uint16_t *q, const uint16_t *k, const uint16_t *v, const int32_t *blo,
                          const int32_t *bhi, float scale) {
-    const int64_t ldq = (d + 31) / 32 * 32, ldkt = fa_packed_ld(cols + 16), ldvp = fa_packed_ld(dv);
+    const int64_t ldq = (d + 31) / 32 * 32, ktn = FA_KT_DWORDS(cols, d), ldvp = fa_packed_ld(dv);
     fwd_state st = {xmalloc(4 * (size_t)rows), xmalloc(4 * (size_t)rows), NULL, round16(dv) + 16};
     st.acc = xmalloc(4 * (size_t)(rows * st.ldacc));
     for (int64_t r = 0; r < rows; r++) st.m[r] = -INFINITY, st.l[r] = 0.0f;
@@ -2113,14 +2113,14 @@ static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64
     uint16_t *qa = xaligned(2 * (size_t)(round16(rows) * ldq));
     memset(qa, 0, 2 * (size_t)(round16(rows) * ldq));
     for (int64_t r = 0; r < rows; r++) memcpy(qa + r * ldq, q + r * d, 2 * (size_t)d);
-    uint32_t *ktb = xaligned(4 * (size_t)(FA_KT_PAIRS(d) * ldkt)), *vp = xaligned(4 * (size_t)((cols + 1) / 2 * ldvp));
-    memset(ktb, 0x7f, 4 * (size_t)(FA_KT_PAIRS(d) * ldkt)); /* columns past cols: NaN-ish bits, masked */
+    uint32_t *ktb = xaligned(4 * (size_t)ktn), *vp = xaligned(4 * (size_t)((cols + 1) / 2 * ldvp));
+    memset(ktb, 0x7f, 4 * (size_t)ktn); /* keys past cols: NaN-ish bits, masked */
     void *scratch = xaligned((size_t)FA_FWD_BF16_SCRATCH(cols, dv));
     int32_t *lo = xmalloc(4 * (size_t)rows), *hi = xmalloc(4 * (size_t)rows);
     tiles_begin(kt);
     for (int64_t t = 0; t < ntiles; t++) {
         const int64_t j0 = t * cols;
-        fa_kernels_ref.pack_kt_bf16(cols, d, k + j0 * d, d, ktb, ldkt);
+        fa_kernels_ref.pack_kt_bf16(cols, d, k + j0 * d, d, ktb, 0);
         fa_kernels_ref.pack_pairs_bf16(cols, dv, v + j0 * dv, dv, vp, ldvp);
         for (int64_t r = 0; blo && r < rows; r++) {
             int64_t a = blo[r] - j0, z = bhi[r] - j0;
@@ -2129,7 +2129,7 @@ static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64
             lo[r] = (int32_t)a, hi[r] = (int32_t)z;
         }
         const fa_fwd_tile tile = {.rows = rows, .cols = cols, .d = d, .dv = dv, .q = qa, .ldq = ldq, .scale = scale,
-                                  .kt = ktb, .ldkt = ldkt, .vp = vp, .ldvp = ldvp, .lo = blo ? lo : NULL,
+                                  .kt = ktb, .vp = vp, .ldvp = ldvp, .lo = blo ? lo : NULL,
                                   .hi = blo ? hi : NULL, .m = st.m, .l = st.l, .acc = st.acc, .ldacc = st.ldacc,
                                   .scratch = scratch};
         kt->fwd_bf16(&tile);
@@ -2204,22 +2204,24 @@ static void case_fwd_bf16(const fa_kernels *kt, int64_t rows, int64_t cols, int6
     free(q), free(k), free(v), free(s), free(blo), free(bhi);
 }
 
-/* pack_kt_bf16 bitwise against its definition, around a buffer's untouched columns. */
-static void case_pack_kt(const fa_kernels *kt, int64_t cols, int64_t d, int64_t ldk) {
-    h_case("pack_kt_bf16 isa=%s cols=%lld d=%lld ldk=%lld", kt->name, (long long)cols, (long long)d, (long long)ldk);
-    const int64_t ldkt = cols + 5, np = FA_KT_PAIRS(d);
+/* pack_kt_bf16 bitwise against its definition, around the keys it must not touch. */
+static void case_pack_kt(const fa_kernels *kt, int64_t cols, int64_t d, int64_t ldk, int64_t j0) {
+    h_case("pack_kt_bf16 isa=%s cols=%lld d=%lld ldk=%lld j0=%lld", kt->name, (long long)cols, (long long)d,
+           (long long)ldk, (long long)j0);
+    const int64_t np = FA_KT_PAIRS(d), n = FA_KT_DWORDS(j0 + cols + 16, d);
     uint16_t *k = xmalloc(2 * (size_t)(cols * ldk));
     for (int64_t i = 0; i < cols * ldk; i++) k[i] = (uint16_t)h_rng_int(&g_rng, 0, 65535);
-    uint32_t *out = xmalloc(4 * (size_t)(np * ldkt));
-    memset(out, 0xab, 4 * (size_t)(np * ldkt));
-    kt->pack_kt_bf16(cols, d, k, ldk, out, ldkt);
+    uint32_t *out = xmalloc(4 * (size_t)n);
+    memset(out, 0xab, 4 * (size_t)n);
+    kt->pack_kt_bf16(cols, d, k, ldk, out, j0);
     int64_t bad = 0;
-    for (int64_t p = 0; p < np; p++)
-        for (int64_t c = 0; c < ldkt; c++) {
+    for (int64_t j = 0; j < (j0 + cols + 31) / 16 * 16; j++)
+        for (int64_t p = 0; p < np; p++) {
             uint32_t want = 0xabababab;
-            if (c < cols)
+            const int64_t c = j - j0;
+            if (c >= 0 && c < cols)
                 want = (2 * p < d ? k[c * ldk + 2 * p] : 0u) | (2 * p + 1 < d ? (uint32_t)k[c * ldk + 2 * p + 1] << 16 : 0u);
-            bad += out[p * ldkt + c] != want;
+            bad += out[j / 16 * 16 * np + 16 * p + j % 16] != want;
         }
     CHECK(bad == 0, "%lld dwords differ", (long long)bad);
     free(k), free(out);
@@ -2229,8 +2231,10 @@ static void test_fwd_bf16(void) {
     for (int t = 0; t < g_ntab; t++) {
         const fa_kernels *kt = g_tab[t].k;
         if (kt != &fa_kernels_ref && !(kt->flags & FA_KERNELS_FWD_BF16)) continue; /* the reference's */
-        case_pack_kt(kt, 37, 33, 40);
-        case_pack_kt(kt, 16, 128, 128);
+        case_pack_kt(kt, 37, 33, 40, 0);
+        case_pack_kt(kt, 16, 128, 128, 16);
+        case_pack_kt(kt, 50, 64, 64, 6);
+        case_pack_kt(kt, 3, 1, 1, 31);
         const int quick = kt->flags & FA_KERNELS_EXPLICIT; /* the model: fewer, smaller cases */
         static const int64_t shapes[][6] = {/* rows cols tiles d dv band */
                                             {32, 64, 4, 128, 128, 0}, {1, 1, 1, 1, 1, 0},     {17, 33, 3, 31, 7, 1},
@@ -2354,7 +2358,7 @@ static const struct {
     {"avx512", "avx2", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
     {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16", FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT},
     {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
-    {"amx", "avx512bf16", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS},
+    {"amx", "avx512bf16", TILE_KERNELS " pack_kt_bf16", FA_KERNELS_SMALL_ROWS | TILE_FLAGS},
     {"amx-model", "ref", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_EXPLICIT},
 };
 

@@ -141,13 +141,16 @@ enum {
     FA_KERNELS_FWD_BF16 = 1u << 5,
 };
 
-/* K as the B operand of Q K^T on pairs along d (pack_kt_bf16): pair rows per chunk of 32
- * d, whole chunks (the rows past ceil(d/2) are zero). */
+/* K as the B operand of Q K^T on pairs along d (pack_kt_bf16), in blocks of 16 keys,
+ * each block FA_KT_PAIRS(d) pair rows of 16 dwords (whole chunks of 32 d: the rows past
+ * ceil(d/2) are zero), so that one B tile is 1 KB of contiguous memory. */
 #define FA_KT_PAIRS(d) FA_RUP16(((d) + 1) / 2)
+/* dwords of K^T for keys [0, n) (whole blocks) */
+#define FA_KT_DWORDS(n, d) ((((n) + 15) / 16) * 16 * FA_KT_PAIRS(d))
 
 /* bytes of scratch fwd_bf16 needs for a tile of cols keys (any table). */
 #define FA_FWD_BF16_SCRATCH(cols, dv)                                                                             \
-    (64 * 8 + 32 * 64 * 4 + 32 * (FA_RUP32(cols) + 32) * 2 + 32 * 16 * 4 + 32 * 4 * 2 + 2 * 16 * FA_RUP16(dv) * 4)
+    (64 * 8 + 2 * 32 * 64 * 4 + 32 * (FA_RUP32(cols) + 32) * 2 + 32 * 16 * 4 + 32 * 4 * 2 + 2 * 16 * FA_RUP16(dv) * 4)
 
 /*
  * One key tile of the fused bf16 forward (fwd_bf16): scores row-major, P written as
@@ -163,9 +166,8 @@ enum {
  * With nothing kept yet m stays -inf and p = 0; a NaN score makes its row NaN.
  *   q    rows of bf16, ldq apart, zero-padded to FA_RUP32(d) columns and
  *        FA_RUP16(rows) rows (64-byte aligned, ldq a multiple of 32)
- *   kt   K^T pairs (pack_kt_bf16): kt[p * ldkt + c] = (k_c[2p], k_c[2p+1]); the columns
- *        up to FA_RUP16(cols) must be readable (any values: masked), rows past ceil(d/2)
- *        zero
+ *   kt   K^T pairs from key 0 of the tile (pack_kt_bf16's blocks); the keys of its last
+ *        block past cols must be readable (any values: masked)
  *   vp   V as key pairs from key 0 of the tile (pack_pairs_bf16), ldvp >= FA_RUP16(dv),
  *        zero past dv; rows past cols are never read
  *   acc  rows, ldacc apart (ldacc >= FA_RUP16(dv)); only rows < rows are touched
@@ -180,7 +182,6 @@ typedef struct fa_fwd_tile {
     int64_t ldq;
     float scale;
     const uint32_t *kt;
-    int64_t ldkt;
     const uint32_t *vp;
     int64_t ldvp;
     const int32_t *lo, *hi;
@@ -304,10 +305,10 @@ typedef struct fa_kernels {
      * holds at least FA_STX_BF16_SCRATCH(rows, cols, n, ldst) uint16, 64-byte aligned. */
     void (*stx_bf16)(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,
                      int64_t ldx, float *acc, int64_t ldacc, void *scratch);
-    /* pack_kt_bf16: kt[p * ldkt + c] = the dword (k[c][2p], k[c][2p+1]) (low word x = 2p)
-     * for c < cols and p < FA_KT_PAIRS(d), zero where x >= d; columns >= cols untouched.
-     * k any ld (uint16), kt any ldkt >= cols (dwords). fwd_bf16: above. */
-    void (*pack_kt_bf16)(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t ldkt);
+    /* pack_kt_bf16: for keys j = j0 + c, c < cols: kt[(j / 16) * 16 P + 16 p + j % 16] = the
+     * dword (k[c][2p], k[c][2p+1]) (low word x = 2p) for p < P = FA_KT_PAIRS(d), zero where
+     * x >= d; other keys' dwords untouched. k any ld (uint16); j0 >= 0 any. fwd_bf16: above. */
+    void (*pack_kt_bf16)(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0);
     void (*fwd_bf16)(const fa_fwd_tile *t);
 
     /*

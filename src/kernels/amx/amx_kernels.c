@@ -609,6 +609,41 @@ double FA_AMX_FN(probe_tile)(int64_t iters)
 
 void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t);
 
+#if defined(FA_AMX_HW)
+void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0);
+
+/* pack_kt_bf16 (kernels.h): whole blocks of 16 keys as 16 x 16 dword transposes (a
+ * block's K rows, 32 d at a time, masked past d), the keys of partial blocks one by one.
+ * Only the hardware table takes it; the model inherits the reference's (the same bits). */
+void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0)
+{
+    const int64_t np = FA_KT_PAIRS(d);
+    for (int64_t c = 0; c < cols;) {
+        const int64_t j = j0 + c;
+        uint32_t *blk = kt + j / 16 * 16 * np;
+        if (j % 16 == 0 && c + 16 <= cols) {
+            for (int64_t g = 0; g < np / 16; g++) {
+                const int64_t x0 = 32 * g, nx = d - x0;
+                const __mmask32 m = nx >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << nx) - 1;
+                __m512 t[16];
+                for (int i = 0; i < 16; i++)
+                    t[i] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, k + (c + i) * ldk + x0));
+                fa_avx512_transpose16(t);
+                for (int p = 0; p < 16; p++) _mm512_storeu_ps((float *)(blk + 16 * (16 * g + p)), t[p]);
+            }
+            c += 16;
+            continue;
+        }
+        for (int64_t p = 0; p < np; p++) {
+            const uint32_t lo = 2 * p < d ? k[c * ldk + 2 * p] : 0;
+            const uint32_t hi = 2 * p + 1 < d ? k[c * ldk + 2 * p + 1] : 0;
+            blk[16 * p + j % 16] = lo | hi << 16;
+        }
+        c++;
+    }
+}
+#endif
+
 /*
  * The softmax of one row of a block: nv <= 4 vectors of 16 scores s (raw dot products),
  * keep[v] the lanes kept. t = s c - mlog (masked: -inf). With `check`, returns 1 and
@@ -710,18 +745,43 @@ static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float 
 }
 #endif
 
-/* The row's max over its kept columns of the block (scores scaled as the contract says,
- * one multiply), NaN if any is NaN; -inf when none is kept. */
-static float fwd_row_max(const float *s, int nc, const uint16_t *keep, float scale)
+/* The row's max over its kept columns of the block (scores scaled as the contract says:
+ * max(s) * scale, or min(s) * scale for a negative scale, which is the max of the
+ * products exactly), NaN if a kept one is NaN; -inf when none is kept. Per lane as
+ * vmaxps / vminps do ("a > b ? a : b"), then the lanes in one fixed order. */
+static float fwd_row_max(const float *s, int nv, const uint16_t *keep, float scale)
 {
-    float mx = -INFINITY;
-    for (int c = 0; c < nc; c++) {
-        if (!((keep[c / 16] >> (c % 16)) & 1u)) continue;
-        const float x = s[c] * scale;
-        if (x != x || mx != mx) mx = NAN;
-        else if (x > mx) mx = x;
+    float hi[16], lo[16];
+    int nan = 0;
+#if defined(FA_AMX_HW)
+    __m512 vh = _mm512_set1_ps(-INFINITY), vl = _mm512_set1_ps(INFINITY);
+    for (int v = 0; v < nv; v++) {
+        const __m512 x = _mm512_loadu_ps(s + 16 * v);
+        vh = _mm512_mask_max_ps(vh, keep[v], x, vh);
+        vl = _mm512_mask_min_ps(vl, keep[v], x, vl);
+        nan |= _mm512_mask_cmp_ps_mask(keep[v], x, x, _CMP_UNORD_Q) != 0;
     }
-    return mx;
+    _mm512_storeu_ps(hi, vh);
+    _mm512_storeu_ps(lo, vl);
+#else
+    for (int i = 0; i < 16; i++) hi[i] = -INFINITY, lo[i] = INFINITY;
+    for (int v = 0; v < nv; v++)
+        for (int i = 0; i < 16; i++) {
+            if (!((keep[v] >> i) & 1u)) continue;
+            const float x = s[16 * v + i];
+            hi[i] = x > hi[i] ? x : hi[i];
+            lo[i] = x < lo[i] ? x : lo[i];
+            nan |= x != x;
+        }
+#endif
+    if (nan) return NAN;
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) {
+            hi[i] = hi[i + w] > hi[i] ? hi[i + w] : hi[i];
+            lo[i] = lo[i + w] < lo[i] ? lo[i + w] : lo[i];
+        }
+    if (hi[0] == -INFINITY) return -INFINITY; /* nothing kept */
+    return scale < 0.0f ? lo[0] * scale : hi[0] * scale;
 }
 
 /* Lanes [a, z] of a 16-column group at column c0 (any a, z). */
@@ -733,26 +793,46 @@ static inline uint16_t lane_mask(int64_t a, int64_t z, int64_t c0)
     return hi <= lo ? 0 : (uint16_t)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
 }
 
-/* S (32 x FWD_BLOCK fp32, row-major) of one block: nkb <= 4 blocks of 16 keys from kt,
- * rows of the strip's one or two A tiles. */
-static void fwd_qk(const uint16_t *q, int64_t ldq, int two_r, int64_t nxc, const uint32_t *kt, int64_t ldkt,
-                   int nkb, float *S)
+/* S (32 x FWD_BLOCK fp32, row-major, unscaled) of one block, as a sequence of steps the
+ * caller interleaves with the softmax of the block before: nkb <= 4 blocks of 16 keys
+ * from kt (ldkt dwords per 16 keys, 1 KB per B tile), the strip's one or two A tiles. */
+typedef struct {
+    const uint16_t *q;
+    int64_t ldq, nxc, ldkt;
+    const uint32_t *kt;
+    int two_r, nkb;
+    float *S;
+    int step, steps; /* done so far, in all: (nkb / 2 rounded up) halves x nxc */
+} fwd_qk_job;
+
+static void fwd_qk_begin(fwd_qk_job *j, const uint16_t *q, int64_t ldq, int two_r, int64_t nxc, const uint32_t *kt,
+                         int64_t ldkt, int nkb, float *S)
 {
-    for (int h = 0; 2 * h < nkb; h++) {
-        const int two_c = 2 * h + 1 < nkb;
-        FA_TILE_ZERO(TC0);
-        if (two_c) FA_TILE_ZERO(TC1);
-        if (two_r) FA_TILE_ZERO(TC2);
-        if (two_r && two_c) FA_TILE_ZERO(TC3);
-        for (int64_t xc = 0; xc < nxc; xc++) {
-            const uint32_t *b = kt + 16 * xc * ldkt + 32 * h;
-            step_2x2(q + 32 * xc, q + 16 * ldq + 32 * xc, (size_t)(2 * ldq), b, b + 16, (size_t)(4 * ldkt), two_r, two_c);
+    *j = (fwd_qk_job){q, ldq, nxc, ldkt, kt, two_r, nkb, S, 0, (int)((nkb + 1) / 2 * nxc)};
+}
+
+/* Runs the job's steps up to `until` (at most its steps). */
+static void fwd_qk_run(fwd_qk_job *j, int until)
+{
+    for (; j->step < until && j->step < j->steps; j->step++) {
+        const int h = (int)(j->step / j->nxc);
+        const int64_t xc = j->step % j->nxc;
+        const int two_c = 2 * h + 1 < j->nkb, two_r = j->two_r;
+        if (xc == 0) {
+            FA_TILE_ZERO(TC0);
+            if (two_c) FA_TILE_ZERO(TC1);
+            if (two_r) FA_TILE_ZERO(TC2);
+            if (two_r && two_c) FA_TILE_ZERO(TC3);
         }
-        float *d = S + 32 * h;
-        FA_TILE_STORE(TC0, d, 4 * FWD_BLOCK);
-        if (two_c) FA_TILE_STORE(TC1, d + 16, 4 * FWD_BLOCK);
-        if (two_r) FA_TILE_STORE(TC2, d + 16 * FWD_BLOCK, 4 * FWD_BLOCK);
-        if (two_r && two_c) FA_TILE_STORE(TC3, d + 16 * FWD_BLOCK + 16, 4 * FWD_BLOCK);
+        const uint32_t *b = j->kt + 2 * h * j->ldkt + 256 * xc;
+        step_2x2(j->q + 32 * xc, j->q + 16 * j->ldq + 32 * xc, (size_t)(2 * j->ldq), b, b + j->ldkt, 64, two_r, two_c);
+        if (xc == j->nxc - 1) {
+            float *d = j->S + 32 * h;
+            FA_TILE_STORE(TC0, d, 4 * FWD_BLOCK);
+            if (two_c) FA_TILE_STORE(TC1, d + 16, 4 * FWD_BLOCK);
+            if (two_r) FA_TILE_STORE(TC2, d + 16 * FWD_BLOCK, 4 * FWD_BLOCK);
+            if (two_r && two_c) FA_TILE_STORE(TC3, d + 16 * FWD_BLOCK + 16, 4 * FWD_BLOCK);
+        }
     }
 }
 
@@ -773,7 +853,7 @@ static void fwd_pv(const uint16_t *P, int64_t ldp, int two_r, int64_t k0, int64_
 
 /* Scratch parts of fwd_bf16 (64-byte aligned, within FA_FWD_BF16_SCRATCH). */
 typedef struct {
-    float *S;        /* [32][FWD_BLOCK] */
+    float *S[2];     /* [32][FWD_BLOCK] each: the block the softmax reads, the next one's scores */
     uint16_t *P;     /* [32][ldp] */
     float *L;        /* [32][16] lane sums */
     float *alpha;    /* [32] */
@@ -786,11 +866,12 @@ void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t)
 {
     tiles_on();
     const int64_t rows = t->rows, cols = t->cols, dv = t->dv, ep = R16(dv), ldp = pt_ld(cols);
-    const int64_t nxc = (t->d + 31) / 32, full_c = cols / 32, ncc = (cols + 31) / 32;
+    const int64_t nxc = (t->d + 31) / 32, full_c = cols / 32, ncc = (cols + 31) / 32, ldkt = 16 * FA_KT_PAIRS(t->d);
     const float scale = t->scale, c2 = scale * FWD_LOG2E;
     fwd_scratch w;
-    w.S = ALIGN64(t->scratch);
-    w.P = ALIGN64(w.S + 32 * FWD_BLOCK);
+    w.S[0] = ALIGN64(t->scratch);
+    w.S[1] = w.S[0] + 32 * FWD_BLOCK;
+    w.P = ALIGN64(w.S[1] + 32 * FWD_BLOCK);
     w.L = ALIGN64(w.P + 32 * ldp);
     w.alpha = ALIGN64(w.L + 32 * 16);
     w.mlog = ALIGN64(w.alpha + 32);
@@ -853,23 +934,35 @@ void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t)
         }
         const uint16_t *q = t->q + r0 * t->ldq;
         int64_t pend = b0 * FWD_BLOCK; /* P's columns [pend, ..) wait for their product */
+        fwd_qk_job qj;
+        fwd_qk_begin(&qj, q, t->ldq, two_r, nxc, t->kt + b0 * FWD_BLOCK / 16 * ldkt, ldkt,
+                     (int)((MIN64(cols - b0 * FWD_BLOCK, FWD_BLOCK) + 15) / 16), w.S[0]);
+        fwd_qk_run(&qj, qj.steps);
         for (int64_t b = b0; b < b1; b++) {
             const int64_t c0 = b * FWD_BLOCK, nc = cols - c0 < FWD_BLOCK ? cols - c0 : FWD_BLOCK;
             const int nkb = (int)((nc + 15) / 16);
-            fwd_qk(q, t->ldq, two_r, nxc, t->kt + c0, t->ldkt, nkb, w.S);
+            const float *S = w.S[(b - b0) & 1];
+            /* the next block's scores, a step after every few rows of this one's softmax:
+             * the tile unit runs them while the vector unit works */
+            if (b + 1 < b1)
+                fwd_qk_begin(&qj, q, t->ldq, two_r, nxc, t->kt + (c0 + FWD_BLOCK) / 16 * ldkt, ldkt,
+                             (int)((MIN64(cols - c0 - FWD_BLOCK, FWD_BLOCK) + 15) / 16), w.S[(b + 1 - b0) & 1]);
+            else
+                qj.steps = 0;
             int rescale = 0;
             for (int64_t r = 0; r < nr; r++) {
+                fwd_qk_run(&qj, (int)((r + 1) * qj.steps / nr));
                 const int64_t row = r0 + r;
                 uint16_t keep[4];
                 const int64_t a = t->lo ? t->lo[row] : 0, z = t->hi ? t->hi[row] : cols - 1;
                 for (int v = 0; v < nkb; v++) keep[v] = lane_mask(a, z < cols - 1 ? z : cols - 1, c0 + 16 * v);
-                const float *s = w.S + r * FWD_BLOCK;
+                const float *s = S + r * FWD_BLOCK;
                 uint16_t *p = w.P + r * ldp + c0;
                 float *L = w.L + 16 * r;
                 const float m_old = t->m[row];
                 if (m_old != -INFINITY && !fwd_row(s, nkb, keep, c2, w.mlog[r], 1, p, L)) continue;
                 /* the max moves (or nothing was kept before): the row's rescale */
-                const float mb = fwd_row_max(s, (int)nc, keep, scale);
+                const float mb = fwd_row_max(s, nkb, keep, scale);
                 const float m_new = (mb > m_old || mb != mb) ? mb : m_old;
                 if (m_new == -INFINITY) { /* nothing kept yet: p = 0 (or NaN from a NaN score) */
                     fwd_row(s, nkb, keep, c2, 0.0f, 0, p, L);
@@ -888,6 +981,7 @@ void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t)
                 w.mlog[r] = m_new * FWD_LOG2E;
                 fwd_row(s, nkb, keep, c2, w.mlog[r], 0, p, L);
             }
+            fwd_qk_run(&qj, qj.steps); /* before any product below reuses the tiles */
             for (int64_t r = nr; r < (two_r ? 32 : 16); r++) memset(w.P + r * ldp + c0, 0, (size_t)R32(nc) * 2);
             if (rescale) { /* the pending products with the old max first, then acc *= alpha */
                 if (pend < c0) fwd_pv(w.P, ldp, two_r, pend / 32, c0 / 32, c, ldc, t->vp, t->ldvp, full_c, w.vtail, ep);

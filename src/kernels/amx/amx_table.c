@@ -64,6 +64,7 @@
 FA_KERNELS_ISA(avx512bf16);
 FA_KERNELS_ISA(amx);
 FA_AMX_DECLARE(fa_amx_);
+void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0);
 
 static const char *g_refusal; /* why the OS refused the tile data; NULL when granted */
 static pthread_once_t g_perm_once = PTHREAD_ONCE_INIT;
@@ -109,6 +110,7 @@ void fa_kernels_init_amx(fa_kernels *k)
     k->name = "amx";
     k->parent = "avx512bf16";
     FA_AMX_FILL(k, fa_amx_);
+    k->pack_kt_bf16 = fa_amx_pack_kt_bf16; /* AVX-512 transposes; the model keeps the reference's */
 }
 #endif
 

@@ -303,14 +303,18 @@ static void ref_pv_bf16(int64_t rows, int64_t cols, int64_t dv, const float *st,
     }
 }
 
-static void ref_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t ldkt)
+static void ref_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0)
 {
-    for (int64_t p = 0; p < FA_KT_PAIRS(d); p++)
-        for (int64_t c = 0; c < cols; c++) {
+    const int64_t np = FA_KT_PAIRS(d);
+    for (int64_t c = 0; c < cols; c++) { /* a key's row at a time: k read along its rows */
+        const int64_t j = j0 + c;
+        uint32_t *dst = kt + j / 16 * 16 * np + j % 16;
+        for (int64_t p = 0; p < np; p++) {
             const uint32_t lo = 2 * p < d ? k[c * ldk + 2 * p] : 0;
             const uint32_t hi = 2 * p + 1 < d ? k[c * ldk + 2 * p + 1] : 0;
-            kt[p * ldkt + c] = lo | hi << 16;
+            dst[16 * p] = lo | hi << 16;
         }
+    }
 }
 
 /* The fused forward's contract with the plain rule: m moves to the tile's max at once
@@ -325,7 +329,7 @@ static void ref_fwd_bf16(const fa_fwd_tile *t)
         for (int64_t c = 0; c < t->cols; c++) {
             float acc = 0.0f;
             for (int64_t x = 0; x < t->d; x++) {
-                const uint32_t pair = t->kt[(x / 2) * t->ldkt + c];
+                const uint32_t pair = t->kt[c / 16 * 16 * FA_KT_PAIRS(t->d) + 16 * (x / 2) + c % 16];
                 acc += fa_bf16_to_f32(q[x]) * fa_bf16_to_f32((uint16_t)(pair >> (x & 1) * 16));
             }
             s[c] = t->scale * acc;
