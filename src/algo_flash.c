@@ -331,8 +331,8 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
     int64_t ldq;
     if (w->b16 && w->ng == 1) {
         const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0, D, sc->q16, &ldq);
-        kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
         if (job->fused) fused_q(sc, q, ldq, n, D);
+        else kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
     } else if (w->b16) { /* stacked heads (an MLA or GQA group on one K): their rows one after another */
         for (int64_t g = 0; g < w->ng; g++) {
             uint16_t *dst = sc->q16 + g * n * D;
@@ -340,8 +340,8 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
             if (q != dst)
                 for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
         }
-        kern->pack_qt_bf16(w->rows, D, sc->q16, D, sc->qt2, 2 * bp);
         if (job->fused) fused_q(sc, sc->q16, D, w->rows, D);
+        else kern->pack_qt_bf16(w->rows, D, sc->q16, D, sc->qt2, 2 * bp);
     } else if (w->mm) { /* unscaled: qk_bf16 scales */
         const int64_t TD = w->mm * D;
         for (int64_t g = 0; g < w->ng; g++) {
@@ -642,6 +642,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     const int64_t i0 = w.i0, n = w.n, ng = w.ng, rows = w.rows, h0 = w.h0;
     wide_begin(job, sc, &w, step->begin);
     const char *const unit0 = w.unit;
+    int qt2_ready = !fused; /* the fused path packs Q^T only for a tile that needs the careful path */
 
     /* the tiles of the whole task start at lo, lo + bc, ..; this step runs those that
      * start in its range, so its steps together run them all in the same order */
@@ -661,6 +662,10 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
             w.unit = unit0;
             if (wide_fused(job, sc, &w, j0, cols, partial, tlo, thi, &t0)) continue;
             w.unit = NULL; /* the careful path below reads K and V where they are (a K^T unit has no K rows) */
+            if (!qt2_ready) { /* its Q^T pairs, from the fused kernel's Q rows */
+                kern->pack_qt_bf16(rows, p->D, sc->qa, FA_RUP32(p->D), sc->qt2, 2 * bp);
+                qt2_ready = 1;
+            }
         }
         /* trimmed where the band ends inside the tile for its first rows (a window's
          * left edge alone leaves nothing to trim) */

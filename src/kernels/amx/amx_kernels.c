@@ -654,8 +654,9 @@ void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk
  * vscalefps, vcvtne2ps2bf16, vaddps).
  */
 #if defined(FA_AMX_HW)
-static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float mlog, int check, uint16_t *p,
-                   float *lsum)
+/* nv a constant in each caller below, so that the loops unroll and t, e stay in registers */
+static inline __attribute__((always_inline)) int fwd_row_n(const float *s, const int nv, const uint16_t *keep, float c,
+                                                           float mlog, int check, uint16_t *p, float *lsum)
 {
     const __m512 vc = _mm512_set1_ps(c), vm = _mm512_set1_ps(-mlog), ninf = _mm512_set1_ps(-INFINITY);
     __m512 t[4];
@@ -688,6 +689,17 @@ static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float 
     }
     _mm512_storeu_ps(lsum, sum);
     return 0;
+}
+
+static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float mlog, int check, uint16_t *p,
+                   float *lsum)
+{
+    switch (nv) {
+    case 4: return fwd_row_n(s, 4, keep, c, mlog, check, p, lsum);
+    case 3: return fwd_row_n(s, 3, keep, c, mlog, check, p, lsum);
+    case 2: return fwd_row_n(s, 2, keep, c, mlog, check, p, lsum);
+    default: return fwd_row_n(s, 1, keep, c, mlog, check, p, lsum);
+    }
 }
 #else
 /* vscalefps on an integral n: x 2^n, rounded as a multiply would be */
@@ -953,9 +965,10 @@ void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t)
             for (int64_t r = 0; r < nr; r++) {
                 fwd_qk_run(&qj, (int)((r + 1) * qj.steps / nr));
                 const int64_t row = r0 + r;
-                uint16_t keep[4];
+                uint16_t keep[4] = {0xffffu, 0xffffu, 0xffffu, 0xffffu};
                 const int64_t a = t->lo ? t->lo[row] : 0, z = t->hi ? t->hi[row] : cols - 1;
-                for (int v = 0; v < nkb; v++) keep[v] = lane_mask(a, z < cols - 1 ? z : cols - 1, c0 + 16 * v);
+                if (a > c0 || z < c0 + 16 * nkb - 1) /* the band or the tile's end inside the block */
+                    for (int v = 0; v < nkb; v++) keep[v] = lane_mask(a, z < cols - 1 ? z : cols - 1, c0 + 16 * v);
                 const float *s = S + r * FWD_BLOCK;
                 uint16_t *p = w.P + r * ldp + c0;
                 float *L = w.L + 16 * r;
