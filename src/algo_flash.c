@@ -303,13 +303,23 @@ typedef struct {
     int64_t key0;        /* the unit's first key (a chunk of a long unit, tasks.h) */
     const uint16_t *k16; /* the bf16 path: the tile's K rows as step 1 read them, ldk16 apart; a */
     int64_t ldk16;       /* latent V (v_in_k) is their first Dv columns */
+    const uint16_t *qa;  /* the fused forward: Q rows as its kernel reads them, ldqa apart */
+    int64_t ldqa;
 } wide_task;
 
-/* The fused forward's Q: rows bf16, zero-padded to whole tiles (FA_RUP32(D) columns,
- * FA_RUP16(rows) rows). */
-static void fused_q(const flash_scratch *sc, const uint16_t *q, int64_t ldq, int64_t rows, int64_t D)
+/* The fused forward's Q: rows bf16 in whole tiles (FA_RUP32(D) columns, FA_RUP16(rows)
+ * rows): the rows where they are when they are whole tiles already, else copied and
+ * zero-padded. */
+static void fused_q(const flash_scratch *sc, wide_task *w, const uint16_t *q, int64_t ldq, int64_t rows, int64_t D)
 {
     const int64_t ld = FA_RUP32(D);
+    if (D == ld && rows % 16 == 0) {
+        w->qa = q;
+        w->ldqa = ldq;
+        return;
+    }
+    w->qa = sc->qa;
+    w->ldqa = ld;
     for (int64_t r = 0; r < FA_RUP16(rows); r++) {
         uint16_t *dst = sc->qa + r * ld;
         if (r < rows) {
@@ -323,7 +333,7 @@ static void fused_q(const flash_scratch *sc, const uint16_t *q, int64_t ldq, int
 
 /* Before step 1: the Q rows of every stacked head, transposed and scaled; with
  * `clear`, the softmax state and the accumulator cleared (a task's first step). */
-static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide_task *w, int clear)
+static void wide_begin(const flash_job *job, const flash_scratch *sc, wide_task *w, int clear)
 {
     const fa_problem *s = w->s;
     const fa_kernels *kern = job->kern;
@@ -331,7 +341,7 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
     int64_t ldq;
     if (w->b16 && w->ng == 1) {
         const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0, D, sc->q16, &ldq);
-        if (job->fused) fused_q(sc, q, ldq, n, D);
+        if (job->fused) fused_q(sc, w, q, ldq, n, D);
         else kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
     } else if (w->b16) { /* stacked heads (an MLA or GQA group on one K): their rows one after another */
         for (int64_t g = 0; g < w->ng; g++) {
@@ -340,7 +350,7 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
             if (q != dst)
                 for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
         }
-        if (job->fused) fused_q(sc, sc->q16, D, w->rows, D);
+        if (job->fused) fused_q(sc, w, sc->q16, D, w->rows, D);
         else kern->pack_qt_bf16(w->rows, D, sc->q16, D, sc->qt2, 2 * bp);
     } else if (w->mm) { /* unscaled: qk_bf16 scales */
         const int64_t TD = w->mm * D;
@@ -598,7 +608,7 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
         kern->pack_kt_bf16(cols, D, k16, ldk, sc->kt, 0);
     }
     *t0 = fa_phase_mark(job->phases, FA_PH_S, *t0);
-    const fa_fwd_tile t = {.rows = w->rows, .cols = cols, .d = D, .dv = Dv, .q = sc->qa, .ldq = FA_RUP32(D),
+    const fa_fwd_tile t = {.rows = w->rows, .cols = cols, .d = D, .dv = Dv, .q = w->qa, .ldq = w->ldqa,
                            .scale = s->scale, .kt = kt, .vp = vp, .ldvp = ldvp, .lo = tlo, .hi = thi,
                            .m = sc->m, .l = sc->l, .acc = sc->acc, .ldacc = job->ldacc, .scratch = sc->fwd_scratch};
     kern->fwd_bf16(&t);
@@ -663,7 +673,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
             if (wide_fused(job, sc, &w, j0, cols, partial, tlo, thi, &t0)) continue;
             w.unit = NULL; /* the careful path below reads K and V where they are (a K^T unit has no K rows) */
             if (!qt2_ready) { /* its Q^T pairs, from the fused kernel's Q rows */
-                kern->pack_qt_bf16(rows, p->D, sc->qa, FA_RUP32(p->D), sc->qt2, 2 * bp);
+                kern->pack_qt_bf16(rows, p->D, w.qa, w.ldqa, sc->qt2, 2 * bp);
                 qt2_ready = 1;
             }
         }

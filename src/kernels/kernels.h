@@ -164,8 +164,8 @@ enum {
  *             0 for masked columns; l[r] += sum of those bf16 values (the same P
  *             that P V multiplies), acc[r][e] += sum_c p v_c[e].
  * With nothing kept yet m stays -inf and p = 0; a NaN score makes its row NaN.
- *   q    rows of bf16, ldq apart, zero-padded to FA_RUP32(d) columns and
- *        FA_RUP16(rows) rows (64-byte aligned, ldq a multiple of 32)
+ *   q    rows of bf16, ldq apart (any alignment), zero-padded to FA_RUP32(d) columns and
+ *        FA_RUP16(rows) rows
  *   kt   K^T pairs from key 0 of the tile (pack_kt_bf16's blocks); the keys of its last
  *        block past cols must be readable (any values: masked)
  *   vp   V as key pairs from key 0 of the tile (pack_pairs_bf16), ldvp >= FA_RUP16(dv),
