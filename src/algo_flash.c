@@ -101,7 +101,6 @@ typedef struct {
 
 static int64_t round16(int64_t x) { return fa_round_up(x, FA_ROW_ALIGN); }
 
-
 /* The per-thread scratch as one table (fa_ws_layout): its size with base == NULL,
  * its slices from base otherwise; -1 when a size overflows (D, Dv are user sizes). */
 static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *base)
