@@ -773,8 +773,18 @@ static float fwd_row_max(const float *s, int nv, const uint16_t *keep, float sca
         vl = _mm512_mask_min_ps(vl, keep[v], x, vl);
         nan |= _mm512_mask_cmp_ps_mask(keep[v], x, x, _CMP_UNORD_Q) != 0;
     }
-    _mm512_storeu_ps(hi, vh);
-    _mm512_storeu_ps(lo, vl);
+    if (nan) return NAN;
+    /* the lanes as the loop below pairs them: lane i < w takes max(lane i + w, lane i) */
+    vh = _mm512_max_ps(_mm512_shuffle_f32x4(vh, vh, _MM_SHUFFLE(1, 0, 3, 2)), vh);
+    vl = _mm512_min_ps(_mm512_shuffle_f32x4(vl, vl, _MM_SHUFFLE(1, 0, 3, 2)), vl);
+    vh = _mm512_max_ps(_mm512_shuffle_f32x4(vh, vh, _MM_SHUFFLE(2, 3, 0, 1)), vh);
+    vl = _mm512_min_ps(_mm512_shuffle_f32x4(vl, vl, _MM_SHUFFLE(2, 3, 0, 1)), vl);
+    vh = _mm512_max_ps(_mm512_permute_ps(vh, _MM_SHUFFLE(1, 0, 3, 2)), vh);
+    vl = _mm512_min_ps(_mm512_permute_ps(vl, _MM_SHUFFLE(1, 0, 3, 2)), vl);
+    vh = _mm512_max_ps(_mm512_permute_ps(vh, _MM_SHUFFLE(2, 3, 0, 1)), vh);
+    vl = _mm512_min_ps(_mm512_permute_ps(vl, _MM_SHUFFLE(2, 3, 0, 1)), vl);
+    hi[0] = _mm512_cvtss_f32(vh);
+    lo[0] = _mm512_cvtss_f32(vl);
 #else
     for (int i = 0; i < 16; i++) hi[i] = -INFINITY, lo[i] = INFINITY;
     for (int v = 0; v < nv; v++)
@@ -785,13 +795,13 @@ static float fwd_row_max(const float *s, int nv, const uint16_t *keep, float sca
             lo[i] = x < lo[i] ? x : lo[i];
             nan |= x != x;
         }
-#endif
     if (nan) return NAN;
     for (int w = 8; w >= 1; w /= 2)
         for (int i = 0; i < w; i++) {
             hi[i] = hi[i + w] > hi[i] ? hi[i + w] : hi[i];
             lo[i] = lo[i + w] < lo[i] ? lo[i + w] : lo[i];
         }
+#endif
     if (hi[0] == -INFINITY) return -INFINITY; /* nothing kept */
     return scale < 0.0f ? lo[0] * scale : hi[0] * scale;
 }
