@@ -25,10 +25,13 @@
  *             current strip's products; B = V pairs as given. acc is scaled by alpha on
  *             the vector side, loaded into tiles once, accumulated over every column of
  *             the call, stored once.
+ *   fwd_bf16  the fused forward's tile (below): S = Q K^T row-major, softmax, P V.
  *   stx_bf16  acc[c][e] += st[c][.] . x[.][e]: A = st rows rounded to bf16 (their
  *             natural layout), B = x as row pairs (packed here).
  * Glue (rounding, pairing, copies) is plain C the compiler vectorises under the
- * hardware build's AVX-512 flags; only P's transpose has an intrinsic form there.
+ * hardware build's AVX-512 flags; P's transpose, the fused forward's softmax rows and
+ * max, and K^T's transposes have intrinsic forms there, whose plain C forms in the model
+ * compute the same bits.
  */
 #include "amx_tile.h"
 #if defined(FA_AMX_HW)
@@ -583,11 +586,13 @@ double FA_AMX_FN(probe_tile)(int64_t iters)
 /*
  * The fused forward on one key tile (kernels.h, fa_fwd_tile), in strips of 32 query
  * rows (two A tiles). Per strip, blocks of FWD_BLOCK keys:
- *   S = Q K^T   A = Q rows (the strip's, natural layout), B = K^T pairs; 2 x 2 C tiles
- *               per 32 keys, stored row-major into S (fp32, unscaled);
+ *   S = Q K^T   A = Q rows (the strip's, natural layout), B = K^T pairs (1 KB blocks);
+ *               2 x 2 C tiles per 32 keys, stored row-major into S (fp32, unscaled); the
+ *               next block's steps run between this block's softmax rows, into the
+ *               other of two score buffers, so the tile unit works while the vectors do;
  *   softmax     row by row on 16-lane vectors: t = S * scale log2(e) - m log2(e); while
  *               every kept t <= FA_FWD_LAZY_LOG2 the running max stays (lazy rescale),
- *               else the row's max moves (fwd_row_slow) and the strip's pending P V is
+ *               else the row's max moves (fwd_row_max) and the strip's pending P V is
  *               flushed before acc takes the rescale; p = 2^t by a degree-3 polynomial
  *               (minimax on [-1/2, 1/2], 2^-13.7 relative, below bf16's 2^-9),
  *               rounded to bf16 straight into P's row (vcvtne2ps2bf16), and the row's
