@@ -38,6 +38,7 @@
 #include "kv.h"
 #include "tasks.h"
 #include "threadpool.h"
+#include "tune.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -51,6 +52,7 @@ typedef struct {
     const fa_kernels *kern;
     fa_plan plan;
     int bf16_dot;       /* bf16 inputs multiplied as bf16 pairs by the ISA */
+    int fused;          /* the bf16 pair tiles take the table's fused forward (fwd_bf16) */
     int mm_terms;       /* f32 inputs as bf16 products (FA_PARAM_F32_MATMUL): 3 bf16x3, 1 bf16, 0 ieee */
     int64_t ldacc;
     int64_t lds;        /* small-row score tiles: round_up(bc, FA_ROW_ALIGN) */
@@ -92,6 +94,11 @@ typedef struct {
      * the split rows, below) */
     uint16_t *q16, *qt2, *k16, *v16;
     uint32_t *v_pairs, *pv_scratch; /* a V tile as row pairs when not packed; P pairs */
+    /* the fused forward only: Q rows zero-padded (bp, FA_RUP32(D)), a K tile as K^T pairs
+     * when it is not packed where it starts (kernels.h's blocks), the kernel's scratch */
+    uint16_t *qa;
+    uint32_t *kt;
+    void *fwd_scratch;
     /* f32 as bf16 products only: one row's bf16 high part, and its residual in f32 */
     uint16_t *row16;
     float *rowf;
@@ -144,6 +151,9 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->v16, b16 ? fa_bytes3(T2 * (bc + 1), Dv, 2) : 0},
         {(void **)&sc->v_pairs, b16 ? fa_bytes3(T2 * ((bc + 2) / 2), fa_packed_ld(Dv), 4) : 0},
         {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, Dv) : 0},
+        {(void **)&sc->qa, job->fused ? fa_bytes3(bp, FA_RUP32(D), 2) : 0},
+        {(void **)&sc->kt, job->fused ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(D), 4) : 0},
+        {(void **)&sc->fwd_scratch, job->fused ? FA_FWD_BF16_SCRATCH(bc, Dv) : 0},
         {(void **)&sc->row16, mm ? fa_bytes3(row_max, 2, 1) : 0},
         {(void **)&sc->rowf, mm ? fa_bytes3(row_max, 8, 1) : 0},
     };
@@ -312,11 +322,37 @@ typedef struct {
     int64_t key0;        /* the unit's first key (a chunk of a long unit, tasks.h) */
     const uint16_t *k16; /* the bf16 path: the tile's K rows as step 1 read them, ldk16 apart; a */
     int64_t ldk16;       /* latent V (v_in_k) is their first Dv columns */
+    const uint16_t *qa;  /* the fused forward: Q rows as its kernel reads them, ldqa apart */
+    int64_t ldqa;
 } wide_task;
+
+/* The fused forward's Q: rows bf16 in whole tiles (FA_RUP32(D) columns, FA_RUP16(rows)
+ * rows): the rows where they are when they are whole tiles already, else copied and
+ * zero-padded. */
+static void fused_q(const flash_scratch *sc, wide_task *w, const uint16_t *q, int64_t ldq, int64_t rows, int64_t D)
+{
+    const int64_t ld = FA_RUP32(D);
+    if (D == ld && rows % 16 == 0) {
+        w->qa = q;
+        w->ldqa = ldq;
+        return;
+    }
+    w->qa = sc->qa;
+    w->ldqa = ld;
+    for (int64_t r = 0; r < FA_RUP16(rows); r++) {
+        uint16_t *dst = sc->qa + r * ld;
+        if (r < rows) {
+            memcpy(dst, q + r * ldq, (size_t)D * sizeof *dst);
+            memset(dst + D, 0, (size_t)(ld - D) * sizeof *dst);
+        } else {
+            memset(dst, 0, (size_t)ld * sizeof *dst);
+        }
+    }
+}
 
 /* Before step 1: the Q rows of every stacked head, transposed and scaled; with
  * `clear`, the softmax state and the accumulator cleared (a task's first step). */
-static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide_task *w, int clear)
+static void wide_begin(const flash_job *job, const flash_scratch *sc, wide_task *w, int clear)
 {
     const fa_problem *s = w->s;
     const fa_kernels *kern = job->kern;
@@ -324,7 +360,8 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
     int64_t ldq;
     if (w->b16 && w->ng == 1) {
         const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0, D, sc->q16, &ldq);
-        kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
+        if (job->fused) fused_q(sc, w, q, ldq, n, D);
+        else kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
     } else if (w->b16) { /* stacked heads (an MLA or GQA group on one K): their rows one after another */
         for (int64_t g = 0; g < w->ng; g++) {
             uint16_t *dst = sc->q16 + g * n * D;
@@ -332,7 +369,8 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, const wide
             if (q != dst)
                 for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
         }
-        kern->pack_qt_bf16(w->rows, D, sc->q16, D, sc->qt2, 2 * bp);
+        if (job->fused) fused_q(sc, w, sc->q16, D, w->rows, D);
+        else kern->pack_qt_bf16(w->rows, D, sc->q16, D, sc->qt2, 2 * bp);
     } else if (w->mm) { /* unscaled: qk_bf16 scales */
         const int64_t TD = w->mm * D;
         for (int64_t g = 0; g < w->ng; g++) {
@@ -415,6 +453,21 @@ static const float *wide_scores(const flash_job *job, const flash_scratch *sc, w
     return v;
 }
 
+/* The V pairs of the tile at key j0: the unit's where they start there (an even key),
+ * else the natural rows v16 (ldv apart) paired into scratch. */
+static const uint32_t *tile_pairs(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
+                                  int64_t cols, const uint16_t *v16, int64_t ldv, int64_t *ldvp)
+{
+    const fa_kv_packing *pk = &job->steps.pack;
+    if (w->unit && !(j0 & 1)) {
+        *ldvp = pk->ldv;
+        return (const uint32_t *)(w->unit + pk->v_offset) + (j0 - w->key0) / 2 * pk->ldv;
+    }
+    *ldvp = fa_packed_ld(w->s->Dv);
+    job->kern->pack_pairs_bf16(cols, w->s->Dv, v16, ldv, sc->v_pairs, *ldvp);
+    return sc->v_pairs;
+}
+
 /* Step 9 on the bf16 path: acc = alpha * acc + P V with V as bf16 row pairs. A vector
  * kernel multiplies a masked p = 0 by v too, so a NaN/inf in a masked V row would leak
  * into rows that never see it; a partial tile with one takes the reference kernel,
@@ -423,7 +476,6 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
                          int partial)
 {
     const fa_kernels *kern = job->kern;
-    const fa_kv_packing *pk = &job->steps.pack;
     const int64_t Dv = w->s->Dv, bp = job->plan.br_pad;
     /* the natural rows only where they are needed: a partial tile's check, or
      * pairs of a tile at an odd key (a window's or a chunk's first) */
@@ -436,14 +488,8 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
         v16 = fa_rows_u16(&w->s->v, 0, j0, cols, w->hk, Dv, sc->v16, &ldv);
     }
     if (!partial || fa_rows_finite16(v16, ldv, cols, Dv, 0x7f80u)) {
-        const uint32_t *vp = sc->v_pairs;
-        int64_t ldvp = fa_packed_ld(Dv);
-        if (w->unit && !(j0 & 1)) {
-            vp = (const uint32_t *)(w->unit + pk->v_offset) + (j0 - w->key0) / 2 * pk->ldv;
-            ldvp = pk->ldv;
-        } else {
-            kern->pack_pairs_bf16(cols, Dv, v16, ldv, sc->v_pairs, ldvp);
-        }
+        int64_t ldvp;
+        const uint32_t *vp = tile_pairs(job, sc, w, j0, cols, v16, ldv, &ldvp);
         kern->pv_bf16(w->rows, cols, Dv, sc->st, bp, vp, ldvp, sc->alpha, sc->acc, job->ldacc, sc->pv_scratch);
         return;
     }
@@ -542,6 +588,53 @@ static double wide_trimmed(const flash_job *job, const flash_scratch *sc, const 
     return t0;
 }
 
+/* 1 when the values of keys 0 .. cols-1 in V pairs (pack_pairs_bf16's layout) are all
+ * finite: exactly those keys, so the answer is the same packed or not. */
+static int pairs_finite(const uint32_t *vp, int64_t ldvp, int64_t cols, int64_t dv)
+{
+    if (!fa_rows_finite16((const uint16_t *)vp, 2 * ldvp, cols / 2, 2 * dv, 0x7f80u)) return 0;
+    if (!(cols & 1)) return 1;
+    const uint32_t *last = vp + cols / 2 * ldvp;
+    uint32_t bad = 0;
+    for (int64_t e = 0; e < dv; e++) bad |= (last[e] & 0x7f80u) == 0x7f80u;
+    return !bad;
+}
+
+/* Steps 1, 6-7 and 9 of a tile in the fused forward (kernels.h, fwd_bf16): K^T and V
+ * pairs from the unit (kv.h's K^T form) or packed here. Returns 0, having done nothing,
+ * for a partly masked tile with a NaN/inf V row (a masked p = 0 would meet it; the
+ * caller takes the careful path). t0: the phase clock, returned advanced. */
+static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0, int64_t cols,
+                      int partial, const int32_t *tlo, const int32_t *thi, double *t0)
+{
+    const fa_problem *s = w->s;
+    const fa_kernels *kern = job->kern;
+    const fa_kv_packing *pk = &job->steps.pack;
+    const int64_t D = s->D, Dv = s->Dv;
+    const uint16_t *k16 = NULL, *v = NULL;
+    int64_t ldk = 0, ldv = 0, ldvp;
+    if (!w->unit || (j0 & 1)) { /* V rows to pair (a latent V: the K rows, read once for both) */
+        if (s->v_in_k) v = k16 = fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk), ldv = ldk;
+        else v = fa_rows_u16(&s->v, 0, j0, cols, w->hk, Dv, sc->v16, &ldv);
+    }
+    const uint32_t *vp = tile_pairs(job, sc, w, j0, cols, v, ldv, &ldvp);
+    if (partial && !pairs_finite(vp, ldvp, cols, Dv)) return 0;
+    const uint32_t *kt = sc->kt;
+    if (w->unit && (j0 - w->key0) % 16 == 0) { /* a tile from a block's start (a window's may not be) */
+        kt = (const uint32_t *)w->unit + (j0 - w->key0) / 16 * pk->ldk;
+    } else {
+        if (!k16) k16 = fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
+        kern->pack_kt_bf16(cols, D, k16, ldk, sc->kt, 0);
+    }
+    *t0 = fa_phase_mark(job->phases, FA_PH_S, *t0);
+    const fa_fwd_tile t = {.rows = w->rows, .cols = cols, .d = D, .dv = Dv, .q = w->qa, .ldq = w->ldqa,
+                           .scale = s->scale, .kt = kt, .vp = vp, .ldvp = ldvp, .lo = tlo, .hi = thi,
+                           .m = sc->m, .l = sc->l, .acc = sc->acc, .ldacc = job->ldacc, .scratch = sc->fwd_scratch};
+    kern->fwd_bf16(&t);
+    *t0 = fa_phase_mark(job->phases, FA_PH_P, *t0);
+    return 1;
+}
+
 /* The wide path: one stack of rows, vectors along rows (kernels.h), for the task
  * step `step` (tasks.h): its K/V packed in `unit` (kv.h), or NULL to read them from the
  * caller's tensors; its tiles those starting in [step->j0, step->j0 + step->cols);
@@ -574,8 +667,11 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     w.mm = w.b16 ? 0 : job->mm_terms;
     if (unit && job->steps.pack.bf16 != (w.b16 || w.mm)) w.unit = NULL; /* a task off the pack's path (another dtype) reads in place */
     const int elementwise = fa_problem_has_elementwise(&s);
+    const int fused = job->fused && w.b16;
     const int64_t i0 = w.i0, n = w.n, ng = w.ng, rows = w.rows, h0 = w.h0;
     wide_begin(job, sc, &w, step->begin);
+    const char *const unit0 = w.unit;
+    int qt2_ready = !fused; /* the fused path packs Q^T only for a tile that needs the careful path */
 
     /* the tiles of the whole task start at lo, lo + bc, ..; this step runs those that
      * start in its range, so its steps together run them all in the same order */
@@ -591,6 +687,15 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
          * to the kernels (the same for every stacked head) */
         const int32_t *tlo, *thi;
         const int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        if (fused) {
+            w.unit = unit0;
+            if (wide_fused(job, sc, &w, j0, cols, partial, tlo, thi, &t0)) continue;
+            w.unit = NULL; /* the careful path below reads K and V where they are (a K^T unit has no K rows) */
+            if (!qt2_ready) { /* its Q^T pairs, from the fused kernel's Q rows */
+                kern->pack_qt_bf16(rows, p->D, w.qa, w.ldqa, sc->qt2, 2 * bp);
+                qt2_ready = 1;
+            }
+        }
         /* trimmed where the band ends inside the tile for its first rows (a window's
          * left edge alone leaves nothing to trim) */
         if (tlo && thi[0] + 1 < cols && !w.b16 && !w.mm && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
@@ -706,12 +811,22 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     if (plan_p.Sk < 1) plan_p.Sk = 1;
     /* bf16 dot products only where they are faster than widening to fp32 (auto), or forced */
     job->bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
+    /* the table's fused forward, for what it takes: no element-wise rule (softcap, bias,
+     * ALiBi, a boolean mask) and no dropout, which act on scores or P between its steps */
+    job->fused = job->bf16_dot && (ctx->kernels->flags & FA_KERNELS_FWD_BF16) && !fa_problem_has_elementwise(p) &&
+                 !p->drop.on;
     /* f32 as bf16 products: opt-in, and only where the table multiplies bf16 natively */
     job->mm_terms = 0;
     if (p->dtype == FA_DTYPE_F32 && (ctx->kernels->flags & FA_KERNELS_BF16_DOT))
         job->mm_terms = ctx->set.f32_matmul == FA_F32_MATMUL_BF16X3 ? 3 : ctx->set.f32_matmul == FA_F32_MATMUL_BF16 ? 1 : 0;
     /* the f32 path trims a band's diagonal tiles (wide_trimmed) */
     fa_plan_tiles(ctx, &plan_p, !job->bf16_dot && !job->mm_terms && !p->drop.on, &job->plan);
+    /* a band the planner met with short key tiles of its own choice (a short masked call)
+     * runs the per-tile kernels: there the fused kernel's per-tile setup and each row's
+     * first max outweigh what it saves (measured; tiles the caller sets keep it) */
+    const int masked = p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0;
+    if (masked && job->plan.bc < 256 && job->plan.bc < p->Sk && ctx->tune.tile_src_kv != FA_TILES_OVERRIDE)
+        job->fused = 0;
     job->ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
     job->lds = round16(job->plan.bc);
     /* decoding takes no dropout: the small-row loop leaves it to the wide one */
@@ -750,7 +865,8 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     int64_t *merges, *units;
     /* packed K/V are planned from the tasks, into a second workspace; here only the
      * per-unit counts that plan needs */
-    const int form = fa_kv_packing_form(p, job.bf16_dot, job.mm_terms, ctx->set.kv_pack);
+    int form = fa_kv_packing_form(p, job.bf16_dot, job.mm_terms, ctx->set.kv_pack);
+    if (form == 1 && job.fused) form = FA_KV_FORM_KT; /* the fused kernel reads K^T */
     const fa_ws_part parts[] = {
         {(void **)&scratch, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
         {(void **)&job.items, fa_bytes3(counts.tasks, (int64_t)sizeof(fa_task), 1)},
@@ -804,8 +920,8 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     info->br = job.plan.br;
     info->bc = job.plan.bc;
     info->threads = nth;
-    info->path = job.bf16_dot ? "bf16-dot" : job.mm_terms == 3 ? "bf16x3" : job.mm_terms == 1 ? "bf16-of-f32"
-                 : job.digits == 2 ? "i8x2" : job.digits == 1 ? "i8" : "f32";
+    info->path = job.fused ? "bf16-fused" : job.bf16_dot ? "bf16-dot" : job.mm_terms == 3 ? "bf16x3"
+                 : job.mm_terms == 1 ? "bf16-of-f32" : job.digits == 2 ? "i8x2" : job.digits == 1 ? "i8" : "f32";
     info->kv_splits = counts.max_split;
     return FA_OK;
 }

@@ -177,9 +177,15 @@ int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mm_terms, int mode
 int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, int v_in_k, fa_kv_packing *pk)
 {
     pk->bf16 = form != 0;
-    pk->terms = form >= FA_KV_FORM_SPLIT(1) ? form - 1 : 0;
+    pk->kt = form == FA_KV_FORM_KT;
+    pk->terms = form >= FA_KV_FORM_SPLIT(1) && !pk->kt ? form - 1 : 0;
     int64_t kb, vb;
-    if (pk->terms) { /* D, Dv <= FA_DIM_MAX: T * D does not overflow */
+    if (pk->kt) { /* D <= FA_DIM_MAX: the pair rows do not overflow */
+        pk->ldk = 16 * FA_KT_PAIRS(D); /* dwords per block of 16 keys */
+        pk->ldv = fa_packed_ld(Dv);
+        kb = fa_bytes3((sk + 15) / 16, pk->ldk, 4);
+        vb = fa_bytes3((sk + 1) / 2, pk->ldv, 4);
+    } else if (pk->terms) { /* D, Dv <= FA_DIM_MAX: T * D does not overflow */
         pk->ldk = 2 * fa_packed_ld((pk->terms * D + 1) / 2);
         pk->ldv = fa_packed_ld(Dv);
         kb = fa_bytes3(sk, pk->ldk, 2);
@@ -232,6 +238,16 @@ void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_pa
         if (T == 3)
             kern->pack_pairs_bf16(cols, Dv, lo, Dv, (uint32_t *)(unit + pk->vlo_offset) + (j0 - key0) / 2 * pk->ldv, pk->ldv);
         (void)k16;
+        return;
+    }
+    if (pk->kt) { /* dense bf16 as the bf16 form; K transposed into pairs along D */
+        int64_t ld;
+        const uint16_t *k = fa_rows_u16(&s->k, 0, j0, cols, hk, D, k16, &ld);
+        kern->pack_kt_bf16(cols, D, k, ld, (uint32_t *)unit, j0 - key0);
+        /* a latent V pairs the K rows just read, not the source again */
+        const uint16_t *v = s->v_in_k ? k : fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, v16, &ld);
+        kern->pack_pairs_bf16(cols, Dv, v, ld, (uint32_t *)(unit + pk->v_offset) + (j0 - key0) / 2 * pk->ldv,
+                              pk->ldv);
         return;
     }
     if (pk->bf16) { /* dense bf16 tensors only (no pages, no int8): rows evenly spaced */

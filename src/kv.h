@@ -51,6 +51,10 @@ void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, in
  *   f32 form:  k[j][x], v[j][e] as f32 rows (any source dtype, cache, int8 scale);
  *   bf16 form: k[j][x] as bf16 rows, V as row pairs from key 0 (kernels.h's
  *              pack_pairs_bf16), which pv_bf16 (and a tile unit) multiplies;
+ *   K^T form:  the bf16 form's V pairs, and K as the B operand of Q K^T on a tile
+ *              unit (the fused forward, kernels.h's fwd_bf16): pack_kt_bf16's blocks
+ *              of 16 keys from key0, ldk = 16 FA_KT_PAIRS(D) dwords each, so a tile
+ *              reads them from block (j0 - key0) / 16 when j0 - key0 is a multiple of 16;
  *   split form (f32 as T bf16 products, FA_PARAM_F32_MATMUL, T = 3 or 1): K rows
  *              as T * D bf16, [hi | lo | hi] (T = 1: [hi]), V's hi rows as pairs from
  *              key 0 and (T = 3) after them V's lo rows as pairs (fa_split_row).
@@ -60,7 +64,8 @@ void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, in
  * so only a tile with an even j0 uses them (key0 is even).
  */
 typedef struct fa_kv_packing {
-    int bf16;           /* the bf16 form, or the split form (bf16 pairs too) */
+    int bf16;           /* the bf16 form, the K^T form or the split form (bf16 pairs too) */
+    int kt;             /* the K^T form (ldk: dwords per block of 16 keys) */
     int terms;          /* the split form: T; else 0 */
     int64_t ldk, ldv;   /* f32 form: floats; bf16 form: uint16 (K), dwords (V pairs) */
     int64_t v_offset;   /* bytes from a unit's start to its V */
@@ -71,8 +76,10 @@ typedef struct fa_kv_packing {
  * -1 none. mode is FA_PARAM_KV_PACK's (0 auto: where the wide loop would otherwise
  * convert, gather, split or pair rows per tile, or read rows strided badly for the
  * caches; 1 never; 2 always); bf16_dot: bf16 inputs multiply as bf16 pairs; mm_terms:
- * f32 inputs as that many bf16 products (0: ieee). */
+ * f32 inputs as that many bf16 products (0: ieee). A forward whose bf16 tiles take the
+ * fused kernel (kernels.h, fwd_bf16) packs the bf16 form's units as FA_KV_FORM_KT. */
 #define FA_KV_FORM_SPLIT(T) (1 + (T))
+#define FA_KV_FORM_KT 16
 int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mm_terms, int mode);
 /* The layout of units of sk keys in that form; 0 when a size overflows. v_in_k (an
  * MLA latent cache): the f32 form packs K alone and V is its rows' first Dv floats

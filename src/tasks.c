@@ -360,6 +360,7 @@ static int64_t choose_packed(fa_steps *st, const fa_problem *p, const fa_pack_ru
      * any shared unit. */
     /* (the split form of f32 as bf16 products, FA_PARAM_F32_MATMUL, is worth it at 2:
      * each reader would split every tile again) */
+    /* (and so is the K^T form of the fused forward: each reader would transpose K again) */
     const int64_t min_readers = rules->mode == 2 || rules->form >= FA_KV_FORM_SPLIT(1) ? 2 : rules->form ? 6 : 4;
     int64_t sk_max = 0;
     for (int64_t t = 0; t < st->n_tasks; t++) {

@@ -2301,6 +2301,174 @@ static void test_bf16(table_stats *ts) {
     case_pv_bf16(ts, 300, 1, 511, 0, 0, 320, 512, 0, 0);
 }
 
+/* ------------------------------------------------------------ fused forward */
+
+/*
+ * fwd_bf16 over ntiles tiles of cols keys each, from m = -inf, l = 0, acc = 0, then
+ * o = acc / l and lse = m + log l, against the fp64 softmax of the same bf16 inputs
+ * (kernels.h: p to bf16, l from those values, the lazy rescale exact). The bound: each p
+ * within 2^-8 relative of exp(s - m) (bf16's rounding 2^-9 and the exp's error), so
+ * |o - o_ref| <= 2^-7 max|v| and |lse - lse_ref| <= 2^-7, plus fp32's own sums. Bands
+ * (causal-like diagonals, windows, empty rows), scores spread wide enough to move the max
+ * many times (amp), and a scale of either sign.
+ */
+typedef struct {
+    float *m, *l, *acc; /* rows, rows, rows x ldacc */
+    int64_t ldacc;
+} fwd_state;
+
+static void fwd_state_free(fwd_state *st) { free(st->m), free(st->l), free(st->acc); }
+
+/* a row's band over all keys: [blo, bhi] (absolute); NULL: every key */
+static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64_t ntiles, int64_t d, int64_t dv,
+                         const uint16_t *q, const uint16_t *k, const uint16_t *v, const int32_t *blo,
+                         const int32_t *bhi, float scale) {
+    const int64_t ldq = (d + 31) / 32 * 32, ktn = FA_KT_DWORDS(cols, d), ldvp = fa_packed_ld(dv);
+    fwd_state st = {xmalloc(4 * (size_t)rows), xmalloc(4 * (size_t)rows), NULL, round16(dv) + 16};
+    st.acc = xmalloc(4 * (size_t)(rows * st.ldacc));
+    for (int64_t r = 0; r < rows; r++) st.m[r] = -INFINITY, st.l[r] = 0.0f;
+    memset(st.acc, 0, 4 * (size_t)(rows * st.ldacc));
+    uint16_t *qa = xaligned(2 * (size_t)(round16(rows) * ldq));
+    memset(qa, 0, 2 * (size_t)(round16(rows) * ldq));
+    for (int64_t r = 0; r < rows; r++) memcpy(qa + r * ldq, q + r * d, 2 * (size_t)d);
+    uint32_t *ktb = xaligned(4 * (size_t)ktn), *vp = xaligned(4 * (size_t)((cols + 1) / 2 * ldvp));
+    memset(ktb, 0x7f, 4 * (size_t)ktn); /* keys past cols: NaN-ish bits, masked */
+    void *scratch = xaligned((size_t)FA_FWD_BF16_SCRATCH(cols, dv));
+    int32_t *lo = xmalloc(4 * (size_t)rows), *hi = xmalloc(4 * (size_t)rows);
+    tiles_begin(kt);
+    for (int64_t t = 0; t < ntiles; t++) {
+        const int64_t j0 = t * cols;
+        fa_kernels_ref.pack_kt_bf16(cols, d, k + j0 * d, d, ktb, 0);
+        fa_kernels_ref.pack_pairs_bf16(cols, dv, v + j0 * dv, dv, vp, ldvp);
+        for (int64_t r = 0; blo && r < rows; r++) {
+            int64_t a = blo[r] - j0, z = bhi[r] - j0;
+            a = a < 0 ? 0 : a > cols ? cols : a;
+            z = z > cols - 1 ? cols - 1 : z < -1 ? -1 : z;
+            lo[r] = (int32_t)a, hi[r] = (int32_t)z;
+        }
+        const fa_fwd_tile tile = {.rows = rows, .cols = cols, .d = d, .dv = dv, .q = qa, .ldq = ldq, .scale = scale,
+                                  .kt = ktb, .vp = vp, .ldvp = ldvp, .lo = blo ? lo : NULL,
+                                  .hi = blo ? hi : NULL, .m = st.m, .l = st.l, .acc = st.acc, .ldacc = st.ldacc,
+                                  .scratch = scratch};
+        kt->fwd_bf16(&tile);
+    }
+    tiles_end(kt);
+    free(qa), free(ktb), free(vp), free(scratch), free(lo), free(hi);
+    return st;
+}
+
+static double g_fwd_o_err, g_fwd_lse_err; /* worst errors seen, relative to the bounds' units */
+
+static void case_fwd_bf16(const fa_kernels *kt, int64_t rows, int64_t cols, int64_t ntiles, int64_t d, int64_t dv,
+                          int band, double amp, float scale) {
+    const int64_t nk = cols * ntiles;
+    uint16_t *q = xmalloc(2 * (size_t)(rows * d)), *k = xmalloc(2 * (size_t)(nk * d)), *v = xmalloc(2 * (size_t)(nk * dv));
+    for (int64_t i = 0; i < rows * d; i++) q[i] = h_f32_to_bf16((float)(amp * h_rng_normal(&g_rng)));
+    for (int64_t i = 0; i < nk * d; i++) k[i] = h_f32_to_bf16((float)h_rng_normal(&g_rng));
+    for (int64_t i = 0; i < nk * dv; i++) v[i] = h_f32_to_bf16((float)h_rng_normal(&g_rng));
+    int32_t *blo = NULL, *bhi = NULL;
+    if (band) { /* a diagonal of slope one from a random start, a window of random width, some rows empty */
+        blo = xmalloc(4 * (size_t)rows), bhi = xmalloc(4 * (size_t)rows);
+        const int64_t off = h_rng_int(&g_rng, -rows, nk), width = band == 2 ? h_rng_int(&g_rng, 0, nk) : nk;
+        for (int64_t r = 0; r < rows; r++) {
+            bhi[r] = (int32_t)(r + off);
+            blo[r] = (int32_t)(r + off - width);
+            if (r % 7 == 5) blo[r] = bhi[r] + 1; /* empty */
+        }
+    }
+    h_case("fwd_bf16 isa=%s rows=%lld cols=%lld tiles=%lld d=%lld dv=%lld band=%d amp=%g scale=%g", kt->name,
+           (long long)rows, (long long)cols, (long long)ntiles, (long long)d, (long long)dv, band, amp, scale);
+    fwd_state st = fwd_run(kt, rows, cols, ntiles, d, dv, q, k, v, blo, bhi, scale);
+    double *s = xmalloc(sizeof(double) * (size_t)nk);
+    int64_t bad_o = 0, bad_lse = 0, bad_empty = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < nk; j++) {
+            double acc = 0.0;
+            for (int64_t x = 0; x < d; x++) acc += (double)h_bf16_to_f32(q[r * d + x]) * h_bf16_to_f32(k[j * d + x]);
+            s[j] = (double)scale * acc;
+            if ((!blo || (j >= blo[r] && j <= bhi[r])) && s[j] > mx) mx = s[j];
+        }
+        if (mx == -INFINITY) { /* empty: m stays -inf, l and acc 0 */
+            bad_empty += st.m[r] != -INFINITY || st.l[r] != 0.0f;
+            for (int64_t e = 0; e < dv; e++) bad_empty += st.acc[r * st.ldacc + e] != 0.0f;
+            continue;
+        }
+        double sum = 0.0, vmax = 0.0;
+        for (int64_t j = 0; j < nk; j++)
+            if (!blo || (j >= blo[r] && j <= bhi[r])) sum += exp(s[j] - mx);
+        const double lse_ref = mx + log(sum), lse = (double)st.m[r] + log((double)st.l[r]);
+        const double lse_err = fabs(lse - lse_ref) / (0x1p-7 + 1e-6 * fabs(lse_ref));
+        if (lse_err > g_fwd_lse_err) g_fwd_lse_err = lse_err;
+        bad_lse += !(lse_err <= 1.0);
+        for (int64_t e = 0; e < dv; e++) {
+            double o_ref = 0.0;
+            for (int64_t j = 0; j < nk; j++)
+                if (!blo || (j >= blo[r] && j <= bhi[r])) {
+                    const double vv = h_bf16_to_f32(v[j * dv + e]);
+                    o_ref += exp(s[j] - lse_ref) * vv;
+                    if (fabs(vv) > vmax) vmax = fabs(vv);
+                }
+            const double o = (double)st.acc[r * st.ldacc + e] / (double)st.l[r];
+            const double err = fabs(o - o_ref) / (0x1p-7 * (vmax > 0 ? vmax : 1.0) + 1e-6);
+            if (err > g_fwd_o_err) g_fwd_o_err = err;
+            bad_o += !(err <= 1.0);
+        }
+    }
+    CHECK(bad_o == 0, "%lld outputs beyond 2^-7 max|v| of the fp64 softmax", (long long)bad_o);
+    CHECK(bad_lse == 0, "%lld lse beyond 2^-7", (long long)bad_lse);
+    CHECK(bad_empty == 0, "%lld values of empty rows are not m = -inf, l = 0, acc = 0", (long long)bad_empty);
+    fwd_state_free(&st);
+    free(q), free(k), free(v), free(s), free(blo), free(bhi);
+}
+
+/* pack_kt_bf16 bitwise against its definition, around the keys it must not touch. */
+static void case_pack_kt(const fa_kernels *kt, int64_t cols, int64_t d, int64_t ldk, int64_t j0) {
+    h_case("pack_kt_bf16 isa=%s cols=%lld d=%lld ldk=%lld j0=%lld", kt->name, (long long)cols, (long long)d,
+           (long long)ldk, (long long)j0);
+    const int64_t np = FA_KT_PAIRS(d), n = FA_KT_DWORDS(j0 + cols + 16, d);
+    uint16_t *k = xmalloc(2 * (size_t)(cols * ldk));
+    for (int64_t i = 0; i < cols * ldk; i++) k[i] = (uint16_t)h_rng_int(&g_rng, 0, 65535);
+    uint32_t *out = xmalloc(4 * (size_t)n);
+    memset(out, 0xab, 4 * (size_t)n);
+    kt->pack_kt_bf16(cols, d, k, ldk, out, j0);
+    int64_t bad = 0;
+    for (int64_t j = 0; j < (j0 + cols + 31) / 16 * 16; j++)
+        for (int64_t p = 0; p < np; p++) {
+            uint32_t want = 0xabababab;
+            const int64_t c = j - j0;
+            if (c >= 0 && c < cols)
+                want = (2 * p < d ? k[c * ldk + 2 * p] : 0u) | (2 * p + 1 < d ? (uint32_t)k[c * ldk + 2 * p + 1] << 16 : 0u);
+            bad += out[j / 16 * 16 * np + 16 * p + j % 16] != want;
+        }
+    CHECK(bad == 0, "%lld dwords differ", (long long)bad);
+    free(k), free(out);
+}
+
+static void test_fwd_bf16(void) {
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        if (kt != &fa_kernels_ref && !(kt->flags & FA_KERNELS_FWD_BF16)) continue; /* the reference's */
+        case_pack_kt(kt, 37, 33, 40, 0);
+        case_pack_kt(kt, 16, 128, 128, 16);
+        case_pack_kt(kt, 50, 64, 64, 6);
+        case_pack_kt(kt, 3, 1, 1, 31);
+        const int quick = kt->flags & FA_KERNELS_EXPLICIT; /* the model: fewer, smaller cases */
+        static const int64_t shapes[][6] = {/* rows cols tiles d dv band */
+                                            {32, 64, 4, 128, 128, 0}, {1, 1, 1, 1, 1, 0},     {17, 33, 3, 31, 7, 1},
+                                            {48, 100, 3, 64, 96, 2},  {5, 256, 2, 130, 64, 1}, {70, 64, 5, 32, 32, 2},
+                                            {33, 17, 6, 16, 130, 1},  {16, 96, 2, 256, 16, 0}};
+        for (size_t i = 0; i < NELEM(shapes); i++) {
+            if (quick && i % 2) continue;
+            const double amp = i % 3 == 0 ? 3.0 : i % 3 == 1 ? 1.0 : 0.3;
+            case_fwd_bf16(kt, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], (int)shapes[i][5],
+                          amp, i % 4 == 3 ? -0.2f : 1.0f / sqrtf((float)shapes[i][3]));
+        }
+    }
+    printf("fwd_bf16: worst o error %.3f, lse error %.3f of the bound (2^-7 max|v|, 2^-7)\n", g_fwd_o_err,
+           g_fwd_lse_err);
+}
+
 /* ------------------------------------------------------------ registry */
 
 /*
@@ -2380,6 +2548,7 @@ static const struct {
     KERNEL_ENTRY(f16_to_f32),    KERNEL_ENTRY(bf16_to_f32), KERNEL_ENTRY(f32_to_f16), KERNEL_ENTRY(f32_to_bf16),
     KERNEL_ENTRY(pack_qt_bf16), KERNEL_ENTRY(qk_bf16),
     KERNEL_ENTRY(pack_pairs_bf16), KERNEL_ENTRY(pv_bf16),  KERNEL_ENTRY(stx_bf16),
+    KERNEL_ENTRY(pack_kt_bf16),  KERNEL_ENTRY(fwd_bf16),
     KERNEL_ENTRY(qk_small),      KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
     KERNEL_ENTRY(qk_small_i8),   KERNEL_ENTRY(pv_small_i8),
     KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(probe_tile),
@@ -2396,8 +2565,8 @@ static any_fn kernel_entry(const fa_kernels *k, int i) {
 
 /* What each known table overrides of its parent's (kernels.h, the <isa>_table.c files);
  * every other entry must be its parent's, the very same function. */
-#define TILE_KERNELS "qk_bf16 pv_bf16 stx_bf16 probe_tile thread_begin thread_end"
-#define TILE_FLAGS (FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES)
+#define TILE_KERNELS "qk_bf16 pv_bf16 stx_bf16 fwd_bf16 probe_tile thread_begin thread_end"
+#define TILE_FLAGS (FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES | FA_KERNELS_FWD_BF16)
 #define FP32_KERNELS "pack_qt qk softmax pv ds stx f16_to_f32 bf16_to_f32 qk_small softmax_small pv_small probe_fma"
 static const struct {
     const char *table, *parent, *overrides;
@@ -2410,7 +2579,7 @@ static const struct {
     {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16 qk_small_i8 pv_small_i8",
      FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT | FA_KERNELS_I8_DOT},
     {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
-    {"amx", "avx512bf16", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_I8_DOT},
+    {"amx", "avx512bf16", TILE_KERNELS " pack_kt_bf16", FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_I8_DOT},
     {"amx-model", "ref", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_EXPLICIT | FA_KERNELS_I8_DOT},
 };
 
@@ -2452,7 +2621,8 @@ static void test_tables(void) {
               "register blocks qk %dx%d, pv %dx%d", (int)k->qk_block.rows, (int)k->qk_block.cols,
               (int)k->pv_block.rows, (int)k->pv_block.cols);
         CHECK((k->flags & ~(unsigned)(FA_KERNELS_BF16_DOT | FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT_FAST |
-                                      FA_KERNELS_TILES | FA_KERNELS_EXPLICIT | FA_KERNELS_I8_DOT)) == 0,
+                                      FA_KERNELS_TILES | FA_KERNELS_EXPLICIT | FA_KERNELS_I8_DOT |
+                                      FA_KERNELS_FWD_BF16)) == 0,
               "unknown flags 0x%x", k->flags);
         CHECK(!(k->flags & (FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES)) || (k->flags & FA_KERNELS_BF16_DOT),
               "flags 0x%x: a fast bf16 dot product or a tile unit without FA_KERNELS_BF16_DOT", k->flags);
@@ -2821,7 +2991,30 @@ static void test_amx_agreement(void) {
                                         {128, 96, 64}, {5, 300, 7}, {48, 31, 256}};
     agree_count a = {0, 0};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) agree_case(hw, md, shapes[i][0], shapes[i][1], shapes[i][2], &a);
-    printf("amx vs amx-model: %lld of %lld outputs of qk_bf16, pv_bf16 and stx_bf16 bitwise equal\n",
+    /* the fused forward over several tiles: m, l and acc after each shape */
+    static const int64_t fshapes[][6] = {{32, 64, 4, 128, 128, 0}, {17, 33, 3, 31, 7, 1}, {48, 100, 3, 64, 96, 2},
+                                         {70, 256, 2, 32, 40, 1},  {1, 1, 1, 1, 1, 0}};
+    for (size_t i = 0; i < sizeof fshapes / sizeof fshapes[0]; i++) {
+        const int64_t rows = fshapes[i][0], cols = fshapes[i][1], nt = fshapes[i][2], d = fshapes[i][3],
+                      dv = fshapes[i][4], nk = cols * nt;
+        uint16_t *q = xmalloc(2 * (size_t)(rows * d)), *k = xmalloc(2 * (size_t)(nk * d)), *v = xmalloc(2 * (size_t)(nk * dv));
+        for (int64_t j = 0; j < rows * d; j++) q[j] = h_f32_to_bf16((float)(3.0 * h_rng_normal(&g_rng)));
+        for (int64_t j = 0; j < nk * d; j++) k[j] = h_f32_to_bf16((float)h_rng_normal(&g_rng));
+        for (int64_t j = 0; j < nk * dv; j++) v[j] = agree_value(&g_rng);
+        int32_t *blo = xmalloc(4 * (size_t)rows), *bhi = xmalloc(4 * (size_t)rows);
+        for (int64_t r = 0; r < rows; r++) blo[r] = (int32_t)(r / 2), bhi[r] = (int32_t)(r + nk / 3);
+        const int band = fshapes[i][5] != 0;
+        h_case("amx vs amx-model fwd_bf16 rows=%lld cols=%lld tiles=%lld d=%lld dv=%lld", (long long)rows,
+               (long long)cols, (long long)nt, (long long)d, (long long)dv);
+        fwd_state x = fwd_run(hw, rows, cols, nt, d, dv, q, k, v, band ? blo : NULL, band ? bhi : NULL, 0.125f);
+        fwd_state y = fwd_run(md, rows, cols, nt, d, dv, q, k, v, band ? blo : NULL, band ? bhi : NULL, 0.125f);
+        agree_compare(&a, x.m, y.m, 1, rows, rows);
+        agree_compare(&a, x.l, y.l, 1, rows, rows);
+        agree_compare(&a, x.acc, y.acc, rows, x.ldacc, dv);
+        fwd_state_free(&x), fwd_state_free(&y);
+        free(q), free(k), free(v), free(blo), free(bhi);
+    }
+    printf("amx vs amx-model: %lld of %lld outputs of qk_bf16, pv_bf16, stx_bf16 and fwd_bf16 bitwise equal\n",
            (long long)(a.elems - a.differ), (long long)a.elems);
     CHECK(a.differ == 0, "%lld outputs differ between the hardware tiles and the model", (long long)a.differ);
 }
@@ -2852,6 +3045,7 @@ int main(void) {
     test_stx_bf16();
     test_small();
     test_small_i8();
+    test_fwd_bf16();
     test_amx_agreement();
     free(g_sweep);
 

@@ -141,6 +141,11 @@ enum {
      * that inherits the reference's scalar ones clears it (there the mode computes exactly,
      * as the contract allows). */
     FA_KERNELS_I8_DOT = 1u << 5,
+    /* fwd_bf16 is this table's own fused forward (row-major tiles, no transpose of P),
+     * faster than the qk_bf16 / softmax / pv_bf16 loop: the core takes it for the wide
+     * bf16 tiles it can (plain keys and band masks, no element-wise rules, no dropout).
+     * Without it the table's fwd_bf16 is the reference's, correct but never chosen. */
+    FA_KERNELS_FWD_BF16 = 1u << 6,
 };
 
 /* The head dims up to which FA_PARAM_QUANT_MATMUL applies: int32 sums of D products of
@@ -153,6 +158,55 @@ enum {
 
 /* The q8 rows of qk_small_i8: codes padded with zeros to whole 64-byte vectors. */
 static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
+
+/* K as the B operand of Q K^T on pairs along d (pack_kt_bf16), in blocks of 16 keys,
+ * each block FA_KT_PAIRS(d) pair rows of 16 dwords (whole chunks of 32 d: the rows past
+ * ceil(d/2) are zero), so that one B tile is 1 KB of contiguous memory. */
+#define FA_KT_PAIRS(d) FA_RUP16(((d) + 1) / 2)
+/* dwords of K^T for keys [0, n) (whole blocks) */
+#define FA_KT_DWORDS(n, d) ((((n) + 15) / 16) * 16 * FA_KT_PAIRS(d))
+
+/* bytes of scratch fwd_bf16 needs for a tile of cols keys (any table). */
+#define FA_FWD_BF16_SCRATCH(cols, dv)                                                                             \
+    (64 * 8 + 2 * 32 * 64 * 4 + 32 * (FA_RUP32(cols) + 32) * 2 + 32 * 16 * 4 + 32 * 4 * 2 + 2 * 16 * FA_RUP16(dv) * 4)
+
+/*
+ * One key tile of the fused bf16 forward (fwd_bf16): scores row-major, P written as
+ * row-major bf16, which is already the A operand of P V. For r < rows, c < cols,
+ * kept(c) = lo == NULL || (lo[r] <= c && c <= hi[r]) (tile-relative, as softmax's):
+ *   s[r][c] = scale * sum_x q[r][x] k_c[x]     (bf16 products, fp32 sums)
+ *   m[r]    moves to the max over kept s only when some kept s exceeds it by more than
+ *           FA_FWD_LAZY_LOG2 / log2(e) (lazy rescale; exact, since acc and l then use
+ *           the same m): m_new, alpha = exp(m_old - m_new), l and acc scaled by alpha
+ *   p       = exp(s - m) to about 2^-13 relative, rounded to bf16 (as vcvtne2ps2bf16),
+ *             0 for masked columns; l[r] += sum of those bf16 values (the same P
+ *             that P V multiplies), acc[r][e] += sum_c p v_c[e].
+ * With nothing kept yet m stays -inf and p = 0; a NaN score makes its row NaN.
+ *   q    rows of bf16, ldq apart (any alignment), zero-padded to FA_RUP32(d) columns and
+ *        FA_RUP16(rows) rows
+ *   kt   K^T pairs from key 0 of the tile (pack_kt_bf16's blocks); the keys of its last
+ *        block past cols must be readable (any values: masked)
+ *   vp   V as key pairs from key 0 of the tile (pack_pairs_bf16), ldvp >= FA_RUP16(dv),
+ *        zero past dv; rows past cols are never read
+ *   acc  rows, ldacc apart (ldacc >= FA_RUP16(dv)); only rows < rows are touched
+ *   scratch  FA_FWD_BF16_SCRATCH(cols, dv) bytes, 64-byte aligned
+ * Like pv_bf16, the tile products multiply a masked p = 0 by v: the core hands over
+ * partly masked tiles only when their V rows are finite.
+ */
+#define FA_FWD_LAZY_LOG2 8.0f
+typedef struct fa_fwd_tile {
+    int64_t rows, cols, d, dv;
+    const uint16_t *q;
+    int64_t ldq;
+    float scale;
+    const uint32_t *kt;
+    const uint32_t *vp;
+    int64_t ldvp;
+    const int32_t *lo, *hi;
+    float *m, *l, *acc;
+    int64_t ldacc;
+    void *scratch;
+} fa_fwd_tile;
 
 typedef struct fa_kernels {
     const char *name;   /* what FLASHATTN_ARCH and fa_context_isa() call it */
@@ -269,6 +323,11 @@ typedef struct fa_kernels {
      * holds at least FA_STX_BF16_SCRATCH(rows, cols, n, ldst) uint16, 64-byte aligned. */
     void (*stx_bf16)(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,
                      int64_t ldx, float *acc, int64_t ldacc, void *scratch);
+    /* pack_kt_bf16: for keys j = j0 + c, c < cols: kt[(j / 16) * 16 P + 16 p + j % 16] = the
+     * dword (k[c][2p], k[c][2p+1]) (low word x = 2p) for p < P = FA_KT_PAIRS(d), zero where
+     * x >= d; other keys' dwords untouched. k any ld (uint16); j0 >= 0 any. fwd_bf16: above. */
+    void (*pack_kt_bf16)(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0);
+    void (*fwd_bf16)(const fa_fwd_tile *t);
 
     /*
      * Small-row path (decoding): for rows <= FA_SMALL_ROWS query rows (a few GQA

@@ -25,10 +25,13 @@
  *             current strip's products; B = V pairs as given. acc is scaled by alpha on
  *             the vector side, loaded into tiles once, accumulated over every column of
  *             the call, stored once.
+ *   fwd_bf16  the fused forward's tile (below): S = Q K^T row-major, softmax, P V.
  *   stx_bf16  acc[c][e] += st[c][.] . x[.][e]: A = st rows rounded to bf16 (their
  *             natural layout), B = x as row pairs (packed here).
  * Glue (rounding, pairing, copies) is plain C the compiler vectorises under the
- * hardware build's AVX-512 flags; only P's transpose has an intrinsic form there.
+ * hardware build's AVX-512 flags; P's transpose, the fused forward's softmax rows and
+ * max, and K^T's transposes have intrinsic forms there, whose plain C forms in the model
+ * compute the same bits.
  */
 #include "amx_tile.h"
 #if defined(FA_AMX_HW)
@@ -37,6 +40,7 @@
 #include "../half.h"
 #include "../kernels.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Tile numbers: macros, not enum constants (gcc's intrinsics paste them into the
@@ -266,6 +270,26 @@ void FA_AMX_FN(qk_bf16)(int64_t rows, int64_t cols, int64_t d, const uint16_t *q
 
 /* ---------------------------------------------------------- the 2 x 2 block */
 
+/* One reduction step of the 2 x 2 block: C(i, j) += A_i . B_j for i < 1 + two_a,
+ * j < 1 + two_b (C(i, j) = tile 2i + j), the loads interleaved with the products that
+ * need them. Strides in bytes. */
+static inline void step_2x2(const void *a0, const void *a1, size_t lda, const void *b0, const void *b1, size_t ldb,
+                            int two_a, int two_b)
+{
+    FA_TILE_LOAD(TA0, a0, lda);
+    FA_TILE_LOAD(TB0, b0, ldb);
+    FA_TILE_DPBF16(TC0, TA0, TB0);
+    if (two_b) {
+        FA_TILE_LOAD(TB1, b1, ldb);
+        FA_TILE_DPBF16(TC1, TA0, TB1);
+    }
+    if (two_a) {
+        FA_TILE_LOAD(TA1, a1, lda);
+        FA_TILE_DPBF16(TC2, TA1, TB0);
+        if (two_b) FA_TILE_DPBF16(TC3, TA1, TB1);
+    }
+}
+
 /*
  * C(i, j) += sum over chunks k < nk of A_i[k] . B_j[k], for i < 1 + two_i, j < 1 + two_j,
  * with C loaded once and stored once: C(i, j) at c[i] + 16j (ldc[i] floats per row),
@@ -437,18 +461,7 @@ void FA_AMX_FN(pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st,
             for (int64_t k = 0; k < ncc; k++, g++) {
                 const uint32_t *bk = k < full_c ? vp + 16 * k * ldvp + 16 * eb : vtail + 16 * eb;
                 const int64_t ldb = k < full_c ? ldvp : ep;
-                FA_TILE_LOAD(TA0, pa[0] + 32 * k, 2 * ldpt);
-                FA_TILE_LOAD(TB0, bk, 4 * ldb);
-                FA_TILE_DPBF16(TC0, TA0, TB0);
-                if (two_e) {
-                    FA_TILE_LOAD(TB1, bk + 16, 4 * ldb);
-                    FA_TILE_DPBF16(TC1, TA0, TB1);
-                }
-                if (two_r) {
-                    FA_TILE_LOAD(TA1, pa[1] + 32 * k, 2 * ldpt);
-                    FA_TILE_DPBF16(TC2, TA1, TB0);
-                    if (two_e) FA_TILE_DPBF16(TC3, TA1, TB1);
-                }
+                step_2x2(pa[0] + 32 * k, pa[1] + 32 * k, (size_t)(2 * ldpt), bk, bk + 16, (size_t)(4 * ldb), two_r, two_e);
                 /* the next strip's share of blocks so far, while the products run */
                 for (const int64_t due = (g + 1) * nblocks / groups; done < due; done++)
                     p_strip_block(done, ncc, 16 * (rb + 2), cols, st, ldst, next, ldpt);
@@ -566,4 +579,462 @@ double FA_AMX_FN(probe_tile)(int64_t iters)
     volatile float keep = sink[0];
     (void)keep;
     return (double)iters * 6.0 * 16384.0;
+}
+
+/* --------------------------------------------------------------- fwd_bf16 */
+
+/*
+ * The fused forward on one key tile (kernels.h, fa_fwd_tile), in strips of 32 query
+ * rows (two A tiles). Per strip, blocks of FWD_BLOCK keys:
+ *   S = Q K^T   A = Q rows (the strip's, natural layout), B = K^T pairs (1 KB blocks);
+ *               2 x 2 C tiles per 32 keys, stored row-major into S (fp32, unscaled); the
+ *               next block's steps run between this block's softmax rows, into the
+ *               other of two score buffers, so the tile unit works while the vectors do;
+ *   softmax     row by row on 16-lane vectors: t = S * scale log2(e) - m log2(e); while
+ *               every kept t <= FA_FWD_LAZY_LOG2 the running max stays (lazy rescale),
+ *               else the row's max moves (fwd_row_max) and the strip's pending P V is
+ *               flushed before acc takes the rescale; p = 2^t by a degree-3 polynomial
+ *               (minimax on [-1/2, 1/2], 2^-13.7 relative, below bf16's 2^-9),
+ *               rounded to bf16 straight into P's row (vcvtne2ps2bf16), and the row's
+ *               sum taken from those bf16 values, in 16 lanes until the tile ends;
+ *   acc += P V  A = P rows as written, B = V pairs as given: no transpose. Deferred
+ *               over blocks until a rescale or the tile's end (the products are the
+ *               same fp32 sums in the same order: C round-trips through memory exactly).
+ * Blocks outside every row's band of the strip are skipped (their p are 0 and V is
+ * finite, so they would add exactly nothing).
+ */
+#define FWD_BLOCK 64
+#define FWD_LOG2E 1.44269504088896341f
+/* 2^f on [-1/2, 1/2], degree 3, minimax in relative error (2^-13.7) */
+#define FWD_E0 0.99992806f
+#define FWD_E1 0.69326097f
+#define FWD_E2 0.24261114f
+#define FWD_E3 0.05517167f
+#define FWD_TLO (-127.0f) /* 2^t below 2^-126 is a subnormal, which P's conversion makes 0 */
+
+void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t);
+
+#if defined(FA_AMX_HW)
+void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0);
+
+/* pack_kt_bf16 (kernels.h): whole blocks of 16 keys as 16 x 16 dword transposes (a
+ * block's K rows, 32 d at a time, masked past d), the keys of partial blocks one by one.
+ * Only the hardware table takes it; the model inherits the reference's (the same bits). */
+void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0)
+{
+    const int64_t np = FA_KT_PAIRS(d);
+    for (int64_t c = 0; c < cols;) {
+        const int64_t j = j0 + c;
+        uint32_t *blk = kt + j / 16 * 16 * np;
+        if (j % 16 == 0 && c + 16 <= cols) {
+            for (int64_t g = 0; g < np / 16; g++) {
+                const int64_t x0 = 32 * g, nx = d - x0;
+                const __mmask32 m = nx >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << nx) - 1;
+                __m512 t[16];
+                for (int i = 0; i < 16; i++)
+                    t[i] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, k + (c + i) * ldk + x0));
+                fa_avx512_transpose16(t);
+                for (int p = 0; p < 16; p++) _mm512_storeu_ps((float *)(blk + 16 * (16 * g + p)), t[p]);
+            }
+            c += 16;
+            continue;
+        }
+        for (int64_t p = 0; p < np; p++) {
+            const uint32_t lo = 2 * p < d ? k[c * ldk + 2 * p] : 0;
+            const uint32_t hi = 2 * p + 1 < d ? k[c * ldk + 2 * p + 1] : 0;
+            blk[16 * p + j % 16] = lo | hi << 16;
+        }
+        c++;
+    }
+}
+#endif
+
+/*
+ * The softmax of one row of a block: nv <= 4 vectors of 16 scores s (raw dot products),
+ * keep[v] the lanes kept. t = s c - mlog (masked: -inf). With `check`, returns 1 and
+ * writes nothing when a kept t exceeds FA_FWD_LAZY_LOG2; else writes P's 16 * nv
+ * (rounded up to 32) bf16 values and adds them to the lane sums lsum, and returns 0.
+ * The two builds below compute the same bits: each lane as the named instruction does
+ * (vfmadd, vmaxps's "a > b ? a : b", vrndscaleps in the current rounding mode,
+ * vscalefps, vcvtne2ps2bf16, vaddps).
+ */
+#if defined(FA_AMX_HW)
+/* nv a constant in each caller below, so that the loops unroll and t, e stay in registers */
+static inline __attribute__((always_inline)) int fwd_row_n(const float *s, const int nv, const uint16_t *keep, float c,
+                                                           float mlog, int check, uint16_t *p, float *lsum)
+{
+    const __m512 vc = _mm512_set1_ps(c), vm = _mm512_set1_ps(-mlog), ninf = _mm512_set1_ps(-INFINITY);
+    __m512 t[4];
+    __mmask16 over = 0;
+    for (int v = 0; v < nv; v++) {
+        t[v] = _mm512_fmadd_ps(_mm512_loadu_ps(s + 16 * v), vc, vm);
+        if (keep[v] != 0xffffu) t[v] = _mm512_mask_blend_ps(keep[v], ninf, t[v]);
+        over |= _mm512_cmp_ps_mask(t[v], _mm512_set1_ps(FA_FWD_LAZY_LOG2), _CMP_GT_OQ);
+    }
+    if (check && over) return 1;
+    const __m512 lo = _mm512_set1_ps(FWD_TLO);
+    __m512 e[4];
+    for (int v = 0; v < nv; v++) {
+        const __m512 x = _mm512_max_ps(lo, t[v]);
+        const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+        const __m512 f = _mm512_sub_ps(x, n);
+        __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(FWD_E3), f, _mm512_set1_ps(FWD_E2));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(FWD_E1));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(FWD_E0));
+        e[v] = _mm512_scalef_ps(q, n);
+    }
+    __m512 sum = _mm512_loadu_ps(lsum);
+    const __m512i himask = _mm512_set1_epi32((int)0xffff0000u);
+    for (int v = 0; v < nv; v += 2) {
+        const __m512 hi = v + 1 < nv ? e[v + 1] : _mm512_setzero_ps();
+        const __m512i pb = (__m512i)_mm512_cvtne2ps_pbh(hi, e[v]);
+        _mm512_storeu_si512((void *)(p + 16 * v), pb);
+        sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(pb, 16)));
+        sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_and_si512(pb, himask)));
+    }
+    _mm512_storeu_ps(lsum, sum);
+    return 0;
+}
+
+static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float mlog, int check, uint16_t *p,
+                   float *lsum)
+{
+    switch (nv) {
+    case 4: return fwd_row_n(s, 4, keep, c, mlog, check, p, lsum);
+    case 3: return fwd_row_n(s, 3, keep, c, mlog, check, p, lsum);
+    case 2: return fwd_row_n(s, 2, keep, c, mlog, check, p, lsum);
+    default: return fwd_row_n(s, 1, keep, c, mlog, check, p, lsum);
+    }
+}
+#else
+/* vscalefps on an integral n: x 2^n, rounded as a multiply would be */
+static float scalef1(float x, float n)
+{
+    if (x != x || n != n) return x + n;
+    if (n > 300.0f) n = 300.0f;
+    if (n < -300.0f) n = -300.0f;
+    return ldexpf(x, (int)n);
+}
+
+static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float mlog, int check, uint16_t *p,
+                   float *lsum)
+{
+    float t[4][16];
+    int over = 0;
+    for (int v = 0; v < nv; v++)
+        for (int i = 0; i < 16; i++) {
+            const float x = fmaf(s[16 * v + i], c, -mlog);
+            t[v][i] = (keep[v] >> i) & 1u ? x : -INFINITY;
+            over |= t[v][i] > FA_FWD_LAZY_LOG2;
+        }
+    if (check && over) return 1;
+    float e[4][16];
+    for (int v = 0; v < nv; v++)
+        for (int i = 0; i < 16; i++) {
+            const float x = FWD_TLO > t[v][i] ? FWD_TLO : t[v][i];
+            const float n = rintf(x), f = x - n;
+            float q = fmaf(FWD_E3, f, FWD_E2);
+            q = fmaf(q, f, FWD_E1);
+            q = fmaf(q, f, FWD_E0);
+            e[v][i] = scalef1(q, n);
+        }
+    for (int v = 0; v < nv; v += 2) {
+        uint16_t w[32];
+        for (int i = 0; i < 16; i++) {
+            uint32_t u;
+            memcpy(&u, &e[v][i], 4);
+            w[i] = cvtne_bf16(u);
+            if (v + 1 < nv) memcpy(&u, &e[v + 1][i], 4);
+            else u = 0;
+            w[16 + i] = cvtne_bf16(u);
+        }
+        memcpy(p + 16 * v, w, sizeof w);
+        for (int i = 0; i < 16; i++) {
+            const uint32_t ev = (uint32_t)w[2 * i] << 16, od = (uint32_t)w[2 * i + 1] << 16;
+            float fe, fo;
+            memcpy(&fe, &ev, 4);
+            memcpy(&fo, &od, 4);
+            lsum[i] += fe;
+            lsum[i] += fo;
+        }
+    }
+    return 0;
+}
+#endif
+
+/* The row's max over its kept columns of the block (scores scaled as the contract says:
+ * max(s) * scale, or min(s) * scale for a negative scale, which is the max of the
+ * products exactly), NaN if a kept one is NaN; -inf when none is kept. Per lane as
+ * vmaxps / vminps do ("a > b ? a : b"), then the lanes in one fixed order. */
+static float fwd_row_max(const float *s, int nv, const uint16_t *keep, float scale)
+{
+    float hi[16], lo[16];
+    int nan = 0;
+#if defined(FA_AMX_HW)
+    __m512 vh = _mm512_set1_ps(-INFINITY), vl = _mm512_set1_ps(INFINITY);
+    for (int v = 0; v < nv; v++) {
+        const __m512 x = _mm512_loadu_ps(s + 16 * v);
+        vh = _mm512_mask_max_ps(vh, keep[v], x, vh);
+        vl = _mm512_mask_min_ps(vl, keep[v], x, vl);
+        nan |= _mm512_mask_cmp_ps_mask(keep[v], x, x, _CMP_UNORD_Q) != 0;
+    }
+    if (nan) return NAN;
+    /* the lanes as the loop below pairs them: lane i < w takes max(lane i + w, lane i) */
+    vh = _mm512_max_ps(_mm512_shuffle_f32x4(vh, vh, _MM_SHUFFLE(1, 0, 3, 2)), vh);
+    vl = _mm512_min_ps(_mm512_shuffle_f32x4(vl, vl, _MM_SHUFFLE(1, 0, 3, 2)), vl);
+    vh = _mm512_max_ps(_mm512_shuffle_f32x4(vh, vh, _MM_SHUFFLE(2, 3, 0, 1)), vh);
+    vl = _mm512_min_ps(_mm512_shuffle_f32x4(vl, vl, _MM_SHUFFLE(2, 3, 0, 1)), vl);
+    vh = _mm512_max_ps(_mm512_permute_ps(vh, _MM_SHUFFLE(1, 0, 3, 2)), vh);
+    vl = _mm512_min_ps(_mm512_permute_ps(vl, _MM_SHUFFLE(1, 0, 3, 2)), vl);
+    vh = _mm512_max_ps(_mm512_permute_ps(vh, _MM_SHUFFLE(2, 3, 0, 1)), vh);
+    vl = _mm512_min_ps(_mm512_permute_ps(vl, _MM_SHUFFLE(2, 3, 0, 1)), vl);
+    hi[0] = _mm512_cvtss_f32(vh);
+    lo[0] = _mm512_cvtss_f32(vl);
+#else
+    for (int i = 0; i < 16; i++) hi[i] = -INFINITY, lo[i] = INFINITY;
+    for (int v = 0; v < nv; v++)
+        for (int i = 0; i < 16; i++) {
+            if (!((keep[v] >> i) & 1u)) continue;
+            const float x = s[16 * v + i];
+            hi[i] = x > hi[i] ? x : hi[i];
+            lo[i] = x < lo[i] ? x : lo[i];
+            nan |= x != x;
+        }
+    if (nan) return NAN;
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) {
+            hi[i] = hi[i + w] > hi[i] ? hi[i + w] : hi[i];
+            lo[i] = lo[i + w] < lo[i] ? lo[i + w] : lo[i];
+        }
+#endif
+    if (hi[0] == -INFINITY) return -INFINITY; /* nothing kept */
+    return scale < 0.0f ? lo[0] * scale : hi[0] * scale;
+}
+
+/* Lanes [a, z] of a 16-column group at column c0 (any a, z). */
+static inline uint16_t lane_mask(int64_t a, int64_t z, int64_t c0)
+{
+    int64_t lo = a - c0, hi = z - c0 + 1;
+    lo = lo < 0 ? 0 : lo > 16 ? 16 : lo;
+    hi = hi < 0 ? 0 : hi > 16 ? 16 : hi;
+    return hi <= lo ? 0 : (uint16_t)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+/* S (32 x FWD_BLOCK fp32, row-major, unscaled) of one block, as a sequence of steps the
+ * caller interleaves with the softmax of the block before: nkb <= 4 blocks of 16 keys
+ * from kt (ldkt dwords per 16 keys, 1 KB per B tile), the strip's one or two A tiles. */
+typedef struct {
+    const uint16_t *q;
+    int64_t ldq, nxc, ldkt;
+    const uint32_t *kt;
+    int two_r, nkb;
+    float *S;
+    int step, steps; /* done so far, in all: (nkb / 2 rounded up) halves x nxc */
+} fwd_qk_job;
+
+static void fwd_qk_begin(fwd_qk_job *j, const uint16_t *q, int64_t ldq, int two_r, int64_t nxc, const uint32_t *kt,
+                         int64_t ldkt, int nkb, float *S)
+{
+    *j = (fwd_qk_job){q, ldq, nxc, ldkt, kt, two_r, nkb, S, 0, (int)((nkb + 1) / 2 * nxc)};
+}
+
+/* Runs the job's steps up to `until` (at most its steps). */
+static void fwd_qk_run(fwd_qk_job *j, int until)
+{
+    for (; j->step < until && j->step < j->steps; j->step++) {
+        const int h = (int)(j->step / j->nxc);
+        const int64_t xc = j->step % j->nxc;
+        const int two_c = 2 * h + 1 < j->nkb, two_r = j->two_r;
+        if (xc == 0) {
+            FA_TILE_ZERO(TC0);
+            if (two_c) FA_TILE_ZERO(TC1);
+            if (two_r) FA_TILE_ZERO(TC2);
+            if (two_r && two_c) FA_TILE_ZERO(TC3);
+        }
+        const uint32_t *b = j->kt + 2 * h * j->ldkt + 256 * xc;
+        step_2x2(j->q + 32 * xc, j->q + 16 * j->ldq + 32 * xc, (size_t)(2 * j->ldq), b, b + j->ldkt, 64, two_r, two_c);
+        if (xc == j->nxc - 1) {
+            float *d = j->S + 32 * h;
+            FA_TILE_STORE(TC0, d, 4 * FWD_BLOCK);
+            if (two_c) FA_TILE_STORE(TC1, d + 16, 4 * FWD_BLOCK);
+            if (two_r) FA_TILE_STORE(TC2, d + 16 * FWD_BLOCK, 4 * FWD_BLOCK);
+            if (two_r && two_c) FA_TILE_STORE(TC3, d + 16 * FWD_BLOCK + 16, 4 * FWD_BLOCK);
+        }
+    }
+}
+
+/* acc += P V over P's 32-key chunks [k0, k1) for the strip's row blocks c[0], c[1]. */
+static void fwd_pv(const uint16_t *P, int64_t ldp, int two_r, int64_t k0, int64_t k1, float *const c[2],
+                   const int64_t ldc[2], const uint32_t *vp, int64_t ldvp, int64_t full_c, const uint32_t *vtail,
+                   int64_t ep)
+{
+    const int64_t neb = ep / 16;
+    const uint16_t *a[2] = {P + 32 * k0, P + 16 * ldp + 32 * k0};
+    for (int64_t eb = 0; eb < neb; eb += 2) {
+        float *cc[2] = {c[0] + 16 * eb, c[1] + 16 * eb};
+        const int64_t nfull = full_c > k0 ? full_c - k0 : 0;
+        mul_2x2(two_r, eb + 1 < neb, cc, ldc, a, ldp, vp + 16 * k0 * ldvp + 16 * eb, ldvp, nfull, vtail + 16 * eb,
+                ep, k1 - k0);
+    }
+}
+
+/* Scratch parts of fwd_bf16 (64-byte aligned, within FA_FWD_BF16_SCRATCH). */
+typedef struct {
+    float *S[2];     /* [32][FWD_BLOCK] each: the block the softmax reads, the next one's scores */
+    uint16_t *P;     /* [32][ldp] */
+    float *L;        /* [32][16] lane sums */
+    float *alpha;    /* [32] */
+    float *mlog;     /* [32] */
+    uint32_t *vtail; /* [16][ep] the last, partial 32-key chunk of V pairs */
+    float *atail;    /* [16][ep] a partial 16-row block of acc */
+} fwd_scratch;
+
+void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t)
+{
+    tiles_on();
+    const int64_t rows = t->rows, cols = t->cols, dv = t->dv, ep = R16(dv), ldp = pt_ld(cols);
+    const int64_t nxc = (t->d + 31) / 32, full_c = cols / 32, ncc = (cols + 31) / 32, ldkt = 16 * FA_KT_PAIRS(t->d);
+    const float scale = t->scale, c2 = scale * FWD_LOG2E;
+    fwd_scratch w;
+    w.S[0] = ALIGN64(t->scratch);
+    w.S[1] = w.S[0] + 32 * FWD_BLOCK;
+    w.P = ALIGN64(w.S[1] + 32 * FWD_BLOCK);
+    w.L = ALIGN64(w.P + 32 * ldp);
+    w.alpha = ALIGN64(w.L + 32 * 16);
+    w.mlog = ALIGN64(w.alpha + 32);
+    w.vtail = ALIGN64(w.mlog + 32);
+    w.atail = ALIGN64(w.vtail + 16 * ep);
+    /* the partial key chunk of V, zero-padded (a masked p = 0 must never meet garbage) */
+    if (full_c < ncc)
+        for (int64_t p = 0; p < 16; p++) {
+            const int64_t pr = 16 * full_c + p;
+            uint32_t *dst = w.vtail + p * ep;
+            if (2 * pr < cols) {
+                memcpy(dst, t->vp + pr * t->ldvp, (size_t)ep * 4);
+                if (2 * pr + 1 == cols)
+                    for (int64_t e = 0; e < ep; e++) dst[e] &= 0xffffu;
+            } else {
+                memset(dst, 0, (size_t)ep * 4);
+            }
+        }
+
+    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+        const int64_t nr = rows - r0 < 32 ? rows - r0 : 32;
+        const int two_r = nr > 16;
+        /* the strip's columns: the union of its rows' bands */
+        int64_t cs = 0, ce = cols;
+        if (t->lo) {
+            cs = cols, ce = 0;
+            for (int64_t r = r0; r < r0 + nr; r++) {
+                const int64_t a = t->lo[r] < 0 ? 0 : t->lo[r], z = t->hi[r] >= cols ? cols - 1 : t->hi[r];
+                if (a > z) continue;
+                if (a < cs) cs = a;
+                if (z + 1 > ce) ce = z + 1;
+            }
+            if (ce <= cs) continue; /* nothing kept: the state stays */
+        }
+        const int64_t b0 = cs / FWD_BLOCK, b1 = (ce + FWD_BLOCK - 1) / FWD_BLOCK;
+        /* acc rows: in place, or a partial block through atail */
+        float *c[2];
+        int64_t ldc[2];
+        for (int i = 0; i < 2; i++) {
+            const int64_t rb = r0 + 16 * i;
+            const int tail = rb + 16 > rows;
+            c[i] = tail ? w.atail : t->acc + rb * t->ldacc;
+            ldc[i] = tail ? ep : t->ldacc;
+            if (tail && rb < rows && (i == 0 || two_r))
+                for (int64_t r = 0; r < 16; r++) {
+                    float *dst = w.atail + r * ep;
+                    if (rb + r < rows) {
+                        memcpy(dst, t->acc + (rb + r) * t->ldacc, (size_t)dv * 4);
+                        memset(dst + dv, 0, (size_t)(ep - dv) * 4);
+                    } else {
+                        memset(dst, 0, (size_t)ep * 4);
+                    }
+                }
+        }
+        for (int64_t r = 0; r < nr; r++) {
+            const float m = t->m[r0 + r];
+            w.mlog[r] = m * FWD_LOG2E;
+            w.alpha[r] = 1.0f;
+            memset(w.L + 16 * r, 0, 64);
+        }
+        const uint16_t *q = t->q + r0 * t->ldq;
+        int64_t pend = b0 * FWD_BLOCK; /* P's columns [pend, ..) wait for their product */
+        fwd_qk_job qj;
+        fwd_qk_begin(&qj, q, t->ldq, two_r, nxc, t->kt + b0 * FWD_BLOCK / 16 * ldkt, ldkt,
+                     (int)((MIN64(cols - b0 * FWD_BLOCK, FWD_BLOCK) + 15) / 16), w.S[0]);
+        fwd_qk_run(&qj, qj.steps);
+        for (int64_t b = b0; b < b1; b++) {
+            const int64_t c0 = b * FWD_BLOCK, nc = cols - c0 < FWD_BLOCK ? cols - c0 : FWD_BLOCK;
+            const int nkb = (int)((nc + 15) / 16);
+            const float *S = w.S[(b - b0) & 1];
+            /* the next block's scores, a step after every few rows of this one's softmax:
+             * the tile unit runs them while the vector unit works */
+            if (b + 1 < b1)
+                fwd_qk_begin(&qj, q, t->ldq, two_r, nxc, t->kt + (c0 + FWD_BLOCK) / 16 * ldkt, ldkt,
+                             (int)((MIN64(cols - c0 - FWD_BLOCK, FWD_BLOCK) + 15) / 16), w.S[(b + 1 - b0) & 1]);
+            else
+                qj.steps = 0;
+            int rescale = 0;
+            for (int64_t r = 0; r < nr; r++) {
+                fwd_qk_run(&qj, (int)((r + 1) * qj.steps / nr));
+                const int64_t row = r0 + r;
+                uint16_t keep[4] = {0xffffu, 0xffffu, 0xffffu, 0xffffu};
+                const int64_t a = t->lo ? t->lo[row] : 0, z = t->hi ? t->hi[row] : cols - 1;
+                if (a > c0 || z < c0 + 16 * nkb - 1) /* the band or the tile's end inside the block */
+                    for (int v = 0; v < nkb; v++) keep[v] = lane_mask(a, z < cols - 1 ? z : cols - 1, c0 + 16 * v);
+                const float *s = S + r * FWD_BLOCK;
+                uint16_t *p = w.P + r * ldp + c0;
+                float *L = w.L + 16 * r;
+                const float m_old = t->m[row];
+                if (m_old != -INFINITY && !fwd_row(s, nkb, keep, c2, w.mlog[r], 1, p, L)) continue;
+                /* the max moves (or nothing was kept before): the row's rescale */
+                const float mb = fwd_row_max(s, nkb, keep, scale);
+                const float m_new = (mb > m_old || mb != mb) ? mb : m_old;
+                if (m_new == -INFINITY) { /* nothing kept yet: p = 0 (or NaN from a NaN score) */
+                    fwd_row(s, nkb, keep, c2, 0.0f, 0, p, L);
+                    continue;
+                }
+                if (m_old != -INFINITY) {
+                    const float al = expf(m_old - m_new);
+                    w.alpha[r] = al;
+                    rescale = 1;
+                    t->l[row] *= al;
+                    for (int i = 0; i < 16; i++) L[i] *= al;
+                } else {
+                    w.alpha[r] = 1.0f; /* acc and l are 0 */
+                }
+                t->m[row] = m_new;
+                w.mlog[r] = m_new * FWD_LOG2E;
+                fwd_row(s, nkb, keep, c2, w.mlog[r], 0, p, L);
+            }
+            fwd_qk_run(&qj, qj.steps); /* before any product below reuses the tiles */
+            for (int64_t r = nr; r < (two_r ? 32 : 16); r++) memset(w.P + r * ldp + c0, 0, (size_t)R32(nc) * 2);
+            if (rescale) { /* the pending products with the old max first, then acc *= alpha */
+                if (pend < c0) fwd_pv(w.P, ldp, two_r, pend / 32, c0 / 32, c, ldc, t->vp, t->ldvp, full_c, w.vtail, ep);
+                pend = c0;
+                for (int64_t r = 0; r < nr; r++) {
+                    if (t->m[r0 + r] == -INFINITY || w.alpha[r] == 1.0f) continue;
+                    float *ar = c[r / 16] + (r % 16) * ldc[r / 16];
+                    for (int64_t e = 0; e < dv; e++) ar[e] *= w.alpha[r];
+                }
+                for (int64_t r = 0; r < nr; r++) w.alpha[r] = 1.0f;
+            }
+        }
+        const int64_t pe = (b1 * FWD_BLOCK < cols ? b1 * FWD_BLOCK : cols);
+        if (pend < pe) fwd_pv(w.P, ldp, two_r, pend / 32, (pe + 31) / 32, c, ldc, t->vp, t->ldvp, full_c, w.vtail, ep);
+        for (int64_t r = 0; r < nr; r++) { /* the lane sums, in one fixed order */
+            const float *L = w.L + 16 * r;
+            float h[8];
+            for (int i = 0; i < 8; i++) h[i] = L[i] + L[i + 8];
+            for (int i = 0; i < 4; i++) h[i] += h[i + 4];
+            h[0] += h[2], h[1] += h[3];
+            t->l[r0 + r] += h[0] + h[1];
+        }
+        for (int i = 0; i < 1 + two_r; i++)
+            if (c[i] == w.atail)
+                for (int64_t r = 0; r < 16 && r0 + 16 * i + r < rows; r++)
+                    memcpy(t->acc + (r0 + 16 * i + r) * t->ldacc, w.atail + r * ep, (size_t)dv * 4);
+    }
 }

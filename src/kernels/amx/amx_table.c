@@ -3,9 +3,9 @@
  * the ISA's flags, as the registry builds every table on any x86 CPU.
  *
  *   "amx"        avx512bf16's table with the bf16 products (qk_bf16, pv_bf16, stx_bf16)
- *                on the tile unit (amx_hw.c); the softmax, conversions, packing and
- *                the small-row (decode) path stay avx512bf16's vector kernels, where
- *                tiles would be mostly padding.
+ *                and the fused forward (fwd_bf16) on the tile unit (amx_hw.c); the softmax,
+ *                conversions, packing and the small-row (decode) path stay avx512bf16's
+ *                vector kernels, where tiles would be mostly padding.
  *   "amx-model"  the reference's table with the same kernels on the software model of
  *                the tiles (amx_model.c): runs on any x86-64, never chosen by itself,
  *                only by FLASHATTN_ARCH=amx-model (the test suites run it everywhere).
@@ -41,18 +41,20 @@
     void p##pv_bf16(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const uint32_t *vp,    \
                     int64_t ldvp, const float *alpha, float *acc, int64_t ldacc, void *scratch);                 \
     void p##stx_bf16(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,     \
-                     int64_t ldx, float *acc, int64_t ldacc, void *scratch)
+                     int64_t ldx, float *acc, int64_t ldacc, void *scratch);                                  \
+    void p##fwd_bf16(const fa_fwd_tile *t)
 
 /* What every tile table sets: blocks of 32 x 32 (two tiles each way), the kernels. */
 #define FA_AMX_FILL(k, p)                                                                                          \
     do {                                                                                                         \
-        (k)->flags |= FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES;                          \
+        (k)->flags |= FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES | FA_KERNELS_FWD_BF16;    \
         (k)->row_align = FA_ROW_ALIGN;                                                                           \
         (k)->qk_block = (fa_kernel_block){32, 32};                                                               \
         (k)->pv_block = (fa_kernel_block){32, 32};                                                               \
         (k)->qk_bf16 = p##qk_bf16;                                                                               \
         (k)->pv_bf16 = p##pv_bf16;                                                                               \
         (k)->stx_bf16 = p##stx_bf16;                                                                             \
+        (k)->fwd_bf16 = p##fwd_bf16;                                                                             \
         (k)->probe_tile = p##probe_tile;                                                                         \
         (k)->thread_begin = p##thread_begin;                                                                     \
         (k)->thread_end = p##thread_end;                                                                         \
@@ -62,6 +64,7 @@
 FA_KERNELS_ISA(avx512bf16);
 FA_KERNELS_ISA(amx);
 FA_AMX_DECLARE(fa_amx_);
+void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0);
 
 static const char *g_refusal; /* why the OS refused the tile data; NULL when granted */
 static pthread_once_t g_perm_once = PTHREAD_ONCE_INIT;
@@ -107,6 +110,7 @@ void fa_kernels_init_amx(fa_kernels *k)
     k->name = "amx";
     k->parent = "avx512bf16";
     FA_AMX_FILL(k, fa_amx_);
+    k->pack_kt_bf16 = fa_amx_pack_kt_bf16; /* AVX-512 transposes; the model keeps the reference's */
 }
 #endif
 

@@ -388,6 +388,58 @@ static void ref_pv_bf16(int64_t rows, int64_t cols, int64_t dv, const float *st,
     }
 }
 
+static void ref_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0)
+{
+    const int64_t np = FA_KT_PAIRS(d);
+    for (int64_t c = 0; c < cols; c++) { /* a key's row at a time: k read along its rows */
+        const int64_t j = j0 + c;
+        uint32_t *dst = kt + j / 16 * 16 * np + j % 16;
+        for (int64_t p = 0; p < np; p++) {
+            const uint32_t lo = 2 * p < d ? k[c * ldk + 2 * p] : 0;
+            const uint32_t hi = 2 * p + 1 < d ? k[c * ldk + 2 * p + 1] : 0;
+            dst[16 * p] = lo | hi << 16;
+        }
+    }
+}
+
+/* The fused forward's contract with the plain rule: m moves to the tile's max at once
+ * (a rescale the contract allows, not the lazy one), glibc's expf, p rounded to nearest
+ * even; sums in key order. */
+static void ref_fwd_bf16(const fa_fwd_tile *t)
+{
+    float *s = t->scratch; /* one row's scores: cols floats, within the scratch bound */
+    for (int64_t r = 0; r < t->rows; r++) {
+        const uint16_t *q = t->q + r * t->ldq;
+        float mx = -INFINITY;
+        for (int64_t c = 0; c < t->cols; c++) {
+            float acc = 0.0f;
+            for (int64_t x = 0; x < t->d; x++) {
+                const uint32_t pair = t->kt[c / 16 * 16 * FA_KT_PAIRS(t->d) + 16 * (x / 2) + c % 16];
+                acc += fa_bf16_to_f32(q[x]) * fa_bf16_to_f32((uint16_t)(pair >> (x & 1) * 16));
+            }
+            s[c] = t->scale * acc;
+            const int kept = !t->lo || (c >= t->lo[r] && c <= t->hi[r]);
+            if (kept && (s[c] > mx || isnan(s[c]))) mx = s[c]; /* once NaN it sticks */
+        }
+        const float m_old = t->m[r], m_new = (mx > m_old || isnan(mx)) ? mx : m_old;
+        const float alpha = m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
+        float *ar = t->acc + r * t->ldacc;
+        if (alpha != 1.0f)
+            for (int64_t e = 0; e < t->dv; e++) ar[e] *= alpha;
+        t->l[r] *= alpha;
+        t->m[r] = m_new;
+        if (m_new == -INFINITY) continue;
+        for (int64_t c = 0; c < t->cols; c++) {
+            if (t->lo && (c < t->lo[r] || c > t->hi[r])) continue;
+            const float w = fa_bf16_to_f32(fa_f32_to_bf16(expf(s[c] - m_new)));
+            t->l[r] += w;
+            if (w == 0.0f) continue; /* never read v */
+            const uint32_t *pair = t->vp + (c / 2) * t->ldvp;
+            for (int64_t e = 0; e < t->dv; e++) ar[e] += w * fa_bf16_to_f32((uint16_t)(pair[e] >> (c & 1) * 16));
+        }
+    }
+}
+
 /* ------------------------------------------------------------ probes */
 
 /* Eight independent multiply-add chains: what plain C reaches without SIMD flags. */
@@ -451,6 +503,8 @@ const fa_kernels fa_kernels_ref = {
     .pack_pairs_bf16 = ref_pack_pairs_bf16,
     .pv_bf16 = ref_pv_bf16,
     .stx_bf16 = ref_stx_bf16,
+    .pack_kt_bf16 = ref_pack_kt_bf16,
+    .fwd_bf16 = ref_fwd_bf16,
     .qk_small = ref_qk_small,
     .softmax_small = ref_softmax_small,
     .pv_small = ref_pv_small,
