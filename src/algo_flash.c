@@ -84,6 +84,7 @@ typedef struct {
     int32_t *lo, *hi;     /* (br_pad) tile-relative band of each row */
     const void **kp, **vp; /* (bc) small path: K/V row pointers */
     float *ks, *vs;        /* (bc) small path: their int8 scales */
+    int64_t *bms;          /* the block mask's statuses of a tile's kv blocks (fa_bmask_scratch) */
     /* bf16 dot-product path only (and f32 as bf16 products: q16, k16, v16 then hold
      * the split rows, below) */
     uint16_t *q16, *qt2, *k16, *v16;
@@ -131,6 +132,7 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->vp, bc * (int64_t)sizeof(void *)},
         {(void **)&sc->ks, bc * 4},
         {(void **)&sc->vs, bc * 4},
+        {(void **)&sc->bms, fa_bmask_scratch(job->p, bc) * 8},
         {(void **)&sc->q16, b16 ? fa_bytes3(mm ? T * bp : br, D, 2) : 0},
         {(void **)&sc->qt2, b16 ? fa_bytes3((T * D + 1) / 2 * 2, bp, 2) : 0},
         /* a pack step may take one row more than a tile (kv.h: its rows start even) */
@@ -568,13 +570,22 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     for (int64_t j0 = first; j0 <= hi && j0 < tb; j0 += bc) {
         const int64_t cols = hi - j0 + 1 < bc ? hi - j0 + 1 : bc;
         int64_t ldv = 0;
+        /* the block mask: a tile it removes for every stacked head is skipped, a tile
+         * inside full blocks takes no element work (bm_bits: some head's does) */
+        int bm_bits = 0, bm_any = !s.bm.on;
+        for (int64_t g = 0; s.bm.on && g < ng; g++) {
+            const int kind = fa_bmask_tile(&s, 0, h0 + g, i0, n, j0, cols, sc->bms);
+            bm_any |= kind != 0;
+            bm_bits |= kind != 1;
+        }
+        if (!bm_any) continue;
         /* the band of the tile (from positions only): a band-only tile passes its bounds
          * to the kernels (the same for every stacked head) */
         const int32_t *tlo, *thi;
-        const int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        const int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi) || bm_bits;
         /* trimmed where the band ends inside the tile for its first rows (a window's
          * left edge alone leaves nothing to trim) */
-        if (tlo && thi[0] + 1 < cols && !w.b16 && !w.mm && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
+        if (tlo && thi[0] + 1 < cols && !bm_bits && !w.b16 && !w.mm && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
             t0 = wide_trimmed(job, sc, &w, j0, cols, tlo, thi, t0);
             continue;
         }
@@ -585,6 +596,8 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         /* 2-5. softcap, bias, ALiBi and masks, head by head */
         if (elementwise)
             for (int64_t g = 0; g < ng; g++) fa_scores_finish(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1);
+        if (bm_bits)
+            for (int64_t g = 0; g < ng; g++) fa_bmask_apply(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1, sc->bms);
 
         /* 6-7. online softmax: new max, P = exp(S - m), alpha = exp(m_old - m_new) */
         kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
@@ -697,6 +710,8 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     job->lds = round16(job->plan.bc);
     /* decoding takes no dropout: the small-row loop leaves it to the wide one */
     job->small = (ctx->kernels->flags & FA_KERNELS_SMALL_ROWS) && job->plan.bc <= FA_SMALL_COLS && !p->drop.on;
+    /* the block mask's tiles are the wide loop's */
+    if (p->bm.on) job->small = 0;
     /* stacks one small-row task may hold: their Q rows, accumulators and softmax
      * state within 256 KiB, a share of L2 */
     job->stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job->ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);

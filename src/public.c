@@ -140,6 +140,13 @@ void fa_kv_cache_init(fa_kv_cache *cache)
     *cache = init;
 }
 
+void fa_block_mask_init(fa_block_mask *mask)
+{
+    if (!mask) return;
+    fa_block_mask init = FA_BLOCK_MASK_INIT;
+    *mask = init;
+}
+
 void fa_backward_args_init(fa_backward_args *args)
 {
     if (!args) return;

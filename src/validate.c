@@ -36,13 +36,17 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
             return fa_fail(ctx, FA_ERR_UNSUPPORTED,
                            "bias and mask are not accepted with a KV cache or variable lengths (their [.., Sq, Sk] "
                            "shape has no meaning when lengths differ); use causal, window, softcap or ALiBi");
+        if (a.kv_cache && a.block_mask)
+            return fa_fail(ctx, FA_ERR_UNSUPPORTED,
+                           "a block mask is not accepted with a KV cache (dense and varlen calls take it)");
         memset(p, 0, sizeof *p);
         if ((st = fa_check_tensor(ctx, "q", &a.q)) != FA_OK) return st;
         if ((st = fa_check_tensor(ctx, "o", &a.o)) != FA_OK) return st;
         if ((st = fa_check_scalars(ctx, &a, p)) != FA_OK) return st;
         if ((st = fa_validate_forms(ctx, &a, p)) != FA_OK) return st;
         if ((st = fa_check_sinks(ctx, &a, p)) != FA_OK) return st;
-        return fa_check_extents(ctx, p);
+        if ((st = fa_check_extents(ctx, p)) != FA_OK) return st;
+        return fa_check_block_mask(ctx, &a, p);
     }
 
     if ((st = fa_check_kv_inputs(ctx, &a.q, &a.k, &a.v)) != FA_OK) return st;
@@ -91,6 +95,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
     if ((st = fa_check_scalars(ctx, &a, p)) != FA_OK) return st;
     if ((st = fa_check_sinks(ctx, &a, p)) != FA_OK) return st;
     if ((st = fa_check_extents(ctx, p)) != FA_OK) return st;
+    if ((st = fa_check_block_mask(ctx, &a, p)) != FA_OK) return st;
 
     p->group = p->Hk > 0 ? p->Hq / p->Hk : 0;
     p->dtype = a.q.dtype;
