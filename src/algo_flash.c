@@ -165,6 +165,25 @@ static int stacked_band(const fa_problem *s, int elementwise, int64_t i0, int64_
     return 1;
 }
 
+/* A block-masked tile whose kept pairs are one run of columns per row (a causal
+ * diagonal block, a document's edge): the runs as the softmax kernel's bounds, cut
+ * by the band's (*tlo != NULL), so no -inf is written and exponentiated, and the
+ * trimmed path may take it as it takes the band; 1 then. Else 0, and the band's
+ * bounds as they were. */
+static int bmask_bounds(const fa_problem *s, const flash_scratch *sc, int64_t i0, int64_t n, int64_t ng, int64_t h0,
+                        int64_t j0, int64_t cols, const int32_t **tlo, const int32_t **thi)
+{
+    const int band = *tlo != NULL;
+    for (int64_t g = 0; g < ng; g++)
+        if (!fa_bmask_runs(s, 0, h0 + g, i0, n, j0, cols, band, sc->lo + g * n, sc->hi + g * n, sc->bms)) {
+            if (band) stacked_band(s, 0, i0, n, ng, j0, cols, sc->lo, sc->hi, tlo, thi);
+            return 0;
+        }
+    *tlo = sc->lo;
+    *thi = sc->hi;
+    return 1;
+}
+
 /* Normalises one stack's rows (ng heads from h0, n rows each, from i0); a row that
  * kept nothing is 0 with lse = -inf. A key chunk's result goes to its slot for the
  * merge, a whole row straight to o, its head's sink then added (fa_row_norm; a key
@@ -582,7 +601,9 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         /* the band of the tile (from positions only): a band-only tile passes its bounds
          * to the kernels (the same for every stacked head) */
         const int32_t *tlo, *thi;
-        const int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi) || bm_bits;
+        int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi) || bm_bits;
+        if (bm_bits && !elementwise && bmask_bounds(&s, sc, i0, n, ng, h0, j0, cols, &tlo, &thi))
+            bm_bits = 0; /* its runs are the tile's bounds now */
         /* trimmed where the band ends inside the tile for its first rows (a window's
          * left edge alone leaves nothing to trim) */
         if (tlo && thi[0] + 1 < cols && !bm_bits && !w.b16 && !w.mm && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {

@@ -335,11 +335,19 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
         kern->qk(n, cols, D, sc->qt, bp, t->k, t->ldk, sc->st, bp);
     if (p->softcap > 0.0f) memcpy(sc->xt, sc->st, (size_t)(cols * bp) * sizeof(float));
     if (elementwise) fa_scores_finish(s, 0, h, i0, n, j0, cols, sc->st, bp, 1);
-    /* the block mask: its bits where the pair's kv blocks are not all full */
-    const int bm_bits = s->bm.on && fa_bmask_tile(s, 0, h, i0, n, j0, cols, sc->bms) != 1;
-    if (bm_bits) fa_bmask_apply(s, 0, h, i0, n, j0, cols, sc->st, bp, 1, sc->bms);
+    /* the block mask where the pair's kv blocks are not all full: one run of keys per
+     * row goes to the softmax as bounds (as the forward's, algo_flash.c), else its
+     * bits become -inf */
+    int bm_bits = s->bm.on && fa_bmask_tile(s, 0, h, i0, n, j0, cols, sc->bms) != 1;
     const int32_t *tlo = NULL, *thi = NULL;
-    const int band = !elementwise && !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
+    int band = !elementwise && !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
+    if (bm_bits && !elementwise) {
+        if (fa_bmask_runs(s, 0, h, i0, n, j0, cols, band, sc->lo, sc->hi, sc->bms))
+            bm_bits = 0, band = 1;
+        else if (band)
+            fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
+    }
+    if (bm_bits) fa_bmask_apply(s, 0, h, i0, n, j0, cols, sc->st, bp, 1, sc->bms);
     if (band) tlo = sc->lo, thi = sc->hi;
     const int partial = elementwise || band || bm_bits;
     t0 = fa_phase_mark(job->phases, FA_PH_BS, t0);

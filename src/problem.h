@@ -213,6 +213,12 @@ int fa_bmask_tile(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t
 /* Sets the scores of the pairs the block mask removes to -inf; layout as fa_scores_finish. */
 void fa_bmask_apply(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                     float *st, int64_t ldc, int64_t ldr, int64_t *status);
+/* When the pairs the block mask keeps of every row of the tile are one run of columns
+ * (causal, window, document and prefix masks are), the run as the softmax kernel's
+ * tile-relative bounds, and 1; with `band`, lo and hi hold the band's bounds and get
+ * the intersection. 0 otherwise (lo, hi then spoilt): fa_bmask_apply. */
+int fa_bmask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                  int band, int32_t *lo, int32_t *hi, int64_t *status);
 /* Whether the block mask keeps the single pair (i, j) of (b, h): the reference's rule. */
 int fa_bmask_keeps(const fa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j);
 /* Pairs of rows [i0, i1) and keys [j0, j1) of (b, h) that the band and the block mask

@@ -155,24 +155,112 @@ int fa_bmask_tile(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t
     return !any ? 0 : all ? 1 : 2;
 }
 
+/* The rows [*r0, *r1) of a tile (rows i0 ..) that q block qb holds, tile-relative. */
+static void qblock_rows(const fa_bmask *m, int64_t i0, int64_t rows, int64_t qb, int64_t *r0, int64_t *r1)
+{
+    *r0 = qb * m->bq > i0 ? qb * m->bq - i0 : 0;
+    *r1 = (qb + 1) * m->bq - i0 < rows ? (qb + 1) * m->bq - i0 : rows;
+}
+
+/* The tile-relative column (of a tile of keys j0 ..) where kv block kb ends. */
+static int64_t kblock_end(const fa_bmask *m, int64_t j0, int64_t cols, int64_t kb)
+{
+    return (kb + 1) * m->bk - j0 < cols ? (kb + 1) * m->bk - j0 : cols;
+}
+
 void fa_bmask_apply(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                     float *st, int64_t ldc, int64_t ldr, int64_t *status)
 {
     const fa_bmask *m = &p->bm;
     const int64_t kb0 = j0 / m->bk, nk = (j0 + cols - 1) / m->bk - kb0 + 1;
     for (int64_t qb = i0 / m->bq; qb <= (i0 + rows - 1) / m->bq; qb++) {
-        /* this q block's rows of the tile: [r0, r1) */
-        const int64_t r0 = qb * m->bq > i0 ? qb * m->bq - i0 : 0;
-        const int64_t r1 = (qb + 1) * m->bq - i0 < rows ? (qb + 1) * m->bq - i0 : rows;
+        int64_t r0, r1;
+        qblock_rows(m, i0, rows, qb, &r0, &r1);
         fa_bmask_status(p, b, h, qb, kb0, nk, status);
-        for (int64_t c = 0; c < cols; c++) {
-            const int64_t j = j0 + c, s = status[j / m->bk - kb0];
-            float *sc = st + c * ldc;
-            if (s == FA_BM_FULL) continue;
-            for (int64_t r = r0; r < r1; r++)
-                if (s == FA_BM_ABSENT || !bmask_bit(m, s, i0 + r - qb * m->bq, j % m->bk)) sc[r * ldr] = -INFINITY;
+        /* the tile's columns kv block by kv block: [c0, c1) of block kb0 + k */
+        for (int64_t k = 0, c0 = 0; k < nk; k++) {
+            const int64_t c1 = kblock_end(m, j0, cols, kb0 + k), s = status[k];
+            if (s == FA_BM_FULL) {
+                c0 = c1;
+                continue;
+            }
+            /* the element mask's rows of this tile's rows, and the block's column of c0 */
+            const uint8_t *bits = s >= 0 ? m->bits + s * m->block_bytes + (i0 + r0 - qb * m->bq) * m->row_bytes : NULL;
+            for (int64_t c = c0, x = j0 + c0 - (kb0 + k) * m->bk; c < c1; c++, x++) {
+                float *sc = st + c * ldc;
+                if (!bits) {
+                    for (int64_t r = r0; r < r1; r++) sc[r * ldr] = -INFINITY;
+                    continue;
+                }
+                const uint8_t *byte = bits + x / 8, bit = (uint8_t)(1u << (x % 8));
+                for (int64_t r = r0; r < r1; r++, byte += m->row_bytes)
+                    if (!(*byte & bit)) sc[r * ldr] = -INFINITY;
+            }
+            c0 = c1;
         }
     }
+}
+
+/* One row's kept columns [c0, c1) of a kv block segment, whose element-mask row is
+ * `bits` from block column x0 (NULL: full), folded into its run: first, last, count. */
+static void run_add(const uint8_t *bits, int64_t x0, int64_t c0, int64_t c1, int64_t *first, int64_t *last,
+                    int64_t *count)
+{
+    if (!bits) {
+        if (*first < 0) *first = c0;
+        *last = c1 - 1;
+        *count += c1 - c0;
+        return;
+    }
+    for (int64_t c = c0, x = x0; c < c1;) {
+        const uint8_t byte = bits[x / 8];
+        if (x % 8 == 0 && c + 8 <= c1 && (byte == 0 || byte == 0xff)) { /* a whole byte at once */
+            if (byte) {
+                if (*first < 0) *first = c;
+                *last = c + 7;
+                *count += 8;
+            }
+            c += 8, x += 8;
+            continue;
+        }
+        if ((byte >> (x % 8)) & 1) {
+            if (*first < 0) *first = c;
+            *last = c;
+            ++*count;
+        }
+        c++, x++;
+    }
+}
+
+int fa_bmask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                  int band, int32_t *lo, int32_t *hi, int64_t *status)
+{
+    const fa_bmask *m = &p->bm;
+    const int64_t kb0 = j0 / m->bk, nk = (j0 + cols - 1) / m->bk - kb0 + 1;
+    for (int64_t qb = i0 / m->bq; qb <= (i0 + rows - 1) / m->bq; qb++) {
+        int64_t r0, r1;
+        qblock_rows(m, i0, rows, qb, &r0, &r1);
+        fa_bmask_status(p, b, h, qb, kb0, nk, status);
+        for (int64_t r = r0; r < r1; r++) {
+            int64_t first = -1, last = -1, count = 0;
+            for (int64_t k = 0, c0 = 0; k < nk; k++) {
+                const int64_t c1 = kblock_end(m, j0, cols, kb0 + k), s = status[k];
+                if (s != FA_BM_ABSENT)
+                    run_add(s >= 0 ? m->bits + s * m->block_bytes + (i0 + r - qb * m->bq) * m->row_bytes : NULL,
+                            j0 + c0 - (kb0 + k) * m->bk, c0, c1, &first, &last, &count);
+                c0 = c1;
+            }
+            if (count > 0 && count != last - first + 1) return 0; /* not one run */
+            int64_t a = count > 0 ? first : cols, z = count > 0 ? last : -1;
+            if (band) {
+                a = lo[r] > a ? lo[r] : a;
+                z = hi[r] < z ? hi[r] : z;
+            }
+            lo[r] = (int32_t)a;
+            hi[r] = (int32_t)z; /* lo > hi: nothing kept (lo <= cols, hi >= -1) */
+        }
+    }
+    return 1;
 }
 
 int fa_bmask_keeps(const fa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
