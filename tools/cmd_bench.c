@@ -105,9 +105,10 @@ static void bench_usage(FILE *f)
                "                     against the same mask as a dense bool tensor and, where\n"
                "                     one equals it, the call without a mask (full), causal\n"
                "                     (causal) or varlen (doc, B = 1): interleaved rounds, each\n"
-               "                     credited the mask's kept pairs. full: every block;\n"
-               "                     causal: j <= i; random:F: each block with probability F\n"
-               "                     (and the diagonal); doc:N: N equal documents; prefix:P:\n"
+               "                     credited the mask's kept pairs, with the unmasked call\n"
+               "                     for scale. full: every block;\n"
+               "                     causal: j <= i; random:F: each block with probability F;\n"
+               "                     doc:N: N equal documents; prefix:P:\n"
                "                     keys < P for every query, causal beyond. The shape's\n"
                "                     --causal and --window apply on top, to every call.\n\n",
             BENCH_BLOCK_DEFAULT);
