@@ -340,8 +340,9 @@ typedef struct fa_forward_args {
 
     /* ---- block mask (FlexAttention's BlockMask; docs/semantics.md, "Block mask"): the
      * kv blocks each q block visits, each whole or with an element mask of its own.
-     * NULL = none. Dense and varlen calls, forward and backward; a KV cache is
-     * FA_ERR_UNSUPPORTED. Combines with every other mask: a pair is kept iff all keep it. */
+     * NULL = none. Dense and varlen calls, forward and backward; KV caches (a decoding
+     * step's tree mask: kv blocks count the keys after the append). Combines with every
+     * other mask: a pair is kept iff all keep it. */
     const struct fa_block_mask *block_mask;
 } fa_forward_args;
 
@@ -450,7 +451,8 @@ FA_API void fa_kv_cache_init(fa_kv_cache *cache);
  * Broadcast: batch is 1 or B (num_seqs in a varlen call), heads 1 or Hq (query heads:
  * under GQA each query head has its own rows). q_blocks = ceil(Sq / block_q), Sq the
  * longest sequence's; a kv block index lies in [0, ceil(Sk / block_k)), Sk the longest
- * sequence's (a block past a shorter sequence's keys holds none of them).
+ * sequence's, keys after a cache append (a block past a shorter sequence's keys holds
+ * none of them).
  *
  * Checked before anything is written: block_q, block_k in [1, 2^31), n_partial >= 0
  * (else FA_ERR_INVALID_ARGUMENT); batch, heads (FA_ERR_BROADCAST); q_blocks

@@ -36,9 +36,6 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
             return fa_fail(ctx, FA_ERR_UNSUPPORTED,
                            "bias and mask are not accepted with a KV cache or variable lengths (their [.., Sq, Sk] "
                            "shape has no meaning when lengths differ); use causal, window, softcap or ALiBi");
-        if (a.kv_cache && a.block_mask)
-            return fa_fail(ctx, FA_ERR_UNSUPPORTED,
-                           "a block mask is not accepted with a KV cache (dense and varlen calls take it)");
         memset(p, 0, sizeof *p);
         if ((st = fa_check_tensor(ctx, "q", &a.q)) != FA_OK) return st;
         if ((st = fa_check_tensor(ctx, "o", &a.o)) != FA_OK) return st;

@@ -14,6 +14,8 @@
  *               against causal itself, within the rule
  *   varlen      packed sequences, a mask per sequence or one broadcast, against dense
  *               per-sequence oracles
+ *   cache       a decoding step's tree mask over a contiguous or paged KV cache, new
+ *               rows appended, against each sequence's dense oracle; its work
  *   work        fa_forward_work's pairs against a brute-force count
  *   backward    the reference backward against finite differences of the fp64 naive
  *               forward; flash and standard against the reference; varlen; bitwise
@@ -571,6 +573,36 @@ static void seq_dense(h_problem *p, const fa_forward_args *a, const tmask *tm, i
             for (int64_t j = 0; j < sk; j++) h_set(&x->mask, 0, h, i, j, tm_keeps(tm, b, h, i, j));
 }
 
+/* Sequence b of a packed or cached call, its o rows r0.. of batch row ob (lse likewise),
+ * against the oracles of x, the same sequence as a dense call with the block mask's
+ * rows as a dense mask. */
+static void check_sequence(const char *what, int b, const fa_forward_args *x, const fa_tensor *o, const fa_tensor *lse,
+                           int64_t ob, int64_t r0)
+{
+    const int64_t sq = x->q.shape[1], Hq = x->q.shape[2], Dv = x->v.shape[3], n_o = sq * Hq * Dv;
+    double *o64 = malloc((size_t)(n_o + 1) * sizeof *o64), *l64 = malloc((size_t)(sq * Hq + 1) * sizeof *l64);
+    double *os = malloc((size_t)(n_o + 1) * sizeof *os);
+    naive_forward(x, NAIVE_FP64, o64, l64, NULL);
+    naive_forward(x, NAIVE_SAME_PRECISION, os, NULL, NULL);
+    double naive_o = 0.0, worst = 0.0, lworst = 0.0;
+    int64_t inf_bad = 0;
+    for (int64_t e = 0; e < n_o; e++) naive_o = fmax(naive_o, fabs(os[e] - o64[e]));
+    for (int64_t i = 0; i < sq; i++)
+        for (int64_t h = 0; h < Hq; h++) {
+            for (int64_t e = 0; e < Dv; e++)
+                worst = fmax(worst, fabs(h_get(o, ob, r0 + i, h, e) - o64[(i * Hq + h) * Dv + e]));
+            const double g = h_get(lse, ob, h, r0 + i, 0), w = l64[h * sq + i];
+            if (is_ninf(g) || is_ninf(w)) inf_bad += is_ninf(g) != is_ninf(w);
+            else lworst = fmax(lworst, fabs(g - w));
+        }
+    const fa_dtype dt = o->dtype;
+    const double tol = 2.0 * naive_o + h_prop_ulps(dt) * h_eps(dt) * fmax(1.0, max_abs(o64, n_o));
+    CHECK(worst <= tol, "%s sequence %d: o err %.3g > %.3g", what, b, worst, tol);
+    CHECK(inf_bad == 0 && lworst <= 1e-3 * fmax(1.0, max_abs(l64, sq * Hq)), "%s sequence %d: lse err %.3g, %lld -inf mismatches",
+          what, b, lworst, (long long)inf_bad);
+    free(o64), free(l64), free(os);
+}
+
 static void test_varlen(h_rng *r)
 {
     for (int k = 0; k < 6; k++) {
@@ -602,30 +634,105 @@ static void test_varlen(h_rng *r)
             h_problem p;
             seq_dense(&p, &a, &tm, b, cuq[b], sq[b], cuk[b], sk[b]);
             fa_forward_args *x = &p.args;
-            double *o64 = malloc((size_t)(sq[b] * Hq * D) * sizeof *o64), *l64 = malloc((size_t)(sq[b] * Hq) * sizeof *l64);
-            double *os = malloc((size_t)(sq[b] * Hq * D) * sizeof *os);
-            naive_forward(x, NAIVE_FP64, o64, l64, NULL);
-            naive_forward(x, NAIVE_SAME_PRECISION, os, NULL, NULL);
-            double naive_o = 0.0, worst = 0.0, lworst = 0.0;
-            int64_t inf_bad = 0;
-            for (int64_t e = 0; e < sq[b] * Hq * D; e++) naive_o = fmax(naive_o, fabs(os[e] - o64[e]));
-            for (int64_t i = 0; i < sq[b]; i++)
-                for (int64_t h = 0; h < Hq; h++) {
-                    for (int64_t e = 0; e < D; e++)
-                        worst = fmax(worst, fabs(h_get(&o, 0, cuq[b] + i, h, e) - o64[(i * Hq + h) * D + e]));
-                    const double g = h_get(&lse, 0, h, cuq[b] + i, 0), w = l64[h * sq[b] + i];
-                    if (is_ninf(g) || is_ninf(w)) inf_bad += is_ninf(g) != is_ninf(w);
-                    else lworst = fmax(lworst, fabs(g - w));
-                }
-            const double tol = 2.0 * naive_o + h_prop_ulps(dt) * h_eps(dt) * fmax(1.0, max_abs(o64, sq[b] * Hq * D));
-            CHECK(worst <= tol, "varlen sequence %d: o err %.3g > %.3g", b, worst, tol);
-            CHECK(inf_bad == 0 && lworst <= 1e-3 * fmax(1.0, max_abs(l64, sq[b] * Hq)),
-                  "varlen sequence %d: lse err %.3g, %lld -inf mismatches", b, lworst, (long long)inf_bad);
-            free(o64), free(l64), free(os), free(x->mask.data);
+            check_sequence("varlen", b, x, &o, &lse, 0, cuq[b]);
+            free(x->mask.data);
             h_problem_free(&p);
         }
         tm_free(&tm);
         free(q.data), free(kk.data), free(v.data), free(o.data), free(lse.data);
+    }
+}
+
+/* ------------------------------------------------------------------- caches */
+
+/* A decoding step's tree mask over a KV cache (contiguous or paged, new rows appended):
+ * each sequence against its own dense oracle with its keys after the append. */
+static void test_cache(h_rng *r)
+{
+    for (int k = 0; k < 6; k++) {
+        const int64_t n = 2, Hq = 4, Hk = 2, D = 16, snew = 1 + 3 * k, page = 4;
+        const int paged = k % 2;
+        const fa_dtype dt = k % 3 == 2 ? FA_DTYPE_BF16 : FA_DTYPE_F32;
+        int64_t sk[2], smax = 0;
+        int32_t seqlens[2], table[2 * 32];
+        for (int b = 0; b < n; b++) {
+            seqlens[b] = (int32_t)h_rng_int(r, 0, 40);
+            sk[b] = seqlens[b] + snew;
+            smax = sk[b] > smax ? sk[b] : smax;
+        }
+        h_problem seq[2];
+        for (int b = 0; b < n; b++) { /* each sequence whole, as the oracle sees it */
+            h_problem_alloc(&seq[b], (h_dims){1, snew, sk[b], Hq, Hk, D, D}, dt, dt);
+            h_fill_normal(&seq[b].args.q, r, 1.0), h_fill_normal(&seq[b].args.k, r, 1.0), h_fill_normal(&seq[b].args.v, r, 1.0);
+        }
+        fa_kv_cache kc = FA_KV_CACHE_INIT;
+        const int64_t max_pages = (smax + page - 1) / page;
+        if (paged) {
+            for (int64_t e = 0; e < n * max_pages; e++) table[e] = (int32_t)(n * max_pages - 1 - e); /* reversed */
+            kc.k = h_alloc(dt, n * max_pages, page, Hk, D), kc.v = h_alloc(dt, n * max_pages, page, Hk, D);
+            kc.block_table = table, kc.max_pages = max_pages;
+        } else {
+            kc.k = h_alloc(dt, n, smax + 3, Hk, D), kc.v = h_alloc(dt, n, smax + 3, Hk, D);
+        }
+        fa_tensor q = h_alloc(dt, n, snew, Hq, D), o = h_alloc(dt, n, snew, Hq, D), lse = h_alloc(FA_DTYPE_F32, n, Hq, snew, 1);
+        fa_tensor kn = h_alloc(dt, n, snew, Hk, D), vn = h_alloc(dt, n, snew, Hk, D);
+        for (int b = 0; b < n; b++) {
+            const fa_forward_args *x = &seq[b].args;
+            for (int64_t i = 0; i < snew; i++)
+                for (int64_t h = 0; h < Hq; h++)
+                    for (int64_t e = 0; e < D; e++) h_set(&q, b, i, h, e, h_get(&x->q, 0, i, h, e));
+            for (int64_t j = 0; j < sk[b]; j++)
+                for (int64_t h = 0; h < Hk; h++)
+                    for (int64_t e = 0; e < D; e++) {
+                        const double kv[2] = {h_get(&x->k, 0, j, h, e), h_get(&x->v, 0, j, h, e)};
+                        if (j >= seqlens[b]) { /* a new row, appended by the call */
+                            h_set(&kn, b, j - seqlens[b], h, e, kv[0]), h_set(&vn, b, j - seqlens[b], h, e, kv[1]);
+                        } else if (paged) {
+                            const int64_t pg = table[b * max_pages + j / page];
+                            h_set(&kc.k, pg, j % page, h, e, kv[0]), h_set(&kc.v, pg, j % page, h, e, kv[1]);
+                        } else {
+                            h_set(&kc.k, b, j, h, e, kv[0]), h_set(&kc.v, b, j, h, e, kv[1]);
+                        }
+                    }
+        }
+        kc.seqlens = seqlens;
+        tmask tm;
+        tm_init(&tm, k % 3 ? n : 1, k >= 3 ? Hq : 1, snew, smax, 1 + k % 4, 8);
+        const tm_spec spec = {0.7, 0.6, 0.1, 0.6, 0.3};
+        tm_random(&tm, r, &spec);
+        fa_forward_args a = FA_FORWARD_ARGS_INIT;
+        a.q = q, a.k = kn, a.v = vn, a.o = o, a.lse = lse, a.kv_cache = &kc;
+        a.causal = k >= 2 ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+        a.block_mask = tm_mask(&tm);
+        const int64_t splits = k % 3 == 1 ? 3 : 0; /* split-KV: key chunks merged after */
+        h_case("cache k=%d paged=%d new=%lld splits=%lld", k, paged, (long long)snew, (long long)splits);
+        h_poison_outputs(&a);
+        fa_context_set(g_ctx, FA_PARAM_KV_SPLITS, splits);
+        const fa_status st = h_run(g_ctx, FA_ALGO_FLASH, 2, &a);
+        fa_context_set(g_ctx, FA_PARAM_KV_SPLITS, 0);
+        CHECK(st == FA_OK, "cache: %s", fa_context_error(g_ctx));
+        for (int b = 0; b < n && st == FA_OK; b++) {
+            fa_forward_args *x = &seq[b].args;
+            x->causal = a.causal;
+            x->mask = h_alloc(FA_DTYPE_BOOL, 1, Hq, snew, sk[b]);
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t i = 0; i < snew; i++)
+                    for (int64_t j = 0; j < sk[b]; j++) h_set(&x->mask, 0, h, i, j, tm_keeps(&tm, b, h, i, j));
+            check_sequence("cache", b, x, &o, &lse, b, 0);
+            free(x->mask.data);
+        }
+        fa_work w = FA_WORK_INIT;
+        int64_t want = 0;
+        for (int b = 0; b < n; b++) /* the pairs after the append */
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t i = 0; i < snew; i++)
+                    for (int64_t j = 0; j < sk[b]; j++)
+                        want += (a.causal == FA_CAUSAL_NONE || j <= i + sk[b] - snew) && tm_keeps(&tm, b, h, i, j);
+        CHECK(fa_forward_work(g_ctx, &a, &w) == FA_OK && w.pairs == want, "cache: fa_forward_work %lld, brute force %lld",
+              (long long)w.pairs, (long long)want);
+        tm_free(&tm);
+        for (int b = 0; b < n; b++) h_problem_free(&seq[b]);
+        free(kc.k.data), free(kc.v.data), free(q.data), free(o.data), free(lse.data), free(kn.data), free(vn.data);
     }
 }
 
@@ -1024,19 +1131,6 @@ static void test_misuse(h_rng *r)
         grads_free(&g);
     }
     free(off), free(idx), free(part);
-    /* a KV cache takes none */
-    {
-        fa_kv_cache kc = FA_KV_CACHE_INIT;
-        fa_tensor kcache = h_alloc(FA_DTYPE_F32, d.B, d.Sk, d.Hk, d.D), vcache = h_alloc(FA_DTYPE_F32, d.B, d.Sk, d.Hk, d.Dv);
-        int32_t seqlens[2] = {(int32_t)d.Sk, (int32_t)d.Sk};
-        kc.k = kcache, kc.v = vcache, kc.seqlens = seqlens;
-        fa_forward_args x = *a;
-        x.k = (fa_tensor){0}, x.v = (fa_tensor){0};
-        x.kv_cache = &kc;
-        x.block_mask = tm_mask(&tm);
-        expect(&x, FA_ERR_UNSUPPORTED, "a KV cache with a block mask");
-        free(kcache.data), free(vcache.data);
-    }
 #undef RESET
 #undef BAD
     tm_free(&tm);
@@ -1054,6 +1148,7 @@ int main(void)
     test_causal(&r);
     test_random(&r);
     test_varlen(&r);
+    test_cache(&r);
     test_finite_differences(&r);
     test_backward(&r);
     test_varlen_backward(&r);
