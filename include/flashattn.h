@@ -398,6 +398,13 @@ typedef struct fa_forward_args {
      * for every call of a context; 0 (default) leaves it to the context's setting (itself
      * 0 = planned from the shapes). Other values: FA_ERR_INVALID_ARGUMENT. */
     int64_t kv_splits;
+
+    /* ---- block mask (FlexAttention's BlockMask; docs/semantics.md, "Block mask"): the
+     * kv blocks each q block visits, each whole or with an element mask of its own.
+     * NULL = none. Dense and varlen calls, forward and backward; KV caches (a decoding
+     * step's tree mask: kv blocks count the keys after the append). Combines with every
+     * other mask: a pair is kept iff all keep it. */
+    const struct fa_block_mask *block_mask;
 } fa_forward_args;
 
 /*
@@ -444,7 +451,9 @@ typedef struct fa_forward_args {
     X(dropout_seed, "dropout_seed", uint64_t, U64, OPTION, 0, "dropout: the Philox seed")                         \
     X(dropout_mask, "dropout_mask", fa_tensor, TENSOR, OUTPUT, 0, "optional (B, Hq, Sq, Sk) bool output: kept = 1") \
     X(sinks, "sinks", const float *, PTR, INPUT, 0, "optional [Hq] f32 attention-sink logits")                \
-    X(kv_splits, "kv_splits", int64_t, I64, OPTION, 0, "split-KV chunks per sequence, 1..256; 0 = the context's")
+    X(kv_splits, "kv_splits", int64_t, I64, OPTION, 0, "split-KV chunks per sequence, 1..256; 0 = the context's") \
+    X(block_mask, "block_mask", const struct fa_block_mask *, PTR, FORM, 0,                                       \
+      "optional block mask: the kv blocks each q block visits, whole or with element bits")
 
 /* The initialisers the tables give: an absent tensor for TENSOR rows, else the default. */
 #define FA_FIELD_INIT_(name, key, ctype, type, role, def, doc) FA_FIELD_INIT_##type(def),
@@ -548,6 +557,53 @@ typedef struct fa_kv_cache {
 
 #define FA_KV_CACHE_INIT {FA_KV_CACHE_FIELDS(FA_FIELD_INIT_)}
 FA_API void fa_kv_cache_init(fa_kv_cache *cache);
+
+/*
+ * A block mask (docs/semantics.md, "Block mask"; FlexAttention's BlockMask). Query rows
+ * are cut into q blocks of block_q rows (q block qb holds rows qb*block_q ..), keys into
+ * kv blocks of block_k keys, from each sequence's first row and key. For every
+ * (batch row, head, q block) -- a mask row, numbered
+ *   r = (b * heads + h) * q_blocks + qb   (b = 0 when batch == 1, h = 0 when heads == 1)
+ * -- kv_blocks[offsets[r] .. offsets[r+1]-1] lists the kv blocks its rows may attend to,
+ * in any order, each at most once; every other kv block is removed for those rows. An
+ * entry e is full (partial == NULL or partial[e] == -1: every pair of the block kept) or
+ * partial (partial[e] = p >= 0: element mask number p of `bits` decides each pair). A
+ * row with no entry keeps no key (o = 0, lse = -inf or the sink).
+ *
+ * Element mask p is block_q rows of ceil(block_k / 8) bytes, at
+ *   bits + p * block_q * ceil(block_k / 8);
+ * pair (row r, key c) of the block (0 <= r < block_q, 0 <= c < block_k) is bit (c % 8)
+ * (value 1 << (c % 8)) of byte r * ceil(block_k / 8) + c / 8, 1 = keep (numpy's
+ * packbits(..., bitorder="little") of each row). Bits past the last row or key of a
+ * sequence are ignored. Element masks may be shared by any number of entries.
+ *
+ * Broadcast: batch is 1 or B (num_seqs in a varlen call), heads 1 or Hq (query heads:
+ * under GQA each query head has its own rows). q_blocks = ceil(Sq / block_q), Sq the
+ * longest sequence's; a kv block index lies in [0, ceil(Sk / block_k)), Sk the longest
+ * sequence's, keys after a cache append (a block past a shorter sequence's keys holds
+ * none of them).
+ *
+ * Checked before anything is written: block_q, block_k in [1, 2^31), n_partial >= 0
+ * (else FA_ERR_INVALID_ARGUMENT); batch, heads (FA_ERR_BROADCAST); q_blocks
+ * (FA_ERR_SHAPE_MISMATCH); offsets NULL, kv_blocks NULL with entries, bits NULL with
+ * n_partial > 0 (FA_ERR_NULL_POINTER); offsets[0] != 0 or decreasing, an index out of
+ * range, partial[e] outside [-1, n_partial) (FA_ERR_OUT_OF_RANGE); a kv block listed
+ * twice in one mask row (FA_ERR_INVALID_ARGUMENT); struct_size (FA_ERR_STRUCT_SIZE).
+ */
+typedef struct fa_block_mask {
+    size_t struct_size;        /* sizeof(fa_block_mask) as the caller compiled it (FA_BLOCK_MASK_INIT) */
+    int64_t block_q, block_k;  /* rows per q block, keys per kv block */
+    int64_t batch, heads;      /* 1 (broadcast) or B; 1 (broadcast) or Hq */
+    int64_t q_blocks;          /* q blocks per (batch row, head): ceil(Sq / block_q) */
+    const int64_t *offsets;    /* [batch * heads * q_blocks + 1]: mask row r's entries are offsets[r] .. offsets[r+1]-1 */
+    const int32_t *kv_blocks;  /* [offsets[last]] kv block of each entry */
+    const int64_t *partial;    /* [offsets[last]] -1 = full, else its element mask; NULL = every entry full */
+    const uint8_t *bits;       /* n_partial element masks, layout above */
+    int64_t n_partial;
+} fa_block_mask;
+
+#define FA_BLOCK_MASK_INIT {sizeof(fa_block_mask), 0, 0, 1, 1, 0, 0, 0, 0, 0, 0}
+FA_API void fa_block_mask_init(fa_block_mask *mask);
 
 /* The same defaults as FA_FORWARD_ARGS_INIT, for languages without the macro. */
 FA_API void fa_forward_args_init(fa_forward_args *args);

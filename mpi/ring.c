@@ -116,6 +116,8 @@ static fa_status check_ring_fields(const fa_forward_args *a)
     if (a->cu_seqlens_q || a->cu_seqlens_k)
         return ring_fail(FA_ERR_UNSUPPORTED, "variable-length (cu_seqlens) calls are not supported by ring attention");
     if (a->kv_cache) return ring_fail(FA_ERR_UNSUPPORTED, "KV caches are not supported by ring attention");
+    /* a block mask numbers the whole sequence's blocks, a shard's call its own */
+    if (a->block_mask) return ring_fail(FA_ERR_UNSUPPORTED, "block masks are not supported by ring attention");
     if (a->dropout_mask.data)
         return ring_fail(FA_ERR_UNSUPPORTED, "dropout_mask is not supported by ring attention");
     if (a->q_start || a->k_start)

@@ -90,6 +90,7 @@ typedef struct {
     float *ks, *vs;        /* (bc) small path: their int8 scales */
     int8_t *q8;            /* small path, int8 products: (stack, FA_SMALL_ROWS, digits, fa_q8_ld(D)) Q codes */
     float *q8s;            /* (stack, FA_SMALL_ROWS) their scales */
+    int64_t *bms;          /* the block mask's statuses of a tile's kv blocks (fa_bmask_scratch) */
     /* bf16 dot-product path only (and f32 as bf16 products: q16, k16, v16 then hold
      * the split rows, below) */
     uint16_t *q16, *qt2, *k16, *v16;
@@ -144,6 +145,7 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->vs, bc * 4},
         {(void **)&sc->q8, fa_bytes3(qt_rows * job->digits, fa_q8_ld(D), 1)},
         {(void **)&sc->q8s, job->digits ? qt_rows * 4 : 0},
+        {(void **)&sc->bms, fa_bmask_scratch(job->p, bc) * 8},
         {(void **)&sc->q16, b16 ? fa_bytes3(mm ? T * bp : br, D, 2) : 0},
         {(void **)&sc->qt2, b16 ? fa_bytes3((T * D + 1) / 2 * 2, bp, 2) : 0},
         /* a pack step may take one row more than a tile (kv.h: its rows start even) */
@@ -176,6 +178,25 @@ static int stacked_band(const fa_problem *s, int elementwise, int64_t i0, int64_
     }
     *tlo = lo;
     *thi = hi;
+    return 1;
+}
+
+/* A block-masked tile whose kept pairs are one run of columns per row (a causal
+ * diagonal block, a document's edge): the runs as the softmax kernel's bounds, cut
+ * by the band's (*tlo != NULL), so no -inf is written and exponentiated, and the
+ * trimmed path may take it as it takes the band; 1 then. Else 0, and the band's
+ * bounds as they were. */
+static int bmask_bounds(const fa_problem *s, const flash_scratch *sc, int64_t i0, int64_t n, int64_t ng, int64_t h0,
+                        int64_t j0, int64_t cols, const int32_t **tlo, const int32_t **thi)
+{
+    const int band = *tlo != NULL;
+    for (int64_t g = 0; g < ng; g++)
+        if (!fa_bmask_runs(s, 0, h0 + g, i0, n, j0, cols, band, sc->lo + g * n, sc->hi + g * n, sc->bms)) {
+            if (band) stacked_band(s, 0, i0, n, ng, j0, cols, sc->lo, sc->hi, tlo, thi);
+            return 0;
+        }
+    *tlo = sc->lo;
+    *thi = sc->hi;
     return 1;
 }
 
@@ -683,13 +704,25 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     for (int64_t j0 = first; j0 <= hi && j0 < tb; j0 += bc) {
         const int64_t cols = hi - j0 + 1 < bc ? hi - j0 + 1 : bc;
         int64_t ldv = 0;
+        /* the block mask: a tile it removes for every stacked head is skipped, a tile
+         * inside full blocks takes no element work (bm_bits: some head's does) */
+        int bm_bits = 0, bm_any = !s.bm.on;
+        for (int64_t g = 0; s.bm.on && g < ng; g++) {
+            const int kind = fa_bmask_tile(&s, 0, h0 + g, i0, n, j0, cols, sc->bms);
+            bm_any |= kind != 0;
+            bm_bits |= kind != 1;
+        }
+        if (!bm_any) continue;
         /* the band of the tile (from positions only): a band-only tile passes its bounds
          * to the kernels (the same for every stacked head) */
         const int32_t *tlo, *thi;
-        const int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi) || bm_bits;
+        if (bm_bits && !elementwise && bmask_bounds(&s, sc, i0, n, ng, h0, j0, cols, &tlo, &thi))
+            bm_bits = 0; /* its runs are the tile's bounds now */
         if (fused) {
             w.unit = unit0;
-            if (wide_fused(job, sc, &w, j0, cols, partial, tlo, thi, &t0)) continue;
+            /* element bits left: the careful path below applies them */
+            if (!bm_bits && wide_fused(job, sc, &w, j0, cols, partial, tlo, thi, &t0)) continue;
             w.unit = NULL; /* the careful path below reads K and V where they are (a K^T unit has no K rows) */
             if (!qt2_ready) { /* its Q^T pairs, from the fused kernel's Q rows */
                 kern->pack_qt_bf16(rows, p->D, w.qa, w.ldqa, sc->qt2, 2 * bp);
@@ -698,7 +731,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         }
         /* trimmed where the band ends inside the tile for its first rows (a window's
          * left edge alone leaves nothing to trim) */
-        if (tlo && thi[0] + 1 < cols && !w.b16 && !w.mm && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
+        if (tlo && thi[0] + 1 < cols && !bm_bits && !w.b16 && !w.mm && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
             t0 = wide_trimmed(job, sc, &w, j0, cols, tlo, thi, t0);
             continue;
         }
@@ -709,6 +742,8 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         /* 2-5. softcap, bias, ALiBi and masks, head by head */
         if (elementwise)
             for (int64_t g = 0; g < ng; g++) fa_scores_finish(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1);
+        if (bm_bits)
+            for (int64_t g = 0; g < ng; g++) fa_bmask_apply(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1, sc->bms);
 
         /* 6-7. online softmax: new max, P = exp(S - m), alpha = exp(m_old - m_new) */
         kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
@@ -831,6 +866,8 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     job->lds = round16(job->plan.bc);
     /* decoding takes no dropout: the small-row loop leaves it to the wide one */
     job->small = (ctx->kernels->flags & FA_KERNELS_SMALL_ROWS) && job->plan.bc <= FA_SMALL_COLS && !p->drop.on;
+    /* the block mask's tiles are the wide loop's */
+    if (p->bm.on) job->small = 0;
     /* int8 products: opt-in, int8 caches, where the table has its own kernels (tasks on
      * other key types ignore it) */
     job->digits = job->small && p->quant && (ctx->kernels->flags & FA_KERNELS_I8_DOT) && p->D <= FA_QUANT_D_MAX

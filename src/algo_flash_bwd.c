@@ -93,6 +93,7 @@ typedef struct {
     float *xt;          /* (bc, bp)  softcap only: scale * q.k before the softcap */
     float *lse, *m, *l, *alpha, *dv_rows; /* (bp) lse of the rows, softmax's m, scratch, scratch, D_i */
     int32_t *lo, *hi;   /* (bp) tile-relative band */
+    int64_t *bms;       /* the block mask's statuses of a tile's kv blocks (fa_bmask_scratch) */
     float *dq;          /* (group, sq_max, ldd) the task's dQ */
     /* bf16 pair path only: the same operands kept as bf16, their pair panels, and the
      * kernels' repacking scratch */
@@ -106,7 +107,7 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
     const int64_t D = p->D, Dv = p->Dv, br = job->br, bc = job->bc, bp = job->bp;
     bwd_scratch unused;
     if (!sc) sc = &unused;
-    enum { ROW_PARTS = 20, TILE_PARTS = 8 };
+    enum { ROW_PARTS = 21, TILE_PARTS = 8 };
     fa_ws_part parts[ROW_PARTS + TILE_PARTS * BWD_GROUP_MAX] = {
         {(void **)&sc->q, fa_bytes3(br, D, 4)},          {(void **)&sc->qt, fa_bytes3(D, bp, 4)},
         {(void **)&sc->dout, fa_bytes3(br, Dv, 4)},      {(void **)&sc->dot, fa_bytes3(Dv, bp, 4)},
@@ -115,7 +116,7 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
         {(void **)&sc->lse, bp * 4},                     {(void **)&sc->m, bp * 4},
         {(void **)&sc->l, bp * 4},                       {(void **)&sc->alpha, bp * 4},
         {(void **)&sc->dv_rows, bp * 4},                 {(void **)&sc->lo, bp * 4},
-        {(void **)&sc->hi, bp * 4},
+        {(void **)&sc->hi, bp * 4},                      {(void **)&sc->bms, fa_bmask_scratch(p, bc) * 8},
         {(void **)&sc->dq, !job->g->has_dq || job->dq_in_place ? 0
                            : job->two_pass                    ? fa_bytes3(br, job->ldd, 4)
                                                               : fa_bytes3(p->group * job->sq_max, job->ldd, 4)},
@@ -334,9 +335,21 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
         kern->qk(n, cols, D, sc->qt, bp, t->k, t->ldk, sc->st, bp);
     if (p->softcap > 0.0f) memcpy(sc->xt, sc->st, (size_t)(cols * bp) * sizeof(float));
     if (elementwise) fa_scores_finish(s, 0, h, i0, n, j0, cols, sc->st, bp, 1);
+    /* the block mask where the pair's kv blocks are not all full: one run of keys per
+     * row goes to the softmax as bounds (as the forward's, algo_flash.c), else its
+     * bits become -inf */
+    int bm_bits = s->bm.on && fa_bmask_tile(s, 0, h, i0, n, j0, cols, sc->bms) != 1;
     const int32_t *tlo = NULL, *thi = NULL;
-    const int partial = elementwise || !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
-    if (partial && !elementwise) tlo = sc->lo, thi = sc->hi;
+    int band = !elementwise && !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
+    if (bm_bits && !elementwise) {
+        if (fa_bmask_runs(s, 0, h, i0, n, j0, cols, band, sc->lo, sc->hi, sc->bms))
+            bm_bits = 0, band = 1;
+        else if (band)
+            fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
+    }
+    if (bm_bits) fa_bmask_apply(s, 0, h, i0, n, j0, cols, sc->st, bp, 1, sc->bms);
+    if (band) tlo = sc->lo, thi = sc->hi;
+    const int partial = elementwise || band || bm_bits;
     t0 = fa_phase_mark(job->phases, FA_PH_BS, t0);
 
     /* forward 6-7 recomputed: P^T = exp(S^T - lse) (the softmax step with m = lse,
@@ -401,6 +414,14 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     fa_phase_mark(job->phases, FA_PH_DQ, t0);
 }
 
+/* Whether the block mask keeps a pair of the (query block, key tile) of head h (1
+ * without one): a pair it removes whole is skipped, as the forward skips its tile. */
+static int bmask_meets(const fa_problem *s, const bwd_scratch *sc, int64_t h, int64_t i0, int64_t n, int64_t j0,
+                       int64_t cols)
+{
+    return !s->bm.on || fa_bmask_tile(s, 0, h, i0, n, j0, cols, sc->bms) != 0;
+}
+
 /* The query blocks (aligned to br from row 0, as the forward cuts them) that see key
  * tile j0: [*first, *last]; empty when *first > *last. */
 static void tile_blocks(const bwd_job *job, const fa_problem *s, int64_t j0, int64_t cols, int64_t *first,
@@ -443,7 +464,7 @@ static void key_group_run(const bwd_job *job, const bwd_scratch *sc, const fa_pr
             bwd_rows rw;
             int loaded = 0;
             for (int64_t k = 0; k < nt; k++) {
-                if (i0 < first[k] || i0 > last[k]) continue;
+                if (i0 < first[k] || i0 > last[k] || !bmask_meets(s, sc, h, i0, n, j0 + k * bc, cols[k])) continue;
                 if (!loaded) load_rows(job, sc, s, gs, b, h, i0, n, &rw);
                 loaded = 1;
                 bwd_block(job, sc, s, gs, b, h, i0, n, j0 + k * bc, cols[k], &rw, &t[k], kv,
@@ -536,7 +557,7 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const fa_bwd
             const int64_t cols = s.Sk - j0 < job->bc ? s.Sk - j0 : job->bc;
             int64_t first, last;
             tile_blocks(job, &s, j0, cols, &first, &last);
-            if (i0 < first || i0 > last) continue; /* the fused walk's test */
+            if (i0 < first || i0 > last || !bmask_meets(&s, sc, h, i0, n, j0, cols)) continue; /* the fused walk's test */
             if (!loaded) load_rows(job, sc, &s, &gs, t->b, h, i0, n, &rw);
             loaded = 1;
             bwd_tile kt;
@@ -638,5 +659,7 @@ fa_status fa_run_flash_backward(fa_context *ctx, const fa_problem *p, const fa_g
     if (plan_p.Sq < 1) plan_p.Sq = 1;
     if (plan_p.Sk < 1) plan_p.Sk = 1;
     fa_plan_tiles(ctx, &plan_p, 0, &plan);
-    return fa_backward_tiled(ctx, p, g, plan.br < 128 ? plan.br : 128, plan.bc < 128 ? plan.bc : 128, 1, info);
+    int64_t br = plan.br < 128 ? plan.br : 128, bc = plan.bc < 128 ? plan.bc : 128;
+    fa_bmask_fit_tiles(p, &br, &bc); /* still inside the block mask's blocks */
+    return fa_backward_tiled(ctx, p, g, br, bc, 1, info);
 }

@@ -25,6 +25,7 @@ static double score_row(const fa_problem *p, int64_t b, int64_t h, int64_t i, do
     for (int64_t j = 0; j < p->Sk; j++) {
         int keep = j >= lo && j <= hi;
         if (p->has_mask && fa_load(&p->mask, b, h, i, j) == 0.0f) keep = 0;
+        if (keep && p->bm.on && !fa_bmask_keeps(p, b, h, i, j)) keep = 0;
         if (!keep) {
             s[j] = -INFINITY;
             continue;

@@ -37,6 +37,7 @@ typedef struct {
     float *o;   /* (Sq, ldo) */
     float *m, *l, *alpha; /* (sq_pad) */
     int32_t *lo, *hi;     /* (sq_pad) each row's band, for band-only masking */
+    int64_t *bms;         /* the block mask's statuses of a row of kv blocks (fa_bmask_scratch) */
 } standard_scratch;
 
 /* The scratch as one table (fa_ws_layout): its size in bytes with base == NULL, its
@@ -53,7 +54,7 @@ static int64_t scratch_layout(const standard_job *job, standard_scratch *sc, cha
         {(void **)&sc->v, fa_bytes3(p->Sk, p->Dv, 4)},  {(void **)&sc->o, fa_bytes3(p->Sq, job->ldo, 4)},
         {(void **)&sc->m, fa_bytes3(sp, 4, 1)},         {(void **)&sc->l, fa_bytes3(sp, 4, 1)},
         {(void **)&sc->alpha, fa_bytes3(sp, 4, 1)},     {(void **)&sc->lo, fa_bytes3(sp, 4, 1)},
-        {(void **)&sc->hi, fa_bytes3(sp, 4, 1)},
+        {(void **)&sc->hi, fa_bytes3(sp, 4, 1)},         {(void **)&sc->bms, fa_bytes3(fa_bmask_scratch(p, p->Sk), 8, 1)},
     };
     return fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
 }
@@ -80,6 +81,8 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
         lo = sc->lo;
         hi = sc->hi;
     }
+
+    if (p->bm.on) fa_bmask_apply(p, b, h, 0, Sq, 0, Sk, sc->st, sp, 1, sc->bms);
 
     /* 6-7. P = softmax(S): one online step over the whole row is the exact softmax;
      * then normalise P itself, as torch.softmax does (the sink's term in the sum, by

@@ -22,9 +22,11 @@
  * coordinates, and any diag +- window, without overflow.
  */
 #include "checks.h"
+#include "alloc.h"
 #include "arith.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #define FA_STRUCT_MAX_SIZE 4096 /* a struct_size beyond this is garbage, not a future header */
@@ -269,5 +271,123 @@ fa_status fa_check_extents(fa_context *ctx, const fa_problem *p)
             return fa_fail(ctx, FA_ERR_OVERFLOW,
                            "the work B*Hq*Sq*Sk*(D+Dv) = %lld*%lld*%lld*%lld*%lld overflows 64 bits", (long long)p->B,
                            (long long)p->Hq, (long long)p->Sq, (long long)p->Sk, (long long)dsum);
+    return FA_OK;
+}
+
+/* ------------------------------------------------------------ block mask */
+
+/* Fields up to and including n_partial are required of every caller's fa_block_mask. */
+#define FA_BLOCK_MASK_MIN_SIZE (offsetof(fa_block_mask, n_partial) + sizeof(int64_t))
+#define FA_BLOCK_SIDE_MAX ((int64_t)1 << 31)
+
+/* Where mask row r sits, for messages: (b, h, qb). */
+static void bmask_row_name(const fa_block_mask *m, int64_t r, int64_t *b, int64_t *h, int64_t *qb)
+{
+    *qb = m->q_blocks > 0 ? r % m->q_blocks : 0;
+    r = m->q_blocks > 0 ? r / m->q_blocks : 0;
+    *h = r % m->heads;
+    *b = r / m->heads;
+}
+
+fa_status fa_check_block_mask(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
+{
+    memset(&p->bm, 0, sizeof p->bm);
+    if (!a->block_mask) return FA_OK;
+    fa_block_mask m;
+    fa_block_mask_init(&m);
+    fa_status st = fa_read_struct(ctx, "block_mask", a->block_mask, a->block_mask->struct_size, &m, sizeof m,
+                                  FA_BLOCK_MASK_MIN_SIZE);
+    if (st != FA_OK) return st;
+    if (m.block_q < 1 || m.block_q >= FA_BLOCK_SIDE_MAX || m.block_k < 1 || m.block_k >= FA_BLOCK_SIDE_MAX)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "block_mask: block_q = %lld and block_k = %lld must lie in [1, 2^31)",
+                       (long long)m.block_q, (long long)m.block_k);
+    if (m.batch != 1 && m.batch != p->B)
+        return fa_fail(ctx, FA_ERR_BROADCAST, "block_mask->batch is %lld; it must be 1 or B = %lld", (long long)m.batch,
+                       (long long)p->B);
+    if (m.heads != 1 && m.heads != p->Hq)
+        return fa_fail(ctx, FA_ERR_BROADCAST, "block_mask->heads is %lld; it must be 1 or Hq = %lld", (long long)m.heads,
+                       (long long)p->Hq);
+    const int64_t nqb = (p->Sq + m.block_q - 1) / m.block_q, nkb = (p->Sk + m.block_k - 1) / m.block_k;
+    if (m.q_blocks != nqb)
+        return fa_fail(ctx, FA_ERR_SHAPE_MISMATCH,
+                       "block_mask->q_blocks is %lld; it must be ceil(Sq / block_q) = ceil(%lld / %lld) = %lld",
+                       (long long)m.q_blocks, (long long)p->Sq, (long long)m.block_q, (long long)nqb);
+    if (m.n_partial < 0)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "block_mask->n_partial is %lld; it must be >= 0", (long long)m.n_partial);
+    const int64_t row_bytes = (m.block_k + 7) / 8;
+    int64_t block_bytes, bits_bytes, rows;
+    if (!fa_mul_ok(m.block_q, row_bytes, &block_bytes) || !fa_mul_ok(block_bytes, m.n_partial, &bits_bytes))
+        return fa_fail(ctx, FA_ERR_OVERFLOW, "block_mask: %lld element masks of %lld x %lld bits overflow 64 bits",
+                       (long long)m.n_partial, (long long)m.block_q, (long long)m.block_k);
+    if (!fa_mul_ok(m.batch, m.heads, &rows) || !fa_mul_ok(rows, nqb, &rows) || rows == INT64_MAX)
+        return fa_fail(ctx, FA_ERR_OVERFLOW, "block_mask: batch * heads * q_blocks overflows");
+    if (!m.offsets) return fa_fail(ctx, FA_ERR_NULL_POINTER, "block_mask->offsets is NULL (it has %lld + 1 entries)", (long long)rows);
+    if (m.n_partial > 0 && !m.bits)
+        return fa_fail(ctx, FA_ERR_NULL_POINTER, "block_mask->bits is NULL but n_partial is %lld", (long long)m.n_partial);
+    if (m.offsets[0] != 0)
+        return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "block_mask->offsets[0] is %lld; it must be 0", (long long)m.offsets[0]);
+    for (int64_t r = 0; r < rows; r++)
+        if (m.offsets[r + 1] < m.offsets[r]) {
+            int64_t b, h, qb;
+            bmask_row_name(&m, r, &b, &h, &qb);
+            return fa_fail(ctx, FA_ERR_OUT_OF_RANGE,
+                           "block_mask->offsets decrease at row %lld (b %lld, h %lld, q block %lld): %lld then %lld",
+                           (long long)r, (long long)b, (long long)h, (long long)qb, (long long)m.offsets[r],
+                           (long long)m.offsets[r + 1]);
+        }
+    const int64_t entries = m.offsets[rows];
+    if (entries > 0 && !m.kv_blocks)
+        return fa_fail(ctx, FA_ERR_NULL_POINTER, "block_mask->kv_blocks is NULL but the mask has %lld entries",
+                       (long long)entries);
+    /* one bit per kv block, set while a row's entries are walked and cleared after */
+    uint8_t *seen = entries > 0 ? fa_calloc((nkb + 7) / 8, 1) : NULL;
+    if (entries > 0 && !seen)
+        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "block_mask: cannot allocate the duplicate check (%lld bits)", (long long)nkb);
+    st = FA_OK;
+    for (int64_t r = 0; r < rows && st == FA_OK; r++) {
+        int64_t e = m.offsets[r];
+        for (; e < m.offsets[r + 1]; e++) {
+            const int64_t kb = m.kv_blocks[e], pe = m.partial ? m.partial[e] : -1;
+            int64_t b, h, qb;
+            bmask_row_name(&m, r, &b, &h, &qb);
+            if (kb < 0 || kb >= nkb) {
+                st = fa_fail(ctx, FA_ERR_OUT_OF_RANGE,
+                             "block_mask->kv_blocks[%lld] is %lld (row b %lld, h %lld, q block %lld); it must lie in "
+                             "[0, ceil(Sk / block_k)) = [0, %lld)",
+                             (long long)e, (long long)kb, (long long)b, (long long)h, (long long)qb, (long long)nkb);
+                break;
+            }
+            if (pe < -1 || pe >= m.n_partial) {
+                st = fa_fail(ctx, FA_ERR_OUT_OF_RANGE,
+                             "block_mask->partial[%lld] is %lld; it must be -1 (full) or lie in [0, n_partial) = [0, %lld)",
+                             (long long)e, (long long)pe, (long long)m.n_partial);
+                break;
+            }
+            if (seen[kb / 8] & (1u << (kb % 8))) {
+                st = fa_fail(ctx, FA_ERR_INVALID_ARGUMENT,
+                             "block_mask lists kv block %lld twice in row b %lld, h %lld, q block %lld (entry %lld)",
+                             (long long)kb, (long long)b, (long long)h, (long long)qb, (long long)e);
+                break;
+            }
+            seen[kb / 8] |= (uint8_t)(1u << (kb % 8));
+        }
+        for (int64_t x = m.offsets[r]; x < e; x++) seen[m.kv_blocks[x] / 8] = 0; /* every entry before e is in range */
+    }
+    fa_free(seen);
+    if (st != FA_OK) return st;
+    fa_bmask *bm = &p->bm;
+    bm->on = 1;
+    bm->bq = m.block_q;
+    bm->bk = m.block_k;
+    bm->nqb = nqb;
+    bm->nkb = nkb;
+    bm->row_h = m.heads > 1 ? nqb : 0;
+    bm->row_b = m.batch > 1 ? m.heads * nqb : 0;
+    bm->offsets = m.offsets;
+    bm->idx = m.kv_blocks;
+    bm->partial = m.partial;
+    bm->bits = m.bits;
+    bm->row_bytes = row_bytes;
+    bm->block_bytes = block_bytes;
     return FA_OK;
 }

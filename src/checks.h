@@ -44,6 +44,9 @@ fa_status fa_check_lse(fa_context *ctx, const fa_tensor *lse, int64_t B, int64_t
 fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem *p);
 /* Once p holds Hq: the sinks (Hq floats, none +inf), into p. */
 fa_status fa_check_sinks(fa_context *ctx, const fa_forward_args *a, fa_problem *p);
+/* Once p holds B, Hq and the longest Sq, Sk: args->block_mask (docs/semantics.md,
+ * "Block mask"), every count and index of it, into p->bm. */
+fa_status fa_check_block_mask(fa_context *ctx, const fa_forward_args *a, fa_problem *p);
 /* Once p holds its dims: positions within FA_POSITION_MAX and the work within int64. */
 fa_status fa_check_extents(fa_context *ctx, const fa_problem *p);
 

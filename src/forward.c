@@ -228,6 +228,16 @@ static int64_t problem_pairs(const fa_problem *p)
 {
     if (p->Hq == 0) return 0;
     fa_problem s = *p;
+    if (p->bm.on) { /* the pairs it keeps: each mask row once, times the sequences or heads it serves */
+        const int each = p->bm.row_b || fa_problem_is_form(p); /* sequences of their own rows or lengths */
+        const int64_t nb = each ? p->B : (p->B > 0), nh = p->bm.row_h ? p->Hq : 1;
+        int64_t pairs = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            fa_seq_view(p, b, &s);
+            for (int64_t h = 0; h < nh; h++) pairs += fa_bmask_kept_pairs(&s, 0, h, 0, s.Sq, 0, s.Sk, 1);
+        }
+        return pairs * (each ? 1 : p->B) * (p->bm.row_h ? 1 : p->Hq);
+    }
     if (!fa_problem_is_form(p)) return p->B == 0 ? 0 : fa_kept_pairs(p, 0, p->Sq, 0, p->Sk) * p->B * p->Hq;
     int64_t pairs = 0;
     for (int64_t b = 0; b < p->B; b++) {

@@ -90,6 +90,8 @@ void fa_plan_tiles(fa_context *ctx, const fa_problem *p, int trimmed, fa_plan *p
         bc = ctx->set.tile_kv;
         ctx->tune.tile_src_kv = FA_TILES_OVERRIDE;
     }
+    /* tiles inside the block mask's blocks, so that a skipped block is never computed */
+    fa_bmask_fit_tiles(p, &br, &bc);
     plan->br = br < p->Sq ? br : p->Sq;
     plan->bc = bc < p->Sk ? bc : p->Sk;
     plan->br_pad = fa_panel_ld(plan->br);

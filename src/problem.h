@@ -18,6 +18,29 @@
 #include <stdint.h>
 
 /*
+ * A validated block mask (docs/semantics.md, "Block mask"; checks.c builds it). Mask
+ * row of (b, h, qb) is row0 + b * row_b + h * row_h + qb: the strides are 0 where the
+ * caller's mask broadcasts, and a sequence view (fa_seq_view) moves row0 to its
+ * sequence, so that views index it with b = 0 as they do every tensor.
+ */
+typedef struct fa_bmask {
+    int on;
+    int64_t bq, bk;           /* rows per q block, keys per kv block */
+    int64_t nqb, nkb;         /* q blocks per (b, h) row; kv blocks of the longest sequence */
+    int64_t row0, row_b, row_h;
+    const int64_t *offsets;   /* mask row r's entries: offsets[r] .. offsets[r+1]-1 */
+    const int32_t *idx;       /* an entry's kv block */
+    const int64_t *partial;   /* an entry's element mask, -1 full; NULL: all full */
+    const uint8_t *bits;
+    int64_t row_bytes;        /* ceil(bk / 8): one row of an element mask */
+    int64_t block_bytes;      /* bq * row_bytes: one element mask */
+} fa_bmask;
+
+/* Statuses of a kv block for one mask row (fa_bmask_status): absent, full, else the
+ * element mask's number. */
+enum { FA_BM_ABSENT = -2, FA_BM_FULL = -1 };
+
+/*
  * A call after validation: dimensions pulled out of the tensors, defaults
  * resolved, and broadcast dimensions of bias/mask given stride 0 so that every
  * algorithm indexes them as full [B, Hq, Sq, Sk] tensors.
@@ -43,6 +66,7 @@ typedef struct fa_problem {
     fa_tensor drop_mask;
     const float *sinks;       /* (Hq) sink logits; NULL = none (fa_sink) */
     int64_t kv_splits;        /* this call's split-KV chunks; 0 = the context's */
+    fa_bmask bm;              /* the block mask; bm.on = 0: none */
 
     /*
      * Inference forms (src/sequences.c; the cache fields are src/cache.c's). Sequences
@@ -169,6 +193,47 @@ void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int
  * entirely inside the band (then lo/hi are not written and not needed). */
 int fa_tile_band(const fa_problem *p, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                  int32_t *lo, int32_t *hi);
+
+/*
+ * The block mask's rules (scores.c), for views (b = 0) and dense problems alike. A tile
+ * is rows i0 .. i0+rows-1 and keys j0 .. j0+cols-1 of (b, h); it may span q blocks.
+ * `status` is scratch of fa_bmask_scratch(p, cols) entries.
+ */
+/* Entries a tile of cols keys needs in `status`: the kv blocks it can meet. */
+static inline int64_t fa_bmask_scratch(const fa_problem *p, int64_t cols)
+{
+    return p->bm.on ? (cols + p->bm.bk - 1) / p->bm.bk + 1 : 0;
+}
+/* status[k] for kv blocks kb0 .. kb0+n-1 of mask row (b, h, qb): FA_BM_ABSENT,
+ * FA_BM_FULL or the element mask's number. */
+void fa_bmask_status(const fa_problem *p, int64_t b, int64_t h, int64_t qb, int64_t kb0, int64_t n, int64_t *status);
+/* What the block mask leaves of a tile: 0 nothing (skip it), 1 every pair (no element
+ * work), 2 some (fa_bmask_apply). */
+int fa_bmask_tile(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                  int64_t *status);
+/* Sets the scores of the pairs the block mask removes to -inf; layout as fa_scores_finish. */
+void fa_bmask_apply(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                    float *st, int64_t ldc, int64_t ldr, int64_t *status);
+/* When the pairs the block mask keeps of every row of the tile are one run of columns
+ * (causal, window, document and prefix masks are), the run as the softmax kernel's
+ * tile-relative bounds, and 1; with `band`, lo and hi hold the band's bounds and get
+ * the intersection. 0 otherwise (lo, hi then spoilt): fa_bmask_apply. */
+int fa_bmask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                  int band, int32_t *lo, int32_t *hi, int64_t *status);
+/* Whether the block mask keeps the single pair (i, j) of (b, h): the reference's rule. */
+int fa_bmask_keeps(const fa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j);
+/* Pairs of rows [i0, i1) and keys [j0, j1) of (b, h) that the band and the block mask
+ * keep: exact (a partial block's bits counted: fa_forward_work) or by blocks (a partial
+ * block as full: what the loops compute, the planners' costs). */
+int64_t fa_bmask_kept_pairs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t j0,
+                            int64_t j1, int exact);
+/* The band's kept pairs of rows [i0, i1), keys [j0, j1), summed over heads h0 .. h0+ng-1
+ * of sequence view s: through the block mask when there is one (by blocks), else
+ * fa_kept_pairs times ng. The planners' one cost rule. */
+int64_t fa_heads_kept_pairs(const fa_problem *s, int64_t h0, int64_t ng, int64_t i0, int64_t i1, int64_t j0,
+                            int64_t j1);
+/* The largest divisor of block not above *tile (tiles that never cross a block). */
+void fa_bmask_fit_tiles(const fa_problem *p, int64_t *br, int64_t *bc);
 
 /* The backward's checks: fwd as the forward validates it (p), plus lse, o and the
  * gradient tensors (g). */

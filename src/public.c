@@ -133,3 +133,10 @@ fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int64_t d0, int64_t d
     return tensor_dense(data, dtype, d0, d1, d2, d3, 2, 1, 0);
 }
 
+void fa_block_mask_init(fa_block_mask *mask)
+{
+    if (!mask) return;
+    fa_block_mask init = FA_BLOCK_MASK_INIT;
+    *mask = init;
+}
+

@@ -108,3 +108,245 @@ int64_t fa_kept_pairs(const fa_problem *p, int64_t i0, int64_t i1, int64_t j0, i
     }
     return kept;
 }
+
+/* ------------------------------------------------------------ block mask */
+
+/* Mask row (b, h, qb)'s entries [*e0, *e1). */
+static void bmask_row(const fa_bmask *m, int64_t b, int64_t h, int64_t qb, int64_t *e0, int64_t *e1)
+{
+    const int64_t r = m->row0 + b * m->row_b + h * m->row_h + qb;
+    *e0 = m->offsets[r];
+    *e1 = m->offsets[r + 1];
+}
+
+static int64_t bmask_entry(const fa_bmask *m, int64_t e) { return m->partial ? m->partial[e] : FA_BM_FULL; }
+
+void fa_bmask_status(const fa_problem *p, int64_t b, int64_t h, int64_t qb, int64_t kb0, int64_t n, int64_t *status)
+{
+    const fa_bmask *m = &p->bm;
+    for (int64_t k = 0; k < n; k++) status[k] = FA_BM_ABSENT;
+    int64_t e0, e1;
+    bmask_row(m, b, h, qb, &e0, &e1);
+    for (int64_t e = e0; e < e1; e++) {
+        const int64_t kb = m->idx[e];
+        if (kb >= kb0 && kb < kb0 + n) status[kb - kb0] = bmask_entry(m, e);
+    }
+}
+
+/* The element mask's bit of pair (r, c) of its block. */
+static int bmask_bit(const fa_bmask *m, int64_t id, int64_t r, int64_t c)
+{
+    return (m->bits[id * m->block_bytes + r * m->row_bytes + c / 8] >> (c % 8)) & 1;
+}
+
+int fa_bmask_tile(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                  int64_t *status)
+{
+    const fa_bmask *m = &p->bm;
+    const int64_t kb0 = j0 / m->bk, nk = (j0 + cols - 1) / m->bk - kb0 + 1;
+    int any = 0, all = 1;
+    for (int64_t qb = i0 / m->bq; qb <= (i0 + rows - 1) / m->bq; qb++) {
+        fa_bmask_status(p, b, h, qb, kb0, nk, status);
+        for (int64_t k = 0; k < nk; k++) {
+            any |= status[k] != FA_BM_ABSENT;
+            all &= status[k] == FA_BM_FULL;
+        }
+    }
+    return !any ? 0 : all ? 1 : 2;
+}
+
+/* The rows [*r0, *r1) of a tile (rows i0 ..) that q block qb holds, tile-relative. */
+static void qblock_rows(const fa_bmask *m, int64_t i0, int64_t rows, int64_t qb, int64_t *r0, int64_t *r1)
+{
+    *r0 = qb * m->bq > i0 ? qb * m->bq - i0 : 0;
+    *r1 = (qb + 1) * m->bq - i0 < rows ? (qb + 1) * m->bq - i0 : rows;
+}
+
+/* The tile-relative column (of a tile of keys j0 ..) where kv block kb ends. */
+static int64_t kblock_end(const fa_bmask *m, int64_t j0, int64_t cols, int64_t kb)
+{
+    return (kb + 1) * m->bk - j0 < cols ? (kb + 1) * m->bk - j0 : cols;
+}
+
+void fa_bmask_apply(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                    float *st, int64_t ldc, int64_t ldr, int64_t *status)
+{
+    const fa_bmask *m = &p->bm;
+    const int64_t kb0 = j0 / m->bk, nk = (j0 + cols - 1) / m->bk - kb0 + 1;
+    for (int64_t qb = i0 / m->bq; qb <= (i0 + rows - 1) / m->bq; qb++) {
+        int64_t r0, r1;
+        qblock_rows(m, i0, rows, qb, &r0, &r1);
+        fa_bmask_status(p, b, h, qb, kb0, nk, status);
+        /* the tile's columns kv block by kv block: [c0, c1) of block kb0 + k */
+        for (int64_t k = 0, c0 = 0; k < nk; k++) {
+            const int64_t c1 = kblock_end(m, j0, cols, kb0 + k), s = status[k];
+            if (s == FA_BM_FULL) {
+                c0 = c1;
+                continue;
+            }
+            /* the element mask's rows of this tile's rows, and the block's column of c0 */
+            const uint8_t *bits = s >= 0 ? m->bits + s * m->block_bytes + (i0 + r0 - qb * m->bq) * m->row_bytes : NULL;
+            for (int64_t c = c0, x = j0 + c0 - (kb0 + k) * m->bk; c < c1; c++, x++) {
+                float *sc = st + c * ldc;
+                if (!bits) {
+                    for (int64_t r = r0; r < r1; r++) sc[r * ldr] = -INFINITY;
+                    continue;
+                }
+                const uint8_t *byte = bits + x / 8, bit = (uint8_t)(1u << (x % 8));
+                for (int64_t r = r0; r < r1; r++, byte += m->row_bytes)
+                    if (!(*byte & bit)) sc[r * ldr] = -INFINITY;
+            }
+            c0 = c1;
+        }
+    }
+}
+
+/* One row's kept columns [c0, c1) of a kv block segment, whose element-mask row is
+ * `bits` from block column x0 (NULL: full), folded into its run: first, last, count. */
+static void run_add(const uint8_t *bits, int64_t x0, int64_t c0, int64_t c1, int64_t *first, int64_t *last,
+                    int64_t *count)
+{
+    if (!bits) {
+        if (*first < 0) *first = c0;
+        *last = c1 - 1;
+        *count += c1 - c0;
+        return;
+    }
+    for (int64_t c = c0, x = x0; c < c1;) {
+        const uint8_t byte = bits[x / 8];
+        if (x % 8 == 0 && c + 8 <= c1 && (byte == 0 || byte == 0xff)) { /* a whole byte at once */
+            if (byte) {
+                if (*first < 0) *first = c;
+                *last = c + 7;
+                *count += 8;
+            }
+            c += 8, x += 8;
+            continue;
+        }
+        if ((byte >> (x % 8)) & 1) {
+            if (*first < 0) *first = c;
+            *last = c;
+            ++*count;
+        }
+        c++, x++;
+    }
+}
+
+int fa_bmask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                  int band, int32_t *lo, int32_t *hi, int64_t *status)
+{
+    const fa_bmask *m = &p->bm;
+    const int64_t kb0 = j0 / m->bk, nk = (j0 + cols - 1) / m->bk - kb0 + 1;
+    for (int64_t qb = i0 / m->bq; qb <= (i0 + rows - 1) / m->bq; qb++) {
+        int64_t r0, r1;
+        qblock_rows(m, i0, rows, qb, &r0, &r1);
+        fa_bmask_status(p, b, h, qb, kb0, nk, status);
+        for (int64_t r = r0; r < r1; r++) {
+            int64_t first = -1, last = -1, count = 0;
+            for (int64_t k = 0, c0 = 0; k < nk; k++) {
+                const int64_t c1 = kblock_end(m, j0, cols, kb0 + k), s = status[k];
+                if (s != FA_BM_ABSENT)
+                    run_add(s >= 0 ? m->bits + s * m->block_bytes + (i0 + r - qb * m->bq) * m->row_bytes : NULL,
+                            j0 + c0 - (kb0 + k) * m->bk, c0, c1, &first, &last, &count);
+                c0 = c1;
+            }
+            if (count > 0 && count != last - first + 1) return 0; /* not one run */
+            int64_t a = count > 0 ? first : cols, z = count > 0 ? last : -1;
+            if (band) {
+                a = lo[r] > a ? lo[r] : a;
+                z = hi[r] < z ? hi[r] : z;
+            }
+            lo[r] = (int32_t)a;
+            hi[r] = (int32_t)z; /* lo > hi: nothing kept (lo <= cols, hi >= -1) */
+        }
+    }
+    return 1;
+}
+
+int fa_bmask_keeps(const fa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    const fa_bmask *m = &p->bm;
+    int64_t e0, e1;
+    bmask_row(m, b, h, i / m->bq, &e0, &e1);
+    for (int64_t e = e0; e < e1; e++)
+        if (m->idx[e] == j / m->bk) {
+            const int64_t s = bmask_entry(m, e);
+            return s == FA_BM_FULL || bmask_bit(m, s, i % m->bq, j % m->bk);
+        }
+    return 0;
+}
+
+/* Set bits of one element-mask row among its columns [c0, c1]. */
+static int64_t bmask_row_bits(const fa_bmask *m, int64_t id, int64_t r, int64_t c0, int64_t c1)
+{
+    int64_t n = 0;
+    for (int64_t c = c0; c <= c1; c++) n += bmask_bit(m, id, r, c);
+    return n;
+}
+
+int64_t fa_bmask_kept_pairs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t j0,
+                            int64_t j1, int exact)
+{
+    const fa_bmask *m = &p->bm;
+    if (j1 > p->Sk) j1 = p->Sk;
+    if (j0 < 0) j0 = 0;
+    if (i1 > p->Sq) i1 = p->Sq;
+    int64_t kept = 0;
+    for (int64_t qb = i0 / m->bq; i0 < i1 && qb <= (i1 - 1) / m->bq; qb++) {
+        const int64_t r0 = qb * m->bq > i0 ? qb * m->bq : i0, r1 = (qb + 1) * m->bq < i1 ? (qb + 1) * m->bq : i1;
+        int64_t e0, e1;
+        bmask_row(m, b, h, qb, &e0, &e1);
+        for (int64_t e = e0; e < e1; e++) {
+            const int64_t k0 = m->idx[e] * m->bk, c0 = k0 > j0 ? k0 : j0, c1 = k0 + m->bk < j1 ? k0 + m->bk : j1;
+            if (c0 >= c1) continue;
+            const int64_t s = bmask_entry(m, e);
+            if (!exact || s == FA_BM_FULL) {
+                kept += fa_kept_pairs(p, r0, r1, c0, c1);
+                continue;
+            }
+            for (int64_t i = r0; i < r1; i++) {
+                int64_t lo, hi;
+                fa_row_band(p, i, &lo, &hi);
+                if (lo < c0) lo = c0;
+                if (hi > c1 - 1) hi = c1 - 1;
+                if (lo <= hi) kept += bmask_row_bits(m, s, i - qb * m->bq, lo - k0, hi - k0);
+            }
+        }
+    }
+    return kept;
+}
+
+int64_t fa_heads_kept_pairs(const fa_problem *s, int64_t h0, int64_t ng, int64_t i0, int64_t i1, int64_t j0,
+                            int64_t j1)
+{
+    if (!s->bm.on) return fa_kept_pairs(s, i0, i1, j0, j1) * ng;
+    int64_t kept = 0;
+    for (int64_t h = h0; h < h0 + ng; h++) kept += fa_bmask_kept_pairs(s, 0, h, i0, i1, j0, j1, 0);
+    return kept;
+}
+
+/* The largest divisor of n not above t (t >= 1). */
+static int64_t divisor_below(int64_t n, int64_t t)
+{
+    if (t >= n) return n;
+    for (int64_t d = t; d > 1; d--)
+        if (n % d == 0) return d;
+    return 1;
+}
+
+/* A tile of t (cut to len) inside blocks of n: t itself when the whole length fits one
+ * block, else the largest divisor of n not above t, unless that is far shorter (a prime
+ * n): then t, whose tiles cross blocks (correct, only less is skipped). */
+static int64_t fit_tile(int64_t t, int64_t len, int64_t n)
+{
+    if ((t >= len && len <= n) || (t <= n && n % t == 0)) return t;
+    const int64_t d = divisor_below(n, t);
+    return d * 4 >= (t < n ? t : n) ? d : t;
+}
+
+void fa_bmask_fit_tiles(const fa_problem *p, int64_t *br, int64_t *bc)
+{
+    if (!p->bm.on) return;
+    *br = fit_tile(*br, p->Sq, p->bm.bq);
+    *bc = fit_tile(*bc, p->Sk, p->bm.bk);
+}

@@ -57,6 +57,7 @@ void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *s)
     }
     if (p->has_bias) s->bias = fa_seq_tensor(&p->bias, b, 0, p->bias.shape[1]); /* dense calls only */
     if (p->has_mask) s->mask = fa_seq_tensor(&p->mask, b, 0, p->mask.shape[1]);
+    s->bm.row0 = p->bm.row0 + b * p->bm.row_b; /* the sequence's mask rows, indexed with b = 0 */
     s->varlen = 0;
     s->cu_q = s->cu_k = NULL;
     if (!p->cache) {

@@ -102,12 +102,6 @@ static int64_t plan_splits(int64_t forced, int64_t units, int64_t sk)
     return s < 1 ? 1 : s;
 }
 
-/* Kept (i, j) pairs of rows i0 .. i0+n-1 within keys [ca, cb), from the band alone. */
-static int64_t block_cost(const fa_problem *s, int64_t i0, int64_t n, int64_t ca, int64_t cb)
-{
-    return fa_kept_pairs(s, i0, i0 + n, ca, cb);
-}
-
 /* The order of every task list: most expensive first, so that threads taking tasks
  * from a counter finish together; equal costs by position (keys most significant
  * first, unique within a list), so the order never depends on qsort's. */
@@ -172,7 +166,7 @@ static void walk(const fa_problem *p, const fa_task_rules *r, int64_t forced_spl
                     t->split = (int32_t)k;
                     t->nsplit = (int32_t)ns;
                     t->slot = ns > 1 ? c->slots : -1;
-                    t->cost = block_cost(&s, i0, n, ca, cb) * ng * stacks + 1;
+                    t->cost = fa_heads_kept_pairs(&s, h0, ng * stacks, i0, i0 + n, ca, cb) + 1;
                 }
                 if (ns > 1) c->slots += ns;
             }
@@ -689,6 +683,13 @@ static int two_pass_pays(int threads, int64_t n, double total, double max_cost, 
     return two_pass < 0.95 * fused; /* a clear gain only: the finer tasks cost a little more */
 }
 
+/* A fused task's cost: the kept pairs of the (sequence, kv head)'s group of heads. */
+static int64_t fused_cost(const fa_problem *p, const fa_problem *s, int64_t hk)
+{
+    if (!s->bm.on) return kept_pairs(s, 0, s->Sq, 0, s->Sk, 1) * p->group + 1;
+    return fa_heads_kept_pairs(s, hk * p->group, p->group, 0, s->Sq, 0, s->Sk) + 1;
+}
+
 int fa_bwd_tasks_count(const fa_problem *p, const fa_bwd_rules *r, fa_bwd_counts *c)
 {
     /* The fused schedule's tasks: (sequence, kv head); only sequences with both rows
@@ -704,10 +705,16 @@ int fa_bwd_tasks_count(const fa_problem *p, const fa_bwd_rules *r, fa_bwd_counts
         fa_seq_view(p, b, &s);
         if (s.Sq > c->sq_max) c->sq_max = s.Sq;
         tiles += (s.Sk + r->bc - 1) / r->bc, blocks += (s.Sq + r->br - 1) / r->br; /* <= the packed lengths */
-        const double cost = (double)kept_pairs(&s, 0, s.Sq, 0, s.Sk, 1) * (double)p->group + 1.0;
-        total += cost * (double)p->Hk;
-        if (cost > max_cost) max_cost = cost;
-        if (min_cost < 0.0 || cost < min_cost) min_cost = cost;
+        for (int64_t hk = 0; hk < p->Hk; hk++) { /* alike but under a block mask of its own per head */
+            const double cost = (double)fused_cost(p, &s, hk);
+            total += cost;
+            if (cost > max_cost) max_cost = cost;
+            if (min_cost < 0.0 || cost < min_cost) min_cost = cost;
+            if (!s.bm.on) {
+                total += cost * (double)(p->Hk - 1);
+                break;
+            }
+        }
     }
     int64_t n1 = 0, n2 = 0;
     c->two_pass = r->two_pass_ok && two_pass_pays(r->threads, n_fused, total, max_cost, min_cost, r->kv, r->dq) &&
@@ -729,16 +736,20 @@ static int64_t fill_two_pass(const fa_problem *p, const fa_bwd_rules *r, fa_bwd_
                 const int64_t j1 = s.Sk - j0 < r->bc ? s.Sk : j0 + r->bc;
                 int64_t ilo, ihi;
                 fa_key_block_rows(&s, j0, j1 - 1, &ilo, &ihi);
-                const int64_t c = ilo <= ihi ? kept_pairs(&s, ilo, ihi + 1, j0, j1, 0) : 0;
-                for (int64_t hk = 0; hk < p->Hk; hk++)
-                    tasks[t++] = (fa_bwd_task){(int32_t)b, (int32_t)hk, FA_BWD_KEY_TILE, j0, 4 * c * p->group + 1};
+                const int64_t c = ilo <= ihi ? kept_pairs(&s, ilo, ihi + 1, j0, j1, 0) * p->group : 0;
+                for (int64_t hk = 0; hk < p->Hk; hk++) {
+                    const int64_t ch = s.bm.on && ilo <= ihi ? fa_heads_kept_pairs(&s, hk * p->group, p->group, ilo, ihi + 1, j0, j1) : c;
+                    tasks[t++] = (fa_bwd_task){(int32_t)b, (int32_t)hk, FA_BWD_KEY_TILE, j0, 4 * ch + 1};
+                }
             }
         if (r->dq)
             for (int64_t i0 = 0; i0 < s.Sq; i0 += r->br) {
                 const int64_t i1 = s.Sq - i0 < r->br ? s.Sq : i0 + r->br;
                 const int64_t c = s.Sk > 0 ? kept_pairs(&s, i0, i1, 0, s.Sk, 0) : 0;
-                for (int64_t h = 0; h < p->Hq; h++)
-                    tasks[t++] = (fa_bwd_task){(int32_t)b, (int32_t)h, FA_BWD_QUERY_BLOCK, i0, 3 * c + 1};
+                for (int64_t h = 0; h < p->Hq; h++) {
+                    const int64_t ch = s.bm.on && s.Sk > 0 ? fa_heads_kept_pairs(&s, h, 1, i0, i1, 0, s.Sk) : c;
+                    tasks[t++] = (fa_bwd_task){(int32_t)b, (int32_t)h, FA_BWD_QUERY_BLOCK, i0, 3 * ch + 1};
+                }
             }
     }
     return t;
@@ -760,9 +771,8 @@ void fa_bwd_tasks_fill(const fa_problem *p, const fa_bwd_rules *r, const fa_bwd_
         for (int64_t b = 0; b < p->B; b++) {
             fa_problem s;
             fa_seq_view(p, b, &s);
-            const int64_t cost = kept_pairs(&s, 0, s.Sq, 0, s.Sk, 1) * p->group + 1;
             for (int64_t hk = 0; hk < p->Hk; hk++, n++)
-                tasks[n] = (fa_bwd_task){(int32_t)b, (int32_t)hk, FA_BWD_FUSED, 0, cost};
+                tasks[n] = (fa_bwd_task){(int32_t)b, (int32_t)hk, FA_BWD_FUSED, 0, fused_cost(p, &s, hk)};
         }
     }
     /* n equals c->tasks: the same walks as fa_bwd_tasks_count's */

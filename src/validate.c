@@ -42,7 +42,8 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
         if ((st = fa_check_scalars(ctx, &a, p)) != FA_OK) return st;
         if ((st = fa_validate_forms(ctx, &a, p)) != FA_OK) return st;
         if ((st = fa_check_sinks(ctx, &a, p)) != FA_OK) return st;
-        return fa_check_extents(ctx, p);
+        if ((st = fa_check_extents(ctx, p)) != FA_OK) return st;
+        return fa_check_block_mask(ctx, &a, p);
     }
 
     if ((st = fa_check_kv_inputs(ctx, &a.q, &a.k, &a.v)) != FA_OK) return st;
@@ -91,6 +92,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
     if ((st = fa_check_scalars(ctx, &a, p)) != FA_OK) return st;
     if ((st = fa_check_sinks(ctx, &a, p)) != FA_OK) return st;
     if ((st = fa_check_extents(ctx, p)) != FA_OK) return st;
+    if ((st = fa_check_block_mask(ctx, &a, p)) != FA_OK) return st;
 
     p->group = p->Hk > 0 ? p->Hq / p->Hk : 0;
     p->dtype = a.q.dtype;

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "bench_backward.h"
+#include "bench_blockmask.h"
 #include "bench_modes.h"
 #include "flashattn.h"
 #include "measure.h"
@@ -49,7 +50,9 @@ static void bench_usage(FILE *f)
                "       flashattn bench --mixed [--chunks N] [--chunk-len N] [--decodes N] [--cache-len N]\n"
                "                       [--page-size N] [--kv-dtype T] [shape flags] [--json]\n"
                "       flashattn bench --backward [--seqs N,N,...] [shape flags] [--json]\n"
-               "                       [--no-probe] [--cold[=BYTES]]\n\n"
+               "                       [--no-probe] [--cold[=BYTES]]\n"
+               "       flashattn bench --block-mask full|causal|random:F|doc:N|prefix:P\n"
+               "                       [--block-size N] [shape flags] [--json] [--no-probe]\n\n"
                "Times flash and standard, and reference when a call is at most 2 GFLOP,\n"
                "or only --algo when given. Each: one warm-up, then --runs timed runs;\n"
                "reports the median. GFLOP/s = 2*(D+Dv) * kept (i,j) pairs * B * Hq / time;\n"
@@ -79,8 +82,9 @@ static void bench_usage(FILE *f)
                "                     with none of its data in L2, as the traffic model assumes\n"
                "  --warmup-only      make each algorithm's warm-up call (and, with --cold,\n"
                "                     the flush after it) and stop: nothing is timed or printed.\n"
-               "                     bench/cachegrind.sh subtracts such a run from --runs 1\n"
-               "  --backward         training: times fa_backward (each timed backward after\n"
+               "                     bench/cachegrind.sh subtracts such a run from --runs 1\n",
+            SEQS_DEFAULT_RUNS);
+    fprintf(f, "  --backward         training: times fa_backward (each timed backward after\n"
                "                     one untimed forward with an lse) and, as a \"fwd+bwd\"\n"
                "                     row, forward and backward timed together, for flash and\n"
                "                     standard (or only --algo). GFLOP/s credits the backward\n"
@@ -95,8 +99,19 @@ static void bench_usage(FILE *f)
                "                     \"backward 2-pass\" (JSON backward_passes 2): flash ran\n"
                "                     two passes of finer tasks, the (sequence, kv head)\n"
                "                     walks being too few for the threads. --dropout P applies to\n"
-               "                     both algorithms.\n\n",
-            SEQS_DEFAULT_RUNS);
+               "                     both algorithms.\n");
+    fprintf(f, "  --block-mask SPEC  a block mask (fa_block_mask) of blocks of --block-size\n"
+               "                     [%d] rows and keys, broadcast over batch and heads,\n"
+               "                     against the same mask as a dense bool tensor and, where\n"
+               "                     one equals it, the call without a mask (full), causal\n"
+               "                     (causal) or varlen (doc, B = 1): interleaved rounds, each\n"
+               "                     credited the mask's kept pairs, with the unmasked call\n"
+               "                     for scale. full: every block;\n"
+               "                     causal: j <= i; random:F: each block with probability F;\n"
+               "                     doc:N: N equal documents; prefix:P:\n"
+               "                     keys < P for every query, causal beyond. The shape's\n"
+               "                     --causal and --window apply on top, to every call.\n\n",
+            BENCH_BLOCK_DEFAULT);
     bench_mode_usage(f);
     cli_shape_usage(f, &d);
 }
@@ -469,6 +484,8 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
     int json = 0, no_probe = 0, model_only = 0, warmup_only = 0, n_seqs = 0, seq_given = 0;
     int backward = 0;
     int64_t seqs[SEQS_MAX], cold_bytes = 0; /* -1: --cold without a size */
+    const char *block_mask = NULL;
+    int64_t block_size = BENCH_BLOCK_DEFAULT;
     const cli_switch switches[] = {{"--json", &json},
                                    {"--no-probe", &no_probe},
                                    {"--backward", &backward},
@@ -502,6 +519,22 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
             if (n_seqs < 1) {
                 fprintf(stderr, "flashattn bench: bad value '%s' for --seqs (want N,N,... with "
                                 "each N >= 1, at most %d)\n", value ? value : "", SEQS_MAX);
+                return CLI_EXIT_USAGE;
+            }
+            continue;
+        }
+        if (cli_take_value("--block-mask", argc, argv, &i, &value)) {
+            if (!value) {
+                fprintf(stderr, "flashattn bench: --block-mask needs a value\n");
+                return CLI_EXIT_USAGE;
+            }
+            block_mask = value;
+            continue;
+        }
+        if (cli_take_value("--block-size", argc, argv, &i, &value)) {
+            if (!value || cli_parse_i64(value, &block_size) != 0 || block_size < 1 || block_size >= ((int64_t)1 << 31)) {
+                fprintf(stderr, "flashattn bench: bad value '%s' for --block-size (want 1 .. 2^31 - 1)\n",
+                        value ? value : "");
                 return CLI_EXIT_USAGE;
             }
             continue;
@@ -551,6 +584,12 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
         fprintf(stderr, "flashattn bench: %s times its calls warm; drop --cold\n", m->mixed ? "--mixed" : "--varlen");
         return CLI_EXIT_USAGE;
     }
+    if (block_mask && (serving || backward || n_seqs > 0 || model_only || warmup_only || cold_bytes != 0)) {
+        fprintf(stderr, "flashattn bench: --block-mask times one shape's forward, warm; it does not combine "
+                        "with --decode, --varlen, --mixed, --backward, --seqs, --model-only, --warmup-only or "
+                        "--cold\n");
+        return CLI_EXIT_USAGE;
+    }
     if (bench_mode_finish(m, &s, seq_given) != 0)
         return CLI_EXIT_USAGE;
     if (n_seqs > 0 && !s.runs_given)
@@ -559,6 +598,14 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
         return CLI_EXIT_USAGE;
     if (cold_bytes < 0 && !m->decode)
         cold_bytes = 2 * cli_l2_bytes();
+    if (block_mask) {
+        fa_context *bctx = NULL;
+        if (cli_context_make(&s, "bench", &bctx) != 0)
+            return CLI_EXIT_FAIL;
+        const int status = bench_block_mask(bctx, &s, block_mask, block_size, json, no_probe);
+        fa_context_free(bctx);
+        return status;
+    }
     if (serving) {
         fa_context *sctx = NULL;
         if (cli_context_make(&s, "bench", &sctx) != 0)

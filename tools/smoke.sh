@@ -2,7 +2,7 @@
 # smoke.sh: a quick end-to-end run of the `flashattn` program: every verb once,
 # check on a few small shapes that cover each dtype, mask and odd tile sizes
 # (and the backward's gradients with --backward), bench's JSON (one shape,
-# --seqs, --model-only, --decode, --varlen, --backward) validated
+# --seqs, --model-only, --decode, --varlen, --backward, --block-mask) validated
 # line by line, tune on a tiny shape and the tune file it writes (in a temp
 # FLASHATTN_TUNE_FILE, read back by a later call), and the usage exit status. Meant for
 # ctest and for sanitizer builds (ASan's leak check turns a leak into a
@@ -191,6 +191,27 @@ assert "# lengths (5): " in text and "varlen / dense GFLOP/s: " in text, text
 lens = sorted(int(x) for x in text.split("# lengths (5): ")[1].split()[0].split(","))
 assert lens == [10, 20, 30, 40, 50], lens
 ' "$bin" bench --varlen 5:10-50 --heads 2 --dim 16 --runs 1 --no-probe
+
+# --block-mask: the block mask, the same mask dense, the call that equals it, no mask;
+# every row credited the mask's kept pairs (fa_forward_work of the block-masked call).
+expect_json "bench --block-mask causal --json" '
+rows = [o["variant"] for o in objs]
+assert rows == ["block mask", "dense mask", "causal", "no mask"], rows
+n, b = 100, 16
+assert all(o["mode"] == "block_mask" and o["spec"] == "causal" and o["block"] == b for o in objs), objs
+assert abs(objs[0]["kept"] - (n * (n + 1) // 2) / (n * n)) < 1e-6, objs[0]
+blocks = (n + b - 1) // b
+assert objs[0]["entries"] == blocks * (blocks + 1) // 2 and objs[0]["partial"] >= 1, objs[0]
+for o in objs:
+    assert o["median_ms"] > 0 and o["gflops"] > 0, o
+    assert abs(o["vs_dense"] - o["median_ms"] / objs[1]["median_ms"]) < 1e-6 * o["vs_dense"] + 1e-9, o
+' "$bin" bench --block-mask causal --block-size 16 --seq 100 --heads 2 --dim 16 --runs 1 --no-probe --json
+expect_text "bench --block-mask doc table" '
+rows = [l.split()[0] for l in text.splitlines() if l and not l.startswith("#")]
+assert rows == ["call", "block", "dense", "varlen", "no"], rows
+' "$bin" bench --block-mask doc:3 --block-size 8 --seq 90 --heads 2 --dim 16 --runs 1 --no-probe
+expect 2 "bench --block-mask bad spec" "$bin" bench --block-mask random:2 --seq 16 --runs 1 --no-probe
+expect 2 "bench --block-mask with --backward" "$bin" bench --block-mask full --backward --seq 16 --runs 1
 
 # --backward: check compares dq, dk, dv with the reference (PASS and the
 # documented lines), bench times the backward and the training step.

@@ -8,7 +8,7 @@
  * decode every field: dims (small, zero, negative or one of a table of huge values),
  * per-tensor layouts (row-major, head-major, reversed, padded, negated, zero, raw or
  * huge strides, shapes that disagree), dtypes and enum values (valid or not), scale,
- * softcap, windows up to INT64_MAX, q_start/k_start, ALiBi, bias/mask broadcasts,
+ * softcap, windows up to INT64_MAX, q_start/k_start, ALiBi, bias/mask broadcasts, block masks,
  * struct_size, cu_seqlens, seqlens, batch_idx, leftpad, block tables, thread counts and tiles.
  * A byte stream that runs out reads as zeros, so every input is a valid program.
  *
@@ -479,7 +479,7 @@ static int rd_sinks(reader *r, fa_forward_args *a, int64_t Hq, float *buf) {
 /*
  * The options fa_forward_args gained after the decoders above were written (its OPTION
  * fields after sinks), from the library's description of its table (fa_args_field), read
- * at the very end of a branch's program after the sinks: one byte, 0 = none (a seed that
+ * at the very end of a branch's program, after the sinks (and the dense branch's block mask): one byte, 0 = none (a seed that
  * ends before reads zeros: the defaults), else one more byte per such field picking a
  * value of its type: the default, small ones, edges, and ones the library must refuse.
  * So a new option is fuzzed with no line here; the oracles are those of every call (a
@@ -509,6 +509,82 @@ static void rd_new_options(reader *r, fa_forward_args *a) {
         default: break;
         }
     }
+}
+
+/*
+ * A block mask (fa_block_mask, docs/semantics.md "Block mask") from one byte and what it
+ * asks for, read at the very END of the dense branch (after the sinks), so older seeds
+ * keep their meaning. 0 = none. Bits 0, 1: a mask row per batch row, per head (else
+ * broadcast); bits 2-4 one spoilt field (a q_blocks, index, element-mask number or
+ * offset out of range, a duplicate, a batch or struct_size no library accepts), each
+ * making `bad`; then block sizes, the share of blocks kept and of element masks. Its
+ * arrays have exactly the entries the mask claims, so a read past them is an ASan
+ * report. Shapes beyond the fuzzer's budget give no mask.
+ */
+typedef struct fz_bmask {
+    fa_block_mask m;
+    int64_t *off, *part;
+    int32_t *idx;
+    uint8_t *bits;
+    int bad;
+} fz_bmask;
+
+/* The last call's, freed when the next one is read (so every return of a branch
+ * leaves it reachable, not leaked). */
+static fz_bmask g_bmask;
+
+static int rd_block_mask(reader *r, fa_forward_args *a, fz_bmask *f) {
+    free(f->off), free(f->part), free(f->idx), free(f->bits);
+    memset(f, 0, sizeof *f);
+    const uint8_t c = u8(r);
+    const int64_t B = a->q.shape[0], Sq = a->q.shape[1], Hq = a->q.shape[2], Sk = a->k.shape[1];
+    if (!c || B < 0 || B > 8 || Hq < 0 || Hq > 16 || Sq < 0 || Sq > 64 || Sk < 0 || Sk > 128) return 0;
+    const int64_t bq = 1 + u8(r) % 24, bk = 1 + u8(r) % 40, batch = (c & 1) ? B : 1, heads = (c & 2) ? Hq : 1;
+    const double keep = (double)u8(r) / 255.0, partial = (double)u8(r) / 255.0;
+    const int64_t nqb = (Sq + bq - 1) / bq, nkb = (Sk + bk - 1) / bk, rows = batch * heads * nqb, rb = (bk + 7) / 8;
+    if (rows * nkb > 4096) return 0;
+    f->off = malloc(sizeof(int64_t) * (size_t)(rows + 1));
+    f->idx = malloc(sizeof(int32_t) * (size_t)(rows * nkb + 1));
+    f->part = malloc(sizeof(int64_t) * (size_t)(rows * nkb + 1));
+    int64_t n = 0, np = 0;
+    f->off[0] = 0;
+    for (int64_t row = 0; row < rows; row++) {
+        for (int64_t kb = nkb - 1; kb >= 0; kb--) /* descending: any order is legal */
+            if (rnd() < keep) f->idx[n] = (int32_t)kb, f->part[n++] = rnd() < partial ? np++ : -1;
+        f->off[row + 1] = n;
+    }
+    f->bits = malloc((size_t)(np * bq * rb + 1));
+    for (int64_t e = 0; e < np * bq * rb; e++) f->bits[e] = (uint8_t)(rnd() * 256.0);
+    fa_block_mask_init(&f->m);
+    f->m.block_q = bq, f->m.block_k = bk, f->m.batch = batch, f->m.heads = heads, f->m.q_blocks = nqb;
+    f->m.offsets = f->off, f->m.kv_blocks = f->idx, f->m.partial = f->part, f->m.bits = f->bits, f->m.n_partial = np;
+    switch ((c >> 2) & 7) {
+    case 1: f->m.q_blocks = nqb + 1, f->bad = 1; break;
+    case 2: if (n > 0) f->idx[n - 1] = (int32_t)nkb, f->bad = 1; break;
+    case 3: /* a row with two entries lists its first kv block twice */
+        for (int64_t row = 0; row < rows && !f->bad; row++)
+            if (f->off[row + 1] - f->off[row] >= 2) f->idx[f->off[row] + 1] = f->idx[f->off[row]], f->bad = 1;
+        break;
+    case 4: if (n > 0) f->part[0] = np, f->bad = 1; break;
+    case 5: if (rows > 0) f->off[0] = 1, f->bad = 1; break;
+    case 6: f->m.struct_size = 8, f->bad = 1; break;
+    case 7: if (B != 0) f->m.batch = B + 1, f->bad = 1; break; /* neither 1 nor B */
+    default: break;
+    }
+    a->block_mask = &f->m;
+    return 1;
+}
+
+/* The fuzzer's own reading of a block mask: does it keep (i, j) of (b, h)? */
+static int bmask_keeps(const fa_block_mask *m, int64_t b, int64_t h, int64_t i, int64_t j) {
+    const int64_t row = ((m->batch > 1 ? b : 0) * m->heads + (m->heads > 1 ? h : 0)) * m->q_blocks + i / m->block_q;
+    for (int64_t e = m->offsets[row]; e < m->offsets[row + 1]; e++) {
+        if (m->kv_blocks[e] != j / m->block_k) continue;
+        if (!m->partial || m->partial[e] < 0) return 1;
+        const int64_t rb = (m->block_k + 7) / 8, x = j % m->block_k;
+        return (m->bits[(m->partial[e] * m->block_q + i % m->block_q) * rb + x / 8] >> (x % 8)) & 1;
+    }
+    return 0;
 }
 
 static int dropout_valid(float p) { return p >= 0.0f && p < 1.0f; }
@@ -560,6 +636,7 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
                         keep &= h_get(m, m->shape[0] == 1 ? 0 : b, m->shape[1] == 1 ? 0 : h, m->shape[2] == 1 ? 0 : i,
                                       m->shape[3] == 1 ? 0 : j) != 0.0;
                     }
+                    if (a->block_mask) keep &= bmask_keeps(a->block_mask, b, h, i, j);
                     if (a->bias.data) {
                         const fa_tensor *t = &a->bias;
                         x += h_get(t, t->shape[0] == 1 ? 0 : b, t->shape[1] == 1 ? 0 : h, t->shape[2] == 1 ? 0 : i,
@@ -579,7 +656,7 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
                     h_set(&mask, b, h, i, j, keep);
                     h_set(&bias, b, h, i, j, x);
                 }
-    na.mask = mask, na.bias = bias;
+    na.mask = mask, na.bias = bias, na.block_mask = NULL;
     na.alibi_slopes = NULL, na.causal = FA_CAUSAL_NONE, na.window_left = na.window_right = -1;
     na.q_start = na.k_start = 0;
     na.o = *o_got;
@@ -809,6 +886,8 @@ static void fuzz_dense(reader *r) {
     float sink_buf[64];
     const int sinks = rd_sinks(r, &a, a.q.shape[2], sink_buf);
     seen->sinks = a.sinks;
+    rd_block_mask(r, &a, &g_bmask);
+    seen->block_mask = a.block_mask;
     rd_new_options(r, seen);
     if (w.skip) {
         world_free(&w);
@@ -849,6 +928,7 @@ static void fuzz_dense(reader *r) {
     if (tail_bad) FINDING("dense: a non-zero byte beyond the struct was accepted");
     if (!dropout_valid(eff.dropout_p)) FINDING("dense: dropout_p %g was accepted", (double)eff.dropout_p);
     if (eff.sinks && (sinks & SINKS_INF)) FINDING("dense: a +inf sink was accepted");
+    if (eff.block_mask && g_bmask.bad) FINDING("dense: a spoilt block mask was accepted");
     if (eff.dropout_mask.data && numel(&eff.dropout_mask) > 0 && !find(&w, dmask)->overlap) {
         /* every keep bit, masked or not (an empty mask has none, however many rows) */
         const fa_tensor *m = &eff.dropout_mask;

@@ -236,6 +236,15 @@ seeds = {
     "bwd_sinks": bwd(dims=(1, 6, 9, 2, 2, 16, 8), opt=64, extra=[1, WIN["-1"], WIN["-1"]]) + bytes([5]),
     "bwd_sinks_inf": bwd() + bytes([0x80, 0, 15]),
     "bwd_varlen_sinks": bwd(varlen=True, vl=VL, settings=1) + bytes([11]),
+    # block masks: the byte after the sinks byte, then block sizes, kept and partial shares
+    # (bits 0, 1: per batch row, per head; bits 2-4: one spoilt field the call must refuse)
+    "dense_block_mask": dense(dims=(2, 9, 13, 1, 2, 16, 8), opt=1 | 64, extra=[0, 1, WIN["-1"], WIN["-1"]])
+    + bytes([0, 0, 3, 3, 4, 180, 120]),
+    "dense_block_mask_sinks_bf16": dense(dims=(1, 12, 20, 2, 2, 16, 16), dt=2, opt=1 | 4, extra=[0, 0])
+    + bytes([0, 5, 2, 7, 9, 200, 60]),
+    "dense_block_mask_bad_index": dense(opt=1, extra=[0]) + bytes([0, 0, 1 | (2 << 2), 1, 2, 255, 100]),
+    "dense_block_mask_duplicate": dense(opt=1, extra=[0]) + bytes([0, 0, 3 << 2, 1, 1, 255, 0]),
+    "dense_block_mask_bad_batch": dense(dims=(2, 4, 6, 1, 2, 8, 8), opt=1, extra=[0]) + bytes([0, 0, 7 << 2, 1, 2, 128, 128]),
     "misc": bytes([5] + RNG + [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 3, 2, 2, 2, 2, 1, 1, 1, 1]),
 }
 
