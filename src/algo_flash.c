@@ -848,8 +848,8 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     job->bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
     /* the table's fused forward, for what it takes: no element-wise rule (softcap, bias,
      * ALiBi, a boolean mask) and no dropout, which act on scores or P between its steps */
-    job->fused = job->bf16_dot && (ctx->kernels->flags & FA_KERNELS_FWD_BF16) && !fa_problem_has_elementwise(p) &&
-                 !p->drop.on;
+    job->fused = ctx->set.bf16_fused && job->bf16_dot && (ctx->kernels->flags & FA_KERNELS_FWD_BF16) &&
+                 !fa_problem_has_elementwise(p) && !p->drop.on;
     /* f32 as bf16 products: opt-in, and only where the table multiplies bf16 natively */
     job->mm_terms = 0;
     if (p->dtype == FA_DTYPE_F32 && (ctx->kernels->flags & FA_KERNELS_BF16_DOT))
