@@ -6,24 +6,21 @@
 #define FA_ALGOS_H
 
 #include "context.h"
+#include "plan.h"
 #include "problem.h"
 
-/* Tile sizes for the flash loop (src/plan.c). */
-typedef struct fa_plan {
-    int64_t br, bc;  /* query rows and key columns per tile */
-    int64_t br_pad;  /* leading dimension of the Q panel and score tile: fa_panel_ld(br) */
-} fa_plan;
-/* Leading dimension for panels of `rows` query rows: a multiple of FA_ROW_ALIGN
- * that avoids L1 set aliasing. */
-int64_t fa_panel_ld(int64_t rows);
-/* Not const: the first plan of a context reads the tune file (src/tune.c). trimmed:
- * the caller cuts a causal band's diagonal tiles to the columns its rows keep
- * (algo_flash.c, wide_trimmed), so large tiles waste nothing there. */
+/* The plan of p with ctx's inputs (src/plan_inputs.c): its kernel table, its tuned
+ * tiles for p's shape class and its tile settings, fed to fa_plan_from (plan.h).
+ * Not const: it records, for fa_tune and the verbose trace, the shape class and
+ * where the tiles came from. trimmed: as fa_plan_from's. */
 void fa_plan_tiles(fa_context *ctx, const fa_problem *p, int trimmed, fa_plan *plan);
 /* Whether bf16 inputs are multiplied as bf16 pairs on this context: the path must
  * have the kernels, and they must outrun fp32 FMA on this CPU (auto) or be forced. */
 int fa_bf16_dot_active(const fa_context *ctx);
-int64_t fa_l2_bytes(void);
+/* Reads ctx's tuned tiles from the tune file (src/plan_inputs.c): when the context
+ * is made, and again after fa_tune saved an entry. Its note goes into the trace of
+ * the next plan that asks for tuned tiles. */
+void fa_context_read_tune(fa_context *ctx);
 
 /* Algorithms: each runs a validated problem and fills info; the backward of each
  * differentiates its own forward (forward.c's table holds both). */

@@ -10,6 +10,7 @@
 
 #include "flashattn.h"
 #include "kernels/kernels.h"
+#include "tune.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -18,13 +19,6 @@
 #define FA_MAX_KV_SPLITS 256
 
 typedef struct fa_pool fa_pool;
-
-/* A tune file entry's shape class (src/tune.h); the CPU and ISA are the context's. */
-typedef struct fa_tune_key {
-    fa_dtype dtype;
-    int64_t d, dv, sk, rows; /* sk, rows: the length buckets */
-    int masked;              /* a causal mask or a window */
-} fa_tune_key;
 
 /*
  * The settings of fa_context_set, one row each: (param, field of fa_settings, lo, hi).
@@ -83,13 +77,14 @@ typedef struct fa_run_info {
     int64_t phase_us[FA_PHASES_MAX];
 } fa_run_info;
 
-/* Tuned tiles (src/tune.c, src/tune_file.c): the tune file is read once, at the first
- * planned flash call; that call's verbose trace carries `note` (what was read, or why
- * the file was ignored). Freed in fa_context_free. */
+/* Tuned tiles (src/plan_inputs.c, src/tune_file.c): the tune file is read when the
+ * context is made (and again after fa_tune saves); the trace of the first plan that
+ * asks for tuned tiles carries `note` (what was read, or why the file was ignored).
+ * Freed in fa_context_free. */
 typedef struct fa_tune_state {
-    int read;                    /* the file was looked at, whatever it held */
     struct fa_tune_table *table; /* this CPU's and ISA's entries; NULL: none */
-    int note_due;                /* the last plan read the file: trace the note */
+    int note_pending;            /* the file was read and no plan has traced the note yet */
+    int note_due;                /* the last plan took the note: trace it */
     int tile_src_q, tile_src_kv; /* where the last plan's tiles came from: FA_TILES_* */
     int off;                     /* fa_tune is sweeping: plans ignore tuned tiles */
     fa_tune_key key;             /* the shape class the last plan that asked for tuned tiles was of */

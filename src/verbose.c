@@ -7,7 +7,6 @@
  * the fused kernel ran, and whether a tune file was read.
  */
 #include "algos.h"
-#include "tune.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
