@@ -47,7 +47,7 @@ typedef struct fa_settings {
 
 /*
  * The read-only FA_PARAM_LAST_* read-outs, one row each: (param, field of fa_run_info,
- * lo, hi). An algorithm fills its run's fa_run_info; forward.c keeps a successful
+ * lo, hi). An algorithm fills its run's fa_run_info; entry.c keeps a successful
  * call's as ctx->last, and fa_context_get reads this table. A new counter: its enum
  * value in flashattn.h, a row here, and the algorithm that fills it.
  */
@@ -62,7 +62,7 @@ typedef struct fa_settings {
     X(FA_PARAM_LAST_KV_PACKED, kv_packed, 0, INT64_MAX) /* (sequence, kv head) units packed */ \
     X(FA_PARAM_LAST_KV_PACK_US, kv_pack_us, 0, INT64_MAX) /* thread time spent packing them */
 
-/* Phases of a tiled loop the verbose trace times: the forward's four, the backward's seven (algos.h). */
+/* Phases of a tiled loop the verbose trace times: the forward's four, the backward's seven (profile.h). */
 #define FA_PHASES_MAX 7
 
 /* What a run allocated and chose: the read-outs above, and for FLASHATTN_VERBOSE. */
@@ -73,7 +73,7 @@ typedef struct fa_run_info {
     const char *path; /* compute path, e.g. "f32" or "bf16-dot" */
     int backward;     /* a backward pass (the trace says so) */
     /* with FLASHATTN_VERBOSE (for its trace): the tiled loop's thread CPU time (all
-     * threads) by phase, algos.h's FA_PH_*; all 0 for the loops that keep none */
+     * threads) by phase, profile.h's FA_PH_*; all 0 for the loops that keep none */
     int64_t phase_us[FA_PHASES_MAX];
 } fa_run_info;
 

@@ -71,10 +71,8 @@ void fa_plan_from(const fa_plan_inputs *in, const fa_problem *p, int trimmed, fa
 
     /* Causal and window masks leave partly masked tiles along the band's edges, whose
      * masked half is computed and discarded: keep tiles a small fraction of the
-     * lengths so that waste stays small (measured at N=512 causal: 256x256 tiles
-     * 14.2 ms, 64x128 11.8 ms). A trimmed causal band computes no masked half, and
-     * there large tiles win (N=512 causal, thread CPU time, avx512: 64x128 68 ms,
-     * 128x128 62, 256x256 59; avx2: 172, 155, 160). */
+     * lengths so that waste stays small. A trimmed causal band computes no masked
+     * half, and there large tiles win (bench/README.md, "Kernel and plan notes"). */
     const int masked = fa_plan_masked(p);
     const int windowed = p->window_left >= 0 || p->window_right >= 0;
     if (masked && (!trimmed || windowed)) {

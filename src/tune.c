@@ -8,7 +8,7 @@
  * goes to the caller's callback.
  */
 #include "tune.h"
-#include "algos.h"
+#include "entry.h"
 #include "alloc.h"
 #include "checks.h"
 
@@ -90,7 +90,7 @@ static fa_status time_candidate(sweep *sw, int64_t tq, int64_t tkv, fa_tune_timi
     fa_status st = FA_OK;
     for (int64_t r = -1; st == FA_OK && r < sw->opt.runs; r++) { /* r = -1: the warm-up */
         const double t0 = fa_now_s();
-        st = fa_forward_run(ctx, sw->args);
+        st = fa_forward_entered(ctx, sw->args);
         if (r >= 0) sw->times[r] = fa_now_s() - t0;
     }
     if (st == FA_ERR_OUT_OF_MEMORY) return FA_OK;

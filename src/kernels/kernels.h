@@ -66,7 +66,7 @@
 
 /* Rows this many bytes apart (a page or more, or a multiple of 1 KB) fall into a
  * few cache sets and each needs its own TLB entry, so a kernel's reuse of a tile
- * of them misses (measured in avx512_kernels.c's pv); the core packs such rows. */
+ * of them misses (avx512_kernels.c, pv_copying); the core packs such rows. */
 static inline int fa_rows_scattered(int64_t row_bytes)
 {
     const int64_t b = row_bytes < 0 ? -row_bytes : row_bytes;
@@ -127,7 +127,7 @@ enum {
     FA_KERNELS_SMALL_ROWS = 1u << 1,
     /* the bf16 pair kernels are faster than widening to fp32 on every CPU that runs the
      * table (a tile unit), so bf16 inputs take them without asking the CPU
-     * (fa_bf16_dot_active in plan.c); without it only CPUs that issue the table's dot
+     * (fa_bf16_dot_active in plan_inputs.c); without it only CPUs that issue the table's dot
      * product at the FMA rate do (fa_cpu.bf16_dot_fast) */
     FA_KERNELS_BF16_DOT_FAST = 1u << 2,
     /* a tile unit: thread_begin/thread_end configure and release it, probe_tile measures it */

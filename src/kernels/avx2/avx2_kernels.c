@@ -29,9 +29,9 @@
 #endif
 
 /* The register blocks below are arrays indexed by loops with constant trip
- * counts; unless those loops are unrolled completely the arrays live in memory.
- * GCC 12 does that at -O3 only: at -O2 (RelWithDebInfo) qk and pv ran at 25% of
- * the FMA probe. clang needs its own spelling (see avx512_internal.h). */
+ * counts; unless those loops are unrolled completely the arrays live in memory,
+ * and GCC unrolls them fully by itself at -O3 only: hence the pragma, which holds
+ * at -O2 (RelWithDebInfo) too. clang needs its own spelling (see avx512_internal.h). */
 #if defined(__clang__)
 #define AVX2_UNROLL _Pragma("clang loop unroll(full)")
 #else
@@ -89,7 +89,7 @@ AVX2_INLINE void pf_step(pf_stream *ps, int64_t step, int64_t steps)
  * error < 8.4e-39; expf gives subnormals down to -103.97): so exp(-inf) = 0.
  * NaN gives NaN; positive x is accurate up to 88.37 and meaningless beyond: the
  * softmaxes pass x > 0 only in lanes they mask to 0, so there is no upper clamp
- * (one op of the ~16 per vector; the softmax got 5-10% faster without it).
+ * (one op fewer of the ~16 per vector).
  */
 AVX2_INLINE __m256 exp_ps(__m256 x)
 {
@@ -302,20 +302,14 @@ static void qk_dot(int64_t rows, int64_t cols, int64_t d, const float *qt, int64
  * then 6-column register blocks. K is read in place, and so is Q: a 16 x 128
  * block of qt (8 KiB) is reused by the 4 column blocks of a pass. 12 + 8 KiB
  * leave room in a 32 KiB L1 (Zen 2/3, Intel client cores); passes of 48
- * columns did not (cachegrind, 32 KiB 8-way L1, 256 x 256 x 128: 40% more L1
- * read misses). Only a qt whose rows are a multiple of 256 bytes apart is first
- * copied to a contiguous panel: its column slice would fall onto a quarter of
- * the L1 sets or fewer and evict itself (the core's panels never are:
- * fa_panel_ld). Measured against the FMA probe (EMR, one process, alternating):
- * dropping the copy of every block gained 2-5 points. While a pass runs, the K
- * rows of the next one are prefetched into L2, spread over its row blocks (a
- * long unit's K tiles come from L3): +3-5% at N = 8192, nothing lost at 2048.
- * Measured in place (forward-like loop over 256 x 256 tiles of a packed K/V,
- * thread CPU time, so that other tenants' time slices do not count), this
- * kernel runs at 95-99% of the probe at N = 2048 and 8192; wall-clock figures
- * on a loaded machine read far lower. Packing each pass of K into [x][6]
- * micro-panels (BLIS's B panel) measured no faster at 2048 (-1%, the packing)
- * and no faster than this prefetch at 8192, so K stays in place.
+ * columns do not (their K rows and the Q block overflow it). Only a qt whose rows
+ * are a multiple of 256 bytes apart is first copied to a contiguous panel: its
+ * column slice would fall onto a quarter of the L1 sets or fewer and evict itself
+ * (the core's panels never are: fa_panel_ld), and a copy of every block costs more
+ * than it saves. While a pass runs, the K rows of the next one are prefetched into
+ * L2, spread over its row blocks, because a long unit's K tiles come from L3. K is
+ * read in place rather than packed into [x][6] micro-panels (BLIS's B panel): the
+ * packing costs what it saves here (bench/README.md, "Kernel and plan notes").
  */
 void fa_avx2_qk_16x6(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
                     int64_t ldk, float *st, int64_t ldst)
@@ -563,11 +557,10 @@ static void pv_few(int nr, int nv, __m256i tail, int64_t nc, const float *p, int
  * place, st[c][r..r+2]: a row block walks one cache line per column, shared by
  * the blocks of the same 16 rows. Only acc rows cross passes (loaded and stored
  * once per pass); alpha is applied on the first. The sum over c runs in order,
- * as in the reference. In place (see qk) this runs at 95-99% of the FMA probe.
- * Measured no faster (one process, alternating, thread CPU time): copying each
- * V row whole into all strip panels at once (-1%), each row block walking every
- * strip so that its P columns are fetched once (PV_CC 48/64/128: -2 to -3%),
- * and prefetching the next strip's V rows (-1% at N = 2048, 0 at 8192).
+ * as in the reference. Variants that gained nothing (copying each V row whole
+ * into all strip panels at once, each row block walking every strip so that its P
+ * columns are fetched once, prefetching the next strip's V rows) are in
+ * bench/README.md, "Kernel and plan notes".
  */
 void fa_avx2_pv_3x32(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                      int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
@@ -773,9 +766,8 @@ void fa_avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
-/* f16 and bf16 outputs (o, and dq/dk/dv): half.h's rounding exactly, eight at a time.
- * The reference's scalar loops took 1.4% of an f16 forward's time (perf, N = 2048).
- * vcvtps2ph rounds to nearest even and keeps a NaN's sign, quiet bit and top payload
+/* f16 and bf16 outputs (o, and dq/dk/dv): half.h's rounding exactly, eight at a time
+ * rather than the reference's scalar loops. vcvtps2ph rounds to nearest even and keeps a NaN's sign, quiet bit and top payload
  * bits as fa_f32_to_f16 does (the avx512 table relies on the same). */
 AVX2_INLINE __m128i f32x8_to_f16(__m256 v)
 {
@@ -834,8 +826,8 @@ void fa_avx2_f32_to_bf16(const float *src, uint16_t *dst, int64_t n) { f32_to_ha
  *             in L1 while the e blocks go by.
  * Decoding streams K and V from memory once, so both kernels prefetch the rows
  * SMALL_PF columns ahead (K row by row before each tile, V the same e range as
- * the current block), spread over the work rather than in bursts: +30% from
- * DRAM, no loss when the cache is in L3. Only the first SMALL_PF rows of a call
+ * the current block), spread over the work rather than in bursts, which pays when
+ * the cache comes from DRAM and costs nothing when it sits in L3. Only the first SMALL_PF rows of a call
  * rely on the hardware prefetchers.
  * Tails: the last d % 8 (dv % 8) elements are done as the row's last whole
  * vector, the lanes done before zeroed (in q and K; in V, with alpha 1); rows
