@@ -456,43 +456,47 @@ enum {
 };
 
 /*
- * acc[i][0..8nv) = (alpha ? alpha[i] : 1) * acc[i][..] + sum over c < nc of p[c * ldp + i] * v[c * ldv + ..]
- * for i < nr. acc is read and written in whole vectors: its rows are aligned and
- * its padding (dv <= e < ldacc, ldacc a multiple of 16) is free to use. With
- * `masked`, V's last vector goes through `tail` (V read in place); a panel's
- * zero padding needs no mask.
+ * The register block of pv and stx: for i < nr,
+ *   acc[i][0..8nv) = (alpha ? alpha[i] : 1) * acc[i][..] + sum over k < nk of w[k * wk + i * wi] * x[k * ldx + ..],
+ * the sum over k in order, as in the reference. pv: w = P^T (st[c][r], wk = ldst,
+ * wi = 1), x = V rows, i = query rows; stx: w = st rows (wk = 1, wi = ldst), x = the
+ * x strip, i = acc rows c, alpha NULL. acc is read and written in whole vectors: its
+ * rows are aligned and its padding (ldacc a multiple of 16) is free to use. With
+ * `masked`, x's last vector goes through `tail` (x read in place); a panel's zero
+ * padding needs no mask.
  */
-AVX2_INLINE void pv_block(const int nr, const int nv, const int masked, __m256i tail, int64_t nc, const float *p,
-                          int64_t ldp, const float *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
+AVX2_INLINE void wx_block(const int nr, const int nv, const int masked, __m256i tail, int64_t nk, const float *w,
+                          int64_t wk, int64_t wi, const float *x, int64_t ldx, const float *alpha, float *acc,
+                          int64_t ldacc)
 {
     __m256 a[PV_NR][PV_NV];
     AVX2_UNROLL
     for (int i = 0; i < nr; i++) {
         const float *ai = acc + i * ldacc;
         AVX2_UNROLL
-        for (int j = 0; j < nv; j++) a[i][j] = _mm256_load_ps(ai + 8 * j);
+        for (int j = 0; j < nv; j++) a[i][j] = _mm256_loadu_ps(ai + 8 * j);
         if (alpha) {
             const __m256 s = _mm256_broadcast_ss(alpha + i);
             AVX2_UNROLL
             for (int j = 0; j < nv; j++) a[i][j] = _mm256_mul_ps(a[i][j], s);
         }
     }
-    for (int64_t c = 0; c < nc; c++) {
-        __m256 pb[PV_NR];
+    for (int64_t k = 0; k < nk; k++) {
+        __m256 wb[PV_NR];
         AVX2_UNROLL
-        for (int i = 0; i < nr; i++) pb[i] = _mm256_broadcast_ss(p + c * ldp + i);
+        for (int i = 0; i < nr; i++) wb[i] = _mm256_broadcast_ss(w + k * wk + i * wi);
         AVX2_UNROLL
         for (int j = 0; j < nv; j++) {
-            const float *vj = v + c * ldv + 8 * j;
-            const __m256 vv = masked && j == nv - 1 ? _mm256_maskload_ps(vj, tail) : _mm256_loadu_ps(vj);
+            const float *xj = x + k * ldx + 8 * j;
+            const __m256 xv = masked && j == nv - 1 ? _mm256_maskload_ps(xj, tail) : _mm256_loadu_ps(xj);
             AVX2_UNROLL
-            for (int i = 0; i < nr; i++) a[i][j] = _mm256_fmadd_ps(pb[i], vv, a[i][j]);
+            for (int i = 0; i < nr; i++) a[i][j] = _mm256_fmadd_ps(wb[i], xv, a[i][j]);
         }
     }
     AVX2_UNROLL
     for (int i = 0; i < nr; i++)
         AVX2_UNROLL
-        for (int j = 0; j < nv; j++) _mm256_store_ps(acc + i * ldacc + 8 * j, a[i][j]);
+        for (int j = 0; j < nv; j++) _mm256_storeu_ps(acc + i * ldacc + 8 * j, a[i][j]);
 }
 
 /* All rows against one V panel (nc x PV_EB, 8nv columns of it used): 3-row
@@ -506,10 +510,10 @@ AVX2_INLINE void pv_rows(const int nv, int64_t rows, int64_t nc, const float *p,
     const int64_t r3 = rows % 3 == 1 && rows >= 4 ? rows - 4 : rows - rows % 3;
     int64_t r = 0;
     for (; r < r3; r += PV_NR)
-        pv_block(PV_NR, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+        wx_block(PV_NR, nv, 0, none, nc, p + r, ldp, 1, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
     for (; r + 2 <= rows; r += 2)
-        pv_block(2, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
-    if (r < rows) pv_block(1, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+        wx_block(2, nv, 0, none, nc, p + r, ldp, 1, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+    if (r < rows) wx_block(1, nv, 0, none, nc, p + r, ldp, 1, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
 }
 
 static void pv_rows4(int64_t rows, int64_t nc, const float *p, int64_t ldp, const float *vp, const float *alpha,
@@ -533,18 +537,18 @@ static void pv_few(int nr, int nv, __m256i tail, int64_t nc, const float *p, int
                    int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
     switch (nr * 10 + nv) {
-    case 11: pv_block(1, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 12: pv_block(1, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 13: pv_block(1, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 14: pv_block(1, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 21: pv_block(2, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 22: pv_block(2, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 23: pv_block(2, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 24: pv_block(2, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 31: pv_block(3, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 32: pv_block(3, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 33: pv_block(3, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    default: pv_block(3, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 11: wx_block(1, 1, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 12: wx_block(1, 2, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 13: wx_block(1, 3, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 14: wx_block(1, 4, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 21: wx_block(2, 1, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 22: wx_block(2, 2, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 23: wx_block(2, 3, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 24: wx_block(2, 4, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 31: wx_block(3, 1, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 32: wx_block(3, 2, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 33: wx_block(3, 3, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    default: wx_block(3, 4, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
     }
 }
 
@@ -648,47 +652,23 @@ enum {
     STX_RC = 128        /* rows r per pass */
 };
 
-AVX2_INLINE void stx_block(const int nc, const int nv, int64_t rows, const float *st, int64_t ldst, const float *xp,
-                           float *acc, int64_t ldacc)
-{
-    __m256 a[STX_NC][STX_NV];
-    AVX2_UNROLL
-    for (int j = 0; j < nc; j++)
-        AVX2_UNROLL
-        for (int i = 0; i < nv; i++) a[j][i] = _mm256_loadu_ps(acc + j * ldacc + 8 * i);
-    for (int64_t r = 0; r < rows; r++) {
-        __m256 s[STX_NC];
-        AVX2_UNROLL
-        for (int j = 0; j < nc; j++) s[j] = _mm256_broadcast_ss(st + j * ldst + r);
-        AVX2_UNROLL
-        for (int i = 0; i < nv; i++) {
-            const __m256 xv = _mm256_load_ps(xp + r * STX_EB + 8 * i);
-            AVX2_UNROLL
-            for (int j = 0; j < nc; j++) a[j][i] = _mm256_fmadd_ps(s[j], xv, a[j][i]);
-        }
-    }
-    AVX2_UNROLL
-    for (int j = 0; j < nc; j++)
-        AVX2_UNROLL
-        for (int i = 0; i < nv; i++) _mm256_storeu_ps(acc + j * ldacc + 8 * i, a[j][i]);
-}
-
 /* Every block but the full 3 x 4 one, each shape its own inlined copy. */
 static void stx_edge(int nc, int nv, int64_t rows, const float *st, int64_t ldst, const float *xp, float *acc,
                      int64_t ldacc)
 {
+    const __m256i none = _mm256_setzero_si256();
     switch (nc * 10 + nv) {
-    case 11: stx_block(1, 1, rows, st, ldst, xp, acc, ldacc); break;
-    case 12: stx_block(1, 2, rows, st, ldst, xp, acc, ldacc); break;
-    case 13: stx_block(1, 3, rows, st, ldst, xp, acc, ldacc); break;
-    case 14: stx_block(1, 4, rows, st, ldst, xp, acc, ldacc); break;
-    case 21: stx_block(2, 1, rows, st, ldst, xp, acc, ldacc); break;
-    case 22: stx_block(2, 2, rows, st, ldst, xp, acc, ldacc); break;
-    case 23: stx_block(2, 3, rows, st, ldst, xp, acc, ldacc); break;
-    case 24: stx_block(2, 4, rows, st, ldst, xp, acc, ldacc); break;
-    case 31: stx_block(3, 1, rows, st, ldst, xp, acc, ldacc); break;
-    case 32: stx_block(3, 2, rows, st, ldst, xp, acc, ldacc); break;
-    default: stx_block(3, 3, rows, st, ldst, xp, acc, ldacc); break;
+    case 11: wx_block(1, 1, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 12: wx_block(1, 2, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 13: wx_block(1, 3, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 14: wx_block(1, 4, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 21: wx_block(2, 1, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 22: wx_block(2, 2, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 23: wx_block(2, 3, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 24: wx_block(2, 4, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 31: wx_block(3, 1, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 32: wx_block(3, 2, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    default: wx_block(3, 3, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
     }
 }
 
@@ -696,6 +676,7 @@ void fa_avx2_stx_3x32(int64_t rows, int64_t cols, int64_t n, const float *st, in
                       int64_t ldx, float *acc, int64_t ldacc)
 {
     _Alignas(64) float xp[STX_RC * STX_EB]; /* (STX_RC, STX_EB) x strip */
+    const __m256i none = _mm256_setzero_si256();
     for (int64_t r0 = 0; r0 < rows; r0 += STX_RC) {
         const int64_t rr = rows - r0 < STX_RC ? rows - r0 : STX_RC;
         for (int64_t e0 = 0; e0 < n; e0 += STX_EB) {
@@ -718,7 +699,7 @@ void fa_avx2_stx_3x32(int64_t rows, int64_t cols, int64_t n, const float *st, in
             int64_t c = 0;
             if (nv == STX_NV)
                 for (; c < c3; c += STX_NC)
-                    stx_block(STX_NC, STX_NV, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
+                    wx_block(STX_NC, STX_NV, 0, none, rr, sc + c * ldst, 1, ldst, xp, STX_EB, NULL, ac + c * ldacc, ldacc);
             for (; c < c3; c += STX_NC) stx_edge(STX_NC, nv, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
             for (; c < cols; c += 2) {
                 const int nc = cols - c < 2 ? 1 : 2;
@@ -1238,28 +1219,17 @@ void fa_avx2_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, in
 double fa_avx2_probe_fma(int64_t iters)
 {
     const __m256 mul = _mm256_set1_ps(0.999f), add = _mm256_set1_ps(1e-3f);
-    __m256 a0 = _mm256_set1_ps(0.10f), a1 = _mm256_set1_ps(0.11f), a2 = _mm256_set1_ps(0.12f);
-    __m256 a3 = _mm256_set1_ps(0.13f), a4 = _mm256_set1_ps(0.14f), a5 = _mm256_set1_ps(0.15f);
-    __m256 a6 = _mm256_set1_ps(0.16f), a7 = _mm256_set1_ps(0.17f), a8 = _mm256_set1_ps(0.18f);
-    __m256 a9 = _mm256_set1_ps(0.19f), a10 = _mm256_set1_ps(0.20f), a11 = _mm256_set1_ps(0.21f);
+    __m256 a[12];
+    AVX2_UNROLL
+    for (int j = 0; j < 12; j++) a[j] = _mm256_set1_ps(0.10f + 0.01f * (float)j);
     for (int64_t it = 0; it < iters; it++) {
-        a0 = _mm256_fmadd_ps(a0, mul, add);
-        a1 = _mm256_fmadd_ps(a1, mul, add);
-        a2 = _mm256_fmadd_ps(a2, mul, add);
-        a3 = _mm256_fmadd_ps(a3, mul, add);
-        a4 = _mm256_fmadd_ps(a4, mul, add);
-        a5 = _mm256_fmadd_ps(a5, mul, add);
-        a6 = _mm256_fmadd_ps(a6, mul, add);
-        a7 = _mm256_fmadd_ps(a7, mul, add);
-        a8 = _mm256_fmadd_ps(a8, mul, add);
-        a9 = _mm256_fmadd_ps(a9, mul, add);
-        a10 = _mm256_fmadd_ps(a10, mul, add);
-        a11 = _mm256_fmadd_ps(a11, mul, add);
+        AVX2_UNROLL
+        for (int j = 0; j < 12; j++) a[j] = _mm256_fmadd_ps(a[j], mul, add);
     }
     /* keep the result live so the loop cannot be dropped */
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+    __m256 s = a[0];
+    AVX2_UNROLL
+    for (int j = 1; j < 12; j++) s = _mm256_add_ps(s, a[j]);
     float out[8];
     _mm256_storeu_ps(out, s);
     volatile float sink = out[0] + out[7];
