@@ -473,7 +473,7 @@ FA_API fa_status fa_forward_work(fa_context *ctx, const fa_forward_args *args, f
  * smallest powers of two at least Sk and the rows a task holds (Sq x Hq/Hk), and
  * whether a causal mask or a window is set. Every context reads that file once,
  * when it is made, and plans a matching entry's tiles instead of
- * the heuristic's (FA_PARAM_TILE_Q / _KV still win). README.md, "The tune file",
+ * the heuristic's (FA_PARAM_TILE_Q / _KV still win). docs/tool.md, "The tune file",
  * documents the file: its path, format (version 1) and rules.
  *
  * The call runs as given, many times: every candidate gets one warm-up and `runs`

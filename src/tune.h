@@ -9,7 +9,7 @@
  * another CPU or ISA, bad lines, absurd values) only means no tuned tiles: never an
  * error, never output. The reader's note says what happened, for FLASHATTN_VERBOSE.
  *
- * The file, version 1 (README.md, "The tune file"):
+ * The file, version 1 (docs/tool.md, "The tune file"):
  *
  *   flashattn-tune 1
  *   # comment lines and blank lines are skipped
@@ -56,7 +56,7 @@ int fa_tune_find(const fa_tune_table *t, const fa_tune_key *k, int64_t *tile_q, 
 /* Frees a table read from the file; NULL is fine. */
 void fa_tune_free(fa_tune_table *t);
 
-/* The tune file's path by the library's rule (README.md): 1 with the path in buf;
+/* The tune file's path by the library's rule (docs/tool.md): 1 with the path in buf;
  * 0 when there is none (tuned tiles off, or no place), with `note` saying why. */
 int fa_tune_path(char *buf, size_t n, char *note, size_t note_size);
 

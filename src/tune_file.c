@@ -1,5 +1,5 @@
 /*
- * tune_file.c: the tune file (format in tune.h and README.md), its only home:
+ * tune_file.c: the tune file (format in tune.h and docs/tool.md), its only home:
  * where it is, the reader that turns it into a table of this CPU's and ISA's
  * entries (once per context) and finds a call's entry, and the writer fa_tune
  * saves through. It knows no context: its words go into the caller's buffers. The file is untrusted input, so every line is read into a
@@ -428,7 +428,7 @@ static int write_file(FILE *old, FILE *out, const char *isa, const tune_entry *e
     fa_tune_key_text(isa, &e->k, key, sizeof key);
     fprintf(out, "%s %d\n"
                  "# flashattn tuned tile sizes, written by fa_tune (`flashattn tune`) and read by the\n"
-                 "# library (README.md, \"The tune file\"). One entry a line, cpu= last; delete the file\n"
+                 "# library (docs/tool.md, \"The tune file\"). One entry a line, cpu= last; delete the file\n"
                  "# to go back to the library's heuristic tiles.\n",
             FA_TUNE_HEADER, FA_TUNE_VERSION);
     if (old) copy_entries(old, out, isa, &e->k, dropped);
