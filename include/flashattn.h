@@ -787,8 +787,8 @@ FA_API fa_status fa_ring_check(fa_context *ctx, const fa_ring_plan *plan);
  * class: the CPU model, the ISA path (fa_context_isa), the dtype, D, Dv, the
  * smallest powers of two at least Sk and the rows a task holds (Sq x Hq/Hk), and
  * whether a causal mask or a window is set. Every context reads that file once,
- * at its first planned flash call, and plans a matching entry's tiles instead of
- * the heuristic's (FA_PARAM_TILE_Q / _KV still win). README.md, "The tune file",
+ * when it is made, and plans a matching entry's tiles instead of
+ * the heuristic's (FA_PARAM_TILE_Q / _KV still win). docs/tool.md, "The tune file",
  * documents the file: its path, format (version 1) and rules.
  *
  * The call runs as given, many times: every candidate gets one warm-up and `runs`
@@ -797,7 +797,7 @@ FA_API fa_status fa_ring_check(fa_context *ctx, const fa_ring_plan *plan);
  * success they hold the last candidate's result. The sweep runs flash whatever
  * the context's algorithm, on its threads, with neither its tile settings nor the
  * tune file (the planned pair is the heuristic); the settings are restored after.
- * A context that tuned reads the tune file again at its next planned call.
+ * A context that tuned and saved reads the tune file again.
  *
  * Errors: the call is validated as fa_forward validates it; an empty call (no
  * rows or no keys: nothing to plan) is FA_ERR_INVALID_ARGUMENT. A candidate that

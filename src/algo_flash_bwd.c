@@ -66,7 +66,7 @@ typedef struct {
     fa_kv_packing kv_layout; /* f32 rows fa_packed_ld apart, one unit of bc keys */
     const float *dvec;      /* (B or 1, Hq, Sq) D_i = dot(dO_i, o_i), laid out as lse */
     int64_t dvec_sb, dvec_sh; /* its strides (b, h); i is contiguous */
-    fa_phases *phases;      /* the verbose trace's profile (algos.h): S, X, dP, dS, dV, dK, dQ */
+    fa_phases *phases;      /* the verbose trace's profile (profile.h): S, X, dP, dS, dV, dK, dQ */
     fa_bwd_task *tasks;     /* tasks.c's, most expensive first */
     int64_t n_tasks;
     char *workspace;
@@ -151,8 +151,7 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
  * padding (D a multiple of FA_ROW_ALIGN), as the pv kernel writes acc rows. Rows
  * far apart (a page or more, or a multiple of 1 KB: the heads of a (B, S, H, D)
  * dq) accumulate in scratch instead: the walk revisits all of a head's rows for
- * every key tile, and such rows share a few cache sets and each its own TLB entry
- * (measured on AVX2: the dQ product at 55% of the FMA peak in place, 82% in scratch). */
+ * every key tile, and such rows share a few cache sets and each its own TLB entry. */
 static int dq_direct(const fa_problem *p, const fa_grads *g)
 {
     const fa_tensor *t = &g->dq;

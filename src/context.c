@@ -106,6 +106,7 @@ fa_status fa_context_create(fa_context **out)
         fa_context_free(ctx);
         return st;
     }
+    fa_context_read_tune(ctx);
     *out = ctx;
     return FA_OK;
 }

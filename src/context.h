@@ -10,6 +10,7 @@
 
 #include "flashattn.h"
 #include "kernels/kernels.h"
+#include "tune.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -18,13 +19,6 @@
 #define FA_MAX_KV_SPLITS 256
 
 typedef struct fa_pool fa_pool;
-
-/* A tune file entry's shape class (src/tune.h); the CPU and ISA are the context's. */
-typedef struct fa_tune_key {
-    fa_dtype dtype;
-    int64_t d, dv, sk, rows; /* sk, rows: the length buckets */
-    int masked;              /* a causal mask or a window */
-} fa_tune_key;
 
 /*
  * The settings of fa_context_set, one row each: (param, field of fa_settings, lo, hi).
@@ -58,7 +52,7 @@ typedef struct fa_settings {
 
 /*
  * The read-only FA_PARAM_LAST_* read-outs, one row each: (param, field of fa_run_info,
- * lo, hi). An algorithm fills its run's fa_run_info; forward.c keeps a successful
+ * lo, hi). An algorithm fills its run's fa_run_info; entry.c keeps a successful
  * call's as ctx->last, and fa_context_get reads this table. A new counter: its enum
  * value in flashattn.h, a row here, and the algorithm that fills it.
  */
@@ -74,7 +68,7 @@ typedef struct fa_settings {
     X(FA_PARAM_LAST_KV_PACK_US, kv_pack_us, 0, INT64_MAX) /* thread time spent packing them */ \
     X(FA_PARAM_LAST_POOL, pool, 0, 2) /* FA_POOL_*: own, host, host failed (forward.c's record_run) */
 
-/* Phases of a tiled loop the verbose trace times: the forward's four, the backward's seven (algos.h). */
+/* Phases of a tiled loop the verbose trace times: the forward's four, the backward's seven (profile.h). */
 #define FA_PHASES_MAX 7
 
 /* What a run allocated and chose: the read-outs above, and for FLASHATTN_VERBOSE. */
@@ -85,17 +79,18 @@ typedef struct fa_run_info {
     const char *path; /* compute path, e.g. "f32" or "bf16-dot" */
     int backward;     /* a backward pass (the trace says so) */
     /* with FLASHATTN_VERBOSE (for its trace): the tiled loop's thread CPU time (all
-     * threads) by phase, algos.h's FA_PH_*; all 0 for the loops that keep none */
+     * threads) by phase, profile.h's FA_PH_*; all 0 for the loops that keep none */
     int64_t phase_us[FA_PHASES_MAX];
 } fa_run_info;
 
-/* Tuned tiles (src/tune.c, src/tune_file.c): the tune file is read once, at the first
- * planned flash call; that call's verbose trace carries `note` (what was read, or why
- * the file was ignored). Freed in fa_context_free. */
+/* Tuned tiles (src/plan_inputs.c, src/tune_file.c): the tune file is read when the
+ * context is made (and again after fa_tune saves); the trace of the first plan that
+ * asks for tuned tiles carries `note` (what was read, or why the file was ignored).
+ * Freed in fa_context_free. */
 typedef struct fa_tune_state {
-    int read;                    /* the file was looked at, whatever it held */
     struct fa_tune_table *table; /* this CPU's and ISA's entries; NULL: none */
-    int note_due;                /* the last plan read the file: trace the note */
+    int note_pending;            /* the file was read and no plan has traced the note yet */
+    int note_due;                /* the last plan took the note: trace it */
     int tile_src_q, tile_src_kv; /* where the last plan's tiles came from: FA_TILES_* */
     int off;                     /* fa_tune is sweeping: plans ignore tuned tiles */
     fa_tune_key key;             /* the shape class the last plan that asked for tuned tiles was of */

@@ -1,7 +1,8 @@
 /*
  * convert.c: panel packing between users' tensors of any dtype and fp32. The
  * scalar f16/bf16 conversions are kernels/half.h's (exact, no F16C); the hot
- * row conversions go through the kernel table's converters.
+ * row conversions go through the kernel table's converters, and so does the
+ * split of f32 rows into bf16 terms (f32 as bf16 products).
  */
 #include "convert.h"
 
@@ -135,4 +136,33 @@ int fa_rows_finite(const float *x, int64_t ld, int64_t rows, int64_t cols)
         }
     }
     return !bad;
+}
+
+/* ------------------------------------------------- f32 as bf16 products (convert.h) */
+
+void fa_split_f32(const fa_kernels *kern, const float *x, int64_t n, uint16_t *hi, float *res)
+{
+    kern->f32_to_bf16(x, hi, n);
+    kern->bf16_to_f32(hi, res, n);
+    for (int64_t i = 0; i < n; i++) {
+        const float d = x[i] - res[i];
+        res[i] = d - d == 0.0f ? d : 0.0f;
+    }
+}
+
+void fa_split_row(const fa_kernels *kern, int T, int lo_first, const float *x, int64_t n, uint16_t *dst, float *tmp)
+{
+    fa_split_f32(kern, x, n, dst, tmp);
+    if (T == 1) return;
+    kern->f32_to_bf16(tmp, dst + (lo_first ? n : 2 * n), n);
+    memcpy(dst + (lo_first ? 2 * n : n), dst, (size_t)n * sizeof *dst);
+}
+
+void fa_split_vrows(const fa_kernels *kern, int T, const float *v, int64_t ldv, int64_t cols, int64_t dv,
+                    uint16_t *hi, uint16_t *lo, float *tmp)
+{
+    for (int64_t c = 0; c < cols; c++) {
+        fa_split_f32(kern, v + c * ldv, dv, hi + c * dv, tmp);
+        if (T == 3) kern->f32_to_bf16(tmp, lo + c * dv, dv);
+    }
 }

@@ -1,6 +1,7 @@
 /*
  * convert.h: moving data between users' strided tensors of any dtype and the
- * fp32 panels the kernels work on. All offsets are 64-bit.
+ * fp32 panels the kernels work on, and the split of f32 operands into bf16 terms
+ * (FA_PARAM_F32_MATMUL). All offsets are 64-bit.
  */
 #ifndef FA_CONVERT_H
 #define FA_CONVERT_H
@@ -61,5 +62,32 @@ int fa_rows_finite16(const uint16_t *x, int64_t ld, int64_t rows, int64_t cols, 
  * row converters where the row is contiguous; the bits are the same either way). */
 void fa_store_rows(const fa_tensor *t, const fa_kernels *kern, int64_t b, int64_t s0, int64_t rows, int64_t h,
                    int64_t cols, const float *src, int64_t ld);
+
+/*
+ * f32 as bf16 products (FA_PARAM_F32_MATMUL). Each f32 operand x is split into
+ * hi = bf16(x) and lo = bf16(x - hi) (x - hi is exact in f32), and a product of two
+ * f32 vectors becomes one bf16 pair product over T times their length, the terms
+ * side by side along the reduction:
+ *   bf16x3 (T = 3): Q rows [hi | hi | lo] . K rows [hi | lo | hi]
+ *                   = Qhi.Khi + Qhi.Klo + Qlo.Khi;
+ *                   P.V as three pv_bf16 calls (which round P to bf16 themselves):
+ *                   P.Vhi (with alpha), then (P - bf16(P)).Vhi and P.Vlo added
+ *                   = Phi.Vhi + Plo.Vhi + Phi.Vlo;
+ *   bf16    (T = 1): Qhi.Khi and Phi.Vhi.
+ * Only lo.lo is left out: |x - hi - lo| <= 2^-18 |x|, so each bf16x3 product is
+ * within about 3 * 2^-18 < 2^-16 of the exact one (bf16: 2 * 2^-9 = 2^-8), summed in
+ * fp32. NaN stays NaN (its lo is 0); an inf operand's lo is 0, and 0 * inf makes
+ * the product NaN where ieee's is +-inf.
+ *
+ * fa_split_f32: hi = bf16(x) (nearest even), res = x - hi in f32 (0 where x or hi
+ * is not finite). fa_split_row: one row of n as T * n bf16, [hi | hi | lo]
+ * (lo_first 0, a Q row) or [hi | lo | hi] (lo_first 1, a K row); T = 1: [hi]; tmp
+ * holds n floats. fa_split_vrows: V rows' hi parts into hi, and for T = 3 their lo
+ * parts into lo (both ld dv); tmp dv floats.
+ */
+void fa_split_f32(const fa_kernels *kern, const float *x, int64_t n, uint16_t *hi, float *res);
+void fa_split_row(const fa_kernels *kern, int T, int lo_first, const float *x, int64_t n, uint16_t *dst, float *tmp);
+void fa_split_vrows(const fa_kernels *kern, int T, const float *v, int64_t ldv, int64_t cols, int64_t dv,
+                    uint16_t *hi, uint16_t *lo, float *tmp);
 
 #endif

@@ -1,81 +1,16 @@
 /*
- * forward.c: fa_forward and fa_backward: validate, pick the algorithm, append a
- * cached call's new rows (fa_forward), run the algorithm, record what ran;
- * fa_forward_check, fa_backward_check and fa_forward_work stop after the first two
- * steps. The algorithm table below is the one place a new algorithm is registered.
+ * forward.c: fa_forward: validate, pick the algorithm (entry.c's table), append a
+ * cached call's new rows, run the algorithm, record what ran; fa_forward_check and
+ * fa_forward_work stop after the first two steps, so what they accept is what
+ * fa_forward accepts.
  */
-#include "algos.h"
+#include "entry.h"
 #include "cache.h"
 #include "convert.h"
-#include "threadpool.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
-
-typedef struct {
-    fa_algo algo;
-    /* NULL when the algorithm runs every valid call; else says why it cannot. */
-    const char *(*cannot_run)(const fa_problem *p);
-    fa_status (*run)(fa_context *ctx, const fa_problem *p, fa_run_info *info);
-    /* The backward pass of the same algorithm: each algorithm differentiates its
-     * own forward. */
-    fa_status (*run_backward)(fa_context *ctx, const fa_problem *p, const fa_grads *g, fa_run_info *info);
-} fa_algo_entry;
-
-/* The baselines materialise per-(b, h) matrices of one dense shape; the inference
- * forms (ragged, cached, paged) exist to be fast, so only flash runs them. */
-static const char *dense_only(const fa_problem *p)
-{
-    return fa_problem_is_form(p) ? "variable-length and KV-cache calls run on flash only" : NULL;
-}
-
-static const fa_algo_entry g_algos[] = {
-    {FA_ALGO_FLASH, NULL, fa_run_flash, fa_run_flash_backward},
-    {FA_ALGO_STANDARD, dense_only, fa_run_standard, fa_run_standard_backward},
-    {FA_ALGO_REFERENCE, dense_only, fa_run_reference, fa_run_reference_backward},
-};
-
-static const fa_algo_entry *find_algo(fa_algo algo)
-{
-    for (size_t i = 0; i < sizeof g_algos / sizeof g_algos[0]; i++)
-        if (g_algos[i].algo == algo) return &g_algos[i];
-    return NULL;
-}
-
-/* The table's entry that runs this call: the context's algorithm, or for auto,
- * flash whenever flash supports the call (there is no head-dim list), else
- * standard, with *fallback saying why. NULL and *st on failure. */
-static const fa_algo_entry *choose_algo(fa_context *ctx, const fa_problem *p, const char **fallback, fa_status *st)
-{
-    const fa_algo want = ctx->set.algo == FA_ALGO_AUTO ? FA_ALGO_FLASH : ctx->set.algo;
-    const fa_algo_entry *e = find_algo(want);
-    if (!e) {
-        *st = fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "unknown algorithm %d", (int)want);
-        return NULL;
-    }
-    const char *why = e->cannot_run ? e->cannot_run(p) : NULL;
-    if (why && ctx->set.algo == FA_ALGO_AUTO) {
-        *fallback = why;
-        e = find_algo(FA_ALGO_STANDARD);
-        why = e->cannot_run ? e->cannot_run(p) : NULL;
-    }
-    if (why) {
-        *st = fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s cannot run this call: %s", fa_algo_name(want), why);
-        return NULL;
-    }
-    return e;
-}
-
-/* What a successful call ran, for FA_PARAM_LAST_* and the verbose trace. */
-static void record_run(fa_context *ctx, const fa_problem *p, const fa_algo_entry *e, const char *fallback,
-                       const fa_run_info *info, double t0)
-{
-    ctx->last = *info;
-    ctx->last.algo = e->algo;
-    ctx->last.pool = fa_pool_kind(ctx->pool);
-    if (ctx->set.verbose) fa_verbose_exec(ctx, p, e->algo, fallback, &ctx->last, (fa_now_s() - t0) * 1e3);
-}
 
 /* A dense call with no keys: every row keeps nothing, so o = 0 and lse = -inf, or
  * the head's sink (docs/semantics.md, empty rows), whichever algorithm was asked for. */
@@ -124,7 +59,7 @@ static void write_dropout_mask(const fa_problem *p)
 /* Runs e on p. A cached call's new rows go into the cache first (algorithms read
  * them there); if the algorithm then fails, what they replaced is put back, so a
  * failed call leaves the cache as it was. */
-static fa_status run_forward(fa_context *ctx, const fa_algo_entry *e, const fa_problem *p, fa_run_info *info)
+static fa_status run_appending(fa_context *ctx, const fa_algo_entry *e, const fa_problem *p, fa_run_info *info)
 {
     if (!p->append) return e->run(ctx, p, info);
     fa_cache_undo undo;
@@ -146,11 +81,11 @@ static fa_status prepare_forward(fa_context *ctx, const fa_forward_args *args, f
 {
     fa_status st = fa_validate_forward(ctx, args, p);
     if (st != FA_OK) return st;
-    *e = choose_algo(ctx, p, fallback, &st);
+    *e = fa_algo_choose(ctx, p, fallback, &st);
     return *e ? FA_OK : st;
 }
 
-fa_status fa_forward_run(fa_context *ctx, const fa_forward_args *args)
+fa_status fa_forward_entered(fa_context *ctx, const fa_forward_args *args)
 {
     fa_problem p;
     const char *fallback = NULL;
@@ -165,36 +100,22 @@ fa_status fa_forward_run(fa_context *ctx, const fa_forward_args *args)
     } else if (!fa_problem_is_form(&p) && p.Sk == 0) {
         write_empty_rows(&p);
         info.path = "empty";
-    } else if ((st = run_forward(ctx, e, &p, &info)) != FA_OK) {
+    } else if ((st = run_appending(ctx, e, &p, &info)) != FA_OK) {
         return st;
     }
     if (p.has_drop_mask) write_dropout_mask(&p);
-    record_run(ctx, &p, e, fallback, &info, t0);
+    fa_run_record(ctx, &p, e, fallback, &info, t0);
     return FA_OK;
 }
 
-/* Every public call of this file on a context: the NULL check, the one-call-at-a-time
- * guard around the call, and (with trace, for the calls that run) the verbose
- * line of a failure. args and out are the call's own. */
-typedef fa_status (*entry_call)(fa_context *ctx, const void *args, void *out);
-
-static fa_status enter(fa_context *ctx, entry_call call, const void *args, void *out, int trace)
-{
-    if (!ctx) return FA_ERR_NULL_CONTEXT;
-    if (!fa_context_enter(ctx)) return FA_ERR_BUSY;
-    const fa_status st = call(ctx, args, out);
-    if (trace && st != FA_OK && ctx->set.verbose) fa_verbose_error(ctx, st);
-    fa_context_leave(ctx);
-    return st;
-}
-
-static fa_status forward_run(fa_context *ctx, const void *args, void *out)
+/* The bodies of the public calls below, for fa_guarded_call. */
+static fa_status forward_call(fa_context *ctx, const void *args, void *out)
 {
     (void)out;
-    return fa_forward_run(ctx, args);
+    return fa_forward_entered(ctx, args);
 }
 
-static fa_status forward_check(fa_context *ctx, const void *args, void *out)
+static fa_status forward_check_call(fa_context *ctx, const void *args, void *out)
 {
     (void)out;
     fa_problem p;
@@ -205,12 +126,12 @@ static fa_status forward_check(fa_context *ctx, const void *args, void *out)
 
 fa_status fa_forward(fa_context *ctx, const fa_forward_args *args)
 {
-    return enter(ctx, forward_run, args, NULL, 1);
+    return fa_guarded_call(ctx, forward_call, args, NULL, 1);
 }
 
 fa_status fa_forward_check(fa_context *ctx, const fa_forward_args *args)
 {
-    return enter(ctx, forward_check, args, NULL, 0);
+    return fa_guarded_call(ctx, forward_check_call, args, NULL, 0);
 }
 
 /* ------------------------------------------------------------------- work */
@@ -247,7 +168,7 @@ static int64_t problem_pairs(const fa_problem *p)
     return pairs * p->Hq;
 }
 
-static fa_status forward_work(fa_context *ctx, const void *args, void *out_)
+static fa_status forward_work_call(fa_context *ctx, const void *args, void *out_)
 {
     fa_work *out = out_;
     if (!out) return fa_fail(ctx, FA_ERR_NULL_POINTER, "out is NULL");
@@ -271,7 +192,7 @@ static fa_status forward_work(fa_context *ctx, const void *args, void *out_)
 
 fa_status fa_forward_work(fa_context *ctx, const fa_forward_args *args, fa_work *out)
 {
-    return enter(ctx, forward_work, args, out, 0);
+    return fa_guarded_call(ctx, forward_work_call, args, out, 0);
 }
 
 /* fa_forward_band's question: row `row` of sequence `seq`, and where the answer goes. */
@@ -282,7 +203,7 @@ typedef struct band_query {
 
 /* The band of the validated call's row: fa_row_band at the sequence's own lengths
  * (a dense call's batch rows all have the call's). */
-static fa_status forward_band(fa_context *ctx, const void *args, void *out)
+static fa_status forward_band_call(fa_context *ctx, const void *args, void *out)
 {
     const band_query *bq = out;
     if (!bq->lo || !bq->hi) return fa_fail(ctx, FA_ERR_NULL_POINTER, "lo or hi is NULL");
@@ -306,80 +227,5 @@ fa_status fa_forward_band(fa_context *ctx, const fa_forward_args *args, int64_t 
                           int64_t *hi)
 {
     band_query bq = {seq, row, lo, hi};
-    return enter(ctx, forward_band, args, &bq, 0);
-}
-
-/* ---------------------------------------------------------------- backward */
-
-/* Writes zeros over a whole gradient tensor (the gradient of nothing). */
-static void write_zeros(const fa_tensor *t)
-{
-    static const float zeros[256];
-    for (int d = 0; d < 4; d++)
-        if (t->shape[d] == 0) return; /* no elements, however many rows */
-    for (int64_t b = 0; b < t->shape[0]; b++)
-        for (int64_t s = 0; s < t->shape[1]; s++)
-            for (int64_t h = 0; h < t->shape[2]; h++)
-                for (int64_t e0 = 0; e0 < t->shape[3]; e0 += 256) {
-                    fa_tensor v = *t;
-                    v.data = (char *)v.data + e0 * v.stride[3] * (int64_t)fa_dtype_size(v.dtype);
-                    fa_store_rows(&v, &fa_kernels_ref, b, s, 1, h, t->shape[3] - e0 < 256 ? t->shape[3] - e0 : 256, zeros, 0);
-                }
-}
-
-/* fa_backward's decisions before it runs, as prepare_forward. */
-static fa_status prepare_backward(fa_context *ctx, const fa_backward_args *args, fa_problem *p, fa_grads *g,
-                                  const fa_algo_entry **e, const char **fallback)
-{
-    fa_status st = fa_validate_backward(ctx, args, p, g);
-    if (st != FA_OK) return st;
-    *e = choose_algo(ctx, p, fallback, &st);
-    return *e ? FA_OK : st;
-}
-
-static fa_status backward(fa_context *ctx, const void *args, void *out)
-{
-    (void)out;
-    fa_problem p;
-    fa_grads g;
-    const char *fallback = NULL;
-    const fa_algo_entry *e;
-    fa_status st = prepare_backward(ctx, args, &p, &g, &e, &fallback);
-    if (st != FA_OK) return st;
-
-    fa_run_info info = {.threads = 1, .path = ""};
-    const double t0 = ctx->set.verbose ? fa_now_s() : 0.0;
-    if (!fa_problem_is_form(&p) && (p.B == 0 || p.Sq == 0 || p.Hq == 0 || p.Sk == 0)) {
-        /* no (i, j) pair at all: every gradient is zero */
-        if (g.has_dq) write_zeros(&g.dq);
-        if (g.has_dk) write_zeros(&g.dk);
-        if (g.has_dv) write_zeros(&g.dv);
-        for (int64_t h = 0; g.dsinks && h < p.Hq; h++) g.dsinks[h] = 0.0f;
-        info.path = "empty";
-    } else if ((st = e->run_backward(ctx, &p, &g, &info)) != FA_OK) {
-        return st;
-    }
-    info.backward = 1;
-    record_run(ctx, &p, e, fallback, &info, t0);
-    return FA_OK;
-}
-
-static fa_status backward_check(fa_context *ctx, const void *args, void *out)
-{
-    (void)out;
-    fa_problem p;
-    fa_grads g;
-    const fa_algo_entry *e;
-    const char *fallback = NULL;
-    return prepare_backward(ctx, args, &p, &g, &e, &fallback);
-}
-
-fa_status fa_backward(fa_context *ctx, const fa_backward_args *args)
-{
-    return enter(ctx, backward, args, NULL, 1);
-}
-
-fa_status fa_backward_check(fa_context *ctx, const fa_backward_args *args)
-{
-    return enter(ctx, backward_check, args, NULL, 0);
+    return fa_guarded_call(ctx, forward_band_call, args, &bq, 0);
 }

@@ -128,33 +128,6 @@ int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int6
     return !bad;
 }
 
-void fa_split_f32(const fa_kernels *kern, const float *x, int64_t n, uint16_t *hi, float *res)
-{
-    kern->f32_to_bf16(x, hi, n);
-    kern->bf16_to_f32(hi, res, n);
-    for (int64_t i = 0; i < n; i++) {
-        const float d = x[i] - res[i];
-        res[i] = d - d == 0.0f ? d : 0.0f;
-    }
-}
-
-void fa_split_row(const fa_kernels *kern, int T, int lo_first, const float *x, int64_t n, uint16_t *dst, float *tmp)
-{
-    fa_split_f32(kern, x, n, dst, tmp);
-    if (T == 1) return;
-    kern->f32_to_bf16(tmp, dst + (lo_first ? n : 2 * n), n);
-    memcpy(dst + (lo_first ? 2 * n : n), dst, (size_t)n * sizeof *dst);
-}
-
-void fa_split_vrows(const fa_kernels *kern, int T, const float *v, int64_t ldv, int64_t cols, int64_t dv,
-                    uint16_t *hi, uint16_t *lo, float *tmp)
-{
-    for (int64_t c = 0; c < cols; c++) {
-        fa_split_f32(kern, v + c * ldv, dv, hi + c * dv, tmp);
-        if (T == 3) kern->f32_to_bf16(tmp, lo + c * dv, dv);
-    }
-}
-
 int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mm_terms, int mode)
 {
     if (mode == 1) return -1;

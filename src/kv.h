@@ -95,32 +95,6 @@ int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, int v_in_k, 
 void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
                      int64_t cols, int64_t key0, char *unit, uint16_t *k16, uint16_t *v16, float *tmp);
 
-/*
- * f32 as bf16 products (FA_PARAM_F32_MATMUL). Each f32 operand x is split into
- * hi = bf16(x) and lo = bf16(x - hi) (x - hi is exact in f32), and a product of two
- * f32 vectors becomes one bf16 pair product over T times their length, the terms
- * side by side along the reduction:
- *   bf16x3 (T = 3): Q rows [hi | hi | lo] . K rows [hi | lo | hi]
- *                   = Qhi.Khi + Qhi.Klo + Qlo.Khi;
- *                   P.V as three pv_bf16 calls (which round P to bf16 themselves):
- *                   P.Vhi (with alpha), then (P - bf16(P)).Vhi and P.Vlo added
- *                   = Phi.Vhi + Plo.Vhi + Phi.Vlo;
- *   bf16    (T = 1): Qhi.Khi and Phi.Vhi.
- * Only lo.lo is left out: |x - hi - lo| <= 2^-18 |x|, so each bf16x3 product is
- * within about 3 * 2^-18 < 2^-16 of the exact one (bf16: 2 * 2^-9 = 2^-8), summed in
- * fp32. NaN stays NaN (its lo is 0); an inf operand's lo is 0, and 0 * inf makes
- * the product NaN where ieee's is +-inf.
- *
- * fa_split_f32: hi = bf16(x) (nearest even), res = x - hi in f32 (0 where x or hi
- * is not finite). fa_split_row: one row of n as T * n bf16, [hi | hi | lo]
- * (lo_first 0, a Q row) or [hi | lo | hi] (lo_first 1, a K row); T = 1: [hi]; tmp
- * holds n floats. fa_split_vrows: V rows' hi parts into hi, and for T = 3 their lo
- * parts into lo (both ld dv); tmp dv floats.
- */
-void fa_split_f32(const fa_kernels *kern, const float *x, int64_t n, uint16_t *hi, float *res);
-void fa_split_row(const fa_kernels *kern, int T, int lo_first, const float *x, int64_t n, uint16_t *dst, float *tmp);
-void fa_split_vrows(const fa_kernels *kern, int T, const float *v, int64_t ldv, int64_t cols, int64_t dv,
-                    uint16_t *hi, uint16_t *lo, float *tmp);
 /* 1 when none of the rows (or the scales of i8 and fp8 rows) holds inf or NaN. */
 int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int64_t cols, int64_t dim);
 

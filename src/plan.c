@@ -8,12 +8,11 @@
  * floating-point operations, and results must be bitwise the same for any
  * number of threads. A tuned entry for the call's shape class (the tune file,
  * src/tune.c) replaces the heuristic; a context setting (FA_PARAM_TILE_Q /
- * FA_PARAM_TILE_KV) overrides either size over both.
+ * FA_PARAM_TILE_KV) overrides either size over both. Both come in as inputs
+ * (plan.h): the planner reads no file and no context.
  */
-#include "algos.h"
+#include "plan.h"
 #include "arith.h"
-#include "cpu.h"
-#include "tune.h"
 
 #include <unistd.h>
 
@@ -38,13 +37,18 @@ int64_t fa_l2_bytes(void)
 }
 
 
-void fa_plan_tiles(fa_context *ctx, const fa_problem *p, int trimmed, fa_plan *plan)
+int fa_plan_masked(const fa_problem *p)
+{
+    return p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0;
+}
+
+void fa_plan_from(const fa_plan_inputs *in, const fa_problem *p, int trimmed, fa_plan *plan)
 {
     const int64_t budget = fa_l2_bytes() / 2; /* leave the rest to K/V rows streaming through */
     const int64_t D = p->D, Dv = p->Dv;
     /* the table's preferred blocking (kernels.h): its row alignment is the floor for
      * huge heads, its qk register block one for every shape */
-    const fa_kernels *kern = ctx->kernels;
+    const fa_kernels *kern = in->kernels;
     const int64_t row_align = kern->row_align;
     /* enough tasks for 4 threads x 4 each; a constant, not ctx->threads (see above).
      * br stays >= br_min unless Sq itself is shorter: one register block of the
@@ -67,28 +71,28 @@ void fa_plan_tiles(fa_context *ctx, const fa_problem *p, int trimmed, fa_plan *p
 
     /* Causal and window masks leave partly masked tiles along the band's edges, whose
      * masked half is computed and discarded: keep tiles a small fraction of the
-     * lengths so that waste stays small (measured at N=512 causal: 256x256 tiles
-     * 14.2 ms, 64x128 11.8 ms). A trimmed causal band computes no masked half, and
-     * there large tiles win (N=512 causal, thread CPU time, avx512: 64x128 68 ms,
-     * 128x128 62, 256x256 59; avx2: 172, 155, 160). */
-    const int masked = p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0;
+     * lengths so that waste stays small. A trimmed causal band computes no masked
+     * half, and there large tiles win (bench/README.md, "Kernel and plan notes"). */
+    const int masked = fa_plan_masked(p);
     const int windowed = p->window_left >= 0 || p->window_right >= 0;
     if (masked && (!trimmed || windowed)) {
         while (br > br_min && br > p->Sq / 8) br /= 2;
         while (bc > 64 && bc > p->Sk / 4) bc /= 2;
     }
 
-    ctx->tune.tile_src_q = ctx->tune.tile_src_kv = FA_TILES_HEURISTIC;
-    ctx->tune.note_due = 0;
-    if ((ctx->set.tile_q == 0 || ctx->set.tile_kv == 0) && fa_tune_lookup(ctx, p, masked, &br, &bc))
-        ctx->tune.tile_src_q = ctx->tune.tile_src_kv = FA_TILES_TUNED;
-    if (ctx->set.tile_q > 0) {
-        br = ctx->set.tile_q;
-        ctx->tune.tile_src_q = FA_TILES_OVERRIDE;
+    plan->src_q = plan->src_kv = FA_TILES_HEURISTIC;
+    if (in->tuned_q > 0 && in->tuned_kv > 0) {
+        br = in->tuned_q;
+        bc = in->tuned_kv;
+        plan->src_q = plan->src_kv = FA_TILES_TUNED;
     }
-    if (ctx->set.tile_kv > 0) {
-        bc = ctx->set.tile_kv;
-        ctx->tune.tile_src_kv = FA_TILES_OVERRIDE;
+    if (in->set_q > 0) {
+        br = in->set_q;
+        plan->src_q = FA_TILES_OVERRIDE;
+    }
+    if (in->set_kv > 0) {
+        bc = in->set_kv;
+        plan->src_kv = FA_TILES_OVERRIDE;
     }
     /* tiles inside the block mask's blocks, so that a skipped block is never computed */
     fa_bmask_fit_tiles(p, &br, &bc);
@@ -103,10 +107,4 @@ int64_t fa_panel_ld(int64_t rows)
      * few L1 sets, and they evict each other; one extra vector breaks the pattern. */
     int64_t ld = fa_round_up(rows, FA_ROW_ALIGN);
     return ld % 64 == 0 ? ld + FA_ROW_ALIGN : ld;
-}
-
-int fa_bf16_dot_active(const fa_context *ctx)
-{
-    if (!(ctx->kernels->flags & FA_KERNELS_BF16_DOT) || ctx->set.bf16_dot == 2) return 0;
-    return ctx->set.bf16_dot == 1 || (ctx->kernels->flags & FA_KERNELS_BF16_DOT_FAST) || fa_cpu_get()->bf16_dot_fast;
 }

@@ -107,8 +107,21 @@ void fa_seq_grads(const fa_problem *p, const fa_grads *g, int64_t b, fa_grads *o
 void fa_seq_lengths(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk);
 /* Sequence b as a dense B = 1 problem (see above). */
 void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *out);
-/* t with its batch axis fixed at b and its seq axis starting at s0: a (1, len, .., ..) view. */
-fa_tensor fa_seq_tensor(const fa_tensor *t, int64_t b, int64_t s0, int64_t len);
+/* t with its batch axis fixed at b and its seq axis starting at s0: a (1, len, .., ..)
+ * view. An empty view keeps t's base: its first row may lie one past the tensor (an
+ * empty trailing sequence), where the offset was never proven in range and no row is
+ * read. Here, not in sequences.c, because the cache's views (cache.c) cut it too. */
+static inline fa_tensor fa_seq_tensor(const fa_tensor *t, int64_t b, int64_t s0, int64_t len)
+{
+    fa_tensor v = *t;
+    if (len > 0) {
+        const int64_t off = b * t->stride[0] + s0 * t->stride[1]; /* an element of t: in range (checks.c) */
+        v.data = (char *)t->data + off * (int64_t)fa_dtype_size(t->dtype);
+    }
+    v.shape[0] = 1;
+    v.shape[1] = len;
+    return v;
+}
 /* Checks of the varlen and cache fields of a call; p already holds q, o, lse and
  * the scalars. Fills the rest of p. */
 fa_status fa_validate_forms(fa_context *ctx, const fa_forward_args *a, fa_problem *p);

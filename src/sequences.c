@@ -24,20 +24,6 @@ void fa_seq_lengths(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk)
         *sk = p->cu_k ? span(p->cu_k, b) : p->k.shape[1];
 }
 
-/* An empty view keeps t's base: its first row may lie one past the tensor (an empty
- * trailing sequence), where the offset was never proven in range and no row is read. */
-fa_tensor fa_seq_tensor(const fa_tensor *t, int64_t b, int64_t s0, int64_t len)
-{
-    fa_tensor v = *t;
-    if (len > 0) {
-        const int64_t off = b * t->stride[0] + s0 * t->stride[1]; /* an element of t: in range (checks.c) */
-        v.data = (char *)t->data + off * (int64_t)fa_dtype_size(t->dtype);
-    }
-    v.shape[0] = 1;
-    v.shape[1] = len;
-    return v;
-}
-
 void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *s)
 {
     *s = *p;

@@ -8,7 +8,7 @@
  * goes to the caller's callback.
  */
 #include "tune.h"
-#include "algos.h"
+#include "entry.h"
 #include "alloc.h"
 #include "checks.h"
 
@@ -90,7 +90,7 @@ static fa_status time_candidate(sweep *sw, int64_t tq, int64_t tkv, fa_tune_timi
     fa_status st = FA_OK;
     for (int64_t r = -1; st == FA_OK && r < sw->opt.runs; r++) { /* r = -1: the warm-up */
         const double t0 = fa_now_s();
-        st = fa_forward_run(ctx, sw->args);
+        st = fa_forward_entered(ctx, sw->args);
         if (r >= 0) sw->times[r] = fa_now_s() - t0;
     }
     if (st == FA_ERR_OUT_OF_MEMORY) return FA_OK;
@@ -171,7 +171,8 @@ static fa_status save_best(sweep *sw)
     r->saved_tile_kv = best->asked_kv > 0 ? best->asked_kv : best->tile_kv;
     if (!sw->opt.save || !r->path[0]) return FA_OK;
     int64_t dropped = 0;
-    const fa_status st = fa_tune_save(ctx, r->path, &ctx->tune.key, r->saved_tile_q, r->saved_tile_kv, &dropped);
+    const fa_status st = fa_tune_save(r->path, ctx->kernels->name, &ctx->tune.key, r->saved_tile_q,
+                                      r->saved_tile_kv, &dropped, ctx->error, sizeof ctx->error);
     if (st != FA_OK) {
         snprintf(r->note, sizeof r->note, "%s", ctx->error);
         return st;
@@ -180,10 +181,8 @@ static fa_status save_best(sweep *sw)
     if (dropped > 0)
         snprintf(r->note, sizeof r->note, "dropped %lld line%s that %s not tune entries", (long long)dropped,
                  dropped == 1 ? "" : "s", dropped == 1 ? "was" : "were");
-    /* the next planned call re-reads the file, and finds the new entry */
-    fa_tune_free(ctx->tune.table);
-    ctx->tune.table = NULL;
-    ctx->tune.read = 0;
+    /* the context reads the file again: its next planned call finds the new entry */
+    fa_context_read_tune(ctx);
     return FA_OK;
 }
 
@@ -201,7 +200,8 @@ static fa_status tune(sweep *sw, const fa_tune_options *options)
     if (sw->opt.path && snprintf(r->path, sizeof r->path, "%s", sw->opt.path) >= (int)sizeof r->path)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "options->path is longer than %zu bytes", sizeof r->path - 1);
     if (!sw->opt.path && !fa_tune_path(r->path, sizeof r->path, r->note, sizeof r->note)) r->path[0] = '\0';
-    if (sw->opt.save && r->path[0] && (st = fa_tune_file_check(ctx, r->path)) != FA_OK) return st;
+    if (sw->opt.save && r->path[0] && (st = fa_tune_file_check(r->path, ctx->error, sizeof ctx->error)) != FA_OK)
+        return st;
     sw->times = fa_malloc(sw->opt.runs * (int64_t)sizeof *sw->times);
     if (!sw->times) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "tune: out of memory for %lld timings",
                                    (long long)sw->opt.runs);

@@ -1,14 +1,15 @@
 /*
  * tune.h: tuned tile sizes. src/tune_file.c owns the tune file: where it is, its
- * one reader (the planner, src/plan.c, asks fa_tune_lookup for the tiles of a
- * call's shape class; the file is read once per context, at the first planned
- * flash call) and its one writer (fa_tune_save). src/tune.c is fa_tune, the
- * public sweep that finds the tiles and saves them.
+ * one reader (fa_tune_read, which a context runs when it is made, src/plan_inputs.c;
+ * the planner then takes the entry of a call's shape class as an input) and its one
+ * writer (fa_tune_save). src/tune.c is fa_tune, the public sweep that finds the
+ * tiles and saves them. Nothing here knows a context: the reader and the writer
+ * take the ISA's name and a buffer for their words.
  * Anything wrong with the file when reading (missing, unreadable, another version,
  * another CPU or ISA, bad lines, absurd values) only means no tuned tiles: never an
- * error, never output. ctx->tune.note says what happened, for FLASHATTN_VERBOSE.
+ * error, never output. The reader's note says what happened, for FLASHATTN_VERBOSE.
  *
- * The file, version 1 (README.md, "The tune file"):
+ * The file, version 1 (docs/tool.md, "The tune file"):
  *
  *   flashattn-tune 1
  *   # comment lines and blank lines are skipped
@@ -25,35 +26,37 @@
 #ifndef FA_TUNE_H
 #define FA_TUNE_H
 
-#include "context.h"
 #include "problem.h"
 
+#include <stddef.h>
+#include <stdint.h>
+
+/* A tune file entry's shape class; the CPU and ISA are the reader's. */
+typedef struct fa_tune_key {
+    fa_dtype dtype;
+    int64_t d, dv, sk, rows; /* sk, rows: the length buckets */
+    int masked;              /* a causal mask or a window */
+} fa_tune_key;
+
 typedef struct fa_tune_table fa_tune_table;
-
-/* Where a plan's tile sizes came from (ctx->tune.tile_src_q, ctx->tune.tile_src_kv). */
-enum { FA_TILES_HEURISTIC = 0, FA_TILES_TUNED = 1, FA_TILES_OVERRIDE = 2 };
-
-static inline const char *fa_tiles_source_name(int src)
-{
-    return src == FA_TILES_TUNED ? "tuned" : src == FA_TILES_OVERRIDE ? "override" : "heuristic";
-}
 
 /* The smallest power of two >= n (1 for n < 1), at most 2^62: the length buckets. */
 int64_t fa_tune_bucket(int64_t n);
 
-/*
- * The tuned tiles for the shape class of p (a problem as the planner sees it) and
- * `masked` (causal or window), reading the tune file first if ctx has not yet.
- * 1 with *br, *bc set, or 0. Records the class in ctx->tune.key (for fa_tune);
- * while ctx->tune.off, answers 0 without reading. Sets ctx->tune.note_due when
- * this call read the file (the caller clears it before each plan).
- */
-int fa_tune_lookup(fa_context *ctx, const fa_problem *p, int masked, int64_t *br, int64_t *bc);
+/* The shape class of p (a problem as the planner sees it) and `masked` (causal or window). */
+fa_tune_key fa_tune_key_of(const fa_problem *p, int masked);
+
+/* Reads the tune file the library's rule names (fa_tune_path): this CPU's entries
+ * for ISA `isa`, or NULL when there are none; either way `note` says what happened. */
+fa_tune_table *fa_tune_read(const char *isa, char *note, size_t note_size);
+
+/* The entry of class k in t (NULL is an empty table): 1 with *tile_q, *tile_kv set (>= 1), or 0. */
+int fa_tune_find(const fa_tune_table *t, const fa_tune_key *k, int64_t *tile_q, int64_t *tile_kv);
 
 /* Frees a table read from the file; NULL is fine. */
 void fa_tune_free(fa_tune_table *t);
 
-/* The tune file's path by the library's rule (README.md): 1 with the path in buf;
+/* The tune file's path by the library's rule (docs/tool.md): 1 with the path in buf;
  * 0 when there is none (tuned tiles off, or no place), with `note` saying why. */
 int fa_tune_path(char *buf, size_t n, char *note, size_t note_size);
 
@@ -61,17 +64,17 @@ int fa_tune_path(char *buf, size_t n, char *note, size_t note_size);
 void fa_tune_key_text(const char *isa, const fa_tune_key *k, char *buf, size_t n);
 
 /* Whether a file at path may be replaced: absent, or starting with the version
- * line. FA_OK, or FA_ERR_IO with the reason on ctx. */
-fa_status fa_tune_file_check(fa_context *ctx, const char *path);
+ * line. FA_OK, or FA_ERR_IO with the reason in why (a context's error message). */
+fa_status fa_tune_file_check(const char *path, char *why, size_t why_size);
 
 /*
- * Saves tiles (tq, tkv) for class k of this CPU and ctx's ISA: the entry of the same
+ * Saves tiles (tq, tkv) for class k of this CPU and ISA isa: the entry of the same
  * key is replaced, other entries kept, lines that are not entries dropped (counted
  * in *dropped); written next to the file and renamed over it, so a reader sees the
  * old file or the new one. FA_OK, or FA_ERR_IO (the file is not a tune file, cannot
- * be written, or the tiles are beyond what a reader accepts) with the reason on ctx.
+ * be written, or the tiles are beyond what a reader accepts) with the reason in why.
  */
-fa_status fa_tune_save(fa_context *ctx, const char *path, const fa_tune_key *k, int64_t tq, int64_t tkv,
-                       int64_t *dropped);
+fa_status fa_tune_save(const char *path, const char *isa, const fa_tune_key *k, int64_t tq, int64_t tkv,
+                       int64_t *dropped, char *why, size_t why_size);
 
 #endif

@@ -1,8 +1,8 @@
 /*
- * tune_file.c: the tune file (format in tune.h and README.md), its only home:
+ * tune_file.c: the tune file (format in tune.h and docs/tool.md), its only home:
  * where it is, the reader that turns it into a table of this CPU's and ISA's
  * entries (once per context) and finds a call's entry, and the writer fa_tune
- * saves through. The file is untrusted input, so every line is read into a
+ * saves through. It knows no context: its words go into the caller's buffers. The file is untrusted input, so every line is read into a
  * bounded buffer, every number is checked digit by digit, and any doubt drops
  * the line (or, for the header, the file). Reading never fails a call and
  * nothing here prints; the writer reports on the context.
@@ -12,6 +12,7 @@
 #include "alloc.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,27 +310,26 @@ static int same_key(const fa_tune_key *a, const fa_tune_key *b)
            a->masked == b->masked;
 }
 
-int fa_tune_lookup(fa_context *ctx, const fa_problem *p, int masked, int64_t *br, int64_t *bc)
+fa_tune_key fa_tune_key_of(const fa_problem *p, int masked)
 {
-    const fa_tune_key want = {.dtype = p->dtype, .d = p->D, .dv = p->Dv, .sk = fa_tune_bucket(p->Sk),
-                              .rows = fa_tune_bucket(p->Sq), .masked = masked};
-    ctx->tune.key = want;
-    if (ctx->tune.off) return 0;
-    if (!ctx->tune.read) {
-        char path[TUNE_PATH_MAX];
-        ctx->tune.read = 1;
-        ctx->tune.note_due = 1;
-        if (fa_tune_path(path, sizeof path, ctx->tune.note, sizeof ctx->tune.note))
-            ctx->tune.table = tune_read_file(path, fa_cpu_model(), ctx->kernels->name, ctx->tune.note,
-                                       sizeof ctx->tune.note);
-    }
-    const fa_tune_table *t = ctx->tune.table;
-    if (!t) return 0;
-    for (int64_t i = 0; i < t->n; i++) {
+    return (fa_tune_key){.dtype = p->dtype, .d = p->D, .dv = p->Dv, .sk = fa_tune_bucket(p->Sk),
+                         .rows = fa_tune_bucket(p->Sq), .masked = masked};
+}
+
+fa_tune_table *fa_tune_read(const char *isa, char *note, size_t note_size)
+{
+    char path[TUNE_PATH_MAX];
+    if (!fa_tune_path(path, sizeof path, note, note_size)) return NULL;
+    return tune_read_file(path, fa_cpu_model(), isa, note, note_size);
+}
+
+int fa_tune_find(const fa_tune_table *t, const fa_tune_key *k, int64_t *tile_q, int64_t *tile_kv)
+{
+    for (int64_t i = 0; t && i < t->n; i++) {
         const tune_entry *e = &t->e[i];
-        if (same_key(&e->k, &want)) {
-            *br = e->tile_q;
-            *bc = e->tile_kv;
+        if (same_key(&e->k, k)) {
+            *tile_q = e->tile_q;
+            *tile_kv = e->tile_kv;
             return 1;
         }
     }
@@ -344,24 +344,39 @@ void fa_tune_key_text(const char *isa, const fa_tune_key *k, char *buf, size_t n
              (long long)k->d, (long long)k->dv, (long long)k->sk, (long long)k->rows, k->masked);
 }
 
-static fa_status not_a_tune_file(fa_context *ctx, const char *path, const char *why)
+/* The writer's failures: FA_ERR_IO with the reason in msg (the caller's context's
+ * error message). */
+static fa_status io_fail(char *msg, size_t msg_size, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static fa_status io_fail(char *msg, size_t msg_size, const char *fmt, ...)
 {
-    return fa_fail(ctx, FA_ERR_IO,
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, msg_size, fmt, ap);
+    va_end(ap);
+    return FA_ERR_IO;
+}
+
+static fa_status not_a_tune_file(char *msg, size_t msg_size, const char *path, const char *why)
+{
+    return io_fail(msg, msg_size,
                    "%.200s is not a version %d tune file (%s); not replacing it: delete it or choose another path",
                    path, FA_TUNE_VERSION, why);
 }
 
-fa_status fa_tune_file_check(fa_context *ctx, const char *path)
+fa_status fa_tune_file_check(const char *path, char *msg, size_t msg_size)
 {
     FILE *f = fopen(path, "r");
     if (!f)
-        return errno == ENOENT ? FA_OK
-                               : fa_fail(ctx, FA_ERR_IO, "cannot read %.200s: %s", path, strerror(errno));
+        return errno == ENOENT ? FA_OK : io_fail(msg, msg_size, "cannot read %.200s: %s", path, strerror(errno));
     char why[96];
     int64_t total = 0;
     const int ok = read_header(f, &total, why, sizeof why);
     fclose(f);
-    return ok ? FA_OK : not_a_tune_file(ctx, path, why);
+    return ok ? FA_OK : not_a_tune_file(msg, msg_size, path, why);
 }
 
 /* mkdir -p of the directory that holds `path`. 0 or -1 (errno set). */
@@ -413,7 +428,7 @@ static int write_file(FILE *old, FILE *out, const char *isa, const tune_entry *e
     fa_tune_key_text(isa, &e->k, key, sizeof key);
     fprintf(out, "%s %d\n"
                  "# flashattn tuned tile sizes, written by fa_tune (`flashattn tune`) and read by the\n"
-                 "# library (README.md, \"The tune file\"). One entry a line, cpu= last; delete the file\n"
+                 "# library (docs/tool.md, \"The tune file\"). One entry a line, cpu= last; delete the file\n"
                  "# to go back to the library's heuristic tiles.\n",
             FA_TUNE_HEADER, FA_TUNE_VERSION);
     if (old) copy_entries(old, out, isa, &e->k, dropped);
@@ -422,29 +437,29 @@ static int write_file(FILE *old, FILE *out, const char *isa, const tune_entry *e
     return ferror(out) || (old && ferror(old)) ? -1 : 0;
 }
 
-fa_status fa_tune_save(fa_context *ctx, const char *path, const fa_tune_key *k, int64_t tq, int64_t tkv,
-                       int64_t *dropped)
+fa_status fa_tune_save(const char *path, const char *isa, const fa_tune_key *k, int64_t tq, int64_t tkv,
+                       int64_t *dropped, char *msg, size_t msg_size)
 {
     const tune_entry e = {.k = *k, .tile_q = tq, .tile_kv = tkv};
     *dropped = 0;
     if (!tiles_ok(&e))
-        return fa_fail(ctx, FA_ERR_IO, "not saved: %lldx%lld tiles are beyond what the tune file allows",
+        return io_fail(msg, msg_size, "not saved: %lldx%lld tiles are beyond what the tune file allows",
                        (long long)tq, (long long)tkv);
     char tmp[TUNE_PATH_MAX + 16];
     if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
-        return fa_fail(ctx, FA_ERR_IO, "the tune file's path is too long");
+        return io_fail(msg, msg_size, "the tune file's path is too long");
     FILE *old = fopen(path, "r");
-    if (!old && errno != ENOENT) return fa_fail(ctx, FA_ERR_IO, "cannot read %.200s: %s", path, strerror(errno));
+    if (!old && errno != ENOENT) return io_fail(msg, msg_size, "cannot read %.200s: %s", path, strerror(errno));
     char why[96];
     int64_t total = 0;
     if (old && !read_header(old, &total, why, sizeof why)) {
         fclose(old);
-        return not_a_tune_file(ctx, path, why);
+        return not_a_tune_file(msg, msg_size, path, why);
     }
     int fd = -1;
     FILE *out = NULL;
     if (make_parents(path) != 0 || (fd = mkstemp(tmp)) < 0 || !(out = fdopen(fd, "w"))) {
-        const fa_status st = fa_fail(ctx, FA_ERR_IO, "cannot write next to %.200s: %s", path, strerror(errno));
+        const fa_status st = io_fail(msg, msg_size, "cannot write next to %.200s: %s", path, strerror(errno));
         if (fd >= 0) {
             close(fd);
             unlink(tmp);
@@ -453,11 +468,11 @@ fa_status fa_tune_save(fa_context *ctx, const char *path, const fa_tune_key *k, 
         return st;
     }
     fchmod(fd, 0644); /* a cache, not a secret: mkstemp made it 0600 */
-    const int failed = write_file(old, out, ctx->kernels->name, &e, dropped) != 0 || fflush(out) != 0 ||
+    const int failed = write_file(old, out, isa, &e, dropped) != 0 || fflush(out) != 0 ||
                        fsync(fd) != 0;
     if (old) fclose(old);
     if (fclose(out) != 0 || failed || rename(tmp, path) != 0) {
-        const fa_status st = fa_fail(ctx, FA_ERR_IO, "cannot write %.200s: %s", path, strerror(errno));
+        const fa_status st = io_fail(msg, msg_size, "cannot write %.200s: %s", path, strerror(errno));
         unlink(tmp);
         return st;
     }

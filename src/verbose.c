@@ -8,40 +8,8 @@
  */
 #include "algos.h"
 #include "threadpool.h"
-#include "tune.h"
 
-#include <stdatomic.h>
 #include <stdio.h>
-#include <time.h>
-
-void fa_phases_init(fa_phases *ph, int on)
-{
-    ph->on = on;
-    for (int i = 0; i < FA_PHASES_MAX; i++) atomic_init(&ph->ns[i], 0);
-}
-
-double fa_phase_start(const fa_phases *ph)
-{
-    if (!ph->on) return 0.0;
-#if defined(CLOCK_THREAD_CPUTIME_ID)
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-#endif
-    return fa_now_s();
-}
-
-double fa_phase_mark(fa_phases *ph, int phase, double t0)
-{
-    if (!ph->on) return 0.0;
-    const double t = fa_phase_start(ph);
-    atomic_fetch_add_explicit(&ph->ns[phase], (long long)((t - t0) * 1e9), memory_order_relaxed);
-    return t;
-}
-
-void fa_phases_read(const fa_phases *ph, int64_t *us)
-{
-    for (int i = 0; i < FA_PHASES_MAX; i++) us[i] = atomic_load(&ph->ns[i]) / 1000;
-}
 
 static const char *causal_name(fa_causal c)
 {
@@ -68,7 +36,7 @@ void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, co
         snprintf(tiles, sizeof tiles, "%lldx%lld (%s%s%s)%s%s", (long long)info->br, (long long)info->bc,
                  fa_tiles_source_name(sq), sq == skv ? "" : "/", sq == skv ? "" : fa_tiles_source_name(skv),
                  ctx->tune.note_due ? ",tune:" : "", ctx->tune.note_due ? ctx->tune.note : "");
-    /* the tiled loop's phase profile (algos.h), when it keeps one: the thread CPU time
+    /* the tiled loop's phase profile (profile.h), when it keeps one: the thread CPU time
      * (all threads) of the forward's S:X:P:M or the backward's S:X:dP:dS:dV:dK:dQ */
     const int64_t *ph = info->phase_us;
     const int nph = info->backward ? FA_PH_BWD : FA_PH_FWD;
@@ -89,8 +57,7 @@ void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, co
             (long long)p->window_right, (double)p->softcap, p->alibi != NULL, p->has_bias, p->has_mask,
             p->has_lse, p->drop.on ? 1.0 - 1.0 / (double)p->drop.scale : 0.0, form, fa_dtype_name(p->cache ? p->kc.dtype : p->k.dtype), (long long)info->kv_splits,
             (long long)info->kv_packed, (double)info->kv_pack_us * 1e-3, (int)info->backward_passes, phases, tiles, (int)info->threads,
-            fa_pool_kind_name((int)info->pool),
-            (long long)info->extra_bytes, ms);
+            fa_pool_kind_name((int)info->pool), (long long)info->extra_bytes, ms);
 }
 
 void fa_verbose_error(const fa_context *ctx, fa_status st)

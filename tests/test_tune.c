@@ -1,6 +1,6 @@
 /*
  * test_tune.c: the tune file, from outside. The test writes the files itself, in the
- * format README.md documents ("The tune file"), and points FLASHATTN_TUNE_FILE at them:
+ * format docs/tool.md documents ("The tune file"), and points FLASHATTN_TUNE_FILE at them:
  * a tuned entry changes the tiles a later call on a new context plans (FA_PARAM_LAST_TILE_Q
  * / _KV), results still match the reference algorithm and stay bitwise the same for any
  * thread count, an explicit tile setting wins over the entry, the file is read once per

@@ -53,6 +53,20 @@ static void bad(const char *flag, const char *value, const char *want)
     fprintf(stderr, "Run 'flashattn bench --help' for the flags.\n");
 }
 
+/* An integer flag `name` in lo..hi into *out (`want` says so when it is not): 1 taken,
+ * -1 bad (said on stderr), 0 when argv[*i] is another flag. */
+static int take_int(const char *name, int64_t lo, int64_t hi, const char *want, int argc, char **argv, int *i,
+                    int64_t *out)
+{
+    const char *value = NULL;
+    if (!cli_take_value(name, argc, argv, i, &value)) return 0;
+    if (cli_parse_i64(value, out) != 0 || *out < lo || *out > hi) {
+        bad(name, value, want);
+        return -1;
+    }
+    return 1;
+}
+
 /* "A<sep>B" into two integers; 0 or -1. */
 static int parse_pair(const char *text, char sep, int64_t *a, int64_t *b)
 {
@@ -133,13 +147,10 @@ int bench_mode_flag(bench_mode_opts *o, int argc, char **argv, int *i)
         o->decode_flag_seen = 1;
         return 1;
     }
-    if (cli_take_value("--q-rows", argc, argv, i, &value)) {
+    int r = take_int("--q-rows", 1, INT32_MAX, "an integer >= 1", argc, argv, i, &o->q_rows);
+    if (r != 0) {
         o->decode_flag_seen = 1;
-        if (cli_parse_i64(value, &o->q_rows) != 0 || o->q_rows < 1 || o->q_rows > INT32_MAX) {
-            bad("--q-rows", value, "an integer >= 1");
-            return -1;
-        }
-        return 1;
+        return r;
     }
     if (cli_take_value("--cache-len", argc, argv, i, &value) ||
         cli_take_value("--cache-lens", argc, argv, i, &value)) {
@@ -151,15 +162,11 @@ int bench_mode_flag(bench_mode_opts *o, int argc, char **argv, int *i)
         o->cache_len_given = 1;
         return 1;
     }
-    if (cli_take_value("--page-size", argc, argv, i, &value)) {
+    if ((r = take_int("--page-size", 0, INT32_MAX, "an integer >= 0; 0 = contiguous", argc, argv, i,
+                      &o->page_size)) != 0) {
         o->decode_flag_seen = 1;
-        if (cli_parse_i64(value, &o->page_size) != 0 || o->page_size < 0 ||
-            o->page_size > INT32_MAX) {
-            bad("--page-size", value, "an integer >= 0; 0 = contiguous");
-            return -1;
-        }
-        o->page_size_given = 1;
-        return 1;
+        if (r > 0) o->page_size_given = 1;
+        return r;
     }
     if (cli_take_value("--kv-dtype", argc, argv, i, &value)) {
         o->decode_flag_seen = 1;
@@ -175,18 +182,15 @@ int bench_mode_flag(bench_mode_opts *o, int argc, char **argv, int *i)
         bad("--kv-dtype", value, "f32 | f16 | bf16 | i8 | f8e4m3 | f8e5m2");
         return -1;
     }
-    if (cli_take_value("--kv-splits", argc, argv, i, &value)) {
+    {
         int64_t lo = 0, hi = 256;
         fa_param_bounds(FA_PARAM_KV_SPLITS, &lo, &hi);
-        if (cli_parse_i64(value, &o->kv_splits) != 0 || o->kv_splits < lo || o->kv_splits > hi) {
-            char want[64];
-            snprintf(want, sizeof want, "an integer %lld..%lld; 0 = planned", (long long)lo,
-                     (long long)hi);
-            bad("--kv-splits", value, want);
-            return -1;
+        char want[64];
+        snprintf(want, sizeof want, "an integer %lld..%lld; 0 = planned", (long long)lo, (long long)hi);
+        if ((r = take_int("--kv-splits", lo, hi, want, argc, argv, i, &o->kv_splits)) != 0) {
+            if (r > 0) o->kv_splits_given = 1;
+            return r;
         }
-        o->kv_splits_given = 1;
-        return 1;
     }
     if (strcmp(argv[*i], "--mixed") == 0) {
         o->mixed = 1;
@@ -196,13 +200,9 @@ int bench_mode_flag(bench_mode_opts *o, int argc, char **argv, int *i)
         static const char *const names[] = {"--chunks", "--chunk-len", "--decodes"};
         int64_t *const fields[] = {&o->chunks, &o->chunk_len, &o->decodes};
         for (int n = 0; n < 3; n++)
-            if (cli_take_value(names[n], argc, argv, i, &value)) {
+            if ((r = take_int(names[n], 0, 65536, "an integer 0..65536", argc, argv, i, fields[n])) != 0) {
                 o->mixed_flag_seen = 1;
-                if (cli_parse_i64(value, fields[n]) != 0 || *fields[n] < 0 || *fields[n] > 65536) {
-                    bad(names[n], value, "an integer 0..65536");
-                    return -1;
-                }
-                return 1;
+                return r;
             }
     }
     if (cli_take_value("--varlen", argc, argv, i, &value)) {

@@ -2,7 +2,7 @@
  * cmd_tune.c: `flashattn tune`: a shell over fa_tune, which times flash over a
  * grid of tile sizes on one shape (FA_PARAM_TILE_Q x FA_PARAM_TILE_KV) and with
  * the library's heuristic plan, and saves the best pair in the tune file
- * (README.md, "The tune file"). This verb only parses the flags, shows progress
+ * (docs/tool.md, "The tune file"). This verb only parses the flags, shows progress
  * on a terminal, and prints the pairs fastest first, the best one, the planned
  * one and where the best was saved. The file's format, path and key are the
  * library's alone.

@@ -20,8 +20,7 @@ typedef struct fa_cpu {
     /* aarch64: the kernel's AT_HWCAP / AT_HWCAP2 (macOS: the same bits, from sysctl) */
     uint64_t hwcap, hwcap2;
     /* vdpbf16ps does more FLOPs per cycle than fp32 FMA: AMD Zen 4/5 issue it at the
-     * FMA rate (2 FLOPs per pair); Intel through Emerald Rapids at half the rate
-     * (measured on this project's machine: 89 vs 179 GFLOP/s per core). */
+     * FMA rate (2 FLOPs per pair); Intel through Emerald Rapids at half the rate. */
     unsigned bf16_dot_fast : 1;
 } fa_cpu;
 

@@ -68,7 +68,7 @@
 
 /* Rows this many bytes apart (a page or more, or a multiple of 1 KB) fall into a
  * few cache sets and each needs its own TLB entry, so a kernel's reuse of a tile
- * of them misses (measured in avx512_kernels.c's pv); the core packs such rows. */
+ * of them misses (avx512_kernels.c, pv_copying); the core packs such rows. */
 static inline int fa_rows_scattered(int64_t row_bytes)
 {
     const int64_t b = row_bytes < 0 ? -row_bytes : row_bytes;
@@ -129,7 +129,7 @@ enum {
     FA_KERNELS_SMALL_ROWS = 1u << 1,
     /* the bf16 pair kernels are faster than widening to fp32 on every CPU that runs the
      * table (a tile unit), so bf16 inputs take them without asking the CPU
-     * (fa_bf16_dot_active in plan.c); without it only CPUs that issue the table's dot
+     * (fa_bf16_dot_active in plan_inputs.c); without it only CPUs that issue the table's dot
      * product at the FMA rate do (fa_cpu.bf16_dot_fast) */
     FA_KERNELS_BF16_DOT_FAST = 1u << 2,
     /* a tile unit: thread_begin/thread_end configure and release it, probe_tile measures it */
@@ -208,6 +208,46 @@ typedef struct fa_fwd_tile {
     void *scratch;
 } fa_fwd_tile;
 
+/*
+ * The kernels' signatures, one type each: the fields of fa_kernels below are pointers
+ * to them (their contracts are there), and an ISA's header declares its kernels with
+ * them (`fa_qk_fn fa_avx2_qk_16x6;`), so a signature is written once.
+ */
+typedef void fa_pack_qt_fn(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale, float *qt,
+                           int64_t ldqt);
+typedef void fa_qk_fn(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
+                      int64_t ldk, float *st, int64_t ldst);
+/* softmax and softmax_small */
+typedef void fa_softmax_fn(int64_t rows, int64_t cols, float *st, int64_t ldst, const int32_t *lo,
+                           const int32_t *hi, float *m, float *l, float *alpha);
+typedef void fa_pv_fn(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
+                      int64_t ldv, const float *alpha, float *acc, int64_t ldacc);
+typedef void fa_ds_fn(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
+                      const float *dvec);
+typedef void fa_stx_fn(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
+                       int64_t ldx, float *acc, int64_t ldacc);
+/* f16_to_f32 and bf16_to_f32; f32_to_f16 and f32_to_bf16 */
+typedef void fa_to_f32_fn(const uint16_t *src, float *dst, int64_t n);
+typedef void fa_from_f32_fn(const float *src, uint16_t *dst, int64_t n);
+typedef void fa_pack_qt_bf16_fn(int64_t rows, int64_t d, const uint16_t *q, int64_t ldq, uint16_t *qt2,
+                                int64_t ldqt2);
+typedef void fa_qk_bf16_fn(int64_t rows, int64_t cols, int64_t d, const uint16_t *qt2, int64_t ldqt2,
+                           const uint16_t *k, int64_t ldk, float scale, float *st, int64_t ldst);
+typedef void fa_pack_pairs_bf16_fn(int64_t nrows, int64_t len, const uint16_t *src, int64_t ld, uint32_t *dst,
+                                   int64_t ld32);
+typedef void fa_pv_bf16_fn(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst,
+                           const uint32_t *vp, int64_t ldvp, const float *alpha, float *acc, int64_t ldacc,
+                           void *scratch);
+typedef void fa_stx_bf16_fn(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst,
+                            const uint16_t *x, int64_t ldx, float *acc, int64_t ldacc, void *scratch);
+typedef void fa_qk_small_fn(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
+                            const void *const *krow, int kv, const float *kscale, float *s, int64_t lds);
+typedef void fa_pv_small_fn(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
+                            const void *const *vrow, int kv, const float *vscale, const float *alpha, float *acc,
+                            int64_t ldacc);
+/* probe_fma, probe_bf16, probe_tile: FLOPs done in `iters` iterations */
+typedef double fa_probe_fn(int64_t iters);
+
 typedef struct fa_kernels {
     const char *name;   /* what FLASHATTN_ARCH and fa_context_isa() call it */
     const char *parent; /* the name of the table this one starts from; NULL for ref, the root */
@@ -220,13 +260,11 @@ typedef struct fa_kernels {
     fa_kernel_block qk_block, pv_block;
 
     /* qt[x][r] = scale * q[r][x] for r < rows; zero for rows <= r < round_up(rows, FA_ROW_ALIGN). */
-    void (*pack_qt)(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale,
-                    float *qt, int64_t ldqt);
+    fa_pack_qt_fn *pack_qt;
 
     /* st[c][r] = sum_x qt[x][r] * k[c][x] for c < cols and r < round_up(rows, FA_ROW_ALIGN)
      * (the padding rows come out 0 for finite k, from the zero padding of qt). */
-    void (*qk)(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt,
-               const float *k, int64_t ldk, float *st, int64_t ldst);
+    fa_qk_fn *qk;
 
     /*
      * One online-softmax step over a tile, per row r < rows:
@@ -238,13 +276,11 @@ typedef struct fa_kernels {
      *   m[r] = m_new; st[c][r] = p.
      * exp must be accurate to a few ulps (see the ISA's own note) and exp(-inf) = 0.
      */
-    void (*softmax)(int64_t rows, int64_t cols, float *st, int64_t ldst, const int32_t *lo,
-                    const int32_t *hi, float *m, float *l, float *alpha);
+    fa_softmax_fn *softmax;
 
     /* acc[r][e] = alpha[r] * acc[r][e] + sum_c st[c][r] * v[c][e], for r < rows, e < dv.
      * alpha == NULL means 1. */
-    void (*pv)(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst,
-               const float *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc);
+    fa_pv_fn *pv;
 
     /*
      * The backward's own kernels (algo_flash_bwd.c), on the same transposed tiles.
@@ -266,19 +302,17 @@ typedef struct fa_kernels {
      *   vector stx may multiply st = 0 by x; the core takes the reference's stx (which
      *   skips st == 0) for tiles whose x is not finite.
      */
-    void (*ds)(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
-               const float *dvec);
-    void (*stx)(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
-                int64_t ldx, float *acc, int64_t ldacc);
+    fa_ds_fn *ds;
+    fa_stx_fn *stx;
 
     /* Row conversions used when packing f16/bf16 tensors into fp32 panels. */
-    void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
-    void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    fa_to_f32_fn *f16_to_f32;
+    fa_to_f32_fn *bf16_to_f32;
     /* The other way, for f16/bf16 outputs: each element exactly as half.h's
      * fa_f32_to_f16 / fa_f32_to_bf16 rounds it (nearest even, overflow to inf, the
      * same quiet NaN bits), so the bits never depend on the ISA. */
-    void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
-    void (*f32_to_bf16)(const float *src, uint16_t *dst, int64_t n);
+    fa_from_f32_fn *f32_to_f16;
+    fa_from_f32_fn *f32_to_bf16;
 
     /*
      * The bf16 dot-product path (native where flags has FA_KERNELS_BF16_DOT; the
@@ -308,21 +342,15 @@ typedef struct fa_kernels {
      *   dst 64-byte aligned, ld32 a multiple of FA_ROW_ALIGN and >= len. The pair
      *   layout of pv_bf16's V and of stx_bf16's x, whose reductions run along rows.
      */
-    void (*pack_qt_bf16)(int64_t rows, int64_t d, const uint16_t *q, int64_t ldq, uint16_t *qt2,
-                         int64_t ldqt2);
-    void (*qk_bf16)(int64_t rows, int64_t cols, int64_t d, const uint16_t *qt2, int64_t ldqt2,
-                    const uint16_t *k, int64_t ldk, float scale, float *st, int64_t ldst);
-    void (*pack_pairs_bf16)(int64_t nrows, int64_t len, const uint16_t *src, int64_t ld, uint32_t *dst,
-                            int64_t ld32);
-    void (*pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst,
-                    const uint32_t *vp, int64_t ldvp, const float *alpha, float *acc, int64_t ldacc,
-                    void *scratch);
+    fa_pack_qt_bf16_fn *pack_qt_bf16;
+    fa_qk_bf16_fn *qk_bf16;
+    fa_pack_pairs_bf16_fn *pack_pairs_bf16;
+    fa_pv_bf16_fn *pv_bf16;
     /* The backward's stx on bf16 data: acc[c][e] += sum_{r < rows} bf16(st[c][r]) * x[r][e],
      * st rounded to bf16 (nearest even) as a naive bf16 backward rounds P and dS, x bf16
      * rows (ldx in uint16 units, any value), fp32 accumulation; acc as in stx. scratch
      * holds at least FA_STX_BF16_SCRATCH(rows, cols, n, ldst) uint16, 64-byte aligned. */
-    void (*stx_bf16)(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,
-                     int64_t ldx, float *acc, int64_t ldacc, void *scratch);
+    fa_stx_bf16_fn *stx_bf16;
     /* pack_kt_bf16: for keys j = j0 + c, c < cols: kt[(j / 16) * 16 P + 16 p + j % 16] = the
      * dword (k[c][2p], k[c][2p+1]) (low word x = 2p) for p < P = FA_KT_PAIRS(d), zero where
      * x >= d; other keys' dwords untouched. k any ld (uint16); j0 >= 0 any. fwd_bf16: above. */
@@ -356,13 +384,9 @@ typedef struct fa_kernels {
      * pv_small, which skips p == 0 terms. The core takes this path only where
      * flags has FA_KERNELS_SMALL_ROWS; elsewhere it uses the wide kernels.
      */
-    void (*qk_small)(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq,
-                     const void *const *krow, int kv, const float *kscale, float *s, int64_t lds);
-    void (*softmax_small)(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo,
-                          const int32_t *hi, float *m, float *l, float *alpha);
-    void (*pv_small)(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds,
-                     const void *const *vrow, int kv, const float *vscale, const float *alpha,
-                     float *acc, int64_t ldacc);
+    fa_qk_small_fn *qk_small;
+    fa_softmax_fn *softmax_small;
+    fa_pv_small_fn *pv_small;
 
     /*
      * FA_PARAM_QUANT_MATMUL's decode kernels over int8 K/V rows (docs/semantics.md, 11), in
@@ -395,12 +419,12 @@ typedef struct fa_kernels {
      * the ISA's widest FMA (and bf16 dot product) and return the number of FLOPs
      * done; the core times them. probe_bf16 measures a native bf16 dot product
      * only where flags has FA_KERNELS_BF16_DOT (the reference's is scalar C). */
-    double (*probe_fma)(int64_t iters);
-    double (*probe_bf16)(int64_t iters);
+    fa_probe_fn *probe_fma;
+    fa_probe_fn *probe_bf16;
     /* The tile unit's bf16 product (flags has FA_KERNELS_TILES; elsewhere the
      * reference's, which does nothing and returns 0). Runs between thread_begin and
      * thread_end, as every kernel of a tile table does. */
-    double (*probe_tile)(int64_t iters);
+    fa_probe_fn *probe_tile;
 
     /*
      * Run by every thread around its share of each job (the pool calls them on

@@ -29,9 +29,9 @@
 #endif
 
 /* The register blocks below are arrays indexed by loops with constant trip
- * counts; unless those loops are unrolled completely the arrays live in memory.
- * GCC 12 does that at -O3 only: at -O2 (RelWithDebInfo) qk and pv ran at 25% of
- * the FMA probe. clang needs its own spelling (see avx512_internal.h). */
+ * counts; unless those loops are unrolled completely the arrays live in memory,
+ * and GCC unrolls them fully by itself at -O3 only: hence the pragma, which holds
+ * at -O2 (RelWithDebInfo) too. clang needs its own spelling (see avx512_internal.h). */
 #if defined(__clang__)
 #define AVX2_UNROLL _Pragma("clang loop unroll(full)")
 #else
@@ -89,7 +89,7 @@ AVX2_INLINE void pf_step(pf_stream *ps, int64_t step, int64_t steps)
  * error < 8.4e-39; expf gives subnormals down to -103.97): so exp(-inf) = 0.
  * NaN gives NaN; positive x is accurate up to 88.37 and meaningless beyond: the
  * softmaxes pass x > 0 only in lanes they mask to 0, so there is no upper clamp
- * (one op of the ~16 per vector; the softmax got 5-10% faster without it).
+ * (one op fewer of the ~16 per vector).
  */
 AVX2_INLINE __m256 exp_ps(__m256 x)
 {
@@ -302,20 +302,14 @@ static void qk_dot(int64_t rows, int64_t cols, int64_t d, const float *qt, int64
  * then 6-column register blocks. K is read in place, and so is Q: a 16 x 128
  * block of qt (8 KiB) is reused by the 4 column blocks of a pass. 12 + 8 KiB
  * leave room in a 32 KiB L1 (Zen 2/3, Intel client cores); passes of 48
- * columns did not (cachegrind, 32 KiB 8-way L1, 256 x 256 x 128: 40% more L1
- * read misses). Only a qt whose rows are a multiple of 256 bytes apart is first
- * copied to a contiguous panel: its column slice would fall onto a quarter of
- * the L1 sets or fewer and evict itself (the core's panels never are:
- * fa_panel_ld). Measured against the FMA probe (EMR, one process, alternating):
- * dropping the copy of every block gained 2-5 points. While a pass runs, the K
- * rows of the next one are prefetched into L2, spread over its row blocks (a
- * long unit's K tiles come from L3): +3-5% at N = 8192, nothing lost at 2048.
- * Measured in place (forward-like loop over 256 x 256 tiles of a packed K/V,
- * thread CPU time, so that other tenants' time slices do not count), this
- * kernel runs at 95-99% of the probe at N = 2048 and 8192; wall-clock figures
- * on a loaded machine read far lower. Packing each pass of K into [x][6]
- * micro-panels (BLIS's B panel) measured no faster at 2048 (-1%, the packing)
- * and no faster than this prefetch at 8192, so K stays in place.
+ * columns do not (their K rows and the Q block overflow it). Only a qt whose rows
+ * are a multiple of 256 bytes apart is first copied to a contiguous panel: its
+ * column slice would fall onto a quarter of the L1 sets or fewer and evict itself
+ * (the core's panels never are: fa_panel_ld), and a copy of every block costs more
+ * than it saves. While a pass runs, the K rows of the next one are prefetched into
+ * L2, spread over its row blocks, because a long unit's K tiles come from L3. K is
+ * read in place rather than packed into [x][6] micro-panels (BLIS's B panel): the
+ * packing costs what it saves here (bench/README.md, "Kernel and plan notes").
  */
 void fa_avx2_qk_16x6(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
                     int64_t ldk, float *st, int64_t ldst)
@@ -462,43 +456,47 @@ enum {
 };
 
 /*
- * acc[i][0..8nv) = (alpha ? alpha[i] : 1) * acc[i][..] + sum over c < nc of p[c * ldp + i] * v[c * ldv + ..]
- * for i < nr. acc is read and written in whole vectors: its rows are aligned and
- * its padding (dv <= e < ldacc, ldacc a multiple of 16) is free to use. With
- * `masked`, V's last vector goes through `tail` (V read in place); a panel's
- * zero padding needs no mask.
+ * The register block of pv and stx: for i < nr,
+ *   acc[i][0..8nv) = (alpha ? alpha[i] : 1) * acc[i][..] + sum over k < nk of w[k * wk + i * wi] * x[k * ldx + ..],
+ * the sum over k in order, as in the reference. pv: w = P^T (st[c][r], wk = ldst,
+ * wi = 1), x = V rows, i = query rows; stx: w = st rows (wk = 1, wi = ldst), x = the
+ * x strip, i = acc rows c, alpha NULL. acc is read and written in whole vectors: its
+ * rows are aligned and its padding (ldacc a multiple of 16) is free to use. With
+ * `masked`, x's last vector goes through `tail` (x read in place); a panel's zero
+ * padding needs no mask.
  */
-AVX2_INLINE void pv_block(const int nr, const int nv, const int masked, __m256i tail, int64_t nc, const float *p,
-                          int64_t ldp, const float *v, int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
+AVX2_INLINE void wx_block(const int nr, const int nv, const int masked, __m256i tail, int64_t nk, const float *w,
+                          int64_t wk, int64_t wi, const float *x, int64_t ldx, const float *alpha, float *acc,
+                          int64_t ldacc)
 {
     __m256 a[PV_NR][PV_NV];
     AVX2_UNROLL
     for (int i = 0; i < nr; i++) {
         const float *ai = acc + i * ldacc;
         AVX2_UNROLL
-        for (int j = 0; j < nv; j++) a[i][j] = _mm256_load_ps(ai + 8 * j);
+        for (int j = 0; j < nv; j++) a[i][j] = _mm256_loadu_ps(ai + 8 * j);
         if (alpha) {
             const __m256 s = _mm256_broadcast_ss(alpha + i);
             AVX2_UNROLL
             for (int j = 0; j < nv; j++) a[i][j] = _mm256_mul_ps(a[i][j], s);
         }
     }
-    for (int64_t c = 0; c < nc; c++) {
-        __m256 pb[PV_NR];
+    for (int64_t k = 0; k < nk; k++) {
+        __m256 wb[PV_NR];
         AVX2_UNROLL
-        for (int i = 0; i < nr; i++) pb[i] = _mm256_broadcast_ss(p + c * ldp + i);
+        for (int i = 0; i < nr; i++) wb[i] = _mm256_broadcast_ss(w + k * wk + i * wi);
         AVX2_UNROLL
         for (int j = 0; j < nv; j++) {
-            const float *vj = v + c * ldv + 8 * j;
-            const __m256 vv = masked && j == nv - 1 ? _mm256_maskload_ps(vj, tail) : _mm256_loadu_ps(vj);
+            const float *xj = x + k * ldx + 8 * j;
+            const __m256 xv = masked && j == nv - 1 ? _mm256_maskload_ps(xj, tail) : _mm256_loadu_ps(xj);
             AVX2_UNROLL
-            for (int i = 0; i < nr; i++) a[i][j] = _mm256_fmadd_ps(pb[i], vv, a[i][j]);
+            for (int i = 0; i < nr; i++) a[i][j] = _mm256_fmadd_ps(wb[i], xv, a[i][j]);
         }
     }
     AVX2_UNROLL
     for (int i = 0; i < nr; i++)
         AVX2_UNROLL
-        for (int j = 0; j < nv; j++) _mm256_store_ps(acc + i * ldacc + 8 * j, a[i][j]);
+        for (int j = 0; j < nv; j++) _mm256_storeu_ps(acc + i * ldacc + 8 * j, a[i][j]);
 }
 
 /* All rows against one V panel (nc x PV_EB, 8nv columns of it used): 3-row
@@ -512,10 +510,10 @@ AVX2_INLINE void pv_rows(const int nv, int64_t rows, int64_t nc, const float *p,
     const int64_t r3 = rows % 3 == 1 && rows >= 4 ? rows - 4 : rows - rows % 3;
     int64_t r = 0;
     for (; r < r3; r += PV_NR)
-        pv_block(PV_NR, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+        wx_block(PV_NR, nv, 0, none, nc, p + r, ldp, 1, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
     for (; r + 2 <= rows; r += 2)
-        pv_block(2, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
-    if (r < rows) pv_block(1, nv, 0, none, nc, p + r, ldp, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+        wx_block(2, nv, 0, none, nc, p + r, ldp, 1, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
+    if (r < rows) wx_block(1, nv, 0, none, nc, p + r, ldp, 1, vp, PV_EB, alpha ? alpha + r : NULL, acc + r * ldacc, ldacc);
 }
 
 static void pv_rows4(int64_t rows, int64_t nc, const float *p, int64_t ldp, const float *vp, const float *alpha,
@@ -539,18 +537,18 @@ static void pv_few(int nr, int nv, __m256i tail, int64_t nc, const float *p, int
                    int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
 {
     switch (nr * 10 + nv) {
-    case 11: pv_block(1, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 12: pv_block(1, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 13: pv_block(1, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 14: pv_block(1, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 21: pv_block(2, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 22: pv_block(2, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 23: pv_block(2, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 24: pv_block(2, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 31: pv_block(3, 1, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 32: pv_block(3, 2, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    case 33: pv_block(3, 3, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
-    default: pv_block(3, 4, 1, tail, nc, p, ldp, v, ldv, alpha, acc, ldacc); break;
+    case 11: wx_block(1, 1, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 12: wx_block(1, 2, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 13: wx_block(1, 3, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 14: wx_block(1, 4, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 21: wx_block(2, 1, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 22: wx_block(2, 2, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 23: wx_block(2, 3, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 24: wx_block(2, 4, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 31: wx_block(3, 1, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 32: wx_block(3, 2, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    case 33: wx_block(3, 3, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
+    default: wx_block(3, 4, 1, tail, nc, p, ldp, 1, v, ldv, alpha, acc, ldacc); break;
     }
 }
 
@@ -563,11 +561,10 @@ static void pv_few(int nr, int nv, __m256i tail, int64_t nc, const float *p, int
  * place, st[c][r..r+2]: a row block walks one cache line per column, shared by
  * the blocks of the same 16 rows. Only acc rows cross passes (loaded and stored
  * once per pass); alpha is applied on the first. The sum over c runs in order,
- * as in the reference. In place (see qk) this runs at 95-99% of the FMA probe.
- * Measured no faster (one process, alternating, thread CPU time): copying each
- * V row whole into all strip panels at once (-1%), each row block walking every
- * strip so that its P columns are fetched once (PV_CC 48/64/128: -2 to -3%),
- * and prefetching the next strip's V rows (-1% at N = 2048, 0 at 8192).
+ * as in the reference. Variants that gained nothing (copying each V row whole
+ * into all strip panels at once, each row block walking every strip so that its P
+ * columns are fetched once, prefetching the next strip's V rows) are in
+ * bench/README.md, "Kernel and plan notes".
  */
 void fa_avx2_pv_3x32(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                      int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
@@ -655,47 +652,23 @@ enum {
     STX_RC = 128        /* rows r per pass */
 };
 
-AVX2_INLINE void stx_block(const int nc, const int nv, int64_t rows, const float *st, int64_t ldst, const float *xp,
-                           float *acc, int64_t ldacc)
-{
-    __m256 a[STX_NC][STX_NV];
-    AVX2_UNROLL
-    for (int j = 0; j < nc; j++)
-        AVX2_UNROLL
-        for (int i = 0; i < nv; i++) a[j][i] = _mm256_loadu_ps(acc + j * ldacc + 8 * i);
-    for (int64_t r = 0; r < rows; r++) {
-        __m256 s[STX_NC];
-        AVX2_UNROLL
-        for (int j = 0; j < nc; j++) s[j] = _mm256_broadcast_ss(st + j * ldst + r);
-        AVX2_UNROLL
-        for (int i = 0; i < nv; i++) {
-            const __m256 xv = _mm256_load_ps(xp + r * STX_EB + 8 * i);
-            AVX2_UNROLL
-            for (int j = 0; j < nc; j++) a[j][i] = _mm256_fmadd_ps(s[j], xv, a[j][i]);
-        }
-    }
-    AVX2_UNROLL
-    for (int j = 0; j < nc; j++)
-        AVX2_UNROLL
-        for (int i = 0; i < nv; i++) _mm256_storeu_ps(acc + j * ldacc + 8 * i, a[j][i]);
-}
-
 /* Every block but the full 3 x 4 one, each shape its own inlined copy. */
 static void stx_edge(int nc, int nv, int64_t rows, const float *st, int64_t ldst, const float *xp, float *acc,
                      int64_t ldacc)
 {
+    const __m256i none = _mm256_setzero_si256();
     switch (nc * 10 + nv) {
-    case 11: stx_block(1, 1, rows, st, ldst, xp, acc, ldacc); break;
-    case 12: stx_block(1, 2, rows, st, ldst, xp, acc, ldacc); break;
-    case 13: stx_block(1, 3, rows, st, ldst, xp, acc, ldacc); break;
-    case 14: stx_block(1, 4, rows, st, ldst, xp, acc, ldacc); break;
-    case 21: stx_block(2, 1, rows, st, ldst, xp, acc, ldacc); break;
-    case 22: stx_block(2, 2, rows, st, ldst, xp, acc, ldacc); break;
-    case 23: stx_block(2, 3, rows, st, ldst, xp, acc, ldacc); break;
-    case 24: stx_block(2, 4, rows, st, ldst, xp, acc, ldacc); break;
-    case 31: stx_block(3, 1, rows, st, ldst, xp, acc, ldacc); break;
-    case 32: stx_block(3, 2, rows, st, ldst, xp, acc, ldacc); break;
-    default: stx_block(3, 3, rows, st, ldst, xp, acc, ldacc); break;
+    case 11: wx_block(1, 1, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 12: wx_block(1, 2, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 13: wx_block(1, 3, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 14: wx_block(1, 4, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 21: wx_block(2, 1, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 22: wx_block(2, 2, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 23: wx_block(2, 3, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 24: wx_block(2, 4, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 31: wx_block(3, 1, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    case 32: wx_block(3, 2, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
+    default: wx_block(3, 3, 0, none, rows, st, 1, ldst, xp, STX_EB, NULL, acc, ldacc); break;
     }
 }
 
@@ -703,6 +676,7 @@ void fa_avx2_stx_3x32(int64_t rows, int64_t cols, int64_t n, const float *st, in
                       int64_t ldx, float *acc, int64_t ldacc)
 {
     _Alignas(64) float xp[STX_RC * STX_EB]; /* (STX_RC, STX_EB) x strip */
+    const __m256i none = _mm256_setzero_si256();
     for (int64_t r0 = 0; r0 < rows; r0 += STX_RC) {
         const int64_t rr = rows - r0 < STX_RC ? rows - r0 : STX_RC;
         for (int64_t e0 = 0; e0 < n; e0 += STX_EB) {
@@ -725,7 +699,7 @@ void fa_avx2_stx_3x32(int64_t rows, int64_t cols, int64_t n, const float *st, in
             int64_t c = 0;
             if (nv == STX_NV)
                 for (; c < c3; c += STX_NC)
-                    stx_block(STX_NC, STX_NV, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
+                    wx_block(STX_NC, STX_NV, 0, none, rr, sc + c * ldst, 1, ldst, xp, STX_EB, NULL, ac + c * ldacc, ldacc);
             for (; c < c3; c += STX_NC) stx_edge(STX_NC, nv, rr, sc + c * ldst, ldst, xp, ac + c * ldacc, ldacc);
             for (; c < cols; c += 2) {
                 const int nc = cols - c < 2 ? 1 : 2;
@@ -773,9 +747,8 @@ void fa_avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
-/* f16 and bf16 outputs (o, and dq/dk/dv): half.h's rounding exactly, eight at a time.
- * The reference's scalar loops took 1.4% of an f16 forward's time (perf, N = 2048).
- * vcvtps2ph rounds to nearest even and keeps a NaN's sign, quiet bit and top payload
+/* f16 and bf16 outputs (o, and dq/dk/dv): half.h's rounding exactly, eight at a time
+ * rather than the reference's scalar loops. vcvtps2ph rounds to nearest even and keeps a NaN's sign, quiet bit and top payload
  * bits as fa_f32_to_f16 does (the avx512 table relies on the same). */
 AVX2_INLINE __m128i f32x8_to_f16(__m256 v)
 {
@@ -834,8 +807,8 @@ void fa_avx2_f32_to_bf16(const float *src, uint16_t *dst, int64_t n) { f32_to_ha
  *             in L1 while the e blocks go by.
  * Decoding streams K and V from memory once, so both kernels prefetch the rows
  * SMALL_PF columns ahead (K row by row before each tile, V the same e range as
- * the current block), spread over the work rather than in bursts: +30% from
- * DRAM, no loss when the cache is in L3. Only the first SMALL_PF rows of a call
+ * the current block), spread over the work rather than in bursts, which pays when
+ * the cache comes from DRAM and costs nothing when it sits in L3. Only the first SMALL_PF rows of a call
  * rely on the hardware prefetchers.
  * Tails: the last d % 8 (dv % 8) elements are done as the row's last whole
  * vector, the lanes done before zeroed (in q and K; in V, with alpha 1); rows
@@ -1246,28 +1219,17 @@ void fa_avx2_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, in
 double fa_avx2_probe_fma(int64_t iters)
 {
     const __m256 mul = _mm256_set1_ps(0.999f), add = _mm256_set1_ps(1e-3f);
-    __m256 a0 = _mm256_set1_ps(0.10f), a1 = _mm256_set1_ps(0.11f), a2 = _mm256_set1_ps(0.12f);
-    __m256 a3 = _mm256_set1_ps(0.13f), a4 = _mm256_set1_ps(0.14f), a5 = _mm256_set1_ps(0.15f);
-    __m256 a6 = _mm256_set1_ps(0.16f), a7 = _mm256_set1_ps(0.17f), a8 = _mm256_set1_ps(0.18f);
-    __m256 a9 = _mm256_set1_ps(0.19f), a10 = _mm256_set1_ps(0.20f), a11 = _mm256_set1_ps(0.21f);
+    __m256 a[12];
+    AVX2_UNROLL
+    for (int j = 0; j < 12; j++) a[j] = _mm256_set1_ps(0.10f + 0.01f * (float)j);
     for (int64_t it = 0; it < iters; it++) {
-        a0 = _mm256_fmadd_ps(a0, mul, add);
-        a1 = _mm256_fmadd_ps(a1, mul, add);
-        a2 = _mm256_fmadd_ps(a2, mul, add);
-        a3 = _mm256_fmadd_ps(a3, mul, add);
-        a4 = _mm256_fmadd_ps(a4, mul, add);
-        a5 = _mm256_fmadd_ps(a5, mul, add);
-        a6 = _mm256_fmadd_ps(a6, mul, add);
-        a7 = _mm256_fmadd_ps(a7, mul, add);
-        a8 = _mm256_fmadd_ps(a8, mul, add);
-        a9 = _mm256_fmadd_ps(a9, mul, add);
-        a10 = _mm256_fmadd_ps(a10, mul, add);
-        a11 = _mm256_fmadd_ps(a11, mul, add);
+        AVX2_UNROLL
+        for (int j = 0; j < 12; j++) a[j] = _mm256_fmadd_ps(a[j], mul, add);
     }
     /* keep the result live so the loop cannot be dropped */
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+    __m256 s = a[0];
+    AVX2_UNROLL
+    for (int j = 1; j < 12; j++) s = _mm256_add_ps(s, a[j]);
     float out[8];
     _mm256_storeu_ps(out, s);
     volatile float sink = out[0] + out[7];

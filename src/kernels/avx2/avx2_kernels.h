@@ -8,32 +8,24 @@
 
 #include "../kernels.h"
 
-void fa_avx2_pack_qt(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale, float *qt, int64_t ldqt);
+fa_pack_qt_fn fa_avx2_pack_qt;
 /* register block 16 rows (2 ymm along r) x 6 key columns */
-void fa_avx2_qk_16x6(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
-                     int64_t ldk, float *st, int64_t ldst);
-void fa_avx2_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, const int32_t *lo, const int32_t *hi,
-                     float *m, float *l, float *alpha);
+fa_qk_fn fa_avx2_qk_16x6;
+fa_softmax_fn fa_avx2_softmax;
 /* register block 3 rows x 32 output columns (4 ymm along e) */
-void fa_avx2_pv_3x32(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
-                     int64_t ldv, const float *alpha, float *acc, int64_t ldacc);
+fa_pv_fn fa_avx2_pv_3x32;
 /* The backward's (kernels.h: ds, stx). ds: 64 rows (8 ymm of dvec) per pass over the columns. */
-void fa_avx2_ds(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
-                const float *dvec);
+fa_ds_fn fa_avx2_ds;
 /* register block 3 acc rows c x 32 columns e (4 ymm of an x row) */
-void fa_avx2_stx_3x32(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
-                      int64_t ldx, float *acc, int64_t ldacc);
-void fa_avx2_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
-void fa_avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
-void fa_avx2_f32_to_f16(const float *src, uint16_t *dst, int64_t n);
-void fa_avx2_f32_to_bf16(const float *src, uint16_t *dst, int64_t n);
-void fa_avx2_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq, const void *const *krow,
-                      int kv, const float *kscale, float *s, int64_t lds);
-void fa_avx2_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo, const int32_t *hi,
-                           float *m, float *l, float *alpha);
-void fa_avx2_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds, const void *const *vrow,
-                      int kv, const float *vscale, const float *alpha, float *acc, int64_t ldacc);
-double fa_avx2_probe_fma(int64_t iters);
+fa_stx_fn fa_avx2_stx_3x32;
+fa_to_f32_fn fa_avx2_f16_to_f32;
+fa_to_f32_fn fa_avx2_bf16_to_f32;
+fa_from_f32_fn fa_avx2_f32_to_f16;
+fa_from_f32_fn fa_avx2_f32_to_bf16;
+fa_qk_small_fn fa_avx2_qk_small;
+fa_softmax_fn fa_avx2_softmax_small;
+fa_pv_small_fn fa_avx2_pv_small;
+fa_probe_fn fa_avx2_probe_fma;
 
 /* avx2vnni_kernels.c (AVX-VNNI; the "avx2vnni" table): kernels.h's qk_small_i8, pv_small_i8. */
 void fa_avx2vnni_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, const int8_t *q8, int64_t ldq8,

@@ -63,7 +63,7 @@ enum { QK_NV = 4, QK_NC = 6, QK_DCHUNK = 128, QK_CGROUP = 48 };
  * continues, so chunking d keeps the rounding order. Meanwhile the npf K rows
  * at kn (the next tile) are prefetched, one line per row every 16 x: K rows of
  * a BSND tensor are a page apart, where the hardware prefetchers see one short
- * stream per page and give up (measured: +6% on qk with a 16 KB row stride).
+ * stream per page and give up.
  */
 FA_AVX512_INLINE void qk_tile(const int nv, const int nc, int64_t valid, int accumulate, int64_t d, const float *qt,
                               int64_t ldqt, const float *k, int64_t ldk, float *st, int64_t ldst, const float *kn,
@@ -149,8 +149,8 @@ void fa_avx512_qk_64x6(int64_t rows, int64_t cols, int64_t d, const float *qt, i
      * every 64-row panel. A panel's qt slice (32 KB) is reused by the 8 tiles
      * of a group from L1, and a group's K rows by every panel from L1/L2 even
      * when the rows are a page apart, which a whole tile's K would not be
-     * (measured: qk at 82% of peak with an 8 KB K row stride and 256 rows when
-     * each panel walked all 512 columns). The last group takes the remainder
+     * (with each panel walking all of a tile's columns, a K row stride of a
+     * page or more evicts them). The last group takes the remainder
      * whole when it is short, so the 6/5 split stays exact.
      */
     for (int64_t x0 = 0; x0 < d; x0 += QK_DCHUNK) {
@@ -392,7 +392,7 @@ FA_AVX512_INLINE void sx_panel(const int nv, const int masked, const int by_row,
 /* One function per block width (see the top of the file), each holding pv's and
  * stx's instances, never merged (their strides differ, not their blocks). Whole
  * vectors get masked = 0, which compiles to plain loads and stores: masked ones
- * cost a measurable 3% in pv. */
+ * cost time in pv. */
 static void sx_panel4(const sx_args *a) { a->by_row ? sx_panel(4, 0, 1, a) : sx_panel(4, 0, 0, a); }
 static void sx_panel3(const sx_args *a) { a->by_row ? sx_panel(3, 0, 1, a) : sx_panel(3, 0, 0, a); }
 static void sx_panel2(const sx_args *a) { a->by_row ? sx_panel(2, 0, 1, a) : sx_panel(2, 0, 0, a); }
@@ -421,11 +421,11 @@ static void pv_slice(int64_t nv, __mmask16 tail, int64_t rows, int64_t cc, const
 /*
  * V rows a page or more apart, or a multiple of 1 KB apart, fall into a few L1
  * (and L2) sets and each needs its own TLB entry, so the slice the row blocks
- * reuse is evicted before its reuse: measured, pv drops from 95% to 65% of peak
- * with the 16 KB row stride of a BSND tensor with 32 heads. Such slices are
- * first copied to a contiguous buffer (32 KB of stack), which brings pv back to
- * 79% at 64 rows and 87% at 256: the copy waits on L3 once per row and slice,
- * a cost the rows share. A caller that packs V rows densely avoids both.
+ * reuse is evicted before its reuse (the 16 KB row stride of a BSND tensor with
+ * 32 heads is such a case). Such slices are first copied to a contiguous buffer
+ * (32 KB of stack), which gets most of the loss back: the copy waits on L3 once
+ * per row and slice, a cost the rows share. A caller that packs V rows densely
+ * avoids both.
  */
 static void pv_copying(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
                        int64_t ldv, const float *alpha, float *acc, int64_t ldacc)
@@ -457,7 +457,7 @@ void fa_avx512_pv_6x64(int64_t rows, int64_t cols, int64_t dv, const float *st, 
         return;
     }
     /* 128 columns at a time, so the 32 KB V slice the row blocks share stays
-     * near (measured: 128..256 is the plateau, 64 already loses 5%); acc is
+     * near (shorter chunks reload acc more often than they gain); acc is
      * rescaled by alpha only in the first chunk */
     for (int64_t c0 = 0; c0 < cols; c0 += PV_CCHUNK) {
         const int64_t cc = MIN64(PV_CCHUNK, cols - c0);
@@ -636,18 +636,16 @@ void fa_avx512_f32_to_bf16(const float *src, uint16_t *dst, int64_t n)
  * Widening costs two uops per 16 elements on the FMA ports (vcvtph2ps; vpmovsxbd
  * + vcvtdq2ps) against R FMAs, so it, not the FMAs, bounds rows = 1..2. At rows =
  * 4, D = Dv = 128, a key of f16 or int8 is 64 FMAs and 16 conversions (48 cycles
- * on the two ports) plus ~11 uops of add tree: measured with K/V in L2, 63 cycles
- * per key (qk 35, pv 25, softmax 3), ~21 GB/s of f16 K+V per core at 2.6 GHz;
- * rows = 1: 34, rows = 8: 115. bf16 is cheaper: a 64-byte load of 32 elements
- * splits into the even ones (dword << 16) and the odd ones (dword & 0xffff0000),
- * one uop per 16 (KV_BF16P; rows = 4: 55 cycles per key). qk_small then runs x
+ * on the two ports) plus ~11 uops of add tree. bf16 is cheaper: a 64-byte load of
+ * 32 elements splits into the even ones (dword << 16) and the odd ones (dword &
+ * 0xffff0000), one uop per 16 (KV_BF16P). qk_small then runs x
  * in that order (q is permuted to match when it is copied), pv_small keeps its
  * accumulators as even and odd e and interleaves them when storing.
  *
  * Both matrix kernels prefetch the rows SK_PF columns ahead: a paged cache's
  * rows are a page apart or scattered, where the hardware prefetchers see no
- * stream (measured from DRAM, rows = 4 f16: 100-125 cycles per key against 145
- * contiguous and 190-230 paged without; 2-5% slower when K/V sit in L2). R, NC,
+ * stream; it pays when K/V come from DRAM and costs a little when they sit in L2
+ * (bench/README.md, "Kernel and plan notes"). R, NC,
  * NV and the element type are compile-time constants of one function each (see
  * the top of the file): 8 row counts x 4 types (bf16 only as KV_BF16P, but for
  * pv_small's remainder).
@@ -770,8 +768,8 @@ typedef struct {
 } qks_args;
 
 /* Keeps v in a register. Without it GCC folds a load that feeds several FMAs
- * into each of them as a memory operand, and qk_small at rows = 8 turned
- * load-bound (18 loads per 16 FMAs; measured 65 cycles per key against 54). */
+ * into each of them as a memory operand, and qk_small at rows = 8 turns
+ * load-bound (18 loads per 16 FMAs). */
 #define SK_IN_REG(v) __asm__("" : "+v"(v))
 
 /*

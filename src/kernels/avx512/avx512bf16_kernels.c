@@ -2,11 +2,11 @@
  * avx512bf16_kernels.c: what the "avx512bf16" table (avx512bf16_table.c)
  * adds to the fp32 kernels it inherits from "avx512": the bf16 dot-product
  * path (vdpbf16ps: a zmm lane accumulates a0*b0 + a1*b1 of two bf16 pairs in
- * fp32, twice the FLOPs of an fp32 FMA per instruction). Whether that is faster depends on the core: on the
- * Xeon (Sapphire/Emerald Rapids) this was written on, vdpbf16ps issues once per
+ * fp32, twice the FLOPs of an fp32 FMA per instruction). Whether that is faster
+ * depends on the core: on Intel Sapphire/Emerald Rapids vdpbf16ps issues once per
  * two cycles against two FMAs per cycle, so the pair path peaks at half the
- * fp32 rate (probe_bf16 vs probe_fma tell, per machine). The kernels reach
- * 90-98% of probe_bf16. A pair must run along the reduction index, so:
+ * fp32 rate (probe_bf16 vs probe_fma tell, per machine). A pair must run along
+ * the reduction index, so:
  *   qk_bf16  reduces over x: the Q panel is packed as (x, x+1) pairs per row r
  *            (pack_qt_bf16), and K's natural rows already hold (x, x+1) pairs,
  *            broadcast as one dword. No K repacking at all.

@@ -7,29 +7,21 @@
 
 #include "../kernels.h"
 
-void fa_neon_pack_qt(int64_t rows, int64_t d, const float *q, int64_t ldq, float scale, float *qt, int64_t ldqt);
+fa_pack_qt_fn fa_neon_pack_qt;
 /* register block 16 rows (4 vectors along r) x 4 key columns */
-void fa_neon_qk_16x4(int64_t rows, int64_t cols, int64_t d, const float *qt, int64_t ldqt, const float *k,
-                     int64_t ldk, float *st, int64_t ldst);
-void fa_neon_softmax(int64_t rows, int64_t cols, float *st, int64_t ldst, const int32_t *lo, const int32_t *hi,
-                     float *m, float *l, float *alpha);
+fa_qk_fn fa_neon_qk_16x4;
+fa_softmax_fn fa_neon_softmax;
 /* register block 12 rows (3 vectors of p) x 8 output columns (2 vectors along e) */
-void fa_neon_pv_12x8(int64_t rows, int64_t cols, int64_t dv, const float *st, int64_t ldst, const float *v,
-                     int64_t ldv, const float *alpha, float *acc, int64_t ldacc);
+fa_pv_fn fa_neon_pv_12x8;
 /* The backward's (kernels.h: ds, stx). */
-void fa_neon_ds(int64_t rows, int64_t cols, const float *st, int64_t ldst, float *dp, int64_t lddp,
-                const float *dvec);
+fa_ds_fn fa_neon_ds;
 /* register block 8 acc rows c x 8 columns e (2 vectors of an x row) */
-void fa_neon_stx_8x8(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const float *x,
-                     int64_t ldx, float *acc, int64_t ldacc);
-void fa_neon_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
-void fa_neon_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
-void fa_neon_qk_small(int64_t rows, int64_t cols, int64_t d, const float *q, int64_t ldq, const void *const *krow,
-                      int kv, const float *kscale, float *s, int64_t lds);
-void fa_neon_softmax_small(int64_t rows, int64_t cols, float *s, int64_t lds, const int32_t *lo, const int32_t *hi,
-                           float *m, float *l, float *alpha);
-void fa_neon_pv_small(int64_t rows, int64_t cols, int64_t dv, const float *s, int64_t lds, const void *const *vrow,
-                      int kv, const float *vscale, const float *alpha, float *acc, int64_t ldacc);
-double fa_neon_probe_fma(int64_t iters);
+fa_stx_fn fa_neon_stx_8x8;
+fa_to_f32_fn fa_neon_f16_to_f32;
+fa_to_f32_fn fa_neon_bf16_to_f32;
+fa_qk_small_fn fa_neon_qk_small;
+fa_softmax_fn fa_neon_softmax_small;
+fa_pv_small_fn fa_neon_pv_small;
+fa_probe_fn fa_neon_probe_fma;
 
 #endif
