@@ -2,7 +2,7 @@
  * test_alloc.c: every allocation the library makes may fail, and each failure must give
  * FA_ERR_OUT_OF_MEMORY with nothing written and nothing leaked.
  *
- * The hook of src/alloc.h (internal, so this program links the library's objects like
+ * The hook of src/util/alloc.h (internal, so this program links the library's objects like
  * test_kernels) counts the allocations a call attempts, then makes allocation k fail for
  * every k below that count. For each k: a fresh context in the same state (cold, or warm
  * after one call, since a context keeps its workspace between calls), the outputs filled

@@ -1,5 +1,5 @@
 /*
- * test_planner.c: the task planner (src/tasks.c) against brute force.
+ * test_planner.c: the task planner (src/schedule/tasks.c) against brute force.
  *
  *  - fa_key_block_rows (which query rows see a key block: the question a
  *    key-outer backward loop asks) and fa_task_columns (which keys a row block

@@ -51,7 +51,7 @@ int64_t cli_llc_bytes(void)
 }
 
 /*
- * Standard (src/algo_standard.c), per (b, h) query head, one after the other:
+ * Standard (src/algos/algo_standard.c), per (b, h) query head, one after the other:
  * it reads the head's Q, K and V once, writes its O once, and between those
  * makes these passes over the Sq x Sk fp32 matrix S (later P, in place):
  *
@@ -92,7 +92,7 @@ void cli_traffic_standard(const cli_shape *s, int64_t l2, cli_traffic *t)
 }
 
 /*
- * Flash (src/algo_flash.c) reads each query head's Q once and writes its O once
+ * Flash (src/algos/algo_flash.c) reads each query head's Q once and writes its O once
  * (a write-only pass); scores, probabilities and the accumulator stay in tiles
  * that live in the L2. K and V are what it re-reads: the rows in the band of
  * one q block (tile_q query rows; for a causal or windowed call only the rows

@@ -1,7 +1,7 @@
 """test_work.py: flashattn.forward_work, the library's count of a call's kept pairs and FLOPs.
 
 The oracle counts the band of docs/semantics.md, section 3, pair by pair: no closed
-form, so it does not share a mistake with the library's (src/scores.c).
+form, so it does not share a mistake with the library's (src/algos/scores.c).
 """
 
 import numpy as np

@@ -2,7 +2,7 @@
  * tune.c: fa_tune, the sweep behind `flashattn tune` and flashattn.tune(): times
  * the flash forward of one call with the planner's tiles and with every pair of a
  * grid, keeps the fastest, and saves it through the tune file's writer
- * (src/tune_file.c, the file's only home). The shape class comes from the
+ * (src/schedule/tune_file.c, the file's only home). The shape class comes from the
  * planner itself (ctx->tune.key, recorded by the heuristic run's plan), so the
  * saved entry is keyed exactly as later calls look it up. Never prints: progress
  * goes to the caller's callback.

@@ -7,7 +7,7 @@
  * The plan never depends on the thread count: tile sizes decide the order of
  * floating-point operations, and results must be bitwise the same for any
  * number of threads. A tuned entry for the call's shape class (the tune file,
- * src/tune.c) replaces the heuristic; a context setting (FA_PARAM_TILE_Q /
+ * src/schedule/tune.c) replaces the heuristic; a context setting (FA_PARAM_TILE_Q /
  * FA_PARAM_TILE_KV) overrides either size over both. Both come in as inputs
  * (plan.h): the planner reads no file and no context.
  */

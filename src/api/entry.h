@@ -1,8 +1,8 @@
 /*
- * entry.h: what the public calls that run attention share (src/entry.c): the table of
+ * entry.h: what the public calls that run attention share (src/api/entry.c): the table of
  * algorithms, the choice of a call's entry, the record of what ran, and the guard
- * every call on a context goes through. The calls are src/forward.c (fa_forward,
- * fa_forward_check, fa_forward_work) and src/backward.c (fa_backward, fa_backward_check).
+ * every call on a context goes through. The calls are src/api/forward.c (fa_forward,
+ * fa_forward_check, fa_forward_work) and src/api/backward.c (fa_backward, fa_backward_check).
  */
 #ifndef FA_ENTRY_H
 #define FA_ENTRY_H

@@ -1,8 +1,8 @@
 /*
- * plan.h: the tile plan of the flash loop (src/plan.c). The planner is a function of
+ * plan.h: the tile plan of the flash loop (src/schedule/plan.c). The planner is a function of
  * the problem and its inputs alone: the kernel table's blocking, the tiles a tune
  * entry gives the call's shape class and the context's tile settings, all passed
- * in (src/plan_inputs.c gathers them from a context); it reads no file and no context.
+ * in (src/schedule/plan_inputs.c gathers them from a context); it reads no file and no context.
  */
 #ifndef FA_PLAN_H
 #define FA_PLAN_H

@@ -69,7 +69,7 @@ typedef struct fa_problem {
     fa_bmask bm;              /* the block mask; bm.on = 0: none */
 
     /*
-     * Inference forms (src/sequences.c; the cache fields are src/cache.c's). Sequences
+     * Inference forms (src/forms/sequences.c; the cache fields are src/forms/cache.c's). Sequences
      * may differ in length: B, Sq and Sk above are then the count and the longest
      * lengths (for planning), and fa_seq_view() gives each sequence as a dense problem
      * of its own (B = 1) whose tensors are views into the packed or cached data. A
@@ -199,7 +199,7 @@ int64_t fa_kept_pairs(const fa_problem *p, int64_t i0, int64_t i1, int64_t j0, i
 /* Softcap, bias, ALiBi and every mask applied to a tile of scaled scores, element
  * (r, c) at st[c*ldc + r*ldr] (transposed tiles: ldr = 1; row-major: ldc = 1), for
  * rows i0.. and columns j0..; dropped entries become -inf.
- * Shared by flash and standard so the rules are written once (src/scores.c). */
+ * Shared by flash and standard so the rules are written once (src/algos/scores.c). */
 void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows,
                       int64_t j0, int64_t cols, float *st, int64_t ldc, int64_t ldr);
 /* The causal/window band of a tile for the softmax kernel; 1 when the tile is

@@ -1,8 +1,8 @@
 /*
- * tune.h: tuned tile sizes. src/tune_file.c owns the tune file: where it is, its
- * one reader (fa_tune_read, which a context runs when it is made, src/plan_inputs.c;
+ * tune.h: tuned tile sizes. src/schedule/tune_file.c owns the tune file: where it is, its
+ * one reader (fa_tune_read, which a context runs when it is made, src/schedule/plan_inputs.c;
  * the planner then takes the entry of a call's shape class as an input) and its one
- * writer (fa_tune_save). src/tune.c is fa_tune, the public sweep that finds the
+ * writer (fa_tune_save). src/schedule/tune.c is fa_tune, the public sweep that finds the
  * tiles and saves them. Nothing here knows a context: the reader and the writer
  * take the ISA's name and a buffer for their words.
  * Anything wrong with the file when reading (missing, unreadable, another version,

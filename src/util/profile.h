@@ -1,6 +1,6 @@
 /*
  * profile.h: the phase profile the tiled loops keep for the FLASHATTN_VERBOSE trace
- * (src/profile.c; verbose.c prints it): the thread CPU time of each phase of a tiled
+ * (src/util/profile.c; verbose.c prints it): the thread CPU time of each phase of a tiled
  * loop, summed over the threads, so that a thread waiting for a core is charged to
  * nothing. Off, nothing is timed and fa_phase_mark
  * returns 0. The phases follow docs/semantics.md's steps, the backward's numbered as

@@ -10,7 +10,7 @@
 #include "profile.h"
 #include "problem.h"
 
-/* The plan of p with ctx's inputs (src/plan_inputs.c): its kernel table, its tuned
+/* The plan of p with ctx's inputs (src/schedule/plan_inputs.c): its kernel table, its tuned
  * tiles for p's shape class and its tile settings, fed to fa_plan_from (plan.h).
  * Not const: it records, for fa_tune and the verbose trace, the shape class and
  * where the tiles came from. trimmed: as fa_plan_from's. */
@@ -18,7 +18,7 @@ void fa_plan_tiles(fa_context *ctx, const fa_problem *p, int trimmed, fa_plan *p
 /* Whether bf16 inputs are multiplied as bf16 pairs on this context: the path must
  * have the kernels, and they must outrun fp32 FMA on this CPU (auto) or be forced. */
 int fa_bf16_dot_active(const fa_context *ctx);
-/* Reads ctx's tuned tiles from the tune file (src/plan_inputs.c): when the context
+/* Reads ctx's tuned tiles from the tune file (src/schedule/plan_inputs.c): when the context
  * is made, and again after fa_tune saved an entry. Its note goes into the trace of
  * the next plan that asks for tuned tiles. */
 void fa_context_read_tune(fa_context *ctx);
@@ -39,7 +39,7 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
                             int two_pass_ok, fa_run_info *info);
 
 
-/* FLASHATTN_VERBOSE lines on stderr (src/verbose.c). */
+/* FLASHATTN_VERBOSE lines on stderr (src/util/verbose.c). */
 void fa_verbose_exec(const fa_context *ctx, const fa_problem *p, fa_algo ran, const char *fallback,
                      const fa_run_info *info, double ms);
 void fa_verbose_error(const fa_context *ctx, fa_status st);

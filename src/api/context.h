@@ -83,7 +83,7 @@ typedef struct fa_run_info {
     int64_t phase_us[FA_PHASES_MAX];
 } fa_run_info;
 
-/* Tuned tiles (src/plan_inputs.c, src/tune_file.c): the tune file is read when the
+/* Tuned tiles (src/schedule/plan_inputs.c, src/schedule/tune_file.c): the tune file is read when the
  * context is made (and again after fa_tune saves); the trace of the first plan that
  * asks for tuned tiles carries `note` (what was read, or why the file was ignored).
  * Freed in fa_context_free. */
