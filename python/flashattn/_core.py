@@ -129,7 +129,7 @@ class Context:
 
     @property
     def isa(self):
-        """The micro-kernel path: "ref", "avx2", "avx512", "avx512bf16" or "neon"."""
+        """The micro-kernel path: "ref", "avx2", "avx2vnni", "avx512", "avx512bf16", "amx", "amx-model" or "neon"."""
         return self._c.isa
 
     def last(self):
