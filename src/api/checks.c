@@ -289,6 +289,52 @@ static void bmask_row_name(const fa_block_mask *m, int64_t r, int64_t *b, int64_
     *b = r / m->heads;
 }
 
+/* The entries of every mask row: kv block indices in range and each at most once per
+ * row, element-mask numbers in range; kv_blocks non-NULL where there are entries. */
+static fa_status check_bmask_entries(fa_context *ctx, const fa_block_mask *m, int64_t rows, int64_t nkb)
+{
+    const int64_t entries = m->offsets[rows];
+    if (entries > 0 && !m->kv_blocks)
+        return fa_fail(ctx, FA_ERR_NULL_POINTER, "block_mask->kv_blocks is NULL but the mask has %lld entries",
+                       (long long)entries);
+    /* one bit per kv block, set while a row's entries are walked and cleared after */
+    uint8_t *seen = entries > 0 ? fa_calloc((nkb + 7) / 8, 1) : NULL;
+    if (entries > 0 && !seen)
+        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "block_mask: cannot allocate the duplicate check (%lld bits)", (long long)nkb);
+    fa_status st = FA_OK;
+    for (int64_t r = 0; r < rows && st == FA_OK; r++) {
+        int64_t e = m->offsets[r];
+        for (; e < m->offsets[r + 1]; e++) {
+            const int64_t kb = m->kv_blocks[e], pe = m->partial ? m->partial[e] : -1;
+            int64_t b, h, qb;
+            bmask_row_name(m, r, &b, &h, &qb);
+            if (kb < 0 || kb >= nkb) {
+                st = fa_fail(ctx, FA_ERR_OUT_OF_RANGE,
+                             "block_mask->kv_blocks[%lld] is %lld (row b %lld, h %lld, q block %lld); it must lie in "
+                             "[0, ceil(Sk / block_k)) = [0, %lld)",
+                             (long long)e, (long long)kb, (long long)b, (long long)h, (long long)qb, (long long)nkb);
+                break;
+            }
+            if (pe < -1 || pe >= m->n_partial) {
+                st = fa_fail(ctx, FA_ERR_OUT_OF_RANGE,
+                             "block_mask->partial[%lld] is %lld; it must be -1 (full) or lie in [0, n_partial) = [0, %lld)",
+                             (long long)e, (long long)pe, (long long)m->n_partial);
+                break;
+            }
+            if (seen[kb / 8] & (1u << (kb % 8))) {
+                st = fa_fail(ctx, FA_ERR_INVALID_ARGUMENT,
+                             "block_mask lists kv block %lld twice in row b %lld, h %lld, q block %lld (entry %lld)",
+                             (long long)kb, (long long)b, (long long)h, (long long)qb, (long long)e);
+                break;
+            }
+            seen[kb / 8] |= (uint8_t)(1u << (kb % 8));
+        }
+        for (int64_t x = m->offsets[r]; x < e; x++) seen[m->kv_blocks[x] / 8] = 0; /* every entry before e is in range */
+    }
+    fa_free(seen);
+    return st;
+}
+
 fa_status fa_check_block_mask(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
 {
     memset(&p->bm, 0, sizeof p->bm);
@@ -335,46 +381,7 @@ fa_status fa_check_block_mask(fa_context *ctx, const fa_forward_args *a, fa_prob
                            (long long)r, (long long)b, (long long)h, (long long)qb, (long long)m.offsets[r],
                            (long long)m.offsets[r + 1]);
         }
-    const int64_t entries = m.offsets[rows];
-    if (entries > 0 && !m.kv_blocks)
-        return fa_fail(ctx, FA_ERR_NULL_POINTER, "block_mask->kv_blocks is NULL but the mask has %lld entries",
-                       (long long)entries);
-    /* one bit per kv block, set while a row's entries are walked and cleared after */
-    uint8_t *seen = entries > 0 ? fa_calloc((nkb + 7) / 8, 1) : NULL;
-    if (entries > 0 && !seen)
-        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "block_mask: cannot allocate the duplicate check (%lld bits)", (long long)nkb);
-    st = FA_OK;
-    for (int64_t r = 0; r < rows && st == FA_OK; r++) {
-        int64_t e = m.offsets[r];
-        for (; e < m.offsets[r + 1]; e++) {
-            const int64_t kb = m.kv_blocks[e], pe = m.partial ? m.partial[e] : -1;
-            int64_t b, h, qb;
-            bmask_row_name(&m, r, &b, &h, &qb);
-            if (kb < 0 || kb >= nkb) {
-                st = fa_fail(ctx, FA_ERR_OUT_OF_RANGE,
-                             "block_mask->kv_blocks[%lld] is %lld (row b %lld, h %lld, q block %lld); it must lie in "
-                             "[0, ceil(Sk / block_k)) = [0, %lld)",
-                             (long long)e, (long long)kb, (long long)b, (long long)h, (long long)qb, (long long)nkb);
-                break;
-            }
-            if (pe < -1 || pe >= m.n_partial) {
-                st = fa_fail(ctx, FA_ERR_OUT_OF_RANGE,
-                             "block_mask->partial[%lld] is %lld; it must be -1 (full) or lie in [0, n_partial) = [0, %lld)",
-                             (long long)e, (long long)pe, (long long)m.n_partial);
-                break;
-            }
-            if (seen[kb / 8] & (1u << (kb % 8))) {
-                st = fa_fail(ctx, FA_ERR_INVALID_ARGUMENT,
-                             "block_mask lists kv block %lld twice in row b %lld, h %lld, q block %lld (entry %lld)",
-                             (long long)kb, (long long)b, (long long)h, (long long)qb, (long long)e);
-                break;
-            }
-            seen[kb / 8] |= (uint8_t)(1u << (kb % 8));
-        }
-        for (int64_t x = m.offsets[r]; x < e; x++) seen[m.kv_blocks[x] / 8] = 0; /* every entry before e is in range */
-    }
-    fa_free(seen);
-    if (st != FA_OK) return st;
+    if ((st = check_bmask_entries(ctx, &m, rows, nkb)) != FA_OK) return st;
     fa_bmask *bm = &p->bm;
     bm->on = 1;
     bm->bq = m.block_q;
