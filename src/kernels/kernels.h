@@ -487,6 +487,42 @@ struct fa_cpu;
     void fa_kernels_init_##isa(fa_kernels *k);                                                                   \
     int fa_kernels_runs_##isa(const struct fa_cpu *cpu, const char **why)
 
+/*
+ * A vector table (avx2, avx512, neon): its parent's table, with the fp32 kernels of
+ * fa_<isa>_*: pack_qt, softmax, ds, the converters to f32 and the small-row trio by
+ * their entry's name; qk and pv by their register blocking, which the macro enters as
+ * qk_block and pv_block (QR x QC: fa_avx2_qk_16x6 is {16, 6}); stx by its own name;
+ * with stores = 1 also the converters from f32 (f32_to_f16, f32_to_bf16). The
+ * reference's scalar int8 kernels are never worth choosing over a vector table's (a
+ * child with int8 kernels of its own sets FA_KERNELS_I8_DOT again). One list, so that
+ * a new fp32 entry reaches every vector table at once.
+ */
+#define FA_KERNELS_VECTOR(k, isa, parent_isa, QR, QC, PR, PC, stx_, stores)                                      \
+    do {                                                                                                           \
+        fa_kernels_init_##parent_isa(k);                                                                           \
+        (k)->name = #isa;                                                                                          \
+        (k)->parent = #parent_isa;                                                                                 \
+        (k)->flags |= FA_KERNELS_SMALL_ROWS;                                                                       \
+        (k)->flags &= ~(unsigned)FA_KERNELS_I8_DOT;                                                                \
+        (k)->qk_block = (fa_kernel_block){QR, QC};                                                                 \
+        (k)->pv_block = (fa_kernel_block){PR, PC};                                                                 \
+        (k)->pack_qt = fa_##isa##_pack_qt;                                                                         \
+        (k)->qk = fa_##isa##_qk_##QR##x##QC;                                                                       \
+        (k)->softmax = fa_##isa##_softmax;                                                                         \
+        (k)->pv = fa_##isa##_pv_##PR##x##PC;                                                                       \
+        (k)->ds = fa_##isa##_ds;                                                                                   \
+        (k)->stx = fa_##isa##_##stx_;                                                                              \
+        (k)->f16_to_f32 = fa_##isa##_f16_to_f32;                                                                   \
+        (k)->bf16_to_f32 = fa_##isa##_bf16_to_f32;                                                                 \
+        (k)->qk_small = fa_##isa##_qk_small;                                                                       \
+        (k)->softmax_small = fa_##isa##_softmax_small;                                                             \
+        (k)->pv_small = fa_##isa##_pv_small;                                                                       \
+        (k)->probe_fma = fa_##isa##_probe_fma;                                                                     \
+        FA_KERNELS_STORES_##stores(k, isa);                                                                        \
+    } while (0)
+#define FA_KERNELS_STORES_0(k, isa) (void)0
+#define FA_KERNELS_STORES_1(k, isa) ((k)->f32_to_f16 = fa_##isa##_f32_to_f16, (k)->f32_to_bf16 = fa_##isa##_f32_to_bf16)
+
 /* Every table built in, best first, whether this CPU runs it, and if not why not ("" when
  * it runs) (for tests and `info`). */
 int fa_kernels_count(void);

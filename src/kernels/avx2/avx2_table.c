@@ -18,25 +18,5 @@ int fa_kernels_runs_avx2(const fa_cpu *c, const char **why)
 
 void fa_kernels_init_avx2(fa_kernels *k)
 {
-    fa_kernels_init_ref(k);
-    k->name = "avx2";
-    k->parent = "ref";
-    k->flags |= FA_KERNELS_SMALL_ROWS;
-    k->flags &= ~(unsigned)FA_KERNELS_I8_DOT; /* the reference's scalar int8 kernels: never worth choosing */
-    k->qk_block = (fa_kernel_block){16, 6};
-    k->pv_block = (fa_kernel_block){3, 32};
-    k->pack_qt = fa_avx2_pack_qt;
-    k->qk = fa_avx2_qk_16x6;
-    k->softmax = fa_avx2_softmax;
-    k->pv = fa_avx2_pv_3x32;
-    k->ds = fa_avx2_ds;
-    k->stx = fa_avx2_stx_3x32;
-    k->f16_to_f32 = fa_avx2_f16_to_f32;
-    k->bf16_to_f32 = fa_avx2_bf16_to_f32;
-    k->f32_to_f16 = fa_avx2_f32_to_f16;
-    k->f32_to_bf16 = fa_avx2_f32_to_bf16;
-    k->qk_small = fa_avx2_qk_small;
-    k->softmax_small = fa_avx2_softmax_small;
-    k->pv_small = fa_avx2_pv_small;
-    k->probe_fma = fa_avx2_probe_fma;
+    FA_KERNELS_VECTOR(k, avx2, ref, 16, 6, 3, 32, stx_3x32, 1);
 }

@@ -19,24 +19,5 @@ int fa_kernels_runs_avx512(const fa_cpu *c, const char **why)
 
 void fa_kernels_init_avx512(fa_kernels *k)
 {
-    fa_kernels_init_avx2(k);
-    k->name = "avx512";
-    k->parent = "avx2";
-    k->flags |= FA_KERNELS_SMALL_ROWS;
-    k->qk_block = (fa_kernel_block){64, 6};
-    k->pv_block = (fa_kernel_block){6, 64};
-    k->pack_qt = fa_avx512_pack_qt;
-    k->qk = fa_avx512_qk_64x6;
-    k->softmax = fa_avx512_softmax;
-    k->pv = fa_avx512_pv_6x64;
-    k->ds = fa_avx512_ds;
-    k->stx = fa_avx512_stx_6x64;
-    k->f16_to_f32 = fa_avx512_f16_to_f32;
-    k->bf16_to_f32 = fa_avx512_bf16_to_f32;
-    k->f32_to_f16 = fa_avx512_f32_to_f16;
-    k->f32_to_bf16 = fa_avx512_f32_to_bf16;
-    k->qk_small = fa_avx512_qk_small;
-    k->softmax_small = fa_avx512_softmax_small;
-    k->pv_small = fa_avx512_pv_small;
-    k->probe_fma = fa_avx512_probe_fma;
+    FA_KERNELS_VECTOR(k, avx512, avx2, 64, 6, 6, 64, stx_6x64, 1);
 }
