@@ -227,18 +227,27 @@ fa_tensor tensor_of(Keep &keep, const nb::handle &obj, const char *name, bool al
     return tensor_from(a, name, allow_bool, allow_i8, allow_3d);
 }
 
+// An optional array argument as an imported CPU array held for the call: false for
+// None; TypeError when obj is no array (`what` says which kind was expected).
+bool host_array(Keep &keep, const nb::handle &obj, const char *name, const char *what, in_array &a)
+{
+    if (obj.is_none())
+        return false;
+    if (!nb::try_cast(obj, a))
+        raise(PyExc_TypeError, std::string(name) + ": expected " + what);
+    keep.hold(a);
+    check_cpu(a, name);
+    return true;
+}
+
 // A contiguous 1-d (or row-major 2-d) int32 array for cu_seqlens, seqlens,
 // batch_idx and block tables; its pointer, or NULL for None.
 const int32_t *int32_of(Keep &keep, const nb::handle &obj, const char *name, int64_t *rows = nullptr,
                         int64_t *cols = nullptr)
 {
-    if (obj.is_none())
-        return nullptr;
     in_array a;
-    if (!nb::try_cast(obj, a))
-        raise(PyExc_TypeError, std::string(name) + ": expected an int32 array");
-    keep.hold(a);
-    check_cpu(a, name);
+    if (!host_array(keep, obj, name, "an int32 array", a))
+        return nullptr;
     const auto t = a.dtype();
     if (t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Int) || t.bits != 32 || t.lanes != 1)
         raise(PyExc_ValueError, std::string(name) + " must be int32");
@@ -266,13 +275,9 @@ const int32_t *int32_of(Keep &keep, const nb::handle &obj, const char *name, int
 // so it is checked here); its pointer, or NULL for None.
 float *floats_of(Keep &keep, const nb::handle &obj, const char *name, int64_t n)
 {
-    if (obj.is_none())
-        return nullptr;
     in_array a;
-    if (!nb::try_cast(obj, a))
-        raise(PyExc_TypeError, std::string(name) + ": expected a float32 array");
-    keep.hold(a);
-    check_cpu(a, name);
+    if (!host_array(keep, obj, name, "a float32 array", a))
+        return nullptr;
     const auto t = a.dtype();
     if (t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Float) || t.bits != 32 || a.ndim() != 1 ||
         static_cast<int64_t>(a.shape(0)) != n || (n > 1 && a.stride(0) != 1))
