@@ -47,10 +47,13 @@
 #include <time.h>
 
 
+typedef struct wide_path wide_path;
+
 typedef struct {
     const fa_problem *p;
     const fa_kernels *kern;
     fa_plan plan;
+    const wide_path *path; /* the wide tasks' operand path (wide_paths), chosen once in flash_plan */
     int bf16_dot;       /* bf16 inputs multiplied as bf16 pairs by the ISA */
     int fused;          /* the bf16 pair tiles take the table's fused forward (fwd_bf16) */
     int mm_terms;       /* f32 inputs as bf16 products (FA_PARAM_F32_MATMUL): 3 bf16x3, 1 bf16, 0 ieee */
@@ -337,8 +340,6 @@ typedef struct {
     int64_t i0, n;       /* first row and rows per head */
     int64_t ng, rows;    /* heads stacked from h0, and so rows n * ng */
     int64_t h0, hk;
-    int b16;             /* bf16 pairs (dense bf16 q and k; one head or a stack) */
-    int mm;              /* f32 as bf16 products: the job's mm_terms (3 or 1), or 0 */
     const char *unit;    /* its K/V packed (kv.h), or NULL: the caller's tensors */
     int64_t key0;        /* the unit's first key (a chunk of a long unit, tasks.h) */
     const uint16_t *k16; /* the bf16 path: the tile's K rows as step 1 read them, ldk16 apart; a */
@@ -371,19 +372,19 @@ static void fused_q(const flash_scratch *sc, wide_task *w, const uint16_t *q, in
     }
 }
 
-/* Before step 1: the Q rows of every stacked head, transposed and scaled; with
- * `clear`, the softmax state and the accumulator cleared (a task's first step). */
-static void wide_begin(const flash_job *job, const flash_scratch *sc, wide_task *w, int clear)
+/* Before step 1, on the bf16 path: the Q rows of every stacked head as bf16, as Q^T
+ * pairs (qk_bf16 scales) or the fused kernel's rows. */
+static void q_rows_bf16(const flash_job *job, const flash_scratch *sc, wide_task *w)
 {
     const fa_problem *s = w->s;
     const fa_kernels *kern = job->kern;
     const int64_t D = s->D, bp = job->plan.br_pad, n = w->n;
     int64_t ldq;
-    if (w->b16 && w->ng == 1) {
+    if (w->ng == 1) {
         const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0, D, sc->q16, &ldq);
         if (job->fused) fused_q(sc, w, q, ldq, n, D);
         else kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
-    } else if (w->b16) { /* stacked heads (an MLA or GQA group on one K): their rows one after another */
+    } else { /* stacked heads (an MLA or GQA group on one K): their rows one after another */
         for (int64_t g = 0; g < w->ng; g++) {
             uint16_t *dst = sc->q16 + g * n * D;
             const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
@@ -392,32 +393,43 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, wide_task 
         }
         if (job->fused) fused_q(sc, w, sc->q16, D, w->rows, D);
         else kern->pack_qt_bf16(w->rows, D, sc->q16, D, sc->qt2, 2 * bp);
-    } else if (w->mm) { /* unscaled: qk_bf16 scales */
-        const int64_t TD = w->mm * D;
-        for (int64_t g = 0; g < w->ng; g++) {
-            const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0 + g, D, sc->q, &ldq);
-            for (int64_t r = 0; r < n; r++)
-                fa_split_row(kern, w->mm, 0, q + r * ldq, D, sc->q16 + (g * n + r) * TD, sc->rowf);
-        }
-        kern->pack_qt_bf16(w->rows, TD, sc->q16, TD, sc->qt2, 2 * bp);
-    } else if (w->ng == 1) {
+    }
+}
+
+/* ... on the split path: each f32 row as mm_terms bf16 terms, unscaled (qk_bf16 scales). */
+static void q_rows_split(const flash_job *job, const flash_scratch *sc, wide_task *w)
+{
+    const fa_problem *s = w->s;
+    const fa_kernels *kern = job->kern;
+    const int64_t D = s->D, bp = job->plan.br_pad, n = w->n, TD = job->mm_terms * D;
+    int64_t ldq;
+    for (int64_t g = 0; g < w->ng; g++) {
+        const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0 + g, D, sc->q, &ldq);
+        for (int64_t r = 0; r < n; r++)
+            fa_split_row(kern, job->mm_terms, 0, q + r * ldq, D, sc->q16 + (g * n + r) * TD, sc->rowf);
+    }
+    kern->pack_qt_bf16(w->rows, TD, sc->q16, TD, sc->qt2, 2 * bp);
+}
+
+/* ... on the f32 path: transposed and scaled. */
+static void q_rows_f32(const flash_job *job, const flash_scratch *sc, wide_task *w)
+{
+    const fa_problem *s = w->s;
+    const fa_kernels *kern = job->kern;
+    const int64_t D = s->D, bp = job->plan.br_pad, n = w->n;
+    int64_t ldq;
+    if (w->ng == 1) {
         const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0, D, sc->q, &ldq);
         kern->pack_qt(n, D, q, ldq, s->scale, sc->qt, bp);
-    } else {
-        for (int64_t g = 0; g < w->ng; g++) {
-            float *dst = sc->q + g * n * D;
-            const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
-            if (q != dst)
-                for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
-        }
-        kern->pack_qt(w->rows, D, sc->q, D, s->scale, sc->qt, bp);
+        return;
     }
-    if (!clear) return;
-    for (int64_t r = 0; r < w->rows; r++) {
-        sc->m[r] = -INFINITY;
-        sc->l[r] = 0.0f;
+    for (int64_t g = 0; g < w->ng; g++) {
+        float *dst = sc->q + g * n * D;
+        const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
+        if (q != dst)
+            for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
     }
-    memset(sc->acc, 0, (size_t)(w->rows * job->ldacc) * sizeof(float));
+    kern->pack_qt(w->rows, D, sc->q, D, s->scale, sc->qt, bp);
 }
 
 /* The f32 K and V rows of keys j0 .. j0+cols-1: packed in the unit, in place, or
@@ -439,38 +451,53 @@ static const float *wide_kv_f32(const flash_job *job, const flash_scratch *sc, c
     return k;
 }
 
-/* Step 1 for keys j0 .. j0+cols-1: scaled scores S^T = K (scale Q)^T into sc->st.
- * Returns the tile's V rows as f32 (*ldv apart) on the f32 path, NULL on the bf16 one. */
-static const float *wide_scores(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0,
+/* Step 1 for keys j0 .. j0+cols-1, on each path: scaled scores S^T = K (scale Q)^T into
+ * sc->st. Returns the tile's V rows as f32 (*ldv apart) where step 1 read them, else NULL
+ * (the bf16 path; the split path's packed V waits for step 9). */
+static const float *scores_bf16(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0,
                                 int64_t cols, int64_t *ldv)
+{
+    const fa_problem *s = w->s;
+    const fa_kv_packing *pk = &job->steps.pack;
+    const int64_t D = s->D, bp = job->plan.br_pad;
+    int64_t ldk;
+    (void)ldv;
+    const uint16_t *k = w->unit ? (const uint16_t *)w->unit + (j0 - w->key0) * (ldk = pk->ldk)
+                                : fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
+    job->kern->qk_bf16(w->rows, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
+    w->k16 = k;
+    w->ldk16 = ldk;
+    return NULL;
+}
+
+static const float *scores_split(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0,
+                                 int64_t cols, int64_t *ldv)
 {
     const fa_problem *s = w->s;
     const fa_kernels *kern = job->kern;
     const fa_kv_packing *pk = &job->steps.pack;
-    const int64_t D = s->D, bp = job->plan.br_pad;
+    const int64_t D = s->D, bp = job->plan.br_pad, TD = job->mm_terms * D;
     int64_t ldk;
-    if (w->mm && w->unit) { /* the split form: V waits for step 9 */
-        kern->qk_bf16(w->rows, cols, w->mm * D, sc->qt2, 2 * bp, (const uint16_t *)w->unit + (j0 - w->key0) * pk->ldk, pk->ldk,
+    if (w->unit) { /* the split form: V waits for step 9 */
+        kern->qk_bf16(w->rows, cols, TD, sc->qt2, 2 * bp, (const uint16_t *)w->unit + (j0 - w->key0) * pk->ldk, pk->ldk,
                       s->scale, sc->st, bp);
-        return NULL;
-    }
-    if (w->b16) {
-        const uint16_t *k = w->unit ? (const uint16_t *)w->unit + (j0 - w->key0) * (ldk = pk->ldk)
-                                    : fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
-        kern->qk_bf16(w->rows, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
-        w->k16 = k;
-        w->ldk16 = ldk;
         return NULL;
     }
     const float *v;
     const float *k = wide_kv_f32(job, sc, w, j0, cols, &ldk, &v, ldv);
-    if (w->mm) {
-        const int64_t TD = w->mm * D;
-        for (int64_t c = 0; c < cols; c++) fa_split_row(kern, w->mm, 1, k + c * ldk, D, sc->k16 + c * TD, sc->rowf);
-        kern->qk_bf16(w->rows, cols, TD, sc->qt2, 2 * bp, sc->k16, TD, s->scale, sc->st, bp);
-    } else {
-        kern->qk(w->rows, cols, D, sc->qt, bp, k, ldk, sc->st, bp);
-    }
+    for (int64_t c = 0; c < cols; c++) fa_split_row(kern, job->mm_terms, 1, k + c * ldk, D, sc->k16 + c * TD, sc->rowf);
+    kern->qk_bf16(w->rows, cols, TD, sc->qt2, 2 * bp, sc->k16, TD, s->scale, sc->st, bp);
+    return v;
+}
+
+static const float *scores_f32(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0,
+                               int64_t cols, int64_t *ldv)
+{
+    const int64_t bp = job->plan.br_pad;
+    int64_t ldk;
+    const float *v;
+    const float *k = wide_kv_f32(job, sc, w, j0, cols, &ldk, &v, ldv);
+    job->kern->qk(w->rows, cols, w->s->D, sc->qt, bp, k, ldk, sc->st, bp);
     return v;
 }
 
@@ -494,9 +521,10 @@ static const uint32_t *tile_pairs(const flash_job *job, const flash_scratch *sc,
  * into rows that never see it; a partial tile with one takes the reference kernel,
  * which skips p == 0. */
 static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0, int64_t cols,
-                         int partial)
+                         int partial, const float *v_f32, int64_t ldv_f32)
 {
     const fa_kernels *kern = job->kern;
+    (void)v_f32, (void)ldv_f32;
     const int64_t Dv = w->s->Dv, bp = job->plan.br_pad;
     /* the natural rows only where they are needed: a partial tile's check, or
      * pairs of a tile at an odd key (a window's or a chunk's first) */
@@ -529,7 +557,7 @@ static void wide_pv_split(const flash_job *job, const flash_scratch *sc, const w
     const fa_kernels *kern = job->kern;
     const fa_kv_packing *pk = &job->steps.pack;
     const int64_t Dv = w->s->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
-    const int T = w->mm;
+    const int T = job->mm_terms;
     const int packed = w->unit && !(j0 & 1);
     if (!v && (!packed || partial)) v = fa_kv_tile_f32(w->s, 1, kern, j0, cols, w->hk, Dv, sc->v, &ldv);
     if (partial && !fa_rows_finite(v, ldv, cols, Dv)) {
@@ -564,6 +592,20 @@ static void wide_pv_split(const flash_job *job, const flash_scratch *sc, const w
     }
     kern->pv_bf16(w->rows, cols, Dv, res, bp, vhi, ldvp, NULL, sc->acc, ldacc, sc->pv_scratch);
     kern->pv_bf16(w->rows, cols, Dv, sc->st, bp, vlo, ldvp, NULL, sc->acc, ldacc, sc->pv_scratch);
+}
+
+/* Step 9 on the f32 path: acc = alpha * acc + P V; a partial tile with a NaN/inf V row
+ * takes the reference kernel (see wide_pv_bf16). */
+static void wide_pv_f32(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0, int64_t cols,
+                        int partial, const float *v, int64_t ldv)
+{
+    const fa_kernels *kern = job->kern;
+    const int64_t Dv = w->s->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
+    (void)j0;
+    if (partial && kern != &fa_kernels_ref && !fa_rows_finite(v, ldv, cols, Dv))
+        fa_kernels_ref.pv(w->rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
+    else
+        kern->pv(w->rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
 }
 
 /* Rows per block of a trimmed tile (wide_trimmed): a multiple of every table's row
@@ -656,6 +698,43 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
     return 1;
 }
 
+/*
+ * The operand paths of the wide loop, one per job (flash_plan): how Q, K and V meet the
+ * kernels in steps 1 and 9. bf16: bf16 q and K/V rows the pair kernels read (dense or
+ * contiguous caches; not pages, not codes) as bf16 pairs (FA_PARAM_BF16_DOT), the fused
+ * kernel a variant of it; split: f32 as bf16 products (FA_PARAM_F32_MATMUL); f32:
+ * everything else, rows widened to f32. A new operand path (int8 products on the wide
+ * tiles, say) is one row here.
+ */
+struct wide_path {
+    void (*q_rows)(const flash_job *job, const flash_scratch *sc, wide_task *w);
+    const float *(*scores)(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0, int64_t cols,
+                           int64_t *ldv);
+    void (*pv)(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0, int64_t cols,
+               int partial, const float *v, int64_t ldv);
+    int pairs; /* reads the bf16 or split packing (kv.h), not the f32 one */
+    int trims; /* takes a band's diagonal tiles in row blocks (wide_trimmed) */
+};
+enum { WIDE_F32, WIDE_BF16, WIDE_SPLIT };
+static const wide_path wide_paths[] = {
+    [WIDE_F32] = {q_rows_f32, scores_f32, wide_pv_f32, 0, 1},
+    [WIDE_BF16] = {q_rows_bf16, scores_bf16, wide_pv_bf16, 1, 0},
+    [WIDE_SPLIT] = {q_rows_split, scores_split, wide_pv_split, 1, 0},
+};
+
+/* Before step 1: the Q rows of every stacked head in the path's form; with `clear`,
+ * the softmax state and the accumulator cleared (a task's first step). */
+static void wide_begin(const flash_job *job, const flash_scratch *sc, wide_task *w, int clear)
+{
+    job->path->q_rows(job, sc, w);
+    if (!clear) return;
+    for (int64_t r = 0; r < w->rows; r++) {
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0.0f;
+    }
+    memset(sc->acc, 0, (size_t)(w->rows * job->ldacc) * sizeof(float));
+}
+
 /* The wide path: one stack of rows, vectors along rows (kernels.h), for the task
  * step `step` (tasks.h): its K/V packed in `unit` (kv.h), or NULL to read them from the
  * caller's tensors; its tiles those starting in [step->j0, step->j0 + step->cols);
@@ -683,12 +762,9 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     }
     w.n = s.Sq - w.i0 < job->plan.br ? s.Sq - w.i0 : job->plan.br;
     w.rows = w.n * w.ng;
-    w.b16 = job->bf16_dot && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
-            s.q.dtype == FA_DTYPE_BF16;
-    w.mm = w.b16 ? 0 : job->mm_terms;
-    if (unit && job->steps.pack.bf16 != (w.b16 || w.mm)) w.unit = NULL; /* a task off the pack's path (another dtype) reads in place */
+    if (unit && job->steps.pack.bf16 != job->path->pairs) w.unit = NULL; /* a task off the pack's path (another dtype) reads in place */
     const int elementwise = fa_problem_has_elementwise(&s);
-    const int fused = job->fused && w.b16;
+    const int fused = job->fused && job->path == &wide_paths[WIDE_BF16];
     const int64_t i0 = w.i0, n = w.n, ng = w.ng, rows = w.rows, h0 = w.h0;
     wide_begin(job, sc, &w, step->begin);
     const char *const unit0 = w.unit;
@@ -731,12 +807,12 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         }
         /* trimmed where the band ends inside the tile for its first rows (a window's
          * left edge alone leaves nothing to trim) */
-        if (tlo && thi[0] + 1 < cols && !bm_bits && !w.b16 && !w.mm && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
+        if (tlo && thi[0] + 1 < cols && !bm_bits && job->path->trims && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
             t0 = wide_trimmed(job, sc, &w, j0, cols, tlo, thi, t0);
             continue;
         }
         /* 1. scaled scores */
-        const float *v = wide_scores(job, sc, &w, j0, cols, &ldv);
+        const float *v = job->path->scores(job, sc, &w, j0, cols, &ldv);
         t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
 
         /* 2-5. softcap, bias, ALiBi and masks, head by head */
@@ -755,16 +831,8 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         t0 = fa_phase_mark(job->phases, FA_PH_X, t0);
 
         if (Dv == 0) continue; /* the lse is all there is to compute */
-        /* 9. acc = alpha * acc + P V; a partial tile with a NaN/inf V row takes the
-         * reference kernel (see wide_pv_bf16) */
-        if (w.b16)
-            wide_pv_bf16(job, sc, &w, j0, cols, partial);
-        else if (w.mm)
-            wide_pv_split(job, sc, &w, j0, cols, partial, v, ldv);
-        else if (partial && kern != &fa_kernels_ref && !fa_rows_finite(v, ldv, cols, Dv))
-            fa_kernels_ref.pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
-        else
-            kern->pv(rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
+        /* 9. acc = alpha * acc + P V */
+        job->path->pv(job, sc, &w, j0, cols, partial, v, ldv);
         t0 = fa_phase_mark(job->phases, FA_PH_P, t0);
     }
     /* 6-7 completed: P normalised by the row's sum, lse = m + log l */
@@ -878,6 +946,11 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     job->stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job->ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
     if (job->stacks_max > p->Hq) job->stacks_max = p->Hq;
     if (job->stacks_max < 1) job->stacks_max = 1;
+    /* the wide tasks' operand path: bf16 pairs where q and the K/V rows the kernels read
+     * are bf16 rows they pair (no pages, no codes), else f32 as bf16 products where set */
+    const fa_dtype kv = p->cache ? p->kc.dtype : p->k.dtype;
+    const int pairs = job->bf16_dot && !p->block_table && !p->quant && kv == FA_DTYPE_BF16 && p->dtype == FA_DTYPE_BF16;
+    job->path = &wide_paths[pairs ? WIDE_BF16 : job->mm_terms ? WIDE_SPLIT : WIDE_F32];
     job->per_thread = scratch_layout(job, NULL, NULL);
 }
 
