@@ -372,6 +372,14 @@ static void fused_q(const flash_scratch *sc, wide_task *w, const uint16_t *q, in
     }
 }
 
+/* One stacked head's n rows of D elements (es bytes), ldq apart at q, to dst one after
+ * another, unless the row reader left them there already. */
+static void stack_rows(void *dst, const void *q, int64_t ldq, int64_t n, int64_t D, size_t es)
+{
+    if (q == dst) return;
+    for (int64_t r = 0; r < n; r++) memcpy((char *)dst + r * D * es, (const char *)q + r * ldq * es, (size_t)D * es);
+}
+
 /* Before step 1, on the bf16 path: the Q rows of every stacked head as bf16, as Q^T
  * pairs (qk_bf16 scales) or the fused kernel's rows. */
 static void q_rows_bf16(const flash_job *job, const flash_scratch *sc, wide_task *w)
@@ -388,8 +396,7 @@ static void q_rows_bf16(const flash_job *job, const flash_scratch *sc, wide_task
         for (int64_t g = 0; g < w->ng; g++) {
             uint16_t *dst = sc->q16 + g * n * D;
             const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
-            if (q != dst)
-                for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
+            stack_rows(dst, q, ldq, n, D, sizeof *dst);
         }
         if (job->fused) fused_q(sc, w, sc->q16, D, w->rows, D);
         else kern->pack_qt_bf16(w->rows, D, sc->q16, D, sc->qt2, 2 * bp);
@@ -426,8 +433,7 @@ static void q_rows_f32(const flash_job *job, const flash_scratch *sc, wide_task 
     for (int64_t g = 0; g < w->ng; g++) {
         float *dst = sc->q + g * n * D;
         const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
-        if (q != dst)
-            for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, q + r * ldq, (size_t)D * sizeof *dst);
+        stack_rows(dst, q, ldq, n, D, sizeof *dst);
     }
     kern->pack_qt(w->rows, D, sc->q, D, s->scale, sc->qt, bp);
 }
