@@ -154,6 +154,7 @@ typedef struct spec {
     int block_mask;
     int algo;                        /* 0 auto */
     int64_t kv_splits, kv_pack, f32_matmul, quant_matmul; /* context settings; 0 = leave */
+    int64_t call_splits;             /* fa_forward_args.kv_splits (headers with the field table) */
 } spec;
 
 static const int64_t vq[3] = {37, 1, 70}, vk[3] = {50, 64, 70};
@@ -325,6 +326,11 @@ static int run(fa_context *ctx, const spec *s)
         for (int64_t h = 0; h < Hq; h++) sk[h] = (h % 3 == 2) ? -1.0f / 0.0f : 0.25f * (float)h - 0.5f;
         a.sinks = sk;
     }
+#ifdef FA_FORWARD_FIELDS
+    a.kv_splits = s->call_splits;
+#else
+    if (s->call_splits) return -1;
+#endif
     fa_kv_cache *cache = NULL;
     if (s->cache) {
         int32_t have[8];
@@ -430,6 +436,8 @@ static const spec cases[] = {
     {"fwd_f32_mqa", DENSE(F32), .Hq = 8, .Hk = 1},
     {"fwd_bf16_mqa", DENSE(BF16), .Hq = 8, .Hk = 1, .causal = BR},
     {"fwd_f32_splitkv4", DENSE(F32), .kv_splits = 4},
+    {"fwd_bf16_call_splits3", DENSE(BF16), .call_splits = 3, .causal = BR},
+    {"fwd_f32_call_splits2_over_ctx5", DENSE(F32), .call_splits = 2, .kv_splits = 5},
     {"fwd_f32_pack_always", DENSE(F32), .kv_pack = 2},
     {"fwd_bf16_pack_never", DENSE(BF16), .kv_pack = 1},
     {"fwd_f32_bf16x3", DENSE(F32), .f32_matmul = 1},
@@ -470,6 +478,7 @@ static const spec cases[] = {
     {"cache_mla_latent_paged_i8", .dtype = BF16, .B = 2, .Sq = 1, .Sk = 200, .Hq = 16, .Hk = 1, .D = 96, .Dv = 64,
      .lse = 1, .cache = 2, .cache_dtype = FA_DTYPE_I8, .snew = 1, .latent = 1},
     {"cache_long_split_planned", DECODE(BF16, BF16), .Sk = 2100, .B = 1},
+    {"cache_call_splits7", DECODE(BF16, BF16), .call_splits = 7},
     {"cache_splitkv5_sinks", DECODE(F32, F32), .kv_splits = 5, .sinks = 1},
     {"bwd_f32", DENSE(F32), .backward = 1},
     {"bwd_bf16_causal", DENSE(BF16), .backward = 1, .causal = BR},
