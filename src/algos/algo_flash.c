@@ -969,7 +969,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     flash_plan(ctx, p, &job);
 
     const fa_task_rules rules = {.br = job.plan.br, .small = job.small, .stacks_max = job.stacks_max,
-                                 .kv_splits = p->kv_splits ? p->kv_splits : ctx->set.kv_splits};
+                                 .kv_splits = p->args->kv_splits ? p->args->kv_splits : ctx->set.kv_splits};
     fa_task_counts counts;
     fa_tasks_count(p, &rules, &counts);
     const int nth = ctx->threads < counts.tasks ? ctx->threads : (int)(counts.tasks > 0 ? counts.tasks : 1);

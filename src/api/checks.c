@@ -237,7 +237,6 @@ fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem
     p->alibi_stride_b = a->alibi_slopes ? a->alibi_stride_b : 0;
     p->q_start = a->q_start;
     p->k_start = a->k_start;
-    p->kv_splits = a->kv_splits;
     fa_dropout_init(&p->drop, a->dropout_p, a->dropout_seed, a->dropout_offset);
     return FA_OK;
 }

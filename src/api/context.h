@@ -106,6 +106,9 @@ struct fa_context {
     const fa_kernels *kernels;
     fa_run_info last;        /* the last successful call's (FA_READOUTS) */
     fa_tune_state tune;
+    /* the call being run, as validation read it (fa_problem.args): the caller's fields at
+     * this library's size; one call at a time, like everything else here */
+    fa_forward_args call_args;
     void *ws_kept[2];        /* fa_context_workspace: buffers kept between calls, per slot */
     int64_t ws_kept_bytes[2];
     atomic_int busy;         /* 1 while a call runs on this context (fa_context_enter) */

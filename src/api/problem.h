@@ -65,7 +65,11 @@ typedef struct fa_problem {
     int has_drop_mask;        /* write the keep bits to drop_mask (B, Hq, Sq, Sk) */
     fa_tensor drop_mask;
     const float *sinks;       /* (Hq) sink logits; NULL = none (fa_sink) */
-    int64_t kv_splits;        /* this call's split-KV chunks; 0 = the context's */
+    /* The call's fields as the caller gave them, at this library's size (defaults past the
+     * caller's struct_size), valid while the call runs: an option the algorithms read as
+     * given (kv_splits) is read here, checked by checks.c, and needs no field of its own
+     * above. Views share it; a view's own lengths and tensors are the fields above. */
+    const fa_forward_args *args;
     fa_bmask bm;              /* the block mask; bm.on = 0: none */
 
     /*

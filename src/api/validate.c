@@ -12,6 +12,14 @@
 /* Fields up to and including window_right are required of every caller. */
 #define FA_ARGS_MIN_SIZE (offsetof(fa_forward_args, window_right) + sizeof(int64_t))
 
+/* A validated call keeps its fields where its problem can read them (fa_problem.args). */
+static fa_status keep_args(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
+{
+    ctx->call_args = *a;
+    p->args = &ctx->call_args;
+    return FA_OK;
+}
+
 fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_problem *p)
 {
     if (!user) return fa_fail(ctx, FA_ERR_NULL_POINTER, "args is NULL");
@@ -43,7 +51,8 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
         if ((st = fa_validate_forms(ctx, &a, p)) != FA_OK) return st;
         if ((st = fa_check_sinks(ctx, &a, p)) != FA_OK) return st;
         if ((st = fa_check_extents(ctx, p)) != FA_OK) return st;
-        return fa_check_block_mask(ctx, &a, p);
+        if ((st = fa_check_block_mask(ctx, &a, p)) != FA_OK) return st;
+        return keep_args(ctx, &a, p);
     }
 
     if ((st = fa_check_kv_inputs(ctx, &a.q, &a.k, &a.v)) != FA_OK) return st;
@@ -105,7 +114,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_forward_args *user, fa_p
     p->scale = a.scale != 0.0f ? a.scale : (float)(1.0 / sqrt((double)p->D));
     p->has_bias = a.bias.data != NULL;
     p->has_mask = a.mask.data != NULL;
-    return FA_OK;
+    return keep_args(ctx, &a, p);
 }
 
 /* Fields up to and including dv are required of every caller. */
