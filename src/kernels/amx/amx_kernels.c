@@ -593,10 +593,12 @@ double FA_AMX_FN(probe_tile)(int64_t iters)
  *   softmax     row by row on 16-lane vectors: t = S * scale log2(e) - m log2(e); while
  *               every kept t <= FA_FWD_LAZY_LOG2 the running max stays (lazy rescale),
  *               else the row's max moves (fwd_row_max) and the strip's pending P V is
- *               flushed before acc takes the rescale; p = 2^t by a degree-3 polynomial
- *               (minimax on [-1/2, 1/2], 2^-13.7 relative, below bf16's 2^-9),
- *               rounded to bf16 straight into P's row (vcvtne2ps2bf16), and the row's
- *               sum taken from those bf16 values, in 16 lanes until the tile ends;
+ *               flushed before acc takes the rescale; p = 2^t by a degree-5 polynomial
+ *               (minimax on [-1/2, 1/2], 2^-22.6 relative with fp32 coefficients, so
+ *               that l, and lse from it, are as accurate as the unfused path's), 0
+ *               exactly for masked lanes and t <= FWD_TLO, rounded to bf16 straight
+ *               into P's row (vcvtne2ps2bf16); the row's sum is taken from the fp32
+ *               values, in 16 lanes until the tile ends;
  *   acc += P V  A = P rows as written, B = V pairs as given: no transpose. Deferred
  *               over blocks until a rescale or the tile's end (the products are the
  *               same fp32 sums in the same order: C round-trips through memory exactly).
@@ -605,12 +607,17 @@ double FA_AMX_FN(probe_tile)(int64_t iters)
  */
 #define FWD_BLOCK 64
 #define FWD_LOG2E 1.44269504088896341f
-/* 2^f on [-1/2, 1/2], degree 3, minimax in relative error (2^-13.7) */
-#define FWD_E0 0.99992806f
-#define FWD_E1 0.69326097f
-#define FWD_E2 0.24261114f
-#define FWD_E3 0.05517167f
-#define FWD_TLO (-127.0f) /* 2^t below 2^-126 is a subnormal, which P's conversion makes 0 */
+/* 2^f on [-1/2, 1/2], degree 5, minimax in relative error (Remez; 2^-22.6 as fp32) */
+#define FWD_E0 1.00000012f
+#define FWD_E1 0.693146944f
+#define FWD_E2 0.240221202f
+#define FWD_E3 0.0555071309f
+#define FWD_E4 0.00967554096f
+#define FWD_E5 0.00132764725f
+/* p = 0 for t <= FWD_TLO (and masked lanes, whose t is -inf): the others are normal
+ * floats (>= 2^-125.5), never subnormals, and the dropped terms are below 2^-125 of l,
+ * which holds at least one p >= 1 */
+#define FWD_TLO (-125.0f)
 
 void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t);
 
@@ -653,10 +660,10 @@ void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk
  * The softmax of one row of a block: nv <= 4 vectors of 16 scores s (raw dot products),
  * keep[v] the lanes kept. t = s c - mlog (masked: -inf). With `check`, returns 1 and
  * writes nothing when a kept t exceeds FA_FWD_LAZY_LOG2; else writes P's 16 * nv
- * (rounded up to 32) bf16 values and adds them to the lane sums lsum, and returns 0.
- * The two builds below compute the same bits: each lane as the named instruction does
- * (vfmadd, vmaxps's "a > b ? a : b", vrndscaleps in the current rounding mode,
- * vscalefps, vcvtne2ps2bf16, vaddps).
+ * (rounded up to 32) bf16 values, adds their fp32 values before rounding to the lane
+ * sums lsum, and returns 0. The two builds below compute the same bits: each lane as
+ * the named instruction does (vfmadd, vcmpps, vmaxps's "a > b ? a : b", vrndscaleps in
+ * the current rounding mode, vscalefps, vcvtne2ps2bf16, vaddps).
  */
 #if defined(FA_AMX_HW)
 /* nv a constant in each caller below, so that the loops unroll and t, e stay in registers */
@@ -673,24 +680,23 @@ static inline __attribute__((always_inline)) int fwd_row_n(const float *s, const
     }
     if (check && over) return 1;
     const __m512 lo = _mm512_set1_ps(FWD_TLO);
-    __m512 e[4];
+    __m512 e[4], sum = _mm512_loadu_ps(lsum);
     for (int v = 0; v < nv; v++) {
+        const __mmask16 live = _mm512_cmp_ps_mask(t[v], lo, _CMP_NLE_UQ); /* t > FWD_TLO, or NaN */
         const __m512 x = _mm512_max_ps(lo, t[v]);
         const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
         const __m512 f = _mm512_sub_ps(x, n);
-        __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(FWD_E3), f, _mm512_set1_ps(FWD_E2));
+        __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(FWD_E5), f, _mm512_set1_ps(FWD_E4));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(FWD_E3));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(FWD_E2));
         q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(FWD_E1));
         q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(FWD_E0));
-        e[v] = _mm512_scalef_ps(q, n);
+        e[v] = _mm512_maskz_scalef_ps(live, q, n);
+        sum = _mm512_add_ps(sum, e[v]);
     }
-    __m512 sum = _mm512_loadu_ps(lsum);
-    const __m512i himask = _mm512_set1_epi32((int)0xffff0000u);
     for (int v = 0; v < nv; v += 2) {
         const __m512 hi = v + 1 < nv ? e[v + 1] : _mm512_setzero_ps();
-        const __m512i pb = (__m512i)_mm512_cvtne2ps_pbh(hi, e[v]);
-        _mm512_storeu_si512((void *)(p + 16 * v), pb);
-        sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(pb, 16)));
-        sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_and_si512(pb, himask)));
+        _mm512_storeu_si512((void *)(p + 16 * v), (__m512i)_mm512_cvtne2ps_pbh(hi, e[v]));
     }
     _mm512_storeu_ps(lsum, sum);
     return 0;
@@ -733,10 +739,13 @@ static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float 
         for (int i = 0; i < 16; i++) {
             const float x = FWD_TLO > t[v][i] ? FWD_TLO : t[v][i];
             const float n = rintf(x), f = x - n;
-            float q = fmaf(FWD_E3, f, FWD_E2);
+            float q = fmaf(FWD_E5, f, FWD_E4);
+            q = fmaf(q, f, FWD_E3);
+            q = fmaf(q, f, FWD_E2);
             q = fmaf(q, f, FWD_E1);
             q = fmaf(q, f, FWD_E0);
-            e[v][i] = scalef1(q, n);
+            e[v][i] = t[v][i] <= FWD_TLO ? 0.0f : scalef1(q, n); /* NaN stays */
+            lsum[i] += e[v][i];
         }
     for (int v = 0; v < nv; v += 2) {
         uint16_t w[32];
@@ -749,14 +758,6 @@ static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float 
             w[16 + i] = cvtne_bf16(u);
         }
         memcpy(p + 16 * v, w, sizeof w);
-        for (int i = 0; i < 16; i++) {
-            const uint32_t ev = (uint32_t)w[2 * i] << 16, od = (uint32_t)w[2 * i + 1] << 16;
-            float fe, fo;
-            memcpy(&fe, &ev, 4);
-            memcpy(&fo, &od, 4);
-            lsum[i] += fe;
-            lsum[i] += fo;
-        }
     }
     return 0;
 }
