@@ -471,6 +471,8 @@ static void test_fused_lse(fa_context *ctx, uint64_t seed) {
         {{2, 400, 300, 1, 1, 96, 80}, FA_CAUSAL_BOTTOM_RIGHT, -1, -1, 1.0, 64, 128},
         {{1, 160, 500, 1, 1, 59, 130}, FA_CAUSAL_NONE, -1, -1, 0.3, 0, 0},
     };
+    int64_t fused0 = 1; /* the setting to restore */
+    fa_context_get(ctx, FA_PARAM_BF16_FUSED, &fused0);
     const char *isa = fa_context_isa(ctx);
     const int fused_table = isa && (strcmp(isa, "amx") == 0 || strcmp(isa, "amx-model") == 0);
     h_rng r;
@@ -518,7 +520,7 @@ static void test_fused_lse(fa_context *ctx, uint64_t seed) {
             if (fused_table)
                 CHECK(memcmp(o_got[0], o_got[1], o_bytes) != 0, "o bitwise the same with and without the fused kernel");
         }
-        fa_context_set(ctx, FA_PARAM_BF16_FUSED, 0);
+        fa_context_set(ctx, FA_PARAM_BF16_FUSED, fused0);
         h_set_tiles(ctx, 0, 0);
         free(o64), free(lse64), free(lse_got[0]), free(lse_got[1]), free(o_got[0]), free(o_got[1]);
         h_problem_free(&p);
