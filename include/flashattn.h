@@ -187,10 +187,10 @@ typedef enum fa_param {
                                       context where it is not 0. Default from
                                       FLASHATTN_QUANT_MATMUL=exact|i8|i8x2 */
     FA_PARAM_BF16_FUSED = 11,      /* bf16 flash forward on a table with a fused tile kernel (amx,
-                                      amx-model; else ignored): 0 = off (default), 1 = the fused kernel
-                                      (row-major scores, P as bf16, lazy rescale) where it applies.
-                                      Opt-in: its lse is bf16-accurate (docs/semantics.md, 5, "Fused
-                                      bf16 forward"). Default from FLASHATTN_BF16_FUSED=0|1 */
+                                      amx-model; else ignored): 1 = the fused kernel (row-major
+                                      scores, P as bf16, lazy rescale) where it applies (default),
+                                      0 = the per-tile kernels (docs/semantics.md, 5, "Fused bf16
+                                      forward"). Default 1 unless FLASHATTN_BF16_FUSED=0 */
     FA_PARAM_LAST_ALGO = 100,      /* read-only: the fa_algo the last successful call ran */
     FA_PARAM_LAST_EXTRA_BYTES = 101, /* read-only: peak bytes the last successful call allocated */
     FA_PARAM_LAST_TILE_Q = 102,    /* read-only: query rows per tile the last flash call used (0 otherwise) */

@@ -448,6 +448,86 @@ static void test_planned_determinism(fa_context *ctx, uint64_t seed) {
 }
 
 /*
+ * The fused bf16 forward's lse (FA_PARAM_BF16_FUSED, docs/semantics.md 5) against the
+ * fp64 oracle, with the unfused path's error as the yardstick: |lse - lse_ref| <= 2 *
+ * the unfused path's + h_prop_lse_ulps() ulps of max(1, max|lse_ref|). The random sweep
+ * checks lse only against the naive bf16 attention (S rounded to bf16), a far looser
+ * bound, which a bf16-accurate lse met while a backward fed by it missed its own. Rows
+ * long enough for the wide tiles the fused kernel takes, causal both ways (bottom-right
+ * with Sq > Sk: empty rows; on tiles set here, as planned ones keep such short masked
+ * calls unfused), GQA, D = 64, an odd D, Dv != D. On a path with the fused kernel (amx,
+ * amx-model) the two settings must differ in their bits, else the test proved nothing.
+ */
+static void test_fused_lse(fa_context *ctx, uint64_t seed) {
+    static const struct {
+        h_dims d;
+        fa_causal causal;
+        int64_t wl, wr;
+        double q_sigma;
+        int64_t tile_q, tile_kv; /* 0: planned (which keeps a short masked call unfused) */
+    } shapes[] = {
+        {{1, 300, 700, 2, 1, 128, 128}, FA_CAUSAL_NONE, -1, -1, 1.0, 0, 0},
+        {{1, 257, 600, 2, 2, 64, 64}, FA_CAUSAL_TOP_LEFT, -1, -1, 3.0, 64, 128},
+        {{2, 400, 300, 1, 1, 96, 80}, FA_CAUSAL_BOTTOM_RIGHT, -1, -1, 1.0, 64, 128},
+        {{1, 160, 500, 1, 1, 59, 130}, FA_CAUSAL_NONE, -1, -1, 0.3, 0, 0},
+    };
+    int64_t fused0 = 1; /* the setting to restore */
+    fa_context_get(ctx, FA_PARAM_BF16_FUSED, &fused0);
+    const char *isa = fa_context_isa(ctx);
+    const int fused_table = isa && (strcmp(isa, "amx") == 0 || strcmp(isa, "amx-model") == 0);
+    h_rng r;
+    h_rng_seed(&r, seed ^ 0xf05edull);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const h_dims *d = &shapes[s].d;
+        h_problem p;
+        h_problem_alloc(&p, *d, FA_DTYPE_BF16, FA_DTYPE_F32); /* o in f32: the paths' differences show */
+        fa_forward_args *a = &p.args;
+        h_fill_normal(&a->q, &r, shapes[s].q_sigma);
+        h_fill_normal(&a->k, &r, 1.0);
+        h_fill_normal(&a->v, &r, 1.0);
+        a->causal = shapes[s].causal;
+        a->window_left = shapes[s].wl;
+        a->window_right = shapes[s].wr;
+        const int64_t n_o = d->B * d->Sq * d->Hq * d->Dv, n_lse = d->B * d->Hq * d->Sq;
+        const size_t o_bytes = (size_t)n_o * 4;
+        double *o64 = malloc(sizeof(double) * (size_t)n_o), *lse64 = malloc(sizeof(double) * (size_t)n_lse);
+        double *lse_got[2] = {malloc(sizeof(double) * (size_t)n_lse), malloc(sizeof(double) * (size_t)n_lse)};
+        unsigned char *o_got[2] = {malloc(o_bytes), malloc(o_bytes)};
+        double smax;
+        h_case("fused lse: %s causal=%d window=(%lld,%lld) bf16 (o f32) against the fp64 oracle and the unfused path",
+               h_dims_str(d), (int)a->causal, (long long)a->window_left, (long long)a->window_right);
+        CHECK(naive_forward(a, NAIVE_FP64, o64, lse64, &smax) == 0, "naive fp64 failed");
+        int ok = 1;
+        for (int fused = 0; fused < 2 && ok; fused++) {
+            fa_status st = fa_context_set(ctx, FA_PARAM_BF16_FUSED, fused);
+            if (st == FA_OK) st = h_set_tiles(ctx, shapes[s].tile_q, shapes[s].tile_kv);
+            if (st == FA_OK) st = h_run(ctx, FA_ALGO_FLASH, 2, a);
+            ok = CHECK(st == FA_OK, "fused=%d: status %d: %s", fused, (int)st, fa_context_error(ctx));
+            if (!ok) break;
+            read_lse(&a->lse, lse_got[fused]);
+            memcpy(o_got[fused], a->o.data, o_bytes);
+        }
+        if (ok) {
+            int64_t infs[2], at[2];
+            const double e_unfused = lse_err(lse_got[0], lse64, n_lse, &infs[0], &at[0]);
+            const double e_fused = lse_err(lse_got[1], lse64, n_lse, &infs[1], &at[1]);
+            const double tol = 2.0 * e_unfused + h_prop_lse_ulps() * FLT_EPSILON * fmax(1.0, max_abs(lse64, n_lse));
+            printf("fused lse: %s: max error %.3g fused, %.3g unfused, tolerance %.3g\n", h_dims_str(d), e_fused,
+                   e_unfused, tol);
+            CHECK(e_fused <= tol && infs[0] == 0 && infs[1] == 0,
+                  "fused lse max err %.3g > tol %.3g (unfused %.3g) or -inf mismatches (%lld fused, %lld unfused)",
+                  e_fused, tol, e_unfused, (long long)infs[1], (long long)infs[0]);
+            if (fused_table)
+                CHECK(memcmp(o_got[0], o_got[1], o_bytes) != 0, "o bitwise the same with and without the fused kernel");
+        }
+        fa_context_set(ctx, FA_PARAM_BF16_FUSED, fused0);
+        h_set_tiles(ctx, 0, 0);
+        free(o64), free(lse64), free(lse_got[0]), free(lse_got[1]), free(o_got[0]), free(o_got[1]);
+        h_problem_free(&p);
+    }
+}
+
+/*
  * Which cases run. Every ISA path runs this program (tests/CMakeLists.txt), and the
  * sanitizer build would take minutes per path at full size, so it compiles in
  * FA_TEST_SCALE < 1 (harness.h): then only one round in `stride` of the CASES_PER_CELL
@@ -492,6 +572,7 @@ int main(void) {
               "and causal bf16 among them",
               g_det_cases[0], g_det_cases[1], g_det_cases[2], g_det_causal[0], g_det_causal[1], g_det_causal[2]);
         test_planned_determinism(ctx, seed);
+        test_fused_lse(ctx, seed);
     }
     fa_context_free(ctx);
     printf("worst o err/tol (f32 f16 bf16): flash %.3f %.3f %.3f, standard %.3f %.3f %.3f\n",

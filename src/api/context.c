@@ -94,7 +94,7 @@ fa_status fa_context_create(fa_context **out)
                           : strcmp(mm, "bf16") == 0   ? FA_F32_MATMUL_BF16
                                                       : FA_F32_MATMUL_IEEE;
     const char *fu = getenv("FLASHATTN_BF16_FUSED");
-    ctx->set.bf16_fused = fu && strcmp(fu, "1") == 0;
+    ctx->set.bf16_fused = !(fu && strcmp(fu, "0") == 0); /* on unless "0" */
     const char *qm = getenv("FLASHATTN_QUANT_MATMUL");
     ctx->set.quant_matmul = !qm                     ? FA_QUANT_MATMUL_EXACT
                             : strcmp(qm, "i8") == 0   ? FA_QUANT_MATMUL_I8

@@ -36,7 +36,7 @@ typedef struct fa_pool fa_pool;
     X(FA_PARAM_KV_PACK, kv_pack, 0, 2)            /* 0 auto, 1 never, 2 wherever shared */ \
     X(FA_PARAM_F32_MATMUL, f32_matmul, 0, 2)      /* FA_F32_MATMUL_*: 0 ieee, 1 bf16x3, 2 bf16 */ \
     X(FA_PARAM_QUANT_MATMUL, quant_matmul, 0, 2)  /* FA_QUANT_MATMUL_*: 0 exact, 1 i8, 2 i8x2 */ \
-    X(FA_PARAM_BF16_FUSED, bf16_fused, 0, 1)      /* FLASHATTN_BF16_FUSED: the fused bf16 tiles */
+    X(FA_PARAM_BF16_FUSED, bf16_fused, 0, 1)      /* FLASHATTN_BF16_FUSED=0 turns the fused bf16 tiles off */
 
 /* FA_PARAM_F32_MATMUL's values. */
 enum { FA_F32_MATMUL_IEEE = 0, FA_F32_MATMUL_BF16X3 = 1, FA_F32_MATMUL_BF16 = 2 };

@@ -178,9 +178,10 @@ static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
  *   m[r]    moves to the max over kept s only when some kept s exceeds it by more than
  *           FA_FWD_LAZY_LOG2 / log2(e) (lazy rescale; exact, since acc and l then use
  *           the same m): m_new, alpha = exp(m_old - m_new), l and acc scaled by alpha
- *   p       = exp(s - m) to about 2^-13 relative, rounded to bf16 (as vcvtne2ps2bf16),
- *             0 for masked columns; l[r] += sum of those bf16 values (the same P
- *             that P V multiplies), acc[r][e] += sum_c p v_c[e].
+ *   e       = exp(s - m) to about 2^-22 relative (fp32), 0 for masked columns (and
+ *             where exp(s - m) < 2^-125: below fp32's resolution of l, which holds a
+ *             term >= 1); l[r] += sum of e (so lse = m + log l is fp32-accurate);
+ *   p       = e rounded to bf16 (as vcvtne2ps2bf16); acc[r][e] += sum_c p v_c[e].
  * With nothing kept yet m stays -inf and p = 0; a NaN score makes its row NaN.
  *   q    rows of bf16, ldq apart (any alignment), zero-padded to FA_RUP32(d) columns and
  *        FA_RUP16(rows) rows

@@ -593,10 +593,12 @@ double FA_AMX_FN(probe_tile)(int64_t iters)
  *   softmax     row by row on 16-lane vectors: t = S * scale log2(e) - m log2(e); while
  *               every kept t <= FA_FWD_LAZY_LOG2 the running max stays (lazy rescale),
  *               else the row's max moves (fwd_row_max) and the strip's pending P V is
- *               flushed before acc takes the rescale; p = 2^t by a degree-3 polynomial
- *               (minimax on [-1/2, 1/2], 2^-13.7 relative, below bf16's 2^-9),
- *               rounded to bf16 straight into P's row (vcvtne2ps2bf16), and the row's
- *               sum taken from those bf16 values, in 16 lanes until the tile ends;
+ *               flushed before acc takes the rescale; p = 2^t by a degree-5 polynomial
+ *               (minimax on [-1/2, 1/2], 2^-22.6 relative with fp32 coefficients, so
+ *               that l, and lse from it, are as accurate as the unfused path's), 0
+ *               exactly for masked lanes and t <= FWD_TLO, rounded to bf16 straight
+ *               into P's row (vcvtne2ps2bf16); the row's sum is taken from the fp32
+ *               values, in 16 lanes until the tile ends;
  *   acc += P V  A = P rows as written, B = V pairs as given: no transpose. Deferred
  *               over blocks until a rescale or the tile's end (the products are the
  *               same fp32 sums in the same order: C round-trips through memory exactly).
@@ -605,12 +607,17 @@ double FA_AMX_FN(probe_tile)(int64_t iters)
  */
 #define FWD_BLOCK 64
 #define FWD_LOG2E 1.44269504088896341f
-/* 2^f on [-1/2, 1/2], degree 3, minimax in relative error (2^-13.7) */
-#define FWD_E0 0.99992806f
-#define FWD_E1 0.69326097f
-#define FWD_E2 0.24261114f
-#define FWD_E3 0.05517167f
-#define FWD_TLO (-127.0f) /* 2^t below 2^-126 is a subnormal, which P's conversion makes 0 */
+/* 2^f on [-1/2, 1/2], degree 5, minimax in relative error (Remez; 2^-22.6 as fp32) */
+#define FWD_E0 1.00000012f
+#define FWD_E1 0.693146944f
+#define FWD_E2 0.240221202f
+#define FWD_E3 0.0555071309f
+#define FWD_E4 0.00967554096f
+#define FWD_E5 0.00132764725f
+/* p = 0 for t <= FWD_TLO (and masked lanes, whose t is -inf): the others are normal
+ * floats (>= 2^-125.5), never subnormals, and the dropped terms are below 2^-125 of l,
+ * which holds at least one p >= 1 */
+#define FWD_TLO (-125.0f)
 
 void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t);
 
@@ -653,10 +660,10 @@ void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk
  * The softmax of one row of a block: nv <= 4 vectors of 16 scores s (raw dot products),
  * keep[v] the lanes kept. t = s c - mlog (masked: -inf). With `check`, returns 1 and
  * writes nothing when a kept t exceeds FA_FWD_LAZY_LOG2; else writes P's 16 * nv
- * (rounded up to 32) bf16 values and adds them to the lane sums lsum, and returns 0.
- * The two builds below compute the same bits: each lane as the named instruction does
- * (vfmadd, vmaxps's "a > b ? a : b", vrndscaleps in the current rounding mode,
- * vscalefps, vcvtne2ps2bf16, vaddps).
+ * (rounded up to 32) bf16 values, adds their fp32 values before rounding to the lane
+ * sums lsum, and returns 0. The two builds below compute the same bits: each lane as
+ * the named instruction does (vfmadd, vcmpps, vmaxps's "a > b ? a : b", vrndscaleps in
+ * the current rounding mode, vscalefps, vcvtne2ps2bf16, vaddps).
  */
 #if defined(FA_AMX_HW)
 /* nv a constant in each caller below, so that the loops unroll and t, e stay in registers */
@@ -673,24 +680,23 @@ static inline __attribute__((always_inline)) int fwd_row_n(const float *s, const
     }
     if (check && over) return 1;
     const __m512 lo = _mm512_set1_ps(FWD_TLO);
-    __m512 e[4];
+    __m512 e[4], sum = _mm512_loadu_ps(lsum);
     for (int v = 0; v < nv; v++) {
+        const __mmask16 live = _mm512_cmp_ps_mask(t[v], lo, _CMP_NLE_UQ); /* t > FWD_TLO, or NaN */
         const __m512 x = _mm512_max_ps(lo, t[v]);
         const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
         const __m512 f = _mm512_sub_ps(x, n);
-        __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(FWD_E3), f, _mm512_set1_ps(FWD_E2));
+        __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(FWD_E5), f, _mm512_set1_ps(FWD_E4));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(FWD_E3));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(FWD_E2));
         q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(FWD_E1));
         q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(FWD_E0));
-        e[v] = _mm512_scalef_ps(q, n);
+        e[v] = _mm512_maskz_scalef_ps(live, q, n);
+        sum = _mm512_add_ps(sum, e[v]);
     }
-    __m512 sum = _mm512_loadu_ps(lsum);
-    const __m512i himask = _mm512_set1_epi32((int)0xffff0000u);
     for (int v = 0; v < nv; v += 2) {
         const __m512 hi = v + 1 < nv ? e[v + 1] : _mm512_setzero_ps();
-        const __m512i pb = (__m512i)_mm512_cvtne2ps_pbh(hi, e[v]);
-        _mm512_storeu_si512((void *)(p + 16 * v), pb);
-        sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(pb, 16)));
-        sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_and_si512(pb, himask)));
+        _mm512_storeu_si512((void *)(p + 16 * v), (__m512i)_mm512_cvtne2ps_pbh(hi, e[v]));
     }
     _mm512_storeu_ps(lsum, sum);
     return 0;
@@ -733,10 +739,13 @@ static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float 
         for (int i = 0; i < 16; i++) {
             const float x = FWD_TLO > t[v][i] ? FWD_TLO : t[v][i];
             const float n = rintf(x), f = x - n;
-            float q = fmaf(FWD_E3, f, FWD_E2);
+            float q = fmaf(FWD_E5, f, FWD_E4);
+            q = fmaf(q, f, FWD_E3);
+            q = fmaf(q, f, FWD_E2);
             q = fmaf(q, f, FWD_E1);
             q = fmaf(q, f, FWD_E0);
-            e[v][i] = scalef1(q, n);
+            e[v][i] = t[v][i] <= FWD_TLO ? 0.0f : scalef1(q, n); /* NaN stays */
+            lsum[i] += e[v][i];
         }
     for (int v = 0; v < nv; v += 2) {
         uint16_t w[32];
@@ -749,14 +758,6 @@ static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float 
             w[16 + i] = cvtne_bf16(u);
         }
         memcpy(p + 16 * v, w, sizeof w);
-        for (int i = 0; i < 16; i++) {
-            const uint32_t ev = (uint32_t)w[2 * i] << 16, od = (uint32_t)w[2 * i + 1] << 16;
-            float fe, fo;
-            memcpy(&fe, &ev, 4);
-            memcpy(&fo, &od, 4);
-            lsum[i] += fe;
-            lsum[i] += fo;
-        }
     }
     return 0;
 }
@@ -878,7 +879,8 @@ static void fwd_pv(const uint16_t *P, int64_t ldp, int two_r, int64_t k0, int64_
     }
 }
 
-/* Scratch parts of fwd_bf16 (64-byte aligned, within FA_FWD_BF16_SCRATCH). */
+/* Scratch parts of fwd_bf16 (64-byte aligned, within FA_FWD_BF16_SCRATCH), and the
+ * tile's shape as its strips use it. */
 typedef struct {
     float *S[2];     /* [32][FWD_BLOCK] each: the block the softmax reads, the next one's scores */
     uint16_t *P;     /* [32][ldp] */
@@ -887,154 +889,222 @@ typedef struct {
     float *mlog;     /* [32] */
     uint32_t *vtail; /* [16][ep] the last, partial 32-key chunk of V pairs */
     float *atail;    /* [16][ep] a partial 16-row block of acc */
+    int64_t ep, ldp, nxc, full_c, ldkt;
+    float c2; /* scale log2(e) */
 } fwd_scratch;
+
+/* One strip of up to 32 rows: its acc rows (in place, or a partial block through atail)
+ * and the P columns [pend, ..) whose product is still to come. */
+typedef struct {
+    int64_t r0, nr;
+    int two_r;
+    float *c[2];
+    int64_t ldc[2];
+    int64_t pend;
+} fwd_strip;
+
+/* The scratch's parts, and the partial key chunk of V zero-padded (a masked p = 0 must
+ * never meet garbage). */
+static void fwd_scratch_init(const fa_fwd_tile *t, fwd_scratch *w)
+{
+    const int64_t cols = t->cols, ep = R16(t->dv), ldp = pt_ld(cols);
+    w->ep = ep, w->ldp = ldp, w->nxc = (t->d + 31) / 32, w->full_c = cols / 32;
+    w->ldkt = 16 * FA_KT_PAIRS(t->d);
+    w->c2 = t->scale * FWD_LOG2E;
+    w->S[0] = ALIGN64(t->scratch);
+    w->S[1] = w->S[0] + 32 * FWD_BLOCK;
+    w->P = ALIGN64(w->S[1] + 32 * FWD_BLOCK);
+    w->L = ALIGN64(w->P + 32 * ldp);
+    w->alpha = ALIGN64(w->L + 32 * 16);
+    w->mlog = ALIGN64(w->alpha + 32);
+    w->vtail = ALIGN64(w->mlog + 32);
+    w->atail = ALIGN64(w->vtail + 16 * ep);
+    if (w->full_c == (cols + 31) / 32) return;
+    for (int64_t p = 0; p < 16; p++) {
+        const int64_t pr = 16 * w->full_c + p;
+        uint32_t *dst = w->vtail + p * ep;
+        if (2 * pr < cols) {
+            memcpy(dst, t->vp + pr * t->ldvp, (size_t)ep * 4);
+            if (2 * pr + 1 == cols)
+                for (int64_t e = 0; e < ep; e++) dst[e] &= 0xffffu;
+        } else {
+            memset(dst, 0, (size_t)ep * 4);
+        }
+    }
+}
+
+/* The strip's columns [*cs, *ce): the union of its rows' bands; 0 when none is kept. */
+static int fwd_strip_columns(const fa_fwd_tile *t, const fwd_strip *st, int64_t *cs, int64_t *ce)
+{
+    const int64_t cols = t->cols;
+    *cs = 0, *ce = cols;
+    if (!t->lo) return 1;
+    *cs = cols, *ce = 0;
+    for (int64_t r = st->r0; r < st->r0 + st->nr; r++) {
+        const int64_t a = t->lo[r] < 0 ? 0 : t->lo[r], z = t->hi[r] >= cols ? cols - 1 : t->hi[r];
+        if (a > z) continue;
+        if (a < *cs) *cs = a;
+        if (z + 1 > *ce) *ce = z + 1;
+    }
+    return *ce > *cs;
+}
+
+/* The strip's acc rows, a partial 16-row block copied into atail (zero past dv and
+ * rows), and its rows' softmax state in scratch. */
+static void fwd_strip_begin(const fa_fwd_tile *t, const fwd_scratch *w, fwd_strip *st)
+{
+    const int64_t rows = t->rows, dv = t->dv, ep = w->ep;
+    for (int i = 0; i < 2; i++) {
+        const int64_t rb = st->r0 + 16 * i;
+        const int tail = rb + 16 > rows;
+        st->c[i] = tail ? w->atail : t->acc + rb * t->ldacc;
+        st->ldc[i] = tail ? ep : t->ldacc;
+        if (tail && rb < rows && (i == 0 || st->two_r))
+            for (int64_t r = 0; r < 16; r++) {
+                float *dst = w->atail + r * ep;
+                if (rb + r < rows) {
+                    memcpy(dst, t->acc + (rb + r) * t->ldacc, (size_t)dv * 4);
+                    memset(dst + dv, 0, (size_t)(ep - dv) * 4);
+                } else {
+                    memset(dst, 0, (size_t)ep * 4);
+                }
+            }
+    }
+    for (int64_t r = 0; r < st->nr; r++) {
+        w->mlog[r] = t->m[st->r0 + r] * FWD_LOG2E;
+        w->alpha[r] = 1.0f;
+        memset(w->L + 16 * r, 0, 64);
+    }
+}
+
+/* The Q K^T job of the block at column c0 (its keys up to the tile's end) into S. */
+static void fwd_qk_block(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_strip *st, int64_t c0, float *S,
+                         fwd_qk_job *qj)
+{
+    fwd_qk_begin(qj, t->q + st->r0 * t->ldq, t->ldq, st->two_r, w->nxc, t->kt + c0 / 16 * w->ldkt, w->ldkt,
+                 (int)((MIN64(t->cols - c0, FWD_BLOCK) + 15) / 16), S);
+}
+
+/* The softmax of the strip's rows on the block at c0 (nkb groups of 16 keys, scores in
+ * S), a step of the next block's Q K^T (qj) after every few rows so that the tile unit
+ * runs it while the vector unit works. Returns 1 when some row's max moved on a row
+ * that had one (alpha[r] != 1 then: acc waits for its rescale). */
+static int fwd_block_rows(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_strip *st, const float *S,
+                          int64_t c0, int nkb, fwd_qk_job *qj)
+{
+    const int64_t cols = t->cols;
+    int rescale = 0;
+    for (int64_t r = 0; r < st->nr; r++) {
+        fwd_qk_run(qj, (int)((r + 1) * qj->steps / st->nr));
+        const int64_t row = st->r0 + r;
+        uint16_t keep[4] = {0xffffu, 0xffffu, 0xffffu, 0xffffu};
+        const int64_t a = t->lo ? t->lo[row] : 0, z = t->hi ? t->hi[row] : cols - 1;
+        if (a > c0 || z < c0 + 16 * nkb - 1) /* the band or the tile's end inside the block */
+            for (int v = 0; v < nkb; v++) keep[v] = lane_mask(a, z < cols - 1 ? z : cols - 1, c0 + 16 * v);
+        const float *s = S + r * FWD_BLOCK;
+        uint16_t *p = w->P + r * w->ldp + c0;
+        float *L = w->L + 16 * r;
+        const float m_old = t->m[row];
+        if (m_old != -INFINITY && !fwd_row(s, nkb, keep, w->c2, w->mlog[r], 1, p, L)) continue;
+        /* the max moves (or nothing was kept before): the row's rescale */
+        const float mb = fwd_row_max(s, nkb, keep, t->scale);
+        const float m_new = (mb > m_old || mb != mb) ? mb : m_old;
+        if (m_new == -INFINITY) { /* nothing kept yet: p = 0 (or NaN from a NaN score) */
+            fwd_row(s, nkb, keep, w->c2, 0.0f, 0, p, L);
+            continue;
+        }
+        if (m_old != -INFINITY) {
+            const float al = expf(m_old - m_new);
+            w->alpha[r] = al;
+            rescale = 1;
+            t->l[row] *= al;
+            for (int i = 0; i < 16; i++) L[i] *= al;
+        } else {
+            w->alpha[r] = 1.0f; /* acc and l are 0 */
+        }
+        t->m[row] = m_new;
+        w->mlog[r] = m_new * FWD_LOG2E;
+        fwd_row(s, nkb, keep, w->c2, w->mlog[r], 0, p, L);
+    }
+    return rescale;
+}
+
+/* acc += P V for the strip's pending columns up to c_end (a multiple of 32, or the tile's end). */
+static void fwd_strip_pv(const fa_fwd_tile *t, const fwd_scratch *w, fwd_strip *st, int64_t c_end)
+{
+    if (st->pend < c_end)
+        fwd_pv(w->P, w->ldp, st->two_r, st->pend / 32, (c_end + 31) / 32, st->c, st->ldc, t->vp, t->ldvp, w->full_c,
+               w->vtail, w->ep);
+    st->pend = c_end;
+}
+
+/* A rescale at the block at c0: the pending products with the old max first, then each
+ * moved row's acc *= alpha. */
+static void fwd_strip_rescale(const fa_fwd_tile *t, const fwd_scratch *w, fwd_strip *st, int64_t c0)
+{
+    fwd_strip_pv(t, w, st, c0);
+    for (int64_t r = 0; r < st->nr; r++) {
+        if (t->m[st->r0 + r] == -INFINITY || w->alpha[r] == 1.0f) continue;
+        float *ar = st->c[r / 16] + (r % 16) * st->ldc[r / 16];
+        for (int64_t e = 0; e < t->dv; e++) ar[e] *= w->alpha[r];
+    }
+    for (int64_t r = 0; r < st->nr; r++) w->alpha[r] = 1.0f;
+}
+
+/* The strip's end: the lane sums into l, in one fixed order, and a partial block of
+ * acc back from atail. */
+static void fwd_strip_end(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_strip *st)
+{
+    for (int64_t r = 0; r < st->nr; r++) {
+        const float *L = w->L + 16 * r;
+        float h[8];
+        for (int i = 0; i < 8; i++) h[i] = L[i] + L[i + 8];
+        for (int i = 0; i < 4; i++) h[i] += h[i + 4];
+        h[0] += h[2], h[1] += h[3];
+        t->l[st->r0 + r] += h[0] + h[1];
+    }
+    for (int i = 0; i < 1 + st->two_r; i++)
+        if (st->c[i] == w->atail)
+            for (int64_t r = 0; r < 16 && st->r0 + 16 * i + r < t->rows; r++)
+                memcpy(t->acc + (st->r0 + 16 * i + r) * t->ldacc, w->atail + r * w->ep, (size_t)t->dv * 4);
+}
+
+/* One strip over the blocks of its columns: each block's scores computed during the
+ * block before's softmax, P V deferred until a rescale or the strip's end. */
+static void fwd_strip_run(const fa_fwd_tile *t, const fwd_scratch *w, fwd_strip *st)
+{
+    const int64_t cols = t->cols;
+    int64_t cs, ce;
+    if (!fwd_strip_columns(t, st, &cs, &ce)) return; /* nothing kept: the state stays */
+    const int64_t b0 = cs / FWD_BLOCK, b1 = (ce + FWD_BLOCK - 1) / FWD_BLOCK;
+    fwd_strip_begin(t, w, st);
+    st->pend = b0 * FWD_BLOCK;
+    fwd_qk_job qj;
+    fwd_qk_block(t, w, st, b0 * FWD_BLOCK, w->S[0], &qj);
+    fwd_qk_run(&qj, qj.steps);
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t c0 = b * FWD_BLOCK, nc = cols - c0 < FWD_BLOCK ? cols - c0 : FWD_BLOCK;
+        const float *S = w->S[(b - b0) & 1];
+        if (b + 1 < b1) fwd_qk_block(t, w, st, c0 + FWD_BLOCK, w->S[(b + 1 - b0) & 1], &qj);
+        else qj.steps = 0;
+        const int rescale = fwd_block_rows(t, w, st, S, c0, (int)((nc + 15) / 16), &qj);
+        fwd_qk_run(&qj, qj.steps); /* before any product below reuses the tiles */
+        for (int64_t r = st->nr; r < (st->two_r ? 32 : 16); r++)
+            memset(w->P + r * w->ldp + c0, 0, (size_t)R32(nc) * 2);
+        if (rescale) fwd_strip_rescale(t, w, st, c0);
+    }
+    fwd_strip_pv(t, w, st, b1 * FWD_BLOCK < cols ? b1 * FWD_BLOCK : cols);
+    fwd_strip_end(t, w, st);
+}
 
 void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t)
 {
     tiles_on();
-    const int64_t rows = t->rows, cols = t->cols, dv = t->dv, ep = R16(dv), ldp = pt_ld(cols);
-    const int64_t nxc = (t->d + 31) / 32, full_c = cols / 32, ncc = (cols + 31) / 32, ldkt = 16 * FA_KT_PAIRS(t->d);
-    const float scale = t->scale, c2 = scale * FWD_LOG2E;
     fwd_scratch w;
-    w.S[0] = ALIGN64(t->scratch);
-    w.S[1] = w.S[0] + 32 * FWD_BLOCK;
-    w.P = ALIGN64(w.S[1] + 32 * FWD_BLOCK);
-    w.L = ALIGN64(w.P + 32 * ldp);
-    w.alpha = ALIGN64(w.L + 32 * 16);
-    w.mlog = ALIGN64(w.alpha + 32);
-    w.vtail = ALIGN64(w.mlog + 32);
-    w.atail = ALIGN64(w.vtail + 16 * ep);
-    /* the partial key chunk of V, zero-padded (a masked p = 0 must never meet garbage) */
-    if (full_c < ncc)
-        for (int64_t p = 0; p < 16; p++) {
-            const int64_t pr = 16 * full_c + p;
-            uint32_t *dst = w.vtail + p * ep;
-            if (2 * pr < cols) {
-                memcpy(dst, t->vp + pr * t->ldvp, (size_t)ep * 4);
-                if (2 * pr + 1 == cols)
-                    for (int64_t e = 0; e < ep; e++) dst[e] &= 0xffffu;
-            } else {
-                memset(dst, 0, (size_t)ep * 4);
-            }
-        }
-
-    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
-        const int64_t nr = rows - r0 < 32 ? rows - r0 : 32;
-        const int two_r = nr > 16;
-        /* the strip's columns: the union of its rows' bands */
-        int64_t cs = 0, ce = cols;
-        if (t->lo) {
-            cs = cols, ce = 0;
-            for (int64_t r = r0; r < r0 + nr; r++) {
-                const int64_t a = t->lo[r] < 0 ? 0 : t->lo[r], z = t->hi[r] >= cols ? cols - 1 : t->hi[r];
-                if (a > z) continue;
-                if (a < cs) cs = a;
-                if (z + 1 > ce) ce = z + 1;
-            }
-            if (ce <= cs) continue; /* nothing kept: the state stays */
-        }
-        const int64_t b0 = cs / FWD_BLOCK, b1 = (ce + FWD_BLOCK - 1) / FWD_BLOCK;
-        /* acc rows: in place, or a partial block through atail */
-        float *c[2];
-        int64_t ldc[2];
-        for (int i = 0; i < 2; i++) {
-            const int64_t rb = r0 + 16 * i;
-            const int tail = rb + 16 > rows;
-            c[i] = tail ? w.atail : t->acc + rb * t->ldacc;
-            ldc[i] = tail ? ep : t->ldacc;
-            if (tail && rb < rows && (i == 0 || two_r))
-                for (int64_t r = 0; r < 16; r++) {
-                    float *dst = w.atail + r * ep;
-                    if (rb + r < rows) {
-                        memcpy(dst, t->acc + (rb + r) * t->ldacc, (size_t)dv * 4);
-                        memset(dst + dv, 0, (size_t)(ep - dv) * 4);
-                    } else {
-                        memset(dst, 0, (size_t)ep * 4);
-                    }
-                }
-        }
-        for (int64_t r = 0; r < nr; r++) {
-            const float m = t->m[r0 + r];
-            w.mlog[r] = m * FWD_LOG2E;
-            w.alpha[r] = 1.0f;
-            memset(w.L + 16 * r, 0, 64);
-        }
-        const uint16_t *q = t->q + r0 * t->ldq;
-        int64_t pend = b0 * FWD_BLOCK; /* P's columns [pend, ..) wait for their product */
-        fwd_qk_job qj;
-        fwd_qk_begin(&qj, q, t->ldq, two_r, nxc, t->kt + b0 * FWD_BLOCK / 16 * ldkt, ldkt,
-                     (int)((MIN64(cols - b0 * FWD_BLOCK, FWD_BLOCK) + 15) / 16), w.S[0]);
-        fwd_qk_run(&qj, qj.steps);
-        for (int64_t b = b0; b < b1; b++) {
-            const int64_t c0 = b * FWD_BLOCK, nc = cols - c0 < FWD_BLOCK ? cols - c0 : FWD_BLOCK;
-            const int nkb = (int)((nc + 15) / 16);
-            const float *S = w.S[(b - b0) & 1];
-            /* the next block's scores, a step after every few rows of this one's softmax:
-             * the tile unit runs them while the vector unit works */
-            if (b + 1 < b1)
-                fwd_qk_begin(&qj, q, t->ldq, two_r, nxc, t->kt + (c0 + FWD_BLOCK) / 16 * ldkt, ldkt,
-                             (int)((MIN64(cols - c0 - FWD_BLOCK, FWD_BLOCK) + 15) / 16), w.S[(b + 1 - b0) & 1]);
-            else
-                qj.steps = 0;
-            int rescale = 0;
-            for (int64_t r = 0; r < nr; r++) {
-                fwd_qk_run(&qj, (int)((r + 1) * qj.steps / nr));
-                const int64_t row = r0 + r;
-                uint16_t keep[4] = {0xffffu, 0xffffu, 0xffffu, 0xffffu};
-                const int64_t a = t->lo ? t->lo[row] : 0, z = t->hi ? t->hi[row] : cols - 1;
-                if (a > c0 || z < c0 + 16 * nkb - 1) /* the band or the tile's end inside the block */
-                    for (int v = 0; v < nkb; v++) keep[v] = lane_mask(a, z < cols - 1 ? z : cols - 1, c0 + 16 * v);
-                const float *s = S + r * FWD_BLOCK;
-                uint16_t *p = w.P + r * ldp + c0;
-                float *L = w.L + 16 * r;
-                const float m_old = t->m[row];
-                if (m_old != -INFINITY && !fwd_row(s, nkb, keep, c2, w.mlog[r], 1, p, L)) continue;
-                /* the max moves (or nothing was kept before): the row's rescale */
-                const float mb = fwd_row_max(s, nkb, keep, scale);
-                const float m_new = (mb > m_old || mb != mb) ? mb : m_old;
-                if (m_new == -INFINITY) { /* nothing kept yet: p = 0 (or NaN from a NaN score) */
-                    fwd_row(s, nkb, keep, c2, 0.0f, 0, p, L);
-                    continue;
-                }
-                if (m_old != -INFINITY) {
-                    const float al = expf(m_old - m_new);
-                    w.alpha[r] = al;
-                    rescale = 1;
-                    t->l[row] *= al;
-                    for (int i = 0; i < 16; i++) L[i] *= al;
-                } else {
-                    w.alpha[r] = 1.0f; /* acc and l are 0 */
-                }
-                t->m[row] = m_new;
-                w.mlog[r] = m_new * FWD_LOG2E;
-                fwd_row(s, nkb, keep, c2, w.mlog[r], 0, p, L);
-            }
-            fwd_qk_run(&qj, qj.steps); /* before any product below reuses the tiles */
-            for (int64_t r = nr; r < (two_r ? 32 : 16); r++) memset(w.P + r * ldp + c0, 0, (size_t)R32(nc) * 2);
-            if (rescale) { /* the pending products with the old max first, then acc *= alpha */
-                if (pend < c0) fwd_pv(w.P, ldp, two_r, pend / 32, c0 / 32, c, ldc, t->vp, t->ldvp, full_c, w.vtail, ep);
-                pend = c0;
-                for (int64_t r = 0; r < nr; r++) {
-                    if (t->m[r0 + r] == -INFINITY || w.alpha[r] == 1.0f) continue;
-                    float *ar = c[r / 16] + (r % 16) * ldc[r / 16];
-                    for (int64_t e = 0; e < dv; e++) ar[e] *= w.alpha[r];
-                }
-                for (int64_t r = 0; r < nr; r++) w.alpha[r] = 1.0f;
-            }
-        }
-        const int64_t pe = (b1 * FWD_BLOCK < cols ? b1 * FWD_BLOCK : cols);
-        if (pend < pe) fwd_pv(w.P, ldp, two_r, pend / 32, (pe + 31) / 32, c, ldc, t->vp, t->ldvp, full_c, w.vtail, ep);
-        for (int64_t r = 0; r < nr; r++) { /* the lane sums, in one fixed order */
-            const float *L = w.L + 16 * r;
-            float h[8];
-            for (int i = 0; i < 8; i++) h[i] = L[i] + L[i + 8];
-            for (int i = 0; i < 4; i++) h[i] += h[i + 4];
-            h[0] += h[2], h[1] += h[3];
-            t->l[r0 + r] += h[0] + h[1];
-        }
-        for (int i = 0; i < 1 + two_r; i++)
-            if (c[i] == w.atail)
-                for (int64_t r = 0; r < 16 && r0 + 16 * i + r < rows; r++)
-                    memcpy(t->acc + (r0 + 16 * i + r) * t->ldacc, w.atail + r * ep, (size_t)dv * 4);
+    fwd_scratch_init(t, &w);
+    for (int64_t r0 = 0; r0 < t->rows; r0 += 32) {
+        fwd_strip st = {.r0 = r0, .nr = t->rows - r0 < 32 ? t->rows - r0 : 32};
+        st.two_r = st.nr > 16;
+        fwd_strip_run(t, &w, &st);
     }
 }

@@ -403,8 +403,8 @@ static void ref_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t
 }
 
 /* The fused forward's contract with the plain rule: m moves to the tile's max at once
- * (a rescale the contract allows, not the lazy one), glibc's expf, p rounded to nearest
- * even; sums in key order. */
+ * (a rescale the contract allows, not the lazy one), glibc's expf, l from its values,
+ * p rounded to nearest even for P V; sums in key order. */
 static void ref_fwd_bf16(const fa_fwd_tile *t)
 {
     float *s = t->scratch; /* one row's scores: cols floats, within the scratch bound */
@@ -431,8 +431,8 @@ static void ref_fwd_bf16(const fa_fwd_tile *t)
         if (m_new == -INFINITY) continue;
         for (int64_t c = 0; c < t->cols; c++) {
             if (t->lo && (c < t->lo[r] || c > t->hi[r])) continue;
-            const float w = fa_bf16_to_f32(fa_f32_to_bf16(expf(s[c] - m_new)));
-            t->l[r] += w;
+            const float x = expf(s[c] - m_new), w = fa_bf16_to_f32(fa_f32_to_bf16(x));
+            t->l[r] += x;
             if (w == 0.0f) continue; /* never read v */
             const uint32_t *pair = t->vp + (c / 2) * t->ldvp;
             for (int64_t e = 0; e < t->dv; e++) ar[e] += w * fa_bf16_to_f32((uint16_t)(pair[e] >> (c & 1) * 16));
