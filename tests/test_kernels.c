@@ -2545,6 +2545,235 @@ static void test_registry(void) {
 
 /* ------------------------------------------------------------ inheritance */
 
+/* ------------------------------------------------------------ fused backward */
+
+/*
+ * bwd_bf16 on one (query block, key tile) pair, from given dq, dK^T, dV^T (random: the
+ * kernel accumulates), against the fp64 computation of kernels.h's contract on the same
+ * bf16 inputs, lse and dvec (lse the fp64 one of the kept keys, so p <= 1; -inf for empty
+ * rows). The bound of each output: P and dS are rounded to bf16 (2^-8 relative at most, the
+ * exp's error far below), so |x - x_ref| <= 2^-7 sum|terms| plus fp32's sums (n 2^-24 of the
+ * terms and of the start value for n terms); dS's terms also carry dp's fp32 sum, whose error
+ * (dv 2^-23 sum_e |dO_e v_e| at most) the difference dp - dvec may not shrink.
+ */
+typedef struct {
+    float *dq, *dkt, *dvt;
+    int64_t lddq, lddt;
+} bwd_out;
+
+static void bwd_out_free(bwd_out *o) { free(o->dq), free(o->dkt), free(o->dvt); }
+
+static bwd_out bwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64_t d, int64_t dv, const uint16_t *q,
+                       const uint16_t *k, const uint16_t *v, const uint16_t *dout, const float *lse,
+                       const float *dvec, const int32_t *lo, const int32_t *hi, float scale, const float *dq0,
+                       const float *dkt0, const float *dvt0) {
+    const int64_t ldq = (d + 31) / 32 * 32, lddo = (dv + 31) / 32 * 32, ldt = (rows + 31) / 32 * 32;
+    const int64_t ldkp = fa_packed_ld(d), kpn = (cols + 31) / 32 * 16 * ldkp;
+    bwd_out o = {NULL, NULL, NULL, round16(d) + 16, round16(cols) + 16};
+    const size_t dqb = 4 * (size_t)(rows * o.lddq), dkb = 4 * (size_t)(round16(d) * o.lddt),
+                 dvb = 4 * (size_t)(round16(dv) * o.lddt);
+    o.dq = xaligned(dqb), o.dkt = xaligned(dkb), o.dvt = xaligned(dvb);
+    memcpy(o.dq, dq0, dqb), memcpy(o.dkt, dkt0, dkb), memcpy(o.dvt, dvt0, dvb);
+    uint16_t *qa = xaligned(2 * (size_t)(round16(rows) * ldq)), *da = xaligned(2 * (size_t)(round16(rows) * lddo));
+    memset(qa, 0, 2 * (size_t)(round16(rows) * ldq)), memset(da, 0, 2 * (size_t)(round16(rows) * lddo));
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(qa + r * ldq, q + r * d, 2 * (size_t)d), memcpy(da + r * lddo, dout + r * dv, 2 * (size_t)dv);
+    uint16_t *qt = xaligned(2 * (size_t)(round16(d) * ldt)), *dot = xaligned(2 * (size_t)(round16(dv) * ldt));
+    memset(qt, 0x7f, 2 * (size_t)(round16(d) * ldt)), memset(dot, 0x7f, 2 * (size_t)(round16(dv) * ldt));
+    fa_kernels_ref.pack_t_bf16(rows, d, q, d, qt, ldt);
+    fa_kernels_ref.pack_t_bf16(rows, dv, dout, dv, dot, ldt);
+    uint32_t *ktb = xaligned(4 * (size_t)FA_KT_DWORDS(cols, d)), *vtb = xaligned(4 * (size_t)FA_KT_DWORDS(cols, dv));
+    uint32_t *kp = xaligned(4 * (size_t)kpn);
+    memset(ktb, 0, 4 * (size_t)FA_KT_DWORDS(cols, d)), memset(vtb, 0, 4 * (size_t)FA_KT_DWORDS(cols, dv));
+    memset(kp, 0, 4 * (size_t)kpn);
+    fa_kernels_ref.pack_kt_bf16(cols, d, k, d, ktb, 0);
+    fa_kernels_ref.pack_kt_bf16(cols, dv, v, dv, vtb, 0);
+    fa_kernels_ref.pack_pairs_bf16(cols, d, k, d, kp, ldkp);
+    void *scratch = xaligned((size_t)FA_BWD_BF16_SCRATCH(rows, cols, d));
+    const fa_bwd_tile t = {.rows = rows, .cols = cols, .d = d, .dv = dv, .q = qa, .dout = da, .qt = qt, .dot = dot,
+                           .ldq = ldq, .lddo = lddo, .ldqt = ldt, .lddot = ldt, .kt = ktb, .vt = vtb, .kp = kp,
+                           .ldkp = ldkp, .scale = scale, .lse = lse, .dvec = dvec, .lo = lo, .hi = hi, .dq = o.dq,
+                           .dkt = o.dkt, .dvt = o.dvt, .lddq = o.lddq, .lddkt = o.lddt, .lddvt = o.lddt,
+                           .scratch = scratch};
+    tiles_begin(kt);
+    kt->bwd_bf16(&t);
+    tiles_end(kt);
+    free(qa), free(da), free(qt), free(dot), free(ktb), free(vtb), free(kp), free(scratch);
+    return o;
+}
+
+/* The inputs of one case: bf16 q, k, v, dO, the lse of the kept keys, dvec, a band. */
+typedef struct {
+    uint16_t *q, *k, *v, *dout;
+    float *lse, *dvec, *dq0, *dkt0, *dvt0;
+    int32_t *lo, *hi;
+} bwd_inputs;
+
+static void bwd_inputs_free(bwd_inputs *in) {
+    free(in->q), free(in->k), free(in->v), free(in->dout), free(in->lse), free(in->dvec);
+    free(in->dq0), free(in->dkt0), free(in->dvt0), free(in->lo), free(in->hi);
+}
+
+static int bwd_kept(const bwd_inputs *in, int64_t r, int64_t c) { return !in->lo || (c >= in->lo[r] && c <= in->hi[r]); }
+
+static double bwd_dot(const uint16_t *a, const uint16_t *b, int64_t n) {
+    double s = 0.0;
+    for (int64_t x = 0; x < n; x++) s += (double)h_bf16_to_f32(a[x]) * h_bf16_to_f32(b[x]);
+    return s;
+}
+
+static bwd_inputs bwd_make(int64_t rows, int64_t cols, int64_t d, int64_t dv, int band, double amp, float scale) {
+    bwd_inputs in = {xmalloc(2 * (size_t)(rows * d)), xmalloc(2 * (size_t)(cols * d)), xmalloc(2 * (size_t)(cols * dv)),
+                     xmalloc(2 * (size_t)(rows * dv)), xmalloc(4 * (size_t)rows), xmalloc(4 * (size_t)rows),
+                     NULL, NULL, NULL, NULL, NULL};
+    for (int64_t i = 0; i < rows * d; i++) in.q[i] = h_f32_to_bf16((float)(amp * h_rng_normal(&g_rng)));
+    for (int64_t i = 0; i < cols * d; i++) in.k[i] = h_f32_to_bf16((float)h_rng_normal(&g_rng));
+    for (int64_t i = 0; i < cols * dv; i++) in.v[i] = h_f32_to_bf16((float)h_rng_normal(&g_rng));
+    for (int64_t i = 0; i < rows * dv; i++) in.dout[i] = h_f32_to_bf16((float)h_rng_normal(&g_rng));
+    if (band) { /* a diagonal from a random start, a window of random width, some rows empty */
+        in.lo = xmalloc(4 * (size_t)rows), in.hi = xmalloc(4 * (size_t)rows);
+        const int64_t off = h_rng_int(&g_rng, -rows / 2, cols), width = band == 2 ? h_rng_int(&g_rng, 0, cols) : cols;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t a = r + off - width, z = r + off;
+            a = a < 0 ? 0 : a > cols ? cols : a;
+            z = z > cols - 1 ? cols - 1 : z < -1 ? -1 : z;
+            if (r % 7 == 5) a = z + 1; /* empty */
+            in.lo[r] = (int32_t)a, in.hi[r] = (int32_t)z;
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        double mx = -INFINITY, sum = 0.0;
+        for (int64_t c = 0; c < cols; c++)
+            if (bwd_kept(&in, r, c)) {
+                const double z = scale * bwd_dot(in.q + r * d, in.k + c * d, d);
+                mx = z > mx ? z : mx;
+            }
+        for (int64_t c = 0; mx != -INFINITY && c < cols; c++)
+            if (bwd_kept(&in, r, c)) sum += exp(scale * bwd_dot(in.q + r * d, in.k + c * d, d) - mx);
+        in.lse[r] = mx == -INFINITY ? -INFINITY : (float)(mx + log(sum));
+        in.dvec[r] = (float)(0.5 * h_rng_normal(&g_rng));
+    }
+    const int64_t lddq = round16(d) + 16, lddt = round16(cols) + 16;
+    in.dq0 = xmalloc(4 * (size_t)(rows * lddq));
+    in.dkt0 = xmalloc(4 * (size_t)(round16(d) * lddt)), in.dvt0 = xmalloc(4 * (size_t)(round16(dv) * lddt));
+    for (int64_t i = 0; i < rows * lddq; i++) in.dq0[i] = (float)h_rng_normal(&g_rng);
+    for (int64_t i = 0; i < round16(d) * lddt; i++) in.dkt0[i] = (float)h_rng_normal(&g_rng);
+    for (int64_t i = 0; i < round16(dv) * lddt; i++) in.dvt0[i] = (float)h_rng_normal(&g_rng);
+    return in;
+}
+
+static double g_bwd_err; /* the worst error seen, of the bound */
+
+/* |x - ref| against 2^-7 sum|terms| + n 2^-24 (sum|terms| + |start|), n terms added in
+ * fp32 (each rounding once); counts the misses */
+static int64_t bwd_check(double x, double ref, double terms, double start, int64_t n) {
+    const double err = fabs(x - ref) / (0x1p-7 * terms + (double)(n + 1) * 0x1p-24 * (terms + fabs(start)) + 1e-30);
+    if (err > g_bwd_err) g_bwd_err = err;
+    return !(err <= 1.0);
+}
+
+/* out[i][j] (ldo apart) against start[i][j] + sum_{k < nk} w(i, j, k) x(i, j, k), each of
+ * w (bounded by ew) and x at the strides {i, j, k} given; returns the misses. */
+typedef struct {
+    const float *out, *start;
+    int64_t ldo, ni, nj, nk;
+    const double *w, *ew;
+    int64_t ws[3];
+    const uint16_t *x;
+    int64_t xs[3];
+} bwd_sum;
+
+static int64_t bwd_check_sum(const bwd_sum *b) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < b->ni; i++)
+        for (int64_t j = 0; j < b->nj; j++) {
+            double ref = b->start[i * b->ldo + j], terms = 0.0;
+            for (int64_t k = 0; k < b->nk; k++) {
+                const int64_t wi = i * b->ws[0] + j * b->ws[1] + k * b->ws[2];
+                const double xv = h_bf16_to_f32(b->x[i * b->xs[0] + j * b->xs[1] + k * b->xs[2]]);
+                ref += b->w[wi] * xv, terms += fabs(b->ew[wi] * xv);
+            }
+            bad += bwd_check(b->out[i * b->ldo + j], ref, terms, b->start[i * b->ldo + j], b->nk);
+        }
+    return bad;
+}
+
+static void case_bwd_bf16(const fa_kernels *kt, int64_t rows, int64_t cols, int64_t d, int64_t dv, int band,
+                          double amp, float scale) {
+    h_case("bwd_bf16 isa=%s rows=%lld cols=%lld d=%lld dv=%lld band=%d amp=%g scale=%g", kt->name, (long long)rows,
+           (long long)cols, (long long)d, (long long)dv, band, amp, scale);
+    bwd_inputs in = bwd_make(rows, cols, d, dv, band, amp, scale);
+    bwd_out o = bwd_run(kt, rows, cols, d, dv, in.q, in.k, in.v, in.dout, in.lse, in.dvec, in.lo, in.hi, scale, in.dq0,
+                        in.dkt0, in.dvt0);
+    /* P and dS in fp64 */
+    double *P = xmalloc(sizeof(double) * (size_t)(rows * cols)), *dS = xmalloc(sizeof(double) * (size_t)(rows * cols));
+    double *eS = xmalloc(sizeof(double) * (size_t)(rows * cols)); /* |dS| plus its bound from dp's sum, over 2^-7 */
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            P[r * cols + c] = dS[r * cols + c] = eS[r * cols + c] = 0.0;
+            if (!bwd_kept(&in, r, c) || in.lse[r] == -INFINITY) continue;
+            const double p = exp(scale * bwd_dot(in.q + r * d, in.k + c * d, d) - in.lse[r]);
+            double dpabs = 0.0;
+            for (int64_t e = 0; e < dv; e++) dpabs += fabs((double)h_bf16_to_f32(in.dout[r * dv + e]) * h_bf16_to_f32(in.v[c * dv + e]));
+            P[r * cols + c] = p;
+            dS[r * cols + c] = p * (bwd_dot(in.dout + r * dv, in.v + c * dv, dv) - in.dvec[r]);
+            eS[r * cols + c] = fabs(dS[r * cols + c]) + p * (double)dv * 0x1p-23 * dpabs * 0x1p7;
+        }
+    /* dq[r][x] = sum_c dS[r][c] k[c][x]; dK^T[x][c] = sum_r dS[r][c] q[r][x]; dV^T[e][c] = sum_r P[r][c] dO[r][e] */
+    const bwd_sum sums[3] = {
+        {o.dq, in.dq0, o.lddq, rows, d, cols, dS, eS, {cols, 0, 1}, in.k, {0, 1, d}},
+        {o.dkt, in.dkt0, o.lddt, d, cols, rows, dS, eS, {0, 1, cols}, in.q, {1, 0, d}},
+        {o.dvt, in.dvt0, o.lddt, dv, cols, rows, P, P, {0, 1, cols}, in.dout, {1, 0, dv}},
+    };
+    int64_t bad = 0;
+    for (int i = 0; i < 3; i++) bad += bwd_check_sum(&sums[i]);
+    CHECK(bad == 0, "%lld of dq, dK^T, dV^T beyond 2^-7 of their terms from the fp64 backward", (long long)bad);
+    free(P), free(dS), free(eS);
+    bwd_out_free(&o);
+    bwd_inputs_free(&in);
+}
+
+/* pack_t_bf16 bitwise against its definition, with the rows past it zero. */
+static void case_pack_t(const fa_kernels *kt, int64_t rows, int64_t len, int64_t ld) {
+    h_case("pack_t_bf16 isa=%s rows=%lld len=%lld ld=%lld", kt->name, (long long)rows, (long long)len, (long long)ld);
+    const int64_t ldd = (rows + 31) / 32 * 32 + 16 * h_rng_int(&g_rng, 0, 2);
+    uint16_t *src = xmalloc(2 * (size_t)(rows * ld)), *dst = xmalloc(2 * (size_t)(len * ldd));
+    for (int64_t i = 0; i < rows * ld; i++) src[i] = (uint16_t)h_rng_int(&g_rng, 0, 65535);
+    memset(dst, 0xab, 2 * (size_t)(len * ldd));
+    kt->pack_t_bf16(rows, len, src, ld, dst, ldd);
+    int64_t bad = 0;
+    for (int64_t x = 0; x < len; x++)
+        for (int64_t r = 0; r < ldd; r++) {
+            const uint16_t want = r < rows ? src[r * ld + x] : r < (rows + 31) / 32 * 32 ? 0 : 0xabab;
+            bad += dst[x * ldd + r] != want;
+        }
+    CHECK(bad == 0, "%lld elements differ", (long long)bad);
+    free(src), free(dst);
+}
+
+static void test_bwd_bf16(void) {
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        if (kt != &fa_kernels_ref && !(kt->flags & FA_KERNELS_BWD_BF16)) continue; /* the reference's */
+        case_pack_t(kt, 37, 33, 40);
+        case_pack_t(kt, 128, 128, 128);
+        case_pack_t(kt, 1, 1, 1);
+        case_pack_t(kt, 64, 100, 4096);
+        const int quick = kt->flags & FA_KERNELS_EXPLICIT;
+        static const int64_t shapes[][5] = {/* rows cols d dv band */
+                                            {32, 64, 128, 128, 0}, {1, 1, 1, 1, 0},      {17, 33, 31, 7, 1},
+                                            {48, 100, 64, 96, 2},  {128, 128, 128, 128, 1}, {70, 64, 32, 32, 2},
+                                            {33, 17, 16, 130, 1},  {16, 300, 72, 40, 0}};
+        for (size_t i = 0; i < NELEM(shapes); i++) {
+            if (quick && i % 2) continue;
+            const double amp = i % 3 == 0 ? 3.0 : i % 3 == 1 ? 1.0 : 0.3;
+            case_bwd_bf16(kt, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], (int)shapes[i][4], amp,
+                          i % 4 == 3 ? -0.2f : 1.0f / sqrtf((float)shapes[i][2]));
+        }
+    }
+    printf("bwd_bf16: worst error %.3f of the bound (2^-7 of the terms, dp's fp32 sum in dS's)\n", g_bwd_err);
+}
+
 /* Every function entry of fa_kernels, in order (test_tables checks that the list is whole). */
 #define KERNEL_ENTRY(f) {#f, offsetof(fa_kernels, f)}
 static const struct {
@@ -2556,7 +2785,7 @@ static const struct {
     KERNEL_ENTRY(f16_to_f32),    KERNEL_ENTRY(bf16_to_f32), KERNEL_ENTRY(f32_to_f16), KERNEL_ENTRY(f32_to_bf16),
     KERNEL_ENTRY(pack_qt_bf16), KERNEL_ENTRY(qk_bf16),
     KERNEL_ENTRY(pack_pairs_bf16), KERNEL_ENTRY(pv_bf16),  KERNEL_ENTRY(stx_bf16),
-    KERNEL_ENTRY(pack_kt_bf16),  KERNEL_ENTRY(fwd_bf16),
+    KERNEL_ENTRY(pack_kt_bf16),  KERNEL_ENTRY(fwd_bf16),  KERNEL_ENTRY(pack_t_bf16), KERNEL_ENTRY(bwd_bf16),
     KERNEL_ENTRY(qk_small),      KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
     KERNEL_ENTRY(qk_small_i8),   KERNEL_ENTRY(pv_small_i8),
     KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(probe_tile),
@@ -2573,8 +2802,9 @@ static any_fn kernel_entry(const fa_kernels *k, int i) {
 
 /* What each known table overrides of its parent's (kernels.h, the <isa>_table.c files);
  * every other entry must be its parent's, the very same function. */
-#define TILE_KERNELS "qk_bf16 pv_bf16 stx_bf16 fwd_bf16 probe_tile thread_begin thread_end"
-#define TILE_FLAGS (FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES | FA_KERNELS_FWD_BF16)
+#define TILE_KERNELS "qk_bf16 pv_bf16 stx_bf16 fwd_bf16 bwd_bf16 probe_tile thread_begin thread_end"
+#define TILE_FLAGS                                                                                                  \
+    (FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES | FA_KERNELS_FWD_BF16 | FA_KERNELS_BWD_BF16)
 #define FP32_KERNELS "pack_qt qk softmax pv ds stx f16_to_f32 bf16_to_f32 qk_small softmax_small pv_small probe_fma"
 static const struct {
     const char *table, *parent, *overrides;
@@ -2587,7 +2817,7 @@ static const struct {
     {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16 qk_small_i8 pv_small_i8",
      FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT | FA_KERNELS_I8_DOT},
     {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
-    {"amx", "avx512bf16", TILE_KERNELS " pack_kt_bf16", FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_I8_DOT},
+    {"amx", "avx512bf16", TILE_KERNELS " pack_kt_bf16 pack_t_bf16", FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_I8_DOT},
     {"amx-model", "ref", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_EXPLICIT | FA_KERNELS_I8_DOT},
 };
 
@@ -2630,7 +2860,7 @@ static void test_tables(void) {
               (int)k->pv_block.rows, (int)k->pv_block.cols);
         CHECK((k->flags & ~(unsigned)(FA_KERNELS_BF16_DOT | FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT_FAST |
                                       FA_KERNELS_TILES | FA_KERNELS_EXPLICIT | FA_KERNELS_I8_DOT |
-                                      FA_KERNELS_FWD_BF16)) == 0,
+                                      FA_KERNELS_FWD_BF16 | FA_KERNELS_BWD_BF16)) == 0,
               "unknown flags 0x%x", k->flags);
         CHECK(!(k->flags & (FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES)) || (k->flags & FA_KERNELS_BF16_DOT),
               "flags 0x%x: a fast bf16 dot product or a tile unit without FA_KERNELS_BF16_DOT", k->flags);
@@ -3022,7 +3252,26 @@ static void test_amx_agreement(void) {
         fwd_state_free(&x), fwd_state_free(&y);
         free(q), free(k), free(v), free(blo), free(bhi);
     }
-    printf("amx vs amx-model: %lld of %lld outputs of qk_bf16, pv_bf16, stx_bf16 and fwd_bf16 bitwise equal\n",
+    /* the fused backward: dq, dK^T, dV^T of each shape */
+    static const int64_t bshapes[][5] = {{32, 64, 128, 128, 0}, {17, 33, 31, 7, 1}, {48, 100, 64, 96, 2},
+                                         {128, 128, 128, 128, 1}, {1, 1, 1, 1, 0}, {70, 300, 40, 72, 2}};
+    for (size_t i = 0; i < sizeof bshapes / sizeof bshapes[0]; i++) {
+        const int64_t rows = bshapes[i][0], cols = bshapes[i][1], d = bshapes[i][2], dv = bshapes[i][3];
+        h_case("amx vs amx-model bwd_bf16 rows=%lld cols=%lld d=%lld dv=%lld", (long long)rows, (long long)cols,
+               (long long)d, (long long)dv);
+        const float scale = 1.0f / sqrtf((float)d);
+        bwd_inputs in = bwd_make(rows, cols, d, dv, (int)bshapes[i][4], 2.0, scale);
+        bwd_out x = bwd_run(hw, rows, cols, d, dv, in.q, in.k, in.v, in.dout, in.lse, in.dvec, in.lo, in.hi, scale,
+                            in.dq0, in.dkt0, in.dvt0);
+        bwd_out y = bwd_run(md, rows, cols, d, dv, in.q, in.k, in.v, in.dout, in.lse, in.dvec, in.lo, in.hi, scale,
+                            in.dq0, in.dkt0, in.dvt0);
+        agree_compare(&a, x.dq, y.dq, rows, x.lddq, d);
+        agree_compare(&a, x.dkt, y.dkt, d, x.lddt, cols);
+        agree_compare(&a, x.dvt, y.dvt, dv, x.lddt, cols);
+        bwd_out_free(&x), bwd_out_free(&y);
+        bwd_inputs_free(&in);
+    }
+    printf("amx vs amx-model: %lld of %lld outputs of qk_bf16, pv_bf16, stx_bf16, fwd_bf16 and bwd_bf16 bitwise equal\n",
            (long long)(a.elems - a.differ), (long long)a.elems);
     CHECK(a.differ == 0, "%lld outputs differ between the hardware tiles and the model", (long long)a.differ);
 }
@@ -3054,6 +3303,7 @@ int main(void) {
     test_small();
     test_small_i8();
     test_fwd_bf16();
+    test_bwd_bf16();
     test_amx_agreement();
     free(g_sweep);
 

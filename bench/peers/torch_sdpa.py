@@ -263,6 +263,7 @@ CASES = {
     "bwd_bf16": ("bwd", "bf16", False),
     "fwdbwd_f32": ("fwdbwd", "f32", False),
     "fwdbwd_bf16": ("fwdbwd", "bf16", False),
+    "fwdbwd_causal_bf16": ("fwdbwd", "bf16", True),
     "decode_f16": ("decode", "f16", False),
     "decode_bf16": ("decode", "bf16", False),
 }

@@ -62,6 +62,7 @@ typedef struct {
     int dq_in_place;        /* dQ accumulates in the caller's f32 dq itself (dq_direct) */
     int two_pass;           /* pass 1 tasks are key tiles (dK, dV), pass 2 query blocks (dQ) */
     int b16;                /* bf16 q, k, v, dO multiplied as bf16 pairs (the forward's rule) */
+    int tiles;              /* b16 pairs take the table's fused tile (bwd_bf16) where they can */
     int kv_pack;            /* f32 path: each key tile's K, V rows copied to kv_layout's rows first */
     fa_kv_packing kv_layout; /* f32 rows fa_packed_ld apart, one unit of bc keys */
     const float *dvec;      /* (B or 1, Hq, Sq) D_i = dot(dO_i, o_i), laid out as lse */
@@ -81,6 +82,9 @@ typedef struct {
     uint16_t *k16, *v16; /* bf16 pair path: (bc, D), (bc, Dv) K, V rows as bf16 */
     uint32_t *k_pairs;  /* (ceil(bc/2), fa_packed_ld(D)) bf16 pair path: K as row pairs, for dQ += dS K */
     float *dk, *dv;     /* (bc, ldd), (bc, lddv) the key tile's dK, dV */
+    /* the fused tile (job->tiles): K^T, V^T blocks, K pairs to whole 32 keys, dK^T, dV^T */
+    uint32_t *kt, *vt, *kp;
+    float *dkt, *dvt;
 } bwd_tile_scratch;
 
 typedef struct {
@@ -98,6 +102,9 @@ typedef struct {
     /* bf16 pair path only: the same operands kept as bf16, their pair panels, and the
      * kernels' repacking scratch */
     uint16_t *q16, *do16, *qt2, *dot2, *pair_scratch;
+    /* the fused tile only: Q, dO rows zero-padded, Q^T, dO^T, the kernel's scratch */
+    uint16_t *qpad, *dopad, *qT, *doT;
+    void *tile_scratch;
     bwd_tile_scratch tile[BWD_GROUP_MAX]; /* group_tiles of them */
 } bwd_scratch;
 
@@ -107,7 +114,9 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
     const int64_t D = p->D, Dv = p->Dv, br = job->br, bc = job->bc, bp = job->bp;
     bwd_scratch unused;
     if (!sc) sc = &unused;
-    enum { ROW_PARTS = 21, TILE_PARTS = 8 };
+    enum { ROW_PARTS = 26, TILE_PARTS = 13 };
+    const int tl = job->tiles;
+    const int64_t br16 = FA_RUP16(br), ldt = FA_RUP32(br), lddt = FA_RUP16(bc) + 16;
     fa_ws_part parts[ROW_PARTS + TILE_PARTS * BWD_GROUP_MAX] = {
         {(void **)&sc->q, fa_bytes3(br, D, 4)},          {(void **)&sc->qt, fa_bytes3(D, bp, 4)},
         {(void **)&sc->dout, fa_bytes3(br, Dv, 4)},      {(void **)&sc->dot, fa_bytes3(Dv, bp, 4)},
@@ -127,6 +136,11 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
         /* room for pv_bf16's needs or stx_bf16's */
         {(void **)&sc->pair_scratch,
          job->b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, D) + 2 * FA_STX_BF16_SCRATCH(br, bc, (D > Dv ? D : Dv), bp) : 0},
+        {(void **)&sc->qpad, tl ? fa_bytes3(br16, FA_RUP32(D), 2) : 0},
+        {(void **)&sc->dopad, tl ? fa_bytes3(br16, FA_RUP32(Dv), 2) : 0},
+        {(void **)&sc->qT, tl ? fa_bytes3(FA_RUP16(D), ldt, 2) : 0},
+        {(void **)&sc->doT, tl ? fa_bytes3(FA_RUP16(Dv), ldt, 2) : 0},
+        {(void **)&sc->tile_scratch, tl ? FA_BWD_BF16_SCRATCH(br, bc, D) : 0},
     };
     size_t n = ROW_PARTS;
     for (int64_t i = 0; i < job->group_tiles; i++) {
@@ -140,6 +154,11 @@ static int64_t scratch_layout(const bwd_job *job, bwd_scratch *sc, char *base)
             {(void **)&t->k_pairs, job->b16 ? fa_bytes3((bc + 1) / 2, fa_packed_ld(D), 4) : 0},
             {(void **)&t->dk, fa_bytes3(bc, job->ldd, 4)},
             {(void **)&t->dv, fa_bytes3(bc, job->lddv, 4)},
+            {(void **)&t->kt, tl ? fa_bytes3(FA_KT_DWORDS(bc, D), 4, 1) : 0},
+            {(void **)&t->vt, tl ? fa_bytes3(FA_KT_DWORDS(bc, Dv), 4, 1) : 0},
+            {(void **)&t->kp, tl ? fa_bytes3(FA_RUP32(bc) / 2, fa_packed_ld(D), 4) : 0},
+            {(void **)&t->dkt, tl ? fa_bytes3(FA_RUP16(D), lddt, 4) : 0},
+            {(void **)&t->dvt, tl ? fa_bytes3(FA_RUP16(Dv), lddt, 4) : 0},
         };
         for (int j = 0; j < TILE_PARTS; j++) parts[n++] = tile[j];
     }
@@ -221,7 +240,40 @@ typedef struct {
     const float *q, *dout;
     const uint16_t *q16, *do16;
     int64_t ldq, lddo;
+    /* the fused tile (job->tiles): its A operands, whether the rows are finite, and
+     * whether the pair panels of the other kernels are packed yet (only for a tile that
+     * falls back to them) */
+    const uint16_t *qa, *doa;
+    int64_t ldqa, lddoa;
+    int finite, panels; /* finite: -1 not known yet */
 } bwd_rows;
+
+/* n rows of bf16 as a tile's A operand: in place where the kernel can read them whole
+ * (len a multiple of 32, n of 16, rows close together), else zero-padded into pad. */
+static const uint16_t *tile_rows(const uint16_t *rows, int64_t ld, int64_t n, int64_t len, uint16_t *pad,
+                                 int64_t *lda)
+{
+    if (len % 32 == 0 && n % 16 == 0 && !fa_rows_scattered(ld * 2)) {
+        *lda = ld;
+        return rows;
+    }
+    const int64_t w = FA_RUP32(len);
+    for (int64_t r = 0; r < FA_RUP16(n); r++) {
+        if (r < n) memcpy(pad + r * w, rows + r * ld, (size_t)len * 2);
+        memset(pad + r * w + (r < n ? len : 0), 0, (size_t)(r < n ? w - len : w) * 2);
+    }
+    *lda = w;
+    return pad;
+}
+
+/* The pair panels qt2, dot2 of the other bf16 kernels, packed once a tile needs them. */
+static void rows_panels(const bwd_job *job, const bwd_scratch *sc, int64_t n, bwd_rows *rw)
+{
+    if (rw->panels) return;
+    rw->panels = 1;
+    job->kern->pack_qt_bf16(n, job->p->D, rw->q16, rw->ldq, sc->qt2, 2 * job->bp);
+    if (job->p->Dv > 0) job->kern->pack_qt_bf16(n, job->p->Dv, rw->do16, rw->lddo, sc->dot2, 2 * job->bp);
+}
 
 /* Rows i0 .. i0+n-1 of head h of t as f32 rows: in place where they are f32 and
  * close together, else in scratch (ld len). Rows far apart (fa_rows_scattered: the
@@ -247,9 +299,17 @@ static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     memset(rw, 0, sizeof *rw);
     if (job->b16) { /* as bf16 rows and pair panels; qk_bf16 applies the scale itself */
         rw->q16 = fa_rows_u16(&s->q, 0, i0, n, h, p->D, sc->q16, &rw->ldq);
-        kern->pack_qt_bf16(n, p->D, rw->q16, rw->ldq, sc->qt2, 2 * job->bp);
         rw->do16 = fa_rows_u16(&gs->dout, 0, i0, n, h, p->Dv, sc->do16, &rw->lddo);
-        if (p->Dv > 0) kern->pack_qt_bf16(n, p->Dv, rw->do16, rw->lddo, sc->dot2, 2 * job->bp);
+        if (job->tiles) { /* the fused tile's operands: rows, and Q^T, dO^T (FA_RUP32(br) apart) */
+            const int64_t ldt = FA_RUP32(job->br);
+            rw->qa = tile_rows(rw->q16, rw->ldq, n, p->D, sc->qpad, &rw->ldqa);
+            rw->doa = tile_rows(rw->do16, rw->lddo, n, p->Dv, sc->dopad, &rw->lddoa);
+            kern->pack_t_bf16(n, p->D, rw->q16, rw->ldq, sc->qT, ldt);
+            kern->pack_t_bf16(n, p->Dv, rw->do16, rw->lddo, sc->doT, ldt);
+            rw->finite = -1; /* asked only by a tile with masked keys */
+        } else {
+            rows_panels(job, sc, n, rw);
+        }
     } else {
         rw->q = block_rows(kern, &s->q, i0, n, h, p->D, sc->q, &rw->ldq);
         kern->pack_qt(n, p->D, rw->q, rw->ldq, p->scale, sc->qt, job->bp);
@@ -273,6 +333,8 @@ typedef struct {
     int64_t ldk, ldv, ldkp;
     int kv_finite;
     float *dk, *dv;          /* (cols, ldd), (cols, lddv) */
+    const uint32_t *kt, *vt; /* the fused tile's K^T, V^T; its dK^T, dV^T */
+    float *dkt, *dvt;
 } bwd_tile;
 
 static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
@@ -286,7 +348,23 @@ static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_p
         t->k16 = fa_rows_u16(&s->k, 0, j0, cols, hk, D, sc->k16, &t->ldk);
         t->v16 = fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, sc->v16, &t->ldv);
         t->kv_finite = fa_rows_finite16(t->k16, t->ldk, cols, D, 0x7f80u);
-        if (job->g->has_dq) {
+        if (job->tiles) { /* K^T, V^T blocks (the last one's missing keys 0), K pairs to 32 keys */
+            const int64_t cp = FA_RUP16(cols);
+            if (cp > cols) {
+                memset(sc->kt + (cp - 16) * FA_KT_PAIRS(D), 0, (size_t)(16 * FA_KT_PAIRS(D)) * 4);
+                memset(sc->vt + (cp - 16) * FA_KT_PAIRS(Dv), 0, (size_t)(16 * FA_KT_PAIRS(Dv)) * 4);
+            }
+            job->kern->pack_kt_bf16(cols, D, t->k16, t->ldk, sc->kt, 0);
+            job->kern->pack_kt_bf16(cols, Dv, t->v16, t->ldv, sc->vt, 0);
+            t->ldkp = fa_packed_ld(D);
+            if (job->g->has_dq) {
+                job->kern->pack_pairs_bf16(cols, D, t->k16, t->ldk, sc->kp, t->ldkp);
+                const int64_t done = (cols + 1) / 2;
+                memset(sc->kp + done * t->ldkp, 0, (size_t)((FA_RUP32(cols) / 2 - done) * t->ldkp) * 4);
+            }
+            t->k_pairs = sc->kp; /* the other kernels' K pairs too, should a pair fall back */
+            t->kt = sc->kt, t->vt = sc->vt, t->dkt = sc->dkt, t->dvt = sc->dvt;
+        } else if (job->g->has_dq) {
             t->ldkp = fa_packed_ld(D);
             job->kern->pack_pairs_bf16(cols, D, t->k16, t->ldk, sc->k_pairs, t->ldkp);
             t->k_pairs = sc->k_pairs;
@@ -313,10 +391,51 @@ static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_p
  * for, nor on how many tiles the rows serve, so the fused loop and the two-pass one
  * (dK, dV first, then dQ) give the same bits.
  */
+/*
+ * The pair on the table's fused tile (bwd_bf16), when it can take it: plain keys or a
+ * band, or a block mask whose kept keys are one run per row (the forward's rule), and,
+ * where keys are masked, finite K, Q and dO (the tile products multiply a masked p = 0
+ * by them). Returns 0, having done nothing, for the other kernels to run the pair.
+ */
+static int bwd_block_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs,
+                           int64_t h, int64_t i0, int64_t n, int64_t j0, int64_t cols, bwd_rows *rw,
+                           const bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
+{
+    const fa_problem *p = job->p;
+    int band = !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
+    if (s->bm.on && fa_bmask_tile(s, 0, h, i0, n, j0, cols, sc->bms) != 1) {
+        if (!fa_bmask_runs(s, 0, h, i0, n, j0, cols, band, sc->lo, sc->hi, sc->bms)) return 0;
+        band = 1;
+    }
+    if (band && rw->finite < 0)
+        rw->finite = fa_rows_finite16(rw->q16, rw->ldq, n, p->D, 0x7f80u) &&
+                     fa_rows_finite16(rw->do16, rw->lddo, n, p->Dv, 0x7f80u);
+    if (band && !(t->kv_finite && rw->finite)) return 0;
+    double t0 = fa_phase_start(job->phases);
+    const fa_bwd_tile bt = {
+        .rows = n, .cols = cols, .d = p->D, .dv = p->Dv,
+        .q = rw->qa, .dout = rw->doa, .qt = sc->qT, .dot = sc->doT,
+        .ldq = rw->ldqa, .lddo = rw->lddoa, .ldqt = FA_RUP32(job->br), .lddot = FA_RUP32(job->br),
+        .kt = t->kt, .vt = t->vt, .kp = t->k_pairs, .ldkp = t->ldkp,
+        .scale = p->scale, .lse = sc->lse, .dvec = sc->dv_rows,
+        .lo = band ? sc->lo : NULL, .hi = band ? sc->hi : NULL,
+        .dq = dq_rows, .dkt = kv && gs->has_dk ? t->dkt : NULL, .dvt = kv && gs->has_dv ? t->dvt : NULL,
+        .lddq = ldq_acc, .lddkt = FA_RUP16(job->bc) + 16, .lddvt = FA_RUP16(job->bc) + 16,
+        .scratch = sc->tile_scratch,
+    };
+    job->kern->bwd_bf16(&bt);
+    fa_phase_mark(job->phases, FA_PH_BS, t0); /* the whole tile: S, P, dP, dS and the three products */
+    return 1;
+}
+
 static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t b,
-                      int64_t h, int64_t i0, int64_t n, int64_t j0, int64_t cols, const bwd_rows *rwp,
+                      int64_t h, int64_t i0, int64_t n, int64_t j0, int64_t cols, bwd_rows *rwp,
                       const bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
 {
+    if (job->tiles) {
+        if (bwd_block_tiles(job, sc, s, gs, h, i0, n, j0, cols, rwp, t, kv, dq_rows, ldq_acc)) return;
+        rows_panels(job, sc, n, rwp);
+    }
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
     const int64_t D = p->D, Dv = p->Dv, bp = job->bp;
@@ -432,6 +551,22 @@ static void tile_blocks(const bwd_job *job, const fa_problem *s, int64_t j0, int
     *last = ilo <= ihi ? ihi : 0;
 }
 
+/* The fused tile's dK^T, dV^T of a finished key tile added into its dK, dV (which hold
+ * what pairs that fell back to the other kernels summed, else 0). */
+static void tile_grads_add(const bwd_job *job, const bwd_tile_scratch *t, int64_t cols)
+{
+    const int64_t lddt = FA_RUP16(job->bc) + 16;
+    for (int g = 0; g < 2; g++) { /* in 16 x 16 blocks, which stay in L1 both ways */
+        const int64_t n = g ? job->p->Dv : job->p->D, ld = g ? job->lddv : job->ldd;
+        float *dst = g ? t->dv : t->dk;
+        const float *src = g ? t->dvt : t->dkt;
+        for (int64_t x0 = 0; x0 < n; x0 += 16)
+            for (int64_t c0 = 0; c0 < cols; c0 += 16)
+                for (int64_t c = c0; c < cols && c < c0 + 16; c++)
+                    for (int64_t x = x0; x < n && x < x0 + 16; x++) dst[c * ld + x] += src[x * lddt + c];
+    }
+}
+
 /* Key tiles j0, j0 + bc, ... (nt of them) of kv head hk: dK, dV of each from every
  * query block of the group that sees it, then stored (dK scaled once here); dQ of
  * those blocks into dq (NULL: not here), head h's rows at dq + (h - h0) * hstride +
@@ -450,6 +585,11 @@ static void key_group_run(const bwd_job *job, const bwd_scratch *sc, const fa_pr
         cols[k] = s->Sk - jk < bc ? s->Sk - jk : bc;
         memset(sc->tile[k].dk, 0, (size_t)(cols[k] * job->ldd) * sizeof(float));
         memset(sc->tile[k].dv, 0, (size_t)(cols[k] * job->lddv) * sizeof(float));
+        if (job->tiles) {
+            const int64_t lddt = FA_RUP16(bc) + 16;
+            memset(sc->tile[k].dkt, 0, (size_t)(FA_RUP16(D) * lddt) * sizeof(float));
+            memset(sc->tile[k].dvt, 0, (size_t)(FA_RUP16(Dv) * lddt) * sizeof(float));
+        }
         tile_blocks(job, s, jk, cols[k], &first[k], &last[k]);
         if (!kv && !dq) last[k] = first[k] - 1;
         if (first[k] > last[k]) continue;
@@ -473,6 +613,7 @@ static void key_group_run(const bwd_job *job, const bwd_scratch *sc, const fa_pr
     /* the key tiles' gradients are whole: every query row that sees them has run */
     for (int64_t k = 0; k < nt; k++) {
         float *dk = sc->tile[k].dk;
+        if (job->tiles) tile_grads_add(job, &sc->tile[k], cols[k]);
         if (gs->has_dk) {
             for (int64_t c = 0; c < cols[k]; c++)
                 for (int64_t x = 0; x < D; x++) dk[c * job->ldd + x] *= p->scale;
@@ -589,6 +730,10 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     job.dq_in_place = dq_direct(p, g);
     /* bf16 pairs where the forward takes them (fa_bf16_dot_active), with dO in bf16 too */
     job.b16 = p->dtype == FA_DTYPE_BF16 && g->dout.dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
+    /* the fused tile where the table has one, for what it computes: no element-wise
+     * score rules (bias, mask, ALiBi, softcap), no dropout, an output (Dv >= 1) */
+    job.tiles = job.b16 && (ctx->kernels->flags & FA_KERNELS_BWD_BF16) && !fa_problem_has_elementwise(p) &&
+                !p->drop.on && p->Dv > 0;
     /* K and V as the forward packs them (kv.h) where it would: rows far apart
      * (a page, or a multiple of 1 KB) share a few cache sets and miss in qk's and
      * pv's reuse of the tile, and converted rows are copied anyway. Once per key

@@ -146,6 +146,11 @@ enum {
      * bf16 tiles it can (plain keys and band masks, no element-wise rules, no dropout).
      * Without it the table's fwd_bf16 is the reference's, correct but never chosen. */
     FA_KERNELS_FWD_BF16 = 1u << 6,
+    /* bwd_bf16 is this table's own fused backward tile (row-major tiles, every product
+     * on the tile unit): the core takes it for the bf16 pair tiles it can (plain keys and
+     * band masks, no element-wise rules, no softcap, no dropout). Without it the table's
+     * bwd_bf16 is the reference's, correct but never chosen. */
+    FA_KERNELS_BWD_BF16 = 1u << 7,
 };
 
 /* The head dims up to which FA_PARAM_QUANT_MATMUL applies: int32 sums of D products of
@@ -208,6 +213,56 @@ typedef struct fa_fwd_tile {
     int64_t ldacc;
     void *scratch;
 } fa_fwd_tile;
+
+/* bytes of scratch bwd_bf16 needs for a tile of rows x cols (any table) */
+#define FA_BWD_BF16_SCRATCH(rows, cols, d)                                                                        \
+    (3 * FA_RUP32(rows) * (FA_RUP16(cols) + 16) * 4 + FA_RUP32(rows) * FA_RUP32(cols) * 2 + 16 * FA_RUP16(d) * 4 + \
+     64 * 8)
+
+/*
+ * One (query block, key tile) pair of the fused bf16 backward (bwd_bf16), every
+ * product on row-major tiles; dK and dV accumulate TRANSPOSED, so that no score tile is
+ * ever transposed (the query block's Q^T and dO^T are packed once for every tile it
+ * meets, the key tile's dK^T, dV^T turned once when the tile is done). For r < rows,
+ * c < cols, kept(c) = lo == NULL || (lo[r] <= c && c <= hi[r]) (tile-relative):
+ *   s[r][c]  = sum_x q[r][x] k_c[x]                    (bf16 products, fp32 sums)
+ *   p        = kept && lse[r] != -inf ? exp(scale s - lse[r]) : 0   (fp32, to a few ulps
+ *              of 2^-23 relative), pb = bf16(p) as vcvtne2ps2bf16 rounds
+ *   dp[r][c] = sum_e dout[r][e] v_c[e]
+ *   ds       = kept ? p (dp - dvec[r]) : 0 (fp32), dsb = bf16(ds) likewise
+ *   dq[r][x]  += sum_c dsb[r][c] k_c[x]     (dq != NULL)
+ *   dvt[e][c] += sum_r pb[r][c] dout[r][e]  (dvt != NULL)
+ *   dkt[x][c] += sum_r dsb[r][c] q[r][x]    (dkt != NULL)
+ * each sum over its whole reduction in index order of 32-wide chunks, as the tile unit
+ * takes them, so the bits of one output never depend on which others are asked for.
+ *   q, dout  bf16 rows ldq, lddo apart, zero from d (dv) to FA_RUP32(d) (FA_RUP32(dv)),
+ *            FA_RUP16(rows) rows (any finite values in the padding rows)
+ *   qt, dot  Q^T, dO^T: qt[x][r] = q[r][x], FA_RUP16(d) rows ldqt apart, zero for
+ *            rows <= r < FA_RUP32(rows) (dot likewise with dv)
+ *   kt, vt   K^T, V^T as pack_kt_bf16's blocks from key 0 of the tile (of d, dv); the keys
+ *            of the last block past cols must be finite
+ *   kp       K as key pairs (pack_pairs_bf16), ldkp >= FA_RUP16(d), FA_RUP32(cols) / 2 pair
+ *            rows, zero past cols and past d
+ *   dq       rows lddq apart (>= FA_RUP16(d)), its padding columns may be written
+ *   dkt, dvt FA_RUP16(d) (FA_RUP16(dv)) rows of lddkt (lddvt >= FA_RUP16(cols)) floats;
+ *            padding may be written
+ *   scratch  FA_BWD_BF16_SCRATCH(rows, cols, d) bytes, 64-byte aligned
+ * A masked pair's p = ds = 0 meets k, q and dout in the products: the core hands over
+ * partly masked tiles only when those are finite.
+ */
+typedef struct fa_bwd_tile {
+    int64_t rows, cols, d, dv;
+    const uint16_t *q, *dout, *qt, *dot;
+    int64_t ldq, lddo, ldqt, lddot;
+    const uint32_t *kt, *vt, *kp;
+    int64_t ldkp;
+    float scale;
+    const float *lse, *dvec;
+    const int32_t *lo, *hi;
+    float *dq, *dkt, *dvt;
+    int64_t lddq, lddkt, lddvt;
+    void *scratch;
+} fa_bwd_tile;
 
 /*
  * The kernels' signatures, one type each: the fields of fa_kernels below are pointers
@@ -357,6 +412,11 @@ typedef struct fa_kernels {
      * x >= d; other keys' dwords untouched. k any ld (uint16); j0 >= 0 any. fwd_bf16: above. */
     void (*pack_kt_bf16)(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0);
     void (*fwd_bf16)(const fa_fwd_tile *t);
+    /* pack_t_bf16: dst[x][r] = src[r][x] for x < len, r < rows, zero for rows <= r <
+     * FA_RUP32(rows) (the rows x of dst, lddst >= FA_RUP32(rows) uint16 apart; src any ld).
+     * bwd_bf16's Q^T and dO^T. bwd_bf16: above. */
+    void (*pack_t_bf16)(int64_t rows, int64_t len, const uint16_t *src, int64_t ld, uint16_t *dst, int64_t lddst);
+    void (*bwd_bf16)(const fa_bwd_tile *t);
 
     /*
      * Small-row path (decoding): for rows <= FA_SMALL_ROWS query rows (a few GQA

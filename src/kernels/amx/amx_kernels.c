@@ -107,6 +107,10 @@ void FA_AMX_FN(thread_end)(void)
     }
 }
 
+/* The configuration for the kernels of other files (amx_bwd.c), with the same lazy rule. */
+void FA_AMX_FN(tiles_ensure)(void);
+void FA_AMX_FN(tiles_ensure)(void) { tiles_on(); }
+
 /* Whether the calling thread holds a tile configuration (tests: none after a call). */
 int FA_AMX_FN(tile_configured)(void)
 {

@@ -42,12 +42,14 @@
                     int64_t ldvp, const float *alpha, float *acc, int64_t ldacc, void *scratch);                 \
     void p##stx_bf16(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,     \
                      int64_t ldx, float *acc, int64_t ldacc, void *scratch);                                  \
-    void p##fwd_bf16(const fa_fwd_tile *t)
+    void p##fwd_bf16(const fa_fwd_tile *t);                                                                      \
+    void p##bwd_bf16(const fa_bwd_tile *t)
 
 /* What every tile table sets: blocks of 32 x 32 (two tiles each way), the kernels. */
 #define FA_AMX_FILL(k, p)                                                                                          \
     do {                                                                                                         \
-        (k)->flags |= FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES | FA_KERNELS_FWD_BF16;    \
+        (k)->flags |= FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES | FA_KERNELS_FWD_BF16 |    \
+                      FA_KERNELS_BWD_BF16;                                                                       \
         (k)->row_align = FA_ROW_ALIGN;                                                                           \
         (k)->qk_block = (fa_kernel_block){32, 32};                                                               \
         (k)->pv_block = (fa_kernel_block){32, 32};                                                               \
@@ -55,6 +57,7 @@
         (k)->pv_bf16 = p##pv_bf16;                                                                               \
         (k)->stx_bf16 = p##stx_bf16;                                                                             \
         (k)->fwd_bf16 = p##fwd_bf16;                                                                             \
+        (k)->bwd_bf16 = p##bwd_bf16;                                                                             \
         (k)->probe_tile = p##probe_tile;                                                                         \
         (k)->thread_begin = p##thread_begin;                                                                     \
         (k)->thread_end = p##thread_end;                                                                         \
@@ -65,6 +68,7 @@ FA_KERNELS_ISA(avx512bf16);
 FA_KERNELS_ISA(amx);
 FA_AMX_DECLARE(fa_amx_);
 void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0);
+void fa_amx_pack_t_bf16(int64_t rows, int64_t len, const uint16_t *src, int64_t ld, uint16_t *dst, int64_t lddst);
 
 static const char *g_refusal; /* why the OS refused the tile data; NULL when granted */
 static pthread_once_t g_perm_once = PTHREAD_ONCE_INIT;
@@ -111,6 +115,7 @@ void fa_kernels_init_amx(fa_kernels *k)
     k->parent = "avx512bf16";
     FA_AMX_FILL(k, fa_amx_);
     k->pack_kt_bf16 = fa_amx_pack_kt_bf16; /* AVX-512 transposes; the model keeps the reference's */
+    k->pack_t_bf16 = fa_amx_pack_t_bf16;
 }
 #endif
 

@@ -440,6 +440,54 @@ static void ref_fwd_bf16(const fa_fwd_tile *t)
     }
 }
 
+static void ref_pack_t_bf16(int64_t rows, int64_t len, const uint16_t *src, int64_t ld, uint16_t *dst, int64_t lddst)
+{
+    const int64_t rp = FA_RUP32(rows);
+    for (int64_t x = 0; x < len; x++) {
+        for (int64_t r = 0; r < rows; r++) dst[x * lddst + r] = src[r * ld + x];
+        for (int64_t r = rows; r < rp; r++) dst[x * lddst + r] = 0;
+    }
+}
+
+/* element x of key c in pack_kt_bf16's blocks of depth d */
+static float kt_elem(const uint32_t *kt, int64_t d, int64_t c, int64_t x)
+{
+    return fa_bf16_to_f32((uint16_t)(kt[c / 16 * 16 * FA_KT_PAIRS(d) + 16 * (x / 2) + c % 16] >> (x & 1) * 16));
+}
+
+/* The fused backward's contract in plain loops: glibc's expf, nearest even, sums in index
+ * order, zero weights skipped (never reading what they would multiply). */
+static void ref_bwd_bf16(const fa_bwd_tile *t)
+{
+    float *pb = t->scratch, *dsb = pb + t->cols; /* one row's bf16 P and dS, within the bound */
+    for (int64_t r = 0; r < t->rows; r++) {
+        const uint16_t *q = t->q + r * t->ldq, *dout = t->dout + r * t->lddo;
+        for (int64_t c = 0; c < t->cols; c++) {
+            pb[c] = dsb[c] = 0.0f;
+            if ((t->lo && (c < t->lo[r] || c > t->hi[r])) || t->lse[r] == -INFINITY) continue;
+            float s = 0.0f, dp = 0.0f;
+            for (int64_t x = 0; x < t->d; x++) s += fa_bf16_to_f32(q[x]) * kt_elem(t->kt, t->d, c, x);
+            for (int64_t e = 0; e < t->dv; e++) dp += fa_bf16_to_f32(dout[e]) * kt_elem(t->vt, t->dv, c, e);
+            const float p = expf(t->scale * s - t->lse[r]);
+            pb[c] = fa_bf16_to_f32(fa_f32_to_bf16(p));
+            dsb[c] = fa_bf16_to_f32(fa_f32_to_bf16(p * (dp - t->dvec[r])));
+        }
+        if (t->dq)
+            for (int64_t x = 0; x < t->d; x++) {
+                float acc = t->dq[r * t->lddq + x];
+                for (int64_t c = 0; c < t->cols; c++)
+                    if (dsb[c] != 0.0f) acc += dsb[c] * kt_elem(t->kt, t->d, c, x);
+                t->dq[r * t->lddq + x] = acc;
+            }
+        for (int64_t c = 0; c < t->cols; c++) {
+            if (t->dvt && pb[c] != 0.0f)
+                for (int64_t e = 0; e < t->dv; e++) t->dvt[e * t->lddvt + c] += pb[c] * fa_bf16_to_f32(dout[e]);
+            if (t->dkt && dsb[c] != 0.0f)
+                for (int64_t x = 0; x < t->d; x++) t->dkt[x * t->lddkt + c] += dsb[c] * fa_bf16_to_f32(q[x]);
+        }
+    }
+}
+
 /* ------------------------------------------------------------ probes */
 
 /* Eight independent multiply-add chains: what plain C reaches without SIMD flags. */
@@ -505,6 +553,8 @@ const fa_kernels fa_kernels_ref = {
     .stx_bf16 = ref_stx_bf16,
     .pack_kt_bf16 = ref_pack_kt_bf16,
     .fwd_bf16 = ref_fwd_bf16,
+    .pack_t_bf16 = ref_pack_t_bf16,
+    .bwd_bf16 = ref_bwd_bf16,
     .qk_small = ref_qk_small,
     .softmax_small = ref_softmax_small,
     .pv_small = ref_pv_small,
