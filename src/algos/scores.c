@@ -139,66 +139,95 @@ static int bmask_bit(const fa_bmask *m, int64_t id, int64_t r, int64_t c)
     return (m->bits[id * m->block_bytes + r * m->row_bytes + c / 8] >> (c % 8)) & 1;
 }
 
+/* A walk over a tile's q blocks: block qb covers the tile's rows [r0, r1), and
+ * status[k] is the status of kv block kb0 + k, which covers the tile's columns
+ * [kblock_start, kblock_end). Written once for fa_bmask_tile, _apply and _runs. */
+typedef struct {
+    const fa_problem *p;
+    const fa_bmask *m;
+    int64_t b, h, i0, rows, j0, cols, kb0, nk;
+    int64_t qb, r0, r1;
+    int64_t *status;
+} bmask_walk;
+
+static void walk_begin(bmask_walk *w, const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                       int64_t j0, int64_t cols, int64_t *status)
+{
+    const fa_bmask *m = &p->bm;
+    *w = (bmask_walk){.p = p, .m = m, .b = b, .h = h, .i0 = i0, .rows = rows, .j0 = j0, .cols = cols,
+                      .kb0 = j0 / m->bk, .nk = (j0 + cols - 1) / m->bk - j0 / m->bk + 1, .qb = i0 / m->bq - 1,
+                      .status = status};
+}
+
+/* The next q block of the tile: its rows and its kv blocks' statuses; 0 past the last. */
+static int walk_next(bmask_walk *w)
+{
+    const fa_bmask *m = w->m;
+    if (++w->qb > (w->i0 + w->rows - 1) / m->bq) return 0;
+    w->r0 = w->qb * m->bq > w->i0 ? w->qb * m->bq - w->i0 : 0;
+    w->r1 = (w->qb + 1) * m->bq - w->i0 < w->rows ? (w->qb + 1) * m->bq - w->i0 : w->rows;
+    fa_bmask_status(w->p, w->b, w->h, w->qb, w->kb0, w->nk, w->status);
+    return 1;
+}
+
+/* The tile-relative column where the walk's kv block k starts, and where it ends. */
+static int64_t kblock_start(const bmask_walk *w, int64_t k)
+{
+    return k == 0 ? 0 : (w->kb0 + k) * w->m->bk - w->j0;
+}
+
+static int64_t kblock_end(const bmask_walk *w, int64_t k)
+{
+    const int64_t c = (w->kb0 + k + 1) * w->m->bk - w->j0;
+    return c < w->cols ? c : w->cols;
+}
+
+/* The element-mask row of tile row r in kv block k (status s >= 0), and the
+ * block column of the tile's column kblock_start(k). */
+static const uint8_t *walk_bits(const bmask_walk *w, int64_t s, int64_t r)
+{
+    return w->m->bits + s * w->m->block_bytes + (w->i0 + r - w->qb * w->m->bq) * w->m->row_bytes;
+}
+
+static int64_t walk_x0(const bmask_walk *w, int64_t k)
+{
+    return w->j0 + kblock_start(w, k) - (w->kb0 + k) * w->m->bk;
+}
+
 int fa_bmask_tile(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                   int64_t *status)
 {
-    const fa_bmask *m = &p->bm;
-    const int64_t kb0 = j0 / m->bk, nk = (j0 + cols - 1) / m->bk - kb0 + 1;
+    bmask_walk w;
+    walk_begin(&w, p, b, h, i0, rows, j0, cols, status);
     int any = 0, all = 1;
-    for (int64_t qb = i0 / m->bq; qb <= (i0 + rows - 1) / m->bq; qb++) {
-        fa_bmask_status(p, b, h, qb, kb0, nk, status);
-        for (int64_t k = 0; k < nk; k++) {
+    while (walk_next(&w))
+        for (int64_t k = 0; k < w.nk; k++) {
             any |= status[k] != FA_BM_ABSENT;
             all &= status[k] == FA_BM_FULL;
         }
-    }
     return !any ? 0 : all ? 1 : 2;
-}
-
-/* The rows [*r0, *r1) of a tile (rows i0 ..) that q block qb holds, tile-relative. */
-static void qblock_rows(const fa_bmask *m, int64_t i0, int64_t rows, int64_t qb, int64_t *r0, int64_t *r1)
-{
-    *r0 = qb * m->bq > i0 ? qb * m->bq - i0 : 0;
-    *r1 = (qb + 1) * m->bq - i0 < rows ? (qb + 1) * m->bq - i0 : rows;
-}
-
-/* The tile-relative column (of a tile of keys j0 ..) where kv block kb ends. */
-static int64_t kblock_end(const fa_bmask *m, int64_t j0, int64_t cols, int64_t kb)
-{
-    return (kb + 1) * m->bk - j0 < cols ? (kb + 1) * m->bk - j0 : cols;
 }
 
 void fa_bmask_apply(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                     float *st, int64_t ldc, int64_t ldr, int64_t *status)
 {
-    const fa_bmask *m = &p->bm;
-    const int64_t kb0 = j0 / m->bk, nk = (j0 + cols - 1) / m->bk - kb0 + 1;
-    for (int64_t qb = i0 / m->bq; qb <= (i0 + rows - 1) / m->bq; qb++) {
-        int64_t r0, r1;
-        qblock_rows(m, i0, rows, qb, &r0, &r1);
-        fa_bmask_status(p, b, h, qb, kb0, nk, status);
-        /* the tile's columns kv block by kv block: [c0, c1) of block kb0 + k */
-        for (int64_t k = 0, c0 = 0; k < nk; k++) {
-            const int64_t c1 = kblock_end(m, j0, cols, kb0 + k), s = status[k];
-            if (s == FA_BM_FULL) {
-                c0 = c1;
-                continue;
-            }
-            /* the element mask's rows of this tile's rows, and the block's column of c0 */
-            const uint8_t *bits = s >= 0 ? m->bits + s * m->block_bytes + (i0 + r0 - qb * m->bq) * m->row_bytes : NULL;
-            for (int64_t c = c0, x = j0 + c0 - (kb0 + k) * m->bk; c < c1; c++, x++) {
+    bmask_walk w;
+    walk_begin(&w, p, b, h, i0, rows, j0, cols, status);
+    while (walk_next(&w))
+        for (int64_t k = 0; k < w.nk; k++) {
+            const int64_t s = status[k], c1 = kblock_end(&w, k);
+            if (s == FA_BM_FULL) continue;
+            for (int64_t c = kblock_start(&w, k), x = walk_x0(&w, k); c < c1; c++, x++) {
                 float *sc = st + c * ldc;
-                if (!bits) {
-                    for (int64_t r = r0; r < r1; r++) sc[r * ldr] = -INFINITY;
+                if (s == FA_BM_ABSENT) {
+                    for (int64_t r = w.r0; r < w.r1; r++) sc[r * ldr] = -INFINITY;
                     continue;
                 }
-                const uint8_t *byte = bits + x / 8, bit = (uint8_t)(1u << (x % 8));
-                for (int64_t r = r0; r < r1; r++, byte += m->row_bytes)
+                const uint8_t *byte = walk_bits(&w, s, w.r0) + x / 8, bit = (uint8_t)(1u << (x % 8));
+                for (int64_t r = w.r0; r < w.r1; r++, byte += w.m->row_bytes)
                     if (!(*byte & bit)) sc[r * ldr] = -INFINITY;
             }
-            c0 = c1;
         }
-    }
 }
 
 /* One row's kept columns [c0, c1) of a kv block segment, whose element-mask row is
@@ -235,20 +264,16 @@ static void run_add(const uint8_t *bits, int64_t x0, int64_t c0, int64_t c1, int
 int fa_bmask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                   int band, int32_t *lo, int32_t *hi, int64_t *status)
 {
-    const fa_bmask *m = &p->bm;
-    const int64_t kb0 = j0 / m->bk, nk = (j0 + cols - 1) / m->bk - kb0 + 1;
-    for (int64_t qb = i0 / m->bq; qb <= (i0 + rows - 1) / m->bq; qb++) {
-        int64_t r0, r1;
-        qblock_rows(m, i0, rows, qb, &r0, &r1);
-        fa_bmask_status(p, b, h, qb, kb0, nk, status);
-        for (int64_t r = r0; r < r1; r++) {
+    bmask_walk w;
+    walk_begin(&w, p, b, h, i0, rows, j0, cols, status);
+    while (walk_next(&w))
+        for (int64_t r = w.r0; r < w.r1; r++) {
             int64_t first = -1, last = -1, count = 0;
-            for (int64_t k = 0, c0 = 0; k < nk; k++) {
-                const int64_t c1 = kblock_end(m, j0, cols, kb0 + k), s = status[k];
+            for (int64_t k = 0; k < w.nk; k++) {
+                const int64_t s = status[k];
                 if (s != FA_BM_ABSENT)
-                    run_add(s >= 0 ? m->bits + s * m->block_bytes + (i0 + r - qb * m->bq) * m->row_bytes : NULL,
-                            j0 + c0 - (kb0 + k) * m->bk, c0, c1, &first, &last, &count);
-                c0 = c1;
+                    run_add(s >= 0 ? walk_bits(&w, s, r) : NULL, walk_x0(&w, k), kblock_start(&w, k),
+                            kblock_end(&w, k), &first, &last, &count);
             }
             if (count > 0 && count != last - first + 1) return 0; /* not one run */
             int64_t a = count > 0 ? first : cols, z = count > 0 ? last : -1;
@@ -259,7 +284,6 @@ int fa_bmask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t
             lo[r] = (int32_t)a;
             hi[r] = (int32_t)z; /* lo > hi: nothing kept (lo <= cols, hi >= -1) */
         }
-    }
     return 1;
 }
 
