@@ -12,6 +12,8 @@
  *   full        a mask that lists every block full: bitwise the call without one
  *   causal      causal as a block mask (a shared lower-triangular diagonal block)
  *               against causal itself, within the rule
+ *   documents   document masks on and off block boundaries and a sparse one: flash
+ *               against the oracles, bitwise over threads; the tiles the planner takes
  *   varlen      packed sequences, a mask per sequence or one broadcast, against dense
  *               per-sequence oracles
  *   cache       a decoding step's tree mask over a contiguous or paged KV cache, new
@@ -470,9 +472,12 @@ static void test_full(h_rng *r)
                     CHECK(same_bytes(&a->o, o0) && same_bytes(&a->lse, l0),
                           "a mask keeping every block differs from no mask (tiles %lldx%lld)", (long long)bq1, (long long)bc1);
                 }
+                /* inside the blocks, or whole blocks (every block is listed) */
                 if (al == FA_ALGO_FLASH && t == 0)
-                    CHECK(bq1 > 0 && bq % bq1 == 0 && bk % bc1 == 0, "planned tiles %lldx%lld cross %lldx%lld blocks",
-                          (long long)bq1, (long long)bc1, (long long)bq, (long long)bk);
+                    CHECK(bq1 > 0 && bc1 > 0 && (bq % bq1 == 0 || (bq1 % bq == 0 || bq1 == d.Sq)) &&
+                              (bk % bc1 == 0 || bc1 % bk == 0 || bc1 == d.Sk),
+                          "planned tiles %lldx%lld cross %lldx%lld blocks", (long long)bq1, (long long)bc1,
+                          (long long)bq, (long long)bk);
                 free(o0), free(l0);
             }
         CHECK(compared >= 3, "full mask k=%d: only %d calls ran the tiles of the unmasked one", k, compared);
@@ -484,18 +489,23 @@ static void test_full(h_rng *r)
 
 /* ---------------------------------------------------- causal as a block mask */
 
+/* A problem of shape d in dtype dt (o too), q, k, v standard normal. */
+static fa_forward_args *random_qkv(h_problem *p, h_dims d, fa_dtype dt, h_rng *r)
+{
+    h_problem_alloc(p, d, dt, dt);
+    h_fill_normal(&p->args.q, r, 1.0);
+    h_fill_normal(&p->args.k, r, 1.0);
+    h_fill_normal(&p->args.v, r, 1.0);
+    return &p->args;
+}
+
 static void test_causal(h_rng *r)
 {
     const fa_dtype dts[] = {FA_DTYPE_F32, FA_DTYPE_BF16};
     for (int k = 0; k < 4; k++) {
         const int64_t N = k < 2 ? 384 : 200, blk = k % 2 ? 64 : 32;
-        const h_dims d = {1, N, N, 4, 4, 64, 64};
         h_problem p;
-        h_problem_alloc(&p, d, dts[k % 2], dts[k % 2]);
-        fa_forward_args *a = &p.args;
-        h_fill_normal(&a->q, r, 1.0);
-        h_fill_normal(&a->k, r, 1.0);
-        h_fill_normal(&a->v, r, 1.0);
+        fa_forward_args *a = random_qkv(&p, (h_dims){1, N, N, 4, 4, 64, 64}, dts[k % 2], r);
         /* top-left causal: blocks below the diagonal full, the diagonal one lower
          * triangular, one element mask shared by every diagonal entry */
         tmask tm;
@@ -531,6 +541,78 @@ static void test_causal(h_rng *r)
         CHECK(diff <= tol, "causal block mask vs causal: %.3g > %.3g", diff, tol);
         oracle_free(&or);
         free(oc);
+        tm_free(&tm);
+        h_problem_free(&p);
+    }
+}
+
+/* --------------------------------------------------- documents and tiles */
+
+/* Documents (each row keeps its own document's keys) at block boundaries and off
+ * them, and a sparse random mask: flash against the oracles on 1 and 2 threads,
+ * bitwise between them; the planned tiles of block-aligned documents span whole
+ * blocks (more than one), those of the sparse mask stay inside one. */
+static void test_documents(h_rng *r)
+{
+    static const int32_t aligned[] = {0, 128, 256, 384, 512}, ragged[] = {0, 100, 228, 390, 512};
+    const fa_dtype dts[] = {FA_DTYPE_F32, FA_DTYPE_BF16};
+    for (int k = 0; k < 6; k++) {
+        const int64_t N = 512, blk = 32;
+        const int32_t *docs = k % 3 == 1 ? ragged : aligned;
+        const int sparse = k % 3 == 2;
+        h_problem p;
+        fa_forward_args *a = random_qkv(&p, (h_dims){1, N, N, 4, 2, 64, 64}, dts[k / 3], r);
+        tmask tm;
+        tm_init(&tm, 1, 1, N, N, blk, blk);
+        if (sparse) {
+            tm_random(&tm, r, &(tm_spec){0.1, 0.0, 0.0, 0.5, 0.0});
+        } else {
+            for (int64_t qb = 0; qb < tm.nqb; qb++) {
+                tm_end_row(&tm, qb);
+                for (int64_t kb = 0; kb < tm.nkb; kb++) { /* its bits, then whether it is full or empty */
+                    const int64_t id = tm_new_block(&tm);
+                    int64_t kept = 0;
+                    for (int64_t x = 0; x < blk; x++)
+                        for (int64_t y = 0; y < blk; y++) {
+                            int di = 0, dj = 0;
+                            while (docs[di + 1] <= qb * blk + x) di++;
+                            while (docs[dj + 1] <= kb * blk + y) dj++;
+                            tm_bit(&tm, id, x, y, di == dj);
+                            kept += di == dj;
+                        }
+                    if (kept < blk * blk && kept > 0) {
+                        tm_add(&tm, qb, kb, id);
+                        continue;
+                    }
+                    memset(tm_block(&tm, id), 0, (size_t)(blk * tm.row_bytes));
+                    tm.np--;
+                    if (kept > 0) tm_add(&tm, qb, kb, -1);
+                }
+            }
+        }
+        a->block_mask = tm_mask(&tm);
+        oracle or;
+        oracle_build(&or, a, &tm);
+        unsigned char *o1 = NULL;
+        for (int threads = 1; threads <= 2; threads++) {
+            h_case("documents k=%d (%s, %s) threads=%d", k, sparse ? "sparse" : docs == aligned ? "aligned" : "ragged",
+                   h_dtype_str(dts[k / 3]), threads);
+            h_poison_outputs(a);
+            const fa_status st = h_run(g_ctx, FA_ALGO_FLASH, threads, a);
+            if (!CHECK(st == FA_OK, "%s", fa_context_error(g_ctx))) continue;
+            check_rule("documents", a, &or);
+            int64_t tq = 0, tk = 0;
+            fa_context_get(g_ctx, FA_PARAM_LAST_TILE_Q, &tq);
+            fa_context_get(g_ctx, FA_PARAM_LAST_TILE_KV, &tk);
+            if (sparse) CHECK(tq <= blk && tk <= blk, "sparse mask: tiles %lldx%lld cross blocks", (long long)tq, (long long)tk);
+            if (docs == aligned && !sparse)
+                CHECK(tq % blk == 0 && tk % blk == 0 && tq * tk > blk * blk, "aligned documents: tiles %lldx%lld",
+                      (long long)tq, (long long)tk);
+            if (threads == 1) o1 = bytes_of(&a->o);
+            else if (o1) CHECK(same_bytes(&a->o, o1), "threads=2 differs from threads=1");
+        }
+        free(o1);
+        oracle_free(&or);
         tm_free(&tm);
         h_problem_free(&p);
     }
@@ -1152,6 +1234,7 @@ int main(void)
     test_work(&r);
     test_full(&r);
     test_causal(&r);
+    test_documents(&r);
     test_random(&r);
     test_varlen(&r);
     test_cache(&r);

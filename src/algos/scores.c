@@ -7,6 +7,7 @@
  */
 #include "problem.h"
 #include "convert.h"
+#include "arith.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -139,72 +140,102 @@ static int bmask_bit(const fa_bmask *m, int64_t id, int64_t r, int64_t c)
     return (m->bits[id * m->block_bytes + r * m->row_bytes + c / 8] >> (c % 8)) & 1;
 }
 
+/* A walk over a tile's q blocks: block qb covers the tile's rows [r0, r1), and
+ * status[k] is the status of kv block kb0 + k, which covers the tile's columns
+ * [kblock_start, kblock_end). Written once for fa_bmask_tile, _apply and _runs. */
+typedef struct {
+    const fa_problem *p;
+    const fa_bmask *m;
+    int64_t b, h, i0, rows, j0, cols, kb0, nk;
+    int64_t qb, r0, r1;
+    int64_t *status;
+} bmask_walk;
+
+static void walk_begin(bmask_walk *w, const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                       int64_t j0, int64_t cols, int64_t *status)
+{
+    const fa_bmask *m = &p->bm;
+    *w = (bmask_walk){.p = p, .m = m, .b = b, .h = h, .i0 = i0, .rows = rows, .j0 = j0, .cols = cols,
+                      .kb0 = j0 / m->bk, .nk = (j0 + cols - 1) / m->bk - j0 / m->bk + 1, .qb = i0 / m->bq - 1,
+                      .status = status};
+}
+
+/* The next q block of the tile: its rows and its kv blocks' statuses; 0 past the last. */
+static int walk_next(bmask_walk *w)
+{
+    const fa_bmask *m = w->m;
+    if (++w->qb > (w->i0 + w->rows - 1) / m->bq) return 0;
+    w->r0 = w->qb * m->bq > w->i0 ? w->qb * m->bq - w->i0 : 0;
+    w->r1 = (w->qb + 1) * m->bq - w->i0 < w->rows ? (w->qb + 1) * m->bq - w->i0 : w->rows;
+    fa_bmask_status(w->p, w->b, w->h, w->qb, w->kb0, w->nk, w->status);
+    return 1;
+}
+
+/* The tile-relative column where the walk's kv block k starts, and where it ends. */
+static int64_t kblock_start(const bmask_walk *w, int64_t k)
+{
+    return k == 0 ? 0 : (w->kb0 + k) * w->m->bk - w->j0;
+}
+
+static int64_t kblock_end(const bmask_walk *w, int64_t k)
+{
+    const int64_t c = (w->kb0 + k + 1) * w->m->bk - w->j0;
+    return c < w->cols ? c : w->cols;
+}
+
+/* The element-mask row of tile row r in kv block k (status s >= 0), and the
+ * block column of the tile's column kblock_start(k). */
+static const uint8_t *walk_bits(const bmask_walk *w, int64_t s, int64_t r)
+{
+    return w->m->bits + s * w->m->block_bytes + (w->i0 + r - w->qb * w->m->bq) * w->m->row_bytes;
+}
+
+static int64_t walk_x0(const bmask_walk *w, int64_t k)
+{
+    return w->j0 + kblock_start(w, k) - (w->kb0 + k) * w->m->bk;
+}
+
 int fa_bmask_tile(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                   int64_t *status)
 {
-    const fa_bmask *m = &p->bm;
-    const int64_t kb0 = j0 / m->bk, nk = (j0 + cols - 1) / m->bk - kb0 + 1;
+    bmask_walk w;
+    walk_begin(&w, p, b, h, i0, rows, j0, cols, status);
     int any = 0, all = 1;
-    for (int64_t qb = i0 / m->bq; qb <= (i0 + rows - 1) / m->bq; qb++) {
-        fa_bmask_status(p, b, h, qb, kb0, nk, status);
-        for (int64_t k = 0; k < nk; k++) {
+    while (walk_next(&w))
+        for (int64_t k = 0; k < w.nk; k++) {
             any |= status[k] != FA_BM_ABSENT;
             all &= status[k] == FA_BM_FULL;
         }
-    }
     return !any ? 0 : all ? 1 : 2;
-}
-
-/* The rows [*r0, *r1) of a tile (rows i0 ..) that q block qb holds, tile-relative. */
-static void qblock_rows(const fa_bmask *m, int64_t i0, int64_t rows, int64_t qb, int64_t *r0, int64_t *r1)
-{
-    *r0 = qb * m->bq > i0 ? qb * m->bq - i0 : 0;
-    *r1 = (qb + 1) * m->bq - i0 < rows ? (qb + 1) * m->bq - i0 : rows;
-}
-
-/* The tile-relative column (of a tile of keys j0 ..) where kv block kb ends. */
-static int64_t kblock_end(const fa_bmask *m, int64_t j0, int64_t cols, int64_t kb)
-{
-    return (kb + 1) * m->bk - j0 < cols ? (kb + 1) * m->bk - j0 : cols;
 }
 
 void fa_bmask_apply(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                     float *st, int64_t ldc, int64_t ldr, int64_t *status)
 {
-    const fa_bmask *m = &p->bm;
-    const int64_t kb0 = j0 / m->bk, nk = (j0 + cols - 1) / m->bk - kb0 + 1;
-    for (int64_t qb = i0 / m->bq; qb <= (i0 + rows - 1) / m->bq; qb++) {
-        int64_t r0, r1;
-        qblock_rows(m, i0, rows, qb, &r0, &r1);
-        fa_bmask_status(p, b, h, qb, kb0, nk, status);
-        /* the tile's columns kv block by kv block: [c0, c1) of block kb0 + k */
-        for (int64_t k = 0, c0 = 0; k < nk; k++) {
-            const int64_t c1 = kblock_end(m, j0, cols, kb0 + k), s = status[k];
-            if (s == FA_BM_FULL) {
-                c0 = c1;
-                continue;
-            }
-            /* the element mask's rows of this tile's rows, and the block's column of c0 */
-            const uint8_t *bits = s >= 0 ? m->bits + s * m->block_bytes + (i0 + r0 - qb * m->bq) * m->row_bytes : NULL;
-            for (int64_t c = c0, x = j0 + c0 - (kb0 + k) * m->bk; c < c1; c++, x++) {
+    bmask_walk w;
+    walk_begin(&w, p, b, h, i0, rows, j0, cols, status);
+    while (walk_next(&w))
+        for (int64_t k = 0; k < w.nk; k++) {
+            const int64_t s = status[k], c1 = kblock_end(&w, k);
+            if (s == FA_BM_FULL) continue;
+            for (int64_t c = kblock_start(&w, k), x = walk_x0(&w, k); c < c1; c++, x++) {
                 float *sc = st + c * ldc;
-                if (!bits) {
-                    for (int64_t r = r0; r < r1; r++) sc[r * ldr] = -INFINITY;
+                if (s == FA_BM_ABSENT) {
+                    for (int64_t r = w.r0; r < w.r1; r++) sc[r * ldr] = -INFINITY;
                     continue;
                 }
-                const uint8_t *byte = bits + x / 8, bit = (uint8_t)(1u << (x % 8));
-                for (int64_t r = r0; r < r1; r++, byte += m->row_bytes)
+                const uint8_t *byte = walk_bits(&w, s, w.r0) + x / 8, bit = (uint8_t)(1u << (x % 8));
+                for (int64_t r = w.r0; r < w.r1; r++, byte += w.m->row_bytes)
                     if (!(*byte & bit)) sc[r * ldr] = -INFINITY;
             }
-            c0 = c1;
         }
-    }
 }
 
 /* One row's kept columns [c0, c1) of a kv block segment, whose element-mask row is
- * `bits` from block column x0 (NULL: full), folded into its run: first, last, count. */
-static void run_add(const uint8_t *bits, int64_t x0, int64_t c0, int64_t c1, int64_t *first, int64_t *last,
-                    int64_t *count)
+ * `bits` (row_bytes long) from block column x0 (NULL: full), folded into its run:
+ * first, last, count. Up to 64 columns at a time. */
+static void run_add(const uint8_t *bits, int64_t row_bytes, int64_t x0, int64_t c0, int64_t c1, int64_t *first,
+                    int64_t *last, int64_t *count)
 {
     if (!bits) {
         if (*first < 0) *first = c0;
@@ -213,42 +244,34 @@ static void run_add(const uint8_t *bits, int64_t x0, int64_t c0, int64_t c1, int
         return;
     }
     for (int64_t c = c0, x = x0; c < c1;) {
-        const uint8_t byte = bits[x / 8];
-        if (x % 8 == 0 && c + 8 <= c1 && (byte == 0 || byte == 0xff)) { /* a whole byte at once */
-            if (byte) {
-                if (*first < 0) *first = c;
-                *last = c + 7;
-                *count += 8;
-            }
-            c += 8, x += 8;
-            continue;
+        const int64_t at = x / 8, nb = row_bytes - at < 8 ? row_bytes - at : 8;
+        uint64_t word = 0;
+        for (int64_t k = 0; k < nb; k++) word |= (uint64_t)bits[at + k] << (8 * k);
+        const int64_t avail = nb * 8 - x % 8, take = avail < c1 - c ? avail : c1 - c;
+        word >>= x % 8;
+        if (take < 64) word &= ((uint64_t)1 << take) - 1;
+        if (word) {
+            if (*first < 0) *first = c + __builtin_ctzll(word);
+            *last = c + 63 - __builtin_clzll(word);
+            *count += __builtin_popcountll(word);
         }
-        if ((byte >> (x % 8)) & 1) {
-            if (*first < 0) *first = c;
-            *last = c;
-            ++*count;
-        }
-        c++, x++;
+        c += take, x += take;
     }
 }
 
 int fa_bmask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                   int band, int32_t *lo, int32_t *hi, int64_t *status)
 {
-    const fa_bmask *m = &p->bm;
-    const int64_t kb0 = j0 / m->bk, nk = (j0 + cols - 1) / m->bk - kb0 + 1;
-    for (int64_t qb = i0 / m->bq; qb <= (i0 + rows - 1) / m->bq; qb++) {
-        int64_t r0, r1;
-        qblock_rows(m, i0, rows, qb, &r0, &r1);
-        fa_bmask_status(p, b, h, qb, kb0, nk, status);
-        for (int64_t r = r0; r < r1; r++) {
+    bmask_walk w;
+    walk_begin(&w, p, b, h, i0, rows, j0, cols, status);
+    while (walk_next(&w))
+        for (int64_t r = w.r0; r < w.r1; r++) {
             int64_t first = -1, last = -1, count = 0;
-            for (int64_t k = 0, c0 = 0; k < nk; k++) {
-                const int64_t c1 = kblock_end(m, j0, cols, kb0 + k), s = status[k];
+            for (int64_t k = 0; k < w.nk; k++) {
+                const int64_t s = status[k];
                 if (s != FA_BM_ABSENT)
-                    run_add(s >= 0 ? m->bits + s * m->block_bytes + (i0 + r - qb * m->bq) * m->row_bytes : NULL,
-                            j0 + c0 - (kb0 + k) * m->bk, c0, c1, &first, &last, &count);
-                c0 = c1;
+                    run_add(s >= 0 ? walk_bits(&w, s, r) : NULL, w.m->row_bytes, walk_x0(&w, k), kblock_start(&w, k),
+                            kblock_end(&w, k), &first, &last, &count);
             }
             if (count > 0 && count != last - first + 1) return 0; /* not one run */
             int64_t a = count > 0 ? first : cols, z = count > 0 ? last : -1;
@@ -259,7 +282,6 @@ int fa_bmask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t
             lo[r] = (int32_t)a;
             hi[r] = (int32_t)z; /* lo > hi: nothing kept (lo <= cols, hi >= -1) */
         }
-    }
     return 1;
 }
 
@@ -316,6 +338,27 @@ int64_t fa_bmask_kept_pairs(const fa_problem *p, int64_t b, int64_t h, int64_t i
     return kept;
 }
 
+void fa_bmask_columns(const fa_problem *s, int64_t h0, int64_t nh, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi)
+{
+    const fa_bmask *m = &s->bm;
+    int64_t kb_lo = INT64_MAX, kb_hi = -1;
+    for (int64_t h = h0; h < h0 + nh; h++)
+        for (int64_t qb = i0 / m->bq; i0 < i1 && qb <= (i1 - 1) / m->bq; qb++) {
+            int64_t e0, e1;
+            bmask_row(m, 0, h, qb, &e0, &e1);
+            for (int64_t e = e0; e < e1; e++) {
+                if (m->idx[e] < kb_lo) kb_lo = m->idx[e];
+                if (m->idx[e] > kb_hi) kb_hi = m->idx[e];
+            }
+        }
+    if (kb_hi < 0) {
+        *hi = *lo - 1;
+        return;
+    }
+    if (*lo < kb_lo * m->bk) *lo = kb_lo * m->bk;
+    if (*hi > (kb_hi + 1) * m->bk - 1) *hi = (kb_hi + 1) * m->bk - 1;
+}
+
 int64_t fa_heads_kept_pairs(const fa_problem *s, int64_t h0, int64_t ng, int64_t i0, int64_t i1, int64_t j0,
                             int64_t j1)
 {
@@ -349,4 +392,63 @@ void fa_bmask_fit_tiles(const fa_problem *p, int64_t *br, int64_t *bc)
     if (!p->bm.on) return;
     *br = fit_tile(*br, p->Sq, p->bm.bq);
     *bc = fit_tile(*bc, p->Sk, p->bm.bk);
+}
+
+enum { GROW_TILES_MAX = 4096 }; /* kv tiles of a mask row the count below follows */
+
+/* The blocks that tiles of fq x fk blocks compute (a tile meeting a listed block
+ * computes all of its blocks), over every mask row; the kv tiles of a q tile start
+ * at its first listed block, as the tasks walk them (fa_bmask_columns). -1 when a
+ * row has more kv tiles than the count follows. */
+static int64_t tiled_blocks(const fa_problem *p, int64_t fq, int64_t fk)
+{
+    const fa_bmask *m = &p->bm;
+    if ((m->nkb + fk - 1) / fk > GROW_TILES_MAX) return -1;
+    int32_t seen[GROW_TILES_MAX];
+    int32_t stamp = 0;
+    int64_t blocks = 0;
+    for (int64_t k = 0; k < GROW_TILES_MAX; k++) seen[k] = -1;
+    for (int64_t b = 0; b < (m->row_b ? p->B : 1); b++)
+        for (int64_t h = 0; h < (m->row_h ? p->Hq : 1); h++)
+            for (int64_t q0 = 0; q0 < m->nqb; q0 += fq, stamp++) {
+                const int64_t q1 = q0 + fq < m->nqb ? q0 + fq : m->nqb;
+                int64_t first = INT64_MAX, e0, e1;
+                for (int64_t qb = q0; qb < q1; qb++) {
+                    bmask_row(m, b, h, qb, &e0, &e1);
+                    for (int64_t e = e0; e < e1; e++) first = m->idx[e] < first ? m->idx[e] : first;
+                }
+                for (int64_t qb = q0; qb < q1; qb++) {
+                    bmask_row(m, b, h, qb, &e0, &e1);
+                    for (int64_t e = e0; e < e1; e++) {
+                        const int64_t kt = (m->idx[e] - first) / fk;
+                        if (seen[kt] != stamp) seen[kt] = stamp, blocks += fq * fk;
+                    }
+                }
+            }
+    return blocks;
+}
+
+void fa_bmask_plan_tiles(const fa_problem *p, int64_t *br, int64_t *bc)
+{
+    if (!p->bm.on) return;
+    const fa_bmask *m = &p->bm;
+    /* tiles of whole blocks, as many as the plan wants, while they compute at most
+     * an eighth more blocks than the mask lists: fewer, larger tiles where the kept
+     * blocks come in groups (documents, a causal staircase), the blocks themselves
+     * where they are scattered (random) */
+    const int64_t tq = *br < p->Sq ? *br : fa_round_up(p->Sq, m->bq), tk = *bc < p->Sk ? *bc : fa_round_up(p->Sk, m->bk);
+    int64_t fq = tq > m->bq && tq % m->bq == 0 ? tq / m->bq : 1;
+    int64_t fk = tk > m->bk && tk % m->bk == 0 ? tk / m->bk : 1;
+    const int64_t listed = tiled_blocks(p, 1, 1);
+    while (fq * fk > 1) {
+        const int64_t blocks = tiled_blocks(p, fq, fk);
+        if (blocks >= 0 && blocks - listed <= listed / 8) {
+            *br = fq * m->bq;
+            *bc = fk * m->bk;
+            return;
+        }
+        if (fk >= fq) fk = fk / 2 > 1 ? fk / 2 : 1;
+        else fq = fq / 2 > 1 ? fq / 2 : 1;
+    }
+    fa_bmask_fit_tiles(p, br, bc);
 }

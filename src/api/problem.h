@@ -244,6 +244,9 @@ int fa_bmask_keeps(const fa_problem *p, int64_t b, int64_t h, int64_t i, int64_t
  * block as full: what the loops compute, the planners' costs). */
 int64_t fa_bmask_kept_pairs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t j0,
                             int64_t j1, int exact);
+/* Cuts the keys [*lo, *hi] of rows [i0, i1) of heads h0 .. h0+nh-1 (b = 0: a view) to
+ * the blocks the mask lists for them, first to last; empty (*lo > *hi) when none. */
+void fa_bmask_columns(const fa_problem *s, int64_t h0, int64_t nh, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi);
 /* The band's kept pairs of rows [i0, i1), keys [j0, j1), summed over heads h0 .. h0+ng-1
  * of sequence view s: through the block mask when there is one (by blocks), else
  * fa_kept_pairs times ng. The planners' one cost rule. */
@@ -251,6 +254,9 @@ int64_t fa_heads_kept_pairs(const fa_problem *s, int64_t h0, int64_t ng, int64_t
                             int64_t j1);
 /* The largest divisor of block not above *tile (tiles that never cross a block). */
 void fa_bmask_fit_tiles(const fa_problem *p, int64_t *br, int64_t *bc);
+/* The forward's tiles: whole multiples of the blocks where the mask's kept blocks
+ * come in groups that such tiles cover with little more, else fa_bmask_fit_tiles. */
+void fa_bmask_plan_tiles(const fa_problem *p, int64_t *br, int64_t *bc);
 
 /* The backward's checks: fwd as the forward validates it (p), plus lse, o and the
  * gradient tensors (g). */

@@ -30,6 +30,8 @@ void fa_task_columns(const fa_problem *s, const fa_task *t, int64_t i0, int64_t 
     fa_chunk_range(s->Sk, t->split, t->nsplit, &ca, &cb);
     if (*lo < ca) *lo = ca;
     if (*hi > cb - 1) *hi = cb - 1;
+    /* a block mask's tasks walk from their first listed block to their last */
+    if (s->bm.on) fa_bmask_columns(s, t->h0, (int64_t)t->ng * (t->nkv > 0 ? t->nkv : 1), i0, i0 + n, lo, hi);
 }
 
 void fa_key_block_rows(const fa_problem *s, int64_t j0, int64_t j1, int64_t *ilo, int64_t *ihi)
@@ -331,16 +333,41 @@ static void close_group(fa_steps *st, int64_t sk, int64_t *gn, const int64_t *gl
  * marks a packed one, order being where the tasks (most expensive first) first
  * reach it; units[nu ..] is scratch.
  */
-/* The readers of each unit (units[u], and a copy in total[u]). */
-static void count_readers(fa_steps *st, const fa_problem *p, int64_t *units, int64_t *total)
+/* The readers of each unit (units[u], and a copy in total[u]). Under a block mask a
+ * task reads only its kept blocks' keys, so what decides the packing (units[u]) is
+ * how often a key is read: the unit's keys read by its tasks (a task's kept pairs per
+ * head and row, from its cost) over its keys, rounded up; and a unit packed in chunks
+ * whose tasks read less than a quarter of it each (documents) is read in place: its
+ * tasks would straddle chunks, each taking a step, its Q packed again, per chunk,
+ * while a document's keys stay in cache between its tasks. */
+static void count_readers(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, int64_t *units,
+                          int64_t *total)
 {
     const int64_t nu = p->B * p->Hk;
     memset(units, 0, (size_t)nu * sizeof *units);
+    memset(total, 0, (size_t)nu * sizeof *total);
     for (int64_t t = 0; t < st->n_tasks; t++) {
-        const int64_t u = task_unit(p, &st->tasks[t]);
-        if (u >= 0) units[u]++;
+        const fa_task *it = &st->tasks[t];
+        const int64_t u = task_unit(p, it);
+        if (u < 0) continue;
+        total[u]++;
+        if (!p->bm.on) continue;
+        int64_t sq, sk;
+        fa_seq_lengths(p, it->b, &sq, &sk);
+        const int64_t i0 = (int64_t)it->qb * rules->br, n = sq - i0 < rules->br ? sq - i0 : rules->br;
+        if (n > 0 && it->ng > 0) units[u] += (it->cost - 1) / ((int64_t)it->ng * n);
     }
-    memcpy(total, units, (size_t)nu * sizeof *units);
+    const int64_t unit_max = rules->unit_max > 0 ? rules->unit_max : FA_PACK_UNIT_MAX;
+    for (int64_t u = 0; u < nu && p->bm.on; u++) {
+        int64_t sq, sk;
+        fa_seq_lengths(p, u / p->Hk, &sq, &sk);
+        fa_kv_packing whole;
+        const int64_t per_task = total[u] > 0 ? units[u] / total[u] : 0;
+        const int narrow = per_task < sk / 4 && fa_kv_packing_plan(rules->form, sk, p->D, p->Dv, p->v_in_k, &whole) &&
+                           whole.unit_bytes > unit_max;
+        units[u] = narrow || sk == 0 ? 0 : (units[u] + sk - 1) / sk;
+    }
+    if (!p->bm.on) memcpy(units, total, (size_t)nu * sizeof *units);
 }
 
 /* Marks the units worth packing (units[u] = -2 - order, in the tasks' order) and
@@ -355,7 +382,11 @@ static int64_t choose_packed(fa_steps *st, const fa_problem *p, const fa_pack_ru
     /* (the split form of f32 as bf16 products, FA_PARAM_F32_MATMUL, is worth it at 2:
      * each reader would split every tile again) */
     /* (and so is the K^T form of the fused forward: each reader would transpose K again) */
-    const int64_t min_readers = rules->mode == 2 || rules->form >= FA_KV_FORM_SPLIT(1) ? 2 : rules->form ? 6 : 4;
+    /* (a block mask's count is of reads per key (count_readers), fewer than its tasks:
+     * a causal staircase's bf16 pairs win at a mean of 5) */
+    const int64_t min_readers = rules->mode == 2 || rules->form >= FA_KV_FORM_SPLIT(1) ? 2
+                                : rules->form                                      ? (p->bm.on ? 3 : 6)
+                                                                                    : 4;
     int64_t sk_max = 0;
     for (int64_t t = 0; t < st->n_tasks; t++) {
         const int64_t u = task_unit(p, &st->tasks[t]);
@@ -474,7 +505,7 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
     st->pack.bf16 = rules->form;
     st->pc = pack_chunk(st, rules);
     /* units[nu ..]: the scratch of count_steps (gn, glo, ghi, total, seen) */
-    count_readers(st, p, units, units + 4 * nu);
+    count_readers(st, p, rules, units, units + 4 * nu);
     const int64_t sk_max = choose_packed(st, p, rules, units);
     if (st->packed == 0) return 0;
     if (!plan_slots(st, p, rules, sk_max)) return st->packed = 0;

@@ -457,7 +457,7 @@ static void test_unshard(void)
 
 typedef enum {
     BAD_SHAPE, BAD_CTX, BAD_BIAS, BAD_HEADS, BAD_ODD, BAD_LSE, BAD_DROPWIN, BAD_STRIDE, BAD_FAULT, BAD_FAULT_BWD,
-    BAD_SINKS, BAD_SINK_INF, BAD_KINDS
+    BAD_SINKS, BAD_SINK_INF, BAD_BMASK, BAD_BMASK_BWD, BAD_KINDS
 } bad_kind;
 
 static void test_errors(void)
@@ -484,6 +484,13 @@ static void test_errors(void)
         if (kind == BAD_SINKS && me) a.sinks = sinks_ok; /* the others have none */
         if (kind == BAD_SINK_INF) a.sinks = me ? sinks_inf : sinks_ok;
         if (kind == BAD_DROPWIN) a.dropout_p = 0.1f, a.window_left = 3, a.window_right = 0;
+        /* a valid block mask of the culprit's shard (one block, kept): the ring still
+         * refuses it, since a shard's blocks are not the sequence's */
+        static const int64_t bm_offsets[2] = {0, 1};
+        static const int32_t bm_kv[1] = {0};
+        fa_block_mask bm = FA_BLOCK_MASK_INIT;
+        bm.block_q = bm.block_k = Sl, bm.q_blocks = 1, bm.offsets = bm_offsets, bm.kv_blocks = bm_kv;
+        if ((kind == BAD_BMASK || kind == BAD_BMASK_BWD) && me) a.block_mask = &bm;
         /* a failure inside the ring, after the agreement: this rank's first core call */
         ring_fault_step = ((kind == BAD_FAULT) && me) ? 0 : -1;
         h_rng r;
@@ -495,9 +502,10 @@ static void test_errors(void)
         const fa_status want[BAD_KINDS] = {FA_ERR_SHAPE_MISMATCH, FA_ERR_NULL_CONTEXT, FA_ERR_UNSUPPORTED,
                                            FA_ERR_SHAPE_MISMATCH, FA_ERR_INVALID_DIM, FA_ERR_NULL_POINTER,
                                            FA_ERR_UNSUPPORTED,   FA_ERR_OVERFLOW,     FA_ERR_OUT_OF_MEMORY,
-                                           FA_ERR_OUT_OF_MEMORY, FA_ERR_INVALID_ARGUMENT, FA_ERR_INVALID_ARGUMENT};
+                                           FA_ERR_OUT_OF_MEMORY, FA_ERR_INVALID_ARGUMENT, FA_ERR_INVALID_ARGUMENT,
+                                           FA_ERR_UNSUPPORTED,   FA_ERR_UNSUPPORTED};
         fa_status st;
-        if (kind != BAD_LSE && kind != BAD_FAULT_BWD) {
+        if (kind != BAD_LSE && kind != BAD_FAULT_BWD && kind != BAD_BMASK_BWD) {
             h_poison_outputs(&a);
             fa_tensor o0 = clone(&a.o);
             st = fa_ring_forward((kind == BAD_CTX && me) ? NULL : g_ctx, MPI_COMM_WORLD, &ring, &a);
@@ -505,10 +513,14 @@ static void test_errors(void)
                   fa_status_string(want[kind]), fa_ring_error());
             CHECK(fa_ring_error()[0] != '\0', "no message with the error");
             CHECK(same_bits(&o0, &a.o), "o was written by a failed call");
+            if (kind == BAD_BMASK && me) CHECK(strstr(fa_ring_error(), "block mask") != NULL, "message: %s", fa_ring_error());
             free(o0.data);
         } else {
+            const fa_block_mask *bmask = a.block_mask;
+            a.block_mask = NULL; /* the forward runs; its args then carry the mask to the backward */
             st = fa_ring_forward(g_ctx, MPI_COMM_WORLD, &ring, &a);
             CHECK(st == FA_OK, "forward before the backward misuse: %s", fa_ring_error());
+            a.block_mask = bmask;
             fa_tensor dO = h_alloc(FA_DTYPE_F32, B, Sl, Hq, D), dq = h_alloc(FA_DTYPE_F32, B, Sl, Hq, D);
             h_fill(&dq, 777.0);
             fa_tensor dq0 = clone(&dq);
@@ -520,6 +532,9 @@ static void test_errors(void)
             st = fa_ring_backward(g_ctx, MPI_COMM_WORLD, &ring, &g);
             CHECK(st == want[kind], "rank %d: backward got %s, want %s (%s)", g_rank, fa_status_string(st),
                   fa_status_string(want[kind]), fa_ring_error());
+            CHECK(fa_ring_error()[0] != '\0', "no message with the backward's error");
+            if (kind == BAD_BMASK_BWD && me)
+                CHECK(strstr(fa_ring_error(), "block mask") != NULL, "message: %s", fa_ring_error());
             CHECK(same_bits(&dq0, &dq), "dq was written by a failed call");
             free(dO.data), free(dq.data), free(dq0.data);
         }

@@ -205,6 +205,17 @@ static void test_errors(void)
     fa_forward_args drop = la;
     drop.dropout_p = 0.1f;
     expect_refusal("dropout", &drop, FA_ERR_UNSUPPORTED);
+    /* a valid block mask of the whole local call, on the last rank: refused by all,
+     * since its blocks would number a head group's sequence, not the call's */
+    static const int64_t bm_offsets[2] = {0, 1};
+    static const int32_t bm_kv[1] = {0};
+    fa_block_mask bm = FA_BLOCK_MASK_INIT;
+    bm.block_q = bm.block_k = S, bm.q_blocks = 1, bm.offsets = bm_offsets, bm.kv_blocks = bm_kv;
+    fa_forward_args masked = la;
+    if (g_rank == g_P - 1) masked.block_mask = &bm;
+    expect_refusal("a block mask", &masked, FA_ERR_UNSUPPORTED);
+    if (g_rank == g_P - 1)
+        CHECK(strstr(fa_ring_error(), "block mask") != NULL, "block mask: message %s", fa_ring_error());
     if (g_P > 1) {
         fa_forward_args dis = la;
         if (g_rank == g_P - 1) dis.causal = FA_CAUSAL_TOP_LEFT;

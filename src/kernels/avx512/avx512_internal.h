@@ -96,6 +96,10 @@ FA_AVX512_INLINE __m512 fa_avx512_exp(__m512 x)
 {
     /* 1.5 * 2^23: adding it rounds |t| < 2^22 to an integer in the low mantissa bits */
     const __m512 magic = _mm512_set1_ps(12582912.0f);
+    /* x <= -104 (a masked score's -inf among them) gives +0 below, through an
+     * underflowing vscalefps that takes a microcode assist: those lanes are left out of
+     * it and zeroed instead, the same bits (NaN lanes stay in) */
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.0f), _CMP_LE_OQ);
     x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
     const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
     const __m512 n = _mm512_sub_ps(t, magic);
@@ -110,7 +114,7 @@ FA_AVX512_INLINE __m512 fa_avx512_exp(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.999999106e-01f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
+    return _mm512_maskz_scalef_ps((__mmask16)~tiny, p, n);
 }
 
 /* Dwords whose high word is fa_f32_to_bf16 of each lane (half.h), bit for bit: round
