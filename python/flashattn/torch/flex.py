@@ -10,12 +10,9 @@ Owns:
     block), full ones as they are, partial ones with element bits from the mask's
     mask_mod, evaluated once per partial block (vectorised over its q x k pairs),
     never over the whole Sq x Sk. A BlockMask's conversion is kept with it for the
-    next call with the same shapes (a model calls every layer with one mask);
-  - to_library_mask(), the same conversion for other callers (flash_attn_with_kvcache's
-    tree masks).
+    next call with the same shapes (a model calls every layer with one mask).
 """
 
-import math
 import weakref
 
 import torch
@@ -24,7 +21,7 @@ from .. import _core
 from ..score_mods import ScoreMod
 from . import _ops
 
-__all__ = ["flex_attention", "to_library_mask", "tree_block_mask"]
+__all__ = ["flex_attention", "to_library_mask"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 # partial blocks whose mask_mod is evaluated at once: bounds the booleans held
@@ -151,54 +148,6 @@ def _library_mask(block_mask, batch, heads, seqlen_q, seqlen_k):
     except TypeError:
         pass
     return lib
-
-
-def tree_block_mask(tree_mask, cache_len, block_q=None, block_k=None):
-    """A speculative-decoding tree over a cache as the binding's block_mask tuple:
-    tree_mask (n, n) bool (or (B|1, H|1, n, n)), row i may see new token j (its
-    ancestors and itself); every row sees the cache's first cache_len keys. Keys count
-    after the append, so the tree's keys are cache_len .. cache_len + n - 1. cache_len
-    is one int for every sequence. block_q defaults to n (one q block), block_k to 64."""
-    t = tree_mask
-    if t.dtype != torch.bool:
-        raise ValueError(f"tree_mask must be bool, got {t.dtype}")
-    while t.dim() < 4:
-        t = t.unsqueeze(0)
-    if t.dim() != 4 or t.shape[-1] != t.shape[-2]:
-        raise ValueError(f"tree_mask must be (n, n) or (B|1, H|1, n, n), got shape {tuple(tree_mask.shape)}")
-    mb, mh, n, _ = t.shape
-    bq = block_q or max(n, 1)
-    bk = block_k or 64
-    Sk = cache_len + n
-    q_blocks, n_kv = -(-n // bq), -(-Sk // bk)
-    full_kv = cache_len // bk  # the cache's whole blocks: full; the rest see the tree's bits
-    rows = mb * mh * q_blocks
-    kv_rows, part_rows, bits = [], [], []
-    for r in range(rows):
-        b, h, qb = r // (mh * q_blocks), (r // q_blocks) % mh, r % q_blocks
-        i = torch.arange(qb * bq, min((qb + 1) * bq, n))
-        listed = list(range(full_kv))
-        partial = [-1] * full_kv
-        for kb in range(full_kv, n_kv):
-            j = torch.arange(kb * bk, min((kb + 1) * bk, Sk))
-            keep = torch.zeros(bq, bk, dtype=torch.bool)
-            sub = (j[None, :] < cache_len).expand(i.numel(), -1).clone()
-            tj = j - cache_len
-            in_tree = tj >= 0
-            sub[:, in_tree] = t[b, h][i][:, tj[in_tree]]
-            keep[:i.numel(), :j.numel()] = sub
-            if not keep.any():
-                continue
-            listed.append(kb)
-            partial.append(len(bits))
-            bits.append(keep)
-        kv_rows.append(listed)
-        part_rows.append(partial)
-    offsets = torch.tensor([0] + [len(x) for x in kv_rows], dtype=torch.int64).cumsum(0)
-    kv = torch.tensor([k for x in kv_rows for k in x], dtype=torch.int32)
-    partial = torch.tensor([p for x in part_rows for p in x], dtype=torch.int64)
-    packed = _pack(torch.stack(bits)) if bits else None
-    return (bq, bk, mb, mh, q_blocks, offsets, kv, partial if bits else None, packed)
 
 
 # ---------------------------------------------------------------- the custom ops
