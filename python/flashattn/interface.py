@@ -462,6 +462,62 @@ def _cache_index(batch, cache_seqlens, cache_batch_idx, block_table, torch_side)
             _int32(block_table, torch_side, "block_table"))
 
 
+# kv blocks of a tree mask's block mask: the cache before the tree is whole blocks of
+# this many keys, the one or two blocks the tree meets carry element bits
+_TREE_BLOCK_K = 128
+
+
+def _tree_block_mask(tree_mask, seqlens, leftpad, n_appended, n_rows):
+    """flash_attn_with_kvcache's tree_mask as the binding's block_mask tuple.
+
+    tree_mask (n, n) or (batch, n, n) bool, n = seqlen_q: query row i (draft token i)
+    sees draft token j when tree_mask[i, j] (its ancestors and itself); every row sees
+    the sequence's keys before the draft tokens. The draft tokens are the last n keys of
+    each sequence after the append (the new rows k, v, or the cache's last n keys when
+    nothing is appended), keys counting after any left padding, as the library's block
+    mask on a cache does (docs/semantics.md, "Block mask"). One q block of n rows; per
+    sequence its whole blocks before the tree, then element bits for the blocks the tree
+    meets."""
+    tm = np.asarray(tree_mask.detach().cpu().numpy() if hasattr(tree_mask, "detach") else tree_mask)
+    if tm.dtype != np.bool_ or tm.ndim not in (2, 3) or tm.shape[-1] != tm.shape[-2] or tm.shape[-1] != n_rows:
+        raise ValueError(f"flash_attn_with_kvcache: tree_mask must be bool (seqlen_q, seqlen_q) or (batch, seqlen_q, "
+                         f"seqlen_q) for seqlen_q = {n_rows}, got {tm.dtype} {tuple(tm.shape)}")
+    lens = np.asarray(seqlens.cpu().numpy() if hasattr(seqlens, "cpu") else seqlens, dtype=np.int64) + n_appended
+    if leftpad is not None:
+        lens = lens - np.asarray(leftpad.cpu().numpy() if hasattr(leftpad, "cpu") else leftpad, dtype=np.int64)
+    B = lens.shape[0]
+    if tm.ndim == 3 and tm.shape[0] not in (1, B):
+        raise ValueError(f"flash_attn_with_kvcache: tree_mask has {tm.shape[0]} masks for a batch of {B}")
+    if (lens < n_rows).any():
+        raise ValueError(f"flash_attn_with_kvcache: tree_mask: every sequence needs at least seqlen_q = {n_rows} keys "
+                         "(the draft tokens) after the append")
+    n, bk = n_rows, _TREE_BLOCK_K
+    per_b = tm.ndim == 3 and tm.shape[0] > 1
+    rows = B if per_b or (lens != lens[0]).any() else 1
+    offsets, kv, partial, bits = [0], [], [], []
+    for b in range(rows):
+        L = int(lens[b])
+        prefix = L - n
+        whole = prefix // bk
+        kv.append(np.arange(whole, dtype=np.int32))
+        partial.append(np.full(whole, -1, dtype=np.int64))
+        last = -(-L // bk)
+        j = np.arange(whole * bk, last * bk)
+        keep = np.zeros((n, j.size), dtype=np.bool_)
+        keep[:, j < prefix] = True
+        tree = (j >= prefix) & (j < L)
+        keep[:, tree] = (tm[b] if per_b else tm.reshape(-1, n, n)[0])[:, j[tree] - prefix]
+        blocks = keep.reshape(n, last - whole, bk).transpose(1, 0, 2)
+        first = sum(x.shape[0] for x in bits)
+        kv.append(np.arange(whole, last, dtype=np.int32))
+        partial.append(np.arange(first, first + blocks.shape[0], dtype=np.int64))
+        bits.append(blocks)
+        offsets.append(offsets[-1] + last)
+    packed = np.packbits(np.concatenate(bits), axis=-1, bitorder="little").reshape(-1)
+    return (n, bk, rows, 1, 1, np.asarray(offsets, dtype=np.int64), np.concatenate(kv), np.concatenate(partial),
+            packed)
+
+
 def _rotate(x, cos, sin, pos, interleaved, t):
     """x (batch, seqlen, nheads, headdim) with its first rotary_dim = 2 * cos.shape[1] dims
     rotated at positions pos (batch, seqlen): pairs (2i, 2i + 1) when interleaved, else
@@ -546,7 +602,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False,
-                            *, k_scale=None, v_scale=None, k_descale=None, v_descale=None, sinks=None):
+                            *, k_scale=None, v_scale=None, k_descale=None, v_descale=None, sinks=None,
+                            tree_mask=None):
     """Attention of q (batch, seqlen_q, nheads, headdim) over a KV cache, appending k, v first.
 
     k_cache, v_cache: (batch_cache, seqlen_max, nheads_k, headdim[_v]), or with
@@ -574,9 +631,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     flash_attn_func, added once per row however the keys are split. Not differentiable.
     num_splits: 1..256 cuts each sequence's keys into that many split-KV chunks for this
     call (fa_forward_args.kv_splits); 0 leaves it to the context (planned by default).
+    tree_mask (speculative decoding: a draft-token tree verified in one call), bool
+    (seqlen_q, seqlen_q) or (batch, seqlen_q, seqlen_q): the query rows are the draft
+    tokens, which are the last seqlen_q keys of each sequence after the append; row i
+    sees every key before them and draft token j where tree_mask[i, j] (its ancestors
+    and itself). It combines with causal and windows by AND (pass causal=False for the
+    tree alone); the library's block mask carries it (docs/semantics.md, "Block mask").
     """
     if (rotary_cos is None and rotary_sin is None and alibi_slopes is None and sinks is None and k_scale is None and
-            v_scale is None and k_descale is None and v_descale is None and not return_softmax_lse):
+            v_scale is None and k_descale is None and v_descale is None and not return_softmax_lse and
+            tree_mask is None):
         # Decoding's per-call path: CPU torch tensors and int32 index arrays as they
         # come, every check in one binding call (_C.kvcache_torch, lenient), which
         # answers None for whatever the general path below converts or refuses. A
@@ -616,7 +680,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
             if x.device.type != "cpu":
                 raise ValueError(f"{name} is on {x.device}; flashattn runs on CPU tensors only")
-        if not return_softmax_lse and alibi_slopes is None and sinks is None:
+        if not return_softmax_lse and alibi_slopes is None and sinks is None and tree_mask is None:
             return _ops().kvcache_lean(q, k_cache, v_cache, k, v, seqlens, bidx, table, leftpad, k_scale, v_scale,
                                        opts)
         out = torch.empty((B, q.shape[1], q.shape[2], v_cache.shape[3]), dtype=q.dtype)
@@ -636,9 +700,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 
         args = tuple(None if x is None else to_dlpack(x) for x in args)
     q_, k_, v_, out_, lse_, alibi_, kc_, vc_, ks_, vs_, seqlens_, bidx_, table_, sinks_, leftpad_ = args
+    tree = None
+    if tree_mask is not None:
+        tree = _tree_block_mask(tree_mask, seqlens, leftpad, 0 if k is None else k.shape[1], q.shape[1])
     _C.forward(_core.current_context(), q_, k_, v_, out_, lse_, opts=opts, alibi_slopes=alibi_, k_cache=kc_,
                v_cache=vc_, k_scale=ks_, v_scale=vs_, cache_seqlens=seqlens_, cache_batch_idx=bidx_,
-               block_table=table_, sinks=sinks_, cache_leftpad=leftpad_)
+               block_table=table_, sinks=sinks_, cache_leftpad=leftpad_, block_mask=tree)
     return (out, lse) if return_softmax_lse else out
 
 

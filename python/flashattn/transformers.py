@@ -20,6 +20,13 @@ is tested) with transformers 5.
 runs every attention call, prefill and generate()'s KV-cached decoding, on
 flashattn; calls it cannot take go to transformers' own sdpa function and are
 counted in flashattn.torch.stats() like the SDPA fallbacks.
+
+route_flex_attention() sends the models that ask for attn_implementation=
+"flex_attention" to flashattn.flex_attention instead of torch's (which has no
+backward on CPU): transformers builds the same BlockMask as before, and its
+softcap and additive score mask become flashattn score_mods. What it cannot take
+(dropout, attention sinks, a position_bias that takes a gradient) goes to
+transformers' own flex function, counted in stats() as well.
 """
 
 import torch
@@ -106,3 +113,62 @@ def register(name=NAME):
         AttentionInterface.register(n, attention_forward)
         AttentionMaskInterface.register(n, sdpa_mask)
     return name
+
+
+_torch_flex_forward = None  # transformers' own flex_attention function while routed
+
+
+def flex_attention_forward(module, query, key, value, attention_mask, scaling=None, softcap=None, s_aux=None,
+                           position_bias=None, **kwargs):
+    """transformers' "flex_attention" AttentionInterface function on flashattn.flex_attention:
+    BNSD in, ((batch, seq, heads, head_dim), None) out."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    from . import score_mods
+    from .torch.flex import flex_attention
+
+    block_mask = attention_mask if isinstance(attention_mask, BlockMask) else None
+    score_mask = None if block_mask is not None else attention_mask
+    reason = None
+    if kwargs.get("dropout", 0.0) > 0:
+        reason = "dropout"
+    elif s_aux is not None:
+        reason = "sinks"
+    elif position_bias is not None and position_bias.requires_grad and torch.is_grad_enabled():
+        reason = "position_bias_grad"
+    elif score_mask is not None and score_mask.dtype == torch.bool:
+        reason = "bool_score_mask"
+    if reason is not None:
+        _count(reason)
+        _verbose(f"transformers-flex,fallback:{reason}")
+        return _torch_flex_forward(module, query, key, value, attention_mask, scaling=scaling, softcap=softcap,
+                                   s_aux=s_aux, position_bias=position_bias, **kwargs)
+    mods = []
+    if softcap:
+        mods.append(score_mods.softcap(float(softcap)))
+    bias = None
+    if score_mask is not None:
+        bias = score_mask[:, :, :, : key.shape[-2]]
+    if position_bias is not None:
+        bias = position_bias if bias is None else bias + position_bias
+    if bias is not None:
+        mods.append(score_mods.bias(bias.detach()))
+    _count(None)
+    out = flex_attention(query, key, value, score_mod=score_mods.combine(*mods) if mods else None,
+                         block_mask=block_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def route_flex_attention(on=True):
+    """Routes transformers' attn_implementation="flex_attention" to flashattn (on=True)
+    or back to transformers' own function (on=False), for every model of the process."""
+    global _torch_flex_forward
+    from transformers import AttentionInterface
+
+    mapping = AttentionInterface._global_mapping
+    if on and _torch_flex_forward is None:
+        _torch_flex_forward = mapping["flex_attention"]
+        AttentionInterface.register("flex_attention", flex_attention_forward)
+    elif not on and _torch_flex_forward is not None:
+        AttentionInterface.register("flex_attention", _torch_flex_forward)
+        _torch_flex_forward = None

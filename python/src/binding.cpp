@@ -292,12 +292,14 @@ float *floats_of(Keep &keep, const nb::handle &obj, const char *name, int64_t n)
 struct Call {
     fa_forward_args a;
     fa_kv_cache cache;
+    fa_block_mask block_mask;
     fa_backward_args b;
     Keep keep;
     Call()
     {
         fa_forward_args_init(&a);
         fa_kv_cache_init(&cache);
+        fa_block_mask_init(&block_mask);
         fa_backward_args_init(&b);
     }
 };
@@ -343,7 +345,8 @@ const KeyRow g_rows[N_KEYS] = {
 };
 
 // A row a caller gives: data or an option (the header, the derived extents and the
-// pointers to other structs are the binding's to fill).
+// pointers to other structs are the binding's to fill; of those, block_mask comes as
+// a keyword too, a tuple: fill_block_mask).
 bool is_keyword(const KeyRow &r)
 {
     return r.role == FA_ROLE_INPUT || r.role == FA_ROLE_OUTPUT || r.role == FA_ROLE_INOUT ||
@@ -519,6 +522,77 @@ void fill_part(Call &c, const Args &args, Part part)
     }
 }
 
+// A contiguous 1-d array of one integer type (code, bits) for the block mask's
+// plain pointers; its pointer and length, or NULL for None.
+const void *flat_of(Keep &keep, const nb::handle &obj, const char *name, nb::dlpack::dtype_code code, int bits,
+                    int64_t *n)
+{
+    *n = 0;
+    if (obj.is_none())
+        return nullptr;
+    const char *want = code == nb::dlpack::dtype_code::UInt ? (bits == 8 ? "uint8" : "unsigned")
+                                                             : (bits == 32 ? "int32" : "int64");
+    in_array a;
+    if (!nb::try_cast(obj, a))
+        raise(PyExc_TypeError, std::string(name) + ": expected a " + want + " array");
+    keep.hold(a);
+    check_cpu(a, name);
+    const auto t = a.dtype();
+    if (t.code != static_cast<uint8_t>(code) || t.bits != bits || t.lanes != 1 || a.ndim() != 1 ||
+        (a.shape(0) > 1 && a.stride(0) != 1))
+        raise(PyExc_ValueError, std::string(name) + " must be a contiguous 1-d " + want + " array");
+    *n = static_cast<int64_t>(a.shape(0));
+    static const int64_t empty = 0;
+    return a.data() ? a.data() : &empty;
+}
+
+// block_mask: the tuple (block_q, block_k, batch, heads, q_blocks, offsets int64,
+// kv_blocks int32, partial int64 or None, bits uint8 or None) of an fa_block_mask
+// (flashattn.torch.flex builds it from torch's BlockMask). The library checks every
+// value; the arrays' lengths, which its plain pointers do not carry, are checked here.
+void fill_block_mask(Call &c, nb::handle obj)
+{
+    if (obj.is_none())
+        return;
+    if (!PyTuple_Check(obj.ptr()) || PyTuple_GET_SIZE(obj.ptr()) != 9)
+        raise(PyExc_TypeError, "block_mask must be a tuple (block_q, block_k, batch, heads, q_blocks, offsets, "
+                               "kv_blocks, partial, bits)");
+    fa_block_mask &m = c.block_mask;
+    int64_t *dims[5] = {&m.block_q, &m.block_k, &m.batch, &m.heads, &m.q_blocks};
+    for (int i = 0; i < 5; i++) {
+        const long long x = PyLong_AsLongLong(PyTuple_GET_ITEM(obj.ptr(), i));
+        if (x == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            raise(PyExc_TypeError, "block_mask: block_q, block_k, batch, heads and q_blocks must be ints");
+        }
+        *dims[i] = x;
+    }
+    using code = nb::dlpack::dtype_code;
+    const nb::handle item[4] = {PyTuple_GET_ITEM(obj.ptr(), 5), PyTuple_GET_ITEM(obj.ptr(), 6),
+                                PyTuple_GET_ITEM(obj.ptr(), 7), PyTuple_GET_ITEM(obj.ptr(), 8)};
+    int64_t n_off = 0, n_kv = 0, n_part = 0, n_bits = 0;
+    m.offsets = static_cast<const int64_t *>(flat_of(c.keep, item[0], "block_mask offsets", code::Int, 64, &n_off));
+    m.kv_blocks = static_cast<const int32_t *>(flat_of(c.keep, item[1], "block_mask kv_blocks", code::Int, 32, &n_kv));
+    m.partial = static_cast<const int64_t *>(flat_of(c.keep, item[2], "block_mask partial", code::Int, 64, &n_part));
+    m.bits = static_cast<const uint8_t *>(flat_of(c.keep, item[3], "block_mask bits", code::UInt, 8, &n_bits));
+    c.a.block_mask = &m;
+    if (m.block_q < 1 || m.block_k < 1 || m.batch < 1 || m.heads < 1 || m.q_blocks < 0)
+        return; // the library's checks and messages
+    const int64_t rows = m.batch * m.heads * m.q_blocks;
+    if (!m.offsets || n_off != rows + 1)
+        raise(PyExc_ValueError, "block_mask offsets must have batch * heads * q_blocks + 1 = " +
+                                    std::to_string(rows + 1) + " entries, got " + std::to_string(n_off));
+    const int64_t entries = m.offsets[rows];
+    if (entries < 0 || n_kv < entries || (m.partial && n_part < entries))
+        raise(PyExc_ValueError, "block_mask kv_blocks and partial must have offsets[-1] = " + std::to_string(entries) +
+                                    " entries, got " + std::to_string(n_kv) + " and " + std::to_string(n_part));
+    const int64_t per_mask = m.block_q * ((m.block_k + 7) / 8);
+    if (n_bits % per_mask != 0)
+        raise(PyExc_ValueError, "block_mask bits must hold whole element masks of block_q * ceil(block_k / 8) = " +
+                                    std::to_string(per_mask) + " bytes, got " + std::to_string(n_bits));
+    m.n_partial = n_bits / per_mask;
+}
+
 // Fills *c from the keywords shared by forward and backward: the table's tensors and
 // options, then the plain pointers, whose extents the library cannot see and which are
 // checked here.
@@ -589,6 +663,7 @@ void fill(Call &c, const Args &args)
         a.kv_cache = &kc;
     }
     a.sinks = floats_of(c.keep, args[FWD_sinks], "sinks", a.q.shape[2]);
+    fill_block_mask(c, args[FWD_block_mask]);
 }
 
 void forward(Context &ctx, const nb::args &pos, const nb::kwargs &kw)
@@ -1262,7 +1337,7 @@ NB_MODULE(_C, m)
         });
 
     for (int i = 0; i < N_KEYS; i++)
-        if (is_keyword(g_rows[i]))
+        if (is_keyword(g_rows[i]) || i == FWD_block_mask)
             g_key_names[i] = PyUnicode_InternFromString(g_rows[i].key);
     g_opts_name = PyUnicode_InternFromString("opts");
     m.def("forward", &forward);

@@ -1,10 +1,13 @@
 """test_transformers.py: a small Llama-style model end to end, flashattn against native SDPA.
 
 The model is built from a LlamaConfig (2 layers, GQA, randomly initialised), so
-nothing is downloaded (test-python.sh sets HF_HUB_OFFLINE=1). Two ways in are
+nothing is downloaded (test-python.sh sets HF_HUB_OFFLINE=1). Three ways in are
 tested, each against the same weights on transformers' own "sdpa":
   - attn_implementation="fa_cpu" (flashattn.transformers.register());
-  - the unchanged "sdpa" model under `with flashattn.torch.sdpa():` (routing).
+  - the unchanged "sdpa" model under `with flashattn.torch.sdpa():` (routing);
+  - attn_implementation="flex_attention" under route_flex_attention() (flex:
+    transformers' BlockMask on flashattn.flex_attention; torch's own flex has no
+    CPU backward, so the optimizer steps run only routed).
 Checks: logits (no mask, and a left-padded batch), three AdamW steps give the
 same losses, greedy generate() with the KV cache gives the same tokens, and
 stats() shows that flashattn really ran, with no fallback.
@@ -39,15 +42,17 @@ def _pair(impl, dtype=torch.float32):
     if impl == "routing":
         other = copy.deepcopy(ref)
     else:
-        other = transformers.LlamaForCausalLM._from_config(copy.deepcopy(_config()), attn_implementation=NAME,
-                                                           torch_dtype=dtype)
+        other = transformers.LlamaForCausalLM._from_config(copy.deepcopy(_config()),
+                                                           attn_implementation="flex_attention" if impl == "flex"
+                                                           else NAME, torch_dtype=dtype)
         other.load_state_dict(ref.state_dict())
     assert ref.config._attn_implementation == "sdpa"
     return ref, other
 
 
 class _Runner:
-    """Runs the model under test the way `impl` says (routing: inside flashattn.torch.sdpa())."""
+    """Runs the model under test the way `impl` says (routing: inside flashattn.torch.sdpa();
+    flex: with transformers' "flex_attention" routed to flashattn)."""
 
     def __init__(self, impl):
         self.impl = impl
@@ -56,17 +61,31 @@ class _Runner:
         fat.reset_stats()
         if self.impl == "routing":
             fat.enable()
+        if self.impl == "flex":
+            fht.route_flex_attention(True)
         return self
 
     def __exit__(self, *exc):
         if self.impl == "routing":
             fat.disable()
+        if self.impl == "flex":
+            fht.route_flex_attention(False)
         return False
 
 
 def _assert_ran_flashattn(min_calls):
     s = fat.stats()
     assert s["routed"] >= min_calls and not s["fallbacks"], s
+
+
+def test_route_flex_attention_and_back():
+    from transformers import AttentionInterface
+
+    own = AttentionInterface._global_mapping["flex_attention"]
+    fht.route_flex_attention(True)
+    assert AttentionInterface._global_mapping["flex_attention"] is fht.flex_attention_forward
+    fht.route_flex_attention(False)
+    assert AttentionInterface._global_mapping["flex_attention"] is own
 
 
 def test_registered_names():
@@ -78,7 +97,7 @@ def test_registered_names():
     assert NAME in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping
 
 
-@pytest.mark.parametrize("impl", ["attn_implementation", "routing"])
+@pytest.mark.parametrize("impl", ["attn_implementation", "routing", "flex"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_logits_match_native_sdpa(impl, dtype):
     dt = getattr(torch, dtype)
@@ -103,7 +122,7 @@ def test_logits_match_native_sdpa(impl, dtype):
     assert (got_pad[1, 5:] - want_pad[1, 5:]).abs().max().item() <= tol * scale
 
 
-@pytest.mark.parametrize("impl", ["attn_implementation", "routing"])
+@pytest.mark.parametrize("impl", ["attn_implementation", "routing", "flex"])
 def test_three_optimizer_steps_match(impl):
     ref, model = _pair(impl)
     gen = torch.Generator().manual_seed(2)
@@ -128,7 +147,7 @@ def test_three_optimizer_steps_match(impl):
     assert losses[0][0] != losses[0][2]  # the steps did change the model
 
 
-@pytest.mark.parametrize("impl", ["attn_implementation", "routing"])
+@pytest.mark.parametrize("impl", ["attn_implementation", "routing", "flex"])
 def test_greedy_generate_with_kv_cache_same_tokens(impl):
     ref, model = _pair(impl)
     ref.eval()

@@ -90,9 +90,10 @@ def _keywords(inputs):
     return {key: _to_dlpack(x) for key, x in zip(_OPTIONAL, inputs[3:]) if x is not None}
 
 
-def _fwd_impl(inputs, opts, return_mask, lean=False):
+def _fwd_impl(inputs, opts, return_mask, lean=False, block_mask=None):
     # inputs: in _INPUTS' order. lean (inference without read-outs): no lse and no
-    # placeholder mask, each allocation being ~1 us of a ~5 us small call
+    # placeholder mask, each allocation being ~1 us of a ~5 us small call. block_mask:
+    # None or the binding's tuple (flashattn.torch.flex)
     q, k, v = inputs[0], inputs[1], inputs[2]
     B, Sq, Hq, _ = q.shape
     out = _empty(B, Sq, Hq, v.shape[3], dtype=q.dtype)  # the varargs form parses faster than a tuple
@@ -102,11 +103,13 @@ def _fwd_impl(inputs, opts, return_mask, lean=False):
     kw = _keywords(inputs)
     if return_mask:
         kw["dropout_mask"] = dl(dm)
+    if block_mask is not None:
+        kw["block_mask"] = block_mask
     _forward(_context(), dl(q), dl(k), dl(v), dl(out), None if lean else dl(lse), opts, **kw)
     return out, lse, dm
 
 
-def _bwd_impl(dout, inputs, out, lse, opts):
+def _bwd_impl(dout, inputs, out, lse, opts, block_mask=None):
     q, k, v = inputs[0], inputs[1], inputs[2]
     sinks = inputs[_SINKS]
     # Fresh row-major outputs: empty_like would copy the strides of a transposed q.
@@ -117,7 +120,7 @@ def _bwd_impl(dout, inputs, out, lse, opts):
     dsinks = torch.empty(q.shape[2] if sinks is not None else 0, dtype=_f32)
     _C.backward(_core.current_context(), _dl(q), _dl(k), _dl(v), _dl(out), _dl(lse), opts=opts, dout=_dl(dout),
                 dq=_dl(dq), dk=_dl(dk), dv=_dl(dv), dsinks=_dl(dsinks) if sinks is not None else None,
-                **_keywords(inputs))
+                block_mask=block_mask, **_keywords(inputs))
     return dq, dk, dv, dsinks
 
 
