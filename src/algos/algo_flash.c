@@ -53,6 +53,7 @@ typedef struct {
     fa_plan plan;
     int bf16_dot;       /* bf16 inputs multiplied as bf16 pairs by the ISA */
     int fused;          /* the bf16 pair tiles take the table's fused forward (fwd_bf16) */
+    int decode_tiles;   /* decoding on the tile unit: a kv head's group in one task (decode_tiles) */
     int mm_terms;       /* f32 inputs as bf16 products (FA_PARAM_F32_MATMUL): 3 bf16x3, 1 bf16, 0 ieee */
     int64_t ldacc;
     int64_t lds;        /* small-row score tiles: round_up(bc, FA_ROW_ALIGN) */
@@ -439,6 +440,28 @@ static const float *wide_kv_f32(const flash_job *job, const flash_scratch *sc, c
     return k;
 }
 
+/* K (which 0) or V (1) rows of keys j0 .. j0+cols-1 of kv head hk as bf16 for the pair
+ * kernels: fa_rows_u16's, or from a page pool (decoding on tiles only) in place where
+ * the tile lies in one page, else gathered into scratch (cols * dim), dim apart. */
+static const uint16_t *tile_rows_u16(const flash_scratch *sc, const fa_problem *s, int which, int64_t j0,
+                                     int64_t cols, int64_t hk, int64_t dim, uint16_t *scratch, int64_t *ld)
+{
+    const fa_tensor *t = which ? &s->v : &s->k;
+    if (!s->pages) return fa_rows_u16(t, 0, j0, cols, hk, dim, scratch, ld);
+    if (t->stride[3] == 1 && fa_cache_one_block(s->pages, s->page_size, j0, cols)) {
+        *ld = t->stride[1];
+        return fa_kv_row(s, which, j0, hk, NULL);
+    }
+    fa_kv_row_ptrs(s, which, j0, cols, hk, sc->kp, sc->ks);
+    *ld = dim;
+    if (t->stride[3] != 1) {
+        fa_kv_gather_strided(t, sc->kp, cols, dim, scratch);
+        return scratch;
+    }
+    for (int64_t c = 0; c < cols; c++) memcpy(scratch + c * dim, sc->kp[c], (size_t)dim * sizeof *scratch);
+    return scratch;
+}
+
 /* Step 1 for keys j0 .. j0+cols-1: scaled scores S^T = K (scale Q)^T into sc->st.
  * Returns the tile's V rows as f32 (*ldv apart) on the f32 path, NULL on the bf16 one. */
 static const float *wide_scores(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0,
@@ -456,7 +479,7 @@ static const float *wide_scores(const flash_job *job, const flash_scratch *sc, w
     }
     if (w->b16) {
         const uint16_t *k = w->unit ? (const uint16_t *)w->unit + (j0 - w->key0) * (ldk = pk->ldk)
-                                    : fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
+                                    : tile_rows_u16(sc, s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
         kern->qk_bf16(w->rows, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
         w->k16 = k;
         w->ldk16 = ldk;
@@ -506,7 +529,7 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
         v16 = w->k16;
         ldv = w->ldk16;
     } else if (!w->unit || partial || (j0 & 1)) {
-        v16 = fa_rows_u16(&w->s->v, 0, j0, cols, w->hk, Dv, sc->v16, &ldv);
+        v16 = tile_rows_u16(sc, w->s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
     }
     if (!partial || fa_rows_finite16(v16, ldv, cols, Dv, 0x7f80u)) {
         int64_t ldvp;
@@ -635,8 +658,8 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
     const uint16_t *k16 = NULL, *v = NULL;
     int64_t ldk = 0, ldv = 0, ldvp;
     if (!w->unit || (j0 & 1)) { /* V rows to pair (a latent V: the K rows, read once for both) */
-        if (s->v_in_k) v = k16 = fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk), ldv = ldk;
-        else v = fa_rows_u16(&s->v, 0, j0, cols, w->hk, Dv, sc->v16, &ldv);
+        if (s->v_in_k) v = k16 = tile_rows_u16(sc, s, 0, j0, cols, w->hk, D, sc->k16, &ldk), ldv = ldk;
+        else v = tile_rows_u16(sc, s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
     }
     const uint32_t *vp = tile_pairs(job, sc, w, j0, cols, v, ldv, &ldvp);
     if (partial && !pairs_finite(vp, ldvp, cols, Dv)) return 0;
@@ -644,7 +667,7 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
     if (w->unit && (j0 - w->key0) % 16 == 0) { /* a tile from a block's start (a window's may not be) */
         kt = (const uint32_t *)w->unit + (j0 - w->key0) / 16 * pk->ldk;
     } else {
-        if (!k16) k16 = fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
+        if (!k16) k16 = tile_rows_u16(sc, s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
         kern->pack_kt_bf16(cols, D, k16, ldk, sc->kt, 0);
     }
     *t0 = fa_phase_mark(job->phases, FA_PH_S, *t0);
@@ -683,7 +706,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     }
     w.n = s.Sq - w.i0 < job->plan.br ? s.Sq - w.i0 : job->plan.br;
     w.rows = w.n * w.ng;
-    w.b16 = job->bf16_dot && !s.pages && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
+    w.b16 = job->bf16_dot && (!s.pages || job->decode_tiles) && !s.quant && s.k.dtype == FA_DTYPE_BF16 &&
             s.q.dtype == FA_DTYPE_BF16;
     w.mm = w.b16 ? 0 : job->mm_terms;
     if (unit && job->steps.pack.bf16 != (w.b16 || w.mm)) w.unit = NULL; /* a task off the pack's path (another dtype) reads in place */
@@ -836,6 +859,38 @@ static void merge_worker(void *arg, int ith, int nth)
     fa_phase_mark(job->phases, FA_PH_M, t0);
 }
 
+/*
+ * Decoding on the tile unit: the query rows of a decoding step that share a kv head
+ * (its group's heads times the new rows; an MLA latent head's 128 heads) are the rows
+ * of one tile problem, so each K tile (a latent V: the same rows) is read once for all
+ * of them and both products run on tiles. Taken where the stack fills two row tiles
+ * (DECODE_TILE_ROWS_MIN rows; shorter stacks stay on the small-row kernels, which read
+ * K once per kv head too) and fits one task's block (DECODE_TILE_ROWS_MAX): the
+ * block is the whole stack, key tiles DECODE_TILE_KEYS unless tuned or set, and
+ * nothing is packed, since one task reads each key (split-KV gives the threads work).
+ */
+enum { DECODE_TILE_ROWS_MIN = 32, DECODE_TILE_ROWS_MAX = 256, DECODE_TILE_KEYS = 256 };
+
+static int decode_tiles(const fa_context *ctx, const fa_problem *p, const flash_job *job)
+{
+    const fa_tensor *k = p->cache ? &p->kc : &p->k, *v = p->cache ? &p->vc : &p->v;
+    int64_t rows;
+    if (!(ctx->kernels->flags & FA_KERNELS_TILES) || !job->bf16_dot || p->drop.on || p->bm.on || p->quant ||
+        p->group < 2 || !fa_mul_ok(p->Sq, p->group, &rows))
+        return 0;
+    return p->q.dtype == FA_DTYPE_BF16 && k->dtype == FA_DTYPE_BF16 && v->dtype == FA_DTYPE_BF16 &&
+           rows >= DECODE_TILE_ROWS_MIN && rows <= DECODE_TILE_ROWS_MAX;
+}
+
+static void decode_tiles_plan(const fa_problem *p, flash_job *job)
+{
+    if (job->plan.src_q == FA_TILES_HEURISTIC) {
+        job->plan.br = p->Sq * p->group; /* decode_tiles checked the product */
+        job->plan.br_pad = fa_panel_ld(job->plan.br);
+    }
+    if (job->plan.src_kv == FA_TILES_HEURISTIC) job->plan.bc = p->Sk < DECODE_TILE_KEYS ? p->Sk : DECODE_TILE_KEYS;
+}
+
 /* The job's tiles, paths and per-thread scratch, from the shapes and the context. */
 static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
 {
@@ -856,6 +911,8 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
         job->mm_terms = ctx->set.f32_matmul == FA_F32_MATMUL_BF16X3 ? 3 : ctx->set.f32_matmul == FA_F32_MATMUL_BF16 ? 1 : 0;
     /* the f32 path trims a band's diagonal tiles (wide_trimmed) */
     fa_plan_tiles(ctx, &plan_p, !job->bf16_dot && !job->mm_terms && !p->drop.on, &job->plan);
+    job->decode_tiles = decode_tiles(ctx, p, job);
+    if (job->decode_tiles) decode_tiles_plan(p, job);
     /* a band the planner met with short key tiles of its own choice (a short masked call)
      * runs the per-tile kernels: there the fused kernel's per-tile setup and each row's
      * first max outweigh what it saves (measured; tiles the caller sets keep it) */
@@ -904,6 +961,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
      * per-unit counts that plan needs */
     int form = fa_kv_packing_form(p, job.bf16_dot, job.mm_terms, ctx->set.kv_pack);
     if (form == 1 && job.fused) form = FA_KV_FORM_KT; /* the fused kernel reads K^T */
+    if (job.decode_tiles && ctx->set.kv_pack != 2) form = -1; /* unless asked to pack always */
     const fa_ws_part parts[] = {
         {(void **)&scratch, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
         {(void **)&job.items, fa_bytes3(counts.tasks, (int64_t)sizeof(fa_task), 1)},
