@@ -1337,8 +1337,9 @@ static void test_new_row_dtypes(uint64_t seed) {
  * just below it (31), and at 128 and 256 rows (one more new row: 320, not taken);
  * contiguous and paged caches (pages of 5 and 16 rows: tiles gathered across pages, and
  * of 300: a tile inside one page read in place), appends, packed q, causal and window
- * bands, split-KV forced and planned, 1 and 2 threads; each against the fp64 oracle. On
- * the tile tables the tiles the call reports say the route ran.
+ * bands, split-KV forced and planned (a 4500-key cache: chunks of at least 2048 keys on
+ * the route), 1 and 2 threads; each against the fp64 oracle. On the tile tables the
+ * tiles and splits the call reports say the route ran.
  */
 static void test_decode_tiles(uint64_t seed) {
     const int tiles = strncmp(fa_context_isa(g_ctx), "amx", 3) == 0;
@@ -1369,11 +1370,13 @@ static void test_decode_tiles(uint64_t seed) {
             c.snew[b] = c.append ? c.sq[b] : 0;
             c.sold[b] = old[b] - (v >= ns) * b * 30;
         }
+        if (v < 2) c.sold[0] = 4500; /* planned split-KV on the route: 2 chunks of sequence 0 */
         c.causal = v % 2 ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
         if (v == 9) c.wl = 100, c.wr = 0;
         const int64_t rows = c.Hq / c.Hk * shapes[k].sq;
         static const int64_t forced[] = {0, 2, 5};
-        run_case(&c, seed + 9700 + (uint64_t)v, 1 + v % 2, forced[v % 3], v % 4 == 0, 0);
+        const int64_t splits = forced[(v / 2) % 3];
+        run_case(&c, seed + 9700 + (uint64_t)v, 1 + v % 2, splits, v % 4 == 0, 0);
         if (!tiles || rows < 32 || rows > 256) continue;
         /* the same call again, its tiles read right after it (run_case's oracle runs last) */
         h_rng r;
@@ -1381,14 +1384,16 @@ static void test_decode_tiles(uint64_t seed) {
         iprob p;
         iprob_build(&p, &c, &r);
         int64_t tq = -1, tkv = -1;
-        const fa_status st = iprob_run(g_ctx, &p, FA_ALGO_FLASH, 1 + v % 2, forced[v % 3]);
+        const fa_status st = iprob_run(g_ctx, &p, FA_ALGO_FLASH, 1 + v % 2, splits);
         fa_context_get(g_ctx, FA_PARAM_LAST_TILE_Q, &tq);
         fa_context_get(g_ctx, FA_PARAM_LAST_TILE_KV, &tkv);
         h_case("decode on tiles: Hq=%lld Hk=%lld Sq=%lld on %s", (long long)c.Hq, (long long)c.Hk,
                (long long)shapes[k].sq, fa_context_isa(g_ctx));
-        CHECK(st == FA_OK && tq == rows && tkv == 256 && p.last_packed == 0,
-              "status %d, tiles %lld x %lld, %lld units packed; want %lld x 256, none", (int)st, (long long)tq,
-              (long long)tkv, (long long)p.last_packed, (long long)rows);
+        const int64_t want_splits = splits ? splits : v < 2 ? 2 : 1;
+        CHECK(st == FA_OK && tq == rows && tkv == 256 && p.last_packed == 0 && p.last_splits == want_splits,
+              "status %d, tiles %lld x %lld, %lld units packed, %lld splits; want %lld x 256, none, %lld", (int)st,
+              (long long)tq, (long long)tkv, (long long)p.last_packed, (long long)p.last_splits, (long long)rows,
+              (long long)want_splits);
         iprob_free(&p);
     }
 }

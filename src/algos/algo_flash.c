@@ -870,6 +870,11 @@ static void merge_worker(void *arg, int ith, int nth)
  * nothing is packed, since one task reads each key (split-KV gives the threads work).
  */
 enum { DECODE_TILE_ROWS_MIN = 32, DECODE_TILE_ROWS_MAX = 256, DECODE_TILE_KEYS = 256 };
+/* Planned split-KV on this route: chunks of at least this many keys. A chunk's partial
+ * result is its rows x Dv floats, written and then merged; for a tall stack (128 rows
+ * of Dv 512: 256 KiB) over the 1024-key chunks that 32 splits of 32K keys make, that is
+ * a fifth of the K bytes the chunk reads, twice over. */
+enum { DECODE_TILE_SPLIT_KEYS = 2048 };
 
 static int decode_tiles(const fa_context *ctx, const fa_problem *p, const flash_job *job)
 {
@@ -947,6 +952,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     flash_plan(ctx, p, &job);
 
     const fa_task_rules rules = {.br = job.plan.br, .small = job.small, .stacks_max = job.stacks_max,
+                                 .split_keys = job.decode_tiles ? DECODE_TILE_SPLIT_KEYS : 0,
                                  .kv_splits = p->kv_splits ? p->kv_splits : ctx->set.kv_splits};
     fa_task_counts counts;
     fa_tasks_count(p, &rules, &counts);
