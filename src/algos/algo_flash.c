@@ -441,23 +441,20 @@ static const float *wide_kv_f32(const flash_job *job, const flash_scratch *sc, c
 }
 
 /* K (which 0) or V (1) rows of keys j0 .. j0+cols-1 of kv head hk as bf16 for the pair
- * kernels: fa_rows_u16's, or from a page pool (decoding on tiles only) in place where
- * the tile lies in one page, else gathered into scratch (cols * dim), dim apart. */
+ * kernels: fa_rows_u16's, or from a page pool (decoding on tiles only, unit inner
+ * stride) in place where the tile lies in one page, else gathered into scratch
+ * (cols * dim), dim apart. */
 static const uint16_t *tile_rows_u16(const flash_scratch *sc, const fa_problem *s, int which, int64_t j0,
                                      int64_t cols, int64_t hk, int64_t dim, uint16_t *scratch, int64_t *ld)
 {
     const fa_tensor *t = which ? &s->v : &s->k;
     if (!s->pages) return fa_rows_u16(t, 0, j0, cols, hk, dim, scratch, ld);
-    if (t->stride[3] == 1 && fa_cache_one_block(s->pages, s->page_size, j0, cols)) {
+    if (fa_cache_one_block(s->pages, s->page_size, j0, cols)) {
         *ld = t->stride[1];
         return fa_kv_row(s, which, j0, hk, NULL);
     }
     fa_kv_row_ptrs(s, which, j0, cols, hk, sc->kp, sc->ks);
     *ld = dim;
-    if (t->stride[3] != 1) {
-        fa_kv_gather_strided(t, sc->kp, cols, dim, scratch);
-        return scratch;
-    }
     for (int64_t c = 0; c < cols; c++) memcpy(scratch + c * dim, sc->kp[c], (size_t)dim * sizeof *scratch);
     return scratch;
 }
@@ -879,10 +876,13 @@ enum { DECODE_TILE_SPLIT_KEYS = 2048 };
 static int decode_tiles(const fa_context *ctx, const fa_problem *p, const flash_job *job)
 {
     const fa_tensor *k = p->cache ? &p->kc : &p->k, *v = p->cache ? &p->vc : &p->v;
+    const int paged = p->pages || p->block_table;
     int64_t rows;
     if (!(ctx->kernels->flags & FA_KERNELS_TILES) || !job->bf16_dot || p->drop.on || p->bm.on || p->quant ||
         p->group < 2 || !fa_mul_ok(p->Sq, p->group, &rows))
         return 0;
+    /* a page pool's rows are gathered whole (tile_rows_u16) */
+    if (paged && (k->stride[3] != 1 || v->stride[3] != 1)) return 0;
     return p->q.dtype == FA_DTYPE_BF16 && k->dtype == FA_DTYPE_BF16 && v->dtype == FA_DTYPE_BF16 &&
            rows >= DECODE_TILE_ROWS_MIN && rows <= DECODE_TILE_ROWS_MAX;
 }
