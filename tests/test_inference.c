@@ -1327,6 +1327,77 @@ static void test_new_row_dtypes(uint64_t seed) {
             }
 }
 
+/* ------------------------------------------------------ decoding on tiles */
+
+/*
+ * Decoding on the tile unit (algo_flash.c, decode_tiles): bf16 q over a bf16 cache whose
+ * kv head holds at least 32 query rows (group x new rows; at most 256) runs the group as
+ * one tile problem, unpacked, key tiles of 256. MLA-shaped latent caches with small D
+ * (tails: D 40, Dv 33), GQA groups with a few new rows each, at the threshold (32 rows),
+ * just below it (31), and at 128 and 256 rows (one more new row: 320, not taken);
+ * contiguous and paged caches (pages of 5 and 16 rows: tiles gathered across pages, and
+ * of 300: a tile inside one page read in place), appends, packed q, causal and window
+ * bands, split-KV forced and planned (a 4500-key cache: chunks of at least 2048 keys on
+ * the route), 1 and 2 threads; each against the fp64 oracle. On the tile tables the
+ * tiles and splits the call reports say the route ran.
+ */
+static void test_decode_tiles(uint64_t seed) {
+    const int tiles = strncmp(fa_context_isa(g_ctx), "amx", 3) == 0;
+    static const struct {
+        int64_t hq, hk, sq, d, dv;
+        int mla;
+    } shapes[] = {
+        {32, 1, 1, 72, 64, 1}, {32, 1, 1, 40, 33, 2}, {16, 2, 4, 64, 64, 0}, {31, 1, 1, 72, 64, 1},
+        {128, 1, 1, 64, 48, 2}, {64, 1, 4, 40, 40, 1}, {64, 1, 5, 40, 40, 0}, {8, 1, 4, 48, 40, 0},
+    };
+    const int ns = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int v = 0; v < 2 * ns; v++) {
+        const int k = v % ns;
+        icase c;
+        icase_init(&c);
+        c.mla = shapes[k].mla;
+        c.mode = v % 3 == 0 ? MODE_CONTIG : MODE_PAGED;
+        c.page_size = v % 3 == 1 ? 5 : v % 3 == 2 && v >= ns ? 300 : 16;
+        c.batch_idx = v == 5;
+        c.B = 2, c.Hq = shapes[k].hq, c.Hk = shapes[k].hk, c.D = shapes[k].d, c.Dv = shapes[k].dv;
+        c.qdt = c.cdt = FA_DTYPE_BF16;
+        c.odt = v % 4 == 3 ? FA_DTYPE_F32 : FA_DTYPE_BF16;
+        c.append = v % 5 != 2;
+        c.varlen_q = v % 7 == 4;
+        static const int32_t old[] = {600, 37};
+        for (int b = 0; b < 2; b++) {
+            c.sq[b] = (int32_t)shapes[k].sq;
+            c.snew[b] = c.append ? c.sq[b] : 0;
+            c.sold[b] = old[b] - (v >= ns) * b * 30;
+        }
+        if (v < 2) c.sold[0] = 4500; /* planned split-KV on the route: 2 chunks of sequence 0 */
+        c.causal = v % 2 ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+        if (v == 9) c.wl = 100, c.wr = 0;
+        const int64_t rows = c.Hq / c.Hk * shapes[k].sq;
+        static const int64_t forced[] = {0, 2, 5};
+        const int64_t splits = forced[(v / 2) % 3];
+        run_case(&c, seed + 9700 + (uint64_t)v, 1 + v % 2, splits, v % 4 == 0, 0);
+        if (!tiles || rows < 32 || rows > 256) continue;
+        /* the same call again, its tiles read right after it (run_case's oracle runs last) */
+        h_rng r;
+        h_rng_seed(&r, seed + 9700 + (uint64_t)v);
+        iprob p;
+        iprob_build(&p, &c, &r);
+        int64_t tq = -1, tkv = -1;
+        const fa_status st = iprob_run(g_ctx, &p, FA_ALGO_FLASH, 1 + v % 2, splits);
+        fa_context_get(g_ctx, FA_PARAM_LAST_TILE_Q, &tq);
+        fa_context_get(g_ctx, FA_PARAM_LAST_TILE_KV, &tkv);
+        h_case("decode on tiles: Hq=%lld Hk=%lld Sq=%lld on %s", (long long)c.Hq, (long long)c.Hk,
+               (long long)shapes[k].sq, fa_context_isa(g_ctx));
+        const int64_t want_splits = splits ? splits : v < 2 ? 2 : 1;
+        CHECK(st == FA_OK && tq == rows && tkv == 256 && p.last_packed == 0 && p.last_splits == want_splits,
+              "status %d, tiles %lld x %lld, %lld units packed, %lld splits; want %lld x 256, none, %lld", (int)st,
+              (long long)tq, (long long)tkv, (long long)p.last_packed, (long long)p.last_splits, (long long)rows,
+              (long long)want_splits);
+        iprob_free(&p);
+    }
+}
+
 /* ------------------------------------------------------------- mixed batches */
 
 /* A mixed case's output and lse bytes, copied (the caller frees them). */
@@ -2900,6 +2971,7 @@ int main(void) {
     test_splits(seed);
     test_call_splits(seed);
     test_mla(seed);
+    test_decode_tiles(seed);
     test_new_row_dtypes(seed);
     test_int8_rows(seed);
     test_fp8_rows(seed);

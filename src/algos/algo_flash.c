@@ -56,6 +56,7 @@ typedef struct {
     const wide_path *path; /* the wide tasks' operand path (wide_paths), chosen once in flash_plan */
     int bf16_dot;       /* bf16 inputs multiplied as bf16 pairs by the ISA */
     int fused;          /* the bf16 pair tiles take the table's fused forward (fwd_bf16) */
+    int decode_tiles;   /* decoding on the tile unit: a kv head's group in one task (decode_tiles) */
     int mm_terms;       /* f32 inputs as bf16 products (FA_PARAM_F32_MATMUL): 3 bf16x3, 1 bf16, 0 ieee */
     int64_t ldacc;
     int64_t lds;        /* small-row score tiles: round_up(bc, FA_ROW_ALIGN) */
@@ -457,6 +458,25 @@ static const float *wide_kv_f32(const flash_job *job, const flash_scratch *sc, c
     return k;
 }
 
+/* K (which 0) or V (1) rows of keys j0 .. j0+cols-1 of kv head hk as bf16 for the pair
+ * kernels: fa_rows_u16's, or from a page pool (decoding on tiles only, unit inner
+ * stride) in place where the tile lies in one page, else gathered into scratch
+ * (cols * dim), dim apart. */
+static const uint16_t *tile_rows_u16(const flash_scratch *sc, const fa_problem *s, int which, int64_t j0,
+                                     int64_t cols, int64_t hk, int64_t dim, uint16_t *scratch, int64_t *ld)
+{
+    const fa_tensor *t = which ? &s->v : &s->k;
+    if (!s->pages) return fa_rows_u16(t, 0, j0, cols, hk, dim, scratch, ld);
+    if (fa_cache_one_block(s->pages, s->page_size, j0, cols)) {
+        *ld = t->stride[1];
+        return fa_kv_row(s, which, j0, hk, NULL);
+    }
+    fa_kv_row_ptrs(s, which, j0, cols, hk, sc->kp, sc->ks);
+    *ld = dim;
+    for (int64_t c = 0; c < cols; c++) memcpy(scratch + c * dim, sc->kp[c], (size_t)dim * sizeof *scratch);
+    return scratch;
+}
+
 /* Step 1 for keys j0 .. j0+cols-1, on each path: scaled scores S^T = K (scale Q)^T into
  * sc->st. Returns the tile's V rows as f32 (*ldv apart) where step 1 read them, else NULL
  * (the bf16 path; the split path's packed V waits for step 9). */
@@ -469,7 +489,7 @@ static const float *scores_bf16(const flash_job *job, const flash_scratch *sc, w
     int64_t ldk;
     (void)ldv;
     const uint16_t *k = w->unit ? (const uint16_t *)w->unit + (j0 - w->key0) * (ldk = pk->ldk)
-                                : fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
+                                : tile_rows_u16(sc, s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
     job->kern->qk_bf16(w->rows, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
     w->k16 = k;
     w->ldk16 = ldk;
@@ -540,7 +560,7 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
         v16 = w->k16;
         ldv = w->ldk16;
     } else if (!w->unit || partial || (j0 & 1)) {
-        v16 = fa_rows_u16(&w->s->v, 0, j0, cols, w->hk, Dv, sc->v16, &ldv);
+        v16 = tile_rows_u16(sc, w->s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
     }
     if (!partial || fa_rows_finite16(v16, ldv, cols, Dv, 0x7f80u)) {
         int64_t ldvp;
@@ -683,8 +703,8 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
     const uint16_t *k16 = NULL, *v = NULL;
     int64_t ldk = 0, ldv = 0, ldvp;
     if (!w->unit || (j0 & 1)) { /* V rows to pair (a latent V: the K rows, read once for both) */
-        if (s->v_in_k) v = k16 = fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk), ldv = ldk;
-        else v = fa_rows_u16(&s->v, 0, j0, cols, w->hk, Dv, sc->v16, &ldv);
+        if (s->v_in_k) v = k16 = tile_rows_u16(sc, s, 0, j0, cols, w->hk, D, sc->k16, &ldk), ldv = ldk;
+        else v = tile_rows_u16(sc, s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
     }
     const uint32_t *vp = tile_pairs(job, sc, w, j0, cols, v, ldv, &ldvp);
     if (partial && !pairs_finite(vp, ldvp, cols, Dv)) return 0;
@@ -692,7 +712,7 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
     if (w->unit && (j0 - w->key0) % 16 == 0) { /* a tile from a block's start (a window's may not be) */
         kt = (const uint32_t *)w->unit + (j0 - w->key0) / 16 * pk->ldk;
     } else {
-        if (!k16) k16 = fa_rows_u16(&s->k, 0, j0, cols, w->hk, D, sc->k16, &ldk);
+        if (!k16) k16 = tile_rows_u16(sc, s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
         kern->pack_kt_bf16(cols, D, k16, ldk, sc->kt, 0);
     }
     *t0 = fa_phase_mark(job->phases, FA_PH_S, *t0);
@@ -910,6 +930,46 @@ static void merge_worker(void *arg, int ith, int nth)
     fa_phase_mark(job->phases, FA_PH_M, t0);
 }
 
+/*
+ * Decoding on the tile unit: the query rows of a decoding step that share a kv head
+ * (its group's heads times the new rows; an MLA latent head's 128 heads) are the rows
+ * of one tile problem, so each K tile (a latent V: the same rows) is read once for all
+ * of them and both products run on tiles. Taken where the stack fills two row tiles
+ * (DECODE_TILE_ROWS_MIN rows; shorter stacks stay on the small-row kernels, which read
+ * K once per kv head too) and fits one task's block (DECODE_TILE_ROWS_MAX): the
+ * block is the whole stack, key tiles DECODE_TILE_KEYS unless tuned or set, and
+ * nothing is packed, since one task reads each key (split-KV gives the threads work).
+ */
+enum { DECODE_TILE_ROWS_MIN = 32, DECODE_TILE_ROWS_MAX = 256, DECODE_TILE_KEYS = 256 };
+/* Planned split-KV on this route: chunks of at least this many keys. A chunk's partial
+ * result is its rows x Dv floats, written and then merged; for a tall stack (128 rows
+ * of Dv 512: 256 KiB) over the 1024-key chunks that 32 splits of 32K keys make, that is
+ * a fifth of the K bytes the chunk reads, twice over. */
+enum { DECODE_TILE_SPLIT_KEYS = 2048 };
+
+static int decode_tiles(const fa_context *ctx, const fa_problem *p, const flash_job *job)
+{
+    const fa_tensor *k = p->cache ? &p->kc : &p->k, *v = p->cache ? &p->vc : &p->v;
+    const int paged = p->pages || p->block_table;
+    int64_t rows;
+    if (!(ctx->kernels->flags & FA_KERNELS_TILES) || !job->bf16_dot || p->drop.on || p->bm.on || p->quant ||
+        p->group < 2 || !fa_mul_ok(p->Sq, p->group, &rows))
+        return 0;
+    /* a page pool's rows are gathered whole (tile_rows_u16) */
+    if (paged && (k->stride[3] != 1 || v->stride[3] != 1)) return 0;
+    return p->q.dtype == FA_DTYPE_BF16 && k->dtype == FA_DTYPE_BF16 && v->dtype == FA_DTYPE_BF16 &&
+           rows >= DECODE_TILE_ROWS_MIN && rows <= DECODE_TILE_ROWS_MAX;
+}
+
+static void decode_tiles_plan(const fa_problem *p, flash_job *job)
+{
+    if (job->plan.src_q == FA_TILES_HEURISTIC) {
+        job->plan.br = p->Sq * p->group; /* decode_tiles checked the product */
+        job->plan.br_pad = fa_panel_ld(job->plan.br);
+    }
+    if (job->plan.src_kv == FA_TILES_HEURISTIC) job->plan.bc = p->Sk < DECODE_TILE_KEYS ? p->Sk : DECODE_TILE_KEYS;
+}
+
 /* The job's tiles, paths and per-thread scratch, from the shapes and the context. */
 static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
 {
@@ -930,6 +990,8 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
         job->mm_terms = ctx->set.f32_matmul == FA_F32_MATMUL_BF16X3 ? 3 : ctx->set.f32_matmul == FA_F32_MATMUL_BF16 ? 1 : 0;
     /* the f32 path trims a band's diagonal tiles (wide_trimmed) */
     fa_plan_tiles(ctx, &plan_p, !job->bf16_dot && !job->mm_terms && !p->drop.on, &job->plan);
+    job->decode_tiles = decode_tiles(ctx, p, job);
+    if (job->decode_tiles) decode_tiles_plan(p, job);
     /* a band the planner met with short key tiles of its own choice (a short masked call)
      * runs the per-tile kernels: there the fused kernel's per-tile setup and each row's
      * first max outweigh what it saves (measured; tiles the caller sets keep it) */
@@ -953,9 +1015,10 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     if (job->stacks_max > p->Hq) job->stacks_max = p->Hq;
     if (job->stacks_max < 1) job->stacks_max = 1;
     /* the wide tasks' operand path: bf16 pairs where q and the K/V rows the kernels read
-     * are bf16 rows they pair (no pages, no codes), else f32 as bf16 products where set */
+     * are bf16 rows they pair (no pages but on the decode-tile route, no codes), else f32
+     * as bf16 products where set */
     const fa_dtype kv = p->cache ? p->kc.dtype : p->k.dtype;
-    const int pairs = job->bf16_dot && !p->block_table && !p->quant && kv == FA_DTYPE_BF16 && p->dtype == FA_DTYPE_BF16;
+    const int pairs = job->bf16_dot && (!p->block_table || job->decode_tiles) && !p->quant && kv == FA_DTYPE_BF16 && p->dtype == FA_DTYPE_BF16;
     job->path = &wide_paths[pairs ? WIDE_BF16 : job->mm_terms ? WIDE_SPLIT : WIDE_F32];
     job->per_thread = scratch_layout(job, NULL, NULL);
 }
@@ -969,6 +1032,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     flash_plan(ctx, p, &job);
 
     const fa_task_rules rules = {.br = job.plan.br, .small = job.small, .stacks_max = job.stacks_max,
+                                 .split_keys = job.decode_tiles ? DECODE_TILE_SPLIT_KEYS : 0,
                                  .kv_splits = p->args->kv_splits ? p->args->kv_splits : ctx->set.kv_splits};
     fa_task_counts counts;
     fa_tasks_count(p, &rules, &counts);
@@ -983,6 +1047,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
      * per-unit counts that plan needs */
     int form = fa_kv_packing_form(p, job.bf16_dot, job.mm_terms, ctx->set.kv_pack);
     if (form == 1 && job.fused) form = FA_KV_FORM_KT; /* the fused kernel reads K^T */
+    if (job.decode_tiles && ctx->set.kv_pack != 2) form = -1; /* unless asked to pack always */
     const fa_ws_part parts[] = {
         {(void **)&scratch, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
         {(void **)&job.items, fa_bytes3(counts.tasks, (int64_t)sizeof(fa_task), 1)},

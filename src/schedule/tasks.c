@@ -88,8 +88,9 @@ static int64_t stack_heads(const fa_problem *p, int64_t sq, int64_t br)
  * with the same shapes; 32 keeps 2-16 threads busy to the end. */
 enum { SPLIT_TASKS_WANTED = 32, SPLIT_MAX_AUTO = 64, SPLIT_MIN_KEYS = 512 };
 
-/* Chunks for a sequence of sk keys when `units` unsplit tasks exist in all. */
-static int64_t plan_splits(int64_t forced, int64_t units, int64_t sk)
+/* Chunks for a sequence of sk keys when `units` unsplit tasks exist in all, each of at
+ * least min_keys keys (0: SPLIT_MIN_KEYS) unless forced. */
+static int64_t plan_splits(int64_t forced, int64_t units, int64_t sk, int64_t min_keys)
 {
     int64_t s;
     if (forced > 0) {
@@ -98,7 +99,8 @@ static int64_t plan_splits(int64_t forced, int64_t units, int64_t sk)
         if (units >= SPLIT_TASKS_WANTED) return 1;
         s = (SPLIT_TASKS_WANTED + units - 1) / units;
         if (s > SPLIT_MAX_AUTO) s = SPLIT_MAX_AUTO;
-        if (s > sk / SPLIT_MIN_KEYS) s = sk / SPLIT_MIN_KEYS;
+        const int64_t keys = min_keys > 0 ? min_keys : SPLIT_MIN_KEYS;
+        if (s > sk / keys) s = sk / keys;
     }
     if (s > sk) s = sk; /* every chunk holds at least one key */
     return s < 1 ? 1 : s;
@@ -145,7 +147,7 @@ static void walk(const fa_problem *p, const fa_task_rules *r, int64_t forced_spl
         const int64_t ng = stack_heads(p, sq, small ? FA_SMALL_ROWS : br);
         const int64_t nkv = small ? (p->Hq / ng < r->stacks_max ? p->Hq / ng : r->stacks_max) : 0;
         const int64_t step = small ? nkv * ng : ng;
-        const int64_t ns = plan_splits(forced_splits, units_all, sk);
+        const int64_t ns = plan_splits(forced_splits, units_all, sk, r->split_keys);
         if (ns > c->max_split) c->max_split = ns;
         fa_problem s;
         if (out) fa_seq_view(p, b, &s);

@@ -43,6 +43,7 @@ typedef struct fa_task_rules {
     int small;           /* the small-row kernels apply (tiles fit them) */
     int64_t stacks_max;  /* small-row path: head stacks one task may hold */
     int64_t kv_splits;   /* 0 = planned split-KV, else forced chunks per sequence */
+    int64_t split_keys;  /* planned split-KV: the fewest keys per chunk; 0 = the default (tasks.c) */
 } fa_task_rules;
 
 /* The sizes of a plan, known before the tasks are written. */
