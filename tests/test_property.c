@@ -454,8 +454,7 @@ static void test_planned_determinism(fa_context *ctx, uint64_t seed) {
  * checks lse only against the naive bf16 attention (S rounded to bf16), a far looser
  * bound, which a bf16-accurate lse met while a backward fed by it missed its own. Rows
  * long enough for the wide tiles the fused kernel takes, causal both ways (bottom-right
- * with Sq > Sk: empty rows; on tiles set here, as planned ones keep such short masked
- * calls unfused), GQA, D = 64, an odd D, Dv != D. On a path with the fused kernel (amx,
+ * with Sq > Sk: empty rows; some on tiles set here, several per row), GQA, D = 64, an odd D, Dv != D. On a path with the fused kernel (amx,
  * amx-model) the two settings must differ in their bits, else the test proved nothing.
  */
 static void test_fused_lse(fa_context *ctx, uint64_t seed) {
@@ -464,7 +463,7 @@ static void test_fused_lse(fa_context *ctx, uint64_t seed) {
         fa_causal causal;
         int64_t wl, wr;
         double q_sigma;
-        int64_t tile_q, tile_kv; /* 0: planned (which keeps a short masked call unfused) */
+        int64_t tile_q, tile_kv; /* 0: planned */
     } shapes[] = {
         {{1, 300, 700, 2, 1, 128, 128}, FA_CAUSAL_NONE, -1, -1, 1.0, 0, 0},
         {{1, 257, 600, 2, 2, 64, 64}, FA_CAUSAL_TOP_LEFT, -1, -1, 3.0, 64, 128},

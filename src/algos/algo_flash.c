@@ -992,12 +992,6 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     fa_plan_tiles(ctx, &plan_p, !job->bf16_dot && !job->mm_terms && !p->drop.on, &job->plan);
     job->decode_tiles = decode_tiles(ctx, p, job);
     if (job->decode_tiles) decode_tiles_plan(p, job);
-    /* a band the planner met with short key tiles of its own choice (a short masked call)
-     * runs the per-tile kernels: there the fused kernel's per-tile setup and each row's
-     * first max outweigh what it saves (measured; tiles the caller sets keep it) */
-    const int masked = p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0;
-    if (masked && job->plan.bc < 256 && job->plan.bc < p->Sk && ctx->tune.tile_src_kv != FA_TILES_OVERRIDE)
-        job->fused = 0;
     job->ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
     job->lds = round16(job->plan.bc);
     /* decoding takes no dropout: the small-row loop leaves it to the wide one */
