@@ -331,7 +331,8 @@ typedef struct {
     const uint16_t *k16, *v16;
     const uint32_t *k_pairs; /* bf16 with dQ: K as row pairs, packed once for every query block */
     int64_t ldk, ldv, ldkp;
-    int kv_finite;
+    int kv_finite;           /* -1: not known yet (tile_kv_finite) */
+    int64_t cols;
     float *dk, *dv;          /* (cols, ldd), (cols, lddv) */
     const uint32_t *kt, *vt; /* the fused tile's K^T, V^T; its dK^T, dV^T */
     float *dkt, *dvt;
@@ -347,7 +348,9 @@ static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_p
     if (job->b16) {
         t->k16 = fa_rows_u16(&s->k, 0, j0, cols, hk, D, sc->k16, &t->ldk);
         t->v16 = fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, sc->v16, &t->ldv);
-        t->kv_finite = fa_rows_finite16(t->k16, t->ldk, cols, D, 0x7f80u);
+        /* the fused tile asks only for a pair with masked keys (tile_kv_finite) */
+        t->kv_finite = job->tiles ? -1 : fa_rows_finite16(t->k16, t->ldk, cols, D, 0x7f80u);
+        t->cols = cols;
         if (job->tiles) { /* K^T, V^T blocks (the last one's missing keys 0), K pairs to 32 keys */
             const int64_t cp = FA_RUP16(cols);
             if (cp > cols) {
@@ -397,9 +400,15 @@ static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_p
  * where keys are masked, finite K, Q and dO (the tile products multiply a masked p = 0
  * by them). Returns 0, having done nothing, for the other kernels to run the pair.
  */
+static int tile_kv_finite(const bwd_job *job, bwd_tile *t)
+{
+    if (t->kv_finite < 0) t->kv_finite = fa_rows_finite16(t->k16, t->ldk, t->cols, job->p->D, 0x7f80u);
+    return t->kv_finite;
+}
+
 static int bwd_block_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs,
                            int64_t h, int64_t i0, int64_t n, int64_t j0, int64_t cols, bwd_rows *rw,
-                           const bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
+                           bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
 {
     const fa_problem *p = job->p;
     int band = !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
@@ -410,7 +419,7 @@ static int bwd_block_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_p
     if (band && rw->finite < 0)
         rw->finite = fa_rows_finite16(rw->q16, rw->ldq, n, p->D, 0x7f80u) &&
                      fa_rows_finite16(rw->do16, rw->lddo, n, p->Dv, 0x7f80u);
-    if (band && !(t->kv_finite && rw->finite)) return 0;
+    if (band && !(tile_kv_finite(job, t) && rw->finite)) return 0;
     double t0 = fa_phase_start(job->phases);
     const fa_bwd_tile bt = {
         .rows = n, .cols = cols, .d = p->D, .dv = p->Dv,
@@ -430,11 +439,12 @@ static int bwd_block_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_p
 
 static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t b,
                       int64_t h, int64_t i0, int64_t n, int64_t j0, int64_t cols, bwd_rows *rwp,
-                      const bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
+                      bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
 {
     if (job->tiles) {
         if (bwd_block_tiles(job, sc, s, gs, h, i0, n, j0, cols, rwp, t, kv, dq_rows, ldq_acc)) return;
         rows_panels(job, sc, n, rwp);
+        tile_kv_finite(job, t);
     }
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
