@@ -16,6 +16,13 @@
  *                                            dQ  += scale dS K (of 1)       pv
  * with D_i = dot(dO_i, o_i), one number per row, computed first.
  *
+ * On a table with its own fused tile (FA_KERNELS_BWD_BF16: amx, amx-model), bf16 pairs
+ * without element-wise rules, softcap or dropout run each (query block, key tile) pair
+ * as one call, bwd_bf16 (kernels.h): the same steps on row-major tiles, dK and dV kept
+ * transposed per key tile (added into dk, dv when the tile is done), Q^T and dO^T packed
+ * once per query block. A pair it cannot take (a block mask that is not one run of keys
+ * per row, masked keys with non-finite K, Q or dO) runs on the kernels above instead.
+ *
  * The loop is K-outer: a task is one (sequence, kv head); it walks the key tiles in
  * groups of BWD_GROUP_MAX, keeping dK and dV of the group's tiles in cache, and for
  * each group only the query blocks of the group's heads that see one of its tiles
