@@ -340,6 +340,7 @@ typedef struct {
     int64_t ldk, ldv, ldkp;
     int kv_finite;           /* -1: not known yet (tile_kv_finite) */
     int64_t cols;
+    int fell_back;           /* the fused tile: a pair ran on the other kernels, into dk, dv */
     float *dk, *dv;          /* (cols, ldd), (cols, lddv) */
     const uint32_t *kt, *vt; /* the fused tile's K^T, V^T; its dK^T, dV^T */
     float *dkt, *dvt;
@@ -452,6 +453,11 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
         if (bwd_block_tiles(job, sc, s, gs, h, i0, n, j0, cols, rwp, t, kv, dq_rows, ldq_acc)) return;
         rows_panels(job, sc, n, rwp);
         tile_kv_finite(job, t);
+        if (!t->fell_back) { /* the other kernels accumulate dK, dV from 0 */
+            memset(t->dk, 0, (size_t)(t->cols * job->ldd) * sizeof(float));
+            memset(t->dv, 0, (size_t)(t->cols * job->lddv) * sizeof(float));
+            t->fell_back = 1;
+        }
     }
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
@@ -568,9 +574,9 @@ static void tile_blocks(const bwd_job *job, const fa_problem *s, int64_t j0, int
     *last = ilo <= ihi ? ihi : 0;
 }
 
-/* The fused tile's dK^T, dV^T of a finished key tile added into its dK, dV (which hold
- * what pairs that fell back to the other kernels summed, else 0). */
-static void tile_grads_add(const bwd_job *job, const bwd_tile_scratch *t, int64_t cols)
+/* The fused tile's dK^T, dV^T of a finished key tile turned into its dK, dV, or added to
+ * what the pairs that fell back to the other kernels summed there. */
+static void tile_grads_add(const bwd_job *job, const bwd_tile_scratch *t, int64_t cols, int fell_back)
 {
     const int64_t lddt = FA_RUP16(job->bc) + 16;
     for (int g = 0; g < 2; g++) { /* in 16 x 16 blocks, which stay in L1 both ways */
@@ -580,7 +586,8 @@ static void tile_grads_add(const bwd_job *job, const bwd_tile_scratch *t, int64_
         for (int64_t x0 = 0; x0 < n; x0 += 16)
             for (int64_t c0 = 0; c0 < cols; c0 += 16)
                 for (int64_t c = c0; c < cols && c < c0 + 16; c++)
-                    for (int64_t x = x0; x < n && x < x0 + 16; x++) dst[c * ld + x] += src[x * lddt + c];
+                    for (int64_t x = x0; x < n && x < x0 + 16; x++)
+                        dst[c * ld + x] = (fell_back ? dst[c * ld + x] : 0.0f) + src[x * lddt + c];
     }
 }
 
@@ -600,9 +607,11 @@ static void key_group_run(const bwd_job *job, const bwd_scratch *sc, const fa_pr
     for (int64_t k = 0; k < nt; k++) {
         const int64_t jk = j0 + k * bc;
         cols[k] = s->Sk - jk < bc ? s->Sk - jk : bc;
-        memset(sc->tile[k].dk, 0, (size_t)(cols[k] * job->ldd) * sizeof(float));
-        memset(sc->tile[k].dv, 0, (size_t)(cols[k] * job->lddv) * sizeof(float));
-        if (job->tiles) {
+        t[k].fell_back = 0;
+        if (!job->tiles) {
+            memset(sc->tile[k].dk, 0, (size_t)(cols[k] * job->ldd) * sizeof(float));
+            memset(sc->tile[k].dv, 0, (size_t)(cols[k] * job->lddv) * sizeof(float));
+        } else {
             const int64_t lddt = FA_RUP16(bc) + 16;
             memset(sc->tile[k].dkt, 0, (size_t)(FA_RUP16(D) * lddt) * sizeof(float));
             memset(sc->tile[k].dvt, 0, (size_t)(FA_RUP16(Dv) * lddt) * sizeof(float));
@@ -630,7 +639,7 @@ static void key_group_run(const bwd_job *job, const bwd_scratch *sc, const fa_pr
     /* the key tiles' gradients are whole: every query row that sees them has run */
     for (int64_t k = 0; k < nt; k++) {
         float *dk = sc->tile[k].dk;
-        if (job->tiles) tile_grads_add(job, &sc->tile[k], cols[k]);
+        if (job->tiles) tile_grads_add(job, &sc->tile[k], cols[k], t[k].fell_back);
         if (gs->has_dk) {
             for (int64_t c = 0; c < cols[k]; c++)
                 for (int64_t x = 0; x < D; x++) dk[c * job->ldd + x] *= p->scale;
