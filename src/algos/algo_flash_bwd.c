@@ -16,6 +16,13 @@
  *                                            dQ  += scale dS K (of 1)       pv
  * with D_i = dot(dO_i, o_i), one number per row, computed first.
  *
+ * On a table with its own fused tile (FA_KERNELS_BWD_BF16: amx, amx-model), bf16 pairs
+ * without element-wise rules, softcap or dropout run each (query block, key tile) pair
+ * as one call, bwd_bf16 (kernels.h): the same steps on row-major tiles, dK and dV kept
+ * transposed per key tile (added into dk, dv when the tile is done), Q^T and dO^T packed
+ * once per query block. A pair it cannot take (a block mask that is not one run of keys
+ * per row, masked keys with non-finite K, Q or dO) runs on the kernels above instead.
+ *
  * The loop is K-outer: a task is one (sequence, kv head); it walks the key tiles in
  * groups of BWD_GROUP_MAX, keeping dK and dV of the group's tiles in cache, and for
  * each group only the query blocks of the group's heads that see one of its tiles
@@ -331,7 +338,9 @@ typedef struct {
     const uint16_t *k16, *v16;
     const uint32_t *k_pairs; /* bf16 with dQ: K as row pairs, packed once for every query block */
     int64_t ldk, ldv, ldkp;
-    int kv_finite;
+    int kv_finite;           /* -1: not known yet (tile_kv_finite) */
+    int64_t cols;
+    int fell_back;           /* the fused tile: a pair ran on the other kernels, into dk, dv */
     float *dk, *dv;          /* (cols, ldd), (cols, lddv) */
     const uint32_t *kt, *vt; /* the fused tile's K^T, V^T; its dK^T, dV^T */
     float *dkt, *dvt;
@@ -347,7 +356,9 @@ static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_p
     if (job->b16) {
         t->k16 = fa_rows_u16(&s->k, 0, j0, cols, hk, D, sc->k16, &t->ldk);
         t->v16 = fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, sc->v16, &t->ldv);
-        t->kv_finite = fa_rows_finite16(t->k16, t->ldk, cols, D, 0x7f80u);
+        /* the fused tile asks only for a pair with masked keys (tile_kv_finite) */
+        t->kv_finite = job->tiles ? -1 : fa_rows_finite16(t->k16, t->ldk, cols, D, 0x7f80u);
+        t->cols = cols;
         if (job->tiles) { /* K^T, V^T blocks (the last one's missing keys 0), K pairs to 32 keys */
             const int64_t cp = FA_RUP16(cols);
             if (cp > cols) {
@@ -397,9 +408,15 @@ static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_p
  * where keys are masked, finite K, Q and dO (the tile products multiply a masked p = 0
  * by them). Returns 0, having done nothing, for the other kernels to run the pair.
  */
+static int tile_kv_finite(const bwd_job *job, bwd_tile *t)
+{
+    if (t->kv_finite < 0) t->kv_finite = fa_rows_finite16(t->k16, t->ldk, t->cols, job->p->D, 0x7f80u);
+    return t->kv_finite;
+}
+
 static int bwd_block_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs,
                            int64_t h, int64_t i0, int64_t n, int64_t j0, int64_t cols, bwd_rows *rw,
-                           const bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
+                           bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
 {
     const fa_problem *p = job->p;
     int band = !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
@@ -410,7 +427,7 @@ static int bwd_block_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_p
     if (band && rw->finite < 0)
         rw->finite = fa_rows_finite16(rw->q16, rw->ldq, n, p->D, 0x7f80u) &&
                      fa_rows_finite16(rw->do16, rw->lddo, n, p->Dv, 0x7f80u);
-    if (band && !(t->kv_finite && rw->finite)) return 0;
+    if (band && !(tile_kv_finite(job, t) && rw->finite)) return 0;
     double t0 = fa_phase_start(job->phases);
     const fa_bwd_tile bt = {
         .rows = n, .cols = cols, .d = p->D, .dv = p->Dv,
@@ -430,11 +447,17 @@ static int bwd_block_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_p
 
 static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t b,
                       int64_t h, int64_t i0, int64_t n, int64_t j0, int64_t cols, bwd_rows *rwp,
-                      const bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
+                      bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
 {
     if (job->tiles) {
         if (bwd_block_tiles(job, sc, s, gs, h, i0, n, j0, cols, rwp, t, kv, dq_rows, ldq_acc)) return;
         rows_panels(job, sc, n, rwp);
+        tile_kv_finite(job, t);
+        if (!t->fell_back) { /* the other kernels accumulate dK, dV from 0 */
+            memset(t->dk, 0, (size_t)(t->cols * job->ldd) * sizeof(float));
+            memset(t->dv, 0, (size_t)(t->cols * job->lddv) * sizeof(float));
+            t->fell_back = 1;
+        }
     }
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
@@ -551,9 +574,9 @@ static void tile_blocks(const bwd_job *job, const fa_problem *s, int64_t j0, int
     *last = ilo <= ihi ? ihi : 0;
 }
 
-/* The fused tile's dK^T, dV^T of a finished key tile added into its dK, dV (which hold
- * what pairs that fell back to the other kernels summed, else 0). */
-static void tile_grads_add(const bwd_job *job, const bwd_tile_scratch *t, int64_t cols)
+/* The fused tile's dK^T, dV^T of a finished key tile turned into its dK, dV, or added to
+ * what the pairs that fell back to the other kernels summed there. */
+static void tile_grads_add(const bwd_job *job, const bwd_tile_scratch *t, int64_t cols, int fell_back)
 {
     const int64_t lddt = FA_RUP16(job->bc) + 16;
     for (int g = 0; g < 2; g++) { /* in 16 x 16 blocks, which stay in L1 both ways */
@@ -563,7 +586,8 @@ static void tile_grads_add(const bwd_job *job, const bwd_tile_scratch *t, int64_
         for (int64_t x0 = 0; x0 < n; x0 += 16)
             for (int64_t c0 = 0; c0 < cols; c0 += 16)
                 for (int64_t c = c0; c < cols && c < c0 + 16; c++)
-                    for (int64_t x = x0; x < n && x < x0 + 16; x++) dst[c * ld + x] += src[x * lddt + c];
+                    for (int64_t x = x0; x < n && x < x0 + 16; x++)
+                        dst[c * ld + x] = (fell_back ? dst[c * ld + x] : 0.0f) + src[x * lddt + c];
     }
 }
 
@@ -583,9 +607,11 @@ static void key_group_run(const bwd_job *job, const bwd_scratch *sc, const fa_pr
     for (int64_t k = 0; k < nt; k++) {
         const int64_t jk = j0 + k * bc;
         cols[k] = s->Sk - jk < bc ? s->Sk - jk : bc;
-        memset(sc->tile[k].dk, 0, (size_t)(cols[k] * job->ldd) * sizeof(float));
-        memset(sc->tile[k].dv, 0, (size_t)(cols[k] * job->lddv) * sizeof(float));
-        if (job->tiles) {
+        t[k].fell_back = 0;
+        if (!job->tiles) {
+            memset(sc->tile[k].dk, 0, (size_t)(cols[k] * job->ldd) * sizeof(float));
+            memset(sc->tile[k].dv, 0, (size_t)(cols[k] * job->lddv) * sizeof(float));
+        } else {
             const int64_t lddt = FA_RUP16(bc) + 16;
             memset(sc->tile[k].dkt, 0, (size_t)(FA_RUP16(D) * lddt) * sizeof(float));
             memset(sc->tile[k].dvt, 0, (size_t)(FA_RUP16(Dv) * lddt) * sizeof(float));
@@ -613,7 +639,7 @@ static void key_group_run(const bwd_job *job, const bwd_scratch *sc, const fa_pr
     /* the key tiles' gradients are whole: every query row that sees them has run */
     for (int64_t k = 0; k < nt; k++) {
         float *dk = sc->tile[k].dk;
-        if (job->tiles) tile_grads_add(job, &sc->tile[k], cols[k]);
+        if (job->tiles) tile_grads_add(job, &sc->tile[k], cols[k], t[k].fell_back);
         if (gs->has_dk) {
             for (int64_t c = 0; c < cols[k]; c++)
                 for (int64_t x = 0; x < D; x++) dk[c * job->ldd + x] *= p->scale;
