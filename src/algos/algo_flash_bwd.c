@@ -58,10 +58,13 @@
  * per tile, as before, so the bits do not change). */
 enum { BWD_GROUP_MAX = 4 };
 
+typedef struct bwd_path bwd_path;
+
 typedef struct {
     const fa_problem *p;
     const fa_grads *g;
     const fa_kernels *kern;
+    const bwd_path *path;   /* the products' operand path (bwd_paths), chosen once per job */
     int64_t br, bc, bp;     /* query rows and keys per tile; the panels' leading dim */
     int64_t ldd, lddv;      /* D, Dv rounded up to FA_ROW_ALIGN: accumulator rows */
     int64_t sq_max;         /* the longest sequence's query rows: the dq buffer's */
@@ -296,40 +299,44 @@ static const float *block_rows(const fa_kernels *kern, const fa_tensor *t, int64
     return scratch;
 }
 
-/* Rows i0 .. i0+n-1 of head h: Q (natural and transposed-scaled), dO (both), the
- * forward's lse, and D_i, for every key tile that sees the block. */
-static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t b,
-                      int64_t h, int64_t i0, int64_t n, bwd_rows *rw)
+/* Rows i0 .. i0+n-1 of head h as the bf16 path takes them: bf16 rows and pair panels
+ * (qk_bf16 applies the scale itself). */
+static void rows_bf16(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t h,
+                      int64_t i0, int64_t n, bwd_rows *rw)
+{
+    const fa_problem *p = job->p;
+    rw->q16 = fa_rows_u16(&s->q, 0, i0, n, h, p->D, sc->q16, &rw->ldq);
+    rw->do16 = fa_rows_u16(&gs->dout, 0, i0, n, h, p->Dv, sc->do16, &rw->lddo);
+    rows_panels(job, sc, n, rw);
+}
+
+/* ... the fused tile's (bwd_bf16): bf16 rows as its A tiles, Q^T and dO^T (FA_RUP32(br)
+ * apart); the pair panels only where a pair falls back (rows_panels). */
+static void rows_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t h,
+                       int64_t i0, int64_t n, bwd_rows *rw)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
-    memset(rw, 0, sizeof *rw);
-    if (job->b16) { /* as bf16 rows and pair panels; qk_bf16 applies the scale itself */
-        rw->q16 = fa_rows_u16(&s->q, 0, i0, n, h, p->D, sc->q16, &rw->ldq);
-        rw->do16 = fa_rows_u16(&gs->dout, 0, i0, n, h, p->Dv, sc->do16, &rw->lddo);
-        if (job->tiles) { /* the fused tile's operands: rows, and Q^T, dO^T (FA_RUP32(br) apart) */
-            const int64_t ldt = FA_RUP32(job->br);
-            rw->qa = tile_rows(rw->q16, rw->ldq, n, p->D, sc->qpad, &rw->ldqa);
-            rw->doa = tile_rows(rw->do16, rw->lddo, n, p->Dv, sc->dopad, &rw->lddoa);
-            kern->pack_t_bf16(n, p->D, rw->q16, rw->ldq, sc->qT, ldt);
-            kern->pack_t_bf16(n, p->Dv, rw->do16, rw->lddo, sc->doT, ldt);
-            rw->finite = -1; /* asked only by a tile with masked keys */
-        } else {
-            rows_panels(job, sc, n, rw);
-        }
-    } else {
-        rw->q = block_rows(kern, &s->q, i0, n, h, p->D, sc->q, &rw->ldq);
-        kern->pack_qt(n, p->D, rw->q, rw->ldq, p->scale, sc->qt, job->bp);
-        rw->dout = block_rows(kern, &gs->dout, i0, n, h, p->Dv, sc->dout, &rw->lddo);
-        if (p->Dv > 0) kern->pack_qt(n, p->Dv, rw->dout, rw->lddo, 1.0f, sc->dot, job->bp);
-    }
-    const float *lse = s->lse.data;
-    const int64_t row0 = p->cu_q ? p->cu_q[b] : 0;
-    const float *dv = job->dvec + (p->cu_q ? 0 : b) * job->dvec_sb + h * job->dvec_sh + row0;
-    for (int64_t r = 0; r < job->bp; r++) {
-        sc->lse[r] = r < n ? lse[h * s->lse.stride[1] + (i0 + r) * s->lse.stride[2]] : -INFINITY;
-        sc->dv_rows[r] = r < n ? dv[i0 + r] : 0.0f;
-    }
+    const int64_t ldt = FA_RUP32(job->br);
+    rw->q16 = fa_rows_u16(&s->q, 0, i0, n, h, p->D, sc->q16, &rw->ldq);
+    rw->do16 = fa_rows_u16(&gs->dout, 0, i0, n, h, p->Dv, sc->do16, &rw->lddo);
+    rw->qa = tile_rows(rw->q16, rw->ldq, n, p->D, sc->qpad, &rw->ldqa);
+    rw->doa = tile_rows(rw->do16, rw->lddo, n, p->Dv, sc->dopad, &rw->lddoa);
+    kern->pack_t_bf16(n, p->D, rw->q16, rw->ldq, sc->qT, ldt);
+    kern->pack_t_bf16(n, p->Dv, rw->do16, rw->lddo, sc->doT, ldt);
+    rw->finite = -1; /* asked only by a tile with masked keys */
+}
+
+/* ... the f32 path: f32 rows, Q transposed and scaled, dO transposed. */
+static void rows_f32(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t h,
+                     int64_t i0, int64_t n, bwd_rows *rw)
+{
+    const fa_problem *p = job->p;
+    const fa_kernels *kern = job->kern;
+    rw->q = block_rows(kern, &s->q, i0, n, h, p->D, sc->q, &rw->ldq);
+    kern->pack_qt(n, p->D, rw->q, rw->ldq, p->scale, sc->qt, job->bp);
+    rw->dout = block_rows(kern, &gs->dout, i0, n, h, p->Dv, sc->dout, &rw->lddo);
+    if (p->Dv > 0) kern->pack_qt(n, p->Dv, rw->dout, rw->lddo, 1.0f, sc->dot, job->bp);
 }
 
 /* A key tile's K and V rows, as the products take them, and where its dK, dV sum. */
@@ -346,41 +353,53 @@ typedef struct {
     float *dkt, *dvt;
 } bwd_tile;
 
-static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
+/* A key tile's rows on the bf16 path: bf16 rows, and K as row pairs for dQ. */
+static void tile_bf16(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
                       int64_t cols, bwd_tile *t)
 {
     const int64_t D = job->p->D, Dv = job->p->Dv;
-    memset(t, 0, sizeof *t);
-    t->dk = sc->dk;
-    t->dv = sc->dv;
-    if (job->b16) {
-        t->k16 = fa_rows_u16(&s->k, 0, j0, cols, hk, D, sc->k16, &t->ldk);
-        t->v16 = fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, sc->v16, &t->ldv);
-        /* the fused tile asks only for a pair with masked keys (tile_kv_finite) */
-        t->kv_finite = job->tiles ? -1 : fa_rows_finite16(t->k16, t->ldk, cols, D, 0x7f80u);
-        t->cols = cols;
-        if (job->tiles) { /* K^T, V^T blocks (the last one's missing keys 0), K pairs to 32 keys */
-            const int64_t cp = FA_RUP16(cols);
-            if (cp > cols) {
-                memset(sc->kt + (cp - 16) * FA_KT_PAIRS(D), 0, (size_t)(16 * FA_KT_PAIRS(D)) * 4);
-                memset(sc->vt + (cp - 16) * FA_KT_PAIRS(Dv), 0, (size_t)(16 * FA_KT_PAIRS(Dv)) * 4);
-            }
-            job->kern->pack_kt_bf16(cols, D, t->k16, t->ldk, sc->kt, 0);
-            job->kern->pack_kt_bf16(cols, Dv, t->v16, t->ldv, sc->vt, 0);
-            t->ldkp = fa_packed_ld(D);
-            if (job->g->has_dq) {
-                job->kern->pack_pairs_bf16(cols, D, t->k16, t->ldk, sc->kp, t->ldkp);
-                const int64_t done = (cols + 1) / 2;
-                memset(sc->kp + done * t->ldkp, 0, (size_t)((FA_RUP32(cols) / 2 - done) * t->ldkp) * 4);
-            }
-            t->k_pairs = sc->kp; /* the other kernels' K pairs too, should a pair fall back */
-            t->kt = sc->kt, t->vt = sc->vt, t->dkt = sc->dkt, t->dvt = sc->dvt;
-        } else if (job->g->has_dq) {
-            t->ldkp = fa_packed_ld(D);
-            job->kern->pack_pairs_bf16(cols, D, t->k16, t->ldk, sc->k_pairs, t->ldkp);
-            t->k_pairs = sc->k_pairs;
-        }
-    } else if (job->kv_pack) {
+    t->k16 = fa_rows_u16(&s->k, 0, j0, cols, hk, D, sc->k16, &t->ldk);
+    t->v16 = fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, sc->v16, &t->ldv);
+    t->kv_finite = fa_rows_finite16(t->k16, t->ldk, cols, D, 0x7f80u);
+    if (job->g->has_dq) {
+        t->ldkp = fa_packed_ld(D);
+        job->kern->pack_pairs_bf16(cols, D, t->k16, t->ldk, sc->k_pairs, t->ldkp);
+        t->k_pairs = sc->k_pairs;
+    }
+}
+
+/* ... on the fused tile's path: K^T, V^T blocks (the last one's missing keys 0), and K
+ * pairs to 32 keys for dQ (the other kernels' too, should a pair fall back). */
+static void tile_tiles(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
+                       int64_t cols, bwd_tile *t)
+{
+    const int64_t D = job->p->D, Dv = job->p->Dv;
+    t->k16 = fa_rows_u16(&s->k, 0, j0, cols, hk, D, sc->k16, &t->ldk);
+    t->v16 = fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, sc->v16, &t->ldv);
+    t->kv_finite = -1; /* asked only for a pair with masked keys (tile_kv_finite) */
+    const int64_t cp = FA_RUP16(cols);
+    if (cp > cols) {
+        memset(sc->kt + (cp - 16) * FA_KT_PAIRS(D), 0, (size_t)(16 * FA_KT_PAIRS(D)) * 4);
+        memset(sc->vt + (cp - 16) * FA_KT_PAIRS(Dv), 0, (size_t)(16 * FA_KT_PAIRS(Dv)) * 4);
+    }
+    job->kern->pack_kt_bf16(cols, D, t->k16, t->ldk, sc->kt, 0);
+    job->kern->pack_kt_bf16(cols, Dv, t->v16, t->ldv, sc->vt, 0);
+    t->ldkp = fa_packed_ld(D);
+    if (job->g->has_dq) {
+        job->kern->pack_pairs_bf16(cols, D, t->k16, t->ldk, sc->kp, t->ldkp);
+        const int64_t done = (cols + 1) / 2;
+        memset(sc->kp + done * t->ldkp, 0, (size_t)((FA_RUP32(cols) / 2 - done) * t->ldkp) * 4);
+    }
+    t->k_pairs = sc->kp;
+    t->kt = sc->kt, t->vt = sc->vt, t->dkt = sc->dkt, t->dvt = sc->dvt;
+}
+
+/* ... on the f32 path: packed (job->kv_pack), in place or converted. */
+static void tile_f32(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
+                     int64_t cols, bwd_tile *t)
+{
+    const int64_t D = job->p->D, Dv = job->p->Dv;
+    if (job->kv_pack) {
         fa_kv_pack_rows(s, job->kern, &job->kv_layout, hk, j0, cols, j0, sc->kv, NULL, NULL, NULL);
         t->k = (const float *)sc->kv;
         t->v = (const float *)(sc->kv + job->kv_layout.v_offset);
@@ -392,6 +411,134 @@ static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_p
         t->v = fa_kv_tile_f32(s, 1, job->kern, j0, cols, hk, Dv, sc->v, &t->ldv);
         t->kv_finite = fa_rows_finite(t->k, t->ldk, cols, D);
     }
+}
+
+/* What the gradient products of one (query block, key tile) pair take (bwd_block). */
+typedef struct {
+    const bwd_rows *rw;
+    const bwd_tile *t;
+    int64_t n, cols;
+    int want_dv, want_dk;
+    const fa_kernels *kq, *kx; /* dQ's kernels, and dK's and dV's (bwd_block: the careful ones where needed) */
+    float *dq_rows;
+    int64_t ldq_acc;
+} bwd_grads_in;
+
+/* S^T = K (scale Q)^T, and dP^T = V dO^T, on each path. */
+static void scores_bf16(const bwd_job *job, const bwd_scratch *sc, const bwd_tile *t, int64_t n, int64_t cols)
+{
+    job->kern->qk_bf16(n, cols, job->p->D, sc->qt2, 2 * job->bp, t->k16, t->ldk, job->p->scale, sc->st, job->bp);
+}
+
+static void scores_f32(const bwd_job *job, const bwd_scratch *sc, const bwd_tile *t, int64_t n, int64_t cols)
+{
+    job->kern->qk(n, cols, job->p->D, sc->qt, job->bp, t->k, t->ldk, sc->st, job->bp);
+}
+
+static void dp_bf16(const bwd_job *job, const bwd_scratch *sc, const bwd_tile *t, int64_t n, int64_t cols)
+{
+    job->kern->qk_bf16(n, cols, job->p->Dv, sc->dot2, 2 * job->bp, t->v16, t->ldv, 1.0f, sc->dpt, job->bp);
+}
+
+static void dp_f32(const bwd_job *job, const bwd_scratch *sc, const bwd_tile *t, int64_t n, int64_t cols)
+{
+    job->kern->qk(n, cols, job->p->Dv, sc->dot, job->bp, t->v, t->ldv, sc->dpt, job->bp);
+}
+
+/* Whether the block's Q and dO rows are finite, on each path (bwd_block's choice of
+ * careful kernels). */
+static int rows_finite_bf16(const bwd_rows *rw, int64_t n, int64_t D, int64_t Dv)
+{
+    return fa_rows_finite16(rw->do16, rw->lddo, n, Dv, 0x7f80u) && fa_rows_finite16(rw->q16, rw->ldq, n, D, 0x7f80u);
+}
+
+static int rows_finite_f32(const bwd_rows *rw, int64_t n, int64_t D, int64_t Dv)
+{
+    return fa_rows_finite(rw->dout, rw->lddo, n, Dv) && fa_rows_finite(rw->q, rw->ldq, n, D);
+}
+
+/* The gradients' products: dV += P~^T dO, dK += dS^T Q, dQ += dS K. On the bf16 path
+ * the pair kernels round P~ and dS to bf16, as a naive bf16 backward does. */
+static void grads_bf16(const bwd_job *job, const bwd_scratch *sc, const bwd_grads_in *in, double t0)
+{
+    const bwd_rows rw = *in->rw;
+    const bwd_tile *t = in->t;
+    const fa_kernels *kq = in->kq, *kx = in->kx;
+    const int64_t D = job->p->D, Dv = job->p->Dv, bp = job->bp, n = in->n, cols = in->cols;
+    if (in->want_dv) kx->stx_bf16(n, cols, Dv, sc->st, bp, rw.do16, rw.lddo, t->dv, job->lddv, sc->pair_scratch);
+    t0 = fa_phase_mark(job->phases, FA_PH_DV, t0);
+    if (in->want_dk) kx->stx_bf16(n, cols, D, sc->dpt, bp, rw.q16, rw.ldq, t->dk, job->ldd, sc->pair_scratch);
+    t0 = fa_phase_mark(job->phases, FA_PH_DK, t0);
+    if (in->dq_rows)
+        kq->pv_bf16(n, cols, D, sc->dpt, bp, t->k_pairs, t->ldkp, NULL, in->dq_rows, in->ldq_acc, sc->pair_scratch);
+    fa_phase_mark(job->phases, FA_PH_DQ, t0);
+}
+
+static void grads_f32(const bwd_job *job, const bwd_scratch *sc, const bwd_grads_in *in, double t0)
+{
+    const bwd_rows rw = *in->rw;
+    const bwd_tile *t = in->t;
+    const fa_kernels *kq = in->kq, *kx = in->kx;
+    const int64_t D = job->p->D, Dv = job->p->Dv, bp = job->bp, n = in->n, cols = in->cols;
+    if (in->want_dv) kx->stx(n, cols, Dv, sc->st, bp, rw.dout, rw.lddo, t->dv, job->lddv);
+    t0 = fa_phase_mark(job->phases, FA_PH_DV, t0);
+    /* backward of 1, S = scale Q K^T: dK += dS^T Q (scale applied once, at the store) */
+    if (in->want_dk) kx->stx(n, cols, D, sc->dpt, bp, rw.q, rw.ldq, t->dk, job->ldd);
+    t0 = fa_phase_mark(job->phases, FA_PH_DK, t0);
+    /* ... and dQ += dS K */
+    if (in->dq_rows) kq->pv(n, cols, D, sc->dpt, bp, t->k, t->ldk, NULL, in->dq_rows, in->ldq_acc);
+    fa_phase_mark(job->phases, FA_PH_DQ, t0);
+}
+
+/*
+ * The backward's operand paths, one per job (fa_backward_tiled): the table's fused tile
+ * (bwd_bf16) where it has one and the job has no element-wise score rule, bf16 pairs
+ * where the forward takes them with dO in bf16 too, else f32 rows. Each gives the
+ * block's rows, a key tile's rows, S^T, dP^T and the gradients' products.
+ */
+struct bwd_path {
+    void (*rows)(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t h,
+                 int64_t i0, int64_t n, bwd_rows *rw);
+    void (*tile)(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
+                 int64_t cols, bwd_tile *t);
+    void (*scores)(const bwd_job *job, const bwd_scratch *sc, const bwd_tile *t, int64_t n, int64_t cols);
+    void (*dp)(const bwd_job *job, const bwd_scratch *sc, const bwd_tile *t, int64_t n, int64_t cols);
+    int (*rows_finite)(const bwd_rows *rw, int64_t n, int64_t D, int64_t Dv);
+    void (*grads)(const bwd_job *job, const bwd_scratch *sc, const bwd_grads_in *in, double t0);
+};
+enum { BWD_F32, BWD_BF16, BWD_TILES };
+static const bwd_path bwd_paths[] = {
+    [BWD_F32] = {rows_f32, tile_f32, scores_f32, dp_f32, rows_finite_f32, grads_f32},
+    [BWD_BF16] = {rows_bf16, tile_bf16, scores_bf16, dp_bf16, rows_finite_bf16, grads_bf16},
+    /* the fused tile (bwd_block_tiles); a pair it does not take runs the bf16 row's products */
+    [BWD_TILES] = {rows_tiles, tile_tiles, scores_bf16, dp_bf16, rows_finite_bf16, grads_bf16},
+};
+
+/* Rows i0 .. i0+n-1 of head h: Q (natural and transposed-scaled), dO (both), the
+ * forward's lse, and D_i, for every key tile that sees the block. */
+static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t b,
+                      int64_t h, int64_t i0, int64_t n, bwd_rows *rw)
+{
+    const fa_problem *p = job->p;
+    memset(rw, 0, sizeof *rw);
+    job->path->rows(job, sc, s, gs, h, i0, n, rw);
+    const float *lse = s->lse.data;
+    const int64_t row0 = p->cu_q ? p->cu_q[b] : 0;
+    const float *dv = job->dvec + (p->cu_q ? 0 : b) * job->dvec_sb + h * job->dvec_sh + row0;
+    for (int64_t r = 0; r < job->bp; r++) {
+        sc->lse[r] = r < n ? lse[h * s->lse.stride[1] + (i0 + r) * s->lse.stride[2]] : -INFINITY;
+        sc->dv_rows[r] = r < n ? dv[i0 + r] : 0.0f;
+    }
+}
+
+static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
+                      int64_t cols, bwd_tile *t)
+{
+    memset(t, 0, sizeof *t);
+    t->dk = sc->dk;
+    t->dv = sc->dv;
+    t->cols = cols;
+    job->path->tile(job, sc, s, hk, j0, cols, t);
 }
 
 /*
@@ -461,7 +608,7 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     }
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
-    const int64_t D = p->D, Dv = p->Dv, bp = job->bp;
+    const int64_t Dv = p->Dv, bp = job->bp;
     const int elementwise = fa_problem_has_elementwise(s);
     const bwd_rows rw = *rwp;
     /* the softmax step below runs with m = lse and may move m: each tile starts anew */
@@ -470,10 +617,7 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     double t0 = fa_phase_start(job->phases);
 
     /* forward 1-5: S^T, then softcap, bias, ALiBi and masks (x kept for the softcap) */
-    if (job->b16)
-        kern->qk_bf16(n, cols, D, sc->qt2, 2 * bp, t->k16, t->ldk, p->scale, sc->st, bp);
-    else
-        kern->qk(n, cols, D, sc->qt, bp, t->k, t->ldk, sc->st, bp);
+    job->path->scores(job, sc, t, n, cols);
     if (p->softcap > 0.0f) memcpy(sc->xt, sc->st, (size_t)(cols * bp) * sizeof(float));
     if (elementwise) fa_scores_finish(s, 0, h, i0, n, j0, cols, sc->st, bp, 1);
     /* the block mask where the pair's kv blocks are not all full: one run of keys per
@@ -502,10 +646,8 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
      * there is no output, so dP = 0; the kernels need a depth >= 1) */
     if (Dv == 0)
         memset(sc->dpt, 0, (size_t)(cols * bp) * sizeof(float));
-    else if (job->b16)
-        kern->qk_bf16(n, cols, Dv, sc->dot2, 2 * bp, t->v16, t->ldv, 1.0f, sc->dpt, bp);
     else
-        kern->qk(n, cols, Dv, sc->dot, bp, t->v, t->ldv, sc->dpt, bp);
+        job->path->dp(job, sc, t, n, cols);
     if (s->drop.on) fa_dropout_tile_t(&s->drop, b, h, p->Hq, s->q_start + i0, n, s->k_start + j0, cols, sc->dpt, bp);
     t0 = fa_phase_mark(job->phases, FA_PH_DP, t0);
 
@@ -526,33 +668,11 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     /* a vector kernel multiplies p = 0 by x too: masked rows that are not
      * finite take the reference kernels, which skip zeros */
     const fa_kernels *kq = partial && !t->kv_finite ? &fa_kernels_ref : kern;
-    if (job->b16) {
-        /* the pair kernels round P~ and dS to bf16, as a naive bf16 backward does */
-        const fa_kernels *kx = (want_dv || want_dk) && partial &&
-                                       !(fa_rows_finite16(rw.do16, rw.lddo, n, Dv, 0x7f80u) &&
-                                         fa_rows_finite16(rw.q16, rw.ldq, n, D, 0x7f80u))
-                                   ? &fa_kernels_ref
-                                   : kern;
-        if (want_dv) kx->stx_bf16(n, cols, Dv, sc->st, bp, rw.do16, rw.lddo, t->dv, job->lddv, sc->pair_scratch);
-        t0 = fa_phase_mark(job->phases, FA_PH_DV, t0);
-        if (want_dk) kx->stx_bf16(n, cols, D, sc->dpt, bp, rw.q16, rw.ldq, t->dk, job->ldd, sc->pair_scratch);
-        t0 = fa_phase_mark(job->phases, FA_PH_DK, t0);
-        if (dq_rows) kq->pv_bf16(n, cols, D, sc->dpt, bp, t->k_pairs, t->ldkp, NULL, dq_rows, ldq_acc, sc->pair_scratch);
-        fa_phase_mark(job->phases, FA_PH_DQ, t0);
-        return;
-    }
-    const fa_kernels *kx = (want_dv || want_dk) && partial &&
-                                   !(fa_rows_finite(rw.dout, rw.lddo, n, Dv) && fa_rows_finite(rw.q, rw.ldq, n, D))
-                               ? &fa_kernels_ref
-                               : kern;
-    if (want_dv) kx->stx(n, cols, Dv, sc->st, bp, rw.dout, rw.lddo, t->dv, job->lddv);
-    t0 = fa_phase_mark(job->phases, FA_PH_DV, t0);
-    /* backward of 1, S = scale Q K^T: dK += dS^T Q (scale applied once, at the store) */
-    if (want_dk) kx->stx(n, cols, D, sc->dpt, bp, rw.q, rw.ldq, t->dk, job->ldd);
-    t0 = fa_phase_mark(job->phases, FA_PH_DK, t0);
-    /* ... and dQ += dS K */
-    if (dq_rows) kq->pv(n, cols, D, sc->dpt, bp, t->k, t->ldk, NULL, dq_rows, ldq_acc);
-    fa_phase_mark(job->phases, FA_PH_DQ, t0);
+    const fa_kernels *kx =
+        (want_dv || want_dk) && partial && !job->path->rows_finite(&rw, n, p->D, Dv) ? &fa_kernels_ref : kern;
+    const bwd_grads_in in = {.rw = &rw, .t = t, .n = n, .cols = cols, .want_dv = want_dv, .want_dk = want_dk,
+                             .kq = kq, .kx = kx, .dq_rows = dq_rows, .ldq_acc = ldq_acc};
+    job->path->grads(job, sc, &in, t0);
 }
 
 /* Whether the block mask keeps a pair of the (query block, key tile) of head h (1
@@ -760,6 +880,7 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
      * score rules (bias, mask, ALiBi, softcap), no dropout, an output (Dv >= 1) */
     job.tiles = job.b16 && (ctx->kernels->flags & FA_KERNELS_BWD_BF16) && !fa_problem_has_elementwise(p) &&
                 !p->drop.on && p->Dv > 0;
+    job.path = &bwd_paths[job.tiles ? BWD_TILES : job.b16 ? BWD_BF16 : BWD_F32];
     /* K and V as the forward packs them (kv.h) where it would: rows far apart
      * (a page, or a multiple of 1 KB) share a few cache sets and miss in qk's and
      * pv's reuse of the tile, and converted rows are copied anyway. Once per key
