@@ -1036,7 +1036,12 @@ static void test_backward(h_rng *r)
                 /* the fp32 pipeline's few ulps per accumulated term (bf16: the two calls'
                  * forwards may differ in the last bit of an lse, where the band and the
                  * -inf of a mask reach the softmax kernel in two forms) */
-                const double tol = (8.0 + 2.0 * sqrt((double)terms)) * 1.2e-7 * fmax(scale, 1.0);
+                double tol = (8.0 + 2.0 * sqrt((double)terms)) * 1.2e-7 * fmax(scale, 1.0);
+                /* bf16 pairs: the twins may take different pipelines (the fused tile
+                 * backward takes the block mask, not the dense one), whose exps differ in
+                 * the last bits of an f32 p, which flips the bf16 rounding of a p or ds
+                 * term; two bf16 ulps of the gradient's scale bound such flips */
+                if (c.dt != FA_DTYPE_F32) tol += 2.0 * 0x1p-8 * scale;
                 CHECK(worst <= tol, "%s %s threads=%d: max err %.3g > %.3g", names[k], h_algo_str(algos[run]),
                       threads[run], worst, tol);
                 if (run == 1) first[k] = snapshot(gr[k]);
