@@ -13,7 +13,8 @@
  *   causal      causal as a block mask (a shared lower-triangular diagonal block)
  *               against causal itself, within the rule
  *   documents   document masks on and off block boundaries and a sparse one: flash
- *               against the oracles, bitwise over threads; the tiles the planner takes
+ *               against the oracles, bitwise over threads; the planned tiles span whole
+ *               blocks for aligned documents, stay inside one for the sparse mask
  *   varlen      packed sequences, a mask per sequence or one broadcast, against dense
  *               per-sequence oracles
  *   cache       a decoding step's tree mask over a contiguous or paged KV cache, new
