@@ -404,8 +404,7 @@ static int64_t tiled_blocks(const fa_problem *p, int64_t fq, int64_t fk)
 {
     const fa_bmask *m = &p->bm;
     if ((m->nkb + fk - 1) / fk > GROW_TILES_MAX) return -1;
-    int32_t seen[GROW_TILES_MAX];
-    int32_t stamp = 0;
+    int64_t seen[GROW_TILES_MAX], stamp = 0;
     int64_t blocks = 0;
     for (int64_t k = 0; k < GROW_TILES_MAX; k++) seen[k] = -1;
     for (int64_t b = 0; b < (m->row_b ? p->B : 1); b++)
@@ -440,7 +439,7 @@ void fa_bmask_plan_tiles(const fa_problem *p, int64_t *br, int64_t *bc)
     int64_t fq = tq > m->bq && tq % m->bq == 0 ? tq / m->bq : 1;
     int64_t fk = tk > m->bk && tk % m->bk == 0 ? tk / m->bk : 1;
     const int64_t listed = tiled_blocks(p, 1, 1);
-    while (fq * fk > 1) {
+    while (listed >= 0 && fq * fk > 1) {
         const int64_t blocks = tiled_blocks(p, fq, fk);
         if (blocks >= 0 && blocks - listed <= listed / 8) {
             *br = fq * m->bq;
