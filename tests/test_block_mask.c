@@ -13,11 +13,13 @@
  *   causal      causal as a block mask (a shared lower-triangular diagonal block)
  *               against causal itself, within the rule
  *   documents   document masks on and off block boundaries and a sparse one: flash
- *               against the oracles, bitwise over threads; the tiles the planner takes
+ *               against the oracles, bitwise over threads; the planned tiles span whole
+ *               blocks for aligned documents, stay inside one for the sparse mask
  *   varlen      packed sequences, a mask per sequence or one broadcast, against dense
  *               per-sequence oracles
  *   cache       a decoding step's tree mask over a contiguous or paged KV cache, new
- *               rows appended, against each sequence's dense oracle; its work
+ *               rows appended (few: the small-row kernels; per-head masks, GQA and MQA
+ *               stacks), against each sequence's dense oracle; its work
  *   work        fa_forward_work's pairs against a brute-force count
  *   backward    the reference backward against finite differences of the fp64 naive
  *               forward; flash and standard against the reference; varlen; bitwise
@@ -737,8 +739,10 @@ static void test_varlen(h_rng *r)
  * each sequence against its own dense oracle with its keys after the append. */
 static void test_cache(h_rng *r)
 {
-    for (int k = 0; k < 6; k++) {
-        const int64_t n = 2, Hq = 4, Hk = 2, D = 16, snew = 1 + 3 * k, page = 4;
+    /* k < 3 and 6, 7: few rows, the small-row kernels' stacks (7: eight heads on one kv head) */
+    for (int k = 0; k < 8; k++) {
+        const int64_t n = 2, Hq = k >= 6 ? 8 : 4, Hk = k == 7 ? 1 : 2, D = k >= 6 ? 64 : 16,
+                      snew = k >= 6 ? 2 : 1 + 3 * k, page = 4;
         const int paged = k % 2;
         const fa_dtype dt = k % 3 == 2 ? FA_DTYPE_BF16 : FA_DTYPE_F32;
         int64_t sk[2], smax = 0;
@@ -785,7 +789,7 @@ static void test_cache(h_rng *r)
         }
         kc.seqlens = seqlens;
         tmask tm;
-        tm_init(&tm, k % 3 ? n : 1, k >= 3 ? Hq : 1, snew, smax, 1 + k % 4, 8);
+        tm_init(&tm, k % 3 ? n : 1, k >= 3 ? Hq : 1, snew, smax, 1 + k % 4, k == 7 ? 16 : 8);
         const tm_spec spec = {0.7, 0.6, 0.1, 0.6, 0.3};
         tm_random(&tm, r, &spec);
         fa_forward_args a = FA_FORWARD_ARGS_INIT;

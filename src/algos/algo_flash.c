@@ -241,6 +241,22 @@ static void finish_rows(const flash_job *job, const fa_problem *s, const fa_task
  * a tile of all heads is one contiguous stretch of memory, which main memory
  * streams far better than one head's rows a whole row of heads apart.
  */
+/* What the block mask leaves of one small-row stack's tile (heads h0 .. h0+ng-1, n
+ * rows each): 0 nothing, 1 every pair, 2 some (some head's); with `st`, it removes
+ * the pairs it does not keep from the stack's (rows, lds) scores. */
+static int small_bmask(const fa_problem *s, const flash_scratch *sc, int64_t h0, int64_t ng, int64_t i0, int64_t n,
+                       int64_t j0, int64_t cols, float *st, int64_t lds)
+{
+    int any = 0, bits = 0;
+    for (int64_t g = 0; g < ng; g++) {
+        const int kind = fa_bmask_tile(s, 0, h0 + g, i0, n, j0, cols, sc->bms);
+        any |= kind != 0;
+        bits |= kind != 1; /* a head it removes the tile for, among others it does not */
+        if (st && kind != 1) fa_bmask_apply(s, 0, h0 + g, i0, n, j0, cols, st + g * n * lds, 1, lds, sc->bms);
+    }
+    return !any ? 0 : bits ? 2 : 1;
+}
+
 static void flash_task_small(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
 {
     const fa_problem *p = job->p;
@@ -299,6 +315,8 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             /* a latent V row is its K row (and scale): PV finds it in cache after QK */
             const void *const *vrow = s->v_in_k ? sc->kp : sc->vp;
             const float *vscale = s->v_in_k ? sc->ks : sc->vs;
+            const int bm = s->bm.on ? small_bmask(s, sc, h0, ng, i0, n, j0, cols, NULL, lds) : 1;
+            if (bm == 0) continue; /* the block mask removes the tile for the whole stack */
             double t0 = fa_phase_start(job->phases);
             if (q8)
                 kern->qk_small_i8(rows, cols, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, sc->kp, sc->ks,
@@ -309,13 +327,14 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             if (elementwise)
                 for (int64_t g = 0; g < ng; g++)
                     fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n * lds, 1, lds);
+            if (bm == 2) small_bmask(s, sc, h0, ng, i0, n, j0, cols, sc->st, lds);
             kern->softmax_small(rows, cols, sc->st, lds, tlo, thi, STACK_M(k), STACK_L(k), STACK_ALPHA(k));
             t0 = fa_phase_mark(job->phases, FA_PH_X, t0);
             /* a vector kernel multiplies a masked p = 0 by v too: a NaN/inf in a masked V
              * row would leak into rows that never see it, so such tiles take the
              * reference kernel, which skips p == 0 */
             const fa_kernels *pk =
-                partial && kern != &fa_kernels_ref && !fa_kv_rows_finite(vrow, kvt, vscale, cols, Dv) ? &fa_kernels_ref
+                (partial || bm == 2) && kern != &fa_kernels_ref && !fa_kv_rows_finite(vrow, kvt, vscale, cols, Dv) ? &fa_kernels_ref
                                                                                                  : kern;
             if (Dv > 0 && q8)
                 pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, vrow, vscale, STACK_ALPHA(k), STACK_ACC(k), ldacc);
@@ -996,8 +1015,6 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     job->lds = round16(job->plan.bc);
     /* decoding takes no dropout: the small-row loop leaves it to the wide one */
     job->small = (ctx->kernels->flags & FA_KERNELS_SMALL_ROWS) && job->plan.bc <= FA_SMALL_COLS && !p->drop.on;
-    /* the block mask's tiles are the wide loop's */
-    if (p->bm.on) job->small = 0;
     /* int8 products: opt-in, int8 caches, where the table has its own kernels (tasks on
      * other key types ignore it) */
     job->digits = job->small && p->quant && (ctx->kernels->flags & FA_KERNELS_I8_DOT) && p->D <= FA_QUANT_D_MAX

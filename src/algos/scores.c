@@ -404,8 +404,7 @@ static int64_t tiled_blocks(const fa_problem *p, int64_t fq, int64_t fk)
 {
     const fa_bmask *m = &p->bm;
     if ((m->nkb + fk - 1) / fk > GROW_TILES_MAX) return -1;
-    int32_t seen[GROW_TILES_MAX];
-    int32_t stamp = 0;
+    int64_t seen[GROW_TILES_MAX], stamp = 0;
     int64_t blocks = 0;
     for (int64_t k = 0; k < GROW_TILES_MAX; k++) seen[k] = -1;
     for (int64_t b = 0; b < (m->row_b ? p->B : 1); b++)
@@ -433,16 +432,17 @@ void fa_bmask_plan_tiles(const fa_problem *p, int64_t *br, int64_t *bc)
     if (!p->bm.on) return;
     const fa_bmask *m = &p->bm;
     /* tiles of whole blocks, as many as the plan wants, while they compute at most
-     * an eighth more blocks than the mask lists: fewer, larger tiles where the kept
-     * blocks come in groups (documents, a causal staircase), the blocks themselves
-     * where they are scattered (random) */
+     * 1/32 more blocks than the mask lists: fewer, larger tiles where the kept blocks
+     * come in aligned groups (documents, every block, a long causal staircase), the
+     * blocks themselves where they are scattered (random) or a short staircase's
+     * diagonal would be computed whole (bf16 has no trimmed path) */
     const int64_t tq = *br < p->Sq ? *br : fa_round_up(p->Sq, m->bq), tk = *bc < p->Sk ? *bc : fa_round_up(p->Sk, m->bk);
     int64_t fq = tq > m->bq && tq % m->bq == 0 ? tq / m->bq : 1;
     int64_t fk = tk > m->bk && tk % m->bk == 0 ? tk / m->bk : 1;
     const int64_t listed = tiled_blocks(p, 1, 1);
-    while (fq * fk > 1) {
+    while (listed >= 0 && fq * fk > 1) {
         const int64_t blocks = tiled_blocks(p, fq, fk);
-        if (blocks >= 0 && blocks - listed <= listed / 8) {
+        if (blocks >= 0 && blocks - listed <= listed / 32) {
             *br = fq * m->bq;
             *bc = fk * m->bk;
             return;
