@@ -92,6 +92,8 @@ def run(args):
                 "flashattn dense mask": lambda: fat.scaled_dot_product_attention(q, k, v, attn_mask=dense),
                 "torch compiled flex": lambda: compiled(q, k, v, block_mask=bm),
             }
+            if args.no_dense:
+                del fns["flashattn dense mask"]
             if name == "tree":
                 kc = k.transpose(1, 2).contiguous()
                 vc = v.transpose(1, 2).contiguous()
@@ -146,6 +148,7 @@ def main():
     p.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
     p.add_argument("--only", nargs="*", help="mask names to run (document8 prefix_lm random10 ...)")
     p.add_argument("--no-backward", action="store_true")
+    p.add_argument("--no-dense", action="store_true", help="leave out the forward's dense-mask call (long N)")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, two runs")
     args = p.parse_args()
     if args.smoke:

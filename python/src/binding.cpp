@@ -578,7 +578,11 @@ void fill_block_mask(Call &c, nb::handle obj)
     c.a.block_mask = &m;
     if (m.block_q < 1 || m.block_k < 1 || m.batch < 1 || m.heads < 1 || m.q_blocks < 0)
         return; // the library's checks and messages
-    const int64_t rows = m.batch * m.heads * m.q_blocks;
+    int64_t rows = 0;
+    if (m.block_q > INT32_MAX || m.block_k > INT32_MAX || __builtin_mul_overflow(m.batch, m.heads, &rows) ||
+        __builtin_mul_overflow(rows, m.q_blocks, &rows) || rows == INT64_MAX)
+        raise(PyExc_ValueError, "block_mask: block_q and block_k must be below 2^31, and batch * heads * q_blocks "
+                                "must fit in 64 bits");
     if (!m.offsets || n_off != rows + 1)
         raise(PyExc_ValueError, "block_mask offsets must have batch * heads * q_blocks + 1 = " +
                                     std::to_string(rows + 1) + " entries, got " + std::to_string(n_off));

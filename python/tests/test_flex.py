@@ -294,6 +294,10 @@ def test_value_errors():
         flashattn.flex_attention(q, k.bfloat16(), v)
     with pytest.raises(ValueError, match="block_mask must be a torch BlockMask"):
         flashattn.flex_attention(q, k, v, block_mask=torch.ones(S, S, dtype=torch.bool))
+    far = create_block_mask(causal, None, None, S, S, device="cpu")
+    far.kv_indices[...] = 3  # past the one kv block (BlockMask's own constructors check theirs)
+    with pytest.raises(ValueError, match=r"kv_indices must be in \[0, 1\)"):
+        flashattn.flex_attention(q, k, v, block_mask=far)
     bias = torch.zeros(1, H, S, S, requires_grad=True)
     with pytest.raises(ValueError, match="bias that requires grad"):
         flashattn.flex_attention(q, k, v, score_mod=score_mods.bias(bias))
@@ -322,6 +326,9 @@ def test_block_mask_binding_checks_lengths():
     bits = good[:7] + (np.array([0, -1], np.int64), np.zeros(3, np.uint8))
     with pytest.raises(ValueError, match="whole element masks"):
         _C.forward(raw, q, q, q, out, None, block_mask=bits)
+    huge = (4, 4, 2**40, 2**40, 2**20) + good[5:]
+    with pytest.raises(ValueError, match="fit in 64 bits"):
+        _C.forward(raw, q, q, q, out, None, block_mask=huge)
     bad_kv = good[:6] + (np.array([0, 7], np.int32),) + good[7:]
     with pytest.raises(ValueError, match="fa_forward"):
         _C.forward(raw, q, q, q, out, None, block_mask=bad_kv)
