@@ -4,6 +4,8 @@
  *
  *   setting   default 0, bounds, read back; fa_backward refuses a context with it on
  *             (and fa_backward_check says the same), writing nothing
+ *   per call  fa_forward_args.quant_matmul: -1 takes the context's; v gives setting v's
+ *             bits on any context; bad values refused; the backward follows the call's mode
  *   accuracy  decoding over int8 caches built here (K, V ~ N(0, 1), or K with outlier
  *             channels; quantised by the test's own rule, optionally after the caller
  *             smoothed K by its mean), D = 64, 128, 256, up to 32K keys: the error of
@@ -23,6 +25,9 @@
 #include <string.h>
 
 static fa_context *g_ctx;
+
+static float quant_row(const double *x, int64_t n, int8_t *code);
+static int mode_applies(void);
 
 static void test_setting(void)
 {
@@ -65,6 +70,100 @@ static void test_setting(void)
     }
     fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 0);
     CHECK(fa_backward(g_ctx, &b) == FA_OK, "exact backward: %s", fa_context_error(g_ctx));
+    free(dout.data), free(dq.data);
+    h_problem_free(&p);
+}
+
+/* ------------------------------------------------------------- the per-call field */
+
+/* fa_forward_args.quant_matmul (docs/semantics.md, section 11, "The call's mode"): a value
+ * v gives the bits of field -1 on a context set to v, whatever the context's setting;
+ * -2 and 3 are refused, naming the field, writing nothing; the backward refuses fwd args
+ * whose mode is not 0 and takes a per-call 0 on an i8 context. */
+static void test_per_call(void)
+{
+    h_case("per-call field");
+    const int64_t D = 64, Sk = 300, Hq = 8, Hk = 2;
+    h_rng r;
+    h_rng_seed(&r, 31);
+    fa_tensor kc = h_alloc(FA_DTYPE_I8, 1, Sk, Hk, D), vc = h_alloc(FA_DTYPE_I8, 1, Sk, Hk, D);
+    fa_tensor ksc = h_alloc(FA_DTYPE_F32, 1, Sk, Hk, 1), vsc = h_alloc(FA_DTYPE_F32, 1, Sk, Hk, 1);
+    double row[256];
+    int8_t code[256];
+    for (int kv = 0; kv < 2; kv++)
+        for (int64_t j = 0; j < Sk; j++)
+            for (int64_t g = 0; g < Hk; g++) {
+                for (int64_t x = 0; x < D; x++) row[x] = h_rng_normal(&r);
+                h_set(kv ? &vsc : &ksc, 0, j, g, 0, quant_row(row, D, code));
+                for (int64_t x = 0; x < D; x++) ((int8_t *)(kv ? vc : kc).data)[h_offset(kv ? &vc : &kc, 0, j, g, x)] = code[x];
+            }
+    fa_tensor qt = h_alloc(FA_DTYPE_F32, 1, 1, Hq, D), ot = h_alloc(FA_DTYPE_F32, 1, 1, Hq, D);
+    h_fill_normal(&qt, &r, 1.0);
+    const int32_t seqlens[1] = {(int32_t)Sk};
+    fa_kv_cache cache = FA_KV_CACHE_INIT;
+    cache.k = kc, cache.v = vc, cache.k_scale = ksc, cache.v_scale = vsc, cache.seqlens = seqlens;
+    fa_forward_args a = FA_FORWARD_ARGS_INIT;
+    CHECK(a.quant_matmul == -1, "FA_FORWARD_ARGS_INIT's quant_matmul is %d", (int)a.quant_matmul);
+    a.q = qt, a.o = ot, a.kv_cache = &cache;
+    const size_t bytes = sizeof(float) * (size_t)(Hq * D);
+    float *want[3];
+    for (int m = 0; m < 3; m++) { /* the context's setting, field -1 */
+        want[m] = malloc(bytes);
+        fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, m);
+        CHECK(h_run(g_ctx, FA_ALGO_AUTO, 1, &a) == FA_OK, "setting %d: %s", m, fa_context_error(g_ctx));
+        memcpy(want[m], ot.data, bytes);
+    }
+    CHECK(memcmp(want[0], want[1], bytes) != 0 || !mode_applies(), "i8 keeps the exact bits on %s", fa_context_isa(g_ctx));
+    for (int w = 0; w < 3; w++)
+        for (int v = 0; v < 3; v++) {
+            fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, w);
+            a.quant_matmul = v;
+            h_fill(&ot, -7.0);
+            CHECK(h_run(g_ctx, FA_ALGO_AUTO, 2, &a) == FA_OK, "field %d, context %d: %s", v, w, fa_context_error(g_ctx));
+            CHECK(memcmp(ot.data, want[v], bytes) == 0, "field %d on a context set to %d: not the bits of setting %d", v,
+                  w, v);
+        }
+    static const int32_t bad[] = {-2, 3, INT32_MIN, INT32_MAX};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        a.quant_matmul = bad[i];
+        h_fill(&ot, -7.0);
+        const fa_status st = fa_forward(g_ctx, &a);
+        CHECK(st == FA_ERR_INVALID_ARGUMENT && strstr(fa_context_error(g_ctx), "quant_matmul"), "%d: status %d (%s)",
+              (int)bad[i], (int)st, fa_context_error(g_ctx));
+        int untouched = 1;
+        for (int64_t e = 0; e < Hq * D; e++) untouched &= ((float *)ot.data)[e] == -7.0f;
+        CHECK(untouched, "%d: o written", (int)bad[i]);
+    }
+    for (int m = 0; m < 3; m++) free(want[m]);
+    free(kc.data), free(vc.data), free(ksc.data), free(vsc.data), free(qt.data), free(ot.data);
+
+    /* the backward: the call's mode decides */
+    h_case("per-call field, backward");
+    const h_dims d = {1, 8, 8, 2, 2, 16, 16};
+    h_problem p;
+    h_problem_alloc(&p, d, FA_DTYPE_F32, FA_DTYPE_F32);
+    h_fill_normal(&p.args.q, &r, 1.0), h_fill_normal(&p.args.k, &r, 1.0), h_fill_normal(&p.args.v, &r, 1.0);
+    fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 0);
+    CHECK(h_run(g_ctx, FA_ALGO_AUTO, 1, &p.args) == FA_OK, "forward: %s", fa_context_error(g_ctx));
+    fa_tensor dout = h_alloc(FA_DTYPE_F32, 1, 8, 2, 16), dq = h_alloc(FA_DTYPE_F32, 1, 8, 2, 16);
+    h_fill_normal(&dout, &r, 1.0);
+    fa_backward_args b;
+    fa_backward_args_init(&b);
+    b.fwd = &p.args, b.do_ = dout, b.dq = dq;
+    for (int v = 1; v <= 2; v++) {
+        p.args.quant_matmul = v;
+        h_fill(&dq, 12345.0);
+        const fa_status st = fa_backward(g_ctx, &b);
+        CHECK(st == FA_ERR_UNSUPPORTED && strstr(fa_context_error(g_ctx), "quant_matmul"), "field %d on an exact "
+              "context: backward %d (%s)", v, (int)st, fa_context_error(g_ctx));
+        int untouched = 1;
+        for (int64_t e = 0; e < h_numel(&dq); e++) untouched &= ((float *)dq.data)[e] == 12345.0f;
+        CHECK(untouched, "field %d: dq written", v);
+    }
+    p.args.quant_matmul = 0;
+    fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 1);
+    CHECK(fa_backward(g_ctx, &b) == FA_OK, "field 0 on an i8 context: %s", fa_context_error(g_ctx));
+    fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 0);
     free(dout.data), free(dq.data);
     h_problem_free(&p);
 }
@@ -354,6 +453,7 @@ int main(void)
     CHECK(h_context_create(&g_ctx) == FA_OK, "context");
     if (!g_ctx) return h_summary();
     test_setting();
+    test_per_call();
     test_accuracy();
     test_forms();
     fa_context_free(g_ctx);

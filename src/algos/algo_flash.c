@@ -871,7 +871,7 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     /* int8 products: opt-in, int8 caches, where the table has its own kernels (tasks on
      * other key types ignore it) */
     job->digits = job->small && p->quant && (ctx->kernels->flags & FA_KERNELS_I8_DOT) && p->D <= FA_QUANT_D_MAX
-                      ? (int)ctx->set.quant_matmul
+                      ? p->quant_matmul
                       : 0;
     /* stacks one small-row task may hold: their Q rows, accumulators and softmax
      * state within 256 KiB, a share of L2 */

@@ -66,6 +66,7 @@ typedef struct fa_problem {
     fa_tensor drop_mask;
     const float *sinks;       /* (Hq) sink logits; NULL = none (fa_sink) */
     int64_t kv_splits;        /* this call's split-KV chunks; 0 = the context's */
+    int quant_matmul;         /* the call's FA_PARAM_QUANT_MATMUL mode: its field, else the context's */
     fa_bmask bm;              /* the block mask; bm.on = 0: none */
 
     /*
