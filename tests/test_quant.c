@@ -629,6 +629,10 @@ static void check_prefill(const pcase *pc, const qresult *q, const char *what)
     CHECK(q->err[2] <= 4 * q->bf16_err, "%s: i8x2 error %.3g, 4x bf16 P's %.3g", what, q->err[2], 4 * q->bf16_err);
     CHECK(q->float_err[0] == 0 || q->err[2] <= 4 * q->float_err[0], "%s: i8x2 error %.3g, 4x the bf16 path's %.3g",
           what, q->err[2], 4 * q->float_err[0]);
+    /* N(0,1) inputs: i8 too within 4x the exact bf16 path's error (the target) */
+    if (!pc->c.outliers && q->float_err[0] > 0)
+        CHECK(q->err[1] <= 4 * q->float_err[0], "%s: i8 error %.3g, 4x the bf16 path's %.3g", what, q->err[1],
+              4 * q->float_err[0]);
 }
 
 static void test_prefill(void)

@@ -96,6 +96,7 @@ typedef struct {
      * row-major scores (br_pad, lds); K codes have two spare rows (a digit pair's scratch) */
     int8_t *wq8, *wk8;
     float *wq8s, *wqc, *wkbar, *wst, *wy; /* wy: one key row, smoothed (D) */
+    double *wsum;                         /* (D) kbar's sums */
     int64_t *bms;          /* the block mask's statuses of a tile's kv blocks (fa_bmask_scratch) */
     /* bf16 dot-product path only (and f32 as bf16 products: q16, k16, v16 then hold
      * the split rows, below) */
@@ -154,6 +155,7 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->wq8, job->wide_digits ? fa_bytes3(bp * 2, fa_q8_ld(2 * D), 1) : 0},
         {(void **)&sc->wk8, job->wide_digits ? fa_bytes3(bc + 2, fa_q8_ld(2 * D), 1) : 0},
         {(void **)&sc->wy, job->wide_digits ? fa_bytes3(D, 4, 1) : 0},
+        {(void **)&sc->wsum, job->wide_digits ? fa_bytes3(D, 8, 1) : 0},
         {(void **)&sc->wq8s, job->wide_digits ? bp * 4 : 0},
         {(void **)&sc->wqc, job->wide_digits ? bp * 4 : 0},
         {(void **)&sc->wkbar, job->wide_digits ? fa_bytes3(D, 4, 1) : 0},
@@ -368,20 +370,18 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
     /* kbar over every key of the (sequence, kv head); none for an int8 cache, or where
      * it is not finite */
     int smooth = !cache8;
+    const double tq = fa_phase_start(job->phases);
     if (smooth) {
-        double sum[FA_ROW_ALIGN];
-        for (int64_t x0 = 0; x0 < D; x0 += FA_ROW_ALIGN) {
-            const int64_t nx = D - x0 < FA_ROW_ALIGN ? D - x0 : FA_ROW_ALIGN;
-            for (int64_t x = 0; x < nx; x++) sum[x] = 0.0;
-            for (int64_t j0 = 0; j0 < s->Sk; j0 += job->plan.bc) {
-                const int64_t cols = s->Sk - j0 < job->plan.bc ? s->Sk - j0 : job->plan.bc;
-                int64_t ldk;
-                const float *k = fa_kv_tile_f32(s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
-                for (int64_t c = 0; c < cols; c++)
-                    for (int64_t x = 0; x < nx; x++) sum[x] += k[c * ldk + x0 + x];
-            }
-            for (int64_t x = 0; x < nx; x++) sc->wkbar[x0 + x] = (float)(sum[x] / (double)s->Sk);
+        double *sum = sc->wsum;
+        for (int64_t x = 0; x < D; x++) sum[x] = 0.0;
+        for (int64_t j0 = 0; j0 < s->Sk; j0 += job->plan.bc) {
+            const int64_t cols = s->Sk - j0 < job->plan.bc ? s->Sk - j0 : job->plan.bc;
+            int64_t ldk;
+            const float *k = fa_kv_tile_f32(s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
+            for (int64_t c = 0; c < cols; c++)
+                for (int64_t x = 0; x < D; x++) sum[x] += k[c * ldk + x];
         }
+        for (int64_t x = 0; x < D; x++) sc->wkbar[x] = (float)(sum[x] / (double)s->Sk);
         for (int64_t x = 0; x < D; x++) smooth &= isfinite(sc->wkbar[x]);
     }
     /* q: x = scale q, its codes (digit rows of ld8) and scale, c = x . kbar */
@@ -415,6 +415,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
         sc->l[r] = 0.0f;
     }
     memset(sc->acc, 0, (size_t)(rows * ldacc) * sizeof(float));
+    fa_phase_mark(job->phases, FA_PH_X, tq); /* the task's prologue: kbar and q's codes */
 
     int64_t lo, hi;
     fa_task_columns(s, it, i0, n, &lo, &hi);
