@@ -182,8 +182,9 @@ typedef enum fa_param {
     FA_PARAM_QUANT_MATMUL = 10,    /* forward products on int8 codes (docs/semantics.md, 11): 0 = exact
                                       (default), 1 = i8 (q.k as int8 x int8, P.V as u8 P x int8 V, int32
                                       sums), 2 = i8x2 (the same with two int8 digits per q and P value,
-                                      ~100x more accurate); never the default; taken today by the decode
-                                      path over int8 caches, elsewhere ignored; fa_forward_args.
+                                      ~100x more accurate); never the default; taken by prefill (float
+                                      K/V, int8 caches) and by decoding over int8 caches on tables with
+                                      integer dot products, elsewhere ignored; fa_forward_args.
                                       quant_matmul overrides it per call; fa_backward refuses a
                                       call whose mode is not 0. Default from
                                       FLASHATTN_QUANT_MATMUL=exact|i8|i8x2 */
