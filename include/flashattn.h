@@ -182,9 +182,11 @@ typedef enum fa_param {
     FA_PARAM_QUANT_MATMUL = 10,    /* forward products on int8 codes (docs/semantics.md, 11): 0 = exact
                                       (default), 1 = i8 (q.k as int8 x int8, P.V as u8 P x int8 V, int32
                                       sums), 2 = i8x2 (the same with two int8 digits per q and P value,
-                                      ~100x more accurate); never the default; taken today by the decode
-                                      path over int8 caches, elsewhere ignored; fa_backward refuses a
-                                      context where it is not 0. Default from
+                                      ~100x more accurate); never the default; taken by prefill (float
+                                      K/V, int8 caches) and by decoding over int8 caches on tables with
+                                      integer dot products, elsewhere ignored; fa_forward_args.
+                                      quant_matmul overrides it per call; fa_backward refuses a
+                                      call whose mode is not 0. Default from
                                       FLASHATTN_QUANT_MATMUL=exact|i8|i8x2 */
     FA_PARAM_BF16_FUSED = 11,      /* bf16 flash forward on a table with a fused tile kernel (amx,
                                       amx-model; else ignored): 1 = the fused kernel (row-major
@@ -410,6 +412,12 @@ typedef struct fa_forward_args {
      * step's tree mask: kv blocks count the keys after the append). Combines with every
      * other mask: a pair is kept iff all keep it. */
     const struct fa_block_mask *block_mask;
+
+    /* ---- quantised products for this call (docs/semantics.md, section 11): -1 (default)
+     * = the context's FA_PARAM_QUANT_MATMUL; 0 exact, 1 i8, 2 i8x2 = that mode for this
+     * call alone, whatever the context's. fa_backward refuses fwd args whose mode (this,
+     * or the context's where this is -1) is not 0. Other values: FA_ERR_INVALID_ARGUMENT. */
+    int32_t quant_matmul;
 } fa_forward_args;
 
 /*
@@ -458,7 +466,9 @@ typedef struct fa_forward_args {
     X(sinks, "sinks", const float *, PTR, INPUT, 0, "optional [Hq] f32 attention-sink logits")                \
     X(kv_splits, "kv_splits", int64_t, I64, OPTION, 0, "split-KV chunks per sequence, 1..256; 0 = the context's") \
     X(block_mask, "block_mask", const struct fa_block_mask *, PTR, FORM, 0,                                       \
-      "optional block mask: the kv blocks each q block visits, whole or with element bits")
+      "optional block mask: the kv blocks each q block visits, whole or with element bits")                        \
+    X(quant_matmul, "quant_matmul", int32_t, I32, OPTION, -1,                                                     \
+      "int8 products for this call: -1 = the context's FA_PARAM_QUANT_MATMUL, 0 exact, 1 i8, 2 i8x2")
 
 /* The initialisers the tables give: an absent tensor for TENSOR rows, else the default. */
 #define FA_FIELD_INIT_(name, key, ctype, type, role, def, doc) FA_FIELD_INIT_##type(def),

@@ -4,6 +4,8 @@
  *
  *   setting   default 0, bounds, read back; fa_backward refuses a context with it on
  *             (and fa_backward_check says the same), writing nothing
+ *   per call  fa_forward_args.quant_matmul: -1 takes the context's; v gives setting v's
+ *             bits on any context; bad values refused; the backward follows the call's mode
  *   accuracy  decoding over int8 caches built here (K, V ~ N(0, 1), or K with outlier
  *             channels; quantised by the test's own rule, optionally after the caller
  *             smoothed K by its mean), D = 64, 128, 256, up to 32K keys: the error of
@@ -23,6 +25,9 @@
 #include <string.h>
 
 static fa_context *g_ctx;
+
+static float quant_row(const double *x, int64_t n, int8_t *code);
+static int mode_applies(void);
 
 static void test_setting(void)
 {
@@ -65,6 +70,100 @@ static void test_setting(void)
     }
     fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 0);
     CHECK(fa_backward(g_ctx, &b) == FA_OK, "exact backward: %s", fa_context_error(g_ctx));
+    free(dout.data), free(dq.data);
+    h_problem_free(&p);
+}
+
+/* ------------------------------------------------------------- the per-call field */
+
+/* fa_forward_args.quant_matmul (docs/semantics.md, section 11, "The call's mode"): a value
+ * v gives the bits of field -1 on a context set to v, whatever the context's setting;
+ * -2 and 3 are refused, naming the field, writing nothing; the backward refuses fwd args
+ * whose mode is not 0 and takes a per-call 0 on an i8 context. */
+static void test_per_call(void)
+{
+    h_case("per-call field");
+    const int64_t D = 64, Sk = 300, Hq = 8, Hk = 2;
+    h_rng r;
+    h_rng_seed(&r, 31);
+    fa_tensor kc = h_alloc(FA_DTYPE_I8, 1, Sk, Hk, D), vc = h_alloc(FA_DTYPE_I8, 1, Sk, Hk, D);
+    fa_tensor ksc = h_alloc(FA_DTYPE_F32, 1, Sk, Hk, 1), vsc = h_alloc(FA_DTYPE_F32, 1, Sk, Hk, 1);
+    double row[256];
+    int8_t code[256];
+    for (int kv = 0; kv < 2; kv++)
+        for (int64_t j = 0; j < Sk; j++)
+            for (int64_t g = 0; g < Hk; g++) {
+                for (int64_t x = 0; x < D; x++) row[x] = h_rng_normal(&r);
+                h_set(kv ? &vsc : &ksc, 0, j, g, 0, quant_row(row, D, code));
+                for (int64_t x = 0; x < D; x++) ((int8_t *)(kv ? vc : kc).data)[h_offset(kv ? &vc : &kc, 0, j, g, x)] = code[x];
+            }
+    fa_tensor qt = h_alloc(FA_DTYPE_F32, 1, 1, Hq, D), ot = h_alloc(FA_DTYPE_F32, 1, 1, Hq, D);
+    h_fill_normal(&qt, &r, 1.0);
+    const int32_t seqlens[1] = {(int32_t)Sk};
+    fa_kv_cache cache = FA_KV_CACHE_INIT;
+    cache.k = kc, cache.v = vc, cache.k_scale = ksc, cache.v_scale = vsc, cache.seqlens = seqlens;
+    fa_forward_args a = FA_FORWARD_ARGS_INIT;
+    CHECK(a.quant_matmul == -1, "FA_FORWARD_ARGS_INIT's quant_matmul is %d", (int)a.quant_matmul);
+    a.q = qt, a.o = ot, a.kv_cache = &cache;
+    const size_t bytes = sizeof(float) * (size_t)(Hq * D);
+    float *want[3];
+    for (int m = 0; m < 3; m++) { /* the context's setting, field -1 */
+        want[m] = malloc(bytes);
+        fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, m);
+        CHECK(h_run(g_ctx, FA_ALGO_AUTO, 1, &a) == FA_OK, "setting %d: %s", m, fa_context_error(g_ctx));
+        memcpy(want[m], ot.data, bytes);
+    }
+    CHECK(memcmp(want[0], want[1], bytes) != 0 || !mode_applies(), "i8 keeps the exact bits on %s", fa_context_isa(g_ctx));
+    for (int w = 0; w < 3; w++)
+        for (int v = 0; v < 3; v++) {
+            fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, w);
+            a.quant_matmul = v;
+            h_fill(&ot, -7.0);
+            CHECK(h_run(g_ctx, FA_ALGO_AUTO, 2, &a) == FA_OK, "field %d, context %d: %s", v, w, fa_context_error(g_ctx));
+            CHECK(memcmp(ot.data, want[v], bytes) == 0, "field %d on a context set to %d: not the bits of setting %d", v,
+                  w, v);
+        }
+    static const int32_t bad[] = {-2, 3, INT32_MIN, INT32_MAX};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        a.quant_matmul = bad[i];
+        h_fill(&ot, -7.0);
+        const fa_status st = fa_forward(g_ctx, &a);
+        CHECK(st == FA_ERR_INVALID_ARGUMENT && strstr(fa_context_error(g_ctx), "quant_matmul"), "%d: status %d (%s)",
+              (int)bad[i], (int)st, fa_context_error(g_ctx));
+        int untouched = 1;
+        for (int64_t e = 0; e < Hq * D; e++) untouched &= ((float *)ot.data)[e] == -7.0f;
+        CHECK(untouched, "%d: o written", (int)bad[i]);
+    }
+    for (int m = 0; m < 3; m++) free(want[m]);
+    free(kc.data), free(vc.data), free(ksc.data), free(vsc.data), free(qt.data), free(ot.data);
+
+    /* the backward: the call's mode decides */
+    h_case("per-call field, backward");
+    const h_dims d = {1, 8, 8, 2, 2, 16, 16};
+    h_problem p;
+    h_problem_alloc(&p, d, FA_DTYPE_F32, FA_DTYPE_F32);
+    h_fill_normal(&p.args.q, &r, 1.0), h_fill_normal(&p.args.k, &r, 1.0), h_fill_normal(&p.args.v, &r, 1.0);
+    fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 0);
+    CHECK(h_run(g_ctx, FA_ALGO_AUTO, 1, &p.args) == FA_OK, "forward: %s", fa_context_error(g_ctx));
+    fa_tensor dout = h_alloc(FA_DTYPE_F32, 1, 8, 2, 16), dq = h_alloc(FA_DTYPE_F32, 1, 8, 2, 16);
+    h_fill_normal(&dout, &r, 1.0);
+    fa_backward_args b;
+    fa_backward_args_init(&b);
+    b.fwd = &p.args, b.do_ = dout, b.dq = dq;
+    for (int v = 1; v <= 2; v++) {
+        p.args.quant_matmul = v;
+        h_fill(&dq, 12345.0);
+        const fa_status st = fa_backward(g_ctx, &b);
+        CHECK(st == FA_ERR_UNSUPPORTED && strstr(fa_context_error(g_ctx), "quant_matmul"), "field %d on an exact "
+              "context: backward %d (%s)", v, (int)st, fa_context_error(g_ctx));
+        int untouched = 1;
+        for (int64_t e = 0; e < h_numel(&dq); e++) untouched &= ((float *)dq.data)[e] == 12345.0f;
+        CHECK(untouched, "field %d: dq written", v);
+    }
+    p.args.quant_matmul = 0;
+    fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 1);
+    CHECK(fa_backward(g_ctx, &b) == FA_OK, "field 0 on an i8 context: %s", fa_context_error(g_ctx));
+    fa_context_set(g_ctx, FA_PARAM_QUANT_MATMUL, 0);
     free(dout.data), free(dq.data);
     h_problem_free(&p);
 }
@@ -349,13 +448,247 @@ static void test_forms(void)
     }
 }
 
+/* ------------------------------------------------------------- prefill (the wide path) */
+
+typedef struct pcase {
+    qcase c;        /* shapes and rules (c.smooth, c.paged, c.splits, c.mla unused) */
+    fa_dtype dtype; /* q, k, v: f32 or bf16 */
+    int form;       /* 0 dense, 1 varlen (two copies of the sequence), 2 paged f32 cache, 3 int8 cache */
+} pcase;
+
+enum { P_DENSE, P_VARLEN, P_PAGED, P_INT8 };
+
+/* Prefill: Sq query rows (the last Sq of the Sk positions) over Sk keys, each mode's
+ * error against the fp64 attention of the values the call sees (every 'step'th row),
+ * next to the error of P rounded to bf16 against the same oracle. res as run_case's. */
+static void run_prefill(const pcase *pc, uint64_t seed, qresult *res)
+{
+    const qcase *c = &pc->c;
+    const int64_t D = c->D, Sk = c->Sk, Sq = c->Sq, Hq = c->Hq, Hk = c->Hk, nkv = Sk * Hk * D, nq = Sq * Hq * D;
+    const int copies = pc->form == P_VARLEN ? 2 : 1;
+    h_rng r;
+    h_rng_seed(&r, seed);
+    fa_forward_args a = FA_FORWARD_ARGS_INIT;
+    a.q = h_alloc(pc->dtype, 1, copies * Sq, Hq, D);
+    a.o = h_alloc(FA_DTYPE_F32, 1, copies * Sq, Hq, D);
+    a.lse = h_alloc(FA_DTYPE_F32, 1, Hq, copies * Sq, 1);
+    float *q = malloc(sizeof(float) * (size_t)nq);
+    double *kd = malloc(sizeof(double) * (size_t)nkv), *vd = malloc(sizeof(double) * (size_t)nkv);
+    for (int64_t i = 0; i < Sq; i++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t x = 0; x < D; x++) {
+                h_set(&a.q, 0, i, h, x, h_rng_normal(&r));
+                q[(i * Hq + h) * D + x] = (float)h_get(&a.q, 0, i, h, x);
+                if (copies == 2) h_set(&a.q, 0, Sq + i, h, x, q[(i * Hq + h) * D + x]);
+            }
+    /* K, V as the call holds them (rounded to the dtype, or an int8 cache's codes) */
+    const int64_t page = 32, pages = (Sk + page - 1) / page;
+    fa_kv_cache cache = FA_KV_CACHE_INIT;
+    int32_t *table = NULL, seqlens[1] = {(int32_t)Sk}, cu_q[3] = {0, (int32_t)Sq, (int32_t)(2 * Sq)},
+            cu_k[3] = {0, (int32_t)Sk, (int32_t)(2 * Sk)};
+    fa_tensor kt, vt, ksc = {0}, vsc = {0};
+    if (pc->form == P_PAGED) {
+        kt = h_alloc(FA_DTYPE_F32, pages, page, Hk, D), vt = h_alloc(FA_DTYPE_F32, pages, page, Hk, D);
+        table = malloc(sizeof(int32_t) * (size_t)pages);
+        for (int64_t p = 0; p < pages; p++) table[p] = (int32_t)(pages - 1 - p);
+    } else if (pc->form == P_INT8) {
+        kt = h_alloc(FA_DTYPE_I8, 1, Sk, Hk, D), vt = h_alloc(FA_DTYPE_I8, 1, Sk, Hk, D);
+        ksc = h_alloc(FA_DTYPE_F32, 1, Sk, Hk, 1), vsc = h_alloc(FA_DTYPE_F32, 1, Sk, Hk, 1);
+    } else {
+        kt = h_alloc(pc->dtype, 1, copies * Sk, Hk, D), vt = h_alloc(pc->dtype, 1, copies * Sk, Hk, D);
+    }
+    double row[1024];
+    int8_t code[1024];
+    for (int kv = 0; kv < 2; kv++)
+        for (int64_t j = 0; j < Sk; j++)
+            for (int64_t g = 0; g < Hk; g++) {
+                const fa_tensor *t = kv ? &vt : &kt;
+                double *dst = (kv ? vd : kd) + (j * Hk + g) * D;
+                for (int64_t x = 0; x < D; x++)
+                    row[x] = h_rng_normal(&r) + (!kv && c->outliers && x % 16 == 5 ? 12.0 : 0.0);
+                const int64_t b0 = pc->form == P_PAGED ? table[j / page] : 0, r0 = pc->form == P_PAGED ? j % page : j;
+                if (pc->form == P_INT8) {
+                    const float sc = quant_row(row, D, code);
+                    h_set(kv ? &vsc : &ksc, 0, j, g, 0, sc);
+                    for (int64_t x = 0; x < D; x++) {
+                        ((int8_t *)t->data)[h_offset(t, 0, j, g, x)] = code[x];
+                        dst[x] = (double)sc * code[x];
+                    }
+                    continue;
+                }
+                for (int64_t x = 0; x < D; x++) {
+                    h_set(t, b0, r0, g, x, row[x]);
+                    dst[x] = h_get(t, b0, r0, g, x);
+                    if (copies == 2) h_set(t, 0, Sk + j, g, x, dst[x]);
+                }
+            }
+    if (pc->form == P_PAGED || pc->form == P_INT8) {
+        cache.k = kt, cache.v = vt, cache.seqlens = seqlens;
+        if (table) cache.block_table = table, cache.max_pages = pages;
+        if (pc->form == P_INT8) cache.k_scale = ksc, cache.v_scale = vsc;
+        a.kv_cache = &cache;
+    } else {
+        a.k = kt, a.v = vt;
+    }
+    if (copies == 2) a.cu_seqlens_q = cu_q, a.cu_seqlens_k = cu_k, a.num_seqs = 2;
+    float *sinks = NULL;
+    if (c->sinks) {
+        sinks = malloc(sizeof(float) * (size_t)Hq);
+        for (int64_t h = 0; h < Hq; h++) sinks[h] = (float)h_rng_range(&r, -1.0, 3.0);
+    }
+    a.causal = c->causal ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+    a.window_left = c->window;
+    a.softcap = c->softcap;
+    a.sinks = sinks;
+    /* the oracle, on every step'th row (a long row costs Sk * D) */
+    const int64_t step = Sq * Sk > (int64_t)1 << 20 ? 7 : 1;
+    double *oref = malloc(sizeof(double) * (size_t)nq), *obf = malloc(sizeof(double) * (size_t)nq);
+    double *lref = malloc(sizeof(double) * (size_t)(Sq * Hq));
+    double omax = 0, bf16_err = 0;
+    for (int64_t i = 0; i < Sq; i += step)
+        for (int64_t h = 0; h < Hq; h++) {
+            double *o = oref + (i * Hq + h) * D;
+            lref[i * Hq + h] = oracle_row(c, q, kd, vd, sinks, h, i, o, obf + (i * Hq + h) * D);
+            for (int64_t e = 0; e < D; e++) {
+                omax = fmax(omax, fabs(o[e]));
+                bf16_err = fmax(bf16_err, fabs(obf[(i * Hq + h) * D + e] - o[e]));
+            }
+        }
+    res->bf16_err = bf16_err / omax;
+    /* the exact bf16 path as it computes on tiles: q, K and V rounded to bf16 (f32 inputs),
+     * then P rounded to bf16, against the same oracle */
+    double path_err = 0;
+    if (pc->dtype == FA_DTYPE_F32 && pc->form != P_INT8) {
+        float *qb = malloc(sizeof(float) * (size_t)nq);
+        double *kb = malloc(sizeof(double) * (size_t)nkv), *vb = malloc(sizeof(double) * (size_t)nkv);
+        double *tmp = malloc(sizeof(double) * (size_t)D), *ob = malloc(sizeof(double) * (size_t)D);
+        for (int64_t e = 0; e < nq; e++) qb[e] = h_bf16_to_f32(h_f32_to_bf16(q[e]));
+        for (int64_t e = 0; e < nkv; e++)
+            kb[e] = h_bf16_to_f32(h_f32_to_bf16((float)kd[e])), vb[e] = h_bf16_to_f32(h_f32_to_bf16((float)vd[e]));
+        for (int64_t i = 0; i < Sq; i += step)
+            for (int64_t h = 0; h < Hq; h++) {
+                oracle_row(c, qb, kb, vb, sinks, h, i, tmp, ob);
+                for (int64_t e = 0; e < D; e++) path_err = fmax(path_err, fabs(ob[e] - oref[(i * Hq + h) * D + e]));
+            }
+        free(qb), free(kb), free(vb), free(tmp), free(ob);
+    }
+    res->float_err[0] = path_err / omax;
+    const size_t obytes = sizeof(float) * (size_t)(copies * nq);
+    float *o0 = malloc(obytes), *om = malloc(obytes);
+    res->threads_same = 1;
+    for (int mode = 0; mode < 3; mode++) {
+        a.quant_matmul = mode;
+        for (int th = 2; th >= 1; th--) {
+            const fa_status st = h_run(g_ctx, FA_ALGO_AUTO, th, &a);
+            CHECK(st == FA_OK, "mode %d: %s", mode, fa_context_error(g_ctx));
+            if (th == 2) memcpy(om, a.o.data, obytes);
+            else res->threads_same &= memcmp(om, a.o.data, obytes) == 0;
+        }
+        if (mode == 0) memcpy(o0, om, obytes);
+        res->differs[mode] = memcmp(o0, om, obytes) != 0;
+        double err = 0, lerr = 0;
+        for (int cp = 0; cp < copies; cp++)
+            for (int64_t i = 0; i < Sq; i += step)
+                for (int64_t h = 0; h < Hq; h++) {
+                    for (int64_t e = 0; e < D; e++) {
+                        const float g = om[((cp * Sq + i) * Hq + h) * D + e];
+                        err = fmax(err, isnan(g) ? INFINITY : fabs((double)g - oref[(i * Hq + h) * D + e]));
+                    }
+                    const double l = h_get(&a.lse, 0, h, cp * Sq + i, 0);
+                    lerr = fmax(lerr, isnan(l) ? INFINITY : fabs(l - lref[i * Hq + h]));
+                }
+        res->err[mode] = err / omax;
+        res->lse_err[mode] = lerr;
+    }
+    free(q), free(kd), free(vd), free(table), free(sinks), free(oref), free(obf), free(lref), free(o0), free(om);
+    free(a.q.data), free(a.o.data), free(a.lse.data), free(kt.data), free(vt.data), free(ksc.data), free(vsc.data);
+}
+
+/* The prefill bounds (docs/semantics.md, section 11, "Accuracy"), per mode: o relative,
+ * lse absolute; and i8x2 within 4x the error of P rounded to bf16 and of the whole exact
+ * bf16 path (inputs and P rounded), where there is one (f32 inputs). */
+static const double P_O[3] = {0, 4e-2, 2.5e-4}, P_LSE[3] = {0, 4e-2, 4e-4};
+
+static void check_prefill(const pcase *pc, const qresult *q, const char *what)
+{
+    const int applies = mode_applies();
+    CHECK(q->threads_same, "%s: 1 and 2 threads differ", what);
+    /* the exact mode: f32 products, or (bf16 inputs on a bf16 dot-product path) P as bf16,
+     * and with the fused bf16 forward a bf16-accurate lse (docs/semantics.md, section 5) */
+    const int b16 = pc->dtype == FA_DTYPE_BF16;
+    const double exact = b16 ? 2 * q->bf16_err + 1e-5 : 1e-5, exact_lse = b16 ? 4e-3 : 1e-4;
+    CHECK(q->err[0] <= exact && q->lse_err[0] <= exact_lse, "%s: exact mode's error %.3g (lse %.3g)", what, q->err[0],
+          q->lse_err[0]);
+    for (int m = 1; m < 3; m++) {
+        CHECK(q->differs[m] == applies, "%s: mode %d %s the exact bits on %s", what, m,
+              q->differs[m] ? "changes" : "keeps", fa_context_isa(g_ctx));
+        CHECK(q->err[m] <= P_O[m] && q->lse_err[m] <= P_LSE[m], "%s (D %lld, Sk %lld): mode %d error %.3g (bound %.3g), "
+              "lse %.3g (bound %.3g)", what, (long long)pc->c.D, (long long)pc->c.Sk, m, q->err[m], P_O[m],
+              q->lse_err[m], P_LSE[m]);
+    }
+    CHECK(q->err[2] <= 4 * q->bf16_err, "%s: i8x2 error %.3g, 4x bf16 P's %.3g", what, q->err[2], 4 * q->bf16_err);
+    CHECK(q->float_err[0] == 0 || q->err[2] <= 4 * q->float_err[0], "%s: i8x2 error %.3g, 4x the bf16 path's %.3g",
+          what, q->err[2], 4 * q->float_err[0]);
+    /* N(0,1) inputs: i8 too within 4x the exact bf16 path's error (the target) */
+    if (!pc->c.outliers && q->float_err[0] > 0)
+        CHECK(q->err[1] <= 4 * q->float_err[0], "%s: i8 error %.3g, 4x the bf16 path's %.3g", what, q->err[1],
+              4 * q->float_err[0]);
+}
+
+static void test_prefill(void)
+{
+    printf("prefill: relative error against fp64 (sampled rows); lse absolute\n");
+    printf("%-30s %5s %6s | %9s %9s %9s | %9s %9s | %6s %6s | %9s %9s\n", "case", "D", "Sk", "exact", "i8", "i8x2",
+           "bf16 P", "bf16 path", "i8/bp", "x2/bp", "lse i8", "lse i8x2");
+    static const struct {
+        const char *what;
+        int big; /* FA_QUANT_TABLE=1 only: docs/semantics.md's table */
+        pcase pc;
+    } cases[] = {
+        {"N(0,1) f32", 0, {{64, 2048, 128, 2, 1, 0, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"N(0,1) f32", 0, {{128, 2048, 128, 2, 1, 0, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"N(0,1) f32", 0, {{256, 1024, 64, 2, 1, 0, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"N(0,1) f32", 1, {{64, 8192, 128, 2, 1, 0, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"N(0,1) f32", 1, {{128, 8192, 128, 2, 1, 0, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"N(0,1) f32", 1, {{256, 8192, 128, 2, 1, 0, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"N(0,1) f32", 1, {{128, 32768, 64, 2, 1, 0, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"N(0,1) bf16", 0, {{128, 1024, 96, 2, 1, 0, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_BF16, P_DENSE}},
+        {"outliers f32", 0, {{128, 2048, 128, 2, 1, 1, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"outliers f32", 0, {{64, 1024, 64, 2, 1, 1, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"outliers f32", 1, {{256, 8192, 128, 2, 1, 1, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"outliers f32", 1, {{128, 32768, 64, 2, 1, 1, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"causal GQA 4, bf16", 0, {{128, 600, 600, 4, 1, 0, 0, 0, 1, -1, 0.0f, 0, 0, 0}, FA_DTYPE_BF16, P_DENSE}},
+        {"window 200, softcap 20, sinks", 0, {{64, 700, 150, 2, 2, 0, 0, 0, 1, 200, 20.0f, 1, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+        {"varlen, causal", 0, {{64, 500, 100, 2, 1, 0, 0, 0, 1, -1, 0.0f, 0, 0, 0}, FA_DTYPE_BF16, P_VARLEN}},
+        {"paged f32 cache, causal", 0, {{128, 700, 60, 4, 1, 0, 0, 0, 1, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_PAGED}},
+        {"int8 cache, 40 rows", 0, {{128, 1500, 40, 4, 2, 0, 0, 0, 1, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_INT8}},
+        {"D 100", 0, {{100, 400, 40, 2, 1, 0, 0, 0, 0, -1, 0.0f, 0, 0, 0}, FA_DTYPE_F32, P_DENSE}},
+    };
+    const char *table = getenv("FA_QUANT_TABLE");
+    const int big = table && strcmp(table, "1") == 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const pcase *pc = &cases[i].pc;
+        if (cases[i].big && !big) continue;
+        qresult q;
+        h_case("prefill %s D=%lld Sk=%lld", cases[i].what, (long long)pc->c.D, (long long)pc->c.Sk);
+        run_prefill(pc, 500 + i, &q);
+        printf("%-30s %5lld %6lld | %9.2e %9.2e %9.2e | %9.2e %9.2e | %6.2f %6.2f | %9.2e %9.2e\n", cases[i].what,
+               (long long)pc->c.D, (long long)pc->c.Sk, q.err[0], q.err[1], q.err[2], q.bf16_err, q.float_err[0],
+               q.float_err[0] > 0 ? q.err[1] / q.float_err[0] : NAN, q.float_err[0] > 0 ? q.err[2] / q.float_err[0] : NAN,
+               q.lse_err[1], q.lse_err[2]);
+        check_prefill(pc, &q, cases[i].what);
+    }
+}
+
 int main(void)
 {
     CHECK(h_context_create(&g_ctx) == FA_OK, "context");
     if (!g_ctx) return h_summary();
     test_setting();
+    test_per_call();
     test_accuracy();
     test_forms();
+    test_prefill();
     fa_context_free(g_ctx);
     return h_summary();
 }

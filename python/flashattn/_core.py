@@ -127,6 +127,23 @@ class Context:
             raise ValueError(f"kv_pack must be one of {sorted(self._KV_PACK)}, got {mode!r}")
         self._c.set(_C.PARAM_KV_PACK, self._KV_PACK[mode])
 
+    _QUANT_MATMUL = {"exact": 0, "i8": 1, "i8x2": 2}
+
+    @property
+    def quant_matmul(self):
+        """The forward's products on int8 codes for every call of this context
+        (FA_PARAM_QUANT_MATMUL, docs/semantics.md, section 11): "exact" (the default,
+        or $FLASHATTN_QUANT_MATMUL), "i8" or "i8x2". A call's quant_matmul keyword
+        overrides it; this is the switch for routes without the keyword (torch's SDPA).
+        The backward refuses calls whose mode is not "exact"."""
+        return {v: k for k, v in self._QUANT_MATMUL.items()}[self._c.get(_C.PARAM_QUANT_MATMUL)]
+
+    @quant_matmul.setter
+    def quant_matmul(self, mode):
+        if mode not in self._QUANT_MATMUL:
+            raise ValueError(f"quant_matmul must be one of {sorted(self._QUANT_MATMUL)}, got {mode!r}")
+        self._c.set(_C.PARAM_QUANT_MATMUL, self._QUANT_MATMUL[mode])
+
     @property
     def isa(self):
         """The micro-kernel path: "ref", "avx2", "avx2vnni", "avx512", "avx512bf16", "amx", "amx-model" or "neon"."""

@@ -148,6 +148,22 @@ def _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_see
                     dropout_offset=_offset(dropout_offset))
 
 
+_QUANT = _core.Context._QUANT_MATMUL
+
+
+def _quant(opts, quant_matmul):
+    """opts with this call's int8 products (fa_forward_args.quant_matmul, docs/semantics.md,
+    section 11): None keeps the context's (Context.quant_matmul); "exact", "i8", "i8x2"
+    or 0, 1, 2 set them for the call (the library refuses other numbers)."""
+    if quant_matmul is None:
+        return opts
+    if isinstance(quant_matmul, str):
+        if quant_matmul not in _QUANT:
+            raise ValueError(f"quant_matmul must be one of {sorted(_QUANT)} (or 0, 1, 2), got {quant_matmul!r}")
+        return opts._replace(quant_matmul=_QUANT[quant_matmul])
+    return opts._replace(quant_matmul=int(quant_matmul))
+
+
 def _round128(n):
     return (n + 127) // 128 * 128
 
@@ -249,7 +265,7 @@ def _result(out, lse, dm, return_attn_probs):
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, attn_mask=None,
-                    dropout_seed=None, dropout_offset=0, sinks=None):
+                    dropout_seed=None, dropout_offset=0, sinks=None, quant_matmul=None):
     """Attention over q (batch, seqlen_q, nheads, headdim), k, v (batch, seqlen_k, nheads_k, headdim[_v]).
 
     As flash-attn 2.x: causal is aligned bottom-right, window_size (left, right)
@@ -266,6 +282,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     sinks (nheads,), gpt-oss's attention sinks: one logit per head added to each
     row's softmax normaliser, with no value (docs/semantics.md, step 6); with torch
     a gradient flows to them.
+    quant_matmul: this call's int8 products ("exact", "i8", "i8x2"; docs/semantics.md,
+    section 11); None (default) takes the context's (Context.quant_matmul). Inference
+    only: a backward through a call whose mode is not "exact" is refused.
 
     With return_attn_probs and dropout, the third result is flash-attn's S_dmask:
     (batch, nheads, seqlen_q, seqlen_k), each rounded up to a multiple of 128, in q's
@@ -275,6 +294,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """
     t = is_torch(q)
     opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t)
+    if quant_matmul is not None:
+        opts = _quant(opts, quant_matmul)
     sinks = _sinks(sinks, t)
     if t and attn_mask is None and alibi_slopes is None and not return_attn_probs and sinks is None:
         out = _ops().forward_lean(q, k, v, opts)  # None: autograd, compile or profiler
@@ -353,7 +374,7 @@ def _int32(x, torch_side, name):
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None, *, seqused_k=None,
-                           dropout_seed=None, dropout_offset=0, sinks=None):
+                           dropout_seed=None, dropout_offset=0, sinks=None, quant_matmul=None):
     """Packed sequences: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim[_v]),
     cu_seqlens_* int32 (batch + 1,) prefix sums. Returns out (total_q, nheads, headdim_v);
     with return_attn_probs also softmax_lse (nheads, total_q) and, with dropout,
@@ -371,16 +392,16 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     bottom-right over those keys, so a prefill chunk whose keys end with its own rows
     attends causally. This is the library's paged KV cache read without an append
     (flash_attn_with_kvcache appends); it is forward-only, without dropout.
-    sinks (nheads,) as in flash_attn_func.
+    sinks (nheads,) and quant_matmul as in flash_attn_func.
     """
     t = is_torch(q)
+    opts = _quant(_options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t),
+                  quant_matmul)
     if block_table is not None:
-        return _varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_k, block_table, t,
-                             _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed,
-                                      dropout_offset, t), alibi_slopes, return_attn_probs, sinks)
+        return _varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_k, block_table, t, opts,
+                             alibi_slopes, return_attn_probs, sinks)
     if seqused_k is not None:
         raise ValueError("flash_attn_varlen_func: seqused_k goes with block_table (paged keys)")
-    opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t)
     sinks = _sinks(sinks, t)
     for name, x in (("q", q), ("k", k), ("v", v)):
         _need_ndim(x, 3, name, "(total, nheads, headdim)")
@@ -603,7 +624,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False,
                             *, k_scale=None, v_scale=None, k_descale=None, v_descale=None, sinks=None,
-                            tree_mask=None):
+                            tree_mask=None, quant_matmul=None):
     """Attention of q (batch, seqlen_q, nheads, headdim) over a KV cache, appending k, v first.
 
     k_cache, v_cache: (batch_cache, seqlen_max, nheads_k, headdim[_v]), or with
@@ -637,6 +658,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     sees every key before them and draft token j where tree_mask[i, j] (its ancestors
     and itself). It combines with causal and windows by AND (pass causal=False for the
     tree alone); the library's block mask carries it (docs/semantics.md, "Block mask").
+    quant_matmul as in flash_attn_func: with an int8 cache, "i8" / "i8x2" decode with
+    integer products (docs/semantics.md, section 11).
     """
     if (rotary_cos is None and rotary_sin is None and alibi_slopes is None and sinks is None and k_scale is None and
             v_scale is None and k_descale is None and v_descale is None and not return_softmax_lse and
@@ -649,12 +672,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         opts = _options(0.0, softmax_scale, causal, window_size, softcap, None, 0, True)
         if num_splits:
             opts = opts._replace(kv_splits=num_splits)
+        if quant_matmul is not None:
+            opts = _quant(opts, quant_matmul)
         out = _kvcache_torch(_current_context(), q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
                              block_table, cache_leftpad, None, None, opts, True)
         if out is not None:
             return out
     t = is_torch(q)
-    opts = _options(0.0, softmax_scale, causal, window_size, softcap, None, 0, t)
+    opts = _quant(_options(0.0, softmax_scale, causal, window_size, softcap, None, 0, t), quant_matmul)
     if num_splits:
         opts = opts._replace(kv_splits=num_splits)
     _need_ndim(q, 4, "q", "(batch, seqlen_q, nheads, headdim)")

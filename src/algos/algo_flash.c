@@ -64,6 +64,7 @@ typedef struct {
     int64_t stacks_max; /* small-row path: head stacks one task may hold */
     int digits;         /* small-row path, int8 K/V: FA_PARAM_QUANT_MATMUL's int8 digits (1 i8, 2 i8x2) where
                          * the table has the kernels, else 0 (exact) */
+    int wide_digits;    /* the wide path, float or int8 K: the same (wide_q8), else 0 */
     fa_task *items;     /* tasks, most expensive first */
     int64_t n_items;
     int64_t *merges;    /* indices into items of split 0 of every split unit */
@@ -94,6 +95,12 @@ typedef struct {
     float *ks, *vs;        /* (bc) small path: their int8 scales */
     int8_t *q8;            /* small path, int8 products: (stack, FA_SMALL_ROWS, digits, fa_q8_ld(D)) Q codes */
     float *q8s;            /* (stack, FA_SMALL_ROWS) their scales */
+    /* the wide path's int8 products only (wide_q8): Q codes (br_pad, digits, ldq8), their
+     * scales and smoothing terms (br_pad), K codes (bc, ldq8), the smoothing mean (D),
+     * row-major scores (br_pad, lds); K codes have two spare rows (a digit pair's scratch) */
+    int8_t *wq8, *wk8;
+    float *wq8s, *wqc, *wkbar, *wst, *wy; /* wy: one key row, smoothed (D) */
+    double *wsum;                         /* (D) kbar's sums */
     int64_t *bms;          /* the block mask's statuses of a tile's kv blocks (fa_bmask_scratch) */
     /* bf16 dot-product path only (and f32 as bf16 products: q16, k16, v16 then hold
      * the split rows, below) */
@@ -149,6 +156,14 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->vs, bc * 4},
         {(void **)&sc->q8, fa_bytes3(qt_rows * job->digits, fa_q8_ld(D), 1)},
         {(void **)&sc->q8s, job->digits ? qt_rows * 4 : 0},
+        {(void **)&sc->wq8, job->wide_digits ? fa_bytes3(bp * 2, fa_q8_ld(2 * D), 1) : 0},
+        {(void **)&sc->wk8, job->wide_digits ? fa_bytes3(bc + 2, fa_q8_ld(2 * D), 1) : 0},
+        {(void **)&sc->wy, job->wide_digits ? fa_bytes3(D, 4, 1) : 0},
+        {(void **)&sc->wsum, job->wide_digits ? fa_bytes3(D, 8, 1) : 0},
+        {(void **)&sc->wq8s, job->wide_digits ? bp * 4 : 0},
+        {(void **)&sc->wqc, job->wide_digits ? bp * 4 : 0},
+        {(void **)&sc->wkbar, job->wide_digits ? fa_bytes3(D, 4, 1) : 0},
+        {(void **)&sc->wst, job->wide_digits ? fa_bytes3(bp, job->lds, 4) : 0},
         {(void **)&sc->bms, fa_bmask_scratch(job->p, bc) * 8},
         {(void **)&sc->q16, b16 ? fa_bytes3(mm ? T * bp : br, D, 2) : 0},
         {(void **)&sc->qt2, b16 ? fa_bytes3((T * D + 1) / 2 * 2, bp, 2) : 0},
@@ -352,6 +367,142 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
 #undef STACK_M
 #undef STACK_L
 #undef STACK_ALPHA
+}
+
+/*
+ * The wide path on int8 products (FA_PARAM_QUANT_MATMUL; docs/semantics.md, 11, "Keys the
+ * library quantises"): q rows quantised once per task, each key tile's rows smoothed by
+ * the (sequence, kv head)'s mean and quantised (float K) or taken as stored (an int8
+ * cache), scores row-major, and the task's rows run in stacks of FA_SMALL_ROWS through
+ * the small-row kernels (qk_small_i8, softmax_small, and pv_small on float V, exact, or
+ * pv_small_i8 on an int8 cache's). With two digits over float K, K's second digit rides
+ * along the reduction: K rows [kh | kl], q's digit rows [a | 0] and [b | a], so
+ * qk_small_i8's A and B are the contract's. A task's only step (wide_q8 jobs pack no K/V).
+ */
+static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
+{
+    const fa_problem *p = job->p;
+    const fa_kernels *kern = job->kern;
+    const int64_t D = p->D, Dv = p->Dv, ldacc = job->ldacc, lds = job->lds;
+    const int64_t i0 = (int64_t)it->qb * job->plan.br, ng = it->ng, h0 = it->h0, hk = h0 / p->group;
+    const int64_t n = s->Sq - i0 < job->plan.br ? s->Sq - i0 : job->plan.br, rows = n * ng;
+    const int kvt = fa_kv_type(s->k.dtype), cache8 = kvt == FA_KV_I8, digits = job->wide_digits;
+    const int kd = cache8 ? 1 : digits;                   /* K's digits */
+    const int64_t dk = kd == 2 ? 2 * D : D, ld8 = fa_q8_ld(dk), ldd = fa_q8_ld(D);
+    const int elementwise = fa_problem_has_elementwise(s);
+    /* kbar over every key of the (sequence, kv head); none for an int8 cache, or where
+     * it is not finite */
+    int smooth = !cache8;
+    const double tq = fa_phase_start(job->phases);
+    if (smooth) {
+        double *sum = sc->wsum;
+        for (int64_t x = 0; x < D; x++) sum[x] = 0.0;
+        for (int64_t j0 = 0; j0 < s->Sk; j0 += job->plan.bc) {
+            const int64_t cols = s->Sk - j0 < job->plan.bc ? s->Sk - j0 : job->plan.bc;
+            int64_t ldk;
+            const float *k = fa_kv_tile_f32(s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
+            for (int64_t c = 0; c < cols; c++)
+                for (int64_t x = 0; x < D; x++) sum[x] += k[c * ldk + x];
+        }
+        for (int64_t x = 0; x < D; x++) sc->wkbar[x] = (float)(sum[x] / (double)s->Sk);
+        for (int64_t x = 0; x < D; x++) smooth &= isfinite(sc->wkbar[x]);
+    }
+    /* q: x = scale q, its codes (digit rows of ld8) and scale, c = x . kbar */
+    for (int64_t g = 0; g < ng; g++) {
+        int64_t ldq;
+        const float *q = fa_rows_f32(&s->q, kern, 0, i0, n, h0 + g, D, sc->q, &ldq);
+        for (int64_t r = 0; r < n; r++) {
+            const int64_t row = g * n + r;
+            float *x = sc->qt + row * D;
+            double c = 0.0;
+            for (int64_t e = 0; e < D; e++) {
+                x[e] = p->scale * q[r * ldq + e];
+                if (smooth) c += (double)x[e] * sc->wkbar[e];
+            }
+            sc->wqc[row] = (float)c;
+            int8_t *q8 = sc->wq8 + row * digits * ld8;
+            if (kd == 1) {
+                sc->wq8s[row] = fa_quant_row_i8(x, D, digits, q8);
+                continue;
+            }
+            int8_t *tmp = sc->wk8 + job->plan.bc * ld8; /* the spare K row */
+            sc->wq8s[row] = fa_quant_row_i8(x, D, 2, tmp);
+            memset(q8, 0, (size_t)(2 * ld8));
+            memcpy(q8, tmp, (size_t)D);                  /* [a | 0] */
+            memcpy(q8 + ld8, tmp + ldd, (size_t)D);      /* [b | a] */
+            memcpy(q8 + ld8 + D, tmp, (size_t)D);
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0.0f;
+    }
+    memset(sc->acc, 0, (size_t)(rows * ldacc) * sizeof(float));
+    fa_phase_mark(job->phases, FA_PH_X, tq); /* the task's prologue: kbar and q's codes */
+
+    int64_t lo, hi;
+    fa_task_columns(s, it, i0, n, &lo, &hi);
+    const void *const *vrow = sc->vp;
+    const int vkt = s->v_in_k ? kvt : fa_kv_type(s->v.dtype);
+    for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
+        const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
+        const int32_t *tlo, *thi;
+        const int partial = stacked_band(s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        double t0 = fa_phase_start(job->phases);
+        /* V rows (a latent V: K's own rows, before K is requantised below) */
+        fa_kv_row_ptrs(s, s->v_in_k ? 0 : 1, j0, cols, hk, sc->vp, sc->vs);
+        if ((s->v_in_k ? s->k : s->v).stride[3] != 1)
+            fa_kv_gather_strided(s->v_in_k ? &s->k : &s->v, sc->vp, cols, Dv, sc->v);
+        /* 1. K codes: an int8 cache's rows, or the tile smoothed and quantised */
+        if (cache8) {
+            fa_kv_row_ptrs(s, 0, j0, cols, hk, sc->kp, sc->ks);
+            if (s->k.stride[3] != 1) fa_kv_gather_strided(&s->k, sc->kp, cols, D, sc->k);
+        } else {
+            int64_t ldk;
+            const float *k = fa_kv_tile_f32(s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
+            float *y = sc->wy;
+            int8_t *tmp = sc->wk8 + job->plan.bc * ld8;
+            for (int64_t c = 0; c < cols; c++) {
+                for (int64_t e = 0; e < D; e++) y[e] = smooth ? k[c * ldk + e] - sc->wkbar[e] : k[c * ldk + e];
+                int8_t *k8 = sc->wk8 + c * ld8;
+                sc->ks[c] = fa_quant_row_i8(y, D, kd, kd == 2 ? tmp : k8);
+                if (kd == 2) memcpy(k8, tmp, (size_t)D), memcpy(k8 + D, tmp + ldd, (size_t)D); /* [kh | kl] */
+                sc->kp[c] = k8;
+            }
+        }
+        for (int64_t r0 = 0; r0 < rows; r0 += FA_SMALL_ROWS) {
+            const int64_t nr = rows - r0 < FA_SMALL_ROWS ? rows - r0 : FA_SMALL_ROWS;
+            kern->qk_small_i8(nr, cols, dk, digits, sc->wq8 + r0 * digits * ld8, ld8, sc->wq8s + r0, sc->kp, sc->ks,
+                              sc->wst + r0 * lds, lds);
+        }
+        if (smooth)
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t c = 0; c < cols; c++) sc->wst[r * lds + c] += sc->wqc[r];
+        t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
+        /* 2-5 */
+        if (elementwise)
+            for (int64_t g = 0; g < ng; g++) fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->wst + g * n * lds, 1, lds);
+        /* 6-7, then 9, stack by stack (their state copied to aligned rows, as the kernels take it) */
+        const float *vscale = s->quant ? sc->vs : NULL;
+        const fa_kernels *pk =
+            partial && kern != &fa_kernels_ref && !fa_kv_rows_finite(vrow, vkt, vscale, cols, Dv) ? &fa_kernels_ref : kern;
+        for (int64_t r0 = 0; r0 < rows; r0 += FA_SMALL_ROWS) {
+            const int64_t nr = rows - r0 < FA_SMALL_ROWS ? rows - r0 : FA_SMALL_ROWS;
+            _Alignas(64) float m[FA_ROW_ALIGN], l[FA_ROW_ALIGN], alpha[FA_ROW_ALIGN];
+            memcpy(m, sc->m + r0, (size_t)nr * sizeof *m);
+            memcpy(l, sc->l + r0, (size_t)nr * sizeof *l);
+            float *st = sc->wst + r0 * lds, *acc = sc->acc + r0 * ldacc;
+            kern->softmax_small(nr, cols, st, lds, tlo ? tlo + r0 : NULL, thi ? thi + r0 : NULL, m, l, alpha);
+            memcpy(sc->m + r0, m, (size_t)nr * sizeof *m);
+            memcpy(sc->l + r0, l, (size_t)nr * sizeof *l);
+            if (Dv > 0 && cache8)
+                pk->pv_small_i8(nr, cols, Dv, digits, st, lds, vrow, vscale, alpha, acc, ldacc);
+            else if (Dv > 0)
+                pk->pv_small(nr, cols, Dv, st, lds, vrow, vkt, vscale, alpha, acc, ldacc);
+        }
+        fa_phase_mark(job->phases, FA_PH_P, t0);
+    }
+    finish_rows(job, s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
 }
 
 /* A wide task's fixed facts, shared by its steps below. */
@@ -796,6 +947,10 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         flash_task_small(job, sc0, &s, it);
         return;
     }
+    if (job->wide_digits) { /* int8 products: never packed, one step */
+        flash_task_q8(job, sc0, &s, it);
+        return;
+    }
     const int64_t Dv = p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
     wide_task w = {.s = &s, .i0 = (int64_t)it->qb * job->plan.br, .ng = it->ng, .h0 = it->h0,
                    .hk = it->h0 / p->group, .unit = unit, .key0 = step->key0};
@@ -972,6 +1127,7 @@ static int decode_tiles(const fa_context *ctx, const fa_problem *p, const flash_
     const int paged = p->pages || p->block_table;
     int64_t rows;
     if (!(ctx->kernels->flags & FA_KERNELS_TILES) || !job->bf16_dot || p->drop.on || p->bm.on || p->quant ||
+        p->quant_matmul ||
         p->group < 2 || !fa_mul_ok(p->Sq, p->group, &rows))
         return 0;
     /* a page pool's rows are gathered whole (tile_rows_u16) */
@@ -987,6 +1143,20 @@ static void decode_tiles_plan(const fa_problem *p, flash_job *job)
         job->plan.br_pad = fa_panel_ld(job->plan.br);
     }
     if (job->plan.src_kv == FA_TILES_HEURISTIC) job->plan.bc = p->Sk < DECODE_TILE_KEYS ? p->Sk : DECODE_TILE_KEYS;
+}
+
+/* The wide tasks' int8 digits (flash_task_q8) where the call's mode asks for them and
+ * the table has the kernels, else 0: float K or an int8 cache, no dropout (its bits
+ * are the wide loop's), no block mask, key tiles the small-row kernels take, and sums
+ * that fit int32 (K's second digit doubles the reduction). */
+static int wide_q8(const fa_context *ctx, const fa_problem *p, const flash_job *job)
+{
+    if (!p->quant_matmul || !(ctx->kernels->flags & FA_KERNELS_I8_DOT) || !(ctx->kernels->flags & FA_KERNELS_SMALL_ROWS))
+        return 0;
+    if (p->drop.on || p->bm.on || job->plan.bc > FA_SMALL_COLS) return 0;
+    if (p->quant && p->kc.dtype != FA_DTYPE_I8) return 0;
+    const int64_t d_max = p->quant || p->quant_matmul == 1 ? FA_QUANT_D_MAX : FA_QUANT_D_MAX / 2;
+    return p->D <= d_max ? p->quant_matmul : 0;
 }
 
 /* The job's tiles, paths and per-thread scratch, from the shapes and the context. */
@@ -1018,8 +1188,10 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     /* int8 products: opt-in, int8 caches, where the table has its own kernels (tasks on
      * other key types ignore it) */
     job->digits = job->small && p->quant && (ctx->kernels->flags & FA_KERNELS_I8_DOT) && p->D <= FA_QUANT_D_MAX
-                      ? (int)ctx->set.quant_matmul
+                      ? p->quant_matmul
                       : 0;
+    job->wide_digits = wide_q8(ctx, p, job);
+    if (job->wide_digits) job->fused = 0;
     /* stacks one small-row task may hold: their Q rows, accumulators and softmax
      * state within 256 KiB, a share of L2 */
     job->stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job->ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
@@ -1057,6 +1229,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     /* packed K/V are planned from the tasks, into a second workspace; here only the
      * per-unit counts that plan needs */
     int form = fa_kv_packing_form(p, job.bf16_dot, job.mm_terms, ctx->set.kv_pack);
+    if (job.wide_digits) form = -1; /* flash_task_q8 reads K and V where they are */
     if (form == 1 && job.fused) form = FA_KV_FORM_KT; /* the fused kernel reads K^T */
     if (job.decode_tiles && ctx->set.kv_pack != 2) form = -1; /* unless asked to pack always */
     const fa_ws_part parts[] = {
@@ -1113,7 +1286,8 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     info->bc = job.plan.bc;
     info->threads = nth;
     info->path = job.fused ? "bf16-fused" : job.bf16_dot ? "bf16-dot" : job.mm_terms == 3 ? "bf16x3"
-                 : job.mm_terms == 1 ? "bf16-of-f32" : job.digits == 2 ? "i8x2" : job.digits == 1 ? "i8" : "f32";
+                 : job.mm_terms == 1 ? "bf16-of-f32" : job.digits == 2 || job.wide_digits == 2 ? "i8x2"
+                 : job.digits == 1 || job.wide_digits == 1 ? "i8" : "f32";
     info->kv_splits = counts.max_split;
     return FA_OK;
 }

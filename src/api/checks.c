@@ -227,6 +227,9 @@ fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem
     if (a->kv_splits < 0 || a->kv_splits > FA_MAX_KV_SPLITS)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_splits = %lld: 0 (the context's) or 1..%d",
                        (long long)a->kv_splits, FA_MAX_KV_SPLITS);
+    if (a->quant_matmul < -1 || a->quant_matmul > FA_QUANT_MATMUL_I8X2)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "quant_matmul = %d: -1 (the context's), 0 exact, 1 i8 or 2 i8x2",
+                       (int)a->quant_matmul);
 
     p->scale = a->scale;
     p->softcap = a->softcap;
@@ -237,6 +240,7 @@ fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem
     p->alibi_stride_b = a->alibi_slopes ? a->alibi_stride_b : 0;
     p->q_start = a->q_start;
     p->k_start = a->k_start;
+    p->quant_matmul = a->quant_matmul >= 0 ? (int)a->quant_matmul : (int)ctx->set.quant_matmul;
     fa_dropout_init(&p->drop, a->dropout_p, a->dropout_seed, a->dropout_offset);
     return FA_OK;
 }

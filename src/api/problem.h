@@ -70,6 +70,7 @@ typedef struct fa_problem {
      * given (kv_splits) is read here, checked by checks.c, and needs no field of its own
      * above. Views share it; a view's own lengths and tensors are the fields above. */
     const fa_forward_args *args;
+    int quant_matmul;         /* the call's FA_PARAM_QUANT_MATMUL mode: its field, else the context's */
     fa_bmask bm;              /* the block mask; bm.on = 0: none */
 
     /*

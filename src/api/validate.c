@@ -145,10 +145,10 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_backward_args *user, fa
     if (!a.fwd) return fa_fail(ctx, FA_ERR_NULL_POINTER, "args->fwd is NULL: the backward needs the forward's arguments");
     if (a.fwd->struct_size >= offsetof(fa_forward_args, kv_cache) + sizeof(void *) && a.fwd->kv_cache)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "a KV cache is for inference; the backward has no gradient for it");
-    if (ctx->set.quant_matmul != FA_QUANT_MATMUL_EXACT)
-        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "the backward is exact; FA_PARAM_QUANT_MATMUL is %lld (quantised "
-                       "products are for inference): set it to 0 for training", (long long)ctx->set.quant_matmul);
     if ((st = fa_validate_forward(ctx, a.fwd, p)) != FA_OK) return st;
+    if (p->quant_matmul != FA_QUANT_MATMUL_EXACT)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "the backward is exact; the call's quantised products (quant_matmul "
+                       "or FA_PARAM_QUANT_MATMUL) are %d (for inference): set them to 0 for training", p->quant_matmul);
     if (!p->has_lse)
         return fa_fail(ctx, FA_ERR_NULL_POINTER, "fwd->lse.data is NULL: the backward recomputes P from the forward's lse");
     if ((st = fa_check_data(ctx, "do_", &a.do_)) != FA_OK) return st;

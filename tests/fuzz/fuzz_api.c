@@ -719,13 +719,35 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
                 for (int64_t e = 0; e < Dv; e++) vmax = fmax(vmax, fabs(h_get(&a->v, b, j, h, e)));
     const double p_round = a->q.dtype == FA_DTYPE_BF16 ? h_eps(FA_DTYPE_BF16) * vmax : 0.0;
     const double s_round = 4.0 * FLT_EPSILON * smag * vmax;
+    /* int8 products (the call's quant_matmul, else the context's; docs/semantics.md, 11):
+     * q's codes err by sa / 2 (one digit) or sa / 512 (two) per element, sa = max|x| / 127
+     * (x = scale q), and a smoothed key's y = k - kbar (|y| <= 2 max|k|) likewise, so every
+     * score moves by at most qerr = D (eq max|y~| + max|x| ey); each p by a factor within
+     * exp(+-2 qerr), o by (exp(4 qerr) - 1) max|v|, the lse by qerr. A bound, not a draw. */
+    int64_t qm = a->quant_matmul;
+    if (qm < 0 && fa_context_get(g_ctx, FA_PARAM_QUANT_MATMUL, &qm) != FA_OK) qm = 0;
+    double qerr = 0.0;
+    if (qm > 0) {
+        double qmax = 0.0, kmax = 0.0;
+        for (int64_t b = 0; b < a->q.shape[0]; b++)
+            for (int64_t i = 0; i < Sq; i++)
+                for (int64_t h = 0; h < Hq; h++)
+                    for (int64_t e = 0; e < a->q.shape[3]; e++) qmax = fmax(qmax, fabs(h_get(&a->q, b, i, h, e)));
+        for (int64_t b = 0; b < a->k.shape[0]; b++)
+            for (int64_t j = 0; j < Sk; j++)
+                for (int64_t h = 0; h < a->k.shape[2]; h++)
+                    for (int64_t e = 0; e < a->k.shape[3]; e++) kmax = fmax(kmax, fabs(h_get(&a->k, b, j, h, e)));
+        const double unit = qm == 2 ? 1.0 / 65024.0 : 1.0 / 254.0, x = scale_abs * qmax, y = 2.0 * kmax;
+        qerr = (double)a->q.shape[3] * (x * unit * y * (1.0 + 2.0 * unit) + x * y * unit) * 1.01;
+    }
+    const double q_round = qerr > 0.0 ? expm1(fmin(4.0 * qerr, 700.0)) * vmax : 0.0;
     const double otol =
-        drop_gain * (2.0 * naive_o + p_round + s_round +
+        drop_gain * (2.0 * naive_o + p_round + s_round + q_round +
                      h_prop_ulps(o_got->dtype) * h_eps(o_got->dtype) * fmax(1.0, omax)) +
         (drop ? 2.0 * drop_gain * h_eps(a->q.dtype) * fmax(1.0, omax) : 0.0);
     /* a 16-bit o cannot hold what a near-1 dropout_p scales it to (1/pk up to 2^24) */
     const int o_check = !(drop && o_got->dtype != FA_DTYPE_F32 && drop_gain > 1e3);
-    const double ltol = 2.0 * naive_l + h_prop_lse_ulps() * FLT_EPSILON * fmax(1.0, lmax);
+    const double ltol = 2.0 * naive_l + 2.0 * qerr + h_prop_lse_ulps() * FLT_EPSILON * fmax(1.0, lmax);
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < Sq; i++)
             for (int64_t h = 0; h < Hq; h++) {
