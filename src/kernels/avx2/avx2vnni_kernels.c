@@ -149,53 +149,114 @@ AV_INLINE void store_u8x8(uint8_t *p, __m256i y)
 }
 
 enum { PV_QUANT = 0, PV_ZERO = 1, PV_EXACT = 2 };
+enum { PV_LDU = FA_SMALL_COLS + 64 };
+
+/* One row of the weights, w = p * vs, checked: its kind, and for a PV_QUANT row its u8
+ * digits u0 (u1 the second's) and scale *ps; u0 and u1 are zeroed first, so zero past cols */
+static int quantise_p_row(int64_t cols, int digits, const float *sr, const float *vscale, uint8_t *u0, uint8_t *u1,
+                          float *ps)
+{
+    __m256 mx = _mm256_setzero_ps();
+    int bad = 0;
+    for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+        const int64_t n = cols - c0 < 8 ? cols - c0 : 8;
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 w = _mm256_mul_ps(_mm256_maskload_ps(sr + c0, m), _mm256_maskload_ps(vscale + c0, m));
+        const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(w, _mm256_setzero_ps(), _CMP_GE_OQ),
+                                        _mm256_cmp_ps(w, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
+        bad |= _mm256_movemask_ps(_mm256_andnot_ps(ok, _mm256_castsi256_ps(m)));
+        mx = _mm256_max_ps(mx, w);
+    }
+    const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float wmax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
+    const int ok = !bad;
+    const int kind = !ok || (wmax > 0.0f && wmax < FA_PV_I8_WMIN) ? PV_EXACT : wmax == 0.0f ? PV_ZERO : PV_QUANT;
+    memset(u0, 0, PV_LDU), memset(u1, 0, PV_LDU);
+    if (kind != PV_QUANT) return kind;
+    *ps = wmax / 255.0f;
+    const __m256 inv = _mm256_set1_ps(255.0f / wmax), top = _mm256_set1_ps(255.0f);
+    for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+        const int64_t n = cols - c0 < 8 ? cols - c0 : 8;
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(sr + c0, m), _mm256_maskload_ps(vscale + c0, m)), inv);
+        const __m256 h = digits == 2 ? _mm256_round_ps(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                                     : _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        store_u8x8(u0 + c0, _mm256_cvtps_epi32(_mm256_min_ps(h, top)));
+        if (digits == 2) {
+            const __m256 l = _mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(y, h), _mm256_set1_ps(256.0f)),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            store_u8x8(u1 + c0, _mm256_cvtps_epi32(_mm256_min_ps(l, top)));
+        }
+    }
+    return kind;
+}
+
+/* V's keys c0.. (nq quads, zero past cols), e0..e0+ne, into vpdpbusd's layout: vp[qd] holds
+ * quad qd's four keys' bytes of each e in one dword */
+static void pair_v_chunk(const void *const *vrow, int64_t c0, int64_t cols, int64_t nq, int64_t e0, int64_t ne,
+                         int64_t nep, int32_t (*vp)[AV_EBIG_LD])
+{
+    for (int64_t qd = 0; qd < nq; qd++)
+        for (int64_t e = 0; e < nep; e += 32) {
+            __m256i x[4];
+            for (int i = 0; i < 4; i++) {
+                const int64_t c = c0 + 4 * qd + i;
+                x[i] = c < cols ? load_part((const int8_t *)vrow[c] + e0 + e, ne - e) : _mm256_setzero_si256();
+            }
+            /* lane L dword j of vector k: e = 16 L + 4 k + j, the four keys' bytes */
+            const __m256i t0 = _mm256_unpacklo_epi8(x[0], x[1]), t1 = _mm256_unpackhi_epi8(x[0], x[1]);
+            const __m256i t2 = _mm256_unpacklo_epi8(x[2], x[3]), t3 = _mm256_unpackhi_epi8(x[2], x[3]);
+            int32_t *o = vp[qd] + e;
+            _mm256_store_si256((__m256i *)o, _mm256_unpacklo_epi16(t0, t2));
+            _mm256_store_si256((__m256i *)(o + 8), _mm256_unpackhi_epi16(t0, t2));
+            _mm256_store_si256((__m256i *)(o + 16), _mm256_unpacklo_epi16(t1, t3));
+            _mm256_store_si256((__m256i *)(o + 24), _mm256_unpackhi_epi16(t1, t3));
+        }
+}
+
+/* One row's integer sums is[t] (digits of them, e permuted as pair_v_chunk leaves it) into
+ * its ne accumulators: ar = fma(ps, float(sum), alpha * ar), or alpha * ar for a PV_ZERO row */
+static void add_row_sums(int64_t ne, int64_t nep, int digits, int kind, const int32_t *const is_t[2], float alpha,
+                         float ps, float *ar)
+{
+    const __m256 a = _mm256_set1_ps(alpha), p = _mm256_set1_ps(ps);
+    for (int64_t e = 0; e < nep; e += 32) {
+        __m256 dot[4];
+        for (int t = 0; t < digits; t++) {
+            const int32_t *is = is_t[t] + e;
+            const __m256i A0 = _mm256_load_si256((const __m256i *)is), A1 = _mm256_load_si256((const __m256i *)(is + 8));
+            const __m256i A2 = _mm256_load_si256((const __m256i *)(is + 16)), A3 = _mm256_load_si256((const __m256i *)(is + 24));
+            const __m256 n[4] = {_mm256_cvtepi32_ps(_mm256_permute2x128_si256(A0, A1, 0x20)),
+                                 _mm256_cvtepi32_ps(_mm256_permute2x128_si256(A2, A3, 0x20)),
+                                 _mm256_cvtepi32_ps(_mm256_permute2x128_si256(A0, A1, 0x31)),
+                                 _mm256_cvtepi32_ps(_mm256_permute2x128_si256(A2, A3, 0x31))};
+            for (int k = 0; k < 4; k++) dot[k] = t ? _mm256_fmadd_ps(n[k], _mm256_set1_ps(0x1p-8f), dot[k]) : n[k];
+        }
+        for (int k = 0; k < 4; k++) {
+            const int64_t eo = e + 8 * k;
+            if (eo >= ne) break;
+            _Alignas(32) float buf[8];
+            const int64_t n = ne - eo < 8 ? ne - eo : 8;
+            memcpy(buf, ar + eo, (size_t)n * 4);
+            const __m256 x = _mm256_mul_ps(a, _mm256_load_ps(buf));
+            _mm256_store_ps(buf, kind == PV_ZERO ? x : _mm256_fmadd_ps(p, dot[k], x));
+            memcpy(ar + eo, buf, (size_t)n * 4);
+        }
+    }
+}
 
 void fa_avx2vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
                              const void *const *vrow, const float *vscale, const float *alpha, float *acc,
                              int64_t ldacc)
 {
-    enum { LDU = FA_SMALL_COLS + 64 };
-    _Alignas(32) uint8_t u[2][FA_SMALL_ROWS][LDU];
+    _Alignas(32) uint8_t u[2][FA_SMALL_ROWS][PV_LDU];
     _Alignas(32) int32_t vp[AV_CHUNK / 4][AV_EBIG_LD];
     _Alignas(32) int32_t isum[2][FA_SMALL_ROWS][AV_EBIG_LD];
     float ps[FA_SMALL_ROWS];
     int kind[FA_SMALL_ROWS];
-    for (int64_t r = 0; r < rows; r++) {
-        const float *sr = s + r * lds;
-        __m256 mx = _mm256_setzero_ps();
-        int bad = 0;
-        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
-            const int64_t n = cols - c0 < 8 ? cols - c0 : 8;
-            const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-            const __m256 w = _mm256_mul_ps(_mm256_maskload_ps(sr + c0, m), _mm256_maskload_ps(vscale + c0, m));
-            const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(w, _mm256_setzero_ps(), _CMP_GE_OQ),
-                                            _mm256_cmp_ps(w, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
-            bad |= _mm256_movemask_ps(_mm256_andnot_ps(ok, _mm256_castsi256_ps(m)));
-            mx = _mm256_max_ps(mx, w);
-        }
-        const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-        const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        const float wmax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
-        const int ok = !bad;
-        kind[r] = !ok || (wmax > 0.0f && wmax < FA_PV_I8_WMIN) ? PV_EXACT : wmax == 0.0f ? PV_ZERO : PV_QUANT;
-        memset(u[0][r], 0, LDU), memset(u[1][r], 0, LDU);
-        if (kind[r] != PV_QUANT) continue;
-        ps[r] = wmax / 255.0f;
-        const __m256 inv = _mm256_set1_ps(255.0f / wmax), top = _mm256_set1_ps(255.0f);
-        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
-            const int64_t n = cols - c0 < 8 ? cols - c0 : 8;
-            const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-            const __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(sr + c0, m), _mm256_maskload_ps(vscale + c0, m)), inv);
-            const __m256 h = digits == 2 ? _mm256_round_ps(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
-                                         : _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            store_u8x8(u[0][r] + c0, _mm256_cvtps_epi32(_mm256_min_ps(h, top)));
-            if (digits == 2) {
-                const __m256 l = _mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(y, h), _mm256_set1_ps(256.0f)),
-                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                store_u8x8(u[1][r] + c0, _mm256_cvtps_epi32(_mm256_min_ps(l, top)));
-            }
-        }
-    }
+    for (int64_t r = 0; r < rows; r++)
+        kind[r] = quantise_p_row(cols, digits, s + r * lds, vscale, u[0][r], u[1][r], &ps[r]);
     for (int64_t e0 = 0; e0 < dv; e0 += AV_EBIG) {
         const int64_t ne = dv - e0 < AV_EBIG ? dv - e0 : AV_EBIG, nep = (ne + 31) / 32 * 32;
         for (int t = 0; t < digits; t++)
@@ -204,54 +265,16 @@ void fa_avx2vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits,
             const int64_t nq = ((cols - c0 < AV_CHUNK ? cols - c0 : AV_CHUNK) + 3) / 4;
             for (int64_t c = c0 + AV_CHUNK; c < c0 + 2 * AV_CHUNK && c < cols; c++)
                 for (int64_t e = 0; e < ne; e += 64) _mm_prefetch((const char *)vrow[c] + e0 + e, _MM_HINT_T0);
-            for (int64_t qd = 0; qd < nq; qd++)
-                for (int64_t e = 0; e < nep; e += 32) {
-                    __m256i x[4];
-                    for (int i = 0; i < 4; i++) {
-                        const int64_t c = c0 + 4 * qd + i;
-                        x[i] = c < cols ? load_part((const int8_t *)vrow[c] + e0 + e, ne - e) : _mm256_setzero_si256();
-                    }
-                    /* lane L dword j of vector k: e = 16 L + 4 k + j, the four keys' bytes */
-                    const __m256i t0 = _mm256_unpacklo_epi8(x[0], x[1]), t1 = _mm256_unpackhi_epi8(x[0], x[1]);
-                    const __m256i t2 = _mm256_unpacklo_epi8(x[2], x[3]), t3 = _mm256_unpackhi_epi8(x[2], x[3]);
-                    int32_t *o = vp[qd] + e;
-                    _mm256_store_si256((__m256i *)o, _mm256_unpacklo_epi16(t0, t2));
-                    _mm256_store_si256((__m256i *)(o + 8), _mm256_unpackhi_epi16(t0, t2));
-                    _mm256_store_si256((__m256i *)(o + 16), _mm256_unpacklo_epi16(t1, t3));
-                    _mm256_store_si256((__m256i *)(o + 24), _mm256_unpackhi_epi16(t1, t3));
-                }
+            pair_v_chunk(vrow, c0, cols, nq, e0, ne, nep, vp);
             for (int t = 0; t < digits; t++)
                 for (int64_t r = 0; r < rows; r += 4)
-                    pv_group((int)(rows - r < 4 ? rows - r : 4), nq, nep, u[t][r] + c0, LDU, vp[0], AV_EBIG_LD,
+                    pv_group((int)(rows - r < 4 ? rows - r : 4), nq, nep, u[t][r] + c0, PV_LDU, vp[0], AV_EBIG_LD,
                              isum[t][r], AV_EBIG_LD);
         }
         for (int64_t r = 0; r < rows; r++) {
             if (kind[r] == PV_EXACT) continue;
-            float *ar = acc + r * ldacc + e0;
-            const __m256 a = _mm256_set1_ps(alpha ? alpha[r] : 1.0f), p = _mm256_set1_ps(ps[r]);
-            for (int64_t e = 0; e < nep; e += 32) {
-                __m256 dot[4];
-                for (int t = 0; t < digits; t++) {
-                    const int32_t *is = isum[t][r] + e;
-                    const __m256i A0 = _mm256_load_si256((const __m256i *)is), A1 = _mm256_load_si256((const __m256i *)(is + 8));
-                    const __m256i A2 = _mm256_load_si256((const __m256i *)(is + 16)), A3 = _mm256_load_si256((const __m256i *)(is + 24));
-                    const __m256 n[4] = {_mm256_cvtepi32_ps(_mm256_permute2x128_si256(A0, A1, 0x20)),
-                                         _mm256_cvtepi32_ps(_mm256_permute2x128_si256(A2, A3, 0x20)),
-                                         _mm256_cvtepi32_ps(_mm256_permute2x128_si256(A0, A1, 0x31)),
-                                         _mm256_cvtepi32_ps(_mm256_permute2x128_si256(A2, A3, 0x31))};
-                    for (int k = 0; k < 4; k++) dot[k] = t ? _mm256_fmadd_ps(n[k], _mm256_set1_ps(0x1p-8f), dot[k]) : n[k];
-                }
-                for (int k = 0; k < 4; k++) {
-                    const int64_t eo = e + 8 * k;
-                    if (eo >= ne) break;
-                    _Alignas(32) float buf[8];
-                    const int64_t n = ne - eo < 8 ? ne - eo : 8;
-                    memcpy(buf, ar + eo, (size_t)n * 4);
-                    const __m256 x = _mm256_mul_ps(a, _mm256_load_ps(buf));
-                    _mm256_store_ps(buf, kind[r] == PV_ZERO ? x : _mm256_fmadd_ps(p, dot[k], x));
-                    memcpy(ar + eo, buf, (size_t)n * 4);
-                }
-            }
+            const int32_t *const is_t[2] = {isum[0][r], isum[1][r]};
+            add_row_sums(ne, nep, digits, kind[r], is_t, alpha ? alpha[r] : 1.0f, ps[r], acc + r * ldacc + e0);
         }
     }
     for (int64_t r = 0; r < rows; r++)
