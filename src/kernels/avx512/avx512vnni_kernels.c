@@ -183,53 +183,104 @@ FA_AVX512_INLINE void unpermute(const int32_t *is, __m512 out[4])
 
 /* Row kinds of one call (kernels.h's rule) */
 enum { PV_QUANT = 0, PV_ZERO = 1, PV_EXACT = 2 };
+enum { PV_LDU = FA_SMALL_COLS + 64 };
+
+/* One row of the weights: w = p * vs, checked, its kind, and for a PV_QUANT row its u8
+ * codes u0 (u1 the second digit's) and scale *ps; u0 and u1 are zeroed first (zero past
+ * cols, to whole quads) */
+static int quantise_p_row(int64_t cols, int digits, const float *sr, const float *vscale, uint8_t *u0, uint8_t *u1,
+                          float *ps)
+{
+    const __m512 inf = _mm512_set1_ps(INFINITY), zero = _mm512_setzero_ps();
+    __m512 mx = zero;
+    __mmask16 bad = 0;
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+        const __mmask16 m = fa_avx512_head_mask(cols - c0);
+        const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + c0), _mm512_maskz_loadu_ps(m, vscale + c0));
+        const __mmask16 ok = _mm512_cmp_ps_mask(w, zero, _CMP_GE_OQ) & _mm512_cmp_ps_mask(w, inf, _CMP_LT_OQ);
+        bad |= m & (__mmask16)~ok;
+        mx = _mm512_max_ps(mx, w);
+    }
+    const float wmax = _mm512_reduce_max_ps(mx);
+    const int kind = bad || (wmax > 0.0f && wmax < FA_PV_I8_WMIN) ? PV_EXACT : wmax == 0.0f ? PV_ZERO : PV_QUANT;
+    memset(u0, 0, PV_LDU), memset(u1, 0, PV_LDU);
+    if (kind != PV_QUANT) return kind;
+    *ps = wmax / 255.0f;
+    const __m512 inv = _mm512_set1_ps(255.0f / wmax), top = _mm512_set1_ps(255.0f);
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+        const __mmask16 m = fa_avx512_head_mask(cols - c0);
+        const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + c0), _mm512_maskz_loadu_ps(m, vscale + c0));
+        const __m512 y = _mm512_mul_ps(w, inv);
+        /* fa_u8_digits: nearest even (one digit), or floor and the residual's nearest in 2^-8 */
+        const __m512 h = digits == 2 ? _mm512_roundscale_ps(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                                     : _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_store_si128((__m128i *)(u0 + c0), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(h, top))));
+        if (digits == 2) {
+            const __m512 l = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(y, h), _mm512_set1_ps(256.0f)),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            _mm_store_si128((__m128i *)(u1 + c0), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(l, top))));
+        }
+    }
+    return kind;
+}
+
+/* V's keys c0.. (nq quads, zero past cols), e0..e0+ne, byte-interleaved into vpdpbusd's
+ * layout: vp[qd] holds quad qd's four keys' bytes of each e in one dword */
+static void pair_v_chunk(const void *const *vrow, int64_t c0, int64_t cols, int64_t nq, int64_t e0, int64_t ne,
+                         int64_t nep, int32_t (*vp)[PV_EBIG_LD])
+{
+    for (int64_t qd = 0; qd < nq; qd++) {
+        const int8_t *v4[4];
+        for (int i = 0; i < 4; i++) {
+            const int64_t c = c0 + 4 * qd + i;
+            v4[i] = c < cols ? (const int8_t *)vrow[c] + e0 : NULL;
+        }
+        for (int64_t e = 0; e < nep; e += 64) {
+            const __mmask64 m = ne - e >= 64 ? ~(__mmask64)0 : (__mmask64)((UINT64_C(1) << (ne - e)) - 1);
+            __m512i o[4];
+            interleave4(v4, e, m, o);
+            for (int k = 0; k < 4; k++) _mm512_store_si512(vp[qd] + e + 16 * k, o[k]);
+        }
+    }
+}
+
+/* One row's integer sums is_t[t] (digits of them) into its ne accumulators:
+ * ar = fma(ps, float(sum), alpha * ar), the sums back in e order; alpha * ar for a PV_ZERO row */
+static void add_row_sums(int64_t ne, int64_t nep, int digits, int kind, const int32_t *const is_t[2], float alpha,
+                         float ps, float *ar)
+{
+    const __m512 a = _mm512_set1_ps(alpha), p = _mm512_set1_ps(ps);
+    for (int64_t e = 0; e < nep; e += 64) {
+        __m512 dot[4];
+        unpermute(is_t[0] + e, dot);
+        if (digits == 2) {
+            __m512 lo[4];
+            unpermute(is_t[1] + e, lo);
+            for (int k = 0; k < 4; k++) dot[k] = _mm512_fmadd_ps(lo[k], _mm512_set1_ps(0x1p-8f), dot[k]);
+        }
+        for (int k = 0; k < 4; k++) {
+            const int64_t eo = e + 16 * k;
+            if (eo >= ne) break;
+            const __mmask16 m = fa_avx512_head_mask(ne - eo);
+            const __m512 x = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m, ar + eo));
+            const __m512 y = kind == PV_ZERO ? x : _mm512_fmadd_ps(p, dot[k], x);
+            _mm512_mask_storeu_ps(ar + eo, m, y);
+        }
+    }
+}
 
 void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
                                const void *const *vrow, const float *vscale, const float *alpha, float *acc,
                                int64_t ldacc)
 {
-    enum { LDU = FA_SMALL_COLS + 64 };
-    _Alignas(64) uint8_t u[2][FA_SMALL_ROWS][LDU]; /* the weights' digits */
+    _Alignas(64) uint8_t u[2][FA_SMALL_ROWS][PV_LDU]; /* the weights' digits */
     _Alignas(64) int32_t vp[PV_CHUNK / 4][PV_EBIG_LD];
     _Alignas(64) int32_t isum[2][FA_SMALL_ROWS][PV_EBIG_LD];
     float ps[FA_SMALL_ROWS];
     int kind[FA_SMALL_ROWS];
-    const __m512 inf = _mm512_set1_ps(INFINITY), zero = _mm512_setzero_ps();
 
-    /* the weights: w = p * vs, checked, and as u8 codes (zero past cols, to whole quads) */
-    for (int64_t r = 0; r < rows; r++) {
-        const float *sr = s + r * lds;
-        __m512 mx = zero;
-        __mmask16 bad = 0;
-        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-            const __mmask16 m = fa_avx512_head_mask(cols - c0);
-            const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + c0), _mm512_maskz_loadu_ps(m, vscale + c0));
-            const __mmask16 ok = _mm512_cmp_ps_mask(w, zero, _CMP_GE_OQ) & _mm512_cmp_ps_mask(w, inf, _CMP_LT_OQ);
-            bad |= m & (__mmask16)~ok;
-            mx = _mm512_max_ps(mx, w);
-        }
-        const float wmax = _mm512_reduce_max_ps(mx);
-        kind[r] = bad || (wmax > 0.0f && wmax < FA_PV_I8_WMIN) ? PV_EXACT : wmax == 0.0f ? PV_ZERO : PV_QUANT;
-        memset(u[0][r], 0, LDU), memset(u[1][r], 0, LDU);
-        if (kind[r] != PV_QUANT) continue;
-        ps[r] = wmax / 255.0f;
-        const __m512 inv = _mm512_set1_ps(255.0f / wmax), top = _mm512_set1_ps(255.0f);
-        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-            const __mmask16 m = fa_avx512_head_mask(cols - c0);
-            const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + c0), _mm512_maskz_loadu_ps(m, vscale + c0));
-            const __m512 y = _mm512_mul_ps(w, inv);
-            /* fa_u8_digits: nearest even (one digit), or floor and the residual's nearest in 2^-8 */
-            const __m512 h = digits == 2 ? _mm512_roundscale_ps(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
-                                         : _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            _mm_store_si128((__m128i *)(u[0][r] + c0), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(h, top))));
-            if (digits == 2) {
-                const __m512 l = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(y, h), _mm512_set1_ps(256.0f)),
-                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                _mm_store_si128((__m128i *)(u[1][r] + c0),
-                                _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(l, top))));
-            }
-        }
-    }
+    for (int64_t r = 0; r < rows; r++)
+        kind[r] = quantise_p_row(cols, digits, s + r * lds, vscale, u[0][r], u[1][r], &ps[r]);
 
     for (int64_t e0 = 0; e0 < dv; e0 += PV_EBIG) {
         const int64_t ne = dv - e0 < PV_EBIG ? dv - e0 : PV_EBIG, nep = (ne + 63) / 64 * 64;
@@ -241,47 +292,16 @@ void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digit
              * prefetchers do not see: rows a row of heads or a page apart) */
             for (int64_t c = c0 + PV_CHUNK; c < c0 + 2 * PV_CHUNK && c < cols; c++)
                 for (int64_t e = 0; e < ne; e += 64) _mm_prefetch((const char *)vrow[c] + e0 + e, _MM_HINT_T0);
-            for (int64_t qd = 0; qd < nq; qd++) {
-                const int8_t *v4[4];
-                for (int i = 0; i < 4; i++) {
-                    const int64_t c = c0 + 4 * qd + i;
-                    v4[i] = c < cols ? (const int8_t *)vrow[c] + e0 : NULL;
-                }
-                for (int64_t e = 0; e < nep; e += 64) {
-                    const __mmask64 m =
-                        ne - e >= 64 ? ~(__mmask64)0 : (__mmask64)((UINT64_C(1) << (ne - e)) - 1);
-                    __m512i o[4];
-                    interleave4(v4, e, m, o);
-                    for (int k = 0; k < 4; k++) _mm512_store_si512(vp[qd] + e + 16 * k, o[k]);
-                }
-            }
+            pair_v_chunk(vrow, c0, cols, nq, e0, ne, nep, vp);
             for (int t = 0; t < digits; t++)
                 for (int64_t r = 0; r < rows; r += 4)
-                    pv_i8_group((int)(rows - r < 4 ? rows - r : 4), nq, nep, u[t][r] + c0, LDU, vp[0], PV_EBIG_LD,
+                    pv_i8_group((int)(rows - r < 4 ? rows - r : 4), nq, nep, u[t][r] + c0, PV_LDU, vp[0], PV_EBIG_LD,
                                 isum[t][r], PV_EBIG_LD);
         }
-        /* acc = fma(ps, float(sum), alpha * acc), the sums back in e order */
         for (int64_t r = 0; r < rows; r++) {
             if (kind[r] == PV_EXACT) continue;
-            float *ar = acc + r * ldacc + e0;
-            const __m512 a = _mm512_set1_ps(alpha ? alpha[r] : 1.0f), p = _mm512_set1_ps(ps[r]);
-            for (int64_t e = 0; e < nep; e += 64) {
-                __m512 dot[4];
-                unpermute(isum[0][r] + e, dot);
-                if (digits == 2) {
-                    __m512 lo[4];
-                    unpermute(isum[1][r] + e, lo);
-                    for (int k = 0; k < 4; k++) dot[k] = _mm512_fmadd_ps(lo[k], _mm512_set1_ps(0x1p-8f), dot[k]);
-                }
-                for (int k = 0; k < 4; k++) {
-                    const int64_t eo = e + 16 * k;
-                    if (eo >= ne) break;
-                    const __mmask16 m = fa_avx512_head_mask(ne - eo);
-                    const __m512 x = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m, ar + eo));
-                    const __m512 y = kind[r] == PV_ZERO ? x : _mm512_fmadd_ps(p, dot[k], x);
-                    _mm512_mask_storeu_ps(ar + eo, m, y);
-                }
-            }
+            const int32_t *const is_t[2] = {isum[0][r], isum[1][r]};
+            add_row_sums(ne, nep, digits, kind[r], is_t, alpha ? alpha[r] : 1.0f, ps[r], acc + r * ldacc + e0);
         }
     }
     /* the rows the contract leaves to the exact kernel */
