@@ -369,6 +369,62 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
 #undef STACK_ALPHA
 }
 
+/* flash_task_q8's kbar: the mean of every key of s's kv head hk, into sc->wkbar; whether
+ * it is finite (else no smoothing) */
+static int q8_key_mean(const flash_job *job, const flash_scratch *sc, const fa_problem *s, int64_t hk)
+{
+    const fa_kernels *kern = job->kern;
+    const int64_t D = job->p->D;
+    int smooth = 1;
+    double *sum = sc->wsum;
+    for (int64_t x = 0; x < D; x++) sum[x] = 0.0;
+    for (int64_t j0 = 0; j0 < s->Sk; j0 += job->plan.bc) {
+        const int64_t cols = s->Sk - j0 < job->plan.bc ? s->Sk - j0 : job->plan.bc;
+        int64_t ldk;
+        const float *k = fa_kv_tile_f32(s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
+        for (int64_t c = 0; c < cols; c++)
+            for (int64_t x = 0; x < D; x++) sum[x] += k[c * ldk + x];
+    }
+    for (int64_t x = 0; x < D; x++) sc->wkbar[x] = (float)(sum[x] / (double)s->Sk);
+    for (int64_t x = 0; x < D; x++) smooth &= isfinite(sc->wkbar[x]);
+    return smooth;
+}
+
+/* flash_task_q8's q rows i0..i0+n of heads h0..h0+ng: x = scale q (sc->qt), its codes
+ * (digit rows of ld8; kd, K's digits) and scale, c = x . kbar when smooth */
+static void q8_quantise_q(const flash_job *job, const flash_scratch *sc, const fa_problem *s, int64_t i0, int64_t n,
+                          int64_t ng, int64_t h0, int smooth, int kd, int64_t ld8)
+{
+    const fa_problem *p = job->p;
+    const int64_t D = p->D, ldd = fa_q8_ld(D);
+    const int digits = job->wide_digits;
+    for (int64_t g = 0; g < ng; g++) {
+        int64_t ldq;
+        const float *q = fa_rows_f32(&s->q, job->kern, 0, i0, n, h0 + g, D, sc->q, &ldq);
+        for (int64_t r = 0; r < n; r++) {
+            const int64_t row = g * n + r;
+            float *x = sc->qt + row * D;
+            double c = 0.0;
+            for (int64_t e = 0; e < D; e++) {
+                x[e] = p->scale * q[r * ldq + e];
+                if (smooth) c += (double)x[e] * sc->wkbar[e];
+            }
+            sc->wqc[row] = (float)c;
+            int8_t *q8 = sc->wq8 + row * digits * ld8;
+            if (kd == 1) {
+                sc->wq8s[row] = fa_quant_row_i8(x, D, digits, q8);
+                continue;
+            }
+            int8_t *tmp = sc->wk8 + job->plan.bc * ld8; /* the spare K row */
+            sc->wq8s[row] = fa_quant_row_i8(x, D, 2, tmp);
+            memset(q8, 0, (size_t)(2 * ld8));
+            memcpy(q8, tmp, (size_t)D);                  /* [a | 0] */
+            memcpy(q8 + ld8, tmp + ldd, (size_t)D);      /* [b | a] */
+            memcpy(q8 + ld8 + D, tmp, (size_t)D);
+        }
+    }
+}
+
 /*
  * The wide path on int8 products (FA_PARAM_QUANT_MATMUL; docs/semantics.md, 11, "Keys the
  * library quantises"): q rows quantised once per task, each key tile's rows smoothed by
@@ -392,47 +448,9 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
     const int elementwise = fa_problem_has_elementwise(s);
     /* kbar over every key of the (sequence, kv head); none for an int8 cache, or where
      * it is not finite */
-    int smooth = !cache8;
     const double tq = fa_phase_start(job->phases);
-    if (smooth) {
-        double *sum = sc->wsum;
-        for (int64_t x = 0; x < D; x++) sum[x] = 0.0;
-        for (int64_t j0 = 0; j0 < s->Sk; j0 += job->plan.bc) {
-            const int64_t cols = s->Sk - j0 < job->plan.bc ? s->Sk - j0 : job->plan.bc;
-            int64_t ldk;
-            const float *k = fa_kv_tile_f32(s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
-            for (int64_t c = 0; c < cols; c++)
-                for (int64_t x = 0; x < D; x++) sum[x] += k[c * ldk + x];
-        }
-        for (int64_t x = 0; x < D; x++) sc->wkbar[x] = (float)(sum[x] / (double)s->Sk);
-        for (int64_t x = 0; x < D; x++) smooth &= isfinite(sc->wkbar[x]);
-    }
-    /* q: x = scale q, its codes (digit rows of ld8) and scale, c = x . kbar */
-    for (int64_t g = 0; g < ng; g++) {
-        int64_t ldq;
-        const float *q = fa_rows_f32(&s->q, kern, 0, i0, n, h0 + g, D, sc->q, &ldq);
-        for (int64_t r = 0; r < n; r++) {
-            const int64_t row = g * n + r;
-            float *x = sc->qt + row * D;
-            double c = 0.0;
-            for (int64_t e = 0; e < D; e++) {
-                x[e] = p->scale * q[r * ldq + e];
-                if (smooth) c += (double)x[e] * sc->wkbar[e];
-            }
-            sc->wqc[row] = (float)c;
-            int8_t *q8 = sc->wq8 + row * digits * ld8;
-            if (kd == 1) {
-                sc->wq8s[row] = fa_quant_row_i8(x, D, digits, q8);
-                continue;
-            }
-            int8_t *tmp = sc->wk8 + job->plan.bc * ld8; /* the spare K row */
-            sc->wq8s[row] = fa_quant_row_i8(x, D, 2, tmp);
-            memset(q8, 0, (size_t)(2 * ld8));
-            memcpy(q8, tmp, (size_t)D);                  /* [a | 0] */
-            memcpy(q8 + ld8, tmp + ldd, (size_t)D);      /* [b | a] */
-            memcpy(q8 + ld8 + D, tmp, (size_t)D);
-        }
-    }
+    const int smooth = !cache8 && q8_key_mean(job, sc, s, hk);
+    q8_quantise_q(job, sc, s, i0, n, ng, h0, smooth, kd, ld8);
     for (int64_t r = 0; r < rows; r++) {
         sc->m[r] = -INFINITY;
         sc->l[r] = 0.0f;
