@@ -949,6 +949,21 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, wide_task 
     memset(sc->acc, 0, (size_t)(w->rows * job->ldacc) * sizeof(float));
 }
 
+/* The block mask over a tile's stacked heads h0..h0+ng: whether any head keeps some of it,
+ * and in *bits whether some head's blocks are not all full (element work); 1, 0 without a mask */
+static int stacked_bmask(const fa_problem *s, const flash_scratch *sc, int64_t i0, int64_t n, int64_t ng, int64_t h0,
+                         int64_t j0, int64_t cols, int *bits)
+{
+    int any = !s->bm.on;
+    *bits = 0;
+    for (int64_t g = 0; s->bm.on && g < ng; g++) {
+        const int kind = fa_bmask_tile(s, 0, h0 + g, i0, n, j0, cols, sc->bms);
+        any |= kind != 0;
+        *bits |= kind != 1;
+    }
+    return any;
+}
+
 /* The wide path: one stack of rows, vectors along rows (kernels.h), for the task
  * step `step` (tasks.h): its K/V packed in `unit` (kv.h), or NULL to read them from the
  * caller's tensors; its tiles those starting in [step->j0, step->j0 + step->cols);
@@ -1000,13 +1015,8 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         int64_t ldv = 0;
         /* the block mask: a tile it removes for every stacked head is skipped, a tile
          * inside full blocks takes no element work (bm_bits: some head's does) */
-        int bm_bits = 0, bm_any = !s.bm.on;
-        for (int64_t g = 0; s.bm.on && g < ng; g++) {
-            const int kind = fa_bmask_tile(&s, 0, h0 + g, i0, n, j0, cols, sc->bms);
-            bm_any |= kind != 0;
-            bm_bits |= kind != 1;
-        }
-        if (!bm_any) continue;
+        int bm_bits;
+        if (!stacked_bmask(&s, sc, i0, n, ng, h0, j0, cols, &bm_bits)) continue;
         /* the band of the tile (from positions only): a band-only tile passes its bounds
          * to the kernels (the same for every stacked head) */
         const int32_t *tlo, *thi;
