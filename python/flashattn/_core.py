@@ -53,6 +53,22 @@ _POOLS = ("own", "host", "host-failed")  # FA_PARAM_LAST_POOL's values
 _host_pool = None
 
 
+def _named_param(name, param, modes, doc):
+    """A Context property over the context parameter param, whose codes are modes'
+    values and whose Python values are its keys."""
+    names = {v: k for k, v in modes.items()}
+
+    def get(self):
+        return names[self._c.get(param)]
+
+    def set(self, mode):
+        if mode not in modes:
+            raise ValueError(f"{name} must be one of {sorted(modes)}, got {mode!r}")
+        self._c.set(param, modes[mode])
+
+    return property(get, set, doc=doc)
+
+
 def _new_context(threads, algo):
     """A _C.Context, and the pool it runs on ("own" or "host")."""
     c = _C.Context(threads, algo)
@@ -112,37 +128,21 @@ class Context:
         self._pool = mode
 
     _KV_PACK = {"auto": 0, "never": 1, "always": 2}
-
-    @property
-    def kv_pack(self):
+    kv_pack = _named_param(
+        "kv_pack", _C.PARAM_KV_PACK, _KV_PACK,
         """Whether the flash forward copies each (sequence, kv head)'s K and V once
         into dense rows shared by its query blocks: "auto" (where converting,
         gathering or pairing them per tile would cost more; the default), "never"
-        or "always". Results are bitwise the same either way."""
-        return {v: k for k, v in self._KV_PACK.items()}[self._c.get(_C.PARAM_KV_PACK)]
-
-    @kv_pack.setter
-    def kv_pack(self, mode):
-        if mode not in self._KV_PACK:
-            raise ValueError(f"kv_pack must be one of {sorted(self._KV_PACK)}, got {mode!r}")
-        self._c.set(_C.PARAM_KV_PACK, self._KV_PACK[mode])
+        or "always". Results are bitwise the same either way.""")
 
     _QUANT_MATMUL = {"exact": 0, "i8": 1, "i8x2": 2}
-
-    @property
-    def quant_matmul(self):
+    quant_matmul = _named_param(
+        "quant_matmul", _C.PARAM_QUANT_MATMUL, _QUANT_MATMUL,
         """The forward's products on int8 codes for every call of this context
         (FA_PARAM_QUANT_MATMUL, docs/semantics.md, section 11): "exact" (the default,
         or $FLASHATTN_QUANT_MATMUL), "i8" or "i8x2". A call's quant_matmul keyword
         overrides it; this is the switch for routes without the keyword (torch's SDPA).
-        The backward refuses calls whose mode is not "exact"."""
-        return {v: k for k, v in self._QUANT_MATMUL.items()}[self._c.get(_C.PARAM_QUANT_MATMUL)]
-
-    @quant_matmul.setter
-    def quant_matmul(self, mode):
-        if mode not in self._QUANT_MATMUL:
-            raise ValueError(f"quant_matmul must be one of {sorted(self._QUANT_MATMUL)}, got {mode!r}")
-        self._c.set(_C.PARAM_QUANT_MATMUL, self._QUANT_MATMUL[mode])
+        The backward refuses calls whose mode is not "exact".""")
 
     @property
     def isa(self):
