@@ -566,7 +566,8 @@ static void fused_q(const flash_scratch *sc, wide_task *w, const uint16_t *q, in
 static void stack_rows(void *dst, const void *q, int64_t ldq, int64_t n, int64_t D, size_t es)
 {
     if (q == dst) return;
-    for (int64_t r = 0; r < n; r++) memcpy((char *)dst + r * D * es, (const char *)q + r * ldq * es, (size_t)D * es);
+    const int64_t e = (int64_t)es; /* signed: ldq may be negative (a reversed tensor) */
+    for (int64_t r = 0; r < n; r++) memcpy((char *)dst + r * D * e, (const char *)q + r * ldq * e, (size_t)(D * e));
 }
 
 /* Before step 1, on the bf16 path: the Q rows of every stacked head as bf16, as Q^T
