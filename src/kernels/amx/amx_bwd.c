@@ -28,18 +28,6 @@
 #include <math.h>
 #include <string.h>
 
-#define TC0 0
-#define TC1 1
-#define TC2 2
-#define TC3 3
-#define TA0 4
-#define TA1 5
-#define TB0 6
-#define TB1 7
-
-#define BR16(x) (((x) + 15) / 16 * 16)
-#define BR32(x) (((x) + 31) / 32 * 32)
-#define BALIGN64(p) ((void *)(((uintptr_t)(p) + 63) & ~(uintptr_t)63))
 
 #define BWD_LOG2E 1.44269504088896341f
 #define BWD_TLO (-127.0f) /* 2^t below 2^-126: a subnormal, which bf16's conversion makes 0 */
@@ -69,7 +57,7 @@ void fa_amx_pack_t_bf16(int64_t rows, int64_t len, const uint16_t *src, int64_t 
         hi[i] = (uint16_t)(lo[i] + 1);
     }
     const __m512i ilo = _mm512_loadu_si512(lo), ihi = _mm512_loadu_si512(hi);
-    const int64_t rp = BR32(rows);
+    const int64_t rp = FA_RUP32(rows);
     for (int64_t x0 = 0; x0 < len; x0 += 32) {
         const int64_t nx = len - x0 < 32 ? len - x0 : 32;
         const __mmask32 m = nx >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << nx) - 1;
@@ -262,18 +250,18 @@ void FA_AMX_FN(bwd_bf16)(const fa_bwd_tile *t)
 {
     FA_AMX_FN(tiles_ensure)();
     const int64_t rows = t->rows, cols = t->cols, d = t->d, dv = t->dv;
-    const int64_t rp = BR32(rows), mb = BR16(rows) / 16, cp = BR16(cols), cq = BR32(cols), nb = cp / 16;
+    const int64_t rp = FA_RUP32(rows), mb = FA_RUP16(rows) / 16, cp = FA_RUP16(cols), cq = FA_RUP32(cols), nb = cp / 16;
     const int64_t ldS = cp + 16; /* rows of 2^k floats would share a few L1 sets */
-    float *S = BALIGN64(t->scratch);
-    float *dP = BALIGN64(S + rp * ldS);
-    uint32_t *Pp = BALIGN64(dP + rp * ldS);
-    uint32_t *dSp = BALIGN64(Pp + rp / 2 * ldS);
-    uint16_t *dSb = BALIGN64(dSp + rp / 2 * ldS);
-    float *tail = BALIGN64(dSb + rp * cq);
+    float *S = ALIGN64(t->scratch);
+    float *dP = ALIGN64(S + rp * ldS);
+    uint32_t *Pp = ALIGN64(dP + rp * ldS);
+    uint32_t *dSp = ALIGN64(Pp + rp / 2 * ldS);
+    uint16_t *dSb = ALIGN64(dSp + rp / 2 * ldS);
+    float *tail = ALIGN64(dSb + rp * cq);
 
     /* S = Q K^T and dP = dO V^T, row-major fp32 */
-    tile_gemm(mb, nb, S, ldS, NULL, 0, 1, t->q, t->ldq, t->kt, 256, 16 * FA_KT_PAIRS(d), 16, BR32(d) / 32);
-    tile_gemm(mb, nb, dP, ldS, NULL, 0, 1, t->dout, t->lddo, t->vt, 256, 16 * FA_KT_PAIRS(dv), 16, BR32(dv) / 32);
+    tile_gemm(mb, nb, S, ldS, NULL, 0, 1, t->q, t->ldq, t->kt, 256, 16 * FA_KT_PAIRS(d), 16, FA_RUP32(d) / 32);
+    tile_gemm(mb, nb, dP, ldS, NULL, 0, 1, t->dout, t->lddo, t->vt, 256, 16 * FA_KT_PAIRS(dv), 16, FA_RUP32(dv) / 32);
 
     /* P and dS, two rows at a time; rows past `rows` and columns past cols come out 0 */
     const bwd_rowbufs w = {S, dP, ldS, Pp, dSp, dSb, cq};
@@ -298,7 +286,7 @@ void FA_AMX_FN(bwd_bf16)(const fa_bwd_tile *t)
 
     /* dQ += dS K, a partial last row block through tail */
     if (t->dq) {
-        const int64_t ep = BR16(d), part = rows % 16, r0 = rows - part;
+        const int64_t ep = FA_RUP16(d), part = rows % 16, r0 = rows - part;
         if (part)
             for (int64_t r = 0; r < 16; r++) {
                 if (r < part) memcpy(tail + r * ep, t->dq + (r0 + r) * t->lddq, (size_t)d * 4);
@@ -311,7 +299,7 @@ void FA_AMX_FN(bwd_bf16)(const fa_bwd_tile *t)
     }
     /* dV^T += dO^T P and dK^T += Q^T dS, over the block's rows in chunks of 32 */
     if (t->dvt)
-        tile_gemm(BR16(dv) / 16, nb, t->dvt, t->lddvt, NULL, 0, 0, t->dot, t->lddot, Pp, 16 * ldS, 16, ldS, rp / 32);
+        tile_gemm(FA_RUP16(dv) / 16, nb, t->dvt, t->lddvt, NULL, 0, 0, t->dot, t->lddot, Pp, 16 * ldS, 16, ldS, rp / 32);
     if (t->dkt)
-        tile_gemm(BR16(d) / 16, nb, t->dkt, t->lddkt, NULL, 0, 0, t->qt, t->ldqt, dSp, 16 * ldS, 16, ldS, rp / 32);
+        tile_gemm(FA_RUP16(d) / 16, nb, t->dkt, t->lddkt, NULL, 0, 0, t->qt, t->ldqt, dSp, 16 * ldS, 16, ldS, rp / 32);
 }

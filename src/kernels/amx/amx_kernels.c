@@ -43,24 +43,10 @@
 #include <math.h>
 #include <string.h>
 
-/* Tile numbers: macros, not enum constants (gcc's intrinsics paste them into the
- * instruction's text, after macro expansion). */
-#define TC0 0
-#define TC1 1
-#define TC2 2
-#define TC3 3
-#define TA0 4
-#define TA1 5
-#define TB0 6
-#define TB1 7
-
 #ifndef QK_GROUP
 #define QK_GROUP 4 /* row blocks of 16 per group in qk_bf16 */
 #endif
 #define MIN64(a, b) ((a) < (b) ? (a) : (b))
-#define R16(x) (((x) + 15) / 16 * 16)
-#define R32(x) (((x) + 31) / 32 * 32)
-#define ALIGN64(p) ((void *)(((uintptr_t)(p) + 63) & ~(uintptr_t)63))
 
 /* The entry points (the table file, built without flags, puts them in its table). */
 void FA_AMX_FN(thread_begin)(void);
@@ -333,7 +319,7 @@ static void mul_2x2(int two_i, int two_j, float *const c[2], const int64_t ldc[2
  * multiple of 256 bytes (rows that far apart share a few L1 sets). */
 static int64_t pt_ld(int64_t cols)
 {
-    const int64_t ld = R32(cols);
+    const int64_t ld = FA_RUP32(cols);
     return ld % 128 == 0 ? ld + 32 : ld;
 }
 
@@ -396,7 +382,7 @@ void FA_AMX_FN(pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st,
                         int64_t ldvp, const float *alpha, float *acc, int64_t ldacc, void *scratch)
 {
     tiles_on();
-    const int64_t ldpt = pt_ld(cols), rp = R16(rows), ep = R16(dv), np = (cols + 1) / 2;
+    const int64_t ldpt = pt_ld(cols), rp = FA_RUP16(rows), ep = FA_RUP16(dv), np = (cols + 1) / 2;
     const int64_t nrb = rp / 16, neb = ep / 16, full_c = cols / 32, ncc = (cols + 31) / 32;
     uint16_t *const pt = scratch;
     uint16_t *const buf[2] = {pt, pt + 32 * ldpt};
@@ -494,7 +480,7 @@ void FA_AMX_FN(stx_bf16)(int64_t rows, int64_t cols, int64_t n, const float *st,
                          int64_t ldx, float *acc, int64_t ldacc, void *scratch)
 {
     tiles_on();
-    const int64_t rq = R32(rows), ep = R16(n), cp = R16(cols), npr = rq / 2;
+    const int64_t rq = FA_RUP32(rows), ep = FA_RUP16(n), cp = FA_RUP16(cols), npr = rq / 2;
     const int64_t ncb = cp / 16, neb = ep / 16, nrc = rq / 32;
     uint32_t *xp = scratch;
     uint16_t *sb = ALIGN64(xp + npr * ep);
@@ -911,7 +897,7 @@ typedef struct {
  * never meet garbage). */
 static void fwd_scratch_init(const fa_fwd_tile *t, fwd_scratch *w)
 {
-    const int64_t cols = t->cols, ep = R16(t->dv), ldp = pt_ld(cols);
+    const int64_t cols = t->cols, ep = FA_RUP16(t->dv), ldp = pt_ld(cols);
     w->ep = ep, w->ldp = ldp, w->nxc = (t->d + 31) / 32, w->full_c = cols / 32;
     w->ldkt = 16 * FA_KT_PAIRS(t->d);
     w->c2 = t->scale * FWD_LOG2E;
@@ -1094,7 +1080,7 @@ static void fwd_strip_run(const fa_fwd_tile *t, const fwd_scratch *w, fwd_strip 
         const int rescale = fwd_block_rows(t, w, st, S, c0, (int)((nc + 15) / 16), &qj);
         fwd_qk_run(&qj, qj.steps); /* before any product below reuses the tiles */
         for (int64_t r = st->nr; r < (st->two_r ? 32 : 16); r++)
-            memset(w->P + r * w->ldp + c0, 0, (size_t)R32(nc) * 2);
+            memset(w->P + r * w->ldp + c0, 0, (size_t)FA_RUP32(nc) * 2);
         if (rescale) fwd_strip_rescale(t, w, st, c0);
     }
     fwd_strip_pv(t, w, st, b1 * FWD_BLOCK < cols ? b1 * FWD_BLOCK : cols);

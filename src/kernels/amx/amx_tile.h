@@ -65,6 +65,19 @@ unsigned fa_tm_faults(void);    /* this thread's fault bits since the last clear
 void fa_tm_clear_faults(void);
 int fa_tm_configured(void);     /* 1 while this thread holds a tile configuration */
 
+/* The kernels' tile numbers (amx_kernels.c, amx_bwd.c): macros, not enum constants
+ * (gcc's intrinsics paste them into the instruction's text, after macro expansion). */
+#define TC0 0
+#define TC1 1
+#define TC2 2
+#define TC3 3
+#define TA0 4
+#define TA1 5
+#define TB0 6
+#define TB1 7
+/* a scratch pointer rounded up to the 64 bytes a tile row load wants */
+#define ALIGN64(p) ((void *)(((uintptr_t)(p) + 63) & ~(uintptr_t)63))
+
 #if defined(FA_AMX_HW)
 #include <immintrin.h>
 #define FA_TILE_CONFIG(cfg) _tile_loadconfig(cfg)
