@@ -109,17 +109,18 @@ static int mul_ok(int64_t *acc, int64_t x)
 }
 
 /* What has no meaning for a sequence the ring shards, refused with its reason. */
-static fa_status check_ring_fields(const fa_forward_args *a)
+static fa_status check_ring_fields(const ring_call *rc, const fa_forward_args *a)
 {
-    if (a->bias.data) return ring_fail(FA_ERR_UNSUPPORTED, "bias tensors are not supported by ring attention");
-    if (a->mask.data) return ring_fail(FA_ERR_UNSUPPORTED, "mask tensors are not supported by ring attention");
+    const char *by = rc->driver;
+    if (a->bias.data) return ring_fail(FA_ERR_UNSUPPORTED, "bias tensors are not supported by %s", by);
+    if (a->mask.data) return ring_fail(FA_ERR_UNSUPPORTED, "mask tensors are not supported by %s", by);
     if (a->cu_seqlens_q || a->cu_seqlens_k)
-        return ring_fail(FA_ERR_UNSUPPORTED, "variable-length (cu_seqlens) calls are not supported by ring attention");
-    if (a->kv_cache) return ring_fail(FA_ERR_UNSUPPORTED, "KV caches are not supported by ring attention");
+        return ring_fail(FA_ERR_UNSUPPORTED, "variable-length (cu_seqlens) calls are not supported by %s", by);
+    if (a->kv_cache) return ring_fail(FA_ERR_UNSUPPORTED, "KV caches are not supported by %s", by);
     /* a block mask numbers the whole sequence's blocks, a shard's call its own */
-    if (a->block_mask) return ring_fail(FA_ERR_UNSUPPORTED, "block masks are not supported by ring attention");
+    if (a->block_mask) return ring_fail(FA_ERR_UNSUPPORTED, "block masks are not supported by %s", by);
     if (a->dropout_mask.data)
-        return ring_fail(FA_ERR_UNSUPPORTED, "dropout_mask is not supported by ring attention");
+        return ring_fail(FA_ERR_UNSUPPORTED, "dropout_mask is not supported by %s", by);
     if (a->q_start || a->k_start)
         return ring_fail(FA_ERR_UNSUPPORTED, "q_start/k_start are set by the ring from the sharding; pass 0");
     return FA_OK;
@@ -146,7 +147,7 @@ fa_status ring_check_forward(ring_call *rc, fa_context *ctx, const fa_ring_args 
     if (rg.stats && rg.stats->struct_size != sizeof(fa_ring_stats))
         return ring_fail(FA_ERR_STRUCT_SIZE, "stats->struct_size %zu is not %zu", rg.stats->struct_size,
                          sizeof(fa_ring_stats));
-    if ((st = check_ring_fields(&a)) != FA_OK) return st;
+    if ((st = check_ring_fields(rc, &a)) != FA_OK) return st;
     /* the call itself is the core's to judge: dtypes, shapes, extents, data, scalars */
     if ((st = fa_forward_check(ctx, local)) != FA_OK) return ring_core_fail(st, ctx);
     const int64_t B = a.q.shape[0], Sl = a.q.shape[1], Hq = a.q.shape[2], D = a.q.shape[3];
@@ -174,10 +175,11 @@ fa_status ring_check_forward(ring_call *rc, fa_context *ctx, const fa_ring_args 
 
 /* The opening of every ring call: a clean error, and this rank's place in the
  * communicator (the one check that cannot be agreed on: a null communicator). */
-fa_status ring_begin(ring_call *rc, MPI_Comm comm)
+fa_status ring_begin(ring_call *rc, MPI_Comm comm, const char *driver)
 {
     ring_clear_error();
     memset(rc, 0, sizeof *rc);
+    rc->driver = driver;
     if (comm == MPI_COMM_NULL) return ring_fail(FA_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
     MPI_Comm_size(comm, &rc->P);
     MPI_Comm_rank(comm, &rc->rank);
@@ -507,7 +509,7 @@ fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *ri
 {
     const double t0 = MPI_Wtime();
     ring_call rc;
-    if (ring_begin(&rc, comm) != FA_OK) return FA_ERR_INVALID_ARGUMENT;
+    if (ring_begin(&rc, comm, "ring attention") != FA_OK) return FA_ERR_INVALID_ARGUMENT;
     fa_status st = ring_check_forward(&rc, ctx, ring, local);
     if ((st = ring_agree(&rc, comm, st, 0)) != FA_OK) return st;
     fwd_bufs f;
@@ -792,7 +794,7 @@ fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args *r
 {
     const double t0 = MPI_Wtime();
     ring_call rc;
-    if (ring_begin(&rc, comm) != FA_OK) return FA_ERR_INVALID_ARGUMENT;
+    if (ring_begin(&rc, comm, "ring attention") != FA_OK) return FA_ERR_INVALID_ARGUMENT;
     int64_t grads = 0;
     fa_status st = ring_check_backward(&rc, ctx, ring, local, &grads);
     if ((st = ring_agree(&rc, comm, st, grads)) != FA_OK) return st;

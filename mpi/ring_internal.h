@@ -24,12 +24,13 @@ typedef struct ring_call {
     int64_t es;
     int64_t *S;        /* (P) shard lengths */
     fa_ring_stats *stats, local_stats;
+    const char *driver; /* "ring attention" or "Ulysses attention": what a refusal names */
     fa_status st;      /* the first failure inside the ring */
     char msg[400];
 } ring_call;
 
 /* The opening of every call: a clean error, this rank's place in the communicator. */
-fa_status ring_begin(ring_call *rc, MPI_Comm comm);
+fa_status ring_begin(ring_call *rc, MPI_Comm comm, const char *driver);
 /* Pass 1, local: the forward's arguments (the backward's, with its fwd; *grads: which
  * gradients, the value the ranks agree on). */
 fa_status ring_check_forward(ring_call *rc, fa_context *ctx, const fa_ring_args *ring, const fa_forward_args *local);

@@ -236,7 +236,7 @@ fa_status fa_ulysses_forward(fa_context *ctx, MPI_Comm comm, const fa_ring_args 
 {
     ulysses u;
     memset(&u, 0, sizeof u);
-    if (ring_begin(&u.rc, comm) != FA_OK) return FA_ERR_INVALID_ARGUMENT;
+    if (ring_begin(&u.rc, comm, "Ulysses attention") != FA_OK) return FA_ERR_INVALID_ARGUMENT;
     fa_status st = ulysses_begin(&u, comm, ring_check_forward(&u.rc, ctx, ring, local), 0);
     if (st != FA_OK) return st;
     ring_call *rc = &u.rc;
@@ -269,7 +269,7 @@ fa_status fa_ulysses_backward(fa_context *ctx, MPI_Comm comm, const fa_ring_args
 {
     ulysses u;
     memset(&u, 0, sizeof u);
-    if (ring_begin(&u.rc, comm) != FA_OK) return FA_ERR_INVALID_ARGUMENT;
+    if (ring_begin(&u.rc, comm, "Ulysses attention") != FA_OK) return FA_ERR_INVALID_ARGUMENT;
     int64_t grads = 0;
     fa_status st = ring_check_backward(&u.rc, ctx, ring, local, &grads);
     if ((st = ulysses_begin(&u, comm, st, grads)) != FA_OK) return st;
