@@ -1232,7 +1232,22 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     const fa_dtype kv = p->cache ? p->kc.dtype : p->k.dtype;
     const int pairs = job->bf16_dot && (!p->block_table || job->decode_tiles) && !p->quant && kv == FA_DTYPE_BF16 && p->dtype == FA_DTYPE_BF16;
     job->path = &wide_paths[pairs ? WIDE_BF16 : job->mm_terms ? WIDE_SPLIT : WIDE_F32];
+    /* the fused kernel is a variant of the bf16 path: a call whose rows take another (pages,
+     * codes) never runs it, so it neither reserves its scratch nor reports it */
+    job->fused = job->fused && pairs;
     job->per_thread = scratch_layout(job, NULL, NULL);
+}
+
+/* The verbose trace's name of the path the job's tasks take: the wide tasks' operand
+ * path (wide_paths, the fused kernel its bf16 variant), or int8 products where the
+ * wide tasks (wide_q8) or the small-row ones (digits) take them; never a path the job
+ * only could have taken (bf16 q over pages or codes runs the f32 one). */
+static const char *path_name(const flash_job *job)
+{
+    const int digits = job->wide_digits ? job->wide_digits : job->digits;
+    if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_BF16]) return job->fused ? "bf16-fused" : "bf16-dot";
+    if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_SPLIT]) return job->mm_terms == 3 ? "bf16x3" : "bf16-of-f32";
+    return digits == 2 ? "i8x2" : digits == 1 ? "i8" : "f32";
 }
 
 fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
@@ -1314,9 +1329,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     info->br = job.plan.br;
     info->bc = job.plan.bc;
     info->threads = nth;
-    info->path = job.fused ? "bf16-fused" : job.bf16_dot ? "bf16-dot" : job.mm_terms == 3 ? "bf16x3"
-                 : job.mm_terms == 1 ? "bf16-of-f32" : job.digits == 2 || job.wide_digits == 2 ? "i8x2"
-                 : job.digits == 1 || job.wide_digits == 1 ? "i8" : "f32";
+    info->path = path_name(&job);
     info->kv_splits = counts.max_split;
     return FA_OK;
 }
