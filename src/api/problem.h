@@ -45,6 +45,8 @@ enum { FA_BM_ABSENT = -2, FA_BM_FULL = -1 };
  * resolved, and broadcast dimensions of bias/mask given stride 0 so that every
  * algorithm indexes them as full [B, Hq, Sq, Sk] tensors.
  */
+typedef struct fa_kv_source fa_kv_source; /* src/forms/kv.h */
+
 typedef struct fa_problem {
     int64_t B, Hq, Hk, Sq, Sk, D, Dv;
     int64_t group;            /* Hq / Hk: query heads per kv head */
@@ -96,6 +98,7 @@ typedef struct fa_problem {
     const int32_t *pages;     /* in a paged per-sequence view: its block_table row */
     int scale_shared[2];      /* k_scale (0), v_scale (1) given with token stride 0: shared by rows, never
                                  written by an append (docs/semantics.md, section 8, "Cache dtypes") */
+    const fa_kv_source *kv;   /* how views reach their K/V rows (kv.h), chosen once by validation */
 } fa_problem;
 
 /* The gradients of a backward call: dout is read, the others written when has_*.

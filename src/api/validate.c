@@ -4,6 +4,7 @@
  * so a rejected call never writes to its outputs.
  */
 #include "checks.h"
+#include "kv.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -12,11 +13,13 @@
 /* Fields up to and including window_right are required of every caller. */
 #define FA_ARGS_MIN_SIZE (offsetof(fa_forward_args, window_right) + sizeof(int64_t))
 
-/* A validated call keeps its fields where its problem can read them (fa_problem.args). */
+/* A validated call keeps its fields where its problem can read them (fa_problem.args),
+ * and its K/V source, which every view of it inherits. */
 static fa_status keep_args(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
 {
     ctx->call_args = *a;
     p->args = &ctx->call_args;
+    p->kv = fa_kv_source_of(p);
     return FA_OK;
 }
 
