@@ -174,6 +174,9 @@ static void random_batch(h_rng *r, fa_problem *p, int32_t *cuq, int32_t *cuk, in
     p->q.data = p->k.data = p->v.data = p->o.data = dummy;
     p->q.shape[1] = cuq[p->B];
     p->k.shape[1] = cuk[p->B];
+    static fa_seq seqs[3]; /* the sequence table validation would build (one problem at a time) */
+    fa_seq_table_fill(p, seqs);
+    p->seqs = seqs;
 }
 
 /* The packing unit of a task, as tasks.h's rule reads: -1 for a small-row task (a

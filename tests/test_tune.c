@@ -470,6 +470,79 @@ static void test_verbose_phases(void)
           x[5], x[6]);
 }
 
+/* The verbose trace's path: is the path the call ran. bf16 q over a paged bf16 cache or
+ * an int8 cache runs the wide f32 path (the pair kernels and the fused kernel read
+ * neither pages nor codes), so it says f32 on every table, bf16 dot products and
+ * the fused kernel active or not; the same call over dense bf16 K/V says bf16-* where
+ * the context's bf16 dot products are active, else f32. */
+static void test_verbose_paths(void)
+{
+    h_case("verbose trace: the path of bf16 calls over pages and int8 codes");
+    enum { SQ = 64, SK = 128, H = 2, D = 64, PAGE = 32 };
+    char trace[512];
+    snprintf(trace, sizeof trace, "%s/paths.txt", g_dir);
+    uint16_t *q = calloc(SQ * H * D, 2), *o = calloc(SQ * H * D, 2), *kv16 = calloc(2 * SK * H * D, 2);
+    int8_t *kv8 = calloc(2 * SK * H * D, 1);
+    float *scales = malloc(2 * SK * H * sizeof *scales);
+    if (!CHECK(q && o && kv16 && kv8 && scales, "out of memory")) {
+        free(q), free(o), free(kv16), free(kv8), free(scales);
+        return;
+    }
+    for (int64_t i = 0; i < 2 * SK * H; i++) scales[i] = 0.01f;
+    static const int32_t seqlens[1] = {SK}, pages[SK / PAGE] = {2, 0, 3, 1};
+    fa_forward_args a = FA_FORWARD_ARGS_INIT;
+    a.q = fa_tensor_make(q, FA_DTYPE_BF16, FA_LAYOUT_BSND, 1, SQ, H, D);
+    a.o = fa_tensor_make(o, FA_DTYPE_BF16, FA_LAYOUT_BSND, 1, SQ, H, D);
+    fa_kv_cache paged = FA_KV_CACHE_INIT, coded = FA_KV_CACHE_INIT;
+    paged.k = fa_tensor_make(kv16, FA_DTYPE_BF16, FA_LAYOUT_BSND, SK / PAGE, PAGE, H, D);
+    paged.v = fa_tensor_make(kv16 + SK * H * D, FA_DTYPE_BF16, FA_LAYOUT_BSND, SK / PAGE, PAGE, H, D);
+    paged.seqlens = seqlens;
+    paged.block_table = pages;
+    paged.max_pages = SK / PAGE;
+    coded.k = fa_tensor_make(kv8, FA_DTYPE_I8, FA_LAYOUT_BSND, 1, SK, H, D);
+    coded.v = fa_tensor_make(kv8 + SK * H * D, FA_DTYPE_I8, FA_LAYOUT_BSND, 1, SK, H, D);
+    coded.k_scale = fa_tensor_make(scales, FA_DTYPE_F32, FA_LAYOUT_BSND, 1, SK, H, 1);
+    coded.v_scale = fa_tensor_make(scales + SK * H, FA_DTYPE_F32, FA_LAYOUT_BSND, 1, SK, H, 1);
+    coded.seqlens = seqlens;
+    const fa_tensor dense_k = fa_tensor_make(kv16, FA_DTYPE_BF16, FA_LAYOUT_BSND, 1, SK, H, D),
+                    dense_v = fa_tensor_make(kv16 + SK * H * D, FA_DTYPE_BF16, FA_LAYOUT_BSND, 1, SK, H, D);
+    const fa_kv_cache *caches[3] = {NULL, &paged, &coded};
+    static const char *const what[3] = {"dense bf16 K/V", "a paged bf16 cache", "an int8 cache"};
+    int saved;
+    FILE *t;
+    const int traced = trace_begin(trace, &saved, &t);
+    fa_context *ctx = NULL;
+    fa_status st[3] = {FA_ERR_INVALID_ARGUMENT, FA_ERR_INVALID_ARGUMENT, FA_ERR_INVALID_ARGUMENT};
+    int64_t active = -1;
+    if (traced && fa_context_create(&ctx) == FA_OK) {
+        fa_context_set(ctx, FA_PARAM_VERBOSE, 1);
+        fa_context_set(ctx, FA_PARAM_QUANT_MATMUL, 0);
+        fa_context_get(ctx, FA_PARAM_BF16_DOT_ACTIVE, &active);
+        for (int c = 0; c < 3; c++) {
+            a.k = c ? (fa_tensor){0} : dense_k;
+            a.v = c ? (fa_tensor){0} : dense_v;
+            a.kv_cache = caches[c];
+            st[c] = h_run(ctx, FA_ALGO_FLASH, 2, &a);
+        }
+    }
+    fa_context_free(ctx);
+    if (traced) trace_end(saved, t);
+    free(q), free(o), free(kv16), free(kv8), free(scales);
+    char lines[3][2048] = {{0}};
+    const int n = traced ? trace_lines(trace, lines, 3) : -1;
+    unlink(trace);
+    if (!CHECK(n == 3 && active >= 0, "%d trace lines, expected 3 (bf16 dot active: %lld)", n, (long long)active))
+        return;
+    for (int c = 0; c < 3; c++) {
+        const char *at = strstr(lines[c], ",path:");
+        char path[32] = "";
+        if (at) sscanf(at, ",path:%31[^,]", path);
+        const int ok = c == 0 && active ? strncmp(path, "bf16-", 5) == 0 : strcmp(path, "f32") == 0;
+        CHECK(st[c] == FA_OK && ok, "%s (bf16 dot %s): status %s, path '%s'", what[c], active ? "active" : "off",
+              fa_status_string(st[c]), path);
+    }
+}
+
 /* The verbose trace (stderr) says where the tiles came from, and what the file gave
  * once per context. stderr goes to a file for the calls. */
 static void test_verbose(void)
@@ -720,6 +793,7 @@ int main(void)
     test_damaged();
     test_verbose();
     test_verbose_phases();
+    test_verbose_paths();
     test_fa_tune_saves();
     test_fa_tune_misuse();
 

@@ -647,25 +647,6 @@ static const float *wide_kv_f32(const flash_job *job, const flash_scratch *sc, c
     return k;
 }
 
-/* K (which 0) or V (1) rows of keys j0 .. j0+cols-1 of kv head hk as bf16 for the pair
- * kernels: fa_rows_u16's, or from a page pool (decoding on tiles only, unit inner
- * stride) in place where the tile lies in one page, else gathered into scratch
- * (cols * dim), dim apart. */
-static const uint16_t *tile_rows_u16(const flash_scratch *sc, const fa_problem *s, int which, int64_t j0,
-                                     int64_t cols, int64_t hk, int64_t dim, uint16_t *scratch, int64_t *ld)
-{
-    const fa_tensor *t = which ? &s->v : &s->k;
-    if (!s->pages) return fa_rows_u16(t, 0, j0, cols, hk, dim, scratch, ld);
-    if (fa_cache_one_block(s->pages, s->page_size, j0, cols)) {
-        *ld = t->stride[1];
-        return fa_kv_row(s, which, j0, hk, NULL);
-    }
-    fa_kv_row_ptrs(s, which, j0, cols, hk, sc->kp, sc->ks);
-    *ld = dim;
-    for (int64_t c = 0; c < cols; c++) memcpy(scratch + c * dim, sc->kp[c], (size_t)dim * sizeof *scratch);
-    return scratch;
-}
-
 /* Step 1 for keys j0 .. j0+cols-1, on each path: scaled scores S^T = K (scale Q)^T into
  * sc->st. Returns the tile's V rows as f32 (*ldv apart) where step 1 read them, else NULL
  * (the bf16 path; the split path's packed V waits for step 9). */
@@ -678,7 +659,7 @@ static const float *scores_bf16(const flash_job *job, const flash_scratch *sc, w
     int64_t ldk;
     (void)ldv;
     const uint16_t *k = w->unit ? (const uint16_t *)w->unit + (j0 - w->key0) * (ldk = pk->ldk)
-                                : tile_rows_u16(sc, s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
+                                : fa_kv_tile_u16(s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
     job->kern->qk_bf16(w->rows, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
     w->k16 = k;
     w->ldk16 = ldk;
@@ -749,7 +730,7 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
         v16 = w->k16;
         ldv = w->ldk16;
     } else if (!w->unit || partial || (j0 & 1)) {
-        v16 = tile_rows_u16(sc, w->s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
+        v16 = fa_kv_tile_u16(w->s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
     }
     if (!partial || fa_rows_finite16(v16, ldv, cols, Dv, 0x7f80u)) {
         int64_t ldvp;
@@ -892,8 +873,8 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
     const uint16_t *k16 = NULL, *v = NULL;
     int64_t ldk = 0, ldv = 0, ldvp;
     if (!w->unit || (j0 & 1)) { /* V rows to pair (a latent V: the K rows, read once for both) */
-        if (s->v_in_k) v = k16 = tile_rows_u16(sc, s, 0, j0, cols, w->hk, D, sc->k16, &ldk), ldv = ldk;
-        else v = tile_rows_u16(sc, s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
+        if (s->v_in_k) v = k16 = fa_kv_tile_u16(s, 0, j0, cols, w->hk, D, sc->k16, &ldk), ldv = ldk;
+        else v = fa_kv_tile_u16(s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
     }
     const uint32_t *vp = tile_pairs(job, sc, w, j0, cols, v, ldv, &ldvp);
     if (partial && !pairs_finite(vp, ldvp, cols, Dv)) return 0;
@@ -901,7 +882,7 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
     if (w->unit && (j0 - w->key0) % 16 == 0) { /* a tile from a block's start (a window's may not be) */
         kt = (const uint32_t *)w->unit + (j0 - w->key0) / 16 * pk->ldk;
     } else {
-        if (!k16) k16 = tile_rows_u16(sc, s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
+        if (!k16) k16 = fa_kv_tile_u16(s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
         kern->pack_kt_bf16(cols, D, k16, ldk, sc->kt, 0);
     }
     *t0 = fa_phase_mark(job->phases, FA_PH_S, *t0);
@@ -1159,7 +1140,7 @@ static int decode_tiles(const fa_context *ctx, const fa_problem *p, const flash_
         p->quant_matmul ||
         p->group < 2 || !fa_mul_ok(p->Sq, p->group, &rows))
         return 0;
-    /* a page pool's rows are gathered whole (tile_rows_u16) */
+    /* a page pool's rows are gathered whole (kv.h, fa_kv_tile_u16) */
     if (paged && (k->stride[3] != 1 || v->stride[3] != 1)) return 0;
     return p->q.dtype == FA_DTYPE_BF16 && k->dtype == FA_DTYPE_BF16 && v->dtype == FA_DTYPE_BF16 &&
            rows >= DECODE_TILE_ROWS_MIN && rows <= DECODE_TILE_ROWS_MAX;
@@ -1232,7 +1213,22 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     const fa_dtype kv = p->cache ? p->kc.dtype : p->k.dtype;
     const int pairs = job->bf16_dot && (!p->block_table || job->decode_tiles) && !p->quant && kv == FA_DTYPE_BF16 && p->dtype == FA_DTYPE_BF16;
     job->path = &wide_paths[pairs ? WIDE_BF16 : job->mm_terms ? WIDE_SPLIT : WIDE_F32];
+    /* the fused kernel is a variant of the bf16 path: a call whose rows take another (pages,
+     * codes) never runs it, so it neither reserves its scratch nor reports it */
+    job->fused = job->fused && pairs;
     job->per_thread = scratch_layout(job, NULL, NULL);
+}
+
+/* The verbose trace's name of the path the job's tasks take: the wide tasks' operand
+ * path (wide_paths, the fused kernel its bf16 variant), or int8 products where the
+ * wide tasks (wide_q8) or the small-row ones (digits) take them; never a path the job
+ * only could have taken (bf16 q over pages or codes runs the f32 one). */
+static const char *path_name(const flash_job *job)
+{
+    const int digits = job->wide_digits ? job->wide_digits : job->digits;
+    if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_BF16]) return job->fused ? "bf16-fused" : "bf16-dot";
+    if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_SPLIT]) return job->mm_terms == 3 ? "bf16x3" : "bf16-of-f32";
+    return digits == 2 ? "i8x2" : digits == 1 ? "i8" : "f32";
 }
 
 fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
@@ -1314,9 +1310,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     info->br = job.plan.br;
     info->bc = job.plan.bc;
     info->threads = nth;
-    info->path = job.fused ? "bf16-fused" : job.bf16_dot ? "bf16-dot" : job.mm_terms == 3 ? "bf16x3"
-                 : job.mm_terms == 1 ? "bf16-of-f32" : job.digits == 2 || job.wide_digits == 2 ? "i8x2"
-                 : job.digits == 1 || job.wide_digits == 1 ? "i8" : "f32";
+    info->path = path_name(&job);
     info->kv_splits = counts.max_split;
     return FA_OK;
 }

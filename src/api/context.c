@@ -118,6 +118,7 @@ void fa_context_free(fa_context *ctx)
     fa_workspace_free(ctx->ws_kept[0]);
     fa_workspace_free(ctx->ws_kept[1]);
     fa_tune_free(ctx->tune.table);
+    fa_free(ctx->seqs);
     fa_free(ctx);
 }
 

@@ -109,6 +109,8 @@ struct fa_context {
     /* the call being run, as validation read it (fa_problem.args): the caller's fields at
      * this library's size; one call at a time, like everything else here */
     fa_forward_args call_args;
+    struct fa_seq *seqs;     /* the call's sequence table (fa_problem.seqs), kept between calls */
+    int64_t seqs_cap;        /* its entries */
     void *ws_kept[2];        /* fa_context_workspace: buffers kept between calls, per slot */
     int64_t ws_kept_bytes[2];
     atomic_int busy;         /* 1 while a call runs on this context (fa_context_enter) */

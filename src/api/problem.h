@@ -45,6 +45,17 @@ enum { FA_BM_ABSENT = -2, FA_BM_FULL = -1 };
  * resolved, and broadcast dimensions of bias/mask given stride 0 so that every
  * algorithm indexes them as full [B, Hq, Sq, Sk] tensors.
  */
+typedef struct fa_kv_source fa_kv_source; /* src/forms/kv.h */
+
+/* One sequence of an inference form as validation finds it once (fa_seq_table_fill):
+ * its lengths and where its rows start, from which fa_seq_view cuts its views. */
+typedef struct fa_seq {
+    int64_t Sq, Sk; /* query rows; keys after any append */
+    int64_t qb, q0; /* q, o, lse: batch index and first row */
+    int64_t kb, k0; /* packed k, v: batch index and first row; a contiguous cache: cache row and
+                       first row (scales too); a paged cache: unused (its block_table row) */
+} fa_seq;
+
 typedef struct fa_problem {
     int64_t B, Hq, Hk, Sq, Sk, D, Dv;
     int64_t group;            /* Hq / Hk: query heads per kv head */
@@ -76,8 +87,9 @@ typedef struct fa_problem {
     /*
      * Inference forms (src/forms/sequences.c; the cache fields are src/forms/cache.c's). Sequences
      * may differ in length: B, Sq and Sk above are then the count and the longest
-     * lengths (for planning), and fa_seq_view() gives each sequence as a dense problem
-     * of its own (B = 1) whose tensors are views into the packed or cached data. A
+     * lengths (for planning), each sequence's own are the table `seqs` (fa_seq_at), and
+     * fa_seq_view() gives each sequence as a dense problem of its own (B = 1) whose
+     * tensors are views into the packed or cached data, cut at the table's rows. A
      * paged view keeps the page pool in k, v and reaches row j through `pages`.
      */
     int varlen;               /* q, o (and k, v without a cache) packed by cu_q / cu_k */
@@ -96,6 +108,9 @@ typedef struct fa_problem {
     const int32_t *pages;     /* in a paged per-sequence view: its block_table row */
     int scale_shared[2];      /* k_scale (0), v_scale (1) given with token stride 0: shared by rows, never
                                  written by an append (docs/semantics.md, section 8, "Cache dtypes") */
+    const fa_kv_source *kv;   /* how views reach their K/V rows (kv.h), chosen once by validation */
+    const fa_seq *seqs;       /* an inference form's sequences [B] (fa_seq_at), built once by
+                                 validation; NULL for a dense batch, B alike */
 } fa_problem;
 
 /* The gradients of a backward call: dout is read, the others written when has_*.
@@ -108,8 +123,21 @@ typedef struct fa_grads {
 /* Sequence b's gradients as B = 1 views, as fa_seq_view does for the problem. */
 void fa_seq_grads(const fa_problem *p, const fa_grads *g, int64_t b, fa_grads *out);
 
+/* Fills out[0 .. B-1] with the sequences of inference form p (its fields validated). */
+void fa_seq_table_fill(const fa_problem *p, fa_seq *out);
+/* Sequence b of p: its table's entry, or a dense batch's row b. */
+static inline fa_seq fa_seq_at(const fa_problem *p, int64_t b)
+{
+    if (p->seqs) return p->seqs[b];
+    return (fa_seq){p->Sq, p->Sk, b, 0, b, 0};
+}
 /* Sequence b's query and key lengths (keys after any append). */
-void fa_seq_lengths(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk);
+static inline void fa_seq_lengths(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk)
+{
+    const fa_seq q = fa_seq_at(p, b);
+    *sq = q.Sq;
+    *sk = q.Sk;
+}
 /* Sequence b as a dense B = 1 problem (see above). */
 void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *out);
 /* t with its batch axis fixed at b and its seq axis starting at s0: a (1, len, .., ..)

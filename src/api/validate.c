@@ -4,6 +4,9 @@
  * so a rejected call never writes to its outputs.
  */
 #include "checks.h"
+#include "kv.h"
+#include "alloc.h"
+#include "arith.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -12,11 +15,26 @@
 /* Fields up to and including window_right are required of every caller. */
 #define FA_ARGS_MIN_SIZE (offsetof(fa_forward_args, window_right) + sizeof(int64_t))
 
-/* A validated call keeps its fields where its problem can read them (fa_problem.args). */
+/* A validated call keeps its fields where its problem can read them (fa_problem.args),
+ * its K/V source, which every view of it inherits, and an inference form its sequence
+ * table (fa_problem.seqs), in the context's buffer, which grows to the largest B seen. */
 static fa_status keep_args(fa_context *ctx, const fa_forward_args *a, fa_problem *p)
 {
     ctx->call_args = *a;
     p->args = &ctx->call_args;
+    p->kv = fa_kv_source_of(p);
+    if (!fa_problem_is_form(p)) return FA_OK;
+    if (p->B > ctx->seqs_cap) {
+        const int64_t bytes = fa_bytes3(p->B, (int64_t)sizeof(fa_seq), 1);
+        fa_seq *t = bytes < 0 ? NULL : fa_malloc(bytes);
+        if (!t)
+            return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate the table of %lld sequences", (long long)p->B);
+        fa_free(ctx->seqs);
+        ctx->seqs = t;
+        ctx->seqs_cap = p->B;
+    }
+    fa_seq_table_fill(p, ctx->seqs);
+    p->seqs = ctx->seqs;
     return FA_OK;
 }
 

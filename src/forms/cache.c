@@ -18,15 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Where key j of sequence b lives in the whole problem's cache (a left-padded
- * sequence's keys start at its leftpad row). */
-static fa_slot seq_slot(const fa_problem *p, int64_t b, int64_t j)
-{
-    return fa_cache_slot(p->block_table ? p->block_table + b * p->max_pages : NULL, p->page_size,
-                         p->batch_idx ? p->batch_idx[b] : b, j + fa_cache_first_row(p, b));
-}
-
-void fa_cache_view(const fa_problem *p, int64_t b, fa_problem *s)
+void fa_cache_view(const fa_problem *p, int64_t b, const fa_seq *q, fa_problem *s)
 {
     s->append = 0;
     s->cache = 0;
@@ -36,12 +28,12 @@ void fa_cache_view(const fa_problem *p, int64_t b, fa_problem *s)
         s->pages = p->block_table + b * p->max_pages;
         return; /* k_scale, v_scale index pages as they are */
     }
-    const fa_slot at = seq_slot(p, b, 0); /* keys 0 .. Sk-1 are rows of one cache row */
-    s->k = fa_seq_tensor(&p->kc, at.blk, at.row, s->Sk);
-    s->v = fa_seq_tensor(&p->vc, at.blk, at.row, s->Sk);
+    /* keys 0 .. Sk-1 are rows of one cache row, from q's (fa_cache_seq_slot of key 0) */
+    s->k = fa_seq_tensor(&p->kc, q->kb, q->k0, s->Sk);
+    s->v = fa_seq_tensor(&p->vc, q->kb, q->k0, s->Sk);
     if (p->quant) {
-        s->k_scale = fa_seq_tensor(&p->k_scale, at.blk, at.row, s->Sk);
-        s->v_scale = fa_seq_tensor(&p->v_scale, at.blk, at.row, s->Sk);
+        s->k_scale = fa_seq_tensor(&p->k_scale, q->kb, q->k0, s->Sk);
+        s->v_scale = fa_seq_tensor(&p->v_scale, q->kb, q->k0, s->Sk);
     }
 }
 
@@ -282,7 +274,7 @@ static fa_status check_slots(fa_context *ctx, const fa_problem *p)
     int64_t n = 0;
     for (int64_t b = 0; b < p->B; b++)
         for (int64_t t = 0; t < fa_cache_new_rows(p, b); t++) {
-            const fa_slot at = seq_slot(p, b, fa_cache_old_keys(p, b) + t);
+            const fa_slot at = fa_cache_seq_slot(p, b, fa_cache_old_keys(p, b) + t);
             slots[n++] = at.blk * slot_rows + at.row;
         }
     qsort(slots, (size_t)n, sizeof *slots, cmp_i64);
@@ -444,7 +436,7 @@ fa_status fa_cache_append(fa_context *ctx, const fa_problem *p, fa_cache_undo *u
         const int64_t add = fa_cache_new_rows(p, b);
         const int64_t sb = p->cu_k ? 0 : b, s0 = p->cu_k ? p->cu_k[b] : 0; /* new row t of sequence b */
         for (int64_t t = 0; t < add; t++) {
-            const fa_slot at = seq_slot(p, b, fa_cache_old_keys(p, b) + t);
+            const fa_slot at = fa_cache_seq_slot(p, b, fa_cache_old_keys(p, b) + t);
             for (int64_t hk = 0; hk < p->Hk; hk++) {
                 fa_pack_rows(&p->k, kern, sb, s0 + t, 1, hk, p->D, row, p->D);
                 kept = keep_part(p, 0, at, hk, kept, 1);
@@ -467,7 +459,7 @@ void fa_cache_append_undo(const fa_problem *p, const fa_cache_undo *undo)
     char *end = undo->saved + undo->bytes;
     for (int64_t b = p->B - 1; b >= 0; b--)
         for (int64_t t = fa_cache_new_rows(p, b) - 1; t >= 0; t--) {
-            const fa_slot at = seq_slot(p, b, fa_cache_old_keys(p, b) + t);
+            const fa_slot at = fa_cache_seq_slot(p, b, fa_cache_old_keys(p, b) + t);
             for (int64_t hk = p->Hk - 1; hk >= 0; hk--) {
                 end -= entry;
                 keep_part(p, 1, at, hk, end + k_part, 0);

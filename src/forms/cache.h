@@ -41,6 +41,14 @@ static inline int64_t fa_cache_old_keys(const fa_problem *p, int64_t b)
     return (int64_t)p->seqlens[b] - fa_cache_first_row(p, b);
 }
 
+/* Where key j of sequence b lives in the whole problem's cache (a left-padded
+ * sequence's keys start at its leftpad row). */
+static inline fa_slot fa_cache_seq_slot(const fa_problem *p, int64_t b, int64_t j)
+{
+    return fa_cache_slot(p->block_table ? p->block_table + b * p->max_pages : NULL, p->page_size,
+                         p->batch_idx ? p->batch_idx[b] : b, j + fa_cache_first_row(p, b));
+}
+
 /* The new rows sequence b of a cached call appends (0 without an append). */
 static inline int64_t fa_cache_new_rows(const fa_problem *p, int64_t b)
 {
@@ -52,10 +60,10 @@ static inline int64_t fa_cache_new_rows(const fa_problem *p, int64_t b)
  * included, and fills p's cache fields (p holds B, Hq and varlen's cu_q already). */
 fa_status fa_cache_validate(fa_context *ctx, const fa_forward_args *a, fa_problem *p);
 
-/* Sequence b's keys and values in s (a copy of p made by fa_seq_view): s->k, s->v
- * (and the int8 scales) become the cache as this sequence sees it, a (1, Sk, ..)
- * view of its cache row, or the page pool with s->pages its block_table row. */
-void fa_cache_view(const fa_problem *p, int64_t b, fa_problem *s);
+/* Sequence b's keys and values in s (a copy of p made by fa_seq_view; q its table
+ * entry): s->k, s->v (and the int8 scales) become the cache as this sequence sees it,
+ * a (1, Sk, ..) view of its cache row, or the page pool with s->pages its block_table row. */
+void fa_cache_view(const fa_problem *p, int64_t b, const fa_seq *q, fa_problem *s);
 
 /*
  * The append: new rows written into their slots before any algorithm runs. The

@@ -57,14 +57,12 @@ static void row_to_f32(const fa_kernels *kern, const void *row, fa_dtype dt, int
         fa_row_to_f32(row, dt, sd, scale, n, out);
 }
 
-const float *fa_kv_tile_f32(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
-                            int64_t hk, int64_t dim, float *scratch, int64_t *ld)
+/* Rows one by one through the slot rule, each converted with its scale: pages that a
+ * tile crosses, and codes (whose scales differ by row). */
+static const float *tile_f32_rows(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
+                                  int64_t hk, int64_t dim, float *scratch, int64_t *ld)
 {
     const fa_tensor *t = which ? &s->v : &s->k;
-    if (!s->quant && fa_cache_one_block(s->pages, s->page_size, j0, cols)) { /* evenly spaced rows */
-        const fa_slot at = fa_cache_slot(s->pages, s->page_size, 0, j0);
-        return fa_rows_f32(t, kern, at.blk, at.row, cols, hk, dim, scratch, ld);
-    }
     *ld = dim;
     for (int64_t c = 0; c < cols; c++) {
         float scale;
@@ -74,22 +72,76 @@ const float *fa_kv_tile_f32(const fa_problem *s, int which, const fa_kernels *ke
     return scratch;
 }
 
-void fa_kv_row_ptrs(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
-                    float *scale)
+/* Dense float rows: one strided block from row j0. */
+static const float *tile_f32_dense(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
+                                   int64_t hk, int64_t dim, float *scratch, int64_t *ld)
 {
-    if (s->pages) {
-        for (int64_t c = 0; c < cols; c++) ptr[c] = fa_kv_row(s, which, j0 + c, hk, &scale[c]);
-        return;
-    }
+    return fa_rows_f32(which ? &s->v : &s->k, kern, 0, j0, cols, hk, dim, scratch, ld);
+}
+
+/* Paged float rows: one strided block where the tile lies in one page, else row by row. */
+static const float *tile_f32_paged(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
+                                   int64_t hk, int64_t dim, float *scratch, int64_t *ld)
+{
+    if (!fa_cache_one_block(s->pages, s->page_size, j0, cols))
+        return tile_f32_rows(s, which, kern, j0, cols, hk, dim, scratch, ld);
+    const fa_slot at = fa_cache_slot(s->pages, s->page_size, 0, j0);
+    return fa_rows_f32(which ? &s->v : &s->k, kern, at.blk, at.row, cols, hk, dim, scratch, ld);
+}
+
+/* Rows evenly spaced from row j0 (a dense view), their scales too when scaled. */
+static void row_ptrs_dense(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
+                           float *scale)
+{
     const fa_tensor *t = which ? &s->v : &s->k;
     const char *row = fa_kv_row(s, which, j0, hk, NULL);
     const int64_t step = t->stride[1] * (int64_t)fa_dtype_size(t->dtype);
     for (int64_t c = 0; c < cols; c++) ptr[c] = row + c * step;
-    if (s->quant) {
-        const fa_tensor *st = which ? &s->v_scale : &s->k_scale;
-        const float *sc = (const float *)st->data + j0 * st->stride[1] + hk * st->stride[2];
-        for (int64_t c = 0; c < cols; c++) scale[c] = sc[c * st->stride[1]];
+    if (!s->kv->scaled) return;
+    const fa_tensor *st = which ? &s->v_scale : &s->k_scale;
+    const float *sc = (const float *)st->data + j0 * st->stride[1] + hk * st->stride[2];
+    for (int64_t c = 0; c < cols; c++) scale[c] = sc[c * st->stride[1]];
+}
+
+/* Rows (and scales) one by one through the block table. */
+static void row_ptrs_paged(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
+                           float *scale)
+{
+    for (int64_t c = 0; c < cols; c++) ptr[c] = fa_kv_row(s, which, j0 + c, hk, &scale[c]);
+}
+
+static const uint16_t *tile_u16_dense(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk,
+                                      int64_t dim, uint16_t *scratch, int64_t *ld)
+{
+    return fa_rows_u16(which ? &s->v : &s->k, 0, j0, cols, hk, dim, scratch, ld);
+}
+
+/* A page pool's bf16 rows (unit inner stride): in place where the tile lies in one
+ * page, else copied row by row. */
+static const uint16_t *tile_u16_paged(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk,
+                                      int64_t dim, uint16_t *scratch, int64_t *ld)
+{
+    if (fa_cache_one_block(s->pages, s->page_size, j0, cols)) {
+        *ld = (which ? &s->v : &s->k)->stride[1];
+        return fa_kv_row(s, which, j0, hk, NULL);
     }
+    *ld = dim;
+    for (int64_t c = 0; c < cols; c++)
+        memcpy(scratch + c * dim, fa_kv_row(s, which, j0 + c, hk, NULL), (size_t)dim * sizeof *scratch);
+    return scratch;
+}
+
+enum { KV_DENSE, KV_PAGED, KV_SCALED, KV_SCALED_PAGED };
+static const fa_kv_source kv_sources[] = {
+    [KV_DENSE] = {"dense", 0, row_ptrs_dense, tile_f32_dense, tile_u16_dense},
+    [KV_PAGED] = {"paged", 0, row_ptrs_paged, tile_f32_paged, tile_u16_paged},
+    [KV_SCALED] = {"scaled", 1, row_ptrs_dense, tile_f32_rows, NULL},
+    [KV_SCALED_PAGED] = {"scaled-paged", 1, row_ptrs_paged, tile_f32_rows, NULL},
+};
+
+const fa_kv_source *fa_kv_source_of(const fa_problem *p)
+{
+    return &kv_sources[(p->block_table ? KV_PAGED : KV_DENSE) + (p->quant ? KV_SCALED : 0)];
 }
 
 void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, int64_t dim, void *dst)

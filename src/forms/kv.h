@@ -9,6 +9,33 @@
 
 #include "cache.h"
 
+/*
+ * A K/V source: how a sequence view reaches its key and value rows. One per storage
+ * form (dense rows, paged blocks, quantised codes with scales, dense or paged), chosen
+ * once per call by validation (fa_kv_source_of) and carried in fa_problem.kv by every
+ * view, so that the tiled loops ask the source and never test the form. A latent V
+ * (v_in_k) is no source of its own: its view is K's first Dv columns in K's source.
+ * which: K (0) or V (1); rows are keys j0 .. j0+cols-1 of kv head hk.
+ */
+struct fa_kv_source {
+    const char *name;
+    int scaled; /* rows are int8 or fp8 codes, each with a scale (fa_dtype_is_quant) */
+    /* pointers to the rows, and their scales (scaled sources only; others leave them) */
+    void (*row_ptrs)(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
+                     float *scale);
+    /* the rows as f32, dim floats each (see fa_kv_tile_f32) */
+    const float *(*tile_f32)(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
+                             int64_t hk, int64_t dim, float *scratch, int64_t *ld);
+    /* the rows as bf16 for the pair kernels, in place where they are evenly spaced, else
+     * gathered into scratch (cols * dim), dim apart; *ld in elements. Float sources of
+     * bf16 rows with a unit inner stride only (a paged source's); NULL for codes. */
+    const uint16_t *(*tile_u16)(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, int64_t dim,
+                                uint16_t *scratch, int64_t *ld);
+};
+/* The source of problem p's K/V views: paged when it has a block table, scaled when
+ * its cache is quantised, else dense. */
+const fa_kv_source *fa_kv_source_of(const fa_problem *p);
+
 /* K (which = 0) or V (1) row j of kv head hk in a dense or per-sequence view, and its
  * int8 scale (1 when not quantised; scale may be NULL). */
 static inline const void *fa_kv_row(const fa_problem *s, int which, int64_t j, int64_t hk, float *scale)
@@ -31,13 +58,26 @@ int fa_kv_type(fa_dtype d);
 /* K (which 0) or V (1) rows j0 .. j0+cols-1 of kv head hk as f32 for the wide kernels:
  * zero-copy where the rows are f32 and evenly spaced, else converted into scratch
  * (cols * dim floats). *ld receives the row distance in floats. */
-const float *fa_kv_tile_f32(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
-                            int64_t hk, int64_t dim, float *scratch, int64_t *ld);
+static inline const float *fa_kv_tile_f32(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0,
+                                          int64_t cols, int64_t hk, int64_t dim, float *scratch, int64_t *ld)
+{
+    return s->kv->tile_f32(s, which, kern, j0, cols, hk, dim, scratch, ld);
+}
 
 /* Pointers to K (which 0) or V (1) rows j0 .. j0+cols-1 of kv head hk, and their
  * int8 scales, for the small-row kernels. */
-void fa_kv_row_ptrs(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
-                    float *scale);
+static inline void fa_kv_row_ptrs(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk,
+                                  const void **ptr, float *scale)
+{
+    s->kv->row_ptrs(s, which, j0, cols, hk, ptr, scale);
+}
+
+/* ... as bf16 rows for the pair kernels (the source's tile_u16). */
+static inline const uint16_t *fa_kv_tile_u16(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk,
+                                             int64_t dim, uint16_t *scratch, int64_t *ld)
+{
+    return s->kv->tile_u16(s, which, j0, cols, hk, dim, scratch, ld);
+}
 
 /* Rows with a non-unit inner stride copied, element for element in their own
  * dtype, into dst (untyped: any K/V dtype; room for cols * dim floats); ptr is

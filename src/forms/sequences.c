@@ -3,8 +3,10 @@
  * dense problems. Variable-length batches and KV caches reduce to one idea: each
  * sequence is a dense B = 1 problem of its own lengths whose tensors are views into
  * the packed or cached data (fa_seq_view), so the flash engine, the masks and the
- * band logic see the shapes they always saw. This file validates the varlen fields
- * and cuts the views of q, o, lse and packed k, v; the cache (its validation, its
+ * band logic see the shapes they always saw. This file validates the varlen fields,
+ * finds each sequence's lengths and first rows once per call (the sequence table,
+ * fa_seq_table_fill, which validation keeps in fa_problem.seqs) and cuts the views of
+ * q, o, lse and packed k, v at them; the cache (its validation, its
  * per-sequence view, the slot rule, the append) is cache.c's, and a paged view's rows
  * are found through the block table by fa_kv_row (kv.h).
  */
@@ -15,25 +17,44 @@
 
 static int64_t span(const int32_t *cu, int64_t b) { return (int64_t)cu[b + 1] - cu[b]; }
 
-void fa_seq_lengths(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk)
+/* Sequence b of inference form p: the rules of its lengths and first rows, which the
+ * table holds so that views and plans read them instead of deriving them again. */
+static fa_seq seq_find(const fa_problem *p, int64_t b)
 {
-    *sq = p->cu_q ? span(p->cu_q, b) : p->q.shape[1];
-    if (p->cache)
-        *sk = fa_cache_old_keys(p, b) + fa_cache_new_rows(p, b);
-    else
-        *sk = p->cu_k ? span(p->cu_k, b) : p->k.shape[1];
+    fa_seq q = {.Sq = p->cu_q ? span(p->cu_q, b) : p->q.shape[1], .qb = p->cu_q ? 0 : b,
+                .q0 = p->cu_q ? p->cu_q[b] : 0};
+    if (!p->cache) {
+        q.Sk = p->cu_k ? span(p->cu_k, b) : p->k.shape[1];
+        q.kb = p->cu_k ? 0 : b;
+        q.k0 = p->cu_k ? p->cu_k[b] : 0;
+        return q;
+    }
+    q.Sk = fa_cache_old_keys(p, b) + fa_cache_new_rows(p, b);
+    if (!p->block_table) {
+        const fa_slot at = fa_cache_seq_slot(p, b, 0); /* keys 0 .. Sk-1 are rows of one cache row */
+        q.kb = at.blk;
+        q.k0 = at.row;
+    }
+    return q;
+}
+
+void fa_seq_table_fill(const fa_problem *p, fa_seq *out)
+{
+    for (int64_t b = 0; b < p->B; b++) out[b] = seq_find(p, b);
 }
 
 void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *s)
 {
+    const fa_seq q = fa_seq_at(p, b);
     *s = *p;
-    fa_seq_lengths(p, b, &s->Sq, &s->Sk);
+    s->Sq = q.Sq;
+    s->Sk = q.Sk;
     s->B = 1;
-    const int64_t qb = p->cu_q ? 0 : b, q0 = p->cu_q ? p->cu_q[b] : 0;
-    s->q = fa_seq_tensor(&p->q, qb, q0, s->Sq);
-    s->o = fa_seq_tensor(&p->o, qb, q0, s->Sq);
+    s->seqs = NULL; /* a view is its own (dense) sequence */
+    s->q = fa_seq_tensor(&p->q, q.qb, q.q0, s->Sq);
+    s->o = fa_seq_tensor(&p->o, q.qb, q.q0, s->Sq);
     if (p->has_lse && s->Sq > 0) { /* (B, Hq, Sq, 1): its seq axis is axis 2 */
-        s->lse.data = (float *)p->lse.data + qb * p->lse.stride[0] + q0 * p->lse.stride[2];
+        s->lse.data = (float *)p->lse.data + q.qb * p->lse.stride[0] + q.q0 * p->lse.stride[2];
         s->lse.shape[0] = 1;
         s->lse.shape[2] = s->Sq;
     }
@@ -47,25 +68,21 @@ void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *s)
     s->varlen = 0;
     s->cu_q = s->cu_k = NULL;
     if (!p->cache) {
-        const int64_t kb = p->cu_k ? 0 : b, k0 = p->cu_k ? p->cu_k[b] : 0;
-        s->k = fa_seq_tensor(&p->k, kb, k0, s->Sk);
-        s->v = fa_seq_tensor(&p->v, kb, k0, s->Sk);
+        s->k = fa_seq_tensor(&p->k, q.kb, q.k0, s->Sk);
+        s->v = fa_seq_tensor(&p->v, q.kb, q.k0, s->Sk);
         return;
     }
-    fa_cache_view(p, b, s); /* k, v (and the scales): the cache, seen from this sequence */
+    fa_cache_view(p, b, &q, s); /* k, v (and the scales): the cache, seen from this sequence */
 }
 
 void fa_seq_grads(const fa_problem *p, const fa_grads *g, int64_t b, fa_grads *out)
 {
+    const fa_seq q = fa_seq_at(p, b); /* the backward's k, v are packed or dense, never a cache */
     *out = *g;
-    int64_t sq, sk;
-    fa_seq_lengths(p, b, &sq, &sk);
-    const int64_t qb = p->cu_q ? 0 : b, q0 = p->cu_q ? p->cu_q[b] : 0;
-    const int64_t kb = p->cu_k ? 0 : b, k0 = p->cu_k ? p->cu_k[b] : 0;
-    out->dout = fa_seq_tensor(&g->dout, qb, q0, sq);
-    if (g->has_dq) out->dq = fa_seq_tensor(&g->dq, qb, q0, sq);
-    if (g->has_dk) out->dk = fa_seq_tensor(&g->dk, kb, k0, sk);
-    if (g->has_dv) out->dv = fa_seq_tensor(&g->dv, kb, k0, sk);
+    out->dout = fa_seq_tensor(&g->dout, q.qb, q.q0, q.Sq);
+    if (g->has_dq) out->dq = fa_seq_tensor(&g->dq, q.qb, q.q0, q.Sq);
+    if (g->has_dk) out->dk = fa_seq_tensor(&g->dk, q.kb, q.k0, q.Sk);
+    if (g->has_dv) out->dv = fa_seq_tensor(&g->dv, q.kb, q.k0, q.Sk);
 }
 
 /* ------------------------------------------------------------- validation */
@@ -133,10 +150,9 @@ fa_status fa_validate_forms(fa_context *ctx, const fa_forward_args *a, fa_proble
     /* the longest sequence, for planning tiles */
     p->Sq = p->Sk = 0;
     for (int64_t b = 0; b < p->B; b++) {
-        int64_t sq, sk;
-        fa_seq_lengths(p, b, &sq, &sk);
-        if (sq > p->Sq) p->Sq = sq;
-        if (sk > p->Sk) p->Sk = sk;
+        const fa_seq q = seq_find(p, b);
+        if (q.Sq > p->Sq) p->Sq = q.Sq;
+        if (q.Sk > p->Sk) p->Sk = q.Sk;
     }
     return FA_OK;
 }
