@@ -272,6 +272,23 @@ static int small_bmask(const fa_problem *s, const flash_scratch *sc, int64_t h0,
     return !any ? 0 : bits ? 2 : 1;
 }
 
+/* The first SMALL_PF_ROWS rows from key j0 of kv head hk's K (which 0) or V (1) towards
+ * L1: the kernels prefetch each row a few keys ahead of its use, so the first rows of
+ * every call would arrive with the whole memory latency; issued one call early they do
+ * not. A hint only (rows past hi are left alone). */
+enum { SMALL_PF_ROWS = 32 };
+static void small_prefetch_start(const fa_problem *s, int which, int64_t j0, int64_t hi, int64_t hk, int64_t dim)
+{
+    const fa_tensor *t = which ? &s->v : &s->k;
+    if (t->stride[3] != 1) return;
+    const int64_t bytes = dim * (int64_t)fa_dtype_size(t->dtype);
+    for (int64_t j = j0; j <= hi && j < j0 + SMALL_PF_ROWS; j++) {
+        const char *row = fa_kv_row(s, which, j, hk, NULL);
+        const char *end = row + bytes;
+        for (const char *b = (const char *)((uintptr_t)row & ~(uintptr_t)63); b < end; b += 64) __builtin_prefetch(b, 0, 3);
+    }
+}
+
 static void flash_task_small(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
 {
     const fa_problem *p = job->p;
@@ -332,6 +349,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             const float *vscale = s->v_in_k ? sc->ks : sc->vs;
             const int bm = s->bm.on ? small_bmask(s, sc, h0, ng, i0, n, j0, cols, NULL, lds) : 1;
             if (bm == 0) continue; /* the block mask removes the tile for the whole stack */
+            if (Dv > 0 && !s->v_in_k) small_prefetch_start(s, 1, j0, hi, hk, Dv);
             double t0 = fa_phase_start(job->phases);
             if (q8)
                 kern->qk_small_i8(rows, cols, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, sc->kp, sc->ks,
@@ -345,6 +363,11 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             if (bm == 2) small_bmask(s, sc, h0, ng, i0, n, j0, cols, sc->st, lds);
             kern->softmax_small(rows, cols, sc->st, lds, tlo, thi, STACK_M(k), STACK_L(k), STACK_ALPHA(k));
             t0 = fa_phase_mark(job->phases, FA_PH_X, t0);
+            { /* the next call's first keys: the next stack's (another kv head's), or the next tile's */
+                const int64_t hn = k + 1 < nkv ? (h0 + ng) / p->group : it->h0 / p->group;
+                const int64_t jn = k + 1 < nkv ? j0 : j0 + job->plan.bc;
+                if ((k + 1 < nkv && hn != hk) || (k + 1 == nkv && jn <= hi)) small_prefetch_start(s, 0, jn, hi, hn, D);
+            }
             /* a vector kernel multiplies a masked p = 0 by v too: a NaN/inf in a masked V
              * row would leak into rows that never see it, so such tiles take the
              * reference kernel, which skips p == 0 */

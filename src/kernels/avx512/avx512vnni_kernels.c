@@ -37,7 +37,7 @@
 
 /* PV_EBIG_LD: the rows of the sum and interleave buffers a cache line more than a
  * multiple of 1 KB apart, so they do not fall into a few L1 sets */
-enum { I8_PF = 32, PV_CHUNK = 32, PV_EBIG = 512, PV_EBIG_LD = PV_EBIG + 16 };
+enum { I8_PF = 32, PV_CHUNK = 32, PV_PF = 2 * PV_CHUNK, PV_EBIG = 512, PV_EBIG_LD = PV_EBIG + 16 };
 
 /* ------------------------------------------------------------------- q . k */
 
@@ -288,9 +288,10 @@ void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digit
             for (int64_t r = 0; r < rows; r++) memset(isum[t][r], 0, (size_t)nep * sizeof(int32_t));
         for (int64_t c0 = 0; c0 < cols; c0 += PV_CHUNK) {
             const int64_t nq = ((cols - c0 < PV_CHUNK ? cols - c0 : PV_CHUNK) + 3) / 4;
-            /* the next chunk's rows, as qk_small_i8 prefetches K's (a stream the hardware
-             * prefetchers do not see: rows a row of heads or a page apart) */
-            for (int64_t c = c0 + PV_CHUNK; c < c0 + 2 * PV_CHUNK && c < cols; c++)
+            /* the rows PV_PF ahead (from the first chunk, all of them up to there), as
+             * qk_small_i8 prefetches K's (a stream the hardware prefetchers do not see: rows a
+             * row of heads or a page apart); one chunk ahead came too late from DRAM */
+            for (int64_t c = c0 ? c0 + PV_PF : PV_CHUNK; c < c0 + PV_PF + PV_CHUNK && c < cols; c++)
                 for (int64_t e = 0; e < ne; e += 64) _mm_prefetch((const char *)vrow[c] + e0 + e, _MM_HINT_T0);
             pair_v_chunk(vrow, c0, cols, nq, e0, ne, nep, vp);
             for (int t = 0; t < digits; t++)
