@@ -675,9 +675,12 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
 
     char why[200] = "";
     const double read_bw = measure_read_bw(ctx, no_probe, why, sizeof why);
-    /* The kernels compute in fp32 whatever the cache holds. */
+    /* A bf16 query over a bf16 cache multiplies bf16 pairs (on the tile unit where the
+     * path has one: its peak is then the tile probe's); any other cache is widened to
+     * fp32 (or read as int8 codes) against fp32 FMA's peak. */
     cli_peak peak;
-    cli_measure_peak(ctx, FA_DTYPE_F32, no_probe, &peak);
+    const int pairs = s->dtype == FA_DTYPE_BF16 && o->kv_dtype == FA_DTYPE_BF16;
+    cli_measure_peak(ctx, pairs ? FA_DTYPE_BF16 : FA_DTYPE_F32, no_probe, &peak);
 
     int64_t nq, no;
     if (elems(B, o->q_rows, s->heads, s->dim, &nq) != 0 ||
