@@ -21,6 +21,26 @@ void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int
 
     /* c outer, r inner: st is walked along its rows, which matters when it is the
      * standard algorithm's whole Sk x Sq matrix */
+    if (p->has_mask && !(cap > 0.0f) && !p->has_bias && !p->alibi) { /* a boolean mask alone: its bytes read */
+        const fa_tensor *m = &p->mask;
+        const unsigned char *mb = (const unsigned char *)m->data + b * m->stride[0] + h * m->stride[1];
+        const int banded = p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0;
+        for (int64_t c = 0; c < cols; c++) {
+            const int64_t j = j0 + c;
+            const unsigned char *mc = mb + j * m->stride[3] + i0 * m->stride[2];
+            float *sc = st + c * ldc;
+            for (int64_t r = 0; r < rows; r++) { /* no branch on a random mask's bit */
+                int64_t lo = 0, hi = p->Sk - 1;
+                if (banded) fa_row_band(p, i0 + r, &lo, &hi);
+                const uint32_t keep = (uint32_t)0 - (uint32_t)((j >= lo) & (j <= hi) & (mc[r * m->stride[2]] != 0));
+                uint32_t x;
+                memcpy(&x, sc + r * ldr, 4);
+                x = (x & keep) | (0xff800000u & ~keep); /* -inf where dropped */
+                memcpy(sc + r * ldr, &x, 4);
+            }
+        }
+        return;
+    }
     for (int64_t c = 0; c < cols; c++) {
         const int64_t j = j0 + c;
         float *sc = st + c * ldc;
