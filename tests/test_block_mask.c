@@ -15,6 +15,8 @@
  *   documents   document masks on and off block boundaries and a sparse one: flash
  *               against the oracles, bitwise over threads; the planned tiles span whole
  *               blocks for aligned documents, stay inside one for the sparse mask
+ *   dense runs  dense boolean masks whose rows keep runs (the fused forward's bounds),
+ *               with tiles that are not, empty rows and an inf V row no row keeps
  *   varlen      packed sequences, a mask per sequence or one broadcast, against dense
  *               per-sequence oracles
  *   cache       a decoding step's tree mask over a contiguous or paged KV cache, new
@@ -179,21 +181,28 @@ typedef struct {
     double *o64, *lse64, *os, *lses;
 } oracle;
 
-/* The oracles of `a` with its block mask replaced by the test's dense expansion. */
-static void oracle_build(oracle *or, const fa_forward_args *a, const tmask *t)
+/* The oracles of `x` as it is (no block mask). */
+static void oracle_of(oracle *or, const fa_forward_args *x)
 {
-    const int64_t B = a->q.shape[0], Sq = a->q.shape[1], Hq = a->q.shape[2], Sk = a->k.shape[1], Dv = a->v.shape[3];
+    const int64_t B = x->q.shape[0], Sq = x->q.shape[1], Hq = x->q.shape[2], Dv = x->v.shape[3];
     or->n_o = B * Sq * Hq * Dv;
     or->n_lse = B * Hq * Sq;
     or->o64 = malloc((size_t)(or->n_o + 1) * sizeof(double));
     or->os = malloc((size_t)(or->n_o + 1) * sizeof(double));
     or->lse64 = malloc((size_t)(or->n_lse + 1) * sizeof(double));
     or->lses = malloc((size_t)(or->n_lse + 1) * sizeof(double));
+    naive_forward(x, NAIVE_FP64, or->o64, or->lse64, NULL);
+    naive_forward(x, NAIVE_SAME_PRECISION, or->os, or->lses, NULL);
+}
+
+/* The oracles of `a` with its block mask replaced by the test's dense expansion. */
+static void oracle_build(oracle *or, const fa_forward_args *a, const tmask *t)
+{
+    const int64_t B = a->q.shape[0], Sq = a->q.shape[1], Hq = a->q.shape[2], Sk = a->k.shape[1];
     fa_forward_args x = *a;
     x.block_mask = NULL;
     x.mask = tm_expand(t, &a->mask, B, Hq, Sq, Sk);
-    naive_forward(&x, NAIVE_FP64, or->o64, or->lse64, NULL);
-    naive_forward(&x, NAIVE_SAME_PRECISION, or->os, or->lses, NULL);
+    oracle_of(or, &x);
     free(x.mask.data);
 }
 
@@ -324,20 +333,12 @@ static void release(bprob *bp)
     h_problem_free(&bp->p);
 }
 
-/* Every algorithm against the oracles; flash on threads 1, 2, 3 bitwise. */
-static void check_case(const bcase *c, h_rng *r)
+/* Every algorithm on `a` against the oracles; flash on threads 1, 2, 3 bitwise. */
+static void check_algos(const char *desc, const fa_forward_args *a, const oracle *or)
 {
-    char desc[512];
-    describe(c, desc, sizeof desc);
-    bprob bp;
-    build(&bp, c, r);
-    fa_forward_args *a = &bp.p.args;
-    oracle or;
-    oracle_build(&or, a, &bp.tm);
     const fa_algo algos[] = {FA_ALGO_REFERENCE, FA_ALGO_STANDARD, FA_ALGO_FLASH, FA_ALGO_FLASH, FA_ALGO_FLASH};
     const int threads[] = {1, 2, 1, 2, 3};
     unsigned char *o1 = NULL, *l1 = NULL;
-    h_set_tiles(g_ctx, c->tile_q, c->tile_kv);
     for (int k = 0; k < 5; k++) {
         h_case("%s algo=%s threads=%d", desc, h_algo_str(algos[k]), threads[k]);
         h_poison_outputs(a);
@@ -345,7 +346,7 @@ static void check_case(const bcase *c, h_rng *r)
         if (!CHECK(st == FA_OK, "%s: %s", fa_status_string(st), fa_context_error(g_ctx))) continue;
         char what[64];
         snprintf(what, sizeof what, "%s threads=%d", h_algo_str(algos[k]), threads[k]);
-        check_rule(what, a, &or);
+        check_rule(what, a, or);
         if (k == 2) {
             o1 = bytes_of(&a->o);
             l1 = bytes_of(&a->lse);
@@ -354,8 +355,21 @@ static void check_case(const bcase *c, h_rng *r)
                   threads[k]);
         }
     }
-    h_set_tiles(g_ctx, 0, 0);
     free(o1), free(l1);
+}
+
+/* A random case's call against the oracles (check_algos) at its tiles. */
+static void check_case(const bcase *c, h_rng *r)
+{
+    char desc[512];
+    describe(c, desc, sizeof desc);
+    bprob bp;
+    build(&bp, c, r);
+    oracle or;
+    oracle_build(&or, &bp.p.args, &bp.tm);
+    h_set_tiles(g_ctx, c->tile_q, c->tile_kv);
+    check_algos(desc, &bp.p.args, &or);
+    h_set_tiles(g_ctx, 0, 0);
     oracle_free(&or);
     release(&bp);
 }
@@ -544,6 +558,69 @@ static void test_causal(h_rng *r)
         oracle_free(&or);
         free(oc);
         tm_free(&tm);
+        h_problem_free(&p);
+    }
+}
+
+/* ---------------------------------------- dense masks of block structure */
+
+/* The keep rule of dense-mask case k for (b, h, i, j): random 32 x 48 blocks (the
+ * runs of a tile's rows break where it spans kept and dropped blocks in turn: the
+ * careful path), ragged documents, a prefix-LM, a window per head; head 1's row 5
+ * keeps every other key of the first 40 (no run: that tile's stack takes the careful
+ * path), and key 7 is never kept (its V row is inf). */
+static int runs_keep(int k, const unsigned char *blk, int64_t nkb, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    if (j == 7) return 0;
+    if (h == 1 && i == 5 && j < 40) return j % 2 == 0;
+    switch (k % 4) {
+    case 0: return blk[((b * 4 + h) * 64 + i / 32) * nkb + j / 48];
+    case 1: {
+        static const int64_t cuts[] = {0, 70, 150, 151, 260, 1 << 20};
+        int64_t di = 0, dj = 0;
+        while (cuts[di + 1] <= i + 13 * b) di++;
+        while (cuts[dj + 1] <= j + 13 * b) dj++;
+        return di == dj;
+    }
+    case 2: return j < 50 + 20 * h || j <= i;
+    default: return j <= i + 5 && j >= i - 30 * (h + 1);
+    }
+}
+
+/* Dense boolean masks whose rows keep runs of keys (the fused bf16 forward takes
+ * their tiles by the runs), per head (GQA: stacked heads differ) or broadcast, with
+ * causal on top, rows keeping nothing, tiles that are not runs and an inf V row
+ * that every row drops: every algorithm against the oracles, flash bitwise over
+ * threads. */
+static void test_dense_runs(h_rng *r)
+{
+    for (int k = 0; k < 8; k++) {
+        const int per_head = k % 3 != 2;
+        const h_dims d = {2, k % 2 ? 290 : 40, 260, 4, 2, 64, 64};
+        const fa_dtype dt = k == 5 ? FA_DTYPE_F32 : FA_DTYPE_BF16;
+        h_problem p;
+        fa_forward_args *a = random_qkv(&p, d, dt, r);
+        a->causal = k >= 4 ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+        const int64_t nkb = (d.Sk + 47) / 48;
+        unsigned char *blk = malloc((size_t)(2 * 4 * 64 * nkb));
+        for (int64_t e = 0; e < 2 * 4 * 64 * nkb; e++) blk[e] = h_rng_uniform(r) < 0.4;
+        a->mask = h_alloc(FA_DTYPE_BOOL, d.B, per_head ? d.Hq : 1, d.Sq, d.Sk);
+        for (int64_t b = 0; b < d.B; b++)
+            for (int64_t h = 0; h < a->mask.shape[1]; h++)
+                for (int64_t i = 0; i < d.Sq; i++)
+                    for (int64_t j = 0; j < d.Sk; j++)
+                        h_set(&a->mask, b, h, i, j, runs_keep(k, blk, nkb, b, per_head ? h : 0, i, j) ? 1.0 : 0.0);
+        for (int64_t b = 0; b < d.B; b++)
+            for (int64_t h = 0; h < d.Hk; h++)
+                for (int64_t x = 0; x < d.Dv; x++) h_set(&a->v, b, 7, h, x, x % 2 ? INFINITY : -INFINITY);
+        oracle or;
+        oracle_of(&or, a);
+        char desc[64];
+        snprintf(desc, sizeof desc, "dense runs k=%d per_head=%d %s", k, per_head, h_dtype_str(dt));
+        check_algos(desc, a, &or);
+        free(blk);
+        oracle_free(&or);
+        free(a->mask.data);
         h_problem_free(&p);
     }
 }
@@ -1244,6 +1321,7 @@ int main(void)
     test_full(&r);
     test_causal(&r);
     test_documents(&r);
+    test_dense_runs(&r);
     test_random(&r);
     test_varlen(&r);
     test_cache(&r);

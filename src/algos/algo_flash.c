@@ -219,6 +219,37 @@ static int bmask_bounds(const fa_problem *s, const flash_scratch *sc, int64_t i0
     return 1;
 }
 
+/* A tile under a boolean mask (the only element-wise rule: fused_mask) whose kept
+ * pairs are one run of columns per row of every stacked head: the runs, cut by the
+ * band, as the fused kernel's bounds in sc->lo, sc->hi, and 1; *keeps: 0 when no row
+ * keeps a pair, 1 when some do, 2 when every row keeps every column (no bounds then).
+ * Else 0: the careful path applies the mask score by score. */
+static int mask_bounds(const fa_problem *s, const flash_scratch *sc, int64_t i0, int64_t n, int64_t ng, int64_t h0,
+                       int64_t j0, int64_t cols, int *keeps)
+{
+    const int band = !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
+    for (int64_t g = 1; band && g < ng; g++) {
+        memcpy(sc->lo + g * n, sc->lo, (size_t)n * sizeof *sc->lo);
+        memcpy(sc->hi + g * n, sc->hi, (size_t)n * sizeof *sc->hi);
+    }
+    for (int64_t g = 0; g < ng; g++)
+        if (!fa_mask_runs(s, 0, h0 + g, i0, n, j0, cols, band, sc->lo + g * n, sc->hi + g * n)) return 0;
+    int some = 0, all = 1;
+    for (int64_t r = 0; r < n * ng; r++) {
+        some |= sc->lo[r] <= sc->hi[r];
+        all &= sc->lo[r] == 0 && sc->hi[r] == cols - 1;
+    }
+    *keeps = all ? 2 : some;
+    return 1;
+}
+
+/* A boolean mask is the call's only element-wise rule: the fused forward takes its
+ * tiles by their runs (mask_bounds). */
+static int fused_mask(const fa_problem *p)
+{
+    return p->has_mask && !p->has_bias && !p->alibi && !(p->softcap > 0.0f);
+}
+
 /* Normalises one stack's rows (ng heads from h0, n rows each, from i0); a row that
  * kept nothing is 0 with lse = -inf. A key chunk's result goes to its slot for the
  * merge, a whole row straight to o, its head's sink then added (fa_row_norm; a key
@@ -1031,7 +1062,13 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         if (fused) {
             w.unit = unit0;
             /* element bits left: the careful path below applies them */
-            if (!bm_bits && wide_fused(job, sc, &w, j0, cols, partial, tlo, thi, &t0)) continue;
+            if (!bm_bits && !s.has_mask && wide_fused(job, sc, &w, j0, cols, partial, tlo, thi, &t0)) continue;
+            int keeps = 1;
+            if (!bm_bits && s.has_mask && mask_bounds(&s, sc, i0, n, ng, h0, j0, cols, &keeps)) {
+                if (!keeps) continue; /* the kernel would leave the state as it is */
+                const int some = keeps == 1;
+                if (wide_fused(job, sc, &w, j0, cols, some, some ? sc->lo : NULL, some ? sc->hi : NULL, &t0)) continue;
+            }
             w.unit = NULL; /* the careful path below reads K and V where they are (a K^T unit has no K rows) */
             if (!qt2_ready) { /* its Q^T pairs, from the fused kernel's Q rows */
                 kern->pack_qt_bf16(rows, p->D, w.qa, w.ldqa, sc->qt2, 2 * bp);
@@ -1203,9 +1240,10 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     /* bf16 dot products only where they are faster than widening to fp32 (auto), or forced */
     job->bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
     /* the table's fused forward, for what it takes: no element-wise rule (softcap, bias,
-     * ALiBi, a boolean mask) and no dropout, which act on scores or P between its steps */
+     * ALiBi) and no dropout, which act on scores or P between its steps; a boolean mask
+     * alone it takes by its runs, tile by tile (mask_bounds) */
     job->fused = ctx->set.bf16_fused && job->bf16_dot && (ctx->kernels->flags & FA_KERNELS_FWD_BF16) &&
-                 !fa_problem_has_elementwise(p) && !p->drop.on;
+                 (!fa_problem_has_elementwise(p) || fused_mask(p)) && !p->drop.on;
     /* f32 as bf16 products: opt-in, and only where the table multiplies bf16 natively */
     job->mm_terms = 0;
     if (p->dtype == FA_DTYPE_F32 && (ctx->kernels->flags & FA_KERNELS_BF16_DOT))

@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows,
                       int64_t j0, int64_t cols, float *st, int64_t ldc, int64_t ldr)
@@ -20,6 +21,26 @@ void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int
 
     /* c outer, r inner: st is walked along its rows, which matters when it is the
      * standard algorithm's whole Sk x Sq matrix */
+    if (p->has_mask && !(cap > 0.0f) && !p->has_bias && !p->alibi) { /* a boolean mask alone: its bytes read */
+        const fa_tensor *m = &p->mask;
+        const unsigned char *mb = (const unsigned char *)m->data + b * m->stride[0] + h * m->stride[1];
+        const int banded = p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0;
+        for (int64_t c = 0; c < cols; c++) {
+            const int64_t j = j0 + c;
+            const unsigned char *mc = mb + j * m->stride[3] + i0 * m->stride[2];
+            float *sc = st + c * ldc;
+            for (int64_t r = 0; r < rows; r++) { /* no branch on a random mask's bit */
+                int64_t lo = 0, hi = p->Sk - 1;
+                if (banded) fa_row_band(p, i0 + r, &lo, &hi);
+                const uint32_t keep = (uint32_t)0 - (uint32_t)((j >= lo) & (j <= hi) & (mc[r * m->stride[2]] != 0));
+                uint32_t x;
+                memcpy(&x, sc + r * ldr, 4);
+                x = (x & keep) | (0xff800000u & ~keep); /* -inf where dropped */
+                memcpy(sc + r * ldr, &x, 4);
+            }
+        }
+        return;
+    }
     for (int64_t c = 0; c < cols; c++) {
         const int64_t j = j0 + c;
         float *sc = st + c * ldc;
@@ -38,6 +59,63 @@ void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int
             sc[r * ldr] = x;
         }
     }
+}
+
+/* A row's kept columns (first, last, count) as its tile-relative bounds *lo, *hi
+ * (lo > hi: nothing kept; lo <= cols, hi >= -1), cut by the band's *lo, *hi with
+ * `band`; 0 when they are not one run. Shared by fa_mask_runs and fa_bmask_runs. */
+static int run_bounds(int64_t first, int64_t last, int64_t count, int64_t cols, int band, int32_t *lo, int32_t *hi)
+{
+    if (count > 0 && count != last - first + 1) return 0; /* not one run */
+    int64_t a = count > 0 ? first : cols, z = count > 0 ? last : -1;
+    if (band) {
+        a = *lo > a ? *lo : a;
+        z = *hi < z ? *hi : z;
+    }
+    *lo = (int32_t)a;
+    *hi = (int32_t)z;
+    return 1;
+}
+
+/* One row's kept columns [0, n) of a boolean mask row (inner stride sd), folded into
+ * its run: first, last, count. Contiguous rows 8 bytes at a time where the words are
+ * little-endian (a byte's high bit set in `nz` when the byte is not 0: true, as
+ * fa_load reads it). */
+static void mask_row_run(const unsigned char *row, int64_t sd, int64_t n, int64_t *first, int64_t *last, int64_t *count)
+{
+    int64_t c = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ /* byte c + k in bits 8k .. 8k+7 */
+    if (sd == 1)
+        for (; c + 8 <= n; c += 8) {
+            uint64_t w;
+            memcpy(&w, row + c, 8);
+            const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full, nz = (((w & lo7) + lo7) | w) & ~lo7;
+            if (!nz) continue;
+            if (*first < 0) *first = c + __builtin_ctzll(nz) / 8;
+            *last = c + (63 - __builtin_clzll(nz)) / 8;
+            *count += __builtin_popcountll(nz);
+        }
+#endif
+    for (; c < n; c++)
+        if (row[c * sd]) {
+            if (*first < 0) *first = c;
+            *last = c;
+            ++*count;
+        }
+}
+
+int fa_mask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                 int band, int32_t *lo, int32_t *hi)
+{
+    const fa_tensor *m = &p->mask;
+    for (int64_t r = 0; r < rows; r++) {
+        const unsigned char *row = (const unsigned char *)m->data + b * m->stride[0] + h * m->stride[1] +
+                                   (i0 + r) * m->stride[2] + j0 * m->stride[3];
+        int64_t first = -1, last = -1, count = 0;
+        mask_row_run(row, m->stride[3], cols, &first, &last, &count);
+        if (!run_bounds(first, last, count, cols, band, lo + r, hi + r)) return 0;
+    }
+    return 1;
 }
 
 /* Tile-relative band per row for the softmax kernel: lo[r] >= 0, hi[r] <= cols-1,
@@ -273,14 +351,7 @@ int fa_bmask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t
                     run_add(s >= 0 ? walk_bits(&w, s, r) : NULL, w.m->row_bytes, walk_x0(&w, k), kblock_start(&w, k),
                             kblock_end(&w, k), &first, &last, &count);
             }
-            if (count > 0 && count != last - first + 1) return 0; /* not one run */
-            int64_t a = count > 0 ? first : cols, z = count > 0 ? last : -1;
-            if (band) {
-                a = lo[r] > a ? lo[r] : a;
-                z = hi[r] < z ? hi[r] : z;
-            }
-            lo[r] = (int32_t)a;
-            hi[r] = (int32_t)z; /* lo > hi: nothing kept (lo <= cols, hi >= -1) */
+            if (!run_bounds(first, last, count, cols, band, lo + r, hi + r)) return 0;
         }
     return 1;
 }

@@ -235,6 +235,12 @@ int64_t fa_kept_pairs(const fa_problem *p, int64_t i0, int64_t i1, int64_t j0, i
  * Shared by flash and standard so the rules are written once (src/algos/scores.c). */
 void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows,
                       int64_t j0, int64_t cols, float *st, int64_t ldc, int64_t ldr);
+/* When the pairs a boolean mask (and no other element-wise rule) keeps of every row
+ * of the tile are one run of columns (block-structured, causal, document masks), the
+ * runs as the softmax kernel's tile-relative bounds, and 1; with `band`, lo and hi hold
+ * the band's bounds and get the intersection. 0 otherwise (lo, hi then spoilt). */
+int fa_mask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                 int band, int32_t *lo, int32_t *hi);
 /* The causal/window band of a tile for the softmax kernel; 1 when the tile is
  * entirely inside the band (then lo/hi are not written and not needed). */
 int fa_tile_band(const fa_problem *p, int64_t i0, int64_t rows, int64_t j0, int64_t cols,

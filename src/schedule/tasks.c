@@ -385,10 +385,13 @@ static int64_t choose_packed(fa_steps *st, const fa_problem *p, const fa_pack_ru
      * each reader would split every tile again) */
     /* (and so is the K^T form of the fused forward: each reader would transpose K again) */
     /* (a block mask's count is of reads per key (count_readers), fewer than its tasks:
-     * a causal staircase's bf16 pairs win at a mean of 5) */
-    const int64_t min_readers = rules->mode == 2 || rules->form >= FA_KV_FORM_SPLIT(1) ? 2
-                                : rules->form                                      ? (p->bm.on ? 3 : 6)
-                                                                                    : 4;
+     * a causal staircase's bf16 pairs win at a mean of 5; the fused forward's K^T form
+     * loses at a mean under 2, counted 2: its readers transpose a tile they then find
+     * in L1, while a packed tile of scattered blocks comes back from L3) */
+    const int kt_bm = p->bm.on && rules->form == FA_KV_FORM_KT;
+    const int64_t min_readers = rules->mode == 2 || (rules->form >= FA_KV_FORM_SPLIT(1) && !kt_bm) ? 2
+                                : rules->form                                                   ? (p->bm.on ? 3 : 6)
+                                                                                                 : 4;
     int64_t sk_max = 0;
     for (int64_t t = 0; t < st->n_tasks; t++) {
         const int64_t u = task_unit(p, &st->tasks[t]);
