@@ -10,6 +10,10 @@
  *     causal and window masks, GQA incl. stacked heads, forced tiles, K/V packed or not),
  *     each within its bound (below), bf16x3 measurably tighter than bf16;
  *   - bitwise the same for 1, 2 and 3 threads, and packed (FA_PARAM_KV_PACK 2) or not (1);
+ *   - both tile paths: the fused forward (kernels.h, fwd_bf16's bf16x3 mode and its
+ *     1-term use) where the table has it, and the unfused split path (FA_PARAM_BF16_FUSED
+ *     0), each within the bound; on amx and amx-model the two must differ somewhere
+ *     (different bits: the fused kernel ran);
  *   - the figures docs/semantics.md quotes: max and median relative error of each mode at
  *     D = 128, Sq = Sk = 512, N(0, 1) inputs, printed.
  *
@@ -36,6 +40,7 @@
 static fa_context *g_ctx, *g_plain; /* g_plain never sets FA_PARAM_F32_MATMUL */
 static h_rng g_rng;
 static double g_worst[3]; /* per mode: the largest o error over its bound's eps term, seen */
+static int g_fused_differs; /* some case's fused and unfused bits differ */
 
 typedef struct {
     h_dims d;
@@ -188,6 +193,16 @@ static void one_case(const mm_case *c, uint64_t seed)
         st = run(g_ctx, &p, &other, mode, 2);
         CHECK(st == FA_OK && same_bits(&p, o1, l1), "%s: KV_PACK %lld differs from %lld", mode_name(mode),
               (long long)other.pack, (long long)c->pack);
+        /* the unfused split path (the only one where no fused kernel exists): the same bound */
+        fa_context_set(g_ctx, FA_PARAM_BF16_FUSED, 0);
+        st = run(g_ctx, &p, c, mode, 2);
+        fa_context_set(g_ctx, FA_PARAM_BF16_FUSED, 1);
+        if (!CHECK(st == FA_OK, "unfused %s: status %d: %s", mode_name(mode), (int)st, fa_context_error(g_ctx)))
+            continue;
+        g_fused_differs |= !same_bits(&p, o1, l1);
+        errors(&p, o_ref, lse_ref, &eo, &el);
+        CHECK(eo <= tol_o, "unfused %s: max|o - o_ref| = %.3e > bound %.3e", mode_name(mode), eo, tol_o);
+        CHECK(el <= tol_l, "unfused %s: max|lse - lse_ref| = %.3e > bound %.3e", mode_name(mode), el, tol_l);
     }
     fa_context_set(g_ctx, FA_PARAM_F32_MATMUL, 0);
     free(o_ref), free(lse_ref), free(o_nv), free(lse_nv), free(o0), free(l0), free(o1), free(l1);
@@ -296,6 +311,9 @@ int main(void)
         {{2, 20, 90, 8, 2, 64, 64}, FA_CAUSAL_NONE, FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, 2},
         {{1, 100, 100, 2, 2, 32, 48}, FA_CAUSAL_TOP_LEFT, 17, 3, 32, 48, 2},
         {{1, 97, 131, 3, 3, 80, 80}, FA_CAUSAL_NONE, 31, 0, 16, 37, 0},
+        /* the fused kernel's blocks: several strips and key blocks, tails, D > 128 */
+        {{1, 300, 333, 2, 1, 256, 200}, FA_CAUSAL_BOTTOM_RIGHT, FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, 0},
+        {{1, 257, 600, 2, 2, 128, 128}, FA_CAUSAL_NONE, 100, 50, 0, 0, 2},
     };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) one_case(&fixed[i], 100 + i);
     const int rounds = h_scaled(14);
@@ -322,6 +340,11 @@ int main(void)
         }
         c.pack = h_rng_int(&g_rng, 0, 2);
         one_case(&c, 1000 + (uint64_t)t);
+    }
+    const char *isa = fa_context_isa(g_ctx);
+    if (strcmp(isa, "amx") == 0 || strcmp(isa, "amx-model") == 0) {
+        h_case("fused on %s", isa);
+        CHECK(g_fused_differs, "FA_PARAM_BF16_FUSED 0 and 1 gave the same bits in every case: the fused kernel never ran");
     }
     printf("worst o error / ((2A + 1) max|v|): bf16x3 %.2e (bound 2^-16 = %.2e), bf16 %.2e (bound 2^-8 = %.2e)\n",
            g_worst[1], ldexp(1.0, -16), g_worst[2], ldexp(1.0, -8));
