@@ -3,6 +3,8 @@
  * section 5, "Fast f32").
  *
  *   - the setting: bounds [0, 2], a bad value is FA_ERR_INVALID_ARGUMENT, get reads back;
+ *   - the call's field f32_matmul: -1 takes the context's setting, 0..2 give the bits of
+ *     a context set to that value whatever the context's, other values refused naming it;
  *   - ieee (0) is today's path: bitwise the same as a context that never set it;
  *   - on a table without bf16 dot products the setting is ignored (bitwise ieee), and the
  *     rest is skipped (exit 77);
@@ -209,6 +211,49 @@ static void one_case(const mm_case *c, uint64_t seed)
     h_problem_free(&p);
 }
 
+/* fa_forward_args.f32_matmul: each per-call value v on a context set to each c gives
+ * the bits of field -1 on a context set to v (docs/semantics.md, section 5). */
+static void per_call(void)
+{
+    const mm_case c = {.d = {1, 70, 90, 4, 2, 64, 48}, .causal = FA_CAUSAL_BOTTOM_RIGHT, .wl = FA_WINDOW_UNBOUNDED,
+                       .wr = FA_WINDOW_UNBOUNDED};
+    h_problem p;
+    h_problem_alloc(&p, c.d, FA_DTYPE_F32, FA_DTYPE_F32);
+    h_fill_normal(&p.args.q, &g_rng, 1.0);
+    h_fill_normal(&p.args.k, &g_rng, 1.0);
+    h_fill_normal(&p.args.v, &g_rng, 1.0);
+    const int64_t no = h_numel(&p.args.o), nl = h_numel(&p.args.lse);
+    float *o[3], *l[3];
+    for (int64_t v = 0; v <= 2; v++) { /* the settings' bits, field -1 */
+        o[v] = malloc((size_t)no * sizeof *o[v]), l[v] = malloc((size_t)nl * sizeof *l[v]);
+        h_case("per call: field -1 on a context set to %s", mode_name(v));
+        const fa_status st = run(g_ctx, &p, &c, v, 2);
+        CHECK(st == FA_OK, "status %d: %s", (int)st, fa_context_error(g_ctx));
+        copy_out(&p, o[v], l[v]);
+    }
+    CHECK(!same_bits(&p, o[0], l[0]) && memcmp(o[1], o[2], (size_t)no * sizeof *o[1]) != 0,
+          "the three settings do not give three results (the test would prove nothing)");
+    for (int64_t ctxv = 0; ctxv <= 2; ctxv++)
+        for (int32_t v = 0; v <= 2; v++) {
+            h_case("per call: f32_matmul = %s on a context set to %s", mode_name(v), mode_name(ctxv));
+            p.args.f32_matmul = v;
+            const fa_status st = run(g_ctx, &p, &c, ctxv, 2);
+            CHECK(st == FA_OK && same_bits(&p, o[v], l[v]), "status %d, or not the bits of the setting %s", (int)st,
+                  mode_name(v));
+        }
+    for (int32_t bad = -2; bad <= 3; bad += 5) {
+        h_case("per call: f32_matmul = %d refused", (int)bad);
+        p.args.f32_matmul = bad;
+        const fa_status st = run(g_ctx, &p, &c, 0, 2);
+        CHECK(st == FA_ERR_INVALID_ARGUMENT && strstr(fa_context_error(g_ctx), "f32_matmul") != NULL,
+              "status %d, message \"%s\"", (int)st, fa_context_error(g_ctx));
+    }
+    p.args.f32_matmul = -1;
+    fa_context_set(g_ctx, FA_PARAM_F32_MATMUL, 0);
+    for (int v = 0; v <= 2; v++) free(o[v]), free(l[v]);
+    h_problem_free(&p);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -349,6 +394,7 @@ int main(void)
     printf("worst o error / ((2A + 1) max|v|): bf16x3 %.2e (bound 2^-16 = %.2e), bf16 %.2e (bound 2^-8 = %.2e)\n",
            g_worst[1], ldexp(1.0, -16), g_worst[2], ldexp(1.0, -8));
 
+    per_call();
     double mx[3];
     measure(mx);
     h_case("bf16x3 tighter than bf16");

@@ -1257,7 +1257,7 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     /* f32 as bf16 products: opt-in, and only where the table multiplies bf16 natively */
     job->mm_terms = 0;
     if (p->dtype == FA_DTYPE_F32 && (ctx->kernels->flags & FA_KERNELS_BF16_DOT))
-        job->mm_terms = ctx->set.f32_matmul == FA_F32_MATMUL_BF16X3 ? 3 : ctx->set.f32_matmul == FA_F32_MATMUL_BF16 ? 1 : 0;
+        job->mm_terms = p->f32_matmul == FA_F32_MATMUL_BF16X3 ? 3 : p->f32_matmul == FA_F32_MATMUL_BF16 ? 1 : 0;
     /* (f32 as bf16 products too: its mode, kernels.h) */
     job->fused = ctx->set.bf16_fused && (job->bf16_dot || job->mm_terms) && (ctx->kernels->flags & FA_KERNELS_FWD_BF16) &&
                  !fa_problem_has_elementwise(p) && !p->drop.on;
