@@ -1341,7 +1341,9 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     /* a chunked unit's task keeps acc (br, ldacc), m and l (br_pad) between its steps */
     const fa_pack_rules pack_rules = {.form = form, .mode = ctx->set.kv_pack, .threads = nth, .br = job.plan.br,
                                       .bc = job.plan.bc,
-                                      .state_bytes = (job.plan.br * job.ldacc + 2 * job.plan.br_pad) * 4};
+                                      .state_bytes = (job.plan.br * job.ldacc + 2 * job.plan.br_pad) * 4,
+                                      /* f32 as bf16 products: a chunked unit's every step splits its Q rows again */
+                                      .unit_max = form > FA_KV_FORM_KT ? 2 * FA_PACK_UNIT_MAX : 0};
     char *ws2 = NULL;
     const int64_t bytes2 = form < 0 ? 0 : fa_steps_plan(&job.steps, p, &pack_rules, units);
     if (bytes2 < 0 || (bytes2 > 0 && !(ws2 = fa_context_workspace_slot(ctx, 1, bytes2)))) {
