@@ -184,6 +184,13 @@ int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, int v_in_k, 
     return 1;
 }
 
+/* Row j of K (which 0) or V (1) fetched ahead (convert.h, fa_prefetch_row). */
+static void prefetch_row(const fa_problem *s, int which, int64_t j, int64_t hk, int64_t bytes)
+{
+    float scale;
+    fa_prefetch_row(fa_kv_row(s, which, j, hk, &scale), bytes);
+}
+
 void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
                      int64_t cols, int64_t key0, char *unit, uint16_t *k16, uint16_t *v16, float *tmp)
 {
@@ -194,8 +201,10 @@ void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_pa
         const int64_t ldkd = pk->kt ? T * D : pk->ldk;
         uint16_t *kd = pk->kt ? k16 : (uint16_t *)unit + (j0 - key0) * pk->ldk;
         const int64_t dmax = D > Dv ? D : Dv;
+        const int64_t kbytes = D * (int64_t)fa_dtype_size(s->k.dtype), vbytes = Dv * (int64_t)fa_dtype_size(s->v.dtype);
         for (int64_t c = 0; c < cols; c++) {
             float scale;
+            if (c + FA_SPLIT_PREFETCH_ROWS < cols) prefetch_row(s, 0, j0 + c + FA_SPLIT_PREFETCH_ROWS, hk, kbytes);
             const void *row = fa_kv_row(s, 0, j0 + c, hk, &scale);
             row_to_f32(kern, row, s->k.dtype, s->k.stride[3], scale, D, tmp);
             fa_split_row(kern, T, 1, tmp, D, kd + c * ldkd, tmp + dmax);
@@ -206,6 +215,7 @@ void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_pa
         uint16_t *lo = v16 + cols * Dv;
         for (int64_t c = 0; c < cols && !s->v_in_k; c++) {
             float scale;
+            if (c + FA_SPLIT_PREFETCH_ROWS < cols) prefetch_row(s, 1, j0 + c + FA_SPLIT_PREFETCH_ROWS, hk, vbytes);
             const void *row = fa_kv_row(s, 1, j0 + c, hk, &scale);
             row_to_f32(kern, row, s->v.dtype, s->v.stride[3], scale, Dv, tmp);
             fa_split_vrows(kern, T, tmp, Dv, 1, Dv, v16 + c * Dv, lo + c * Dv, tmp + dmax);
