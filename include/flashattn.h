@@ -178,7 +178,8 @@ typedef enum fa_param {
                                       1 = bf16x3 (each operand split into bf16 hi + lo, three products:
                                       hi.hi + hi.lo + lo.hi; ~fp32 accuracy), 2 = bf16 (one product of
                                       the bf16-rounded operands); never the default. Default from
-                                      FLASHATTN_F32_MATMUL=ieee|bf16x3|bf16 (docs/semantics.md, 5) */
+                                      FLASHATTN_F32_MATMUL=ieee|bf16x3|bf16 (docs/semantics.md, 5);
+                                      fa_forward_args.f32_matmul overrides it per call */
     FA_PARAM_QUANT_MATMUL = 10,    /* forward products on int8 codes (docs/semantics.md, 11): 0 = exact
                                       (default), 1 = i8 (q.k as int8 x int8, P.V as u8 P x int8 V, int32
                                       sums), 2 = i8x2 (the same with two int8 digits per q and P value,
@@ -418,6 +419,11 @@ typedef struct fa_forward_args {
      * call alone, whatever the context's. fa_backward refuses fwd args whose mode (this,
      * or the context's where this is -1) is not 0. Other values: FA_ERR_INVALID_ARGUMENT. */
     int32_t quant_matmul;
+
+    /* ---- f32 as bf16 products for this call (docs/semantics.md, section 5): -1 (default)
+     * = the context's FA_PARAM_F32_MATMUL; 0 ieee, 1 bf16x3, 2 bf16 = that mode for this
+     * call alone. Other values: FA_ERR_INVALID_ARGUMENT. */
+    int32_t f32_matmul;
 } fa_forward_args;
 
 /*
@@ -468,7 +474,9 @@ typedef struct fa_forward_args {
     X(block_mask, "block_mask", const struct fa_block_mask *, PTR, FORM, 0,                                       \
       "optional block mask: the kv blocks each q block visits, whole or with element bits")                        \
     X(quant_matmul, "quant_matmul", int32_t, I32, OPTION, -1,                                                     \
-      "int8 products for this call: -1 = the context's FA_PARAM_QUANT_MATMUL, 0 exact, 1 i8, 2 i8x2")
+      "int8 products for this call: -1 = the context's FA_PARAM_QUANT_MATMUL, 0 exact, 1 i8, 2 i8x2")          \
+    X(f32_matmul, "f32_matmul", int32_t, I32, OPTION, -1,                                                         \
+      "f32 as bf16 products for this call: -1 = the context's FA_PARAM_F32_MATMUL, 0 ieee, 1 bf16x3, 2 bf16")
 
 /* The initialisers the tables give: an absent tensor for TENSOR rows, else the default. */
 #define FA_FIELD_INIT_(name, key, ctype, type, role, def, doc) FA_FIELD_INIT_##type(def),

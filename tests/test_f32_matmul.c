@@ -3,6 +3,8 @@
  * section 5, "Fast f32").
  *
  *   - the setting: bounds [0, 2], a bad value is FA_ERR_INVALID_ARGUMENT, get reads back;
+ *   - the call's field f32_matmul: -1 takes the context's setting, 0..2 give the bits of
+ *     a context set to that value whatever the context's, other values refused naming it;
  *   - ieee (0) is today's path: bitwise the same as a context that never set it;
  *   - on a table without bf16 dot products the setting is ignored (bitwise ieee), and the
  *     rest is skipped (exit 77);
@@ -10,6 +12,10 @@
  *     causal and window masks, GQA incl. stacked heads, forced tiles, K/V packed or not),
  *     each within its bound (below), bf16x3 measurably tighter than bf16;
  *   - bitwise the same for 1, 2 and 3 threads, and packed (FA_PARAM_KV_PACK 2) or not (1);
+ *   - both tile paths: the fused forward (kernels.h, fwd_bf16's bf16x3 mode and its
+ *     1-term use) where the table has it, and the unfused split path (FA_PARAM_BF16_FUSED
+ *     0), each within the bound; on amx and amx-model the two must differ somewhere
+ *     (different bits: the fused kernel ran);
  *   - the figures docs/semantics.md quotes: max and median relative error of each mode at
  *     D = 128, Sq = Sk = 512, N(0, 1) inputs, printed.
  *
@@ -36,6 +42,7 @@
 static fa_context *g_ctx, *g_plain; /* g_plain never sets FA_PARAM_F32_MATMUL */
 static h_rng g_rng;
 static double g_worst[3]; /* per mode: the largest o error over its bound's eps term, seen */
+static int g_fused_differs; /* some case's fused and unfused bits differ */
 
 typedef struct {
     h_dims d;
@@ -188,9 +195,62 @@ static void one_case(const mm_case *c, uint64_t seed)
         st = run(g_ctx, &p, &other, mode, 2);
         CHECK(st == FA_OK && same_bits(&p, o1, l1), "%s: KV_PACK %lld differs from %lld", mode_name(mode),
               (long long)other.pack, (long long)c->pack);
+        /* the unfused split path (the only one where no fused kernel exists): the same bound */
+        fa_context_set(g_ctx, FA_PARAM_BF16_FUSED, 0);
+        st = run(g_ctx, &p, c, mode, 2);
+        fa_context_set(g_ctx, FA_PARAM_BF16_FUSED, 1);
+        if (!CHECK(st == FA_OK, "unfused %s: status %d: %s", mode_name(mode), (int)st, fa_context_error(g_ctx)))
+            continue;
+        g_fused_differs |= !same_bits(&p, o1, l1);
+        errors(&p, o_ref, lse_ref, &eo, &el);
+        CHECK(eo <= tol_o, "unfused %s: max|o - o_ref| = %.3e > bound %.3e", mode_name(mode), eo, tol_o);
+        CHECK(el <= tol_l, "unfused %s: max|lse - lse_ref| = %.3e > bound %.3e", mode_name(mode), el, tol_l);
     }
     fa_context_set(g_ctx, FA_PARAM_F32_MATMUL, 0);
     free(o_ref), free(lse_ref), free(o_nv), free(lse_nv), free(o0), free(l0), free(o1), free(l1);
+    h_problem_free(&p);
+}
+
+/* fa_forward_args.f32_matmul: each per-call value v on a context set to each c gives
+ * the bits of field -1 on a context set to v (docs/semantics.md, section 5). */
+static void per_call(void)
+{
+    const mm_case c = {.d = {1, 70, 90, 4, 2, 64, 48}, .causal = FA_CAUSAL_BOTTOM_RIGHT, .wl = FA_WINDOW_UNBOUNDED,
+                       .wr = FA_WINDOW_UNBOUNDED};
+    h_problem p;
+    h_problem_alloc(&p, c.d, FA_DTYPE_F32, FA_DTYPE_F32);
+    h_fill_normal(&p.args.q, &g_rng, 1.0);
+    h_fill_normal(&p.args.k, &g_rng, 1.0);
+    h_fill_normal(&p.args.v, &g_rng, 1.0);
+    const int64_t no = h_numel(&p.args.o), nl = h_numel(&p.args.lse);
+    float *o[3], *l[3];
+    for (int64_t v = 0; v <= 2; v++) { /* the settings' bits, field -1 */
+        o[v] = malloc((size_t)no * sizeof *o[v]), l[v] = malloc((size_t)nl * sizeof *l[v]);
+        h_case("per call: field -1 on a context set to %s", mode_name(v));
+        const fa_status st = run(g_ctx, &p, &c, v, 2);
+        CHECK(st == FA_OK, "status %d: %s", (int)st, fa_context_error(g_ctx));
+        copy_out(&p, o[v], l[v]);
+    }
+    CHECK(!same_bits(&p, o[0], l[0]) && memcmp(o[1], o[2], (size_t)no * sizeof *o[1]) != 0,
+          "the three settings do not give three results (the test would prove nothing)");
+    for (int64_t ctxv = 0; ctxv <= 2; ctxv++)
+        for (int32_t v = 0; v <= 2; v++) {
+            h_case("per call: f32_matmul = %s on a context set to %s", mode_name(v), mode_name(ctxv));
+            p.args.f32_matmul = v;
+            const fa_status st = run(g_ctx, &p, &c, ctxv, 2);
+            CHECK(st == FA_OK && same_bits(&p, o[v], l[v]), "status %d, or not the bits of the setting %s", (int)st,
+                  mode_name(v));
+        }
+    for (int32_t bad = -2; bad <= 3; bad += 5) {
+        h_case("per call: f32_matmul = %d refused", (int)bad);
+        p.args.f32_matmul = bad;
+        const fa_status st = run(g_ctx, &p, &c, 0, 2);
+        CHECK(st == FA_ERR_INVALID_ARGUMENT && strstr(fa_context_error(g_ctx), "f32_matmul") != NULL,
+              "status %d, message \"%s\"", (int)st, fa_context_error(g_ctx));
+    }
+    p.args.f32_matmul = -1;
+    fa_context_set(g_ctx, FA_PARAM_F32_MATMUL, 0);
+    for (int v = 0; v <= 2; v++) free(o[v]), free(l[v]);
     h_problem_free(&p);
 }
 
@@ -296,6 +356,9 @@ int main(void)
         {{2, 20, 90, 8, 2, 64, 64}, FA_CAUSAL_NONE, FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, 2},
         {{1, 100, 100, 2, 2, 32, 48}, FA_CAUSAL_TOP_LEFT, 17, 3, 32, 48, 2},
         {{1, 97, 131, 3, 3, 80, 80}, FA_CAUSAL_NONE, 31, 0, 16, 37, 0},
+        /* the fused kernel's blocks: several strips and key blocks, tails, D > 128 */
+        {{1, 300, 333, 2, 1, 256, 200}, FA_CAUSAL_BOTTOM_RIGHT, FA_WINDOW_UNBOUNDED, FA_WINDOW_UNBOUNDED, 0, 0, 0},
+        {{1, 257, 600, 2, 2, 128, 128}, FA_CAUSAL_NONE, 100, 50, 0, 0, 2},
     };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) one_case(&fixed[i], 100 + i);
     const int rounds = h_scaled(14);
@@ -323,9 +386,15 @@ int main(void)
         c.pack = h_rng_int(&g_rng, 0, 2);
         one_case(&c, 1000 + (uint64_t)t);
     }
+    const char *isa = fa_context_isa(g_ctx);
+    if (strcmp(isa, "amx") == 0 || strcmp(isa, "amx-model") == 0) {
+        h_case("fused on %s", isa);
+        CHECK(g_fused_differs, "FA_PARAM_BF16_FUSED 0 and 1 gave the same bits in every case: the fused kernel never ran");
+    }
     printf("worst o error / ((2A + 1) max|v|): bf16x3 %.2e (bound 2^-16 = %.2e), bf16 %.2e (bound 2^-8 = %.2e)\n",
            g_worst[1], ldexp(1.0, -16), g_worst[2], ldexp(1.0, -8));
 
+    per_call();
     double mx[3];
     measure(mx);
     h_case("bf16x3 tighter than bf16");

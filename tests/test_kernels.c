@@ -2323,8 +2323,8 @@ static void fwd_state_free(fwd_state *st) { free(st->m), free(st->l), free(st->a
 
 /* a row's band over all keys: [blo, bhi] (absolute); NULL: every key */
 static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64_t ntiles, int64_t d, int64_t dv,
-                         const uint16_t *q, const uint16_t *k, const uint16_t *v, const int32_t *blo,
-                         const int32_t *bhi, float scale) {
+                         const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *vl,
+                         const int32_t *blo, const int32_t *bhi, float scale) {
     const int64_t ldq = (d + 31) / 32 * 32, ktn = FA_KT_DWORDS(cols, d), ldvp = fa_packed_ld(dv);
     fwd_state st = {xmalloc(4 * (size_t)rows), xmalloc(4 * (size_t)rows), NULL, round16(dv) + 16};
     st.acc = xmalloc(4 * (size_t)(rows * st.ldacc));
@@ -2334,6 +2334,7 @@ static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64
     memset(qa, 0, 2 * (size_t)(round16(rows) * ldq));
     for (int64_t r = 0; r < rows; r++) memcpy(qa + r * ldq, q + r * d, 2 * (size_t)d);
     uint32_t *ktb = xaligned(4 * (size_t)ktn), *vp = xaligned(4 * (size_t)((cols + 1) / 2 * ldvp));
+    uint32_t *vlp = vl ? xaligned(4 * (size_t)((cols + 1) / 2 * ldvp)) : NULL;
     memset(ktb, 0x7f, 4 * (size_t)ktn); /* keys past cols: NaN-ish bits, masked */
     void *scratch = xaligned((size_t)FA_FWD_BF16_SCRATCH(cols, dv));
     int32_t *lo = xmalloc(4 * (size_t)rows), *hi = xmalloc(4 * (size_t)rows);
@@ -2342,6 +2343,7 @@ static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64
         const int64_t j0 = t * cols;
         fa_kernels_ref.pack_kt_bf16(cols, d, k + j0 * d, d, ktb, 0);
         fa_kernels_ref.pack_pairs_bf16(cols, dv, v + j0 * dv, dv, vp, ldvp);
+        if (vl) fa_kernels_ref.pack_pairs_bf16(cols, dv, vl + j0 * dv, dv, vlp, ldvp);
         for (int64_t r = 0; blo && r < rows; r++) {
             int64_t a = blo[r] - j0, z = bhi[r] - j0;
             a = a < 0 ? 0 : a > cols ? cols : a;
@@ -2349,25 +2351,36 @@ static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64
             lo[r] = (int32_t)a, hi[r] = (int32_t)z;
         }
         const fa_fwd_tile tile = {.rows = rows, .cols = cols, .d = d, .dv = dv, .q = qa, .ldq = ldq, .scale = scale,
-                                  .kt = ktb, .vp = vp, .ldvp = ldvp, .lo = blo ? lo : NULL,
+                                  .kt = ktb, .vp = vp, .vlo = vlp, .ldvp = ldvp, .lo = blo ? lo : NULL,
                                   .hi = blo ? hi : NULL, .m = st.m, .l = st.l, .acc = st.acc, .ldacc = st.ldacc,
                                   .scratch = scratch};
         kt->fwd_bf16(&tile);
     }
     tiles_end(kt);
-    free(qa), free(ktb), free(vp), free(scratch), free(lo), free(hi);
+    free(qa), free(ktb), free(vp), free(vlp), free(scratch), free(lo), free(hi);
     return st;
 }
 
-static double g_fwd_o_err, g_fwd_lse_err; /* worst errors seen, relative to the bounds' units */
+static double g_fwd_o_err[2], g_fwd_lse_err; /* worst errors seen, relative to the bounds' units (o: plain, bf16x3) */
 
+/* x3: the bf16x3 mode, V = f32 values as hi + lo bf16 (util/convert.h's split) against
+ * the f32 V: p + pl and vh + vl each within 2^-17 relative, pl vl dropped (2^-18), so
+ * |o - o_ref| <= 2^-15 max|v| */
 static void case_fwd_bf16(const fa_kernels *kt, int64_t rows, int64_t cols, int64_t ntiles, int64_t d, int64_t dv,
-                          int band, double amp, float scale) {
+                          int band, double amp, float scale, int x3) {
     const int64_t nk = cols * ntiles;
     uint16_t *q = xmalloc(2 * (size_t)(rows * d)), *k = xmalloc(2 * (size_t)(nk * d)), *v = xmalloc(2 * (size_t)(nk * dv));
+    uint16_t *vl = x3 ? xmalloc(2 * (size_t)(nk * dv)) : NULL;
+    float *vf = xmalloc(4 * (size_t)(nk * dv));
     for (int64_t i = 0; i < rows * d; i++) q[i] = h_f32_to_bf16((float)(amp * h_rng_normal(&g_rng)));
     for (int64_t i = 0; i < nk * d; i++) k[i] = h_f32_to_bf16((float)h_rng_normal(&g_rng));
-    for (int64_t i = 0; i < nk * dv; i++) v[i] = h_f32_to_bf16((float)h_rng_normal(&g_rng));
+    for (int64_t i = 0; i < nk * dv; i++) {
+        const float x = (float)h_rng_normal(&g_rng);
+        v[i] = h_f32_to_bf16(x);
+        vf[i] = x3 ? x : h_bf16_to_f32(v[i]);
+        if (x3) vl[i] = h_f32_to_bf16(x - h_bf16_to_f32(v[i]));
+    }
+    const double o_unit = x3 ? 0x1p-15 : 0x1p-7;
     int32_t *blo = NULL, *bhi = NULL;
     if (band) { /* a diagonal of slope one from a random start, a window of random width, some rows empty */
         blo = xmalloc(4 * (size_t)rows), bhi = xmalloc(4 * (size_t)rows);
@@ -2378,9 +2391,10 @@ static void case_fwd_bf16(const fa_kernels *kt, int64_t rows, int64_t cols, int6
             if (r % 7 == 5) blo[r] = bhi[r] + 1; /* empty */
         }
     }
-    h_case("fwd_bf16 isa=%s rows=%lld cols=%lld tiles=%lld d=%lld dv=%lld band=%d amp=%g scale=%g", kt->name,
-           (long long)rows, (long long)cols, (long long)ntiles, (long long)d, (long long)dv, band, amp, scale);
-    fwd_state st = fwd_run(kt, rows, cols, ntiles, d, dv, q, k, v, blo, bhi, scale);
+    h_case("fwd_bf16 isa=%s rows=%lld cols=%lld tiles=%lld d=%lld dv=%lld band=%d amp=%g scale=%g%s", kt->name,
+           (long long)rows, (long long)cols, (long long)ntiles, (long long)d, (long long)dv, band, amp, scale,
+           x3 ? " bf16x3" : "");
+    fwd_state st = fwd_run(kt, rows, cols, ntiles, d, dv, q, k, v, vl, blo, bhi, scale);
     double *s = xmalloc(sizeof(double) * (size_t)nk);
     int64_t bad_o = 0, bad_lse = 0, bad_empty = 0;
     for (int64_t r = 0; r < rows; r++) {
@@ -2413,21 +2427,21 @@ static void case_fwd_bf16(const fa_kernels *kt, int64_t rows, int64_t cols, int6
             double o_ref = 0.0;
             for (int64_t j = 0; j < nk; j++)
                 if (!blo || (j >= blo[r] && j <= bhi[r])) {
-                    const double vv = h_bf16_to_f32(v[j * dv + e]);
+                    const double vv = vf[j * dv + e];
                     o_ref += exp(s[j] - lse_ref) * vv;
                     if (fabs(vv) > vmax) vmax = fabs(vv);
                 }
             const double o = (double)st.acc[r * st.ldacc + e] / (double)st.l[r];
-            const double err = fabs(o - o_ref) / (0x1p-7 * (vmax > 0 ? vmax : 1.0) + 1e-6);
-            if (err > g_fwd_o_err) g_fwd_o_err = err;
+            const double err = fabs(o - o_ref) / (o_unit * (vmax > 0 ? vmax : 1.0) + 1e-6);
+            if (err > g_fwd_o_err[x3]) g_fwd_o_err[x3] = err;
             bad_o += !(err <= 1.0);
         }
     }
-    CHECK(bad_o == 0, "%lld outputs beyond 2^-7 max|v| of the fp64 softmax", (long long)bad_o);
+    CHECK(bad_o == 0, "%lld outputs beyond 2^%d max|v| of the fp64 softmax", (long long)bad_o, x3 ? -15 : -7);
     CHECK(bad_lse == 0, "%lld lse beyond 2^-20 max(1, |lse|) + d 2^-24 A", (long long)bad_lse);
     CHECK(bad_empty == 0, "%lld values of empty rows are not m = -inf, l = 0, acc = 0", (long long)bad_empty);
     fwd_state_free(&st);
-    free(q), free(k), free(v), free(s), free(blo), free(bhi);
+    free(q), free(k), free(v), free(vl), free(vf), free(s), free(blo), free(bhi);
 }
 
 /* pack_kt_bf16 bitwise against its definition, around the keys it must not touch. */
@@ -2469,12 +2483,14 @@ static void test_fwd_bf16(void) {
         for (size_t i = 0; i < NELEM(shapes); i++) {
             if (quick && i % 2) continue;
             const double amp = i % 3 == 0 ? 3.0 : i % 3 == 1 ? 1.0 : 0.3;
-            case_fwd_bf16(kt, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], (int)shapes[i][5],
-                          amp, i % 4 == 3 ? -0.2f : 1.0f / sqrtf((float)shapes[i][3]));
+            for (int x3 = 0; x3 < 2; x3++)
+                case_fwd_bf16(kt, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4],
+                              (int)shapes[i][5], amp, i % 4 == 3 ? -0.2f : 1.0f / sqrtf((float)shapes[i][3]), x3);
         }
     }
-    printf("fwd_bf16: worst o error %.3f, lse error %.3f of the bound (2^-7 max|v|, 2^-20 max(1, |lse|) + d 2^-24 A)\n", g_fwd_o_err,
-           g_fwd_lse_err);
+    printf("fwd_bf16: worst o error %.3f (bf16x3 mode %.3f), lse error %.3f of the bound (2^-7 (2^-15) max|v|, 2^-20 "
+           "max(1, |lse|) + d 2^-24 A)\n",
+           g_fwd_o_err[0], g_fwd_o_err[1], g_fwd_lse_err);
 }
 
 /* ------------------------------------------------------------ registry */
@@ -3244,13 +3260,19 @@ static void test_amx_agreement(void) {
         const int band = fshapes[i][5] != 0;
         h_case("amx vs amx-model fwd_bf16 rows=%lld cols=%lld tiles=%lld d=%lld dv=%lld", (long long)rows,
                (long long)cols, (long long)nt, (long long)d, (long long)dv);
-        fwd_state x = fwd_run(hw, rows, cols, nt, d, dv, q, k, v, band ? blo : NULL, band ? bhi : NULL, 0.125f);
-        fwd_state y = fwd_run(md, rows, cols, nt, d, dv, q, k, v, band ? blo : NULL, band ? bhi : NULL, 0.125f);
-        agree_compare(&a, x.m, y.m, 1, rows, rows);
-        agree_compare(&a, x.l, y.l, 1, rows, rows);
-        agree_compare(&a, x.acc, y.acc, rows, x.ldacc, dv);
-        fwd_state_free(&x), fwd_state_free(&y);
-        free(q), free(k), free(v), free(blo), free(bhi);
+        /* and the bf16x3 mode, V's lo parts from the same generator */
+        uint16_t *vl = xmalloc(2 * (size_t)(nk * dv));
+        for (int64_t j = 0; j < nk * dv; j++) vl[j] = agree_value(&g_rng);
+        for (int x3 = 0; x3 < 2; x3++) {
+            const uint16_t *vlo = x3 ? vl : NULL;
+            fwd_state x = fwd_run(hw, rows, cols, nt, d, dv, q, k, v, vlo, band ? blo : NULL, band ? bhi : NULL, 0.125f);
+            fwd_state y = fwd_run(md, rows, cols, nt, d, dv, q, k, v, vlo, band ? blo : NULL, band ? bhi : NULL, 0.125f);
+            agree_compare(&a, x.m, y.m, 1, rows, rows);
+            agree_compare(&a, x.l, y.l, 1, rows, rows);
+            agree_compare(&a, x.acc, y.acc, rows, x.ldacc, dv);
+            fwd_state_free(&x), fwd_state_free(&y);
+        }
+        free(q), free(k), free(v), free(vl), free(blo), free(bhi);
     }
     /* the fused backward: dq, dK^T, dV^T of each shape */
     static const int64_t bshapes[][5] = {{32, 64, 128, 128, 0}, {17, 33, 31, 7, 1}, {48, 100, 64, 96, 2},

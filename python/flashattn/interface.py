@@ -7,6 +7,8 @@ merge_states. torch tensors go to flashattn.torch._ops (differentiable custom
 ops); anything else is read as a NumPy array and gives NumPy results (forward only).
 """
 
+import sys
+
 import numpy as np
 
 from . import _C, _core
@@ -164,6 +166,33 @@ def _quant(opts, quant_matmul):
     return opts._replace(quant_matmul=int(quant_matmul))
 
 
+_F32 = {"ieee": 0, "bf16x3": 1, "bf16": 2}
+# torch.get_float32_matmul_precision() as f32_matmul: "highest" (torch's default) leaves
+# the context's setting (ieee unless FLASHATTN_F32_MATMUL or the context says otherwise)
+_TORCH_F32 = {"high": 1, "medium": 2}
+
+
+def _f32mm(opts, f32_matmul, q, torch_side):
+    """opts with this call's f32 products (fa_forward_args.f32_matmul, docs/semantics.md,
+    section 5): "ieee", "bf16x3", "bf16" or 0, 1, 2 set them for the call (the library
+    refuses other numbers); None follows torch.get_float32_matmul_precision() for f32
+    torch tensors ("high" bf16x3, "medium" bf16, "highest" the context's setting) and
+    keeps the context's for anything else."""
+    if f32_matmul is None:
+        if not torch_side:
+            return opts
+        torch = sys.modules["torch"]
+        if q.dtype is not torch.float32:
+            return opts
+        m = _TORCH_F32.get(torch.get_float32_matmul_precision())
+        return opts if m is None else opts._replace(f32_matmul=m)
+    if isinstance(f32_matmul, str):
+        if f32_matmul not in _F32:
+            raise ValueError(f"f32_matmul must be one of {sorted(_F32)} (or 0, 1, 2), got {f32_matmul!r}")
+        return opts._replace(f32_matmul=_F32[f32_matmul])
+    return opts._replace(f32_matmul=int(f32_matmul))
+
+
 def _round128(n):
     return (n + 127) // 128 * 128
 
@@ -265,7 +294,7 @@ def _result(out, lse, dm, return_attn_probs):
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, attn_mask=None,
-                    dropout_seed=None, dropout_offset=0, sinks=None, quant_matmul=None):
+                    dropout_seed=None, dropout_offset=0, sinks=None, quant_matmul=None, f32_matmul=None):
     """Attention over q (batch, seqlen_q, nheads, headdim), k, v (batch, seqlen_k, nheads_k, headdim[_v]).
 
     As flash-attn 2.x: causal is aligned bottom-right, window_size (left, right)
@@ -285,6 +314,11 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     quant_matmul: this call's int8 products ("exact", "i8", "i8x2"; docs/semantics.md,
     section 11); None (default) takes the context's (Context.quant_matmul). Inference
     only: a backward through a call whose mode is not "exact" is refused.
+    f32_matmul: this call's f32 products ("ieee", "bf16x3", "bf16"; docs/semantics.md,
+    section 5); None (default) follows torch.get_float32_matmul_precision() for f32
+    torch tensors ("high" bf16x3, "medium" bf16, "highest" the context's setting, ieee
+    unless FLASHATTN_F32_MATMUL says otherwise) and takes the context's otherwise. The
+    backward is ieee whatever the mode.
 
     With return_attn_probs and dropout, the third result is flash-attn's S_dmask:
     (batch, nheads, seqlen_q, seqlen_k), each rounded up to a multiple of 128, in q's
@@ -293,7 +327,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     None without dropout, as in flash-attn.
     """
     t = is_torch(q)
-    opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t)
+    opts = _f32mm(_options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t),
+                  f32_matmul, q, t)
     if quant_matmul is not None:
         opts = _quant(opts, quant_matmul)
     sinks = _sinks(sinks, t)
@@ -374,7 +409,7 @@ def _int32(x, torch_side, name):
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None, *, seqused_k=None,
-                           dropout_seed=None, dropout_offset=0, sinks=None, quant_matmul=None):
+                           dropout_seed=None, dropout_offset=0, sinks=None, quant_matmul=None, f32_matmul=None):
     """Packed sequences: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim[_v]),
     cu_seqlens_* int32 (batch + 1,) prefix sums. Returns out (total_q, nheads, headdim_v);
     with return_attn_probs also softmax_lse (nheads, total_q) and, with dropout,
@@ -392,11 +427,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     bottom-right over those keys, so a prefill chunk whose keys end with its own rows
     attends causally. This is the library's paged KV cache read without an append
     (flash_attn_with_kvcache appends); it is forward-only, without dropout.
-    sinks (nheads,) and quant_matmul as in flash_attn_func.
+    sinks (nheads,), quant_matmul and f32_matmul as in flash_attn_func.
     """
     t = is_torch(q)
     opts = _quant(_options(dropout_p, softmax_scale, causal, window_size, softcap, dropout_seed, dropout_offset, t),
                   quant_matmul)
+    opts = _f32mm(opts, f32_matmul, q, t)
     if block_table is not None:
         return _varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_k, block_table, t, opts,
                              alibi_slopes, return_attn_probs, sinks)
@@ -624,7 +660,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False,
                             *, k_scale=None, v_scale=None, k_descale=None, v_descale=None, sinks=None,
-                            tree_mask=None, quant_matmul=None):
+                            tree_mask=None, quant_matmul=None, f32_matmul=None):
     """Attention of q (batch, seqlen_q, nheads, headdim) over a KV cache, appending k, v first.
 
     k_cache, v_cache: (batch_cache, seqlen_max, nheads_k, headdim[_v]), or with
@@ -659,7 +695,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     and itself). It combines with causal and windows by AND (pass causal=False for the
     tree alone); the library's block mask carries it (docs/semantics.md, "Block mask").
     quant_matmul as in flash_attn_func: with an int8 cache, "i8" / "i8x2" decode with
-    integer products (docs/semantics.md, section 11).
+    integer products (docs/semantics.md, section 11). f32_matmul as in flash_attn_func.
     """
     if (rotary_cos is None and rotary_sin is None and alibi_slopes is None and sinks is None and k_scale is None and
             v_scale is None and k_descale is None and v_descale is None and not return_softmax_lse and
@@ -674,12 +710,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             opts = opts._replace(kv_splits=num_splits)
         if quant_matmul is not None:
             opts = _quant(opts, quant_matmul)
+        opts = _f32mm(opts, f32_matmul, q, is_torch(q))
         out = _kvcache_torch(_current_context(), q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
                              block_table, cache_leftpad, None, None, opts, True)
         if out is not None:
             return out
     t = is_torch(q)
-    opts = _quant(_options(0.0, softmax_scale, causal, window_size, softcap, None, 0, t), quant_matmul)
+    opts = _f32mm(_quant(_options(0.0, softmax_scale, causal, window_size, softcap, None, 0, t), quant_matmul),
+                  f32_matmul, q, t)
     if num_splits:
         opts = opts._replace(kv_splits=num_splits)
     _need_ndim(q, 4, "q", "(batch, seqlen_q, nheads, headdim)")

@@ -55,7 +55,7 @@ typedef struct {
     fa_plan plan;
     const wide_path *path; /* the wide tasks' operand path (wide_paths), chosen once in flash_plan */
     int bf16_dot;       /* bf16 inputs multiplied as bf16 pairs by the ISA */
-    int fused;          /* the bf16 pair tiles take the table's fused forward (fwd_bf16) */
+    int fused;          /* the bf16 pair tiles (or f32 as bf16 products) take the table's fused forward (fwd_bf16) */
     int decode_tiles;   /* decoding on the tile unit: a kv head's group in one task (decode_tiles) */
     int mm_terms;       /* f32 inputs as bf16 products (FA_PARAM_F32_MATMUL): 3 bf16x3, 1 bf16, 0 ieee */
     int64_t ldacc;
@@ -172,8 +172,9 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->v16, b16 ? fa_bytes3(T2 * (bc + 1), Dv, 2) : 0},
         {(void **)&sc->v_pairs, b16 ? fa_bytes3(T2 * ((bc + 2) / 2), fa_packed_ld(Dv), 4) : 0},
         {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, Dv) : 0},
-        {(void **)&sc->qa, job->fused ? fa_bytes3(bp, FA_RUP32(D), 2) : 0},
-        {(void **)&sc->kt, job->fused ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(D), 4) : 0},
+        /* (f32 as bf16 products: rows of T * D) */
+        {(void **)&sc->qa, job->fused ? fa_bytes3(bp, FA_RUP32(T * D), 2) : 0},
+        {(void **)&sc->kt, job->fused ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(T * D), 4) : 0},
         {(void **)&sc->fwd_scratch, job->fused ? FA_FWD_BF16_SCRATCH(bc, Dv) : 0},
         {(void **)&sc->row16, mm ? fa_bytes3(row_max, 2, 1) : 0},
         {(void **)&sc->rowf, mm ? fa_bytes3(row_max, 8, 1) : 0},
@@ -647,7 +648,8 @@ static void q_rows_bf16(const flash_job *job, const flash_scratch *sc, wide_task
     }
 }
 
-/* ... on the split path: each f32 row as mm_terms bf16 terms, unscaled (qk_bf16 scales). */
+/* ... on the split path: each f32 row as mm_terms bf16 terms, unscaled (qk_bf16 scales),
+ * as Q^T pairs or the fused kernel's rows. */
 static void q_rows_split(const flash_job *job, const flash_scratch *sc, wide_task *w)
 {
     const fa_problem *s = w->s;
@@ -659,7 +661,8 @@ static void q_rows_split(const flash_job *job, const flash_scratch *sc, wide_tas
         for (int64_t r = 0; r < n; r++)
             fa_split_row(kern, job->mm_terms, 0, q + r * ldq, D, sc->q16 + (g * n + r) * TD, sc->rowf);
     }
-    kern->pack_qt_bf16(w->rows, TD, sc->q16, TD, sc->qt2, 2 * bp);
+    if (job->fused) fused_q(sc, w, sc->q16, TD, w->rows, TD);
+    else kern->pack_qt_bf16(w->rows, TD, sc->q16, TD, sc->qt2, 2 * bp);
 }
 
 /* ... on the f32 path: transposed and scaled. */
@@ -797,6 +800,29 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
     fa_kernels_ref.pv(w->rows, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, job->ldacc);
 }
 
+/* The split V pairs of the tile at key j0 (hi returned, lo in *vlo for T = 3): the
+ * unit's (v NULL: the tile starts at an even key of it), else the tile's f32 rows v
+ * split and paired into scratch. */
+static const uint32_t *split_v_pairs(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
+                                     int64_t cols, const float *v, int64_t ldv, const uint32_t **vlo, int64_t *ldvp)
+{
+    const fa_kernels *kern = job->kern;
+    const fa_kv_packing *pk = &job->steps.pack;
+    const int64_t Dv = w->s->Dv;
+    if (!v) {
+        *ldvp = pk->ldv;
+        *vlo = (const uint32_t *)(w->unit + pk->vlo_offset) + (j0 - w->key0) / 2 * *ldvp;
+        return (const uint32_t *)(w->unit + pk->v_offset) + (j0 - w->key0) / 2 * *ldvp;
+    }
+    *ldvp = fa_packed_ld(Dv);
+    uint32_t *hi = sc->v_pairs, *lo = sc->v_pairs + (cols + 1) / 2 * *ldvp;
+    fa_split_vrows(kern, job->mm_terms, v, ldv, cols, Dv, sc->v16, sc->v16 + cols * Dv, sc->rowf);
+    kern->pack_pairs_bf16(cols, Dv, sc->v16, Dv, hi, *ldvp);
+    if (job->mm_terms == 3) kern->pack_pairs_bf16(cols, Dv, sc->v16 + cols * Dv, Dv, lo, *ldvp);
+    *vlo = lo;
+    return hi;
+}
+
 /* Step 9 of f32 as bf16 products (kv.h, fa_split_f32): acc = alpha * acc + P Vhi,
  * then (T = 3) + (P - bf16(P)) Vhi + P Vlo, pv_bf16 rounding P to bf16; V's hi and lo
  * rows as pairs, packed or split here. v: the tile's f32 V rows, or NULL (packed). A
@@ -805,7 +831,6 @@ static void wide_pv_split(const flash_job *job, const flash_scratch *sc, const w
                           int partial, const float *v, int64_t ldv)
 {
     const fa_kernels *kern = job->kern;
-    const fa_kv_packing *pk = &job->steps.pack;
     const int64_t Dv = w->s->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
     const int T = job->mm_terms;
     const int packed = w->unit && !(j0 & 1);
@@ -814,20 +839,9 @@ static void wide_pv_split(const flash_job *job, const flash_scratch *sc, const w
         fa_kernels_ref.pv(w->rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
         return;
     }
-    const uint32_t *vhi, *vlo;
-    int64_t ldvp = fa_packed_ld(Dv);
-    if (packed) {
-        ldvp = pk->ldv;
-        vhi = (const uint32_t *)(w->unit + pk->v_offset) + (j0 - w->key0) / 2 * ldvp;
-        vlo = (const uint32_t *)(w->unit + pk->vlo_offset) + (j0 - w->key0) / 2 * ldvp;
-    } else {
-        uint32_t *hi = sc->v_pairs, *lo = sc->v_pairs + (cols + 1) / 2 * ldvp;
-        fa_split_vrows(kern, T, v, ldv, cols, Dv, sc->v16, sc->v16 + cols * Dv, sc->rowf);
-        kern->pack_pairs_bf16(cols, Dv, sc->v16, Dv, hi, ldvp);
-        if (T == 3) kern->pack_pairs_bf16(cols, Dv, sc->v16 + cols * Dv, Dv, lo, ldvp);
-        vhi = hi;
-        vlo = lo;
-    }
+    const uint32_t *vlo;
+    int64_t ldvp;
+    const uint32_t *vhi = split_v_pairs(job, sc, w, j0, cols, packed ? NULL : v, ldv, &vlo, &ldvp);
     kern->pv_bf16(w->rows, cols, Dv, sc->st, bp, vhi, ldvp, sc->alpha, sc->acc, ldacc, sc->pv_scratch);
     if (T == 1) return;
     float *res = sc->st + cols * bp; /* P - bf16(P), bf16(P) rounded as pv_bf16 rounds it: nearest even */
@@ -913,6 +927,40 @@ static int pairs_finite(const uint32_t *vp, int64_t ldvp, int64_t cols, int64_t 
     return !bad;
 }
 
+/* The fused forward's operands on the split path (f32 as bf16 products): K^T of the
+ * split K rows and V's split pairs (lo: T = 3), each from the unit where the tile starts
+ * on one of its blocks (K) or an even key (V), else split and packed here. Returns 0
+ * for a partly masked tile with a NaN/inf V row (see wide_fused). */
+static int fused_split_kv(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
+                          int64_t cols, int partial, const uint32_t **kt, const uint32_t **vp, const uint32_t **vlo,
+                          int64_t *ldvp)
+{
+    const fa_problem *s = w->s;
+    const fa_kernels *kern = job->kern;
+    const int64_t TD = job->mm_terms * s->D;
+    const int unit_k = w->unit && (j0 - w->key0) % 16 == 0, unit_v = w->unit && !(j0 & 1);
+    const float *k = NULL, *v = NULL;
+    int64_t ldk = 0, ldv = 0;
+    if (!unit_k || !unit_v) {
+        wide_task wn = *w;
+        wn.unit = NULL; /* the caller's rows as f32: the unit holds the split form */
+        k = wide_kv_f32(job, sc, &wn, j0, cols, &ldk, &v, &ldv);
+    }
+    *vp = split_v_pairs(job, sc, w, j0, cols, unit_v ? NULL : v, ldv, vlo, ldvp);
+    if (job->mm_terms == 1) *vlo = NULL;
+    /* V's hi parts are finite where V is (or where V is near FLT_MAX, which rounds to
+     * inf: the careful path then, correct as well) */
+    if (partial && !pairs_finite(*vp, *ldvp, cols, s->Dv)) return 0;
+    if (unit_k) {
+        *kt = (const uint32_t *)w->unit + (j0 - w->key0) / 16 * job->steps.pack.ldk;
+        return 1;
+    }
+    for (int64_t c = 0; c < cols; c++) fa_split_row(kern, job->mm_terms, 1, k + c * ldk, s->D, sc->k16 + c * TD, sc->rowf);
+    kern->pack_kt_bf16(cols, TD, sc->k16, TD, sc->kt, 0);
+    *kt = sc->kt;
+    return 1;
+}
+
 /* Steps 1, 6-7 and 9 of a tile in the fused forward (kernels.h, fwd_bf16): K^T and V
  * pairs from the unit (kv.h's K^T form) or packed here. Returns 0, having done nothing,
  * for a partly masked tile with a NaN/inf V row (a masked p = 0 would meet it; the
@@ -926,22 +974,28 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
     const int64_t D = s->D, Dv = s->Dv;
     const uint16_t *k16 = NULL, *v = NULL;
     int64_t ldk = 0, ldv = 0, ldvp;
+    const uint32_t *vp, *vlo = NULL, *kt = sc->kt;
+    if (job->mm_terms) {
+        if (!fused_split_kv(job, sc, w, j0, cols, partial, &kt, &vp, &vlo, &ldvp)) return 0;
+        goto run;
+    }
     if (!w->unit || (j0 & 1)) { /* V rows to pair (a latent V: the K rows, read once for both) */
         if (s->v_in_k) v = k16 = fa_kv_tile_u16(s, 0, j0, cols, w->hk, D, sc->k16, &ldk), ldv = ldk;
         else v = fa_kv_tile_u16(s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
     }
-    const uint32_t *vp = tile_pairs(job, sc, w, j0, cols, v, ldv, &ldvp);
+    vp = tile_pairs(job, sc, w, j0, cols, v, ldv, &ldvp);
     if (partial && !pairs_finite(vp, ldvp, cols, Dv)) return 0;
-    const uint32_t *kt = sc->kt;
     if (w->unit && (j0 - w->key0) % 16 == 0) { /* a tile from a block's start (a window's may not be) */
         kt = (const uint32_t *)w->unit + (j0 - w->key0) / 16 * pk->ldk;
     } else {
         if (!k16) k16 = fa_kv_tile_u16(s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
         kern->pack_kt_bf16(cols, D, k16, ldk, sc->kt, 0);
     }
+run:
     *t0 = fa_phase_mark(job->phases, FA_PH_S, *t0);
-    const fa_fwd_tile t = {.rows = w->rows, .cols = cols, .d = D, .dv = Dv, .q = w->qa, .ldq = w->ldqa,
-                           .scale = s->scale, .kt = kt, .vp = vp, .ldvp = ldvp, .lo = tlo, .hi = thi,
+    const fa_fwd_tile t = {.rows = w->rows, .cols = cols, .d = (job->mm_terms ? job->mm_terms : 1) * D, .dv = Dv,
+                           .q = w->qa, .ldq = w->ldqa, .scale = s->scale, .kt = kt, .vp = vp, .vlo = vlo,
+                           .ldvp = ldvp, .lo = tlo, .hi = thi,
                            .m = sc->m, .l = sc->l, .acc = sc->acc, .ldacc = job->ldacc, .scratch = sc->fwd_scratch};
     kern->fwd_bf16(&t);
     *t0 = fa_phase_mark(job->phases, FA_PH_P, *t0);
@@ -1033,7 +1087,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     w.rows = w.n * w.ng;
     if (unit && job->steps.pack.bf16 != job->path->pairs) w.unit = NULL; /* a task off the pack's path (another dtype) reads in place */
     const int elementwise = fa_problem_has_elementwise(&s);
-    const int fused = job->fused && job->path == &wide_paths[WIDE_BF16];
+    const int fused = job->fused; /* flash_plan cleared it off the bf16 and split paths */
     const int64_t i0 = w.i0, n = w.n, ng = w.ng, rows = w.rows, h0 = w.h0;
     wide_begin(job, sc, &w, step->begin);
     const char *const unit0 = w.unit;
@@ -1071,7 +1125,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
             }
             w.unit = NULL; /* the careful path below reads K and V where they are (a K^T unit has no K rows) */
             if (!qt2_ready) { /* its Q^T pairs, from the fused kernel's Q rows */
-                kern->pack_qt_bf16(rows, p->D, w.qa, w.ldqa, sc->qt2, 2 * bp);
+                kern->pack_qt_bf16(rows, (job->mm_terms ? job->mm_terms : 1) * p->D, w.qa, w.ldqa, sc->qt2, 2 * bp);
                 qt2_ready = 1;
             }
         }
@@ -1241,13 +1295,14 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     job->bf16_dot = p->dtype == FA_DTYPE_BF16 && fa_bf16_dot_active(ctx);
     /* the table's fused forward, for what it takes: no element-wise rule (softcap, bias,
      * ALiBi) and no dropout, which act on scores or P between its steps; a boolean mask
-     * alone it takes by its runs, tile by tile (mask_bounds) */
-    job->fused = ctx->set.bf16_fused && job->bf16_dot && (ctx->kernels->flags & FA_KERNELS_FWD_BF16) &&
-                 (!fa_problem_has_elementwise(p) || fused_mask(p)) && !p->drop.on;
+     * alone it takes by its runs, tile by tile (mask_bounds; bf16 inputs only) */
     /* f32 as bf16 products: opt-in, and only where the table multiplies bf16 natively */
     job->mm_terms = 0;
     if (p->dtype == FA_DTYPE_F32 && (ctx->kernels->flags & FA_KERNELS_BF16_DOT))
-        job->mm_terms = ctx->set.f32_matmul == FA_F32_MATMUL_BF16X3 ? 3 : ctx->set.f32_matmul == FA_F32_MATMUL_BF16 ? 1 : 0;
+        job->mm_terms = p->f32_matmul == FA_F32_MATMUL_BF16X3 ? 3 : p->f32_matmul == FA_F32_MATMUL_BF16 ? 1 : 0;
+    /* (f32 as bf16 products too: its mode, kernels.h) */
+    job->fused = ctx->set.bf16_fused && (job->bf16_dot || job->mm_terms) && (ctx->kernels->flags & FA_KERNELS_FWD_BF16) &&
+                 (!fa_problem_has_elementwise(p) || (fused_mask(p) && !job->mm_terms)) && !p->drop.on;
     /* the f32 path trims a band's diagonal tiles (wide_trimmed) */
     fa_plan_tiles(ctx, &plan_p, !job->bf16_dot && !job->mm_terms && !p->drop.on, &job->plan);
     job->decode_tiles = decode_tiles(ctx, p, job);
@@ -1274,9 +1329,9 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     const fa_dtype kv = p->cache ? p->kc.dtype : p->k.dtype;
     const int pairs = job->bf16_dot && (!p->block_table || job->decode_tiles) && !p->quant && kv == FA_DTYPE_BF16 && p->dtype == FA_DTYPE_BF16;
     job->path = &wide_paths[pairs ? WIDE_BF16 : job->mm_terms ? WIDE_SPLIT : WIDE_F32];
-    /* the fused kernel is a variant of the bf16 path: a call whose rows take another (pages,
-     * codes) never runs it, so it neither reserves its scratch nor reports it */
-    job->fused = job->fused && pairs;
+    /* the fused kernel is a variant of the bf16 and split paths: a call whose rows take the
+     * f32 one (pages, codes) never runs it, so it neither reserves its scratch nor reports it */
+    job->fused = job->fused && job->path != &wide_paths[WIDE_F32];
     job->per_thread = scratch_layout(job, NULL, NULL);
 }
 
@@ -1288,7 +1343,8 @@ static const char *path_name(const flash_job *job)
 {
     const int digits = job->wide_digits ? job->wide_digits : job->digits;
     if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_BF16]) return job->fused ? "bf16-fused" : "bf16-dot";
-    if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_SPLIT]) return job->mm_terms == 3 ? "bf16x3" : "bf16-of-f32";
+    if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_SPLIT])
+        return job->mm_terms == 3 ? (job->fused ? "bf16x3-fused" : "bf16x3") : job->fused ? "bf16-of-f32-fused" : "bf16-of-f32";
     return digits == 2 ? "i8x2" : digits == 1 ? "i8" : "f32";
 }
 
@@ -1317,6 +1373,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     int form = fa_kv_packing_form(p, job.bf16_dot, job.mm_terms, ctx->set.kv_pack);
     if (job.wide_digits) form = -1; /* flash_task_q8 reads K and V where they are */
     if (form == 1 && job.fused) form = FA_KV_FORM_KT; /* the fused kernel reads K^T */
+    if (form == FA_KV_FORM_SPLIT(job.mm_terms) && job.mm_terms && job.fused) form = FA_KV_FORM_KT_SPLIT(job.mm_terms);
     if (job.decode_tiles && ctx->set.kv_pack != 2) form = -1; /* unless asked to pack always */
     const fa_ws_part parts[] = {
         {(void **)&scratch, job.per_thread < 0 ? -1 : fa_bytes3(job.per_thread, nth, 1)},
@@ -1342,7 +1399,9 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     /* a chunked unit's task keeps acc (br, ldacc), m and l (br_pad) between its steps */
     const fa_pack_rules pack_rules = {.form = form, .mode = ctx->set.kv_pack, .threads = nth, .br = job.plan.br,
                                       .bc = job.plan.bc,
-                                      .state_bytes = (job.plan.br * job.ldacc + 2 * job.plan.br_pad) * 4};
+                                      .state_bytes = (job.plan.br * job.ldacc + 2 * job.plan.br_pad) * 4,
+                                      /* f32 as bf16 products: a chunked unit's every step splits its Q rows again */
+                                      .unit_max = form > FA_KV_FORM_KT ? 2 * FA_PACK_UNIT_MAX : 0};
     char *ws2 = NULL;
     const int64_t bytes2 = form < 0 ? 0 : fa_steps_plan(&job.steps, p, &pack_rules, units);
     if (bytes2 < 0 || (bytes2 > 0 && !(ws2 = fa_context_workspace_slot(ctx, 1, bytes2)))) {

@@ -230,6 +230,9 @@ fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem
     if (a->quant_matmul < -1 || a->quant_matmul > FA_QUANT_MATMUL_I8X2)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "quant_matmul = %d: -1 (the context's), 0 exact, 1 i8 or 2 i8x2",
                        (int)a->quant_matmul);
+    if (a->f32_matmul < -1 || a->f32_matmul > FA_F32_MATMUL_BF16)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "f32_matmul = %d: -1 (the context's), 0 ieee, 1 bf16x3 or 2 bf16",
+                       (int)a->f32_matmul);
 
     p->scale = a->scale;
     p->softcap = a->softcap;
@@ -241,6 +244,7 @@ fa_status fa_check_scalars(fa_context *ctx, const fa_forward_args *a, fa_problem
     p->q_start = a->q_start;
     p->k_start = a->k_start;
     p->quant_matmul = a->quant_matmul >= 0 ? (int)a->quant_matmul : (int)ctx->set.quant_matmul;
+    p->f32_matmul = a->f32_matmul >= 0 ? (int)a->f32_matmul : (int)ctx->set.f32_matmul;
     fa_dropout_init(&p->drop, a->dropout_p, a->dropout_seed, a->dropout_offset);
     return FA_OK;
 }

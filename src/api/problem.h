@@ -82,6 +82,7 @@ typedef struct fa_problem {
      * above. Views share it; a view's own lengths and tensors are the fields above. */
     const fa_forward_args *args;
     int quant_matmul;         /* the call's FA_PARAM_QUANT_MATMUL mode: its field, else the context's */
+    int f32_matmul;           /* the call's FA_PARAM_F32_MATMUL mode: likewise */
     fa_bmask bm;              /* the block mask; bm.on = 0: none */
 
     /*

@@ -202,14 +202,15 @@ int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mm_terms, int mode
 int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, int v_in_k, fa_kv_packing *pk)
 {
     pk->bf16 = form != 0;
-    pk->kt = form == FA_KV_FORM_KT;
-    pk->terms = form >= FA_KV_FORM_SPLIT(1) && !pk->kt ? form - 1 : 0;
+    pk->kt = form >= FA_KV_FORM_KT;
+    pk->terms = pk->kt ? form - FA_KV_FORM_KT : form >= FA_KV_FORM_SPLIT(1) ? form - 1 : 0;
     int64_t kb, vb;
     if (pk->kt) { /* D <= FA_DIM_MAX: the pair rows do not overflow */
-        pk->ldk = 16 * FA_KT_PAIRS(D); /* dwords per block of 16 keys */
+        pk->ldk = 16 * FA_KT_PAIRS((pk->terms ? pk->terms : 1) * D); /* dwords per block of 16 keys */
         pk->ldv = fa_packed_ld(Dv);
         kb = fa_bytes3((sk + 15) / 16, pk->ldk, 4);
         vb = fa_bytes3((sk + 1) / 2, pk->ldv, 4);
+        if (pk->terms == 3 && vb >= 0) vb = vb > INT64_MAX / 2 ? -1 : 2 * vb; /* hi, then lo */
     } else if (pk->terms) { /* D, Dv <= FA_DIM_MAX: T * D does not overflow */
         pk->ldk = 2 * fa_packed_ld((pk->terms * D + 1) / 2);
         pk->ldv = fa_packed_ld(Dv);
@@ -235,26 +236,38 @@ int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, int v_in_k, 
     return 1;
 }
 
+/* Row j of K (which 0) or V (1) fetched ahead (convert.h, fa_prefetch_row). */
+static void prefetch_row(const fa_problem *s, int which, int64_t j, int64_t hk, int64_t bytes)
+{
+    float scale;
+    fa_prefetch_row(fa_kv_row(s, which, j, hk, &scale), bytes);
+}
+
 void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
                      int64_t cols, int64_t key0, char *unit, uint16_t *k16, uint16_t *v16, float *tmp)
 {
     const int64_t D = s->D, Dv = s->Dv;
     if (pk->terms) { /* any source: rows to f32 one by one, then split */
         const int T = pk->terms;
-        uint16_t *kd = (uint16_t *)unit + (j0 - key0) * pk->ldk;
+        /* the K^T split form: the split rows into k16 (T * D apart), then transposed */
+        const int64_t ldkd = pk->kt ? T * D : pk->ldk;
+        uint16_t *kd = pk->kt ? k16 : (uint16_t *)unit + (j0 - key0) * pk->ldk;
         const int64_t dmax = D > Dv ? D : Dv;
+        const int64_t kbytes = D * (int64_t)fa_dtype_size(s->k.dtype), vbytes = Dv * (int64_t)fa_dtype_size(s->v.dtype);
         for (int64_t c = 0; c < cols; c++) {
             float scale;
+            if (c + FA_SPLIT_PREFETCH_ROWS < cols) prefetch_row(s, 0, j0 + c + FA_SPLIT_PREFETCH_ROWS, hk, kbytes);
             const void *row = fa_kv_row(s, 0, j0 + c, hk, &scale);
             row_to_f32(kern, row, s->k.dtype, s->k.stride[3], scale, D, tmp);
-            fa_split_row(kern, T, 1, tmp, D, kd + c * pk->ldk, tmp + dmax);
-            memset(kd + c * pk->ldk + T * D, 0, (size_t)(pk->ldk - T * D) * sizeof *kd);
+            fa_split_row(kern, T, 1, tmp, D, kd + c * ldkd, tmp + dmax);
+            memset(kd + c * ldkd + T * D, 0, (size_t)(ldkd - T * D) * sizeof *kd);
             /* a latent V: the same converted row's first Dv values, not read again */
             if (s->v_in_k) fa_split_vrows(kern, T, tmp, Dv, 1, Dv, v16 + c * Dv, v16 + (cols + c) * Dv, tmp + dmax);
         }
         uint16_t *lo = v16 + cols * Dv;
         for (int64_t c = 0; c < cols && !s->v_in_k; c++) {
             float scale;
+            if (c + FA_SPLIT_PREFETCH_ROWS < cols) prefetch_row(s, 1, j0 + c + FA_SPLIT_PREFETCH_ROWS, hk, vbytes);
             const void *row = fa_kv_row(s, 1, j0 + c, hk, &scale);
             row_to_f32(kern, row, s->v.dtype, s->v.stride[3], scale, Dv, tmp);
             fa_split_vrows(kern, T, tmp, Dv, 1, Dv, v16 + c * Dv, lo + c * Dv, tmp + dmax);
@@ -262,7 +275,7 @@ void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_pa
         kern->pack_pairs_bf16(cols, Dv, v16, Dv, (uint32_t *)(unit + pk->v_offset) + (j0 - key0) / 2 * pk->ldv, pk->ldv);
         if (T == 3)
             kern->pack_pairs_bf16(cols, Dv, lo, Dv, (uint32_t *)(unit + pk->vlo_offset) + (j0 - key0) / 2 * pk->ldv, pk->ldv);
-        (void)k16;
+        if (pk->kt) kern->pack_kt_bf16(cols, T * D, kd, ldkd, (uint32_t *)unit, j0 - key0);
         return;
     }
     if (pk->kt) { /* dense bf16 as the bf16 form; K transposed into pairs along D */

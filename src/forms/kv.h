@@ -97,7 +97,9 @@ void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, in
  *              reads them from block (j0 - key0) / 16 when j0 - key0 is a multiple of 16;
  *   split form (f32 as T bf16 products, FA_PARAM_F32_MATMUL, T = 3 or 1): K rows
  *              as T * D bf16, [hi | lo | hi] (T = 1: [hi]), V's hi rows as pairs from
- *              key 0 and (T = 3) after them V's lo rows as pairs (fa_split_row).
+ *              key 0 and (T = 3) after them V's lo rows as pairs (fa_split_row);
+ *   K^T split form (the split form for the fused forward): the split K rows as the
+ *              K^T form's blocks (depth T * D), V as the split form's.
  * Rows are fa_packed_ld apart, so the kernels get dense, cache-friendly rows
  * whatever the caller's strides. A tile at key j0 of a unit from key key0 reads
  * k + (j0 - key0) * ldk; its V pairs in the bf16 form start at pair (j0 - key0) / 2,
@@ -105,8 +107,8 @@ void fa_kv_gather_strided(const fa_tensor *t, const void **ptr, int64_t cols, in
  */
 typedef struct fa_kv_packing {
     int bf16;           /* the bf16 form, the K^T form or the split form (bf16 pairs too) */
-    int kt;             /* the K^T form (ldk: dwords per block of 16 keys) */
-    int terms;          /* the split form: T; else 0 */
+    int kt;             /* the K^T forms (ldk: dwords per block of 16 keys) */
+    int terms;          /* the split forms: T; else 0 */
     int64_t ldk, ldv;   /* f32 form: floats; bf16 form: uint16 (K), dwords (V pairs) */
     int64_t v_offset;   /* bytes from a unit's start to its V */
     int64_t vlo_offset; /* the split form, T = 3: bytes from a unit's start to V's lo pairs */
@@ -120,6 +122,7 @@ typedef struct fa_kv_packing {
  * fused kernel (kernels.h, fwd_bf16) packs the bf16 form's units as FA_KV_FORM_KT. */
 #define FA_KV_FORM_SPLIT(T) (1 + (T))
 #define FA_KV_FORM_KT 16
+#define FA_KV_FORM_KT_SPLIT(T) (FA_KV_FORM_KT + (T))
 int fa_kv_packing_form(const fa_problem *p, int bf16_dot, int mm_terms, int mode);
 /* The layout of units of sk keys in that form; 0 when a size overflows. v_in_k (an
  * MLA latent cache): the f32 form packs K alone and V is its rows' first Dv floats
@@ -130,8 +133,8 @@ int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, int v_in_k, 
  * sequence view s into unit, whose first key is key0 (even in the bf16 and split
  * forms; a chunk of a long unit's keys, tasks.h): key j goes to row j - key0. The
  * bf16 form may gather strided rows into k16, v16 (room for cols * D and cols * Dv
- * uint16; T times that in the split form, which also takes tmp: 2 * max(D, Dv)
- * floats). */
+ * uint16; T times that in the split forms, which also take tmp: 2 * max(D, Dv)
+ * floats, and whose K^T form splits K's rows into k16 before the transpose). */
 void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
                      int64_t cols, int64_t key0, char *unit, uint16_t *k16, uint16_t *v16, float *tmp);
 

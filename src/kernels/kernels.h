@@ -171,9 +171,10 @@ static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
 /* dwords of K^T for keys [0, n) (whole blocks) */
 #define FA_KT_DWORDS(n, d) ((((n) + 15) / 16) * 16 * FA_KT_PAIRS(d))
 
-/* bytes of scratch fwd_bf16 needs for a tile of cols keys (any table). */
+/* bytes of scratch fwd_bf16 needs for a tile of cols keys (any table, either mode). */
 #define FA_FWD_BF16_SCRATCH(cols, dv)                                                                             \
-    (64 * 8 + 2 * 32 * 64 * 4 + 32 * (FA_RUP32(cols) + 32) * 2 + 32 * 16 * 4 + 32 * 4 * 2 + 2 * 16 * FA_RUP16(dv) * 4)
+    (64 * 10 + 2 * 32 * 64 * 4 + 2 * 32 * (FA_RUP32(cols) + 32) * 2 + 32 * 16 * 4 + 32 * 4 * 2 +                  \
+     3 * 16 * FA_RUP16(dv) * 4)
 
 /*
  * One key tile of the fused bf16 forward (fwd_bf16): scores row-major, P written as
@@ -186,14 +187,19 @@ static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
  *   e       = exp(s - m) to about 2^-22 relative (fp32), 0 for masked columns (and
  *             where exp(s - m) < 2^-125: below fp32's resolution of l, which holds a
  *             term >= 1); l[r] += sum of e (so lse = m + log l is fp32-accurate);
- *   p       = e rounded to bf16 (as vcvtne2ps2bf16); acc[r][e] += sum_c p v_c[e].
+ *   p       = e rounded to bf16 (as vcvtne2ps2bf16); acc[r][e] += sum_c p v_c[e];
+ *   bf16x3 mode (vlo != NULL; f32 as bf16 products, util/convert.h): v = vh + vl, V's
+ *           hi pairs in vp and its lo pairs in vlo; pl = bf16(e - p) (exact difference,
+ *           then rounded as p is) and acc[r][e] += sum_c p vh + p vl + pl vh, the three
+ *           terms of one 32-key chunk in that order (fp32 sums); l stays the sum of e.
  * With nothing kept yet m stays -inf and p = 0; a NaN score makes its row NaN.
  *   q    rows of bf16, ldq apart (any alignment), zero-padded to FA_RUP32(d) columns and
  *        FA_RUP16(rows) rows
  *   kt   K^T pairs from key 0 of the tile (pack_kt_bf16's blocks); the keys of its last
  *        block past cols must be readable (any values: masked)
  *   vp   V as key pairs from key 0 of the tile (pack_pairs_bf16), ldvp >= FA_RUP16(dv),
- *        zero past dv; rows past cols are never read
+ *        zero past dv; rows past cols are never read; vlo the same for V's lo parts, or
+ *        NULL (the plain mode)
  *   acc  rows, ldacc apart (ldacc >= FA_RUP16(dv)); only rows < rows are touched
  *   scratch  FA_FWD_BF16_SCRATCH(cols, dv) bytes, 64-byte aligned
  * Like pv_bf16, the tile products multiply a masked p = 0 by v: the core hands over
@@ -206,7 +212,7 @@ typedef struct fa_fwd_tile {
     int64_t ldq;
     float scale;
     const uint32_t *kt;
-    const uint32_t *vp;
+    const uint32_t *vp, *vlo;
     int64_t ldvp;
     const int32_t *lo, *hi;
     float *m, *l, *acc;

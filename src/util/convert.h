@@ -86,6 +86,19 @@ void fa_store_rows(const fa_tensor *t, const fa_kernels *kern, int64_t b, int64_
  * parts into lo (both ld dv); tmp dv floats.
  */
 void fa_split_f32(const fa_kernels *kern, const float *x, int64_t n, uint16_t *hi, float *res);
+/* The split pack (kv.c) reads f32 rows one at a time, a head's stride (a page or
+ * more) apart: beyond the hardware prefetchers, so it fetches a few rows ahead with
+ * this (bytes from p, into every cache level; a hint, nothing where the compiler has
+ * none). */
+static inline void fa_prefetch_row(const void *p, int64_t bytes)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
+#else
+    (void)p, (void)bytes;
+#endif
+}
+enum { FA_SPLIT_PREFETCH_ROWS = 4 }; /* rows ahead */
 void fa_split_row(const fa_kernels *kern, int T, int lo_first, const float *x, int64_t n, uint16_t *dst, float *tmp);
 void fa_split_vrows(const fa_kernels *kern, int T, const float *v, int64_t ldv, int64_t cols, int64_t dv,
                     uint16_t *hi, uint16_t *lo, float *tmp);

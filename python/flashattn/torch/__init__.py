@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .. import _C, _core
+from ..interface import _f32mm
 from . import _ops
 
 __all__ = ["scaled_dot_product_attention", "enable", "disable", "sdpa", "stats", "reset_stats", "is_enabled",
@@ -195,6 +196,7 @@ def _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     return nd
 
 
+_f32 = torch.float32
 _PLAIN_OPTIONS = _core.DEFAULT_OPTIONS
 _CAUSAL_OPTIONS = _core.Options(causal=_core.CAUSAL_TOP_LEFT)
 
@@ -238,6 +240,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         opts = _core.Options(scale=0.0 if scale is None else _core.scale_of(scale),
                              causal=_core.CAUSAL_TOP_LEFT if is_causal else _core.CAUSAL_NONE, dropout_p=p,
                              dropout_seed=seed)
+    if query.dtype is _f32:  # torch's f32 matmul switch (docs/semantics.md, section 5)
+        opts = _f32mm(opts, None, query, True)
     _count(None)
     if _VERBOSE:
         qs, ks, vs = query.shape, key.shape, value.shape

@@ -280,16 +280,27 @@ static inline void step_2x2(const void *a0, const void *a1, size_t lda, const vo
     }
 }
 
+/* C(i, j) += A_i . B_j on the tiles loaded (i < 1 + two_i, j < 1 + two_j) */
+static inline void dp_2x2(int two_i, int two_j)
+{
+    FA_TILE_DPBF16(TC0, TA0, TB0);
+    if (two_j) FA_TILE_DPBF16(TC1, TA0, TB1);
+    if (two_i) FA_TILE_DPBF16(TC2, TA1, TB0);
+    if (two_i && two_j) FA_TILE_DPBF16(TC3, TA1, TB1);
+}
+
 /*
  * C(i, j) += sum over chunks k < nk of A_i[k] . B_j[k], for i < 1 + two_i, j < 1 + two_j,
  * with C loaded once and stored once: C(i, j) at c[i] + 16j (ldc[i] floats per row),
  * A_i[k] at a[i] + 32k (lda uint16 per row), B_j[k] at b + 16k ldb + 16j (ldb dwords
  * per pair row) for k < nfull, and at btail + 16j (ldt) for the one chunk after them.
  * pv_bf16 (i: rows, j: e) and stx_bf16 (i: key columns, j: e) both accumulate so.
+ * mul_2x2_terms with blo (fwd_bf16's bf16x3 mode): after each chunk's A.B also A.Blo
+ * and Alo.B, Blo and Alo laid out as B and A (btail_lo the tail's).
  */
-static void mul_2x2(int two_i, int two_j, float *const c[2], const int64_t ldc[2], const uint16_t *const a[2],
-                    int64_t lda, const uint32_t *b, int64_t ldb, int64_t nfull, const uint32_t *btail, int64_t ldt,
-                    int64_t nk)
+static void mul_2x2_terms(int two_i, int two_j, float *const c[2], const int64_t ldc[2], const uint16_t *const a[2],
+                          const uint16_t *const alo[2], int64_t lda, const uint32_t *b, const uint32_t *blo, int64_t ldb,
+                          int64_t nfull, const uint32_t *btail, const uint32_t *btail_lo, int64_t ldt, int64_t nk)
 {
     FA_TILE_LOAD(TC0, c[0], 4 * ldc[0]);
     if (two_j) FA_TILE_LOAD(TC1, c[0] + 16, 4 * ldc[0]);
@@ -302,15 +313,30 @@ static void mul_2x2(int two_i, int two_j, float *const c[2], const int64_t ldc[2
         const int64_t ldk = k < nfull ? ldb : ldt;
         FA_TILE_LOAD(TB0, bk, 4 * ldk);
         if (two_j) FA_TILE_LOAD(TB1, bk + 16, 4 * ldk);
-        FA_TILE_DPBF16(TC0, TA0, TB0);
-        if (two_j) FA_TILE_DPBF16(TC1, TA0, TB1);
-        if (two_i) FA_TILE_DPBF16(TC2, TA1, TB0);
-        if (two_i && two_j) FA_TILE_DPBF16(TC3, TA1, TB1);
+        dp_2x2(two_i, two_j);
+        if (!blo) continue;
+        /* the bf16x3 terms after a hi.hi: a.blo, then alo.b (fwd_bf16's order) */
+        const uint32_t *bl = k < nfull ? blo + 16 * k * ldb : btail_lo;
+        FA_TILE_LOAD(TB0, bl, 4 * ldk);
+        if (two_j) FA_TILE_LOAD(TB1, bl + 16, 4 * ldk);
+        dp_2x2(two_i, two_j);
+        FA_TILE_LOAD(TA0, alo[0] + 32 * k, 2 * lda);
+        if (two_i) FA_TILE_LOAD(TA1, alo[1] + 32 * k, 2 * lda);
+        FA_TILE_LOAD(TB0, bk, 4 * ldk);
+        if (two_j) FA_TILE_LOAD(TB1, bk + 16, 4 * ldk);
+        dp_2x2(two_i, two_j);
     }
     FA_TILE_STORE(TC0, c[0], 4 * ldc[0]);
     if (two_j) FA_TILE_STORE(TC1, c[0] + 16, 4 * ldc[0]);
     if (two_i) FA_TILE_STORE(TC2, c[1], 4 * ldc[1]);
     if (two_i && two_j) FA_TILE_STORE(TC3, c[1] + 16, 4 * ldc[1]);
+}
+
+static void mul_2x2(int two_i, int two_j, float *const c[2], const int64_t ldc[2], const uint16_t *const a[2],
+                    int64_t lda, const uint32_t *b, int64_t ldb, int64_t nfull, const uint32_t *btail, int64_t ldt,
+                    int64_t nk)
+{
+    mul_2x2_terms(two_i, two_j, c, ldc, a, NULL, lda, b, NULL, ldb, nfull, btail, NULL, ldt, nk);
 }
 
 /* ---------------------------------------------------------------- pv_bf16 */
@@ -651,14 +677,16 @@ void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk
  * keep[v] the lanes kept. t = s c - mlog (masked: -inf). With `check`, returns 1 and
  * writes nothing when a kept t exceeds FA_FWD_LAZY_LOG2; else writes P's 16 * nv
  * (rounded up to 32) bf16 values, adds their fp32 values before rounding to the lane
- * sums lsum, and returns 0. The two builds below compute the same bits: each lane as
+ * sums lsum, and returns 0; with pl (the bf16x3 mode) also the residuals bf16(e - p)
+ * into pl's 16 * nv. The two builds below compute the same bits: each lane as
  * the named instruction does (vfmadd, vcmpps, vmaxps's "a > b ? a : b", vrndscaleps in
  * the current rounding mode, vscalefps, vcvtne2ps2bf16, vaddps).
  */
 #if defined(FA_AMX_HW)
 /* nv a constant in each caller below, so that the loops unroll and t, e stay in registers */
 static inline __attribute__((always_inline)) int fwd_row_n(const float *s, const int nv, const uint16_t *keep, float c,
-                                                           float mlog, int check, uint16_t *p, float *lsum)
+                                                           float mlog, int check, uint16_t *p, uint16_t *pl,
+                                                           float *lsum)
 {
     const __m512 vc = _mm512_set1_ps(c), vm = _mm512_set1_ps(-mlog), ninf = _mm512_set1_ps(-INFINITY);
     __m512 t[4];
@@ -686,20 +714,27 @@ static inline __attribute__((always_inline)) int fwd_row_n(const float *s, const
     }
     for (int v = 0; v < nv; v += 2) {
         const __m512 hi = v + 1 < nv ? e[v + 1] : _mm512_setzero_ps();
-        _mm512_storeu_si512((void *)(p + 16 * v), (__m512i)_mm512_cvtne2ps_pbh(hi, e[v]));
+        const __m512i w = (__m512i)_mm512_cvtne2ps_pbh(hi, e[v]);
+        _mm512_storeu_si512((void *)(p + 16 * v), w);
+        if (!pl) continue;
+        /* e - p is exact in fp32: p back from its bf16 words, by a shift */
+        const __m512 p0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(w)), 16));
+        const __m512 p1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(w, 1)), 16));
+        _mm512_storeu_si512((void *)(pl + 16 * v),
+                            (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(hi, p1), _mm512_sub_ps(e[v], p0)));
     }
     _mm512_storeu_ps(lsum, sum);
     return 0;
 }
 
 static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float mlog, int check, uint16_t *p,
-                   float *lsum)
+                   uint16_t *pl, float *lsum)
 {
     switch (nv) {
-    case 4: return fwd_row_n(s, 4, keep, c, mlog, check, p, lsum);
-    case 3: return fwd_row_n(s, 3, keep, c, mlog, check, p, lsum);
-    case 2: return fwd_row_n(s, 2, keep, c, mlog, check, p, lsum);
-    default: return fwd_row_n(s, 1, keep, c, mlog, check, p, lsum);
+    case 4: return fwd_row_n(s, 4, keep, c, mlog, check, p, pl, lsum);
+    case 3: return fwd_row_n(s, 3, keep, c, mlog, check, p, pl, lsum);
+    case 2: return fwd_row_n(s, 2, keep, c, mlog, check, p, pl, lsum);
+    default: return fwd_row_n(s, 1, keep, c, mlog, check, p, pl, lsum);
     }
 }
 #else
@@ -712,8 +747,22 @@ static float scalef1(float x, float n)
     return ldexpf(x, (int)n);
 }
 
+/* bf16 words of x and of its residual x - bf16(x) (exact in fp32), as vcvtne2ps2bf16 */
+static void cvtne_split(float x, uint16_t *hi, uint16_t *lo)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    *hi = cvtne_bf16(u);
+    const uint32_t h = (uint32_t)*hi << 16;
+    float hf;
+    memcpy(&hf, &h, 4);
+    const float r = x - hf;
+    memcpy(&u, &r, 4);
+    *lo = cvtne_bf16(u);
+}
+
 static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float mlog, int check, uint16_t *p,
-                   float *lsum)
+                   uint16_t *pl, float *lsum)
 {
     float t[4][16];
     int over = 0;
@@ -738,16 +787,13 @@ static int fwd_row(const float *s, int nv, const uint16_t *keep, float c, float 
             lsum[i] += e[v][i];
         }
     for (int v = 0; v < nv; v += 2) {
-        uint16_t w[32];
+        uint16_t w[32], wl[32];
         for (int i = 0; i < 16; i++) {
-            uint32_t u;
-            memcpy(&u, &e[v][i], 4);
-            w[i] = cvtne_bf16(u);
-            if (v + 1 < nv) memcpy(&u, &e[v + 1][i], 4);
-            else u = 0;
-            w[16 + i] = cvtne_bf16(u);
+            cvtne_split(e[v][i], &w[i], &wl[i]);
+            cvtne_split(v + 1 < nv ? e[v + 1][i] : 0.0f, &w[16 + i], &wl[16 + i]);
         }
         memcpy(p + 16 * v, w, sizeof w);
+        if (pl) memcpy(pl + 16 * v, wl, sizeof wl);
     }
     return 0;
 }
@@ -854,34 +900,37 @@ static void fwd_qk_run(fwd_qk_job *j, int until)
     }
 }
 
-/* acc += P V over P's 32-key chunks [k0, k1) for the strip's row blocks c[0], c[1]. */
-static void fwd_pv(const uint16_t *P, int64_t ldp, int two_r, int64_t k0, int64_t k1, float *const c[2],
-                   const int64_t ldc[2], const uint32_t *vp, int64_t ldvp, int64_t full_c, const uint32_t *vtail,
-                   int64_t ep)
-{
-    const int64_t neb = ep / 16;
-    const uint16_t *a[2] = {P + 32 * k0, P + 16 * ldp + 32 * k0};
-    for (int64_t eb = 0; eb < neb; eb += 2) {
-        float *cc[2] = {c[0] + 16 * eb, c[1] + 16 * eb};
-        const int64_t nfull = full_c > k0 ? full_c - k0 : 0;
-        mul_2x2(two_r, eb + 1 < neb, cc, ldc, a, ldp, vp + 16 * k0 * ldvp + 16 * eb, ldvp, nfull, vtail + 16 * eb,
-                ep, k1 - k0);
-    }
-}
-
 /* Scratch parts of fwd_bf16 (64-byte aligned, within FA_FWD_BF16_SCRATCH), and the
  * tile's shape as its strips use it. */
 typedef struct {
     float *S[2];     /* [32][FWD_BLOCK] each: the block the softmax reads, the next one's scores */
     uint16_t *P;     /* [32][ldp] */
+    uint16_t *Pl;    /* [32][ldp] the bf16x3 mode's residuals of P, else NULL */
     float *L;        /* [32][16] lane sums */
     float *alpha;    /* [32] */
     float *mlog;     /* [32] */
     uint32_t *vtail; /* [16][ep] the last, partial 32-key chunk of V pairs */
+    uint32_t *vtail_lo; /* [16][ep] the same of V's lo pairs (bf16x3 mode) */
     float *atail;    /* [16][ep] a partial 16-row block of acc */
     int64_t ep, ldp, nxc, full_c, ldkt;
     float c2; /* scale log2(e) */
 } fwd_scratch;
+
+/* acc += P V over P's 32-key chunks [k0, k1) for the strip's row blocks c[0], c[1]
+ * (the bf16x3 mode: + P Vlo + Pl V). */
+static void fwd_pv(const fa_fwd_tile *t, const fwd_scratch *w, int two_r, int64_t k0, int64_t k1, float *const c[2],
+                   const int64_t ldc[2])
+{
+    const int64_t neb = w->ep / 16, ldp = w->ldp, ldvp = t->ldvp;
+    const uint16_t *a[2] = {w->P + 32 * k0, w->P + 16 * ldp + 32 * k0};
+    const uint16_t *al[2] = {w->Pl + 32 * k0, w->Pl + 16 * ldp + 32 * k0};
+    for (int64_t eb = 0; eb < neb; eb += 2) {
+        float *cc[2] = {c[0] + 16 * eb, c[1] + 16 * eb};
+        const int64_t nfull = w->full_c > k0 ? w->full_c - k0 : 0, off = 16 * k0 * ldvp + 16 * eb;
+        mul_2x2_terms(two_r, eb + 1 < neb, cc, ldc, a, al, ldp, t->vp + off, t->vlo ? t->vlo + off : NULL, ldvp, nfull,
+                      w->vtail + 16 * eb, w->vtail_lo + 16 * eb, w->ep, k1 - k0);
+    }
+}
 
 /* One strip of up to 32 rows: its acc rows (in place, or a partial block through atail)
  * and the P columns [pend, ..) whose product is still to come. */
@@ -893,8 +942,24 @@ typedef struct {
     int64_t pend;
 } fwd_strip;
 
-/* The scratch's parts, and the partial key chunk of V zero-padded (a masked p = 0 must
- * never meet garbage). */
+/* The partial key chunk after full_c whole ones of V pairs vp into tail, zero past
+ * cols (a masked p = 0 must never meet garbage). */
+static void fwd_vtail(const uint32_t *vp, int64_t ldvp, int64_t cols, int64_t full_c, int64_t ep, uint32_t *tail)
+{
+    for (int64_t p = 0; p < 16; p++) {
+        const int64_t pr = 16 * full_c + p;
+        uint32_t *dst = tail + p * ep;
+        if (2 * pr < cols) {
+            memcpy(dst, vp + pr * ldvp, (size_t)ep * 4);
+            if (2 * pr + 1 == cols)
+                for (int64_t e = 0; e < ep; e++) dst[e] &= 0xffffu;
+        } else {
+            memset(dst, 0, (size_t)ep * 4);
+        }
+    }
+}
+
+/* The scratch's parts, and the partial key chunks of V. */
 static void fwd_scratch_init(const fa_fwd_tile *t, fwd_scratch *w)
 {
     const int64_t cols = t->cols, ep = FA_RUP16(t->dv), ldp = pt_ld(cols);
@@ -904,23 +969,16 @@ static void fwd_scratch_init(const fa_fwd_tile *t, fwd_scratch *w)
     w->S[0] = ALIGN64(t->scratch);
     w->S[1] = w->S[0] + 32 * FWD_BLOCK;
     w->P = ALIGN64(w->S[1] + 32 * FWD_BLOCK);
-    w->L = ALIGN64(w->P + 32 * ldp);
+    w->Pl = t->vlo ? ALIGN64(w->P + 32 * ldp) : NULL;
+    w->L = ALIGN64(w->P + 2 * 32 * ldp);
     w->alpha = ALIGN64(w->L + 32 * 16);
     w->mlog = ALIGN64(w->alpha + 32);
     w->vtail = ALIGN64(w->mlog + 32);
-    w->atail = ALIGN64(w->vtail + 16 * ep);
+    w->vtail_lo = ALIGN64(w->vtail + 16 * ep);
+    w->atail = ALIGN64(w->vtail_lo + 16 * ep);
     if (w->full_c == (cols + 31) / 32) return;
-    for (int64_t p = 0; p < 16; p++) {
-        const int64_t pr = 16 * w->full_c + p;
-        uint32_t *dst = w->vtail + p * ep;
-        if (2 * pr < cols) {
-            memcpy(dst, t->vp + pr * t->ldvp, (size_t)ep * 4);
-            if (2 * pr + 1 == cols)
-                for (int64_t e = 0; e < ep; e++) dst[e] &= 0xffffu;
-        } else {
-            memset(dst, 0, (size_t)ep * 4);
-        }
-    }
+    fwd_vtail(t->vp, t->ldvp, cols, w->full_c, ep, w->vtail);
+    if (t->vlo) fwd_vtail(t->vlo, t->ldvp, cols, w->full_c, ep, w->vtail_lo);
 }
 
 /* The strip's columns [*cs, *ce): the union of its rows' bands; 0 when none is kept. */
@@ -992,15 +1050,15 @@ static int fwd_block_rows(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_
         if (a > c0 || z < c0 + 16 * nkb - 1) /* the band or the tile's end inside the block */
             for (int v = 0; v < nkb; v++) keep[v] = lane_mask(a, z < cols - 1 ? z : cols - 1, c0 + 16 * v);
         const float *s = S + r * FWD_BLOCK;
-        uint16_t *p = w->P + r * w->ldp + c0;
+        uint16_t *p = w->P + r * w->ldp + c0, *pl = w->Pl ? w->Pl + r * w->ldp + c0 : NULL;
         float *L = w->L + 16 * r;
         const float m_old = t->m[row];
-        if (m_old != -INFINITY && !fwd_row(s, nkb, keep, w->c2, w->mlog[r], 1, p, L)) continue;
+        if (m_old != -INFINITY && !fwd_row(s, nkb, keep, w->c2, w->mlog[r], 1, p, pl, L)) continue;
         /* the max moves (or nothing was kept before): the row's rescale */
         const float mb = fwd_row_max(s, nkb, keep, t->scale);
         const float m_new = (mb > m_old || mb != mb) ? mb : m_old;
         if (m_new == -INFINITY) { /* nothing kept yet: p = 0 (or NaN from a NaN score) */
-            fwd_row(s, nkb, keep, w->c2, 0.0f, 0, p, L);
+            fwd_row(s, nkb, keep, w->c2, 0.0f, 0, p, pl, L);
             continue;
         }
         if (m_old != -INFINITY) {
@@ -1014,7 +1072,7 @@ static int fwd_block_rows(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_
         }
         t->m[row] = m_new;
         w->mlog[r] = m_new * FWD_LOG2E;
-        fwd_row(s, nkb, keep, w->c2, w->mlog[r], 0, p, L);
+        fwd_row(s, nkb, keep, w->c2, w->mlog[r], 0, p, pl, L);
     }
     return rescale;
 }
@@ -1023,8 +1081,7 @@ static int fwd_block_rows(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_
 static void fwd_strip_pv(const fa_fwd_tile *t, const fwd_scratch *w, fwd_strip *st, int64_t c_end)
 {
     if (st->pend < c_end)
-        fwd_pv(w->P, w->ldp, st->two_r, st->pend / 32, (c_end + 31) / 32, st->c, st->ldc, t->vp, t->ldvp, w->full_c,
-               w->vtail, w->ep);
+        fwd_pv(t, w, st->two_r, st->pend / 32, (c_end + 31) / 32, st->c, st->ldc);
     st->pend = c_end;
 }
 
@@ -1079,8 +1136,10 @@ static void fwd_strip_run(const fa_fwd_tile *t, const fwd_scratch *w, fwd_strip 
         else qj.steps = 0;
         const int rescale = fwd_block_rows(t, w, st, S, c0, (int)((nc + 15) / 16), &qj);
         fwd_qk_run(&qj, qj.steps); /* before any product below reuses the tiles */
-        for (int64_t r = st->nr; r < (st->two_r ? 32 : 16); r++)
+        for (int64_t r = st->nr; r < (st->two_r ? 32 : 16); r++) {
             memset(w->P + r * w->ldp + c0, 0, (size_t)FA_RUP32(nc) * 2);
+            if (w->Pl) memset(w->Pl + r * w->ldp + c0, 0, (size_t)FA_RUP32(nc) * 2);
+        }
         if (rescale) fwd_strip_rescale(t, w, st, c0);
     }
     fwd_strip_pv(t, w, st, b1 * FWD_BLOCK < cols ? b1 * FWD_BLOCK : cols);

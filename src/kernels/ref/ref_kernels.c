@@ -404,7 +404,8 @@ static void ref_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t
 
 /* The fused forward's contract with the plain rule: m moves to the tile's max at once
  * (a rescale the contract allows, not the lazy one), glibc's expf, l from its values,
- * p rounded to nearest even for P V; sums in key order. */
+ * p rounded to nearest even for P V (and its residual, in the bf16x3 mode); sums in
+ * key order. */
 static void ref_fwd_bf16(const fa_fwd_tile *t)
 {
     float *s = t->scratch; /* one row's scores: cols floats, within the scratch bound */
@@ -434,8 +435,15 @@ static void ref_fwd_bf16(const fa_fwd_tile *t)
             const float x = expf(s[c] - m_new), w = fa_bf16_to_f32(fa_f32_to_bf16(x));
             t->l[r] += x;
             if (w == 0.0f) continue; /* never read v */
-            const uint32_t *pair = t->vp + (c / 2) * t->ldvp;
-            for (int64_t e = 0; e < t->dv; e++) ar[e] += w * fa_bf16_to_f32((uint16_t)(pair[e] >> (c & 1) * 16));
+            const int64_t off = (c / 2) * t->ldvp, sh = (c & 1) * 16;
+            const uint32_t *pair = t->vp + off;
+            /* the bf16x3 mode: p vh + p vl + pl vh, pl = bf16(x - p) */
+            const float wl = t->vlo ? fa_bf16_to_f32(fa_f32_to_bf16(x - w)) : 0.0f;
+            for (int64_t e = 0; e < t->dv; e++) {
+                const float vh = fa_bf16_to_f32((uint16_t)(pair[e] >> sh));
+                ar[e] += w * vh;
+                if (t->vlo) ar[e] += w * fa_bf16_to_f32((uint16_t)(t->vlo[off + e] >> sh)) + wl * vh;
+            }
         }
     }
 }
