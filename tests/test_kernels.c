@@ -1673,7 +1673,7 @@ static void test_small(void) {
  */
 static int same_or_nan(float a, float b) { return fbits(a) == fbits(b) || (isnan(a) && isnan(b)); }
 
-static void case_quant_row(int64_t n, int kind, int digits) {
+static void case_quant_row(const fa_kernels *kt, int64_t n, int kind, int digits) {
     float *x = xmalloc(sizeof(float) * (size_t)n);
     const double sig = ldexp(1.0, (int)h_rng_int(&g_rng, -20, 20));
     for (int64_t i = 0; i < n; i++) x[i] = kind == 1 ? 0.0f : (float)(sig * h_rng_normal(&g_rng));
@@ -1682,8 +1682,8 @@ static void case_quant_row(int64_t n, int kind, int digits) {
     const int64_t ld = (n + 63) / 64 * 64;
     int8_t *code = xmalloc((size_t)(digits * ld) + 64);
     memset(code, 0x55, (size_t)(digits * ld) + 64);
-    h_case("fa_quant_row_i8 n=%lld kind=%d digits=%d", (long long)n, kind, digits);
-    const float sc = fa_quant_row_i8(x, n, digits, code);
+    h_case("quant_row_i8 isa=%s n=%lld kind=%d digits=%d", kt->name, (long long)n, kind, digits);
+    const float sc = kt->quant_row_i8(x, n, digits, code);
     float amax = 0.0f;
     int finite = 1;
     for (int64_t i = 0; i < n; i++) {
@@ -1856,7 +1856,9 @@ static void case_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits,
 
 static void test_small_i8(void) {
     for (int64_t n = 1; n <= 300; n += (n < 20 ? 1 : 37))
-        for (int kind = 0; kind < 4; kind++) case_quant_row(n, kind, 1 + kind % 2), case_quant_row(n, kind, 2 - kind % 2);
+        for (int kind = 0; kind < 4; kind++)
+            for (int t = 0; t < g_ntab; t++)
+                case_quant_row(g_tab[t].k, n, kind, 1 + kind % 2), case_quant_row(g_tab[t].k, n, kind, 2 - kind % 2);
     static const int64_t dims[] = {1, 3, 17, 63, 64, 65, 100, 128, 130, 256, 576, 777};
     for (int64_t rows = 1; rows <= FA_SMALL_ROWS; rows++)
         for (int di = 0; di < NELEM(dims); di++) {
@@ -2946,7 +2948,7 @@ static const struct {
     KERNEL_ENTRY(pack_kt_bf16),  KERNEL_ENTRY(fwd_bf16),  KERNEL_ENTRY(fwd_i8),      KERNEL_ENTRY(pack_t_bf16),
     KERNEL_ENTRY(bwd_bf16),
     KERNEL_ENTRY(qk_small),      KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
-    KERNEL_ENTRY(qk_small_i8),   KERNEL_ENTRY(pv_small_i8),
+    KERNEL_ENTRY(qk_small_i8),   KERNEL_ENTRY(pv_small_i8), KERNEL_ENTRY(quant_row_i8),
     KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(probe_tile),
     KERNEL_ENTRY(thread_begin),  KERNEL_ENTRY(thread_end),
 };
@@ -2974,7 +2976,8 @@ static const struct {
     {"avx2", "ref", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
     {"avx2vnni", "avx2", "qk_small_i8 pv_small_i8", FA_KERNELS_SMALL_ROWS | FA_KERNELS_I8_DOT},
     {"avx512", "avx2", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
-    {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16 qk_small_i8 pv_small_i8",
+    {"avx512bf16", "avx512",
+     "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16 qk_small_i8 pv_small_i8 quant_row_i8",
      FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT | FA_KERNELS_I8_DOT},
     {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
     {"amx", "avx512bf16", TILE_KERNELS " pack_kt_bf16 pack_t_bf16", FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_I8_DOT},

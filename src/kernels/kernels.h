@@ -500,6 +500,9 @@ typedef struct fa_kernels {
     void (*pv_small_i8)(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
                         const void *const *vrow, const float *vscale, const float *alpha, float *acc,
                         int64_t ldacc);
+    /* quant_row_i8: fa_quant_row_i8 (below) on the table's vectors, the same bits (the
+     * wide int8 path quantises every q row and key with it). */
+    float (*quant_row_i8)(const float *x, int64_t n, int digits, int8_t *code);
 
     /* Peak probes: run `iters` iterations of an unrolled, dependency-free loop of
      * the ISA's widest FMA (and bf16 dot product) and return the number of FLOPs

@@ -588,6 +588,7 @@ const fa_kernels fa_kernels_ref = {
     .pack_kt_bf16 = ref_pack_kt_bf16,
     .fwd_bf16 = ref_fwd_bf16,
     .fwd_i8 = ref_fwd_i8,
+    .quant_row_i8 = fa_quant_row_i8,
     .pack_t_bf16 = ref_pack_t_bf16,
     .bwd_bf16 = ref_bwd_bf16,
     .qk_small = ref_qk_small,
