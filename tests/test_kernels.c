@@ -1673,7 +1673,7 @@ static void test_small(void) {
  */
 static int same_or_nan(float a, float b) { return fbits(a) == fbits(b) || (isnan(a) && isnan(b)); }
 
-static void case_quant_row(int64_t n, int kind, int digits) {
+static void case_quant_row(const fa_kernels *kt, int64_t n, int kind, int digits) {
     float *x = xmalloc(sizeof(float) * (size_t)n);
     const double sig = ldexp(1.0, (int)h_rng_int(&g_rng, -20, 20));
     for (int64_t i = 0; i < n; i++) x[i] = kind == 1 ? 0.0f : (float)(sig * h_rng_normal(&g_rng));
@@ -1682,8 +1682,8 @@ static void case_quant_row(int64_t n, int kind, int digits) {
     const int64_t ld = (n + 63) / 64 * 64;
     int8_t *code = xmalloc((size_t)(digits * ld) + 64);
     memset(code, 0x55, (size_t)(digits * ld) + 64);
-    h_case("fa_quant_row_i8 n=%lld kind=%d digits=%d", (long long)n, kind, digits);
-    const float sc = fa_quant_row_i8(x, n, digits, code);
+    h_case("quant_row_i8 isa=%s n=%lld kind=%d digits=%d", kt->name, (long long)n, kind, digits);
+    const float sc = kt->quant_row_i8(x, n, digits, code);
     float amax = 0.0f;
     int finite = 1;
     for (int64_t i = 0; i < n; i++) {
@@ -1856,7 +1856,9 @@ static void case_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits,
 
 static void test_small_i8(void) {
     for (int64_t n = 1; n <= 300; n += (n < 20 ? 1 : 37))
-        for (int kind = 0; kind < 4; kind++) case_quant_row(n, kind, 1 + kind % 2), case_quant_row(n, kind, 2 - kind % 2);
+        for (int kind = 0; kind < 4; kind++)
+            for (int t = 0; t < g_ntab; t++)
+                case_quant_row(g_tab[t].k, n, kind, 1 + kind % 2), case_quant_row(g_tab[t].k, n, kind, 2 - kind % 2);
     static const int64_t dims[] = {1, 3, 17, 63, 64, 65, 100, 128, 130, 256, 576, 777};
     for (int64_t rows = 1; rows <= FA_SMALL_ROWS; rows++)
         for (int di = 0; di < NELEM(dims); di++) {
@@ -2321,18 +2323,40 @@ typedef struct {
 
 static void fwd_state_free(fwd_state *st) { free(st->m), free(st->l), free(st->acc); }
 
-/* a row's band over all keys: [blo, bhi] (absolute); NULL: every key */
+/* fwd_i8's operands (kernels.h): Q codes (rows, d) with their scales and smoothing terms
+ * (qc NULL: none), K codes (keys, d) with their scales */
+typedef struct {
+    const int8_t *q8, *k8;
+    const float *qs, *qc, *ks;
+} fwd_i8_in;
+
+/* score (r, j) of fwd_i8 from its definition: the exact integer sum, then the f32 steps
+ * as written */
+static float fwd_i8_score(const fwd_i8_in *in, int64_t d, int64_t r, int64_t j) {
+    int64_t a = 0;
+    for (int64_t x = 0; x < d; x++) a += (int64_t)in->q8[r * d + x] * in->k8[j * d + x];
+    const float s = (float)a * (in->qs[r] * in->ks[j]);
+    return in->qc ? s + in->qc[r] : s;
+}
+
+/* a row's band over all keys: [blo, bhi] (absolute); NULL: every key. With i8, fwd_i8 on
+ * its operands (q, k unread), else fwd_bf16. */
 static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64_t ntiles, int64_t d, int64_t dv,
                          const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *vl,
-                         const int32_t *blo, const int32_t *bhi, float scale) {
+                         const int32_t *blo, const int32_t *bhi, float scale, const fwd_i8_in *i8) {
     const int64_t ldq = (d + 31) / 32 * 32, ktn = FA_KT_DWORDS(cols, d), ldvp = fa_packed_ld(dv);
+    const int64_t ldq8 = fa_q8_ld(d);
     fwd_state st = {xmalloc(4 * (size_t)rows), xmalloc(4 * (size_t)rows), NULL, round16(dv) + 16};
     st.acc = xmalloc(4 * (size_t)(rows * st.ldacc));
     for (int64_t r = 0; r < rows; r++) st.m[r] = -INFINITY, st.l[r] = 0.0f;
     memset(st.acc, 0, 4 * (size_t)(rows * st.ldacc));
     uint16_t *qa = xaligned(2 * (size_t)(round16(rows) * ldq));
     memset(qa, 0, 2 * (size_t)(round16(rows) * ldq));
-    for (int64_t r = 0; r < rows; r++) memcpy(qa + r * ldq, q + r * d, 2 * (size_t)d);
+    for (int64_t r = 0; !i8 && r < rows; r++) memcpy(qa + r * ldq, q + r * d, 2 * (size_t)d);
+    int8_t *q8 = xaligned((size_t)(round16(rows) * ldq8));
+    memset(q8, 0, (size_t)(round16(rows) * ldq8));
+    for (int64_t r = 0; i8 && r < rows; r++) memcpy(q8 + r * ldq8, i8->q8 + r * d, (size_t)d);
+    float *ks = xmalloc(4 * (size_t)round16(cols));
     uint32_t *ktb = xaligned(4 * (size_t)ktn), *vp = xaligned(4 * (size_t)((cols + 1) / 2 * ldvp));
     uint32_t *vlp = vl ? xaligned(4 * (size_t)((cols + 1) / 2 * ldvp)) : NULL;
     memset(ktb, 0x7f, 4 * (size_t)ktn); /* keys past cols: NaN-ish bits, masked */
@@ -2341,7 +2365,12 @@ static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64
     tiles_begin(kt);
     for (int64_t t = 0; t < ntiles; t++) {
         const int64_t j0 = t * cols;
-        fa_kernels_ref.pack_kt_bf16(cols, d, k + j0 * d, d, ktb, 0);
+        if (i8) {
+            fa_pack_kt_i8(cols, d, i8->k8 + j0 * d, d, ktb, 0);
+            for (int64_t c = 0; c < round16(cols); c++) ks[c] = c < cols ? i8->ks[j0 + c] : NAN; /* masked */
+        } else {
+            fa_kernels_ref.pack_kt_bf16(cols, d, k + j0 * d, d, ktb, 0);
+        }
         fa_kernels_ref.pack_pairs_bf16(cols, dv, v + j0 * dv, dv, vp, ldvp);
         if (vl) fa_kernels_ref.pack_pairs_bf16(cols, dv, vl + j0 * dv, dv, vlp, ldvp);
         for (int64_t r = 0; blo && r < rows; r++) {
@@ -2353,21 +2382,49 @@ static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64
         const fa_fwd_tile tile = {.rows = rows, .cols = cols, .d = d, .dv = dv, .q = qa, .ldq = ldq, .scale = scale,
                                   .kt = ktb, .vp = vp, .vlo = vlp, .ldvp = ldvp, .lo = blo ? lo : NULL,
                                   .hi = blo ? hi : NULL, .m = st.m, .l = st.l, .acc = st.acc, .ldacc = st.ldacc,
-                                  .scratch = scratch};
-        kt->fwd_bf16(&tile);
+                                  .scratch = scratch, .q8 = q8, .ldq8 = ldq8, .qs = i8 ? i8->qs : NULL,
+                                  .qc = i8 ? i8->qc : NULL, .ks = ks};
+        if (i8) kt->fwd_i8(&tile);
+        else kt->fwd_bf16(&tile);
     }
     tiles_end(kt);
-    free(qa), free(ktb), free(vp), free(vlp), free(scratch), free(lo), free(hi);
+    free(qa), free(q8), free(ks), free(ktb), free(vp), free(vlp), free(scratch), free(lo), free(hi);
     return st;
 }
 
 static double g_fwd_o_err[2], g_fwd_lse_err; /* worst errors seen, relative to the bounds' units (o: plain, bf16x3) */
 
-/* x3: the bf16x3 mode, V = f32 values as hi + lo bf16 (util/convert.h's split) against
- * the f32 V: p + pl and vh + vl each within 2^-17 relative, pl vl dropped (2^-18), so
- * |o - o_ref| <= 2^-15 max|v| */
-static void case_fwd_bf16(const fa_kernels *kt, int64_t rows, int64_t cols, int64_t ntiles, int64_t d, int64_t dv,
-                          int band, double amp, float scale, int x3) {
+/* fwd_i8 operands: random codes (some rows all -127, the largest sums), scales that put
+ * the scores near amp N(0, 1) (some 0), smoothing terms where smooth */
+typedef struct {
+    int8_t *q8, *k8;
+    float *qs, *qc, *ks;
+    fwd_i8_in in;
+} fwd_i8_data;
+
+static fwd_i8_data fwd_i8_make(int64_t rows, int64_t nk, int64_t d, double amp, int smooth) {
+    fwd_i8_data g = {xmalloc((size_t)(rows * d)), xmalloc((size_t)(nk * d)), xmalloc(4 * (size_t)rows),
+                     smooth ? xmalloc(4 * (size_t)rows) : NULL, xmalloc(4 * (size_t)nk), {0}};
+    for (int64_t i = 0; i < rows * d; i++) g.q8[i] = (int8_t)h_rng_int(&g_rng, -127, 127);
+    for (int64_t i = 0; i < nk * d; i++) g.k8[i] = (int8_t)h_rng_int(&g_rng, -127, 127);
+    for (int64_t x = 0; rows > 0 && nk > 0 && x < d; x++) g.q8[x] = -127, g.k8[x] = -127;
+    for (int64_t r = 0; r < rows; r++) {
+        g.qs[r] = (float)(amp * h_rng_range(&g_rng, 0.5, 1.5) / (127.0 * 40.0 * sqrt((double)d)));
+        if (smooth) g.qc[r] = (float)(amp * h_rng_normal(&g_rng));
+    }
+    for (int64_t j = 0; j < nk; j++) g.ks[j] = j % 11 == 3 ? 0.0f : (float)h_rng_range(&g_rng, 0.5, 1.5) / 127.0f;
+    g.in = (fwd_i8_in){g.q8, g.k8, g.qs, g.qc, g.ks};
+    return g;
+}
+
+static void fwd_i8_free(fwd_i8_data *g) { free(g->q8), free(g->k8), free(g->qs), free(g->qc), free(g->ks); }
+
+/* i8: fwd_i8 on random codes (its scores exact from the definition, so A = 0 below),
+ * smoothed where i8 == 2; else fwd_bf16. x3: its bf16x3 mode, V = f32 values as hi + lo
+ * bf16 (util/convert.h's split) against the f32 V: p + pl and vh + vl each within 2^-17
+ * relative, pl vl dropped (2^-18), so |o - o_ref| <= 2^-15 max|v| */
+static void case_fwd(const fa_kernels *kt, int64_t rows, int64_t cols, int64_t ntiles, int64_t d, int64_t dv,
+                     int band, double amp, float scale, int x3, int i8) {
     const int64_t nk = cols * ntiles;
     uint16_t *q = xmalloc(2 * (size_t)(rows * d)), *k = xmalloc(2 * (size_t)(nk * d)), *v = xmalloc(2 * (size_t)(nk * dv));
     uint16_t *vl = x3 ? xmalloc(2 * (size_t)(nk * dv)) : NULL;
@@ -2381,6 +2438,7 @@ static void case_fwd_bf16(const fa_kernels *kt, int64_t rows, int64_t cols, int6
         if (x3) vl[i] = h_f32_to_bf16(x - h_bf16_to_f32(v[i]));
     }
     const double o_unit = x3 ? 0x1p-15 : 0x1p-7;
+    fwd_i8_data g = fwd_i8_make(i8 ? rows : 0, i8 ? nk : 0, d, amp, i8 == 2);
     int32_t *blo = NULL, *bhi = NULL;
     if (band) { /* a diagonal of slope one from a random start, a window of random width, some rows empty */
         blo = xmalloc(4 * (size_t)rows), bhi = xmalloc(4 * (size_t)rows);
@@ -2391,16 +2449,21 @@ static void case_fwd_bf16(const fa_kernels *kt, int64_t rows, int64_t cols, int6
             if (r % 7 == 5) blo[r] = bhi[r] + 1; /* empty */
         }
     }
-    h_case("fwd_bf16 isa=%s rows=%lld cols=%lld tiles=%lld d=%lld dv=%lld band=%d amp=%g scale=%g%s", kt->name,
-           (long long)rows, (long long)cols, (long long)ntiles, (long long)d, (long long)dv, band, amp, scale,
-           x3 ? " bf16x3" : "");
-    fwd_state st = fwd_run(kt, rows, cols, ntiles, d, dv, q, k, v, vl, blo, bhi, scale);
+    h_case("%s isa=%s rows=%lld cols=%lld tiles=%lld d=%lld dv=%lld band=%d amp=%g scale=%g%s",
+           i8 ? i8 == 2 ? "fwd_i8 smoothed" : "fwd_i8" : "fwd_bf16", kt->name, (long long)rows, (long long)cols,
+           (long long)ntiles, (long long)d, (long long)dv, band, amp, scale, x3 ? " bf16x3" : "");
+    fwd_state st = fwd_run(kt, rows, cols, ntiles, d, dv, q, k, v, vl, blo, bhi, scale, i8 ? &g.in : NULL);
     double *s = xmalloc(sizeof(double) * (size_t)nk);
     int64_t bad_o = 0, bad_lse = 0, bad_empty = 0;
     for (int64_t r = 0; r < rows; r++) {
         double mx = -INFINITY, amax = 0.0;
         for (int64_t j = 0; j < nk; j++) {
             double acc = 0.0, aabs = 0.0;
+            if (i8) { /* the score as given: exact, no fp32 error of its own */
+                s[j] = fwd_i8_score(&g.in, d, r, j);
+                if ((!blo || (j >= blo[r] && j <= bhi[r])) && s[j] > mx) mx = s[j];
+                continue;
+            }
             for (int64_t x = 0; x < d; x++) {
                 const double qk = (double)h_bf16_to_f32(q[r * d + x]) * h_bf16_to_f32(k[j * d + x]);
                 acc += qk, aabs += fabs(qk);
@@ -2441,7 +2504,102 @@ static void case_fwd_bf16(const fa_kernels *kt, int64_t rows, int64_t cols, int6
     CHECK(bad_lse == 0, "%lld lse beyond 2^-20 max(1, |lse|) + d 2^-24 A", (long long)bad_lse);
     CHECK(bad_empty == 0, "%lld values of empty rows are not m = -inf, l = 0, acc = 0", (long long)bad_empty);
     fwd_state_free(&st);
+    fwd_i8_free(&g);
     free(q), free(k), free(v), free(vl), free(vf), free(s), free(blo), free(bhi);
+}
+
+/* fwd_i8's scores bitwise: with each row's band one key, m after one tile is that key's
+ * score exactly (the max of one kept score, scale 1), against the definition and against
+ * qk_small_i8 (of this table and the reference: the contract's one score expression). */
+static void case_fwd_i8_scores(const fa_kernels *kt, int64_t rows, int64_t cols, int64_t d, int smooth) {
+    h_case("fwd_i8 scores isa=%s rows=%lld cols=%lld d=%lld smooth=%d", kt->name, (long long)rows, (long long)cols,
+           (long long)d, smooth);
+    fwd_i8_data g = fwd_i8_make(rows, cols, d, 4.0, smooth);
+    const int64_t dv = 16, ldq8 = fa_q8_ld(d);
+    uint16_t *v = xmalloc(2 * (size_t)(cols * dv));
+    for (int64_t i = 0; i < cols * dv; i++) v[i] = h_f32_to_bf16((float)h_rng_normal(&g_rng));
+    /* qk_small_i8's operands: q rows padded to fa_q8_ld(d), K row pointers */
+    int8_t *q8 = xaligned((size_t)(FA_SMALL_ROWS * ldq8));
+    const void **krow = xmalloc(sizeof(void *) * (size_t)cols);
+    for (int64_t j = 0; j < cols; j++) krow[j] = g.k8 + j * d;
+    const int64_t lds = round16(cols);
+    float *ss[2] = {xaligned(4 * (size_t)(lds * FA_SMALL_ROWS)), xaligned(4 * (size_t)(lds * FA_SMALL_ROWS))};
+    int32_t *blo = xmalloc(4 * (size_t)rows), *bhi = xmalloc(4 * (size_t)rows);
+    int64_t bad_def = 0, bad_small = 0;
+    for (int pass = 0; pass < 5; pass++) {
+        for (int64_t r = 0; r < rows; r++) blo[r] = bhi[r] = (int32_t)((r * 7 + pass * 13) % cols);
+        fwd_state st = fwd_run(kt, rows, cols, 1, d, dv, NULL, NULL, v, NULL, blo, bhi, 0.5f, &g.in);
+        for (int64_t r0 = 0; r0 < rows; r0 += FA_SMALL_ROWS) {
+            const int64_t nr = rows - r0 < FA_SMALL_ROWS ? rows - r0 : FA_SMALL_ROWS;
+            memset(q8, 0, (size_t)(FA_SMALL_ROWS * ldq8));
+            for (int64_t r = 0; r < nr; r++) memcpy(q8 + r * ldq8, g.q8 + (r0 + r) * d, (size_t)d);
+            kt->qk_small_i8(nr, cols, d, 1, q8, ldq8, g.qs + r0, krow, g.ks, ss[0], lds);
+            fa_kernels_ref.qk_small_i8(nr, cols, d, 1, q8, ldq8, g.qs + r0, krow, g.ks, ss[1], lds);
+            for (int64_t r = r0; r < r0 + nr; r++) {
+                const int64_t j = blo[r];
+                bad_def += fbits(st.m[r]) != fbits(fwd_i8_score(&g.in, d, r, j));
+                for (int w = 0; w < 2; w++) {
+                    const float sm = ss[w][(r - r0) * lds + j];
+                    bad_small += fbits(st.m[r]) != fbits(g.qc ? sm + g.qc[r] : sm);
+                }
+            }
+        }
+        fwd_state_free(&st);
+    }
+    CHECK(bad_def == 0, "%lld scores differ from the definition's bits", (long long)bad_def);
+    CHECK(bad_small == 0, "%lld scores differ from qk_small_i8's bits", (long long)bad_small);
+    fwd_i8_free(&g);
+    free(v), free(q8), free(krow), free(ss[0]), free(ss[1]), free(blo), free(bhi);
+}
+
+/* fa_pack_kt_i8 bitwise against its definition, around the keys it must not touch. */
+static void case_pack_kt_i8(int64_t cols, int64_t d, int64_t ldk8, int64_t j0) {
+    h_case("fa_pack_kt_i8 cols=%lld d=%lld ldk8=%lld j0=%lld", (long long)cols, (long long)d, (long long)ldk8,
+           (long long)j0);
+    const int64_t nq = FA_KT_QUADS(d), n = ((j0 + cols + 31) / 16) * 16 * nq;
+    int8_t *k = xmalloc((size_t)(cols * ldk8));
+    for (int64_t i = 0; i < cols * ldk8; i++) k[i] = (int8_t)h_rng_int(&g_rng, -128, 127);
+    uint32_t *out = xmalloc(4 * (size_t)n);
+    memset(out, 0xab, 4 * (size_t)n);
+    fa_pack_kt_i8(cols, d, k, ldk8, out, j0);
+    int64_t bad = 0;
+    for (int64_t j = 0; j < (j0 + cols + 31) / 16 * 16; j++)
+        for (int64_t p = 0; p < nq; p++) {
+            uint32_t want = 0xabababab;
+            const int64_t c = j - j0;
+            if (c >= 0 && c < cols) {
+                want = 0;
+                for (int b = 0; b < 4; b++)
+                    if (4 * p + b < d) want |= (uint32_t)(uint8_t)k[c * ldk8 + 4 * p + b] << (8 * b);
+            }
+            bad += out[j / 16 * 16 * nq + 16 * p + j % 16] != want;
+        }
+    CHECK(bad == 0, "%lld dwords differ", (long long)bad);
+    free(k), free(out);
+}
+
+static void test_fwd_i8(void) {
+    case_pack_kt_i8(37, 33, 40, 0);
+    case_pack_kt_i8(16, 128, 128, 16);
+    case_pack_kt_i8(3, 1, 1, 31);
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        if (kt != &fa_kernels_ref && !(kt->flags & FA_KERNELS_FWD_I8)) continue; /* the reference's */
+        const int quick = kt->flags & FA_KERNELS_EXPLICIT;
+        case_fwd_i8_scores(kt, 37, 100, 128, 0);
+        case_fwd_i8_scores(kt, 16, 64, 70, 1);
+        if (!quick) case_fwd_i8_scores(kt, 64, 256, 256, 1);
+        static const int64_t shapes[][6] = {/* rows cols tiles d dv band */
+                                            {32, 64, 4, 128, 128, 0}, {1, 1, 1, 1, 1, 0},      {17, 33, 3, 31, 7, 1},
+                                            {48, 100, 3, 64, 96, 2},  {5, 256, 2, 130, 64, 1}, {70, 64, 5, 32, 32, 2},
+                                            {64, 512, 2, 128, 128, 1}};
+        for (size_t i = 0; i < NELEM(shapes); i++) {
+            if (quick && i % 2) continue;
+            case_fwd(kt, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], (int)shapes[i][5],
+                     i % 3 == 0 ? 6.0 : 1.0, 0.0f, 0, 1 + (int)(i % 2));
+        }
+    }
+    printf("fwd_i8: worst o error %.3f, lse error %.3f of the bound (with fwd_bf16's)\n", g_fwd_o_err[0], g_fwd_lse_err);
 }
 
 /* pack_kt_bf16 bitwise against its definition, around the keys it must not touch. */
@@ -2484,8 +2642,8 @@ static void test_fwd_bf16(void) {
             if (quick && i % 2) continue;
             const double amp = i % 3 == 0 ? 3.0 : i % 3 == 1 ? 1.0 : 0.3;
             for (int x3 = 0; x3 < 2; x3++)
-                case_fwd_bf16(kt, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4],
-                              (int)shapes[i][5], amp, i % 4 == 3 ? -0.2f : 1.0f / sqrtf((float)shapes[i][3]), x3);
+                case_fwd(kt, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], (int)shapes[i][5],
+                         amp, i % 4 == 3 ? -0.2f : 1.0f / sqrtf((float)shapes[i][3]), x3, 0);
         }
     }
     printf("fwd_bf16: worst o error %.3f (bf16x3 mode %.3f), lse error %.3f of the bound (2^-7 (2^-15) max|v|, 2^-20 "
@@ -2801,9 +2959,10 @@ static const struct {
     KERNEL_ENTRY(f16_to_f32),    KERNEL_ENTRY(bf16_to_f32), KERNEL_ENTRY(f32_to_f16), KERNEL_ENTRY(f32_to_bf16),
     KERNEL_ENTRY(pack_qt_bf16), KERNEL_ENTRY(qk_bf16),
     KERNEL_ENTRY(pack_pairs_bf16), KERNEL_ENTRY(pv_bf16),  KERNEL_ENTRY(stx_bf16),
-    KERNEL_ENTRY(pack_kt_bf16),  KERNEL_ENTRY(fwd_bf16),  KERNEL_ENTRY(pack_t_bf16), KERNEL_ENTRY(bwd_bf16),
+    KERNEL_ENTRY(pack_kt_bf16),  KERNEL_ENTRY(fwd_bf16),  KERNEL_ENTRY(fwd_i8),      KERNEL_ENTRY(pack_t_bf16),
+    KERNEL_ENTRY(bwd_bf16),
     KERNEL_ENTRY(qk_small),      KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
-    KERNEL_ENTRY(qk_small_i8),   KERNEL_ENTRY(pv_small_i8),
+    KERNEL_ENTRY(qk_small_i8),   KERNEL_ENTRY(pv_small_i8), KERNEL_ENTRY(quant_row_i8),
     KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(probe_tile),
     KERNEL_ENTRY(thread_begin),  KERNEL_ENTRY(thread_end),
 };
@@ -2818,9 +2977,10 @@ static any_fn kernel_entry(const fa_kernels *k, int i) {
 
 /* What each known table overrides of its parent's (kernels.h, the <isa>_table.c files);
  * every other entry must be its parent's, the very same function. */
-#define TILE_KERNELS "qk_bf16 pv_bf16 stx_bf16 fwd_bf16 bwd_bf16 probe_tile thread_begin thread_end"
+#define TILE_KERNELS "qk_bf16 pv_bf16 stx_bf16 fwd_bf16 fwd_i8 bwd_bf16 probe_tile thread_begin thread_end"
 #define TILE_FLAGS                                                                                                  \
-    (FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES | FA_KERNELS_FWD_BF16 | FA_KERNELS_BWD_BF16)
+    (FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES | FA_KERNELS_FWD_BF16 | FA_KERNELS_BWD_BF16 | \
+     FA_KERNELS_FWD_I8)
 #define FP32_KERNELS "pack_qt qk softmax pv ds stx f16_to_f32 bf16_to_f32 qk_small softmax_small pv_small probe_fma"
 static const struct {
     const char *table, *parent, *overrides;
@@ -2830,7 +2990,8 @@ static const struct {
     {"avx2", "ref", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
     {"avx2vnni", "avx2", "qk_small_i8 pv_small_i8", FA_KERNELS_SMALL_ROWS | FA_KERNELS_I8_DOT},
     {"avx512", "avx2", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
-    {"avx512bf16", "avx512", "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16 qk_small_i8 pv_small_i8",
+    {"avx512bf16", "avx512",
+     "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16 qk_small_i8 pv_small_i8 quant_row_i8",
      FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT | FA_KERNELS_I8_DOT},
     {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
     {"amx", "avx512bf16", TILE_KERNELS " pack_kt_bf16 pack_t_bf16", FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_I8_DOT},
@@ -2876,7 +3037,7 @@ static void test_tables(void) {
               (int)k->pv_block.rows, (int)k->pv_block.cols);
         CHECK((k->flags & ~(unsigned)(FA_KERNELS_BF16_DOT | FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT_FAST |
                                       FA_KERNELS_TILES | FA_KERNELS_EXPLICIT | FA_KERNELS_I8_DOT |
-                                      FA_KERNELS_FWD_BF16 | FA_KERNELS_BWD_BF16)) == 0,
+                                      FA_KERNELS_FWD_BF16 | FA_KERNELS_BWD_BF16 | FA_KERNELS_FWD_I8)) == 0,
               "unknown flags 0x%x", k->flags);
         CHECK(!(k->flags & (FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES)) || (k->flags & FA_KERNELS_BF16_DOT),
               "flags 0x%x: a fast bf16 dot product or a tile unit without FA_KERNELS_BF16_DOT", k->flags);
@@ -3260,18 +3421,22 @@ static void test_amx_agreement(void) {
         const int band = fshapes[i][5] != 0;
         h_case("amx vs amx-model fwd_bf16 rows=%lld cols=%lld tiles=%lld d=%lld dv=%lld", (long long)rows,
                (long long)cols, (long long)nt, (long long)d, (long long)dv);
-        /* and the bf16x3 mode, V's lo parts from the same generator */
+        /* fwd_bf16, its bf16x3 mode (V's lo parts from the same generator), then fwd_i8
+         * (smoothed on every other shape) */
         uint16_t *vl = xmalloc(2 * (size_t)(nk * dv));
         for (int64_t j = 0; j < nk * dv; j++) vl[j] = agree_value(&g_rng);
-        for (int x3 = 0; x3 < 2; x3++) {
-            const uint16_t *vlo = x3 ? vl : NULL;
-            fwd_state x = fwd_run(hw, rows, cols, nt, d, dv, q, k, v, vlo, band ? blo : NULL, band ? bhi : NULL, 0.125f);
-            fwd_state y = fwd_run(md, rows, cols, nt, d, dv, q, k, v, vlo, band ? blo : NULL, band ? bhi : NULL, 0.125f);
+        fwd_i8_data g = fwd_i8_make(rows, nk, d, 3.0, (int)(i % 2));
+        for (int w = 0; w < 3; w++) {
+            const uint16_t *vlo = w == 1 ? vl : NULL;
+            const fwd_i8_in *in = w == 2 ? &g.in : NULL;
+            fwd_state x = fwd_run(hw, rows, cols, nt, d, dv, q, k, v, vlo, band ? blo : NULL, band ? bhi : NULL, 0.125f, in);
+            fwd_state y = fwd_run(md, rows, cols, nt, d, dv, q, k, v, vlo, band ? blo : NULL, band ? bhi : NULL, 0.125f, in);
             agree_compare(&a, x.m, y.m, 1, rows, rows);
             agree_compare(&a, x.l, y.l, 1, rows, rows);
             agree_compare(&a, x.acc, y.acc, rows, x.ldacc, dv);
             fwd_state_free(&x), fwd_state_free(&y);
         }
+        fwd_i8_free(&g);
         free(q), free(k), free(v), free(vl), free(blo), free(bhi);
     }
     /* the fused backward: dq, dK^T, dV^T of each shape */
@@ -3293,7 +3458,7 @@ static void test_amx_agreement(void) {
         bwd_out_free(&x), bwd_out_free(&y);
         bwd_inputs_free(&in);
     }
-    printf("amx vs amx-model: %lld of %lld outputs of qk_bf16, pv_bf16, stx_bf16, fwd_bf16 and bwd_bf16 bitwise equal\n",
+    printf("amx vs amx-model: %lld of %lld outputs of qk_bf16, pv_bf16, stx_bf16, fwd_bf16, fwd_i8 and bwd_bf16 bitwise equal\n",
            (long long)(a.elems - a.differ), (long long)a.elems);
     CHECK(a.differ == 0, "%lld outputs differ between the hardware tiles and the model", (long long)a.differ);
 }
@@ -3325,6 +3490,7 @@ int main(void) {
     test_small();
     test_small_i8();
     test_fwd_bf16();
+    test_fwd_i8();
     test_bwd_bf16();
     test_amx_agreement();
     free(g_sweep);

@@ -189,6 +189,7 @@ typedef struct qresult {
     double float_err[3];       /* against the fp64 attention of the float K, V before quantising */
     int differs[3];            /* the mode's bits differ from mode 0's */
     int threads_same;          /* 1 and 2 threads give the same bits, every mode */
+    double fused_lse;          /* prefill, i8: max |lse - lse'| / max(1, |lse|) with FA_PARAM_BF16_FUSED flipped */
 } qresult;
 
 /* The test's own int8 quantiser (docs/semantics.md, section 8): scale = max|x| / 127, codes
@@ -600,6 +601,29 @@ static void run_prefill(const pcase *pc, uint64_t seed, qresult *res)
         res->err[mode] = err / omax;
         res->lse_err[mode] = lerr;
     }
+    /* i8 with the fused forward flipped (fwd_i8 against flash_task_q8's small-row kernels
+     * on a table with both; elsewhere the same path): the same scores bit for bit, so the
+     * lse differs only by the exps' rounding (fwd_bf16's, section 5), far below the
+     * quantisation error the bounds above allow. A wrong key code or scale shows here. */
+    res->fused_lse = 0;
+    int64_t fused = 1;
+    CHECK(fa_context_get(g_ctx, FA_PARAM_BF16_FUSED, &fused) == FA_OK, "FA_PARAM_BF16_FUSED");
+    a.quant_matmul = 1;
+    float *lse2 = malloc(sizeof(float) * (size_t)(copies * Sq * Hq));
+    for (int flip = 0; flip < 2; flip++) {
+        CHECK(fa_context_set(g_ctx, FA_PARAM_BF16_FUSED, flip ? !fused : fused) == FA_OK, "FA_PARAM_BF16_FUSED");
+        CHECK(h_run(g_ctx, FA_ALGO_AUTO, 2, &a) == FA_OK, "i8: %s", fa_context_error(g_ctx));
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < copies * Sq; i++) {
+                const double l = h_get(&a.lse, 0, h, i, 0);
+                float *keep = lse2 + h * copies * Sq + i;
+                if (!flip) *keep = (float)l;
+                else res->fused_lse = fmax(res->fused_lse, isnan(l) != isnan(*keep) ? INFINITY
+                                                           : isnan(l) ? 0 : fabs(l - *keep) / fmax(1.0, fabs(l)));
+            }
+    }
+    CHECK(fa_context_set(g_ctx, FA_PARAM_BF16_FUSED, fused) == FA_OK, "FA_PARAM_BF16_FUSED");
+    free(lse2);
     free(q), free(kd), free(vd), free(table), free(sinks), free(oref), free(obf), free(lref), free(o0), free(om);
     free(a.q.data), free(a.o.data), free(a.lse.data), free(kt.data), free(vt.data), free(ksc.data), free(vsc.data);
 }
@@ -627,6 +651,7 @@ static void check_prefill(const pcase *pc, const qresult *q, const char *what)
               q->lse_err[m], P_LSE[m]);
     }
     CHECK(q->err[2] <= 4 * q->bf16_err, "%s: i8x2 error %.3g, 4x bf16 P's %.3g", what, q->err[2], 4 * q->bf16_err);
+    CHECK(q->fused_lse <= 0x1p-17, "%s: i8's lse fused and unfused differ by %.3g relative", what, q->fused_lse);
     CHECK(q->float_err[0] == 0 || q->err[2] <= 4 * q->float_err[0], "%s: i8x2 error %.3g, 4x the bf16 path's %.3g",
           what, q->err[2], 4 * q->float_err[0]);
     /* N(0,1) inputs: i8 too within 4x the exact bf16 path's error (the target) */

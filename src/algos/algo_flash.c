@@ -49,6 +49,19 @@
 
 typedef struct wide_path wide_path;
 
+/* The fused int8 forward's K (fwd_i8, flash_task_i8): every key of each (sequence, kv
+ * head) smoothed, quantised and packed once per call (q8_keys_worker), in key slots:
+ * (b, hk)'s keys from slot off[b] + hk * (FA_RUP16(Sk_b) + 16), 16-key blocks aligned,
+ * 16 spare slots for a tile's readable tail. */
+typedef struct {
+    uint32_t *kt;   /* FA_KT_QUADS(D) dwords per key slot, fa_pack_kt_i8's blocks */
+    uint32_t *vp;   /* V as pairs of key slots (pack_pairs_bf16), fa_packed_ld(Dv) dwords each */
+    float *ks;      /* one scale per key slot */
+    float *kbar;    /* (B, Hk, D) the mean key (docs/semantics.md, 11), where smooth */
+    int32_t *smooth; /* (B, Hk) */
+    int64_t *off;   /* (B) */
+} q8_keys;
+
 typedef struct {
     const fa_problem *p;
     const fa_kernels *kern;
@@ -65,6 +78,8 @@ typedef struct {
     int digits;         /* small-row path, int8 K/V: FA_PARAM_QUANT_MATMUL's int8 digits (1 i8, 2 i8x2) where
                          * the table has the kernels, else 0 (exact) */
     int wide_digits;    /* the wide path, float or int8 K: the same (wide_q8), else 0 */
+    int fused_i8;       /* the wide int8 tasks take the table's fused forward (fwd_i8, flash_task_i8) */
+    q8_keys keys;       /* its K, once per call */
     fa_task *items;     /* tasks, most expensive first */
     int64_t n_items;
     int64_t *merges;    /* indices into items of split 0 of every split unit */
@@ -174,8 +189,8 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, Dv) : 0},
         /* (f32 as bf16 products: rows of T * D) */
         {(void **)&sc->qa, job->fused ? fa_bytes3(bp, FA_RUP32(T * D), 2) : 0},
-        {(void **)&sc->kt, job->fused ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(T * D), 4) : 0},
-        {(void **)&sc->fwd_scratch, job->fused ? FA_FWD_BF16_SCRATCH(bc, Dv) : 0},
+        {(void **)&sc->kt, job->fused || job->fused_i8 ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(T * D), 4) : 0},
+        {(void **)&sc->fwd_scratch, job->fused || job->fused_i8 ? FA_FWD_BF16_SCRATCH(bc, Dv) : 0},
         {(void **)&sc->row16, mm ? fa_bytes3(row_max, 2, 1) : 0},
         {(void **)&sc->rowf, mm ? fa_bytes3(row_max, 8, 1) : 0},
     };
@@ -456,22 +471,30 @@ static void q8_quantise_q(const flash_job *job, const flash_scratch *sc, const f
     for (int64_t g = 0; g < ng; g++) {
         int64_t ldq;
         const float *q = fa_rows_f32(&s->q, job->kern, 0, i0, n, h0 + g, D, sc->q, &ldq);
+        float *const x0 = sc->qt + g * n * D;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t e = 0; e < D; e++) x0[r * D + e] = p->scale * q[r * ldq + e];
+        /* c of four rows at a time, each summed in its own order (x = 0 .. D-1): four
+         * independent chains of double additions instead of one */
+        for (int64_t r = 0; r < n; r += 4) {
+            const int64_t nr = n - r < 4 ? n - r : 4;
+            const float *x[4];
+            for (int k = 0; k < 4; k++) x[k] = x0 + (r + (k < nr ? k : 0)) * D;
+            double c[4] = {0.0, 0.0, 0.0, 0.0};
+            for (int64_t e = 0; smooth && e < D; e++)
+                for (int k = 0; k < 4; k++) c[k] += (double)x[k][e] * sc->wkbar[e];
+            for (int k = 0; k < nr; k++) sc->wqc[g * n + r + k] = (float)c[k];
+        }
         for (int64_t r = 0; r < n; r++) {
             const int64_t row = g * n + r;
             float *x = sc->qt + row * D;
-            double c = 0.0;
-            for (int64_t e = 0; e < D; e++) {
-                x[e] = p->scale * q[r * ldq + e];
-                if (smooth) c += (double)x[e] * sc->wkbar[e];
-            }
-            sc->wqc[row] = (float)c;
             int8_t *q8 = sc->wq8 + row * digits * ld8;
             if (kd == 1) {
-                sc->wq8s[row] = fa_quant_row_i8(x, D, digits, q8);
+                sc->wq8s[row] = job->kern->quant_row_i8(x, D, digits, q8);
                 continue;
             }
             int8_t *tmp = sc->wk8 + job->plan.bc * ld8; /* the spare K row */
-            sc->wq8s[row] = fa_quant_row_i8(x, D, 2, tmp);
+            sc->wq8s[row] = job->kern->quant_row_i8(x, D, 2, tmp);
             memset(q8, 0, (size_t)(2 * ld8));
             memcpy(q8, tmp, (size_t)D);                  /* [a | 0] */
             memcpy(q8 + ld8, tmp + ldd, (size_t)D);      /* [b | a] */
@@ -538,7 +561,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
             for (int64_t c = 0; c < cols; c++) {
                 for (int64_t e = 0; e < D; e++) y[e] = smooth ? k[c * ldk + e] - sc->wkbar[e] : k[c * ldk + e];
                 int8_t *k8 = sc->wk8 + c * ld8;
-                sc->ks[c] = fa_quant_row_i8(y, D, kd, kd == 2 ? tmp : k8);
+                sc->ks[c] = kern->quant_row_i8(y, D, kd, kd == 2 ? tmp : k8);
                 if (kd == 2) memcpy(k8, tmp, (size_t)D), memcpy(k8 + D, tmp + ldd, (size_t)D); /* [kh | kl] */
                 sc->kp[c] = k8;
             }
@@ -1002,6 +1025,157 @@ run:
     return 1;
 }
 
+/* ---------------------------------------------- int8 products on the fused forward */
+
+/* The key slots of q8_keys: their count (base NULL) or the parts laid out from base;
+ * -1 when a size overflows. */
+static int64_t q8_keys_layout(const fa_problem *p, q8_keys *k, char *base)
+{
+    int64_t slots = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        fa_problem s;
+        fa_seq_view(p, b, &s);
+        int64_t n;
+        if (!fa_mul_ok(FA_RUP16(s.Sk) + 16, p->Hk, &n) || slots > INT64_MAX / 2 - n) return -1;
+        slots += n;
+    }
+    const fa_ws_part parts[] = {
+        {(void **)&k->kt, fa_bytes3(slots, 4 * FA_KT_QUADS(p->D), 1)},
+        {(void **)&k->vp, fa_bytes3(slots / 2, fa_packed_ld(p->Dv), 4)},
+        {(void **)&k->ks, fa_bytes3(slots, 4, 1)},
+        {(void **)&k->kbar, fa_bytes3(p->B * p->Hk, p->D, 4)},
+        {(void **)&k->smooth, fa_bytes3(p->B, p->Hk, 4)},
+        {(void **)&k->off, fa_bytes3(p->B, 8, 1)},
+    };
+    const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
+    for (int64_t b = 0, at = 0; base && b < p->B; b++) {
+        fa_problem s;
+        fa_seq_view(p, b, &s);
+        k->off[b] = at;
+        at += (FA_RUP16(s.Sk) + 16) * p->Hk;
+    }
+    return bytes;
+}
+
+/* q8_keys for each (sequence, kv head) a thread takes: kbar (flash_task_q8's), then each
+ * key smoothed and quantised as flash_task_q8 quantises it, and packed; V's pairs. */
+static void q8_keys_worker(void *arg, int ith, int nth)
+{
+    (void)nth;
+    flash_job *job = arg;
+    const fa_problem *p = job->p;
+    const int64_t D = p->D, ld8 = fa_q8_ld(D), nq = FA_KT_QUADS(D), ldvp = fa_packed_ld(p->Dv);
+    flash_scratch sc;
+    scratch_layout(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
+    const double t0 = fa_phase_start(job->phases);
+    for (int64_t u; (u = atomic_fetch_add(&job->next, 1)) < p->B * p->Hk;) {
+        const int64_t b = u / p->Hk, hk = u % p->Hk;
+        fa_problem s;
+        fa_seq_view(p, b, &s);
+        const int64_t slot0 = job->keys.off[b] + hk * (FA_RUP16(s.Sk) + 16);
+        const int smooth = s.Sk > 0 && q8_key_mean(job, &sc, &s, hk);
+        job->keys.smooth[u] = smooth;
+        memcpy(job->keys.kbar + u * D, sc.wkbar, (size_t)D * sizeof(float));
+        for (int64_t j0 = 0; j0 < s.Sk; j0 += job->plan.bc) {
+            const int64_t cols = s.Sk - j0 < job->plan.bc ? s.Sk - j0 : job->plan.bc;
+            int64_t ldk;
+            const float *k = fa_kv_tile_f32(&s, 0, job->kern, j0, cols, hk, D, sc.k, &ldk);
+            for (int64_t c = 0; c < cols; c++) {
+                for (int64_t e = 0; e < D; e++) sc.wy[e] = smooth ? k[c * ldk + e] - sc.wkbar[e] : k[c * ldk + e];
+                job->keys.ks[slot0 + j0 + c] = job->kern->quant_row_i8(sc.wy, D, 1, sc.wk8);
+                fa_pack_kt_i8(1, D, sc.wk8, ld8, job->keys.kt + slot0 * nq, j0 + c);
+            }
+            int64_t ldv; /* a latent V: the K rows */
+            const uint16_t *v = s.v_in_k ? tile_rows_u16(&sc, &s, 0, j0, cols, hk, D, sc.k16, &ldv)
+                                         : tile_rows_u16(&sc, &s, 1, j0, cols, hk, p->Dv, sc.v16, &ldv);
+            job->kern->pack_pairs_bf16(cols, p->Dv, v, ldv, job->keys.vp + (slot0 + j0) / 2 * ldvp, ldvp);
+        }
+        /* the spare slots: zero codes and scales (read, never kept) */
+        memset(sc.wk8, 0, (size_t)ld8);
+        for (int64_t j = s.Sk; j < FA_RUP16(s.Sk) + 16; j++) {
+            job->keys.ks[slot0 + j] = 0.0f;
+            fa_pack_kt_i8(1, D, sc.wk8, ld8, job->keys.kt + slot0 * nq, j);
+        }
+    }
+    fa_phase_mark(job->phases, FA_PH_X, t0);
+}
+
+/* A tile's K codes from key j of the packed blocks kt0 when j starts no block (a window's
+ * or a chunk's first tile), into sc->kt from its block start. */
+static const uint32_t *q8_tile_kt(const flash_scratch *sc, const uint32_t *kt0, int64_t nq, int64_t j, int64_t cols)
+{
+    if (j % 16 == 0) return kt0 + j * nq;
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t x = 0; x < nq; x++)
+            sc->kt[c / 16 * 16 * nq + 16 * x + c % 16] = kt0[(j + c) / 16 * 16 * nq + 16 * x + (j + c) % 16];
+    return sc->kt;
+}
+
+/*
+ * The wide path on int8 products with the table's fused forward (fwd_i8): flash_task_q8's
+ * q codes and kbar, K's codes and V's pairs from q8_keys, and each tile's scores, softmax and P V in
+ * one kernel call, P V on bf16 V as the fused bf16 forward does (docs/semantics.md, 5
+ * and 11). A partly masked tile with a non-finite V row takes the reference's fwd_i8,
+ * which never reads a masked key's V. A task's only step.
+ */
+static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
+{
+    const fa_problem *p = job->p;
+    const fa_kernels *kern = job->kern;
+    const int64_t D = p->D, Dv = p->Dv, ld8 = fa_q8_ld(D), nq = FA_KT_QUADS(D);
+    const int64_t i0 = (int64_t)it->qb * job->plan.br, ng = it->ng, h0 = it->h0, hk = h0 / p->group;
+    const int64_t n = s->Sq - i0 < job->plan.br ? s->Sq - i0 : job->plan.br, rows = n * ng;
+    const int64_t u = (int64_t)it->b * p->Hk + hk, slot0 = job->keys.off[it->b] + hk * (FA_RUP16(s->Sk) + 16);
+    const double tq = fa_phase_start(job->phases);
+    const int smooth = job->keys.smooth[u];
+    memcpy(sc->wkbar, job->keys.kbar + u * D, (size_t)D * sizeof(float));
+    q8_quantise_q(job, sc, s, i0, n, ng, h0, smooth, 1, ld8);
+    memset(sc->wq8 + rows * ld8, 0, (size_t)((FA_RUP16(rows) - rows) * ld8)); /* whole A tiles */
+    for (int64_t r = 0; r < rows; r++) {
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0.0f;
+    }
+    memset(sc->acc, 0, (size_t)(rows * job->ldacc) * sizeof(float));
+    double t0 = fa_phase_mark(job->phases, FA_PH_X, tq);
+
+    int64_t lo, hi;
+    fa_task_columns(s, it, i0, n, &lo, &hi);
+    for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
+        const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
+        const int32_t *tlo, *thi;
+        const int partial = stacked_band(s, 0, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        const int64_t ldvp = fa_packed_ld(Dv);
+        const uint32_t *vp = job->keys.vp + (slot0 + j0) / 2 * ldvp;
+        if (j0 & 1) { /* pairs from an odd key (a window's or a chunk's first tile) */
+            int64_t ldv;
+            const uint16_t *v = s->v_in_k ? tile_rows_u16(sc, s, 0, j0, cols, hk, D, sc->k16, &ldv)
+                                          : tile_rows_u16(sc, s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
+            kern->pack_pairs_bf16(cols, Dv, v, ldv, sc->v_pairs, ldvp);
+            vp = sc->v_pairs;
+        }
+        const fa_kernels *fk = partial && !pairs_finite(vp, ldvp, cols, Dv) ? &fa_kernels_ref : kern;
+        const fa_fwd_tile t = {.rows = rows, .cols = cols, .d = D, .dv = Dv, .q8 = sc->wq8, .ldq8 = ld8,
+                               .qs = sc->wq8s, .qc = smooth ? sc->wqc : NULL, .ks = job->keys.ks + slot0 + j0,
+                               .kt = q8_tile_kt(sc, job->keys.kt + slot0 * nq, nq, j0, cols), .vp = vp,
+                               .ldvp = ldvp, .lo = tlo, .hi = thi, .m = sc->m, .l = sc->l, .acc = sc->acc,
+                               .ldacc = job->ldacc, .scratch = sc->fwd_scratch};
+        t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
+        fk->fwd_i8(&t);
+        t0 = fa_phase_mark(job->phases, FA_PH_P, t0);
+    }
+    finish_rows(job, s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
+}
+
+/* Whether the wide int8 tasks take the fused forward: one digit over float bf16 K/V (the
+ * library quantises K; V stays bf16), on a table with fwd_i8, where the bf16 forward
+ * would be fused (no element-wise rule, no dropout; wide_q8 excludes block masks). */
+static int wide_fused_i8(const fa_context *ctx, const fa_problem *p, const flash_job *job)
+{
+    const fa_dtype kv = p->cache ? p->kc.dtype : p->k.dtype;
+    return job->wide_digits == 1 && job->fused && (ctx->kernels->flags & FA_KERNELS_FWD_I8) && !p->quant &&
+           p->dtype == FA_DTYPE_BF16 && kv == FA_DTYPE_BF16;
+}
+
 /*
  * The operand paths of the wide loop, one per job (flash_plan): how Q, K and V meet the
  * kernels in steps 1 and 9. bf16: bf16 q and K/V rows the pair kernels read (dense or
@@ -1071,7 +1245,8 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         return;
     }
     if (job->wide_digits) { /* int8 products: never packed, one step */
-        flash_task_q8(job, sc0, &s, it);
+        if (job->fused_i8) flash_task_i8(job, sc0, &s, it);
+        else flash_task_q8(job, sc0, &s, it);
         return;
     }
     const int64_t Dv = p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
@@ -1317,6 +1492,7 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
                       ? p->quant_matmul
                       : 0;
     job->wide_digits = wide_q8(ctx, p, job);
+    job->fused_i8 = wide_fused_i8(ctx, p, job);
     if (job->wide_digits) job->fused = 0;
     /* stacks one small-row task may hold: their Q rows, accumulators and softmax
      * state within 256 KiB, a share of L2 */
@@ -1342,6 +1518,7 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
 static const char *path_name(const flash_job *job)
 {
     const int digits = job->wide_digits ? job->wide_digits : job->digits;
+    if (job->fused_i8) return "i8-fused";
     if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_BF16]) return job->fused ? "bf16-fused" : "bf16-dot";
     if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_SPLIT])
         return job->mm_terms == 3 ? (job->fused ? "bf16x3-fused" : "bf16x3") : job->fused ? "bf16-of-f32-fused" : "bf16-of-f32";
@@ -1366,7 +1543,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     /* workspace: per-thread scratch, the tasks, split units, partial slots */
     job.slot_lse = counts.max_rows * job.ldacc; /* the most rows a task holds */
     job.slot_floats = job.slot_lse + round16(counts.max_rows);
-    char *scratch;
+    char *scratch, *keys;
     int64_t *merges, *units;
     /* packed K/V are planned from the tasks, into a second workspace; here only the
      * per-unit counts that plan needs */
@@ -1381,6 +1558,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
         {(void **)&merges, fa_bytes3(counts.units, (int64_t)sizeof(int64_t), 1)},
         {(void **)&job.slots, fa_bytes3(counts.slots, job.slot_floats, 4)},
         {(void **)&units, form < 0 ? 0 : fa_bytes3(p->B, p->Hk, 6 * 8)},
+        {(void **)&keys, job.fused_i8 ? q8_keys_layout(p, &job.keys, NULL) : 0},
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
     if (bytes < 0) return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: the workspace size overflows 64 bits");
@@ -1388,6 +1566,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     if (!ws)
         return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "flash: cannot allocate %lld bytes of workspace", (long long)bytes);
     fa_ws_layout(parts, sizeof parts / sizeof parts[0], ws);
+    if (job.fused_i8) q8_keys_layout(p, &job.keys, keys);
     job.workspace = scratch;
     job.merges = merges;
 
@@ -1416,6 +1595,8 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     fa_phases phases;
     fa_phases_init(&phases, ctx->set.verbose);
     job.phases = &phases;
+    atomic_init(&job.next, 0);
+    if (job.fused_i8 && job.n_items > 0) fa_pool_run(ctx->pool, nth, q8_keys_worker, &job);
     if (job.n_items > 0) fa_pool_run(ctx->pool, nth, flash_worker, &job);
     atomic_init(&job.next, 0);
     if (job.n_merges > 0) fa_pool_run(ctx->pool, nth, merge_worker, &job);

@@ -151,6 +151,11 @@ enum {
      * band masks, no element-wise rules, no softcap, no dropout). Without it the table's
      * bwd_bf16 is the reference's, correct but never chosen. */
     FA_KERNELS_BWD_BF16 = 1u << 7,
+    /* fwd_i8 is this table's own fused forward on int8 Q K^T codes (the tile unit's int8
+     * products, fwd_bf16's softmax and P V): FA_PARAM_QUANT_MATMUL's wide bf16 tiles take it
+     * where fwd_bf16 would be taken. Without it the table's fwd_i8 is the reference's,
+     * correct but never chosen. */
+    FA_KERNELS_FWD_I8 = 1u << 8,
 };
 
 /* The head dims up to which FA_PARAM_QUANT_MATMUL applies: int32 sums of D products of
@@ -170,6 +175,11 @@ static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
 #define FA_KT_PAIRS(d) FA_RUP16(((d) + 1) / 2)
 /* dwords of K^T for keys [0, n) (whole blocks) */
 #define FA_KT_DWORDS(n, d) ((((n) + 15) / 16) * 16 * FA_KT_PAIRS(d))
+
+/* K codes as the B operand of int8 Q K^T (fwd_i8), in blocks of 16 keys: each block
+ * FA_KT_QUADS(d) rows of 16 dwords, dword p of key c its codes 4p .. 4p+3 (whole chunks of
+ * 64 d, zero past d), so that one B tile is 1 KB of contiguous memory, as K^T pairs are. */
+#define FA_KT_QUADS(d) FA_RUP16(((d) + 3) / 4)
 
 /* bytes of scratch fwd_bf16 needs for a tile of cols keys (any table, either mode). */
 #define FA_FWD_BF16_SCRATCH(cols, dv)                                                                             \
@@ -206,11 +216,25 @@ static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
  * partly masked tiles only when their V rows are finite.
  */
 #define FA_FWD_LAZY_LOG2 8.0f
+/*
+ * fwd_i8: the same tile with the scores of int8 codes (docs/semantics.md, 11, one digit),
+ * all else as fwd_bf16 with scale 1 (the softmax scale is in q's codes; t->scale unread):
+ *   s[r][c] = float(A) * (qs[r] * ks[c]) (+ qc[r] where qc is not NULL), each step
+ *             rounded to nearest as written, A = sum_{x < d} q8[r][x] kcode_c[x] (int32),
+ *   q8   rows of int8 codes, ldq8 bytes apart, zero from d to fa_q8_ld(d) and in the rows
+ *        rows .. FA_RUP16(rows)
+ *   kt   K codes from key 0 of the tile as FA_KT_QUADS blocks; the keys of its last block
+ *        past cols readable (any values: masked); ks readable for FA_RUP16(cols) keys
+ * So a score is qk_small_i8's with one digit, bit for bit (plus qc[r], one f32 add).
+ */
 typedef struct fa_fwd_tile {
     int64_t rows, cols, d, dv;
     const uint16_t *q;
     int64_t ldq;
     float scale;
+    const int8_t *q8; /* fwd_i8 only: Q codes, their scales and smoothing terms, K's scales */
+    int64_t ldq8;
+    const float *qs, *qc, *ks;
     const uint32_t *kt;
     const uint32_t *vp, *vlo;
     int64_t ldvp;
@@ -418,6 +442,7 @@ typedef struct fa_kernels {
      * x >= d; other keys' dwords untouched. k any ld (uint16); j0 >= 0 any. fwd_bf16: above. */
     void (*pack_kt_bf16)(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0);
     void (*fwd_bf16)(const fa_fwd_tile *t);
+    void (*fwd_i8)(const fa_fwd_tile *t); /* above, fa_fwd_tile */
     /* pack_t_bf16: dst[x][r] = src[r][x] for x < len, r < rows, zero for rows <= r <
      * FA_RUP32(rows) (the rows x of dst, lddst >= FA_RUP32(rows) uint16 apart; src any ld).
      * bwd_bf16's Q^T and dO^T. bwd_bf16: above. */
@@ -481,6 +506,9 @@ typedef struct fa_kernels {
     void (*pv_small_i8)(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
                         const void *const *vrow, const float *vscale, const float *alpha, float *acc,
                         int64_t ldacc);
+    /* quant_row_i8: fa_quant_row_i8 (below) on the table's vectors, the same bits (the
+     * wide int8 path quantises every q row and key with it). */
+    float (*quant_row_i8)(const float *x, int64_t n, int digits, int8_t *code);
 
     /* Peak probes: run `iters` iterations of an unrolled, dependency-free loop of
      * the ISA's widest FMA (and bf16 dot product) and return the number of FLOPs
@@ -515,6 +543,10 @@ extern const fa_kernels fa_kernels_ref;
  * rounded and clamped likewise; each digit row zero from n to fa_q8_ld(n). A zero row has
  * scale 0; a row holding NaN or inf gets a NaN scale and codes 0. */
 float fa_quant_row_i8(const float *x, int64_t n, int digits, int8_t *code);
+/* fwd_i8's K operand: for keys j = j0 + c, c < cols, the dword FA_KT_QUADS's block layout
+ * puts at kt[(j / 16) * 16 Q + 16 p + j % 16] (Q = FA_KT_QUADS(d)): codes 4p .. 4p+3 of
+ * k8[c * ldk8 ..] (lowest byte first), zero where 4p + b >= d; other keys untouched. */
+void fa_pack_kt_i8(int64_t cols, int64_t d, const int8_t *k8, int64_t ldk8, uint32_t *kt, int64_t j0);
 
 /* y in [0, 255] (pv_small_i8's weights) as u8 digits: one, y rounded to nearest even; two,
  * floor(y) and (y - floor(y)) * 256 rounded to nearest even, clamped to 255 (y - floor(y)

@@ -262,21 +262,27 @@ void FA_AMX_FN(qk_bf16)(int64_t rows, int64_t cols, int64_t d, const uint16_t *q
 
 /* One reduction step of the 2 x 2 block: C(i, j) += A_i . B_j for i < 1 + two_a,
  * j < 1 + two_b (C(i, j) = tile 2i + j), the loads interleaved with the products that
- * need them. Strides in bytes. */
+ * need them. Strides in bytes. The products are bf16 pairs into fp32 (tdpbf16ps), or
+ * with i8 signed int8 quads into int32 (tdpbssd): the same tile shapes. */
+#define FA_TILE_DP(i8, c, a, b)                        \
+    do {                                               \
+        if (i8) FA_TILE_DPBSSD(c, a, b);               \
+        else FA_TILE_DPBF16(c, a, b);                  \
+    } while (0)
 static inline void step_2x2(const void *a0, const void *a1, size_t lda, const void *b0, const void *b1, size_t ldb,
-                            int two_a, int two_b)
+                            int two_a, int two_b, int i8)
 {
     FA_TILE_LOAD(TA0, a0, lda);
     FA_TILE_LOAD(TB0, b0, ldb);
-    FA_TILE_DPBF16(TC0, TA0, TB0);
+    FA_TILE_DP(i8, TC0, TA0, TB0);
     if (two_b) {
         FA_TILE_LOAD(TB1, b1, ldb);
-        FA_TILE_DPBF16(TC1, TA0, TB1);
+        FA_TILE_DP(i8, TC1, TA0, TB1);
     }
     if (two_a) {
         FA_TILE_LOAD(TA1, a1, lda);
-        FA_TILE_DPBF16(TC2, TA1, TB0);
-        if (two_b) FA_TILE_DPBF16(TC3, TA1, TB1);
+        FA_TILE_DP(i8, TC2, TA1, TB0);
+        if (two_b) FA_TILE_DP(i8, TC3, TA1, TB1);
     }
 }
 
@@ -477,7 +483,7 @@ void FA_AMX_FN(pv_bf16)(int64_t rows, int64_t cols, int64_t dv, const float *st,
             for (int64_t k = 0; k < ncc; k++, g++) {
                 const uint32_t *bk = k < full_c ? vp + 16 * k * ldvp + 16 * eb : vtail + 16 * eb;
                 const int64_t ldb = k < full_c ? ldvp : ep;
-                step_2x2(pa[0] + 32 * k, pa[1] + 32 * k, (size_t)(2 * ldpt), bk, bk + 16, (size_t)(4 * ldb), two_r, two_e);
+                step_2x2(pa[0] + 32 * k, pa[1] + 32 * k, (size_t)(2 * ldpt), bk, bk + 16, (size_t)(4 * ldb), two_r, two_e, 0);
                 /* the next strip's share of blocks so far, while the products run */
                 for (const int64_t due = (g + 1) * nblocks / groups; done < due; done++)
                     p_strip_block(done, ncc, 16 * (rb + 2), cols, st, ldst, next, ldpt);
@@ -636,6 +642,7 @@ double FA_AMX_FN(probe_tile)(int64_t iters)
 #define FWD_TLO (-125.0f)
 
 void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t);
+void FA_AMX_FN(fwd_i8)(const fa_fwd_tile *t);
 
 #if defined(FA_AMX_HW)
 void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0);
@@ -861,18 +868,18 @@ static inline uint16_t lane_mask(int64_t a, int64_t z, int64_t c0)
  * caller interleaves with the softmax of the block before: nkb <= 4 blocks of 16 keys
  * from kt (ldkt dwords per 16 keys, 1 KB per B tile), the strip's one or two A tiles. */
 typedef struct {
-    const uint16_t *q;
-    int64_t ldq, nxc, ldkt;
+    const char *q;   /* the strip's first A row; 64 bytes of each row per step */
+    int64_t ldq, nxc, ldkt; /* ldq in bytes */
     const uint32_t *kt;
-    int two_r, nkb;
+    int two_r, nkb, i8; /* i8: int8 codes, int32 sums (fwd_i8) */
     float *S;
     int step, steps; /* done so far, in all: (nkb / 2 rounded up) halves x nxc */
 } fwd_qk_job;
 
-static void fwd_qk_begin(fwd_qk_job *j, const uint16_t *q, int64_t ldq, int two_r, int64_t nxc, const uint32_t *kt,
-                         int64_t ldkt, int nkb, float *S)
+static void fwd_qk_begin(fwd_qk_job *j, const char *q, int64_t ldq, int two_r, int64_t nxc, const uint32_t *kt,
+                         int64_t ldkt, int nkb, int i8, float *S)
 {
-    *j = (fwd_qk_job){q, ldq, nxc, ldkt, kt, two_r, nkb, S, 0, (int)((nkb + 1) / 2 * nxc)};
+    *j = (fwd_qk_job){q, ldq, nxc, ldkt, kt, two_r, nkb, i8, S, 0, (int)((nkb + 1) / 2 * nxc)};
 }
 
 /* Runs the job's steps up to `until` (at most its steps). */
@@ -889,7 +896,7 @@ static void fwd_qk_run(fwd_qk_job *j, int until)
             if (two_r && two_c) FA_TILE_ZERO(TC3);
         }
         const uint32_t *b = j->kt + 2 * h * j->ldkt + 256 * xc;
-        step_2x2(j->q + 32 * xc, j->q + 16 * j->ldq + 32 * xc, (size_t)(2 * j->ldq), b, b + j->ldkt, 64, two_r, two_c);
+        step_2x2(j->q + 64 * xc, j->q + 16 * j->ldq + 64 * xc, (size_t)j->ldq, b, b + j->ldkt, 64, two_r, two_c, j->i8);
         if (xc == j->nxc - 1) {
             float *d = j->S + 32 * h;
             FA_TILE_STORE(TC0, d, 4 * FWD_BLOCK);
@@ -913,7 +920,8 @@ typedef struct {
     uint32_t *vtail_lo; /* [16][ep] the same of V's lo pairs (bf16x3 mode) */
     float *atail;    /* [16][ep] a partial 16-row block of acc */
     int64_t ep, ldp, nxc, full_c, ldkt;
-    float c2; /* scale log2(e) */
+    float scale, c2; /* the scores' scale (1 for fwd_i8, whose scores are final), scale log2(e) */
+    int i8;          /* fwd_i8: S holds int32 sums, made scores row by row (fwd_i8_row) */
 } fwd_scratch;
 
 /* acc += P V over P's 32-key chunks [k0, k1) for the strip's row blocks c[0], c[1]
@@ -960,12 +968,14 @@ static void fwd_vtail(const uint32_t *vp, int64_t ldvp, int64_t cols, int64_t fu
 }
 
 /* The scratch's parts, and the partial key chunks of V. */
-static void fwd_scratch_init(const fa_fwd_tile *t, fwd_scratch *w)
+static void fwd_scratch_init(const fa_fwd_tile *t, int i8, fwd_scratch *w)
 {
     const int64_t cols = t->cols, ep = FA_RUP16(t->dv), ldp = pt_ld(cols);
-    w->ep = ep, w->ldp = ldp, w->nxc = (t->d + 31) / 32, w->full_c = cols / 32;
-    w->ldkt = 16 * FA_KT_PAIRS(t->d);
-    w->c2 = t->scale * FWD_LOG2E;
+    w->ep = ep, w->ldp = ldp, w->full_c = cols / 32, w->i8 = i8;
+    w->nxc = i8 ? (t->d + 63) / 64 : (t->d + 31) / 32; /* 64 bytes of each A row per step */
+    w->ldkt = 16 * (i8 ? FA_KT_QUADS(t->d) : FA_KT_PAIRS(t->d));
+    w->scale = i8 ? 1.0f : t->scale;
+    w->c2 = w->scale * FWD_LOG2E;
     w->S[0] = ALIGN64(t->scratch);
     w->S[1] = w->S[0] + 32 * FWD_BLOCK;
     w->P = ALIGN64(w->S[1] + 32 * FWD_BLOCK);
@@ -1029,8 +1039,31 @@ static void fwd_strip_begin(const fa_fwd_tile *t, const fwd_scratch *w, fwd_stri
 static void fwd_qk_block(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_strip *st, int64_t c0, float *S,
                          fwd_qk_job *qj)
 {
-    fwd_qk_begin(qj, t->q + st->r0 * t->ldq, t->ldq, st->two_r, w->nxc, t->kt + c0 / 16 * w->ldkt, w->ldkt,
-                 (int)((MIN64(t->cols - c0, FWD_BLOCK) + 15) / 16), S);
+    const char *q = w->i8 ? (const char *)(t->q8 + st->r0 * t->ldq8) : (const char *)(t->q + st->r0 * t->ldq);
+    fwd_qk_begin(qj, q, w->i8 ? t->ldq8 : 2 * t->ldq, st->two_r, w->nxc, t->kt + c0 / 16 * w->ldkt, w->ldkt,
+                 (int)((MIN64(t->cols - c0, FWD_BLOCK) + 15) / 16), w->i8, S);
+}
+
+/* fwd_i8's scores of one row of a block (kernels.h): s = float(A) * (qs * ks) (+ qc),
+ * each step rounded as written (vcvtdq2ps, vmulps, vaddps), into out. */
+static const float *fwd_i8_row(const fa_fwd_tile *t, const int32_t *A, int64_t row, int64_t c0, int nkb, float *out)
+{
+    const float qs = t->qs[row], qc = t->qc ? t->qc[row] : 0.0f;
+#if defined(FA_AMX_HW)
+    const __m512 vqs = _mm512_set1_ps(qs), vqc = _mm512_set1_ps(qc);
+    for (int v = 0; v < nkb; v++) {
+        const __m512 sc = _mm512_mul_ps(vqs, _mm512_loadu_ps(t->ks + c0 + 16 * v));
+        __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(A + 16 * v))), sc);
+        if (t->qc) x = _mm512_add_ps(x, vqc);
+        _mm512_store_ps(out + 16 * v, x);
+    }
+#else
+    for (int64_t i = 0; i < 16 * nkb; i++) {
+        const float x = (float)A[i] * (qs * t->ks[c0 + i]);
+        out[i] = t->qc ? x + qc : x;
+    }
+#endif
+    return out;
 }
 
 /* The softmax of the strip's rows on the block at c0 (nkb groups of 16 keys, scores in
@@ -1049,13 +1082,15 @@ static int fwd_block_rows(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_
         const int64_t a = t->lo ? t->lo[row] : 0, z = t->hi ? t->hi[row] : cols - 1;
         if (a > c0 || z < c0 + 16 * nkb - 1) /* the band or the tile's end inside the block */
             for (int v = 0; v < nkb; v++) keep[v] = lane_mask(a, z < cols - 1 ? z : cols - 1, c0 + 16 * v);
+        _Alignas(64) float si[FWD_BLOCK];
         const float *s = S + r * FWD_BLOCK;
+        if (w->i8) s = fwd_i8_row(t, (const int32_t *)s, row, c0, nkb, si);
         uint16_t *p = w->P + r * w->ldp + c0, *pl = w->Pl ? w->Pl + r * w->ldp + c0 : NULL;
         float *L = w->L + 16 * r;
         const float m_old = t->m[row];
         if (m_old != -INFINITY && !fwd_row(s, nkb, keep, w->c2, w->mlog[r], 1, p, pl, L)) continue;
         /* the max moves (or nothing was kept before): the row's rescale */
-        const float mb = fwd_row_max(s, nkb, keep, t->scale);
+        const float mb = fwd_row_max(s, nkb, keep, w->scale);
         const float m_new = (mb > m_old || mb != mb) ? mb : m_old;
         if (m_new == -INFINITY) { /* nothing kept yet: p = 0 (or NaN from a NaN score) */
             fwd_row(s, nkb, keep, w->c2, 0.0f, 0, p, pl, L);
@@ -1146,14 +1181,21 @@ static void fwd_strip_run(const fa_fwd_tile *t, const fwd_scratch *w, fwd_strip 
     fwd_strip_end(t, w, st);
 }
 
-void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t)
+static void fwd_tile(const fa_fwd_tile *t, int i8)
 {
     tiles_on();
     fwd_scratch w;
-    fwd_scratch_init(t, &w);
+    fwd_scratch_init(t, i8, &w);
     for (int64_t r0 = 0; r0 < t->rows; r0 += 32) {
         fwd_strip st = {.r0 = r0, .nr = t->rows - r0 < 32 ? t->rows - r0 : 32};
         st.two_r = st.nr > 16;
         fwd_strip_run(t, &w, &st);
     }
 }
+
+void FA_AMX_FN(fwd_bf16)(const fa_fwd_tile *t) { fwd_tile(t, 0); }
+
+/* The fused forward on int8 codes (kernels.h, fwd_i8): fwd_bf16's strips, blocks and
+ * softmax, with each block's Q K^T on tdpbssd and its int32 sums made scores row by row
+ * just before the row's softmax. */
+void FA_AMX_FN(fwd_i8)(const fa_fwd_tile *t) { fwd_tile(t, 1); }

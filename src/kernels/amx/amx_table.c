@@ -43,13 +43,14 @@
     void p##stx_bf16(int64_t rows, int64_t cols, int64_t n, const float *st, int64_t ldst, const uint16_t *x,     \
                      int64_t ldx, float *acc, int64_t ldacc, void *scratch);                                  \
     void p##fwd_bf16(const fa_fwd_tile *t);                                                                      \
+    void p##fwd_i8(const fa_fwd_tile *t);                                                                        \
     void p##bwd_bf16(const fa_bwd_tile *t)
 
 /* What every tile table sets: blocks of 32 x 32 (two tiles each way), the kernels. */
 #define FA_AMX_FILL(k, p)                                                                                          \
     do {                                                                                                         \
         (k)->flags |= FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES | FA_KERNELS_FWD_BF16 |    \
-                      FA_KERNELS_BWD_BF16;                                                                       \
+                      FA_KERNELS_BWD_BF16 | FA_KERNELS_FWD_I8;                                                    \
         (k)->row_align = FA_ROW_ALIGN;                                                                           \
         (k)->qk_block = (fa_kernel_block){32, 32};                                                               \
         (k)->pv_block = (fa_kernel_block){32, 32};                                                               \
@@ -57,6 +58,7 @@
         (k)->pv_bf16 = p##pv_bf16;                                                                               \
         (k)->stx_bf16 = p##stx_bf16;                                                                             \
         (k)->fwd_bf16 = p##fwd_bf16;                                                                             \
+        (k)->fwd_i8 = p##fwd_i8;                                                                                 \
         (k)->bwd_bf16 = p##bwd_bf16;                                                                             \
         (k)->probe_tile = p##probe_tile;                                                                         \
         (k)->thread_begin = p##thread_begin;                                                                     \

@@ -33,4 +33,5 @@ void fa_kernels_init_avx512bf16(fa_kernels *k)
     k->probe_bf16 = fa_avx512bf16_probe;
     k->qk_small_i8 = fa_avx512vnni_qk_small_i8;
     k->pv_small_i8 = fa_avx512vnni_pv_small_i8;
+    k->quant_row_i8 = fa_avx512vnni_quant_row_i8;
 }

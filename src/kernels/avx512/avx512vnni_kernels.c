@@ -311,3 +311,45 @@ void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digit
             fa_kernels_ref.pv_small(1, cols, dv, s + r * lds, lds, vrow, FA_KV_I8, vscale, alpha ? alpha + r : NULL,
                                     acc + r * ldacc, ldacc);
 }
+
+/* quant_row_i8 (kernels.h): fa_quant_row_i8's steps on 16 lanes, the same bits: the
+ * max of |x| with a NaN sticky (vmaxps drops it, so a flag keeps it), y = x * inv (0
+ * past n, and everywhere for a non-finite row), vrndscaleps to nearest even, then the
+ * clamp to [-127, 127] in fa_f32_to_i8's order (vmaxps returns its second operand for a
+ * NaN, so a NaN code is -127 there as here). */
+static inline __m128i quant_codes16(__m512 y)
+{
+    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+    return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r));
+}
+
+float fa_avx512vnni_quant_row_i8(const float *x, int64_t n, int digits, int8_t *code)
+{
+    const __m512 abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 vmax = _mm512_setzero_ps();
+    __mmask16 nan = 0;
+    for (int64_t e = 0; e < n; e += 16) {
+        const __mmask16 m = n - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - e)) - 1u);
+        const __m512 a = _mm512_and_ps(_mm512_maskz_loadu_ps(m, x + e), abs);
+        nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+        vmax = _mm512_max_ps(vmax, a);
+    }
+    const float amax = nan ? NAN : _mm512_reduce_max_ps(vmax);
+    const int finite = isfinite(amax);
+    const float scale = finite ? amax / 127.0f : NAN;
+    const float inv = finite && scale > 0.0f ? 1.0f / scale : 0.0f;
+    const int64_t ld = fa_q8_ld(n);
+    const __m512 vinv = _mm512_set1_ps(inv);
+    for (int64_t e = 0; e < ld; e += 16) {
+        const __mmask16 m = !finite || e >= n ? 0 : n - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - e)) - 1u);
+        const __m512 y = _mm512_maskz_mul_ps(m, _mm512_maskz_loadu_ps(m, x + e), vinv);
+        const __m128i a = quant_codes16(y);
+        _mm_storeu_si128((__m128i *)(code + e), a);
+        if (digits == 2) /* the residual in 2^-8 (y - a exact) */
+            _mm_storeu_si128((__m128i *)(code + ld + e),
+                             quant_codes16(_mm512_mul_ps(_mm512_sub_ps(y, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a))),
+                                                         _mm512_set1_ps(256.0f))));
+    }
+    return scale;
+}

@@ -267,6 +267,21 @@ float fa_quant_row_i8(const float *x, int64_t n, int digits, int8_t *code)
     return scale;
 }
 
+void fa_pack_kt_i8(int64_t cols, int64_t d, const int8_t *k8, int64_t ldk8, uint32_t *kt, int64_t j0)
+{
+    const int64_t nq = FA_KT_QUADS(d);
+    for (int64_t c = 0; c < cols; c++) {
+        const int64_t j = j0 + c;
+        uint32_t *dst = kt + j / 16 * 16 * nq + j % 16;
+        for (int64_t p = 0; p < nq; p++) {
+            uint32_t w = 0;
+            for (int64_t b = 0; b < 4; b++)
+                if (4 * p + b < d) w |= (uint32_t)(uint8_t)k8[c * ldk8 + 4 * p + b] << 8 * b;
+            dst[16 * p] = w;
+        }
+    }
+}
+
 static void ref_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, const int8_t *q8, int64_t ldq8,
                             const float *qscale, const void *const *krow, const float *kscale, float *s, int64_t lds)
 {
@@ -406,19 +421,35 @@ static void ref_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t
  * (a rescale the contract allows, not the lazy one), glibc's expf, l from its values,
  * p rounded to nearest even for P V (and its residual, in the bf16x3 mode); sums in
  * key order. */
-static void ref_fwd_bf16(const fa_fwd_tile *t)
+/* score (r, c) of fwd_bf16 (i8 = 0) or fwd_i8 (1), as kernels.h defines them */
+static float ref_fwd_score(const fa_fwd_tile *t, int i8, int64_t r, int64_t c)
+{
+    if (i8) {
+        const int8_t *q = t->q8 + r * t->ldq8;
+        int32_t a = 0;
+        for (int64_t x = 0; x < t->d; x++) {
+            const uint32_t quad = t->kt[c / 16 * 16 * FA_KT_QUADS(t->d) + 16 * (x / 4) + c % 16];
+            a += (int32_t)q[x] * (int32_t)(int8_t)(uint8_t)(quad >> (x & 3) * 8);
+        }
+        const float s = (float)a * (t->qs[r] * t->ks[c]);
+        return t->qc ? s + t->qc[r] : s;
+    }
+    const uint16_t *q = t->q + r * t->ldq;
+    float acc = 0.0f;
+    for (int64_t x = 0; x < t->d; x++) {
+        const uint32_t pair = t->kt[c / 16 * 16 * FA_KT_PAIRS(t->d) + 16 * (x / 2) + c % 16];
+        acc += fa_bf16_to_f32(q[x]) * fa_bf16_to_f32((uint16_t)(pair >> (x & 1) * 16));
+    }
+    return t->scale * acc;
+}
+
+static void ref_fwd_tile(const fa_fwd_tile *t, int i8)
 {
     float *s = t->scratch; /* one row's scores: cols floats, within the scratch bound */
     for (int64_t r = 0; r < t->rows; r++) {
-        const uint16_t *q = t->q + r * t->ldq;
         float mx = -INFINITY;
         for (int64_t c = 0; c < t->cols; c++) {
-            float acc = 0.0f;
-            for (int64_t x = 0; x < t->d; x++) {
-                const uint32_t pair = t->kt[c / 16 * 16 * FA_KT_PAIRS(t->d) + 16 * (x / 2) + c % 16];
-                acc += fa_bf16_to_f32(q[x]) * fa_bf16_to_f32((uint16_t)(pair >> (x & 1) * 16));
-            }
-            s[c] = t->scale * acc;
+            s[c] = ref_fwd_score(t, i8, r, c);
             const int kept = !t->lo || (c >= t->lo[r] && c <= t->hi[r]);
             if (kept && (s[c] > mx || isnan(s[c]))) mx = s[c]; /* once NaN it sticks */
         }
@@ -447,6 +478,9 @@ static void ref_fwd_bf16(const fa_fwd_tile *t)
         }
     }
 }
+
+static void ref_fwd_bf16(const fa_fwd_tile *t) { ref_fwd_tile(t, 0); }
+static void ref_fwd_i8(const fa_fwd_tile *t) { ref_fwd_tile(t, 1); }
 
 static void ref_pack_t_bf16(int64_t rows, int64_t len, const uint16_t *src, int64_t ld, uint16_t *dst, int64_t lddst)
 {
@@ -561,6 +595,8 @@ const fa_kernels fa_kernels_ref = {
     .stx_bf16 = ref_stx_bf16,
     .pack_kt_bf16 = ref_pack_kt_bf16,
     .fwd_bf16 = ref_fwd_bf16,
+    .fwd_i8 = ref_fwd_i8,
+    .quant_row_i8 = fa_quant_row_i8,
     .pack_t_bf16 = ref_pack_t_bf16,
     .bwd_bf16 = ref_bwd_bf16,
     .qk_small = ref_qk_small,
