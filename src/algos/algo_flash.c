@@ -1086,8 +1086,8 @@ static void q8_keys_worker(void *arg, int ith, int nth)
                 fa_pack_kt_i8(1, D, sc.wk8, ld8, job->keys.kt + slot0 * nq, j0 + c);
             }
             int64_t ldv; /* a latent V: the K rows */
-            const uint16_t *v = s.v_in_k ? tile_rows_u16(&sc, &s, 0, j0, cols, hk, D, sc.k16, &ldv)
-                                         : tile_rows_u16(&sc, &s, 1, j0, cols, hk, p->Dv, sc.v16, &ldv);
+            const uint16_t *v = s.v_in_k ? fa_kv_tile_u16(&s, 0, j0, cols, hk, D, sc.k16, &ldv)
+                                         : fa_kv_tile_u16(&s, 1, j0, cols, hk, p->Dv, sc.v16, &ldv);
             job->kern->pack_pairs_bf16(cols, p->Dv, v, ldv, job->keys.vp + (slot0 + j0) / 2 * ldvp, ldvp);
         }
         /* the spare slots: zero codes and scales (read, never kept) */
@@ -1148,8 +1148,8 @@ static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const f
         const uint32_t *vp = job->keys.vp + (slot0 + j0) / 2 * ldvp;
         if (j0 & 1) { /* pairs from an odd key (a window's or a chunk's first tile) */
             int64_t ldv;
-            const uint16_t *v = s->v_in_k ? tile_rows_u16(sc, s, 0, j0, cols, hk, D, sc->k16, &ldv)
-                                          : tile_rows_u16(sc, s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
+            const uint16_t *v = s->v_in_k ? fa_kv_tile_u16(s, 0, j0, cols, hk, D, sc->k16, &ldv)
+                                          : fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
             kern->pack_pairs_bf16(cols, Dv, v, ldv, sc->v_pairs, ldvp);
             vp = sc->v_pairs;
         }
