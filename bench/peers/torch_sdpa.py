@@ -266,6 +266,10 @@ CASES = {
     "fwdbwd_causal_bf16": ("fwdbwd", "bf16", True),
     "decode_f16": ("decode", "f16", False),
     "decode_bf16": ("decode", "bf16", False),
+    # chunked prefill: N tokens packed as N / --chunk sequences (cu_seqlens), each
+    # attending to itself; torch gets the same chunks as one dense batch (see Case)
+    "varlen_bf16": ("varlen", "bf16", False),
+    "varlen_causal_bf16": ("varlen", "bf16", True),
 }
 DEFAULT_CASES = list(CASES)
 TOLERANCE = {"f32": 1e-4, "bf16": 2e-2, "f16": 2e-2}
@@ -304,6 +308,9 @@ class Case:
         self.lib, self.name, self.n, self.opts = lib, name, n, opts
         self.kind, self.dtname, self.causal = CASES[name]
         B, H, D = opts.batch, opts.heads, opts.dim
+        if self.kind == "varlen":
+            self._init_varlen(n, opts)
+            return
         dt = torch_dtype(self.dtname)
         g = torch.Generator().manual_seed(1234 + n)
         sq = 1 if self.kind == "decode" else n
@@ -328,6 +335,44 @@ class Case:
             self.args.o = view_bnsd(self.o)
             if self.kind in ("bwd", "fwdbwd"):
                 self._setup_backward()
+
+    def _init_varlen(self, n, opts):
+        """Chunked prefill: n tokens of each of the --batch sequences cut into chunks
+        of --chunk tokens, every chunk its own sequence (Sq = Sk = chunk). flashattn
+        takes them packed, (1, total, H, D) with cu_seqlens; torch has no varlen
+        form on the CPU, and the strongest thing it can do with equal chunks is one
+        dense batch (chunks, H, chunk, D), which is what it gets: one call, no mask
+        (a block-diagonal mask over the packed tokens would send it to the math
+        kernel, and a call per chunk would pay its per-call cost each time). The
+        values are the same on both sides, each in its own natural layout."""
+        torch = self.torch
+        H, D, L = opts.heads, opts.dim, opts.chunk
+        if n % L:
+            raise RuntimeError(f"N={n} is not a multiple of --chunk {L}")
+        chunks = opts.batch * n // L
+        dt = torch_dtype(self.dtname)
+        g = torch.Generator().manual_seed(1234 + n)
+        self.sq = L
+        self.q, self.k, self.v = (torch.randn(chunks, H, L, D, generator=g, dtype=torch.float32).to(dt)
+                                  for _ in range(3))
+        # flashattn's packed copies: token c * L + s of head h = chunk c's row s
+        self.fq, self.fk, self.fv = (t.transpose(1, 2).reshape(1, chunks * L, H, D).transpose(1, 2).contiguous()
+                                     for t in (self.q, self.k, self.v))
+        self.o = torch.empty_like(self.fq)
+        self.cu = (C.c_int32 * (chunks + 1))(*[c * L for c in range(chunks + 1)])
+        self.args = FaForwardArgs()
+        self.lib.so.fa_forward_args_init(C.byref(self.args))
+        self.args.causal = FA_CAUSAL_BOTTOM_RIGHT if self.causal else FA_CAUSAL_NONE
+        self.args.q, self.args.k, self.args.v = view_bnsd(self.fq), view_bnsd(self.fk), view_bnsd(self.fv)
+        self.args.o = view_bnsd(self.o)
+        self.args.cu_seqlens_q = self.args.cu_seqlens_k = C.cast(self.cu, C.c_void_p)
+        self.args.num_seqs = chunks
+        self.flops = flops_forward(self.name, L, L, chunks, H, D, D)
+
+    def _varlen_out(self):
+        """flashattn's packed o as torch's (chunks, H, chunk, D)."""
+        chunks, H, L, D = self.q.shape
+        return self.o.transpose(1, 2).reshape(chunks, L, H, D).transpose(1, 2)
 
     def _setup_decode(self):
         torch = self.torch
@@ -368,7 +413,7 @@ class Case:
         return self.torch_sdpa(self.tq, self.tk, self.tv)
 
     def time_torch(self):
-        if self.kind in ("fwd", "decode"):
+        if self.kind in ("fwd", "decode", "varlen"):
             with self.torch.no_grad():
                 t0 = time.perf_counter()
                 self.torch_sdpa(self.q, self.k, self.v)
@@ -385,7 +430,7 @@ class Case:
 
     # ---- flashattn's side
     def time_fa(self):
-        if self.kind in ("fwd", "decode"):
+        if self.kind in ("fwd", "decode", "varlen"):
             t0 = time.perf_counter()
             self.lib.forward(self.args)
             return time.perf_counter() - t0
@@ -404,11 +449,11 @@ class Case:
         """Runs both sides once (also the warm-up) and compares the results."""
         tol = TOLERANCE[self.dtname]
         errs = {}
-        if self.kind in ("fwd", "decode"):
+        if self.kind in ("fwd", "decode", "varlen"):
             with self.torch.no_grad():
                 ref = self.torch_sdpa(self.q, self.k, self.v)
             self.lib.forward(self.args)
-            errs["o"] = rel_err(self.o, ref)
+            errs["o"] = rel_err(self._varlen_out() if self.kind == "varlen" else self.o, ref)
         else:
             out = self.torch_forward_graph()
             out.backward(self.dout)
@@ -549,6 +594,8 @@ def main():
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--chunk", type=int, default=256,
+                   help="varlen cases: tokens per chunk (each chunk one sequence of the packed call)")
     p.add_argument("--max-call-s", type=float, default=20.0,
                    help="skip an N whose calls are predicted (from the previous N) to exceed this")
     p.add_argument("--max-load", type=float, default=2.5, help="wait while the 1-min load is above this")
@@ -622,7 +669,7 @@ def main():
             row = {"kind": "row", "case": name, "N": n, "dtype": CASES[name][1],
                    "causal": CASES[name][2], "threads": opts.threads, "runs": runs}
             if prev:
-                power = 1 if kind == "decode" else 2
+                power = 1 if kind in ("decode", "varlen") else 2
                 est = prev[1] * (n / prev[0]) ** power
                 if est > opts.max_call_s:
                     row["skipped"] = f"predicted {est:.3g} s per call > --max-call-s {opts.max_call_s:g}"

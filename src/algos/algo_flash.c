@@ -1206,8 +1206,12 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     job->mm_terms = 0;
     if (p->dtype == FA_DTYPE_F32 && (ctx->kernels->flags & FA_KERNELS_BF16_DOT))
         job->mm_terms = ctx->set.f32_matmul == FA_F32_MATMUL_BF16X3 ? 3 : ctx->set.f32_matmul == FA_F32_MATMUL_BF16 ? 1 : 0;
-    /* the f32 path trims a band's diagonal tiles (wide_trimmed) */
-    fa_plan_tiles(ctx, &plan_p, !job->bf16_dot && !job->mm_terms && !p->drop.on, &job->plan);
+    /* the f32 path trims a band's diagonal tiles (wide_trimmed), the fused kernel skips
+     * what a band leaves of a tile's blocks (int8 products may take its tasks: wide_q8) */
+    const int loop = job->fused && !p->quant_matmul                   ? FA_PLAN_FUSED
+                     : !job->bf16_dot && !job->mm_terms && !p->drop.on ? FA_PLAN_TRIMMED
+                                                                       : FA_PLAN_PLAIN;
+    fa_plan_tiles(ctx, &plan_p, loop, &job->plan);
     job->decode_tiles = decode_tiles(ctx, p, job);
     if (job->decode_tiles) decode_tiles_plan(p, job);
     job->ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
