@@ -33,6 +33,7 @@ FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16 = 0, 1, 2
 FA_CAUSAL_NONE, FA_CAUSAL_BOTTOM_RIGHT = 0, 1
 FA_PARAM_THREADS = 1
 FA_PARAM_LAST_THREADS = 104
+FA_PARAM_LAST_POOL = 110
 FA_PARAM_BF16_DOT_ACTIVE = 105
 FA_PROBE_FMA_PEAK, FA_PROBE_BF16_PEAK = 1, 2
 
@@ -151,6 +152,74 @@ def check_abi(include_dir):
     return {c: want[(c, "sizeof")] for c in ABI_STRUCTS}
 
 
+# flashattn on torch's OpenMP threads, as the Python package runs it (python/src/binding.cpp,
+# "the host's threads"): a parallel-for over torch's libgomp, compiled at start-up, so that
+# flashattn's own pool does not take turns on the cores with torch's OpenMP workers, which
+# spin for a while after each torch op (measured here: a flashattn call right after a torch
+# call took ~20% longer on its own pool than one after a pause).
+OMP_HOST_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+typedef void (*task_fn)(void *, int, int);
+static void (*gomp_parallel)(void (*)(void *), void *, unsigned, unsigned);
+static int (*thread_num)(void), (*num_threads)(void), (*max_threads)(void);
+struct job { task_fn task; void *arg; int nth; };
+static void region(void *p)
+{
+    struct job *j = p;
+    for (int i = thread_num(), n = num_threads(); i < j->nth; i += n) j->task(j->arg, i, j->nth);
+}
+int peer_omp_parallel_for(void *user, int nth, task_fn task, void *arg)
+{
+    struct job j = {task, arg, nth};
+    const int most = max_threads();
+    (void)user;
+    gomp_parallel(region, &j, (unsigned)(nth < most ? nth : most), 0);
+    return 0;
+}
+int peer_omp_init(const char *path)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return -1;
+    *(void **)&gomp_parallel = dlsym(h, "GOMP_parallel");
+    *(void **)&thread_num = dlsym(h, "omp_get_thread_num");
+    *(void **)&num_threads = dlsym(h, "omp_get_num_threads");
+    *(void **)&max_threads = dlsym(h, "omp_get_max_threads");
+    return gomp_parallel && thread_num && num_threads && max_threads ? 0 : -2;
+}
+"""
+
+
+def torch_omp_host():
+    """The parallel-for over torch's loaded OpenMP runtime (a ctypes function pointer), or
+    (None, why)."""
+    import torch  # noqa: F401  (loads its libgomp)
+    paths = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            base = os.path.basename(path)
+            if base.startswith(("libgomp", "libiomp5", "libomp")) and path not in paths:
+                paths.append(path)
+    paths.sort(key=lambda p: "/torch/" not in p)
+    if not paths:
+        return None, "no OpenMP runtime is loaded"
+    tmp = tempfile.mkdtemp(prefix="fa-peers-omp-")
+    src, so = os.path.join(tmp, "omp_host.c"), os.path.join(tmp, "omp_host.so")
+    with open(src, "w") as f:
+        f.write(OMP_HOST_C)
+    try:
+        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", src, "-o", so, "-ldl"], check=True,
+                       capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        return None, f"cannot compile the OpenMP parallel-for: {getattr(e, 'stderr', e)}"
+    shim = C.CDLL(so)
+    shim.peer_omp_init.argtypes = [C.c_char_p]
+    if shim.peer_omp_init(paths[0].encode()) != 0:
+        return None, f"{paths[0]} lacks GOMP_parallel or omp_get_*"
+    return (shim, C.cast(shim.peer_omp_parallel_for, C.c_void_p), paths[0]), None
+
+
 class Lib:
     """The few library calls the benchmark makes, with their signatures."""
 
@@ -186,6 +255,8 @@ class Lib:
         so.fa_forward.restype = C.c_int
         so.fa_backward.argtypes = [C.c_void_p, C.POINTER(FaBackwardArgs)]
         so.fa_backward.restype = C.c_int
+        so.fa_context_set_parallel.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p]
+        so.fa_context_set_parallel.restype = C.c_int
         ctx = C.c_void_p()
         self.check(so.fa_context_create(C.byref(ctx)), None, "fa_context_create")
         self.ctx = ctx
@@ -203,6 +274,12 @@ class Lib:
         v = C.c_int64()
         self.check(self.so.fa_context_get(self.ctx, param, C.byref(v)), self.ctx, f"fa_context_get({param})")
         return v.value
+
+    def use_host(self, host):
+        """Runs the context's parallel work on host (torch_omp_host's), or its own threads (None)."""
+        fn = host[1] if host else None
+        self.check(self.so.fa_context_set_parallel(self.ctx, fn, None), self.ctx, "fa_context_set_parallel")
+        self.host = host
 
     def probe(self, kind):
         v = C.c_double()
@@ -604,6 +681,9 @@ def main():
     p.add_argument("--plot", metavar="FILE.png", help="latency vs N per case, both libraries")
     p.add_argument("--lib", default=os.path.join(REPO, "build", "libflashattn.so"))
     p.add_argument("--no-amx-check", action="store_true")
+    p.add_argument("--fa-pool", choices=("torch", "own"), default="torch",
+                   help="flashattn's threads: torch's OpenMP pool, as the Python package runs it "
+                        "(default), or the library's own pool")
     opts = p.parse_args()
 
     seqs = opts.seqs or ([512, 1024] if opts.quick else [512, 1024, 2048, 4096, 8192])
@@ -619,6 +699,13 @@ def main():
     lib = Lib(opts.lib)
     sizes = check_abi(os.path.join(REPO, "include"))
     lib.set(FA_PARAM_THREADS, opts.threads)
+    fa_pool = "own"
+    if opts.fa_pool == "torch":
+        host, why = torch_omp_host()
+        if host is None:
+            sys.exit(f"torch_sdpa: --fa-pool torch: {why} (--fa-pool own runs the library's threads)")
+        lib.use_host(host)
+        fa_pool = f"torch's OpenMP ({host[2]})"
 
     meta = {
         "kind": "meta",
@@ -629,6 +716,7 @@ def main():
         "flashattn": lib.so.fa_version_string().decode(),
         "isa": lib.so.fa_context_isa(lib.ctx).decode(),
         "threads": opts.threads,
+        "fa_pool": fa_pool,
         "runs": runs,
         "B": opts.batch, "H": opts.heads, "D": opts.dim,
         "abi_sizes": sizes,
@@ -646,6 +734,7 @@ def main():
         print(f"# torch {meta['torch']} (CUDA build {meta['torch_cuda_build']}, CPU capability "
               f"{meta['torch_cpu_capability']}), flashattn {meta['flashattn']} isa {meta['isa']}")
         print(f"# torch threads: {meta['torch_parallel']}")
+        print(f"# flashattn threads: {fa_pool}")
         if "amx" in meta:
             print(f"# {meta['amx']['line']}")
         fp = meta["fma_peak_gflops"]
@@ -713,6 +802,7 @@ def main():
                 "flops": case.flops,
                 "torch_gflops": case.flops / mt / 1e9, "fa_gflops": case.flops / mf / 1e9,
                 "fa_threads": lib.get(FA_PARAM_LAST_THREADS),
+                "fa_pool": ("own", "host", "host-failed")[lib.get(FA_PARAM_LAST_POOL)],
                 "bf16_dot": bool(lib.get(FA_PARAM_BF16_DOT_ACTIVE)) if CASES[name][1] == "bf16" else False,
             })
             peak = meta["fma_peak_gflops"]
