@@ -35,7 +35,7 @@ FA_PARAM_THREADS = 1
 FA_PARAM_LAST_THREADS = 104
 FA_PARAM_LAST_POOL = 110
 FA_PARAM_BF16_DOT_ACTIVE = 105
-FA_PROBE_FMA_PEAK, FA_PROBE_BF16_PEAK = 1, 2
+FA_PROBE_FMA_PEAK, FA_PROBE_BF16_PEAK, FA_PROBE_TILE_PEAK = 1, 2, 4
 
 
 class FaTensor(C.Structure):
@@ -726,6 +726,7 @@ def main():
     log("# probing flashattn's fp32 FMA peak")
     meta["fma_peak_gflops"] = lib.probe(FA_PROBE_FMA_PEAK)
     meta["bf16_peak_gflops"] = lib.probe(FA_PROBE_BF16_PEAK)
+    meta["tile_peak_gflops"] = lib.probe(FA_PROBE_TILE_PEAK)  # None where the path has no tile unit
     meta["load_start"] = wait_for_load(opts.max_load, opts.load_wait)
 
     if opts.json:
@@ -740,7 +741,9 @@ def main():
         fp = meta["fma_peak_gflops"]
         bp = meta["bf16_peak_gflops"]
         print(f"# flashattn fp32 FMA peak {fp:.1f} GFLOP/s on {opts.threads} threads (fa_probe)"
-              + (f"; bf16 dot peak {bp:.1f}" if bp else "") if fp else "# FMA peak probe failed")
+              + (f"; bf16 dot peak {bp:.1f}" if bp else "")
+              + (f"; bf16 tile peak {meta['tile_peak_gflops']:.1f}" if meta["tile_peak_gflops"] else "")
+              if fp else "# FMA peak probe failed")
         print(f"# B={opts.batch} H={opts.heads} D={opts.dim}, threads {opts.threads} both sides, "
               f"{runs} interleaved runs, medians; load {meta['load_start']:.2f} at start")
         print(f"# ABI: sizeof fa_tensor {sizes['fa_tensor']}, fa_forward_args {sizes['fa_forward_args']}, "
@@ -808,9 +811,11 @@ def main():
             peak = meta["fma_peak_gflops"]
             row["fa_pct_fma_peak"] = 100 * row["fa_gflops"] / peak if peak else None
             row["torch_pct_fma_peak"] = 100 * row["torch_gflops"] / peak if peak else None
-            # the peak of the path that ran: bf16 pairs multiply at the bf16 dot peak
-            row["peak_kind"] = "bf16_dot" if row["bf16_dot"] and meta["bf16_peak_gflops"] else "fp32_fma"
-            kpeak = meta["bf16_peak_gflops"] if row["peak_kind"] == "bf16_dot" else peak
+            # the peak of the path that ran: bf16 pairs multiply on the tile unit where the path
+            # has one (amx; the CLI bench's rule, tools/measure.c), else at the bf16 dot peak
+            row["peak_kind"] = ("bf16_tile" if meta["tile_peak_gflops"] else "bf16_dot") \
+                if row["bf16_dot"] and (meta["tile_peak_gflops"] or meta["bf16_peak_gflops"]) else "fp32_fma"
+            kpeak = {"bf16_tile": meta["tile_peak_gflops"], "bf16_dot": meta["bf16_peak_gflops"]}.get(row["peak_kind"], peak)
             row["fa_pct_peak"] = 100 * row["fa_gflops"] / kpeak if kpeak else None
             prev = (n, max(mt, mf) if kind != "bwd" else max(mt, mf) * 1.5)
             rows.append(row)
