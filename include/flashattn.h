@@ -194,6 +194,9 @@ typedef enum fa_param {
                                       scores, P as bf16, lazy rescale) where it applies (default),
                                       0 = the per-tile kernels (docs/semantics.md, 5, "Fused bf16
                                       forward"). Default 1 unless FLASHATTN_BF16_FUSED=0 */
+    FA_PARAM_PROFILE = 12,         /* 1 = time the phases of the flash loops (the FA_PARAM_LAST_PHASE_*
+                                      read-outs) without the verbose trace's line; 0 = off (default:
+                                      nothing is timed unless FLASHATTN_VERBOSE is on) */
     FA_PARAM_LAST_ALGO = 100,      /* read-only: the fa_algo the last successful call ran */
     FA_PARAM_LAST_EXTRA_BYTES = 101, /* read-only: peak bytes the last successful call allocated */
     FA_PARAM_LAST_TILE_Q = 102,    /* read-only: query rows per tile the last flash call used (0 otherwise) */
@@ -209,12 +212,24 @@ typedef enum fa_param {
                                       forward packed (FA_PARAM_KV_PACK); 0 otherwise */
     FA_PARAM_LAST_KV_PACK_US = 109, /* read-only: microseconds the last flash forward's threads spent
                                       packing K/V, summed over the threads; 0 otherwise */
-    FA_PARAM_LAST_POOL = 110       /* read-only: where the last successful call's parallel work ran:
+    FA_PARAM_LAST_POOL = 110,      /* read-only: where the last successful call's parallel work ran:
                                       0 = the context's own threads, 1 = the host's parallel-for
                                       (fa_context_set_parallel), 2 = the host's, but its parallel-for
                                       failed (returned nonzero or left a share) and the calling thread
                                       ran the shares it left: the results are complete all the same */
+    /* read-only, with FA_PARAM_PROFILE or FA_PARAM_VERBOSE on: the last flash call's phase k
+     * (k < FA_PHASES) at FA_PARAM_LAST_PHASE_US + k, its thread CPU time in microseconds summed
+     * over the threads, and at FA_PARAM_LAST_PHASE_FLOP + k the FLOPs of the products that ran
+     * in it (2 D per kept (i, j) pair and head for Q K^T, 2 Dv for P V; the fused bf16 kernel's
+     * both in P, where they interleave with the softmax). The forward's phases are S, X, P, M
+     * (scores, masks and softmax, P V, the merge of split-KV chunks), the backward's S, X,
+     * dP, dS, dV, dK, dQ (docs/usage.md, FLASHATTN_VERBOSE; its FLOPs read 0); 0 for other calls */
+    FA_PARAM_LAST_PHASE_US = 120,
+    FA_PARAM_LAST_PHASE_FLOP = 130
 } fa_param;
+
+/* The phases FA_PARAM_LAST_PHASE_US / _FLOP count. */
+#define FA_PHASES 7
 
 /* *out receives a new context, or NULL on failure. */
 FA_API fa_status fa_context_create(fa_context **out);

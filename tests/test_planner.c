@@ -16,7 +16,10 @@
  *    gets them all without waiting on anything undone;
  *  - the backward's tasks (fa_bwd_tasks_*): the fused schedule has one task per
  *    (sequence, kv head), the two-pass one every key tile and query block once, both
- *    ordered most expensive first.
+ *    ordered most expensive first;
+ *  - the tile plan (fa_plan_from) of the fused forward: keys that fit one tile take
+ *    one, causal or not, with query blocks as tall as leave 16 tasks; longer keys and
+ *    windows plan as a trimmed loop does; tuned and set tiles still win.
  * Internal functions: this program links the library's objects and sees src/.
  */
 #include "harness.h"
@@ -24,6 +27,7 @@
 #include "workspace.h"
 #include "arith.h"
 #include "tasks.h"
+#include "plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -429,6 +433,46 @@ static void test_bwd_tasks(h_rng *r)
     CHECK(two_pass_runs > 0, "no case took the two-pass schedule");
 }
 
+/* fa_plan_from's FA_PLAN_FUSED against FA_PLAN_TRIMMED on shapes where they agree or not. */
+static void test_fused_plan(void)
+{
+    static const struct {
+        int64_t b, h, sq, sk;
+        fa_causal causal;
+        int64_t window, br, bc; /* br, bc 0: as the trimmed loop plans */
+    } cases[] = {
+        {1, 32, 512, 512, FA_CAUSAL_NONE, -1, 512, 512},        /* one task per head, one tile */
+        {1, 32, 512, 512, FA_CAUSAL_BOTTOM_RIGHT, -1, 512, 512},
+        {1, 8, 512, 512, FA_CAUSAL_NONE, -1, 256, 512},         /* 16 tasks: blocks of 256 rows */
+        {8, 32, 256, 256, FA_CAUSAL_BOTTOM_RIGHT, -1, 256, 256}, /* chunked prefill: a chunk is a task */
+        {1, 32, 128, 300, FA_CAUSAL_NONE, -1, 128, 300},
+        {1, 32, 2048, 2048, FA_CAUSAL_NONE, -1, 0, 0},           /* longer keys: the trimmed plan */
+        {1, 32, 1024, 1024, FA_CAUSAL_BOTTOM_RIGHT, -1, 0, 0},
+        {1, 32, 512, 512, FA_CAUSAL_NONE, 64, 0, 0},              /* a window: the trimmed plan */
+    };
+    const fa_plan_inputs in = {.kernels = &fa_kernels_ref};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        h_case("fused plan %zu: B %lld H %lld Sq %lld Sk %lld", i, (long long)cases[i].b, (long long)cases[i].h,
+               (long long)cases[i].sq, (long long)cases[i].sk);
+        fa_problem p;
+        memset(&p, 0, sizeof p);
+        p.B = cases[i].b, p.Hq = p.Hk = cases[i].h, p.group = 1, p.Sq = cases[i].sq, p.Sk = cases[i].sk;
+        p.D = p.Dv = 128;
+        p.causal = cases[i].causal;
+        p.window_left = p.window_right = cases[i].window;
+        fa_plan fused, trimmed;
+        fa_plan_from(&in, &p, FA_PLAN_FUSED, &fused);
+        fa_plan_from(&in, &p, FA_PLAN_TRIMMED, &trimmed);
+        const int64_t br = cases[i].br ? cases[i].br : trimmed.br, bc = cases[i].bc ? cases[i].bc : trimmed.bc;
+        CHECK(fused.br == br && fused.bc == bc && fused.br_pad == fa_panel_ld(br), "%lldx%lld, want %lldx%lld",
+              (long long)fused.br, (long long)fused.bc, (long long)br, (long long)bc);
+        const fa_plan_inputs set = {.kernels = &fa_kernels_ref, .tuned_q = 64, .tuned_kv = 128, .set_kv = 32};
+        fa_plan_from(&set, &p, FA_PLAN_FUSED, &fused);
+        CHECK(fused.br == 64 && fused.bc == 32 && fused.src_q == FA_TILES_TUNED && fused.src_kv == FA_TILES_OVERRIDE,
+              "tuned and set: %lldx%lld", (long long)fused.br, (long long)fused.bc);
+    }
+}
+
 int main(void)
 {
     h_rng r;
@@ -437,5 +481,6 @@ int main(void)
     test_plan_coverage(&r);
     test_steps(&r);
     test_bwd_tasks(&r);
+    test_fused_plan();
     return h_summary();
 }

@@ -337,6 +337,70 @@ static void test_packed_waves(void) {
     test_packed_waves_at(1536);
 }
 
+/* ------------------------------------------------------------ the phase profile */
+
+/* FA_PARAM_PROFILE and the FA_PARAM_LAST_PHASE_* read-outs: all 0 with it off; with it on,
+ * on every thread count, the products' FLOPs per phase are the call's (2 D per kept pair
+ * for S, 2 Dv for P; the fused bf16 kernel's both in P) and P took time; the results are
+ * bitwise those without it; the read-outs are read-only. A causal band and a tile that
+ * ends inside it (the kept pairs counted row by row). f32 and bf16 (fused where the path
+ * has the kernel). */
+static void test_phase_profile(void) {
+    for (int bf = 0; bf < 2; bf++) {
+        h_rng r;
+        h_problem p;
+        const h_dims d = {1, 150, 150, 4, 2, 64, 48};
+        h_rng_seed(&r, h_env_u64("FA_TEST_SEED", 80));
+        h_problem_alloc(&p, d, bf ? FA_DTYPE_BF16 : FA_DTYPE_F32, FA_DTYPE_F32);
+        h_fill_normal(&p.args.q, &r, 1.0);
+        h_fill_normal(&p.args.k, &r, 1.0);
+        h_fill_normal(&p.args.v, &r, 1.0);
+        p.args.causal = FA_CAUSAL_BOTTOM_RIGHT;
+        const int64_t kept = 150 * 151 / 2 * 4; /* pairs times heads */
+        fa_tensor want_o = h_clone(&p.args.o);
+        fa_context *ctx;
+        CHECK(h_context_create(&ctx) == FA_OK, "fa_context_create");
+        fa_context_set(ctx, FA_PARAM_ALGO, FA_ALGO_FLASH);
+        h_set_tiles(ctx, 32, 48);
+        for (int th = 1; th <= 3; th++)
+            for (int on = 0; on < 2; on++) {
+                h_case("phase profile %s, %d threads, profile %s", bf ? "bf16" : "f32", th, on ? "on" : "off");
+                fa_context_set(ctx, FA_PARAM_THREADS, th);
+                CHECK(fa_context_set(ctx, FA_PARAM_PROFILE, on) == FA_OK, "set PROFILE");
+                fa_forward_args a = p.args;
+                if (th == 1 && !on) a.o = want_o;
+                if (!CHECK(fa_forward(ctx, &a) == FA_OK, "%s", fa_context_error(ctx))) continue;
+                int64_t us[FA_PHASES], flop[FA_PHASES], sum = 0;
+                for (int k = 0; k < FA_PHASES; k++) {
+                    us[k] = flop[k] = -1;
+                    CHECK(fa_context_get(ctx, (fa_param)(FA_PARAM_LAST_PHASE_US + k), &us[k]) == FA_OK &&
+                              fa_context_get(ctx, (fa_param)(FA_PARAM_LAST_PHASE_FLOP + k), &flop[k]) == FA_OK,
+                          "get phase %d", k);
+                    if (!on) CHECK(us[k] == 0 && flop[k] == 0, "phase %d: %lld us, %lld FLOP with the profile off", k,
+                                   (long long)us[k], (long long)flop[k]);
+                    sum += flop[k];
+                }
+                if (on) {
+                    CHECK(sum == kept * 2 * (64 + 48) && flop[1] == 0 && flop[3] == 0, "FLOPs S %lld P %lld, sum %lld, want %lld",
+                          (long long)flop[0], (long long)flop[2], (long long)sum, (long long)(kept * 2 * (64 + 48)));
+                    CHECK(flop[0] == 0 || flop[0] == kept * 2 * 64, "S FLOPs %lld: the scores' 2 D per pair, or none (fused)",
+                          (long long)flop[0]);
+                    CHECK(us[2] > 0 || flop[2] > 0, "P: %lld us", (long long)us[2]);
+                }
+                if (th > 1 || on) CHECK(h_same_bytes(&a.o, &want_o), "o differs bitwise from the run without the profile");
+            }
+        CHECK(fa_context_set(ctx, FA_PARAM_LAST_PHASE_US, 1) == FA_ERR_INVALID_ARGUMENT &&
+                  fa_context_set(ctx, (fa_param)(FA_PARAM_LAST_PHASE_FLOP + FA_PHASES - 1), 1) == FA_ERR_INVALID_ARGUMENT,
+              "the phase read-outs are read-only");
+        int64_t v = 0;
+        CHECK(fa_context_get(ctx, (fa_param)(FA_PARAM_LAST_PHASE_US + FA_PHASES), &v) == FA_ERR_INVALID_ARGUMENT,
+              "no read-out past the last phase");
+        fa_context_free(ctx);
+        free(want_o.data);
+        h_problem_free(&p);
+    }
+}
+
 /* ------------------------------------------------------------ backward on the pool */
 
 static void test_backward_pool(void) {
@@ -398,6 +462,7 @@ int main(void) {
     test_independent();
     test_shared();
     test_packed_waves();
+    test_phase_profile();
     test_backward_pool();
 
     free(g_dense_o.data), free(g_dense_lse.data), free(g_dec_o.data), free(g_dec_lse.data);

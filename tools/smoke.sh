@@ -99,6 +99,30 @@ expect_json "bench --tile-q --tile-kv" '
 assert objs[0]["tile_q"] == 32 and objs[0]["tile_kv"] == 48, objs
 ' "$bin" bench --seq 100 --heads 2 --runs 1 --algo flash --json --no-probe --tile-q 32 --tile-kv 48
 expect 0 "bench table causal bf16" "$bin" bench --seq 64 --heads 2 --runs 1 --dtype bf16 --causal --no-probe
+# --profile: the flash row carries the phases of one profiled call; the phases, the
+# packing and the rest share out its threads x wall time, and the phases' products are
+# the call's FLOPs (the band's kept pairs), whatever the path (f32, bf16 fused or not)
+profile_check='
+keys = ["profile_wall_ms"] + ["phase_%s_%s" % (k, f) for k in "SXPM" for f in ("ms", "share", "gflop", "pct_peak")] \
+       + ["phase_%s_%s" % (k, f) for k in ("pack", "rest") for f in ("ms", "share")]
+o = objs[0]
+assert o["algo"] == "flash" and all(k in o for k in keys), o
+slack = 100 * 6e-3 / (o["threads"] * o["profile_wall_ms"]) + 0.01  # six times in whole microseconds
+assert abs(sum(o["phase_%s_share" % k] for k in ("S", "X", "P", "M", "pack", "rest")) - 100) < slack, o
+assert abs(sum(o["phase_%s_gflop" % k] for k in "SXPM") * 1e9 - o["flops"]) <= 1e-6 * o["flops"], o
+assert o["phase_P_ms"] > 0 and o["phase_P_gflop"] > 0, o
+for k in "SXPM":
+    assert (o["phase_%s_pct_peak" % k] is None) == (o["peak_gflops"] is None or o["phase_%s_gflop" % k] == 0), o
+'
+expect_json "bench --profile f32 causal" "$profile_check" \
+    "$bin" bench --seq 100 --heads 2 --runs 1 --algo flash --json --causal --tile-q 32 --tile-kv 48 --profile
+expect_json "bench --profile bf16" "$profile_check" \
+    "$bin" bench --seq 200 --heads 4 --runs 1 --algo flash --json --no-probe --dtype bf16 --profile
+expect_json "bench --profile bf16 causal" "$profile_check" \
+    "$bin" bench --seq 96 --heads 2 --runs 1 --algo flash --json --no-probe --dtype bf16 --causal --profile
+expect_text "bench --profile table" '
+assert "# flash profile" in text and "#   P " in text and "#   rest" in text, text
+' "$bin" bench --seq 64 --heads 2 --runs 1 --algo flash --no-probe --profile
 
 # --seqs: one row per N, flash against standard, with the traffic model.
 expect_text "bench --seqs table" '

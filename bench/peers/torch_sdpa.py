@@ -33,8 +33,9 @@ FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16 = 0, 1, 2
 FA_CAUSAL_NONE, FA_CAUSAL_BOTTOM_RIGHT = 0, 1
 FA_PARAM_THREADS = 1
 FA_PARAM_LAST_THREADS = 104
+FA_PARAM_LAST_POOL = 110
 FA_PARAM_BF16_DOT_ACTIVE = 105
-FA_PROBE_FMA_PEAK, FA_PROBE_BF16_PEAK = 1, 2
+FA_PROBE_FMA_PEAK, FA_PROBE_BF16_PEAK, FA_PROBE_TILE_PEAK = 1, 2, 4
 
 
 class FaTensor(C.Structure):
@@ -151,6 +152,74 @@ def check_abi(include_dir):
     return {c: want[(c, "sizeof")] for c in ABI_STRUCTS}
 
 
+# flashattn on torch's OpenMP threads, as the Python package runs it (python/src/binding.cpp,
+# "the host's threads"): a parallel-for over torch's libgomp, compiled at start-up, so that
+# flashattn's own pool does not take turns on the cores with torch's OpenMP workers, which
+# spin for a while after each torch op (measured here: a flashattn call right after a torch
+# call took ~20% longer on its own pool than one after a pause).
+OMP_HOST_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+typedef void (*task_fn)(void *, int, int);
+static void (*gomp_parallel)(void (*)(void *), void *, unsigned, unsigned);
+static int (*thread_num)(void), (*num_threads)(void), (*max_threads)(void);
+struct job { task_fn task; void *arg; int nth; };
+static void region(void *p)
+{
+    struct job *j = p;
+    for (int i = thread_num(), n = num_threads(); i < j->nth; i += n) j->task(j->arg, i, j->nth);
+}
+int peer_omp_parallel_for(void *user, int nth, task_fn task, void *arg)
+{
+    struct job j = {task, arg, nth};
+    const int most = max_threads();
+    (void)user;
+    gomp_parallel(region, &j, (unsigned)(nth < most ? nth : most), 0);
+    return 0;
+}
+int peer_omp_init(const char *path)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return -1;
+    *(void **)&gomp_parallel = dlsym(h, "GOMP_parallel");
+    *(void **)&thread_num = dlsym(h, "omp_get_thread_num");
+    *(void **)&num_threads = dlsym(h, "omp_get_num_threads");
+    *(void **)&max_threads = dlsym(h, "omp_get_max_threads");
+    return gomp_parallel && thread_num && num_threads && max_threads ? 0 : -2;
+}
+"""
+
+
+def torch_omp_host():
+    """The parallel-for over torch's loaded OpenMP runtime (a ctypes function pointer), or
+    (None, why)."""
+    import torch  # noqa: F401  (loads its libgomp)
+    paths = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            base = os.path.basename(path)
+            if base.startswith(("libgomp", "libiomp5", "libomp")) and path not in paths:
+                paths.append(path)
+    paths.sort(key=lambda p: "/torch/" not in p)
+    if not paths:
+        return None, "no OpenMP runtime is loaded"
+    tmp = tempfile.mkdtemp(prefix="fa-peers-omp-")
+    src, so = os.path.join(tmp, "omp_host.c"), os.path.join(tmp, "omp_host.so")
+    with open(src, "w") as f:
+        f.write(OMP_HOST_C)
+    try:
+        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", src, "-o", so, "-ldl"], check=True,
+                       capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        return None, f"cannot compile the OpenMP parallel-for: {getattr(e, 'stderr', e)}"
+    shim = C.CDLL(so)
+    shim.peer_omp_init.argtypes = [C.c_char_p]
+    if shim.peer_omp_init(paths[0].encode()) != 0:
+        return None, f"{paths[0]} lacks GOMP_parallel or omp_get_*"
+    return (shim, C.cast(shim.peer_omp_parallel_for, C.c_void_p), paths[0]), None
+
+
 class Lib:
     """The few library calls the benchmark makes, with their signatures."""
 
@@ -186,6 +255,8 @@ class Lib:
         so.fa_forward.restype = C.c_int
         so.fa_backward.argtypes = [C.c_void_p, C.POINTER(FaBackwardArgs)]
         so.fa_backward.restype = C.c_int
+        so.fa_context_set_parallel.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p]
+        so.fa_context_set_parallel.restype = C.c_int
         ctx = C.c_void_p()
         self.check(so.fa_context_create(C.byref(ctx)), None, "fa_context_create")
         self.ctx = ctx
@@ -203,6 +274,12 @@ class Lib:
         v = C.c_int64()
         self.check(self.so.fa_context_get(self.ctx, param, C.byref(v)), self.ctx, f"fa_context_get({param})")
         return v.value
+
+    def use_host(self, host):
+        """Runs the context's parallel work on host (torch_omp_host's), or its own threads (None)."""
+        fn = host[1] if host else None
+        self.check(self.so.fa_context_set_parallel(self.ctx, fn, None), self.ctx, "fa_context_set_parallel")
+        self.host = host
 
     def probe(self, kind):
         v = C.c_double()
@@ -266,6 +343,10 @@ CASES = {
     "fwdbwd_causal_bf16": ("fwdbwd", "bf16", True),
     "decode_f16": ("decode", "f16", False),
     "decode_bf16": ("decode", "bf16", False),
+    # chunked prefill: N tokens packed as N / --chunk sequences (cu_seqlens), each
+    # attending to itself; torch gets the same chunks as one dense batch (see Case)
+    "varlen_bf16": ("varlen", "bf16", False),
+    "varlen_causal_bf16": ("varlen", "bf16", True),
 }
 DEFAULT_CASES = list(CASES)
 TOLERANCE = {"f32": 1e-4, "bf16": 2e-2, "f16": 2e-2}
@@ -304,6 +385,9 @@ class Case:
         self.lib, self.name, self.n, self.opts = lib, name, n, opts
         self.kind, self.dtname, self.causal = CASES[name]
         B, H, D = opts.batch, opts.heads, opts.dim
+        if self.kind == "varlen":
+            self._init_varlen(n, opts)
+            return
         dt = torch_dtype(self.dtname)
         g = torch.Generator().manual_seed(1234 + n)
         sq = 1 if self.kind == "decode" else n
@@ -328,6 +412,44 @@ class Case:
             self.args.o = view_bnsd(self.o)
             if self.kind in ("bwd", "fwdbwd"):
                 self._setup_backward()
+
+    def _init_varlen(self, n, opts):
+        """Chunked prefill: n tokens of each of the --batch sequences cut into chunks
+        of --chunk tokens, every chunk its own sequence (Sq = Sk = chunk). flashattn
+        takes them packed, (1, total, H, D) with cu_seqlens; torch has no varlen
+        form on the CPU, and the strongest thing it can do with equal chunks is one
+        dense batch (chunks, H, chunk, D), which is what it gets: one call, no mask
+        (a block-diagonal mask over the packed tokens would send it to the math
+        kernel, and a call per chunk would pay its per-call cost each time). The
+        values are the same on both sides, each in its own natural layout."""
+        torch = self.torch
+        H, D, L = opts.heads, opts.dim, opts.chunk
+        if n % L:
+            raise RuntimeError(f"N={n} is not a multiple of --chunk {L}")
+        chunks = opts.batch * n // L
+        dt = torch_dtype(self.dtname)
+        g = torch.Generator().manual_seed(1234 + n)
+        self.sq = L
+        self.q, self.k, self.v = (torch.randn(chunks, H, L, D, generator=g, dtype=torch.float32).to(dt)
+                                  for _ in range(3))
+        # flashattn's packed copies: token c * L + s of head h = chunk c's row s
+        self.fq, self.fk, self.fv = (t.transpose(1, 2).reshape(1, chunks * L, H, D).transpose(1, 2).contiguous()
+                                     for t in (self.q, self.k, self.v))
+        self.o = torch.empty_like(self.fq)
+        self.cu = (C.c_int32 * (chunks + 1))(*[c * L for c in range(chunks + 1)])
+        self.args = FaForwardArgs()
+        self.lib.so.fa_forward_args_init(C.byref(self.args))
+        self.args.causal = FA_CAUSAL_BOTTOM_RIGHT if self.causal else FA_CAUSAL_NONE
+        self.args.q, self.args.k, self.args.v = view_bnsd(self.fq), view_bnsd(self.fk), view_bnsd(self.fv)
+        self.args.o = view_bnsd(self.o)
+        self.args.cu_seqlens_q = self.args.cu_seqlens_k = C.cast(self.cu, C.c_void_p)
+        self.args.num_seqs = chunks
+        self.flops = flops_forward(self.name, L, L, chunks, H, D, D)
+
+    def _varlen_out(self):
+        """flashattn's packed o as torch's (chunks, H, chunk, D)."""
+        chunks, H, L, D = self.q.shape
+        return self.o.transpose(1, 2).reshape(chunks, L, H, D).transpose(1, 2)
 
     def _setup_decode(self):
         torch = self.torch
@@ -368,7 +490,7 @@ class Case:
         return self.torch_sdpa(self.tq, self.tk, self.tv)
 
     def time_torch(self):
-        if self.kind in ("fwd", "decode"):
+        if self.kind in ("fwd", "decode", "varlen"):
             with self.torch.no_grad():
                 t0 = time.perf_counter()
                 self.torch_sdpa(self.q, self.k, self.v)
@@ -385,7 +507,7 @@ class Case:
 
     # ---- flashattn's side
     def time_fa(self):
-        if self.kind in ("fwd", "decode"):
+        if self.kind in ("fwd", "decode", "varlen"):
             t0 = time.perf_counter()
             self.lib.forward(self.args)
             return time.perf_counter() - t0
@@ -404,11 +526,11 @@ class Case:
         """Runs both sides once (also the warm-up) and compares the results."""
         tol = TOLERANCE[self.dtname]
         errs = {}
-        if self.kind in ("fwd", "decode"):
+        if self.kind in ("fwd", "decode", "varlen"):
             with self.torch.no_grad():
                 ref = self.torch_sdpa(self.q, self.k, self.v)
             self.lib.forward(self.args)
-            errs["o"] = rel_err(self.o, ref)
+            errs["o"] = rel_err(self._varlen_out() if self.kind == "varlen" else self.o, ref)
         else:
             out = self.torch_forward_graph()
             out.backward(self.dout)
@@ -549,6 +671,8 @@ def main():
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--chunk", type=int, default=256,
+                   help="varlen cases: tokens per chunk (each chunk one sequence of the packed call)")
     p.add_argument("--max-call-s", type=float, default=20.0,
                    help="skip an N whose calls are predicted (from the previous N) to exceed this")
     p.add_argument("--max-load", type=float, default=2.5, help="wait while the 1-min load is above this")
@@ -557,6 +681,9 @@ def main():
     p.add_argument("--plot", metavar="FILE.png", help="latency vs N per case, both libraries")
     p.add_argument("--lib", default=os.path.join(REPO, "build", "libflashattn.so"))
     p.add_argument("--no-amx-check", action="store_true")
+    p.add_argument("--fa-pool", choices=("torch", "own"), default="torch",
+                   help="flashattn's threads: torch's OpenMP pool, as the Python package runs it "
+                        "(default), or the library's own pool")
     opts = p.parse_args()
 
     seqs = opts.seqs or ([512, 1024] if opts.quick else [512, 1024, 2048, 4096, 8192])
@@ -572,6 +699,13 @@ def main():
     lib = Lib(opts.lib)
     sizes = check_abi(os.path.join(REPO, "include"))
     lib.set(FA_PARAM_THREADS, opts.threads)
+    fa_pool = "own"
+    if opts.fa_pool == "torch":
+        host, why = torch_omp_host()
+        if host is None:
+            sys.exit(f"torch_sdpa: --fa-pool torch: {why} (--fa-pool own runs the library's threads)")
+        lib.use_host(host)
+        fa_pool = f"torch's OpenMP ({host[2]})"
 
     meta = {
         "kind": "meta",
@@ -582,6 +716,7 @@ def main():
         "flashattn": lib.so.fa_version_string().decode(),
         "isa": lib.so.fa_context_isa(lib.ctx).decode(),
         "threads": opts.threads,
+        "fa_pool": fa_pool,
         "runs": runs,
         "B": opts.batch, "H": opts.heads, "D": opts.dim,
         "abi_sizes": sizes,
@@ -591,6 +726,7 @@ def main():
     log("# probing flashattn's fp32 FMA peak")
     meta["fma_peak_gflops"] = lib.probe(FA_PROBE_FMA_PEAK)
     meta["bf16_peak_gflops"] = lib.probe(FA_PROBE_BF16_PEAK)
+    meta["tile_peak_gflops"] = lib.probe(FA_PROBE_TILE_PEAK)  # None where the path has no tile unit
     meta["load_start"] = wait_for_load(opts.max_load, opts.load_wait)
 
     if opts.json:
@@ -599,12 +735,15 @@ def main():
         print(f"# torch {meta['torch']} (CUDA build {meta['torch_cuda_build']}, CPU capability "
               f"{meta['torch_cpu_capability']}), flashattn {meta['flashattn']} isa {meta['isa']}")
         print(f"# torch threads: {meta['torch_parallel']}")
+        print(f"# flashattn threads: {fa_pool}")
         if "amx" in meta:
             print(f"# {meta['amx']['line']}")
         fp = meta["fma_peak_gflops"]
         bp = meta["bf16_peak_gflops"]
         print(f"# flashattn fp32 FMA peak {fp:.1f} GFLOP/s on {opts.threads} threads (fa_probe)"
-              + (f"; bf16 dot peak {bp:.1f}" if bp else "") if fp else "# FMA peak probe failed")
+              + (f"; bf16 dot peak {bp:.1f}" if bp else "")
+              + (f"; bf16 tile peak {meta['tile_peak_gflops']:.1f}" if meta["tile_peak_gflops"] else "")
+              if fp else "# FMA peak probe failed")
         print(f"# B={opts.batch} H={opts.heads} D={opts.dim}, threads {opts.threads} both sides, "
               f"{runs} interleaved runs, medians; load {meta['load_start']:.2f} at start")
         print(f"# ABI: sizeof fa_tensor {sizes['fa_tensor']}, fa_forward_args {sizes['fa_forward_args']}, "
@@ -622,7 +761,7 @@ def main():
             row = {"kind": "row", "case": name, "N": n, "dtype": CASES[name][1],
                    "causal": CASES[name][2], "threads": opts.threads, "runs": runs}
             if prev:
-                power = 1 if kind == "decode" else 2
+                power = 1 if kind in ("decode", "varlen") else 2
                 est = prev[1] * (n / prev[0]) ** power
                 if est > opts.max_call_s:
                     row["skipped"] = f"predicted {est:.3g} s per call > --max-call-s {opts.max_call_s:g}"
@@ -666,14 +805,17 @@ def main():
                 "flops": case.flops,
                 "torch_gflops": case.flops / mt / 1e9, "fa_gflops": case.flops / mf / 1e9,
                 "fa_threads": lib.get(FA_PARAM_LAST_THREADS),
+                "fa_pool": ("own", "host", "host-failed")[lib.get(FA_PARAM_LAST_POOL)],
                 "bf16_dot": bool(lib.get(FA_PARAM_BF16_DOT_ACTIVE)) if CASES[name][1] == "bf16" else False,
             })
             peak = meta["fma_peak_gflops"]
             row["fa_pct_fma_peak"] = 100 * row["fa_gflops"] / peak if peak else None
             row["torch_pct_fma_peak"] = 100 * row["torch_gflops"] / peak if peak else None
-            # the peak of the path that ran: bf16 pairs multiply at the bf16 dot peak
-            row["peak_kind"] = "bf16_dot" if row["bf16_dot"] and meta["bf16_peak_gflops"] else "fp32_fma"
-            kpeak = meta["bf16_peak_gflops"] if row["peak_kind"] == "bf16_dot" else peak
+            # the peak of the path that ran: bf16 pairs multiply on the tile unit where the path
+            # has one (amx; the CLI bench's rule, tools/measure.c), else at the bf16 dot peak
+            row["peak_kind"] = ("bf16_tile" if meta["tile_peak_gflops"] else "bf16_dot") \
+                if row["bf16_dot"] and (meta["tile_peak_gflops"] or meta["bf16_peak_gflops"]) else "fp32_fma"
+            kpeak = {"bf16_tile": meta["tile_peak_gflops"], "bf16_dot": meta["bf16_peak_gflops"]}.get(row["peak_kind"], peak)
             row["fa_pct_peak"] = 100 * row["fa_gflops"] / kpeak if kpeak else None
             prev = (n, max(mt, mf) if kind != "bwd" else max(mt, mf) * 1.5)
             rows.append(row)

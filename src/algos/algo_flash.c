@@ -216,6 +216,24 @@ static int stacked_band(const fa_problem *s, int elementwise, int64_t i0, int64_
     return 1;
 }
 
+/* The profile's FLOPs of a tile's products (profile.h, fa_phase_flops): `dim` (2 D for the
+ * scores, 2 Dv for P V) per pair of its `rows` rows and `cols` columns that the rows'
+ * bands keep (tlo NULL: every pair); 0 with the profile off, so the loops pay nothing. */
+static int64_t tile_flops(const fa_phases *ph, int64_t dim, int64_t rows, int64_t cols, const int32_t *tlo,
+                          const int32_t *thi)
+{
+    if (!ph->on) return 0;
+    int64_t pairs = rows * cols;
+    if (tlo) {
+        pairs = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t a = tlo[r] < 0 ? 0 : tlo[r], z = thi[r] >= cols ? cols - 1 : thi[r];
+            pairs += z >= a ? z - a + 1 : 0;
+        }
+    }
+    return dim * pairs;
+}
+
 /* A block-masked tile whose kept pairs are one run of columns per row (a causal
  * diagonal block, a document's edge): the runs as the softmax kernel's bounds, cut
  * by the band's (*tlo != NULL), so no -inf is written and exponentiated, and the
@@ -404,6 +422,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             else
                 kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
             t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
+            fa_phase_flops(job->phases, FA_PH_S, tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
             if (elementwise)
                 for (int64_t g = 0; g < ng; g++)
                     fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n * lds, 1, lds);
@@ -427,6 +446,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
                 pk->pv_small(rows, cols, Dv, sc->st, lds, vrow, kvt, s->quant ? vscale : NULL, STACK_ALPHA(k),
                              STACK_ACC(k), ldacc);
             fa_phase_mark(job->phases, FA_PH_P, t0);
+            fa_phase_flops(job->phases, FA_PH_P, tile_flops(job->phases, 2 * Dv, rows, cols, tlo, thi));
         }
     }
     for (int64_t k = 0; k < nkv; k++)
@@ -575,6 +595,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t c = 0; c < cols; c++) sc->wst[r * lds + c] += sc->wqc[r];
         t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
+        fa_phase_flops(job->phases, FA_PH_S, tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
         /* 2-5 */
         if (elementwise)
             for (int64_t g = 0; g < ng; g++) fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->wst + g * n * lds, 1, lds);
@@ -597,6 +618,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
                 pk->pv_small(nr, cols, Dv, st, lds, vrow, vkt, vscale, alpha, acc, ldacc);
         }
         fa_phase_mark(job->phases, FA_PH_P, t0);
+        fa_phase_flops(job->phases, FA_PH_P, tile_flops(job->phases, 2 * Dv, rows, cols, tlo, thi));
     }
     finish_rows(job, s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
 }
@@ -1022,6 +1044,8 @@ run:
                            .m = sc->m, .l = sc->l, .acc = sc->acc, .ldacc = job->ldacc, .scratch = sc->fwd_scratch};
     kern->fwd_bf16(&t);
     *t0 = fa_phase_mark(job->phases, FA_PH_P, *t0);
+    /* both products, interleaved with the softmax in the one call: all in P */
+    fa_phase_flops(job->phases, FA_PH_P, tile_flops(job->phases, 2 * (D + Dv), w->rows, cols, tlo, thi));
     return 1;
 }
 
@@ -1306,13 +1330,17 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         }
         /* trimmed where the band ends inside the tile for its first rows (a window's
          * left edge alone leaves nothing to trim) */
+        const int64_t pair_flops = tile_flops(job->phases, 2, rows, cols, tlo, thi); /* 2 per pair and dim */
         if (tlo && thi[0] + 1 < cols && !bm_bits && job->path->trims && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
             t0 = wide_trimmed(job, sc, &w, j0, cols, tlo, thi, t0);
+            fa_phase_flops(job->phases, FA_PH_S, pair_flops * p->D);
+            fa_phase_flops(job->phases, FA_PH_P, pair_flops * Dv);
             continue;
         }
         /* 1. scaled scores */
         const float *v = job->path->scores(job, sc, &w, j0, cols, &ldv);
         t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
+        fa_phase_flops(job->phases, FA_PH_S, pair_flops * p->D);
 
         /* 2-5. softcap, bias, ALiBi and masks, head by head */
         if (elementwise)
@@ -1333,6 +1361,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         /* 9. acc = alpha * acc + P V */
         job->path->pv(job, sc, &w, j0, cols, partial, v, ldv);
         t0 = fa_phase_mark(job->phases, FA_PH_P, t0);
+        fa_phase_flops(job->phases, FA_PH_P, pair_flops * Dv);
     }
     /* 6-7 completed: P normalised by the row's sum, lse = m + log l */
     if (step->end) finish_rows(job, &s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
@@ -1478,8 +1507,13 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     /* (f32 as bf16 products too: its mode, kernels.h) */
     job->fused = ctx->set.bf16_fused && (job->bf16_dot || job->mm_terms) && (ctx->kernels->flags & FA_KERNELS_FWD_BF16) &&
                  (!fa_problem_has_elementwise(p) || (fused_mask(p) && !job->mm_terms)) && !p->drop.on;
-    /* the f32 path trims a band's diagonal tiles (wide_trimmed) */
-    fa_plan_tiles(ctx, &plan_p, !job->bf16_dot && !job->mm_terms && !p->drop.on, &job->plan);
+    /* the f32 path trims a band's diagonal tiles (wide_trimmed), the fused bf16 kernel skips
+     * what a band leaves of a tile's blocks (int8 products may take its tasks: wide_q8; the
+     * bf16x3 mode keeps the plain tiles it was measured on) */
+    const int loop = job->fused && !job->mm_terms && !p->quant_matmul ? FA_PLAN_FUSED
+                     : !job->bf16_dot && !job->mm_terms && !p->drop.on  ? FA_PLAN_TRIMMED
+                                                                        : FA_PLAN_PLAIN;
+    fa_plan_tiles(ctx, &plan_p, loop, &job->plan);
     job->decode_tiles = decode_tiles(ctx, p, job);
     if (job->decode_tiles) decode_tiles_plan(p, job);
     job->ldacc = round16(p->Dv); /* Dv <= FA_DIM_MAX (checks.c): no overflow here or below */
@@ -1593,14 +1627,14 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
 
     atomic_init(&job.pack_ns, 0);
     fa_phases phases;
-    fa_phases_init(&phases, ctx->set.verbose);
+    fa_phases_init(&phases, ctx->set.verbose || ctx->set.profile);
     job.phases = &phases;
     atomic_init(&job.next, 0);
     if (job.fused_i8 && job.n_items > 0) fa_pool_run(ctx->pool, nth, q8_keys_worker, &job);
     if (job.n_items > 0) fa_pool_run(ctx->pool, nth, flash_worker, &job);
     atomic_init(&job.next, 0);
     if (job.n_merges > 0) fa_pool_run(ctx->pool, nth, merge_worker, &job);
-    fa_phases_read(&phases, info->phase_us);
+    fa_phases_read(&phases, info->phase_us, info->phase_flop);
     /* sequences with no query rows have nothing to write; rows with no keys were
      * written by their tasks (o = 0, lse = -inf) */
     fa_context_workspace_done(ctx, ws);

@@ -927,10 +927,10 @@ fa_status fa_backward_tiled(fa_context *ctx, const fa_problem *p, const fa_grads
     job.n_tasks = n_tasks;
     atomic_init(&job.next, 0);
     fa_phases phases;
-    fa_phases_init(&phases, ctx->set.verbose);
+    fa_phases_init(&phases, ctx->set.verbose || ctx->set.profile);
     job.phases = &phases;
     if (job.n_tasks > 0) fa_pool_run(ctx->pool, nth, bwd_worker, &job);
-    fa_phases_read(&phases, info->phase_us);
+    fa_phases_read(&phases, info->phase_us, info->phase_flop);
     fa_context_workspace_done(ctx, ws);
     info->extra_bytes = bytes;
     info->br = job.br;

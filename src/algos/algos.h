@@ -13,8 +13,8 @@
 /* The plan of p with ctx's inputs (src/schedule/plan_inputs.c): its kernel table, its tuned
  * tiles for p's shape class and its tile settings, fed to fa_plan_from (plan.h).
  * Not const: it records, for fa_tune and the verbose trace, the shape class and
- * where the tiles came from. trimmed: as fa_plan_from's. */
-void fa_plan_tiles(fa_context *ctx, const fa_problem *p, int trimmed, fa_plan *plan);
+ * where the tiles came from. loop: as fa_plan_from's (FA_PLAN_*). */
+void fa_plan_tiles(fa_context *ctx, const fa_problem *p, int loop, fa_plan *plan);
 /* Whether bf16 inputs are multiplied as bf16 pairs on this context: the path must
  * have the kernels, and they must outrun fp32 FMA on this CPU (auto) or be forced. */
 int fa_bf16_dot_active(const fa_context *ctx);

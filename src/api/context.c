@@ -137,7 +137,14 @@ static const param_row g_params[] = {
 #define FA_READOUT_ROW(param, field, lo, hi) {param, lo, hi, offsetof(fa_context, last.field), 1},
     FA_READOUTS(FA_READOUT_ROW)
 #undef FA_READOUT_ROW
+    /* the phase profile's read-outs, one per phase and kind */
+#define FA_PHASE_ROW(k)                                                                                      \
+    {(fa_param)(FA_PARAM_LAST_PHASE_US + (k)), 0, INT64_MAX, offsetof(fa_context, last.phase_us) + (k) * sizeof(int64_t), 1}, \
+    {(fa_param)(FA_PARAM_LAST_PHASE_FLOP + (k)), 0, INT64_MAX, offsetof(fa_context, last.phase_flop) + (k) * sizeof(int64_t), 1},
+    FA_PHASE_ROW(0) FA_PHASE_ROW(1) FA_PHASE_ROW(2) FA_PHASE_ROW(3) FA_PHASE_ROW(4) FA_PHASE_ROW(5) FA_PHASE_ROW(6)
+#undef FA_PHASE_ROW
 };
+_Static_assert(FA_PHASES == 7, "one FA_PHASE_ROW per phase");
 
 static const param_row *param_find(fa_param param)
 {

@@ -36,7 +36,8 @@ typedef struct fa_pool fa_pool;
     X(FA_PARAM_KV_PACK, kv_pack, 0, 2)            /* 0 auto, 1 never, 2 wherever shared */ \
     X(FA_PARAM_F32_MATMUL, f32_matmul, 0, 2)      /* FA_F32_MATMUL_*: 0 ieee, 1 bf16x3, 2 bf16 */ \
     X(FA_PARAM_QUANT_MATMUL, quant_matmul, 0, 2)  /* FA_QUANT_MATMUL_*: 0 exact, 1 i8, 2 i8x2 */ \
-    X(FA_PARAM_BF16_FUSED, bf16_fused, 0, 1)      /* FLASHATTN_BF16_FUSED=0 turns the fused bf16 tiles off */
+    X(FA_PARAM_BF16_FUSED, bf16_fused, 0, 1)      /* FLASHATTN_BF16_FUSED=0 turns the fused bf16 tiles off */ \
+    X(FA_PARAM_PROFILE, profile, 0, 1)            /* time the phases without the trace */
 
 /* FA_PARAM_F32_MATMUL's values. */
 enum { FA_F32_MATMUL_IEEE = 0, FA_F32_MATMUL_BF16X3 = 1, FA_F32_MATMUL_BF16 = 2 };
@@ -69,7 +70,7 @@ typedef struct fa_settings {
     X(FA_PARAM_LAST_POOL, pool, 0, 2) /* FA_POOL_*: own, host, host failed (forward.c's record_run) */
 
 /* Phases of a tiled loop the verbose trace times: the forward's four, the backward's seven (profile.h). */
-#define FA_PHASES_MAX 7
+#define FA_PHASES_MAX FA_PHASES
 
 /* What a run allocated and chose: the read-outs above, and for FLASHATTN_VERBOSE. */
 typedef struct fa_run_info {
@@ -78,9 +79,11 @@ typedef struct fa_run_info {
 #undef FA_READOUT_FIELD
     const char *path; /* compute path, e.g. "f32" or "bf16-dot" */
     int backward;     /* a backward pass (the trace says so) */
-    /* with FLASHATTN_VERBOSE (for its trace): the tiled loop's thread CPU time (all
-     * threads) by phase, profile.h's FA_PH_*; all 0 for the loops that keep none */
+    /* with FLASHATTN_VERBOSE (for its trace) or FA_PARAM_PROFILE: the tiled loop's thread
+     * CPU time (all threads) by phase, profile.h's FA_PH_*, and the FLOPs of the products
+     * each ran; all 0 for the loops that keep none (FA_PARAM_LAST_PHASE_US, _FLOP) */
     int64_t phase_us[FA_PHASES_MAX];
+    int64_t phase_flop[FA_PHASES_MAX];
 } fa_run_info;
 
 /* Tuned tiles (src/schedule/plan_inputs.c, src/schedule/tune_file.c): the tune file is read when the

@@ -42,8 +42,18 @@ int fa_plan_masked(const fa_problem *p)
     return p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0;
 }
 
-void fa_plan_from(const fa_plan_inputs *in, const fa_problem *p, int trimmed, fa_plan *plan)
+/* The fused forward's keys in one tile: up to this many keys (a short call, a chunk of
+ * chunked prefill) take one tile (K^T and V pairs of bf16: 256 KiB at D = Dv = 128),
+ * and their query blocks grow to as many rows, as long as tasks_wanted remain: with
+ * one key tile a block's Q and accumulator are used once each, strip by strip, so a
+ * taller block costs no cache, while every extra tile boundary and every block's
+ * packed K/V shared between blocks do cost (the unit's K^T and V pairs come back
+ * from L3 for the second block of a 512-key sequence). */
+enum { FUSED_ONE_TILE = 512 };
+
+void fa_plan_from(const fa_plan_inputs *in, const fa_problem *p, int loop, fa_plan *plan)
 {
+    const int trimmed = loop != FA_PLAN_PLAIN;
     const int64_t budget = fa_l2_bytes() / 2; /* leave the rest to K/V rows streaming through */
     const int64_t D = p->D, Dv = p->Dv;
     /* the table's preferred blocking (kernels.h): its row alignment is the floor for
@@ -78,6 +88,12 @@ void fa_plan_from(const fa_plan_inputs *in, const fa_problem *p, int trimmed, fa
     if (masked && (!trimmed || windowed)) {
         while (br > br_min && br > p->Sq / 8) br /= 2;
         while (bc > 64 && bc > p->Sk / 4) bc /= 2;
+    }
+
+    if (loop == FA_PLAN_FUSED && p->Sk <= FUSED_ONE_TILE && !windowed) {
+        bc = FUSED_ONE_TILE;
+        while (br < FUSED_ONE_TILE && br < p->Sq && p->B * p->Hq * ((p->Sq + 2 * br - 1) / (2 * br)) >= tasks_wanted)
+            br *= 2;
     }
 
     plan->src_q = plan->src_kv = FA_TILES_HEURISTIC;

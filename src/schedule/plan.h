@@ -37,11 +37,17 @@ typedef struct fa_plan_inputs {
 /* Whether p has a causal mask or a window (the planner's and the tune key's "masked"). */
 int fa_plan_masked(const fa_problem *p);
 
+/* How the caller runs a plan's tiles (fa_plan_from's `loop`): FA_PLAN_TRIMMED cuts a
+ * causal band's diagonal tiles to the columns its rows keep (algo_flash.c,
+ * wide_trimmed), so large tiles waste nothing there; FA_PLAN_FUSED is the fused bf16
+ * forward (kernels.h, fwd_bf16), which skips the blocks of a tile its rows' bands
+ * leave out as trimming does, and walks a tile strip by strip, so that a block of
+ * queries over keys that fit one tile keeps nothing in cache between tiles. */
+enum { FA_PLAN_PLAIN = 0, FA_PLAN_TRIMMED = 1, FA_PLAN_FUSED = 2 };
+
 /* The plan of p: the heuristic, replaced by the tuned tiles when there are, each side
- * overridden by its setting. trimmed: the caller cuts a causal band's diagonal tiles
- * to the columns its rows keep (algo_flash.c, wide_trimmed), so large tiles waste
- * nothing there. */
-void fa_plan_from(const fa_plan_inputs *in, const fa_problem *p, int trimmed, fa_plan *plan);
+ * overridden by its setting. */
+void fa_plan_from(const fa_plan_inputs *in, const fa_problem *p, int loop, fa_plan *plan);
 
 /* Leading dimension for panels of `rows` query rows: a multiple of FA_ROW_ALIGN
  * that avoids L1 set aliasing. */

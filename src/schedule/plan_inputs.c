@@ -17,7 +17,7 @@ void fa_context_read_tune(fa_context *ctx)
     ctx->tune.note_pending = 1;
 }
 
-void fa_plan_tiles(fa_context *ctx, const fa_problem *p, int trimmed, fa_plan *plan)
+void fa_plan_tiles(fa_context *ctx, const fa_problem *p, int loop, fa_plan *plan)
 {
     fa_plan_inputs in = {.kernels = ctx->kernels, .set_q = ctx->set.tile_q, .set_kv = ctx->set.tile_kv};
     ctx->tune.note_due = 0;
@@ -31,7 +31,7 @@ void fa_plan_tiles(fa_context *ctx, const fa_problem *p, int trimmed, fa_plan *p
             fa_tune_find(ctx->tune.table, &ctx->tune.key, &in.tuned_q, &in.tuned_kv);
         }
     }
-    fa_plan_from(&in, p, trimmed, plan);
+    fa_plan_from(&in, p, loop, plan);
     ctx->tune.tile_src_q = plan->src_q;
     ctx->tune.tile_src_kv = plan->src_kv;
 }

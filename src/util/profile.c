@@ -11,7 +11,7 @@
 void fa_phases_init(fa_phases *ph, int on)
 {
     ph->on = on;
-    for (int i = 0; i < FA_PHASES_MAX; i++) atomic_init(&ph->ns[i], 0);
+    for (int i = 0; i < FA_PHASES_MAX; i++) atomic_init(&ph->ns[i], 0), atomic_init(&ph->flop[i], 0);
 }
 
 double fa_phase_start(const fa_phases *ph)
@@ -32,7 +32,10 @@ double fa_phase_mark(fa_phases *ph, int phase, double t0)
     return t;
 }
 
-void fa_phases_read(const fa_phases *ph, int64_t *us)
+void fa_phases_read(const fa_phases *ph, int64_t *us, int64_t *flop)
 {
-    for (int i = 0; i < FA_PHASES_MAX; i++) us[i] = atomic_load(&ph->ns[i]) / 1000;
+    for (int i = 0; i < FA_PHASES_MAX; i++) {
+        us[i] = atomic_load(&ph->ns[i]) / 1000;
+        flop[i] = atomic_load(&ph->flop[i]);
+    }
 }

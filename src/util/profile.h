@@ -14,17 +14,26 @@
 
 #include "context.h" /* FA_PHASES_MAX, fa_now_s */
 
+#include <stdatomic.h>
+
 enum { FA_PH_S, FA_PH_X, FA_PH_P, FA_PH_M, FA_PH_FWD };
 enum { FA_PH_BS, FA_PH_BX, FA_PH_DP, FA_PH_DS, FA_PH_DV, FA_PH_DK, FA_PH_DQ, FA_PH_BWD };
 typedef struct fa_phases {
     int on;
     _Atomic long long ns[FA_PHASES_MAX];
+    _Atomic long long flop[FA_PHASES_MAX]; /* the products' FLOPs each phase ran (fa_phase_flops) */
 } fa_phases;
 void fa_phases_init(fa_phases *ph, int on);
 /* The thread's CPU clock when on (the start of a phase), else 0. */
 double fa_phase_start(const fa_phases *ph);
 /* Charges the time since t0 to the phase; returns the clock (the next phase's start). */
 double fa_phase_mark(fa_phases *ph, int phase, double t0);
-void fa_phases_read(const fa_phases *ph, int64_t *us);
+/* Credits the phase with the FLOPs of products it ran (when on). */
+static inline void fa_phase_flops(fa_phases *ph, int phase, int64_t flops)
+{
+    if (ph->on) atomic_fetch_add_explicit(&ph->flop[phase], flops, memory_order_relaxed);
+}
+/* The phases' microseconds into us[FA_PHASES_MAX], their FLOPs into flop[FA_PHASES_MAX]. */
+void fa_phases_read(const fa_phases *ph, int64_t *us, int64_t *flop);
 
 #endif

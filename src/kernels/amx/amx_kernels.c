@@ -657,6 +657,10 @@ void fa_amx_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk
         const int64_t j = j0 + c;
         uint32_t *blk = kt + j / 16 * 16 * np;
         if (j % 16 == 0 && c + 16 <= cols) {
+            /* the next block's K rows asked for now: they come from L3 or memory, in
+             * (B, S, H, D) a page apart each, which no hardware stream covers */
+            for (int64_t i = c + 16; i < c + 32 && i < cols; i++)
+                for (int64_t x = 0; x < d; x += 32) _mm_prefetch((const char *)(k + i * ldk + x), _MM_HINT_T0);
             for (int64_t g = 0; g < np / 16; g++) {
                 const int64_t x0 = 32 * g, nx = d - x0;
                 const __mmask32 m = nx >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << nx) - 1;

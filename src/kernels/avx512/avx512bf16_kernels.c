@@ -44,6 +44,8 @@ static inline int32_t load_pair(const uint16_t *p)
 
 /* kernels.h's pack_pairs_bf16: word 2e of a dword row from row 2p, word 2e+1 from
  * row 2p+1; the masked loads supply the zeros past len and of a missing partner. */
+enum { PACK_AHEAD = 8 };
+
 void fa_avx512bf16_pack_pairs(int64_t nrows, int64_t len, const uint16_t *src, int64_t ld, uint32_t *dst, int64_t ld32)
 {
     const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
@@ -54,6 +56,13 @@ void fa_avx512bf16_pack_pairs(int64_t nrows, int64_t len, const uint16_t *src, i
         const int has1 = 2 * p + 1 < nrows;
         const uint16_t *s0 = src + 2 * p * ld, *s1 = has1 ? s0 + ld : s0;
         uint32_t *d = dst + p * ld32;
+        /* the rows PACK_AHEAD pairs on asked for now (V rows from L3 or memory, a page
+         * apart each in (B, S, H, D), which no hardware stream covers) */
+        if (2 * (p + PACK_AHEAD) + 1 < nrows)
+            for (int64_t e = 0; e < len; e += 32) {
+                _mm_prefetch((const char *)(s0 + 2 * PACK_AHEAD * ld + e), _MM_HINT_T0);
+                _mm_prefetch((const char *)(s0 + (2 * PACK_AHEAD + 1) * ld + e), _MM_HINT_T0);
+            }
         for (int64_t e = 0; e < ld32; e += 32) {
             const __mmask32 ke = e < len ? head_mask32(len - e) : 0; /* ld32 may run past len */
             const __m512i a = _mm512_maskz_loadu_epi16(ke, s0 + e);
