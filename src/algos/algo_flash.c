@@ -1487,6 +1487,15 @@ static int wide_q8(const fa_context *ctx, const fa_problem *p, const flash_job *
     return p->D <= d_max ? p->quant_matmul : 0;
 }
 
+/* Whether the wide tasks' rows are bf16 pairs (the bf16 path): bf16 q and K/V rows the
+ * pair kernels read (no pages but on the decode-tile route, no codes). */
+static int bf16_rows(const fa_problem *p, const flash_job *job, int decode_tiles)
+{
+    const fa_dtype kv = p->cache ? p->kc.dtype : p->k.dtype;
+    return job->bf16_dot && (!p->block_table || decode_tiles) && !p->quant && kv == FA_DTYPE_BF16 &&
+           p->dtype == FA_DTYPE_BF16;
+}
+
 /* The job's tiles, paths and per-thread scratch, from the shapes and the context. */
 static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
 {
@@ -1507,10 +1516,10 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     /* (f32 as bf16 products too: its mode, kernels.h) */
     job->fused = ctx->set.bf16_fused && (job->bf16_dot || job->mm_terms) && (ctx->kernels->flags & FA_KERNELS_FWD_BF16) &&
                  (!fa_problem_has_elementwise(p) || (fused_mask(p) && !job->mm_terms)) && !p->drop.on;
-    /* the f32 path trims a band's diagonal tiles (wide_trimmed), the fused bf16 kernel skips
-     * what a band leaves of a tile's blocks (int8 products may take its tasks: wide_q8; the
-     * bf16x3 mode keeps the plain tiles it was measured on) */
-    const int loop = job->fused && !job->mm_terms && !p->quant_matmul ? FA_PLAN_FUSED
+    /* the f32 path trims a band's diagonal tiles (wide_trimmed), the fused kernel on bf16
+     * rows skips what a band leaves of a tile's blocks (int8 products may take its tasks:
+     * wide_q8; the bf16x3 mode keeps the plain tiles it was measured on) */
+    const int loop = job->fused && bf16_rows(p, job, 0) && !p->quant_matmul ? FA_PLAN_FUSED
                      : !job->bf16_dot && !job->mm_terms && !p->drop.on  ? FA_PLAN_TRIMMED
                                                                         : FA_PLAN_PLAIN;
     fa_plan_tiles(ctx, &plan_p, loop, &job->plan);
@@ -1536,8 +1545,7 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     /* the wide tasks' operand path: bf16 pairs where q and the K/V rows the kernels read
      * are bf16 rows they pair (no pages but on the decode-tile route, no codes), else f32
      * as bf16 products where set */
-    const fa_dtype kv = p->cache ? p->kc.dtype : p->k.dtype;
-    const int pairs = job->bf16_dot && (!p->block_table || job->decode_tiles) && !p->quant && kv == FA_DTYPE_BF16 && p->dtype == FA_DTYPE_BF16;
+    const int pairs = bf16_rows(p, job, job->decode_tiles);
     job->path = &wide_paths[pairs ? WIDE_BF16 : job->mm_terms ? WIDE_SPLIT : WIDE_F32];
     /* the fused kernel is a variant of the bf16 and split paths: a call whose rows take the
      * f32 one (pages, codes) never runs it, so it neither reserves its scratch nor reports it */
