@@ -354,6 +354,17 @@ static void small_prefetch_start(const fa_problem *s, int which, int64_t j0, int
     }
 }
 
+/* Before stack k's P V on the tile at j0: the next call's first keys, the next stack's
+ * (when it reads another kv head) or the next tile's. */
+static void small_prefetch_next(const flash_job *job, const fa_problem *s, const fa_task *it, int64_t k, int64_t j0,
+                                int64_t hi)
+{
+    const int64_t group = job->p->group, ng = it->ng, h0 = it->h0 + k * ng, hk = h0 / group;
+    const int last = k + 1 == it->nkv;
+    const int64_t hn = last ? it->h0 / group : (h0 + ng) / group, jn = last ? j0 + job->plan.bc : j0;
+    if ((!last && hn != hk) || (last && jn <= hi)) small_prefetch_start(s, 0, jn, hi, hn, job->p->D);
+}
+
 static void flash_task_small(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
 {
     const fa_problem *p = job->p;
@@ -429,11 +440,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             if (bm == 2) small_bmask(s, sc, h0, ng, i0, n, j0, cols, sc->st, lds);
             kern->softmax_small(rows, cols, sc->st, lds, tlo, thi, STACK_M(k), STACK_L(k), STACK_ALPHA(k));
             t0 = fa_phase_mark(job->phases, FA_PH_X, t0);
-            { /* the next call's first keys: the next stack's (another kv head's), or the next tile's */
-                const int64_t hn = k + 1 < nkv ? (h0 + ng) / p->group : it->h0 / p->group;
-                const int64_t jn = k + 1 < nkv ? j0 : j0 + job->plan.bc;
-                if ((k + 1 < nkv && hn != hk) || (k + 1 == nkv && jn <= hi)) small_prefetch_start(s, 0, jn, hi, hn, D);
-            }
+            small_prefetch_next(job, s, it, k, j0, hi);
             /* a vector kernel multiplies a masked p = 0 by v too: a NaN/inf in a masked V
              * row would leak into rows that never see it, so such tiles take the
              * reference kernel, which skips p == 0 */
@@ -1257,6 +1264,32 @@ static int stacked_bmask(const fa_problem *s, const flash_scratch *sc, int64_t i
  * caller's tensors; its tiles those starting in [step->j0, step->j0 + step->cols);
  * its online softmax state in `state` between the steps of a chunked unit's task
  * (NULL: the task's only step, state in the thread's scratch). */
+/* The fused kernel's try at one tile of flash_task: 1 when it ran the tile (or a boolean
+ * mask's runs keep nothing of it), else 0, with w reading K and V in place and Q^T packed
+ * for the careful path (element bits left, a row that is no run, a partly masked tile
+ * with a NaN/inf V row). */
+static int fused_tile(const flash_job *job, const flash_scratch *sc, wide_task *w, const char *unit0, int64_t j0,
+                      int64_t cols, int partial, const int32_t *tlo, const int32_t *thi, int bm_bits, double *t0,
+                      int *qt2_ready)
+{
+    const fa_problem *s = w->s;
+    w->unit = unit0;
+    if (!bm_bits && !s->has_mask && wide_fused(job, sc, w, j0, cols, partial, tlo, thi, t0)) return 1;
+    int keeps = 1;
+    if (!bm_bits && s->has_mask && mask_bounds(s, sc, w->i0, w->n, w->ng, w->h0, j0, cols, &keeps)) {
+        if (!keeps) return 1; /* the kernel would leave the state as it is */
+        const int some = keeps == 1;
+        if (wide_fused(job, sc, w, j0, cols, some, some ? sc->lo : NULL, some ? sc->hi : NULL, t0)) return 1;
+    }
+    w->unit = NULL; /* the careful path reads K and V where they are (a K^T unit has no K rows) */
+    if (!*qt2_ready) { /* its Q^T pairs, from the fused kernel's Q rows */
+        const int64_t TD = (job->mm_terms ? job->mm_terms : 1) * job->p->D;
+        job->kern->pack_qt_bf16(w->rows, TD, w->qa, w->ldqa, sc->qt2, 2 * job->plan.br_pad);
+        *qt2_ready = 1;
+    }
+    return 0;
+}
+
 static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_task *it, const fa_step *step,
                        const char *unit, char *state)
 {
@@ -1312,22 +1345,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi) || bm_bits;
         if (bm_bits && !elementwise && bmask_bounds(&s, sc, i0, n, ng, h0, j0, cols, &tlo, &thi))
             bm_bits = 0; /* its runs are the tile's bounds now */
-        if (fused) {
-            w.unit = unit0;
-            /* element bits left: the careful path below applies them */
-            if (!bm_bits && !s.has_mask && wide_fused(job, sc, &w, j0, cols, partial, tlo, thi, &t0)) continue;
-            int keeps = 1;
-            if (!bm_bits && s.has_mask && mask_bounds(&s, sc, i0, n, ng, h0, j0, cols, &keeps)) {
-                if (!keeps) continue; /* the kernel would leave the state as it is */
-                const int some = keeps == 1;
-                if (wide_fused(job, sc, &w, j0, cols, some, some ? sc->lo : NULL, some ? sc->hi : NULL, &t0)) continue;
-            }
-            w.unit = NULL; /* the careful path below reads K and V where they are (a K^T unit has no K rows) */
-            if (!qt2_ready) { /* its Q^T pairs, from the fused kernel's Q rows */
-                kern->pack_qt_bf16(rows, (job->mm_terms ? job->mm_terms : 1) * p->D, w.qa, w.ldqa, sc->qt2, 2 * bp);
-                qt2_ready = 1;
-            }
-        }
+        if (fused && fused_tile(job, sc, &w, unit0, j0, cols, partial, tlo, thi, bm_bits, &t0, &qt2_ready)) continue;
         /* trimmed where the band ends inside the tile for its first rows (a window's
          * left edge alone leaves nothing to trim) */
         const int64_t pair_flops = tile_flops(job->phases, 2, rows, cols, tlo, thi); /* 2 per pair and dim */
