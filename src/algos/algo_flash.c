@@ -710,8 +710,11 @@ static void q_rows_split(const flash_job *job, const flash_scratch *sc, wide_tas
     int64_t ldq;
     for (int64_t g = 0; g < w->ng; g++) {
         const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0 + g, D, sc->q, &ldq);
-        for (int64_t r = 0; r < n; r++)
+        /* q's rows are a head's stride apart, as the split pack's are (convert.h) */
+        for (int64_t r = 0; r < n; r++) {
+            if (r + FA_SPLIT_PREFETCH_ROWS < n) fa_prefetch_row(q + (r + FA_SPLIT_PREFETCH_ROWS) * ldq, D * 4);
             fa_split_row(kern, job->mm_terms, 0, q + r * ldq, D, sc->q16 + (g * n + r) * TD, sc->rowf);
+        }
     }
     if (job->fused) fused_q(sc, w, sc->q16, TD, w->rows, TD);
     else kern->pack_qt_bf16(w->rows, TD, sc->q16, TD, sc->qt2, 2 * bp);

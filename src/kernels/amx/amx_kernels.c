@@ -301,8 +301,8 @@ static inline void dp_2x2(int two_i, int two_j)
  * A_i[k] at a[i] + 32k (lda uint16 per row), B_j[k] at b + 16k ldb + 16j (ldb dwords
  * per pair row) for k < nfull, and at btail + 16j (ldt) for the one chunk after them.
  * pv_bf16 (i: rows, j: e) and stx_bf16 (i: key columns, j: e) both accumulate so.
- * mul_2x2_terms with blo (fwd_bf16's bf16x3 mode): after each chunk's A.B also A.Blo
- * and Alo.B, Blo and Alo laid out as B and A (btail_lo the tail's).
+ * mul_2x2_terms with blo (fwd_bf16's bf16x3 mode): each chunk adds A.Blo, A.B, then
+ * Alo.B, Blo and Alo laid out as B and A (btail_lo the tail's).
  */
 static void mul_2x2_terms(int two_i, int two_j, float *const c[2], const int64_t ldc[2], const uint16_t *const a[2],
                           const uint16_t *const alo[2], int64_t lda, const uint32_t *b, const uint32_t *blo, int64_t ldb,
@@ -317,19 +317,20 @@ static void mul_2x2_terms(int two_i, int two_j, float *const c[2], const int64_t
         if (two_i) FA_TILE_LOAD(TA1, a[1] + 32 * k, 2 * lda);
         const uint32_t *bk = k < nfull ? b + 16 * k * ldb : btail;
         const int64_t ldk = k < nfull ? ldb : ldt;
+        if (blo) {
+            /* the bf16x3 terms in the order a.blo, a.b, alo.b, in which each
+             * operand is loaded once: the 8 tile registers hold no second copy */
+            const uint32_t *bl = k < nfull ? blo + 16 * k * ldb : btail_lo;
+            FA_TILE_LOAD(TB0, bl, 4 * ldk);
+            if (two_j) FA_TILE_LOAD(TB1, bl + 16, 4 * ldk);
+            dp_2x2(two_i, two_j);
+        }
         FA_TILE_LOAD(TB0, bk, 4 * ldk);
         if (two_j) FA_TILE_LOAD(TB1, bk + 16, 4 * ldk);
         dp_2x2(two_i, two_j);
         if (!blo) continue;
-        /* the bf16x3 terms after a hi.hi: a.blo, then alo.b (fwd_bf16's order) */
-        const uint32_t *bl = k < nfull ? blo + 16 * k * ldb : btail_lo;
-        FA_TILE_LOAD(TB0, bl, 4 * ldk);
-        if (two_j) FA_TILE_LOAD(TB1, bl + 16, 4 * ldk);
-        dp_2x2(two_i, two_j);
         FA_TILE_LOAD(TA0, alo[0] + 32 * k, 2 * lda);
         if (two_i) FA_TILE_LOAD(TA1, alo[1] + 32 * k, 2 * lda);
-        FA_TILE_LOAD(TB0, bk, 4 * ldk);
-        if (two_j) FA_TILE_LOAD(TB1, bk + 16, 4 * ldk);
         dp_2x2(two_i, two_j);
     }
     FA_TILE_STORE(TC0, c[0], 4 * ldc[0]);
