@@ -138,15 +138,6 @@ static void tile_gemm(int64_t mb, int64_t nb, float *c, int64_t ldc, float *ctai
     }
 }
 
-/* Lanes [a, z] of the 16 columns from c0 (any a, z). */
-static inline uint16_t bwd_lanes(int64_t a, int64_t z, int64_t c0)
-{
-    int64_t lo = a - c0, hi = z - c0 + 1;
-    lo = lo < 0 ? 0 : lo > 16 ? 16 : lo;
-    hi = hi < 0 ? 0 : hi > 16 ? 16 : hi;
-    return hi <= lo ? 0 : (uint16_t)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-}
-
 /* Where the vector step of one row pair writes: P and dS pairs (ldw dwords), dS rows (ldb uint16). */
 typedef struct {
     const float *S, *dP;
@@ -186,7 +177,7 @@ static void bwd_pair(const bwd_rowbufs *w, int64_t r, int64_t ncv, const int64_t
                      const float mlog[2], const float dvec[2])
 {
     for (int64_t v = 0; v < ncv; v++) {
-        const uint16_t kp[2] = {bwd_lanes(a[0], z[0], 16 * v), bwd_lanes(a[1], z[1], 16 * v)};
+        const uint16_t kp[2] = {fa_tile_lanes(a[0], z[0], 16 * v), fa_tile_lanes(a[1], z[1], 16 * v)};
 #if defined(FA_AMX_HW)
         __m512 e[2], ds[2];
         for (int u = 0; u < 2; u++) {

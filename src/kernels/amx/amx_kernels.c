@@ -860,15 +860,6 @@ static float fwd_row_max(const float *s, int nv, const uint16_t *keep, float sca
     return scale < 0.0f ? lo[0] * scale : hi[0] * scale;
 }
 
-/* Lanes [a, z] of a 16-column group at column c0 (any a, z). */
-static inline uint16_t lane_mask(int64_t a, int64_t z, int64_t c0)
-{
-    int64_t lo = a - c0, hi = z - c0 + 1;
-    lo = lo < 0 ? 0 : lo > 16 ? 16 : lo;
-    hi = hi < 0 ? 0 : hi > 16 ? 16 : hi;
-    return hi <= lo ? 0 : (uint16_t)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-}
-
 /* S (32 x FWD_BLOCK fp32, row-major, unscaled) of one block, as a sequence of steps the
  * caller interleaves with the softmax of the block before: nkb <= 4 blocks of 16 keys
  * from kt (ldkt dwords per 16 keys, 1 KB per B tile), the strip's one or two A tiles. */
@@ -1086,7 +1077,7 @@ static int fwd_block_rows(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_
         uint16_t keep[4] = {0xffffu, 0xffffu, 0xffffu, 0xffffu};
         const int64_t a = t->lo ? t->lo[row] : 0, z = t->hi ? t->hi[row] : cols - 1;
         if (a > c0 || z < c0 + 16 * nkb - 1) /* the band or the tile's end inside the block */
-            for (int v = 0; v < nkb; v++) keep[v] = lane_mask(a, z < cols - 1 ? z : cols - 1, c0 + 16 * v);
+            for (int v = 0; v < nkb; v++) keep[v] = fa_tile_lanes(a, z < cols - 1 ? z : cols - 1, c0 + 16 * v);
         _Alignas(64) float si[FWD_BLOCK];
         const float *s = S + r * FWD_BLOCK;
         if (w->i8) s = fwd_i8_row(t, (const int32_t *)s, row, c0, nkb, si);

@@ -78,6 +78,16 @@ int fa_tm_configured(void);     /* 1 while this thread holds a tile configuratio
 /* a scratch pointer rounded up to the 64 bytes a tile row load wants */
 #define ALIGN64(p) ((void *)(((uintptr_t)(p) + 63) & ~(uintptr_t)63))
 
+/* The mask of lanes [a, z] of the 16 columns from column c0 (any a, z): a band's keys in
+ * one 16-key group of a score row. */
+static inline uint16_t fa_tile_lanes(int64_t a, int64_t z, int64_t c0)
+{
+    int64_t lo = a - c0, hi = z - c0 + 1;
+    lo = lo < 0 ? 0 : lo > 16 ? 16 : lo;
+    hi = hi < 0 ? 0 : hi > 16 ? 16 : hi;
+    return hi <= lo ? 0 : (uint16_t)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
 #if defined(FA_AMX_HW)
 #include <immintrin.h>
 #define FA_TILE_CONFIG(cfg) _tile_loadconfig(cfg)
