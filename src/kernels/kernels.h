@@ -509,6 +509,11 @@ typedef struct fa_kernels {
     /* quant_row_i8: fa_quant_row_i8 (below) on the table's vectors, the same bits (the
      * wide int8 path quantises every q row and key with it). */
     float (*quant_row_i8)(const float *x, int64_t n, int digits, int8_t *code);
+    /* sum_rows_bf16: for e < d, sum[e] += the bf16 x[r * ld + e] widened, r = 0 .. rows-1
+     * in that order, each addition in double (the int8 path's mean key; docs/semantics.md,
+     * 11): the order per channel is the contract's, so every table gives the same bits.
+     * sum[e] for e >= d is not touched. */
+    void (*sum_rows_bf16)(int64_t rows, int64_t d, const uint16_t *x, int64_t ld, double *sum);
 
     /* Peak probes: run `iters` iterations of an unrolled, dependency-free loop of
      * the ISA's widest FMA (and bf16 dot product) and return the number of FLOPs
