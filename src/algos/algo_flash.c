@@ -508,17 +508,10 @@ static void q8_quantise_q(const flash_job *job, const flash_scratch *sc, const f
         float *const x0 = sc->qt + g * n * D;
         for (int64_t r = 0; r < n; r++)
             for (int64_t e = 0; e < D; e++) x0[r * D + e] = p->scale * q[r * ldq + e];
-        /* c of four rows at a time, each summed in its own order (x = 0 .. D-1): four
-         * independent chains of double additions instead of one */
-        for (int64_t r = 0; r < n; r += 4) {
-            const int64_t nr = n - r < 4 ? n - r : 4;
-            const float *x[4];
-            for (int k = 0; k < 4; k++) x[k] = x0 + (r + (k < nr ? k : 0)) * D;
-            double c[4] = {0.0, 0.0, 0.0, 0.0};
-            for (int64_t e = 0; smooth && e < D; e++)
-                for (int k = 0; k < 4; k++) c[k] += (double)x[k][e] * sc->wkbar[e];
-            for (int k = 0; k < nr; k++) sc->wqc[g * n + r + k] = (float)c[k];
-        }
+        if (smooth)
+            job->kern->dot_rows_f64(n, D, x0, D, sc->wkbar, sc->wqc + g * n);
+        else
+            for (int64_t r = 0; r < n; r++) sc->wqc[g * n + r] = 0.0f;
         for (int64_t r = 0; r < n; r++) {
             const int64_t row = g * n + r;
             float *x = sc->qt + row * D;

@@ -608,6 +608,34 @@ void fa_avx512_sum_rows_bf16(int64_t rows, int64_t d, const uint16_t *x, int64_t
     }
 }
 
+/* dot_rows_f64 (kernels.h): a row per double lane, 16 rows at a time in two chains, each
+ * lane's sum in the reference's order (element e of 8 rows gathered; the products are
+ * exact, so the fma rounds as the reference's addition does); the rows left, and rows
+ * too far apart for 32-bit gather offsets, as the reference sums them. */
+void fa_avx512_dot_rows_f64(int64_t rows, int64_t d, const float *x, int64_t ldx, const float *y, float *out)
+{
+    int64_t r = 0;
+    if (ldx <= INT32_MAX / 64) {
+        const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)ldx));
+        for (; r + 16 <= rows; r += 16) {
+            const float *x0 = x + r * ldx, *x1 = x0 + 8 * ldx;
+            __m512d c0 = _mm512_setzero_pd(), c1 = _mm512_setzero_pd();
+            for (int64_t e = 0; e < d; e++) {
+                const __m512d ye = _mm512_set1_pd((double)y[e]);
+                c0 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_i32gather_ps(x0 + e, idx, 4)), ye, c0);
+                c1 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_i32gather_ps(x1 + e, idx, 4)), ye, c1);
+            }
+            _mm256_storeu_ps(out + r, _mm512_cvtpd_ps(c0));
+            _mm256_storeu_ps(out + r + 8, _mm512_cvtpd_ps(c1));
+        }
+    }
+    for (; r < rows; r++) {
+        double c = 0.0;
+        for (int64_t e = 0; e < d; e++) c += (double)x[r * ldx + e] * (double)y[e];
+        out[r] = (float)c;
+    }
+}
+
 /* f32 -> f16 by vcvtps2ph, round to nearest even: half.h's rounding, overflow and
  * NaN bits (sign, quiet bit, the payload's top ten bits) exactly. */
 void fa_avx512_f32_to_f16(const float *src, uint16_t *dst, int64_t n)

@@ -273,6 +273,15 @@ static void ref_sum_rows_bf16(int64_t rows, int64_t d, const uint16_t *x, int64_
         for (int64_t e = 0; e < d; e++) sum[e] += (double)fa_bf16_to_f32(x[r * ld + e]);
 }
 
+static void ref_dot_rows_f64(int64_t rows, int64_t d, const float *x, int64_t ldx, const float *y, float *out)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double c = 0.0;
+        for (int64_t e = 0; e < d; e++) c += (double)x[r * ldx + e] * (double)y[e];
+        out[r] = (float)c;
+    }
+}
+
 void fa_pack_kt_i8(int64_t cols, int64_t d, const int8_t *k8, int64_t ldk8, uint32_t *kt, int64_t j0)
 {
     const int64_t nq = FA_KT_QUADS(d);
@@ -609,6 +618,7 @@ const fa_kernels fa_kernels_ref = {
     .fwd_i8 = ref_fwd_i8,
     .quant_row_i8 = fa_quant_row_i8,
     .sum_rows_bf16 = ref_sum_rows_bf16,
+    .dot_rows_f64 = ref_dot_rows_f64,
     .pack_t_bf16 = ref_pack_t_bf16,
     .bwd_bf16 = ref_bwd_bf16,
     .qk_small = ref_qk_small,
