@@ -1709,6 +1709,59 @@ static void case_quant_row(const fa_kernels *kt, int64_t n, int kind, int digits
     free(x), free(code);
 }
 
+/* sum_rows_bf16 against its rule written out here: each channel's rows added in order in
+ * double, onto sums that already hold a value (a tile after the first), bit for bit
+ * (a NaN matches any NaN); the sums past d untouched. */
+static void case_sum_rows(const fa_kernels *kt, int64_t rows, int64_t d) {
+    const int64_t ld = d + h_rng_int(&g_rng, 0, 40);
+    uint16_t *x = xmalloc(sizeof(uint16_t) * (size_t)(rows * ld + 1));
+    double *sum = xmalloc(sizeof(double) * (size_t)(d + 8)), *want = xmalloc(sizeof(double) * (size_t)d);
+    for (int64_t i = 0; i < rows * ld; i++) {
+        const double u = h_rng_uniform(&g_rng);
+        const float v = u < 0.01 ? NAN : u < 0.02 ? INFINITY : (float)ldexp(h_rng_normal(&g_rng), (int)h_rng_int(&g_rng, -30, 30));
+        x[i] = h_f32_to_bf16(v);
+    }
+    for (int64_t e = 0; e < d + 8; e++) sum[e] = e < d ? ldexp(h_rng_normal(&g_rng), (int)h_rng_int(&g_rng, -10, 10)) : 1234.5;
+    for (int64_t e = 0; e < d; e++) {
+        double w = sum[e];
+        for (int64_t r = 0; r < rows; r++) w += (double)h_bf16_to_f32(x[r * ld + e]);
+        want[e] = w;
+    }
+    h_case("sum_rows_bf16 isa=%s rows=%lld d=%lld", kt->name, (long long)rows, (long long)d);
+    kt->sum_rows_bf16(rows, d, x, ld, sum);
+    int bad = 0;
+    for (int64_t e = 0; e < d; e++) bad += !(memcmp(&sum[e], &want[e], sizeof(double)) == 0 || (isnan(sum[e]) && isnan(want[e])));
+    for (int64_t e = d; e < d + 8; e++) bad += sum[e] != 1234.5;
+    CHECK(bad == 0, "%d sums differ from the rule's bits (or written past d)", bad);
+    free(x), free(sum), free(want);
+}
+
+/* dot_rows_f64 against its rule written out here (products exact in double, added in
+ * order from 0), bit for bit (a NaN matches any NaN), rows ldx apart; out past rows
+ * untouched. */
+static void case_dot_rows(const fa_kernels *kt, int64_t rows, int64_t d) {
+    const int64_t ldx = d + h_rng_int(&g_rng, 0, 40);
+    float *x = xmalloc(sizeof(float) * (size_t)(rows * ldx + 1)), *y = xmalloc(sizeof(float) * (size_t)d);
+    float *out = xmalloc(sizeof(float) * (size_t)(rows + 8));
+    for (int64_t i = 0; i < rows * ldx; i++) {
+        const double u = h_rng_uniform(&g_rng);
+        x[i] = u < 0.005 ? NAN : u < 0.01 ? -INFINITY : (float)ldexp(h_rng_normal(&g_rng), (int)h_rng_int(&g_rng, -30, 30));
+    }
+    for (int64_t e = 0; e < d; e++) y[e] = (float)ldexp(h_rng_normal(&g_rng), (int)h_rng_int(&g_rng, -30, 30));
+    for (int64_t r = 0; r < rows + 8; r++) out[r] = 1234.5f;
+    h_case("dot_rows_f64 isa=%s rows=%lld d=%lld", kt->name, (long long)rows, (long long)d);
+    kt->dot_rows_f64(rows, d, x, ldx, y, out);
+    int bad = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double c = 0.0;
+        for (int64_t e = 0; e < d; e++) c += (double)x[r * ldx + e] * (double)y[e];
+        bad += !same_or_nan(out[r], (float)c);
+    }
+    for (int64_t r = rows; r < rows + 8; r++) bad += out[r] != 1234.5f;
+    CHECK(bad == 0, "%d dots differ from the rule's bits (or written past rows)", bad);
+    free(x), free(y), free(out);
+}
+
 static void case_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, int layout, int mapping,
                              int64_t lds) {
     const int64_t ldq8 = (d + 63) / 64 * 64 + 64 * h_rng_int(&g_rng, 0, 1);
@@ -1859,6 +1912,11 @@ static void test_small_i8(void) {
         for (int kind = 0; kind < 4; kind++)
             for (int t = 0; t < g_ntab; t++)
                 case_quant_row(g_tab[t].k, n, kind, 1 + kind % 2), case_quant_row(g_tab[t].k, n, kind, 2 - kind % 2);
+    static const int64_t sum_dims[] = {1, 7, 8, 63, 64, 100, 128, 129, 200, 256, 300};
+    for (int di = 0; di < NELEM(sum_dims); di++)
+        for (int64_t rows = 0; rows <= 40; rows += 1 + rows / 3)
+            for (int t = 0; t < g_ntab; t++)
+                case_sum_rows(g_tab[t].k, rows, sum_dims[di]), case_dot_rows(g_tab[t].k, rows, sum_dims[di]);
     static const int64_t dims[] = {1, 3, 17, 63, 64, 65, 100, 128, 130, 256, 576, 777};
     for (int64_t rows = 1; rows <= FA_SMALL_ROWS; rows++)
         for (int di = 0; di < NELEM(dims); di++) {
@@ -2963,6 +3021,7 @@ static const struct {
     KERNEL_ENTRY(bwd_bf16),
     KERNEL_ENTRY(qk_small),      KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
     KERNEL_ENTRY(qk_small_i8),   KERNEL_ENTRY(pv_small_i8), KERNEL_ENTRY(quant_row_i8),
+    KERNEL_ENTRY(sum_rows_bf16), KERNEL_ENTRY(dot_rows_f64),
     KERNEL_ENTRY(probe_fma),     KERNEL_ENTRY(probe_bf16), KERNEL_ENTRY(probe_tile),
     KERNEL_ENTRY(thread_begin),  KERNEL_ENTRY(thread_end),
 };
@@ -2989,7 +3048,7 @@ static const struct {
     {"ref", NULL, "", FA_KERNELS_SMALL_ROWS | FA_KERNELS_I8_DOT},
     {"avx2", "ref", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
     {"avx2vnni", "avx2", "qk_small_i8 pv_small_i8", FA_KERNELS_SMALL_ROWS | FA_KERNELS_I8_DOT},
-    {"avx512", "avx2", FP32_KERNELS " f32_to_f16 f32_to_bf16", FA_KERNELS_SMALL_ROWS},
+    {"avx512", "avx2", FP32_KERNELS " f32_to_f16 f32_to_bf16 sum_rows_bf16 dot_rows_f64", FA_KERNELS_SMALL_ROWS},
     {"avx512bf16", "avx512",
      "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16 qk_small_i8 pv_small_i8 quant_row_i8",
      FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT | FA_KERNELS_I8_DOT},

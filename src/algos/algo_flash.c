@@ -466,22 +466,29 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
 #undef STACK_ALPHA
 }
 
-/* flash_task_q8's kbar: the mean of every key of s's kv head hk, into sc->wkbar; whether
- * it is finite (else no smoothing) */
-static int q8_key_mean(const flash_job *job, const flash_scratch *sc, const fa_problem *s, int64_t hk)
+/* kbar: the mean of every key of s's kv head hk, into sc->wkbar (sums in sc->wsum, each
+ * channel's in key order); whether it is finite (else no smoothing). bf16: K's rows are
+ * bf16 as stored (the fused path's), summed by the table's sum_rows_bf16 as they are
+ * rather than through an f32 tile (the same bits: the widening is exact). */
+static int q8_key_mean(const flash_job *job, const flash_scratch *sc, const fa_problem *s, int64_t hk, int bf16)
 {
     const fa_kernels *kern = job->kern;
     const int64_t D = job->p->D;
-    int smooth = 1;
     double *sum = sc->wsum;
     for (int64_t x = 0; x < D; x++) sum[x] = 0.0;
     for (int64_t j0 = 0; j0 < s->Sk; j0 += job->plan.bc) {
         const int64_t cols = s->Sk - j0 < job->plan.bc ? s->Sk - j0 : job->plan.bc;
         int64_t ldk;
+        if (bf16) {
+            const uint16_t *k16 = fa_kv_tile_u16(s, 0, j0, cols, hk, D, sc->k16, &ldk);
+            kern->sum_rows_bf16(cols, D, k16, ldk, sum);
+            continue;
+        }
         const float *k = fa_kv_tile_f32(s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
         for (int64_t c = 0; c < cols; c++)
             for (int64_t x = 0; x < D; x++) sum[x] += k[c * ldk + x];
     }
+    int smooth = 1;
     for (int64_t x = 0; x < D; x++) sc->wkbar[x] = (float)(sum[x] / (double)s->Sk);
     for (int64_t x = 0; x < D; x++) smooth &= isfinite(sc->wkbar[x]);
     return smooth;
@@ -501,17 +508,10 @@ static void q8_quantise_q(const flash_job *job, const flash_scratch *sc, const f
         float *const x0 = sc->qt + g * n * D;
         for (int64_t r = 0; r < n; r++)
             for (int64_t e = 0; e < D; e++) x0[r * D + e] = p->scale * q[r * ldq + e];
-        /* c of four rows at a time, each summed in its own order (x = 0 .. D-1): four
-         * independent chains of double additions instead of one */
-        for (int64_t r = 0; r < n; r += 4) {
-            const int64_t nr = n - r < 4 ? n - r : 4;
-            const float *x[4];
-            for (int k = 0; k < 4; k++) x[k] = x0 + (r + (k < nr ? k : 0)) * D;
-            double c[4] = {0.0, 0.0, 0.0, 0.0};
-            for (int64_t e = 0; smooth && e < D; e++)
-                for (int k = 0; k < 4; k++) c[k] += (double)x[k][e] * sc->wkbar[e];
-            for (int k = 0; k < nr; k++) sc->wqc[g * n + r + k] = (float)c[k];
-        }
+        if (smooth)
+            job->kern->dot_rows_f64(n, D, x0, D, sc->wkbar, sc->wqc + g * n);
+        else
+            for (int64_t r = 0; r < n; r++) sc->wqc[g * n + r] = 0.0f;
         for (int64_t r = 0; r < n; r++) {
             const int64_t row = g * n + r;
             float *x = sc->qt + row * D;
@@ -554,7 +554,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
     /* kbar over every key of the (sequence, kv head); none for an int8 cache, or where
      * it is not finite */
     const double tq = fa_phase_start(job->phases);
-    const int smooth = !cache8 && q8_key_mean(job, sc, s, hk);
+    const int smooth = !cache8 && q8_key_mean(job, sc, s, hk, 0);
     q8_quantise_q(job, sc, s, i0, n, ng, h0, smooth, kd, ld8);
     for (int64_t r = 0; r < rows; r++) {
         sc->m[r] = -INFINITY;
@@ -1107,7 +1107,7 @@ static void q8_keys_worker(void *arg, int ith, int nth)
         fa_problem s;
         fa_seq_view(p, b, &s);
         const int64_t slot0 = job->keys.off[b] + hk * (FA_RUP16(s.Sk) + 16);
-        const int smooth = s.Sk > 0 && q8_key_mean(job, &sc, &s, hk);
+        const int smooth = s.Sk > 0 && q8_key_mean(job, &sc, &s, hk, 1);
         job->keys.smooth[u] = smooth;
         memcpy(job->keys.kbar + u * D, sc.wkbar, (size_t)D * sizeof(float));
         for (int64_t j0 = 0; j0 < s.Sk; j0 += job->plan.bc) {

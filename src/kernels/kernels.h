@@ -509,6 +509,15 @@ typedef struct fa_kernels {
     /* quant_row_i8: fa_quant_row_i8 (below) on the table's vectors, the same bits (the
      * wide int8 path quantises every q row and key with it). */
     float (*quant_row_i8)(const float *x, int64_t n, int digits, int8_t *code);
+    /* sum_rows_bf16: for e < d, sum[e] += the bf16 x[r * ld + e] widened, r = 0 .. rows-1
+     * in that order, each addition in double (the int8 path's mean key; docs/semantics.md,
+     * 11): the order per channel is the contract's, so every table gives the same bits.
+     * sum[e] for e >= d is not touched. */
+    void (*sum_rows_bf16)(int64_t rows, int64_t d, const uint16_t *x, int64_t ld, double *sum);
+    /* dot_rows_f64: out[r] = the f32 rounding of sum_e x[r * ldx + e] * y[e] for r < rows,
+     * each product exact in double and added in double in the order e = 0 .. d-1 from 0
+     * (the int8 path's c_i; docs/semantics.md, 11): every table gives the same bits. */
+    void (*dot_rows_f64)(int64_t rows, int64_t d, const float *x, int64_t ldx, const float *y, float *out);
 
     /* Peak probes: run `iters` iterations of an unrolled, dependency-free loop of
      * the ISA's widest FMA (and bf16 dot product) and return the number of FLOPs

@@ -470,6 +470,16 @@ static const spec cases[] = {
     {"cache_i8", DECODE(F32, FA_DTYPE_I8)},
     {"cache_i8_paged_bf16", DECODE(BF16, FA_DTYPE_I8), .cache = 2},
     {"cache_i8_quant_i8", DECODE(BF16, FA_DTYPE_I8), .quant_matmul = 1},
+    /* int8 QK^T over float keys the library smooths and quantises (the fused kernel's
+     * prologue on amx and amx-model, flash_task_q8's elsewhere) */
+    {"fwd_bf16_512_d128_quant_i8", .dtype = BF16, .B = 1, .Sq = 512, .Sk = 512, .Hq = 2, .Hk = 1, .D = 128,
+     .Dv = 128, .lse = 1, .causal = BR, .quant_matmul = 1},
+    {"fwd_bf16_quant_i8_gqa_window", DENSE(BF16), .Hq = 8, .Hk = 2, .wl = 30, .wr = 30, .quant_matmul = 1},
+    {"varlen_bf16_quant_i8", DENSE(BF16), .varlen = 1, .causal = BR, .quant_matmul = 1},
+    {"cache_bf16_prefill_quant_i8", DECODE(BF16, BF16), .Sq = 40, .snew = 40, .causal = BR, .quant_matmul = 1},
+    {"cache_mla_latent_prefill_quant_i8", .dtype = BF16, .B = 2, .Sq = 32, .Sk = 200, .Hq = 4, .Hk = 1, .D = 96,
+     .Dv = 64, .lse = 1, .cache = 1, .cache_dtype = BF16, .snew = 32, .latent = 1, .causal = BR, .quant_matmul = 1},
+    {"fwd_f32_quant_i8x2", DENSE(F32), .quant_matmul = 2},
     {"cache_i8_quant_i8x2", DECODE(F32, FA_DTYPE_I8), .quant_matmul = 2},
     {"cache_fp8_e4m3", DECODE(BF16, FA_DTYPE_F8E4M3)},
     {"cache_fp8_e5m2", DECODE(F32, FA_DTYPE_F8E5M2), .cache = 2},

@@ -579,6 +579,63 @@ void fa_avx512_f16_to_f32(const uint16_t *src, float *dst, int64_t n) { half_to_
 
 void fa_avx512_bf16_to_f32(const uint16_t *src, float *dst, int64_t n) { half_to_f32(1, src, dst, n); }
 
+/* sum_rows_bf16 (kernels.h): 128 channels at a time in 16 accumulators of 8 doubles, the
+ * rows streamed through them in order, so each channel's additions are the reference's
+ * (the widening bf16 -> f32 -> double is exact). */
+void fa_avx512_sum_rows_bf16(int64_t rows, int64_t d, const uint16_t *x, int64_t ld, double *sum)
+{
+    for (int64_t e0 = 0; e0 < d; e0 += 128) {
+        __mmask8 m[16];
+        __m512d acc[16];
+        for (int g = 0; g < 16; g++) {
+            const int64_t left = d - e0 - 8 * g;
+            m[g] = left >= 8 ? (__mmask8)0xff : left > 0 ? (__mmask8)((1u << left) - 1u) : 0;
+            acc[g] = _mm512_maskz_loadu_pd(m[g], sum + e0 + 8 * g);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const uint16_t *row = x + r * ld + e0;
+            /* rows ld apart (a head's keys in a dense tensor: a page or more) defeat the
+             * hardware prefetcher, so fetch a few rows ahead */
+            if (r + 8 < rows)
+                for (int64_t b = 0; b < 256 && e0 + b / 2 < d; b += 64)
+                    _mm_prefetch((const char *)(row + 8 * ld) + b, _MM_HINT_T0);
+            for (int g = 0; g < 16; g++) {
+                const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m[g], row + 8 * g)), 16);
+                acc[g] = _mm512_add_pd(acc[g], _mm512_cvtps_pd(_mm256_castsi256_ps(w)));
+            }
+        }
+        for (int g = 0; g < 16; g++) _mm512_mask_storeu_pd(sum + e0 + 8 * g, m[g], acc[g]);
+    }
+}
+
+/* dot_rows_f64 (kernels.h): a row per double lane, 16 rows at a time in two chains, each
+ * lane's sum in the reference's order (element e of 8 rows gathered; the products are
+ * exact, so the fma rounds as the reference's addition does); the rows left, and rows
+ * too far apart for 32-bit gather offsets, as the reference sums them. */
+void fa_avx512_dot_rows_f64(int64_t rows, int64_t d, const float *x, int64_t ldx, const float *y, float *out)
+{
+    int64_t r = 0;
+    if (ldx <= INT32_MAX / 64) {
+        const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)ldx));
+        for (; r + 16 <= rows; r += 16) {
+            const float *x0 = x + r * ldx, *x1 = x0 + 8 * ldx;
+            __m512d c0 = _mm512_setzero_pd(), c1 = _mm512_setzero_pd();
+            for (int64_t e = 0; e < d; e++) {
+                const __m512d ye = _mm512_set1_pd((double)y[e]);
+                c0 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_i32gather_ps(x0 + e, idx, 4)), ye, c0);
+                c1 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_i32gather_ps(x1 + e, idx, 4)), ye, c1);
+            }
+            _mm256_storeu_ps(out + r, _mm512_cvtpd_ps(c0));
+            _mm256_storeu_ps(out + r + 8, _mm512_cvtpd_ps(c1));
+        }
+    }
+    for (; r < rows; r++) {
+        double c = 0.0;
+        for (int64_t e = 0; e < d; e++) c += (double)x[r * ldx + e] * (double)y[e];
+        out[r] = (float)c;
+    }
+}
+
 /* f32 -> f16 by vcvtps2ph, round to nearest even: half.h's rounding, overflow and
  * NaN bits (sign, quiet bit, the payload's top ten bits) exactly. */
 void fa_avx512_f32_to_f16(const float *src, uint16_t *dst, int64_t n)

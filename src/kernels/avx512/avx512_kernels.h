@@ -21,6 +21,8 @@ fa_ds_fn fa_avx512_ds;
 fa_stx_fn fa_avx512_stx_6x64;
 fa_to_f32_fn fa_avx512_f16_to_f32;
 fa_to_f32_fn fa_avx512_bf16_to_f32;
+void fa_avx512_sum_rows_bf16(int64_t rows, int64_t d, const uint16_t *x, int64_t ld, double *sum);
+void fa_avx512_dot_rows_f64(int64_t rows, int64_t d, const float *x, int64_t ldx, const float *y, float *out);
 fa_from_f32_fn fa_avx512_f32_to_f16;
 fa_from_f32_fn fa_avx512_f32_to_bf16;
 fa_probe_fn fa_avx512_probe_fma;

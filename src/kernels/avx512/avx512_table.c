@@ -20,4 +20,6 @@ int fa_kernels_runs_avx512(const fa_cpu *c, const char **why)
 void fa_kernels_init_avx512(fa_kernels *k)
 {
     FA_KERNELS_VECTOR(k, avx512, avx2, 64, 6, 6, 64, stx_6x64, 1);
+    k->sum_rows_bf16 = fa_avx512_sum_rows_bf16;
+    k->dot_rows_f64 = fa_avx512_dot_rows_f64;
 }

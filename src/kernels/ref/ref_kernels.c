@@ -267,16 +267,36 @@ float fa_quant_row_i8(const float *x, int64_t n, int digits, int8_t *code)
     return scale;
 }
 
+static void ref_sum_rows_bf16(int64_t rows, int64_t d, const uint16_t *x, int64_t ld, double *sum)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t e = 0; e < d; e++) sum[e] += (double)fa_bf16_to_f32(x[r * ld + e]);
+}
+
+static void ref_dot_rows_f64(int64_t rows, int64_t d, const float *x, int64_t ldx, const float *y, float *out)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double c = 0.0;
+        for (int64_t e = 0; e < d; e++) c += (double)x[r * ldx + e] * (double)y[e];
+        out[r] = (float)c;
+    }
+}
+
 void fa_pack_kt_i8(int64_t cols, int64_t d, const int8_t *k8, int64_t ldk8, uint32_t *kt, int64_t j0)
 {
     const int64_t nq = FA_KT_QUADS(d);
     for (int64_t c = 0; c < cols; c++) {
         const int64_t j = j0 + c;
         uint32_t *dst = kt + j / 16 * 16 * nq + j % 16;
-        for (int64_t p = 0; p < nq; p++) {
+        const uint8_t *row = (const uint8_t *)k8 + c * ldk8;
+        /* the whole quads without the bound test, so the loop is four byte loads a dword */
+        for (int64_t p = 0; p < d / 4; p++)
+            dst[16 * p] = (uint32_t)row[4 * p] | (uint32_t)row[4 * p + 1] << 8 | (uint32_t)row[4 * p + 2] << 16 |
+                          (uint32_t)row[4 * p + 3] << 24;
+        for (int64_t p = d / 4; p < nq; p++) {
             uint32_t w = 0;
             for (int64_t b = 0; b < 4; b++)
-                if (4 * p + b < d) w |= (uint32_t)(uint8_t)k8[c * ldk8 + 4 * p + b] << 8 * b;
+                if (4 * p + b < d) w |= (uint32_t)row[4 * p + b] << 8 * b;
             dst[16 * p] = w;
         }
     }
@@ -597,6 +617,8 @@ const fa_kernels fa_kernels_ref = {
     .fwd_bf16 = ref_fwd_bf16,
     .fwd_i8 = ref_fwd_i8,
     .quant_row_i8 = fa_quant_row_i8,
+    .sum_rows_bf16 = ref_sum_rows_bf16,
+    .dot_rows_f64 = ref_dot_rows_f64,
     .pack_t_bf16 = ref_pack_t_bf16,
     .bwd_bf16 = ref_bwd_bf16,
     .qk_small = ref_qk_small,
