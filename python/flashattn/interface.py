@@ -170,6 +170,20 @@ _F32 = {"ieee": 0, "bf16x3": 1, "bf16": 2}
 # torch.get_float32_matmul_precision() as f32_matmul: "highest" (torch's default) leaves
 # the context's setting (ieee unless FLASHATTN_F32_MATMUL or the context says otherwise)
 _TORCH_F32 = {"high": 1, "medium": 2}
+_torch_precision = None  # torch.get_float32_matmul_precision as torch.compile may call it
+
+
+def _torch_f32_mode(torch):
+    """The f32_matmul that torch's precision asks for, or None. The reading is marked a
+    constant for torch.compile (a str-returning torch.* call breaks its graph): a compiled
+    graph keeps the precision it was traced with. Set up eagerly (flashattn.torch's import
+    calls this), never inside a trace."""
+    global _torch_precision
+    if _torch_precision is None:
+        def read():
+            return torch.get_float32_matmul_precision()
+        _torch_precision = torch.compiler.assume_constant_result(read)
+    return _TORCH_F32.get(_torch_precision())
 
 
 def _f32mm(opts, f32_matmul, q, torch_side):
@@ -184,7 +198,7 @@ def _f32mm(opts, f32_matmul, q, torch_side):
         torch = sys.modules["torch"]
         if q.dtype is not torch.float32:
             return opts
-        m = _TORCH_F32.get(torch.get_float32_matmul_precision())
+        m = _torch_f32_mode(torch)
         return opts if m is None else opts._replace(f32_matmul=m)
     if isinstance(f32_matmul, str):
         if f32_matmul not in _F32:

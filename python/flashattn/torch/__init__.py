@@ -25,13 +25,14 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .. import _C, _core
-from ..interface import _f32mm
+from ..interface import _f32mm, _torch_f32_mode
 from . import _ops
 
 __all__ = ["scaled_dot_product_attention", "enable", "disable", "sdpa", "stats", "reset_stats", "is_enabled",
            "set_pool", "pool_info"]
 
 _torch_sdpa = F.scaled_dot_product_attention
+_torch_f32_mode(torch)  # its precision reader, set up outside any torch.compile trace
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _bool = torch.bool
 _Tensor = torch.Tensor
