@@ -927,7 +927,8 @@ static void fwd_pv(const fa_fwd_tile *t, const fwd_scratch *w, int two_r, int64_
 {
     const int64_t neb = w->ep / 16, ldp = w->ldp, ldvp = t->ldvp;
     const uint16_t *a[2] = {w->P + 32 * k0, w->P + 16 * ldp + 32 * k0};
-    const uint16_t *al[2] = {w->Pl + 32 * k0, w->Pl + 16 * ldp + 32 * k0};
+    /* the residual's rows (bf16x3 mode only: no offset from a NULL Pl) */
+    const uint16_t *al[2] = {w->Pl ? w->Pl + 32 * k0 : NULL, w->Pl ? w->Pl + 16 * ldp + 32 * k0 : NULL};
     for (int64_t eb = 0; eb < neb; eb += 2) {
         float *cc[2] = {c[0] + 16 * eb, c[1] + 16 * eb};
         const int64_t nfull = w->full_c > k0 ? w->full_c - k0 : 0, off = 16 * k0 * ldvp + 16 * eb;
