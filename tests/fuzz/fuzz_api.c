@@ -726,8 +726,15 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
      * exp(+-2 qerr), o by (exp(4 qerr) - 1) max|v|, the lse by qerr. A bound, not a draw. */
     int64_t qm = a->quant_matmul;
     if (qm < 0 && fa_context_get(g_ctx, FA_PARAM_QUANT_MATMUL, &qm) != FA_OK) qm = 0;
-    double qerr = 0.0;
-    if (qm > 0) {
+    /* f32 products as bf16 (the call's f32_matmul, else the context's; docs/semantics.md,
+     * 5): bf16 (2) rounds q and k to 8 bits (u = 2^-8 each) and P and V likewise, bf16x3
+     * (1) leaves 2^-16 of each and drops lo.lo: every score moves by at most
+     * D max|x| max|k| 3u, o by 2u max|v| besides. A bound, not a draw. */
+    int64_t fm = a->f32_matmul;
+    if (fm < 0 && fa_context_get(g_ctx, FA_PARAM_F32_MATMUL, &fm) != FA_OK) fm = 0;
+    if (a->q.dtype != FA_DTYPE_F32) fm = 0;
+    double qerr = 0.0, f_round = 0.0;
+    if (qm > 0 || fm > 0) {
         double qmax = 0.0, kmax = 0.0;
         for (int64_t b = 0; b < a->q.shape[0]; b++)
             for (int64_t i = 0; i < Sq; i++)
@@ -738,11 +745,16 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
                 for (int64_t h = 0; h < a->k.shape[2]; h++)
                     for (int64_t e = 0; e < a->k.shape[3]; e++) kmax = fmax(kmax, fabs(h_get(&a->k, b, j, h, e)));
         const double unit = qm == 2 ? 1.0 / 65024.0 : 1.0 / 254.0, x = scale_abs * qmax, y = 2.0 * kmax;
-        qerr = (double)a->q.shape[3] * (x * unit * y * (1.0 + 2.0 * unit) + x * y * unit) * 1.01;
+        if (qm > 0) qerr = (double)a->q.shape[3] * (x * unit * y * (1.0 + 2.0 * unit) + x * y * unit) * 1.01;
+        if (fm > 0) {
+            const double u = fm == 2 ? 0x1p-8 : 0x1p-16;
+            qerr += (double)a->q.shape[3] * x * kmax * 3.0 * u * 1.01;
+            f_round = 2.0 * u * vmax * 1.01;
+        }
     }
     const double q_round = qerr > 0.0 ? expm1(fmin(4.0 * qerr, 700.0)) * vmax : 0.0;
     const double otol =
-        drop_gain * (2.0 * naive_o + p_round + s_round + q_round +
+        drop_gain * (2.0 * naive_o + p_round + s_round + q_round + f_round +
                      h_prop_ulps(o_got->dtype) * h_eps(o_got->dtype) * fmax(1.0, omax)) +
         (drop ? 2.0 * drop_gain * h_eps(a->q.dtype) * fmax(1.0, omax) : 0.0);
     /* a 16-bit o cannot hold what a near-1 dropout_p scales it to (1/pk up to 2^24) */
