@@ -247,6 +247,10 @@ static void per_call(void)
         const fa_status st = run(g_ctx, &p, &c, 0, 2);
         CHECK(st == FA_ERR_INVALID_ARGUMENT && strstr(fa_context_error(g_ctx), "f32_matmul") != NULL,
               "status %d, message \"%s\"", (int)st, fa_context_error(g_ctx));
+        int64_t written = 0; /* run() poisoned o and lse: a refusal leaves them so */
+        for (int64_t i = 0; i < h_numel(&p.args.o); i++) written += ((const float *)p.args.o.data)[i] != 12345.0f;
+        for (int64_t i = 0; i < h_numel(&p.args.lse); i++) written += ((const float *)p.args.lse.data)[i] != 12345.0f;
+        CHECK(written == 0, "the refused call wrote %lld values of o or lse", (long long)written);
     }
     p.args.f32_matmul = -1;
     fa_context_set(g_ctx, FA_PARAM_F32_MATMUL, 0);
