@@ -1200,14 +1200,22 @@ static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const f
     finish_rows(job, s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
 }
 
+/* Whether the wide tasks' rows are bf16 pairs (the bf16 path): bf16 q and K/V rows the
+ * pair kernels read (no codes; pages only where pages_ok: the decode-tile route, the
+ * int8 route's V). */
+static int bf16_rows(const fa_problem *p, const flash_job *job, int pages_ok)
+{
+    const fa_dtype kv = p->cache ? p->kc.dtype : p->k.dtype;
+    return job->bf16_dot && (!p->block_table || pages_ok) && !p->quant && kv == FA_DTYPE_BF16 &&
+           p->dtype == FA_DTYPE_BF16;
+}
+
 /* Whether the wide int8 tasks take the fused forward: one digit over float bf16 K/V (the
  * library quantises K; V stays bf16), on a table with fwd_i8, where the bf16 forward
  * would be fused (no element-wise rule, no dropout; wide_q8 excludes block masks). */
 static int wide_fused_i8(const fa_context *ctx, const fa_problem *p, const flash_job *job)
 {
-    const fa_dtype kv = p->cache ? p->kc.dtype : p->k.dtype;
-    return job->wide_digits == 1 && job->fused && (ctx->kernels->flags & FA_KERNELS_FWD_I8) && !p->quant &&
-           p->dtype == FA_DTYPE_BF16 && kv == FA_DTYPE_BF16;
+    return job->wide_digits == 1 && job->fused && (ctx->kernels->flags & FA_KERNELS_FWD_I8) && bf16_rows(p, job, 1);
 }
 
 /*
@@ -1506,15 +1514,6 @@ static int wide_q8(const fa_context *ctx, const fa_problem *p, const flash_job *
     if (p->quant && p->kc.dtype != FA_DTYPE_I8) return 0;
     const int64_t d_max = p->quant || p->quant_matmul == 1 ? FA_QUANT_D_MAX : FA_QUANT_D_MAX / 2;
     return p->D <= d_max ? p->quant_matmul : 0;
-}
-
-/* Whether the wide tasks' rows are bf16 pairs (the bf16 path): bf16 q and K/V rows the
- * pair kernels read (no pages but on the decode-tile route, no codes). */
-static int bf16_rows(const fa_problem *p, const flash_job *job, int decode_tiles)
-{
-    const fa_dtype kv = p->cache ? p->kc.dtype : p->k.dtype;
-    return job->bf16_dot && (!p->block_table || decode_tiles) && !p->quant && kv == FA_DTYPE_BF16 &&
-           p->dtype == FA_DTYPE_BF16;
 }
 
 /* The job's tiles, paths and per-thread scratch, from the shapes and the context. */
