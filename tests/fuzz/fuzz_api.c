@@ -604,6 +604,48 @@ static int kept(const fa_forward_args *a, int64_t Sq, int64_t Sk, int64_t i, int
 }
 
 /*
+ * How far a dense call's opted-in low-precision products move its scores (*qerr) and
+ * its o (*f_round, beside what the scores' move does to o): zero for exact products.
+ * A bound, not a draw; judge_dense widens the forward's tolerances by it and
+ * judge_backward the gradients', which read that forward's o and lse.
+ * int8 products (the call's quant_matmul, else the context's; docs/semantics.md, 11):
+ * q's codes err by sa / 2 (one digit) or sa / 512 (two) per element, sa = max|x| / 127
+ * (x = scale q), and a smoothed key's y = k - kbar (|y| <= 2 max|k|) likewise, so every
+ * score moves by at most qerr = D (eq max|y~| + max|x| ey); each p by a factor within
+ * exp(+-2 qerr), o by (exp(4 qerr) - 1) max|v|, the lse by qerr.
+ * f32 products as bf16 (the call's f32_matmul, else the context's; docs/semantics.md,
+ * 5): bf16 (2) rounds q and k to 8 bits (u = 2^-8 each) and P and V likewise, bf16x3
+ * (1) leaves 2^-16 of each and drops lo.lo: every score moves by at most
+ * D max|x| max|k| 3u, o by 2u max|v| besides.
+ */
+static void products_err(const fa_forward_args *a, double scale_abs, double vmax, double *qerr, double *f_round) {
+    const int64_t Sq = a->q.shape[1], Hq = a->q.shape[2], Sk = a->k.shape[1];
+    int64_t qm = a->quant_matmul;
+    if (qm < 0 && fa_context_get(g_ctx, FA_PARAM_QUANT_MATMUL, &qm) != FA_OK) qm = 0;
+    int64_t fm = a->f32_matmul;
+    if (fm < 0 && fa_context_get(g_ctx, FA_PARAM_F32_MATMUL, &fm) != FA_OK) fm = 0;
+    if (a->q.dtype != FA_DTYPE_F32) fm = 0;
+    *qerr = 0.0, *f_round = 0.0;
+    if (qm <= 0 && fm <= 0) return;
+    double qmax = 0.0, kmax = 0.0;
+    for (int64_t b = 0; b < a->q.shape[0]; b++)
+        for (int64_t i = 0; i < Sq; i++)
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t e = 0; e < a->q.shape[3]; e++) qmax = fmax(qmax, fabs(h_get(&a->q, b, i, h, e)));
+    for (int64_t b = 0; b < a->k.shape[0]; b++)
+        for (int64_t j = 0; j < Sk; j++)
+            for (int64_t h = 0; h < a->k.shape[2]; h++)
+                for (int64_t e = 0; e < a->k.shape[3]; e++) kmax = fmax(kmax, fabs(h_get(&a->k, b, j, h, e)));
+    const double unit = qm == 2 ? 1.0 / 65024.0 : 1.0 / 254.0, x = scale_abs * qmax, y = 2.0 * kmax;
+    if (qm > 0) *qerr = (double)a->q.shape[3] * (x * unit * y * (1.0 + 2.0 * unit) + x * y * unit) * 1.01;
+    if (fm > 0) {
+        const double u = fm == 2 ? 0x1p-8 : 0x1p-16;
+        *qerr += (double)a->q.shape[3] * x * kmax * 3.0 * u * 1.01;
+        *f_round = 2.0 * u * vmax * 1.01;
+    }
+}
+
+/*
  * o_got (any float dtype, B, Sq, Hq, Dv) and lse_got against the reference's f32 o_ref
  * and lse_ref, with the tolerance from naive same-precision attention on the same
  * inputs (positions and ALiBi folded into an explicit mask and bias, which naive.c
@@ -719,39 +761,8 @@ static void judge_dense(const fa_forward_args *a, const fa_tensor *o_got, const 
                 for (int64_t e = 0; e < Dv; e++) vmax = fmax(vmax, fabs(h_get(&a->v, b, j, h, e)));
     const double p_round = a->q.dtype == FA_DTYPE_BF16 ? h_eps(FA_DTYPE_BF16) * vmax : 0.0;
     const double s_round = 4.0 * FLT_EPSILON * smag * vmax;
-    /* int8 products (the call's quant_matmul, else the context's; docs/semantics.md, 11):
-     * q's codes err by sa / 2 (one digit) or sa / 512 (two) per element, sa = max|x| / 127
-     * (x = scale q), and a smoothed key's y = k - kbar (|y| <= 2 max|k|) likewise, so every
-     * score moves by at most qerr = D (eq max|y~| + max|x| ey); each p by a factor within
-     * exp(+-2 qerr), o by (exp(4 qerr) - 1) max|v|, the lse by qerr. A bound, not a draw. */
-    int64_t qm = a->quant_matmul;
-    if (qm < 0 && fa_context_get(g_ctx, FA_PARAM_QUANT_MATMUL, &qm) != FA_OK) qm = 0;
-    /* f32 products as bf16 (the call's f32_matmul, else the context's; docs/semantics.md,
-     * 5): bf16 (2) rounds q and k to 8 bits (u = 2^-8 each) and P and V likewise, bf16x3
-     * (1) leaves 2^-16 of each and drops lo.lo: every score moves by at most
-     * D max|x| max|k| 3u, o by 2u max|v| besides. A bound, not a draw. */
-    int64_t fm = a->f32_matmul;
-    if (fm < 0 && fa_context_get(g_ctx, FA_PARAM_F32_MATMUL, &fm) != FA_OK) fm = 0;
-    if (a->q.dtype != FA_DTYPE_F32) fm = 0;
-    double qerr = 0.0, f_round = 0.0;
-    if (qm > 0 || fm > 0) {
-        double qmax = 0.0, kmax = 0.0;
-        for (int64_t b = 0; b < a->q.shape[0]; b++)
-            for (int64_t i = 0; i < Sq; i++)
-                for (int64_t h = 0; h < Hq; h++)
-                    for (int64_t e = 0; e < a->q.shape[3]; e++) qmax = fmax(qmax, fabs(h_get(&a->q, b, i, h, e)));
-        for (int64_t b = 0; b < a->k.shape[0]; b++)
-            for (int64_t j = 0; j < Sk; j++)
-                for (int64_t h = 0; h < a->k.shape[2]; h++)
-                    for (int64_t e = 0; e < a->k.shape[3]; e++) kmax = fmax(kmax, fabs(h_get(&a->k, b, j, h, e)));
-        const double unit = qm == 2 ? 1.0 / 65024.0 : 1.0 / 254.0, x = scale_abs * qmax, y = 2.0 * kmax;
-        if (qm > 0) qerr = (double)a->q.shape[3] * (x * unit * y * (1.0 + 2.0 * unit) + x * y * unit) * 1.01;
-        if (fm > 0) {
-            const double u = fm == 2 ? 0x1p-8 : 0x1p-16;
-            qerr += (double)a->q.shape[3] * x * kmax * 3.0 * u * 1.01;
-            f_round = 2.0 * u * vmax * 1.01;
-        }
-    }
+    double qerr, f_round;
+    products_err(a, scale_abs, vmax, &qerr, &f_round);
     const double q_round = qerr > 0.0 ? expm1(fmin(4.0 * qerr, 700.0)) * vmax : 0.0;
     const double otol =
         drop_gain * (2.0 * naive_o + p_round + s_round + q_round + f_round +
@@ -1478,17 +1489,50 @@ static void judge_backward(const fa_forward_args *f, const fa_tensor *dout, cons
     const double eps_o = fmax(h_eps(f->o.dtype), narrow ? h_eps(dt) : 0.0) + 1e-6;
     const double gain = f->dropout_p > 0.0f && f->dropout_p < 1.0f ? 1.0 / (1.0 - (double)f->dropout_p) : 1.0;
     const double vmax = narrow ? max_abs(&f->v) : 0.0;
-    double E = 0.0;
+    /* A forward with opted-in low-precision products (products_err) hands the backward
+     * an o and lse within their own, wider tolerances, and the backward reads both while
+     * the reference recomputes them: measure how far they are from the reference
+     * forward's (dl_i, do_i) and carry that through. Each recomputed p_ij =
+     * exp(s_ij - lse_i) is off by a factor within exp(+-dl_i) (dp_i = expm1(dl_i)
+     * relative), which moves ds_ij = p_ij (dp_ij - D_i) by dp_i p_ij |dp_ij - D_i| and dv
+     * by dp_i times its terms; D_i moves by sum_e |dO_ie| do_ie. */
+    const double vabs = max_abs(&f->v);
+    double qerr, f_round;
+    products_err(f, scale, vabs, &qerr, &f_round);
+    double *dl = calloc((size_t)(B * Hq * Sq + 1), sizeof(double)), dp_max = 0.0;
+    double *dO_err = calloc((size_t)(B * Hq * Sq + 1), sizeof(double));
+    if (qerr > 0.0 || f_round > 0.0) {
+        fa_forward_args r2 = rf;
+        r2.o = h_alloc(FA_DTYPE_F32, rf.o.shape[0], rf.o.shape[1], rf.o.shape[2], rf.o.shape[3]);
+        r2.lse = h_alloc(FA_DTYPE_F32, rf.lse.shape[0], rf.lse.shape[1], rf.lse.shape[2], rf.lse.shape[3]);
+        if (fa_forward(g_ref, &r2) != FA_OK) FINDING("%s: the reference refused the forward: %s", what, fa_context_error(g_ref));
+        const fa_tensor ro = nb > 1 ? last_batch(&r2.o) : r2.o, rl = nb > 1 ? last_batch(&r2.lse) : r2.lse;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < Sq; i++)
+                for (int64_t h = 0; h < Hq; h++) {
+                    const int64_t r = (b * Hq + h) * Sq + i;
+                    const double g = h_get(&f->lse, b, h, i, 0), w = h_get(&rl, b, h, i, 0);
+                    dl[r] = isfinite(g) && isfinite(w) ? expm1(fmin(fabs(g - w), 700.0)) : 0.0;
+                    dp_max = fmax(dp_max, dl[r]);
+                    for (int64_t e = 0; e < Dv; e++)
+                        dO_err[r] += fabs(h_get(dout, b, i, h, e)) * fabs(h_get(&f->o, b, i, h, e) - h_get(&ro, b, i, h, e));
+                }
+        free(r2.o.data), free(r2.lse.data);
+    }
+    double E = 0.0, dmax = 0.0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < Sq; i++)
             for (int64_t h = 0; h < Hq; h++) {
-                double s = 0.0, ds = 0.0;
+                double s = 0.0, ds = 0.0, ds_all = 0.0;
                 for (int64_t e = 0; e < Dv; e++) {
                     const double g = fabs(h_get(dout, b, i, h, e)), o = fabs(h_get(&f->o, b, i, h, e));
                     s += g * o;
                     ds += g * (vmax * gain + o);
+                    ds_all += g * (vabs * gain + o);
+                    dmax = fmax(dmax, g);
                 }
-                E = fmax(E, eps_o * s + (narrow ? h_eps(dt) * ds : 0.0));
+                const int64_t r = (b * Hq + h) * Sq + i;
+                E = fmax(E, eps_o * s + (narrow ? h_eps(dt) * ds : 0.0) + dl[r] * ds_all + dO_err[r]);
             }
     /* dq_i = scale sum_j p_ij dz_ij k_j with sum_j p_ij <= 1 and |1 - tanh^2| <= 1;
      * dk_j sums over the Sq rows of each of the group's Hq / Hk heads, each p_ij <= 1 */
@@ -1497,8 +1541,9 @@ static void judge_backward(const fa_forward_args *f, const fa_tensor *dout, cons
     const double abs_k = 2.0 * scale * E * max_abs(&f->q) * (double)Sq * group;
     if (gq) judge_grad("dq", gq, &rq, rel, abs_q, what);
     if (gk) judge_grad("dk", gk, &rk, rel, abs_k, what);
-    if (gv) judge_grad("dv", gv, &rv, rel, 0.0, what);
-    free(rb.dq.data), free(rb.dk.data), free(rb.dv.data);
+    const double abs_v = 2.0 * dp_max * gain * dmax * (double)Sq * group;
+    if (gv) judge_grad("dv", gv, &rv, rel, abs_v, what);
+    free(rb.dq.data), free(rb.dk.data), free(rb.dv.data), free(dl), free(dO_err);
 }
 
 /*
