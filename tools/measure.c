@@ -212,8 +212,12 @@ void cli_measure_peak(fa_context *ctx, fa_dtype dtype, int skip, cli_peak *peak)
     fa_probe_kind kind = FA_PROBE_FMA_PEAK;
     peak->kind = "fp32 FMA";
     peak->json_kind = "fp32_fma";
-    int64_t dot = 0;
-    if (dtype == FA_DTYPE_BF16 && fa_context_get(ctx, FA_PARAM_BF16_DOT_ACTIVE, &dot) == FA_OK && dot) {
+    int64_t dot = 0, mm = 0;
+    /* f32 inputs with FA_PARAM_F32_MATMUL set multiply as bf16 on a path with bf16
+     * products (elsewhere the setting is ignored and the probe below answers so) */
+    const int f32_bf16 = dtype == FA_DTYPE_F32 && fa_context_get(ctx, FA_PARAM_F32_MATMUL, &mm) == FA_OK && mm != 0;
+    if (f32_bf16 ||
+        (dtype == FA_DTYPE_BF16 && fa_context_get(ctx, FA_PARAM_BF16_DOT_ACTIVE, &dot) == FA_OK && dot)) {
         kind = FA_PROBE_BF16_PEAK;
         peak->kind = "bf16 dot";
         peak->json_kind = "bf16_dot";
@@ -231,6 +235,11 @@ void cli_measure_peak(fa_context *ctx, fa_dtype dtype, int skip, cli_peak *peak)
         peak->json_kind = "bf16_tile";
     } else {
         st = fa_probe(ctx, kind, &g);
+        if (st == FA_ERR_UNSUPPORTED && f32_bf16) { /* no bf16 products here: f32 stays ieee */
+            peak->kind = "fp32 FMA";
+            peak->json_kind = "fp32_fma";
+            st = fa_probe(ctx, FA_PROBE_FMA_PEAK, &g);
+        }
     }
     if (st != FA_OK || !(g > 0.0)) {
         snprintf(peak->why, sizeof peak->why, "not measured: %s",
