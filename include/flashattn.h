@@ -223,7 +223,8 @@ typedef enum fa_param {
      * in it (2 D per kept (i, j) pair and head for Q K^T, 2 Dv for P V; the fused bf16 kernel's
      * both in P, where they interleave with the softmax). The forward's phases are S, X, P, M
      * (scores, masks and softmax, P V, the merge of split-KV chunks), the backward's S, X,
-     * dP, dS, dV, dK, dQ (docs/usage.md, FLASHATTN_VERBOSE; its FLOPs read 0); 0 for other calls */
+     * dP, dS, dV, dK, dQ (docs/usage.md, FLASHATTN_VERBOSE; the fused bf16 tile's all in S); 0 for
+     * other calls */
     FA_PARAM_LAST_PHASE_US = 120,
     FA_PARAM_LAST_PHASE_FLOP = 130
 } fa_param;

@@ -339,6 +339,30 @@ static void test_packed_waves(void) {
 
 /* ------------------------------------------------------------ the phase profile */
 
+/* A backward's dO (N(0, 1), o's shape) and two sets of f32 dq, dk, dv for call a. */
+static void grad_buffers(const fa_forward_args *a, h_rng *r, fa_tensor *dout, fa_tensor g[2][3]) {
+    const int64_t *o = a->o.shape, *q = a->q.shape, *k = a->k.shape, *v = a->v.shape;
+    *dout = h_alloc(FA_DTYPE_F32, o[0], o[1], o[2], o[3]);
+    h_fill_normal(dout, r, 1.0);
+    for (int x = 0; x < 2; x++) {
+        g[x][0] = h_alloc(FA_DTYPE_F32, q[0], q[1], q[2], q[3]);
+        g[x][1] = h_alloc(FA_DTYPE_F32, k[0], k[1], k[2], k[3]);
+        g[x][2] = h_alloc(FA_DTYPE_F32, v[0], v[1], v[2], v[3]);
+    }
+}
+
+/* The profile tests' call: B 1, Sq = Sk = 150, Hq 4 on Hk 2, D 64, Dv 48, bottom-right
+ * causal, N(0, 1) data in f32 or bf16 (o f32); returns its kept pairs times query heads. */
+static int64_t profile_problem(h_problem *p, int bf, uint64_t seed, h_rng *r) {
+    h_rng_seed(r, h_env_u64("FA_TEST_SEED", seed));
+    h_problem_alloc(p, (h_dims){1, 150, 150, 4, 2, 64, 48}, bf ? FA_DTYPE_BF16 : FA_DTYPE_F32, FA_DTYPE_F32);
+    h_fill_normal(&p->args.q, r, 1.0);
+    h_fill_normal(&p->args.k, r, 1.0);
+    h_fill_normal(&p->args.v, r, 1.0);
+    p->args.causal = FA_CAUSAL_BOTTOM_RIGHT;
+    return 150 * 151 / 2 * 4;
+}
+
 /* FA_PARAM_PROFILE and the FA_PARAM_LAST_PHASE_* read-outs: all 0 with it off; with it on,
  * on every thread count, the products' FLOPs per phase are the call's (2 D per kept pair
  * for S, 2 Dv for P; the fused bf16 kernel's both in P) and P took time; the results are
@@ -349,14 +373,7 @@ static void test_phase_profile(void) {
     for (int bf = 0; bf < 2; bf++) {
         h_rng r;
         h_problem p;
-        const h_dims d = {1, 150, 150, 4, 2, 64, 48};
-        h_rng_seed(&r, h_env_u64("FA_TEST_SEED", 80));
-        h_problem_alloc(&p, d, bf ? FA_DTYPE_BF16 : FA_DTYPE_F32, FA_DTYPE_F32);
-        h_fill_normal(&p.args.q, &r, 1.0);
-        h_fill_normal(&p.args.k, &r, 1.0);
-        h_fill_normal(&p.args.v, &r, 1.0);
-        p.args.causal = FA_CAUSAL_BOTTOM_RIGHT;
-        const int64_t kept = 150 * 151 / 2 * 4; /* pairs times heads */
+        const int64_t kept = profile_problem(&p, bf, 80, &r);
         fa_tensor want_o = h_clone(&p.args.o);
         fa_context *ctx;
         CHECK(h_context_create(&ctx) == FA_OK, "fa_context_create");
@@ -401,6 +418,76 @@ static void test_phase_profile(void) {
     }
 }
 
+/* The backward's phase read-outs (profile.h's second list): with the profile on, on every
+ * thread count, the products' FLOPs are the call's, 2 per kept pair and dimension of each
+ * product (S 2 D, dP 2 Dv, dV 2 Dv, dK 2 D, dQ 2 D; the fused bf16 tile's all in S; S and dP
+ * once per pass), and a gradient not asked for is not counted; the gradients are bitwise those without it. */
+static void test_backward_phase_profile(void) {
+    for (int bf = 0; bf < 2; bf++) {
+        h_rng r;
+        h_problem p;
+        const int64_t kept = profile_problem(&p, bf, 81, &r);
+        fa_tensor dout, g[2][3];
+        grad_buffers(&p.args, &r, &dout, g);
+        fa_context *ctx;
+        CHECK(h_context_create(&ctx) == FA_OK, "fa_context_create");
+        fa_context_set(ctx, FA_PARAM_ALGO, FA_ALGO_FLASH);
+        h_set_tiles(ctx, 32, 48);
+        CHECK(fa_forward(ctx, &p.args) == FA_OK, "forward: %s", fa_context_error(ctx));
+        for (int th = 1; th <= 3; th++)
+            for (int on = 0; on < 2; on++)
+                for (int no_dq = 0; no_dq < 2; no_dq++) {
+                    h_case("backward phase profile %s, %d threads, profile %s%s", bf ? "bf16" : "f32", th,
+                           on ? "on" : "off", no_dq ? ", no dq" : "");
+                    fa_context_set(ctx, FA_PARAM_THREADS, th);
+                    CHECK(fa_context_set(ctx, FA_PARAM_PROFILE, on) == FA_OK, "set PROFILE");
+                    const int k = th > 1 || on;
+                    fa_backward_args b = FA_BACKWARD_ARGS_INIT;
+                    b.fwd = &p.args, b.do_ = dout, b.dk = g[k][1], b.dv = g[k][2];
+                    if (!no_dq) b.dq = g[k][0];
+                    if (!CHECK(fa_backward(ctx, &b) == FA_OK, "%s", fa_context_error(ctx))) continue;
+                    int64_t us[FA_PHASES], flop[FA_PHASES], sum = 0, time = 0;
+                    for (int x = 0; x < FA_PHASES; x++) {
+                        us[x] = flop[x] = -1;
+                        CHECK(fa_context_get(ctx, (fa_param)(FA_PARAM_LAST_PHASE_US + x), &us[x]) == FA_OK &&
+                                  fa_context_get(ctx, (fa_param)(FA_PARAM_LAST_PHASE_FLOP + x), &flop[x]) == FA_OK,
+                              "get phase %d", x);
+                        if (!on) CHECK(us[x] == 0 && flop[x] == 0, "phase %d: %lld us, %lld FLOP with the profile off",
+                                       x, (long long)us[x], (long long)flop[x]);
+                        sum += flop[x], time += us[x];
+                    }
+                    /* two passes (dK, dV, then dQ) recompute S and dP in each; without dq the
+                     * second has nothing to do */
+                    int64_t passes = 0;
+                    fa_context_get(ctx, FA_PARAM_LAST_BACKWARD_PASSES, &passes);
+                    if (on) {
+                        const int64_t np = passes == 2 && !no_dq ? 2 : 1;
+                        const int64_t want = kept * 2 * ((np + (no_dq ? 1 : 2)) * 64 + (np + 1) * 48);
+                        const int fused = flop[0] == want;
+                        CHECK(sum == want, "FLOPs %lld, want %lld (%lld passes)", (long long)sum, (long long)want,
+                              (long long)passes);
+                        CHECK(fused || (flop[0] == np * kept * 2 * 64 && flop[1] == 0 && flop[2] == np * kept * 2 * 48 &&
+                                        flop[3] == 0 && flop[4] == kept * 2 * 48 && flop[5] == kept * 2 * 64 &&
+                                        flop[6] == (no_dq ? 0 : kept * 2 * 64)),
+                              "FLOPs S %lld X %lld dP %lld dS %lld dV %lld dK %lld dQ %lld", (long long)flop[0],
+                              (long long)flop[1], (long long)flop[2], (long long)flop[3], (long long)flop[4],
+                              (long long)flop[5], (long long)flop[6]);
+                        CHECK(time > 0, "no phase took time");
+                    }
+                    if (k && !no_dq)
+                        CHECK(h_same_bytes(&g[0][0], &g[1][0]), "dq differs bitwise from the 1-thread run without the profile");
+                    if (k)
+                        CHECK(h_same_bytes(&g[0][1], &g[1][1]) && h_same_bytes(&g[0][2], &g[1][2]),
+                              "dk or dv differs bitwise from the 1-thread run without the profile");
+                }
+        fa_context_free(ctx);
+        for (int k = 0; k < 2; k++)
+            for (int t = 0; t < 3; t++) free(g[k][t].data);
+        free(dout.data);
+        h_problem_free(&p);
+    }
+}
+
 /* ------------------------------------------------------------ backward on the pool */
 
 static void test_backward_pool(void) {
@@ -409,14 +496,8 @@ static void test_backward_pool(void) {
     random_problem(&p, (h_dims){1, 90, 150, 4, 1, 32, 24}, 78, &r);
     p.args.causal = FA_CAUSAL_BOTTOM_RIGHT;
     p.args.dropout_p = 0.2f, p.args.dropout_seed = 5;
-    fa_tensor dout = h_alloc(FA_DTYPE_F32, 1, 90, 4, 24);
-    h_fill_normal(&dout, &r, 1.0);
-    fa_tensor g[2][3];
-    for (int k = 0; k < 2; k++) {
-        g[k][0] = h_alloc(FA_DTYPE_F32, 1, 90, 4, 32);
-        g[k][1] = h_alloc(FA_DTYPE_F32, 1, 150, 1, 32);
-        g[k][2] = h_alloc(FA_DTYPE_F32, 1, 150, 1, 24);
-    }
+    fa_tensor dout, g[2][3];
+    grad_buffers(&p.args, &r, &dout, g);
     fa_context *ctx;
     CHECK(h_context_create(&ctx) == FA_OK, "fa_context_create");
     for (int th = 1; th <= 4; th++) {
@@ -463,6 +544,7 @@ int main(void) {
     test_shared();
     test_packed_waves();
     test_phase_profile();
+    test_backward_phase_profile();
     test_backward_pool();
 
     free(g_dense_o.data), free(g_dense_lse.data), free(g_dec_o.data), free(g_dec_lse.data);

@@ -8,6 +8,7 @@
  * forward's --seqs table does not cover the backward, so it is not shown.
  */
 #include "bench_backward.h"
+#include "bench_profile.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -75,7 +76,7 @@ static const char *pass_name(const bwd_row *r)
 }
 
 static void print_row_json(const cli_shape *s, const char *isa, const bwd_row *r,
-                           const cli_peak *peak)
+                           const cli_peak *peak, const bench_profile *pr)
 {
     FILE *f = stdout;
     const cli_timing *t = &r->t;
@@ -88,6 +89,8 @@ static void print_row_json(const cli_shape *s, const char *isa, const bwd_row *r
     cli_json_number(f, s->dropout);
     cli_json_run_tiles(f, s, t, r->flops, r->standard_s);
     cli_json_peak(f, peak, pct_of(t, gflops, peak));
+    if (pr && pr->ran)
+        bench_profile_json(f, pr, peak);
     if (t->oom)
         fputs(",\"error\":\"out of memory\"", f);
     fputs("}\n", f);
@@ -129,7 +132,7 @@ static void print_rows_table(const cli_shape *s, const char *isa, const bwd_row 
 }
 
 int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak *peak,
-                   cli_flush *flush)
+                   cli_flush *flush, int profile)
 {
     const double fwd_flops = cli_flops(s), bwd_flops = cli_backward_flops(s);
     fa_algo algos[3];
@@ -152,6 +155,15 @@ int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak
             }
         }
     }
+    /* --profile: the flash backward's phases (the buffers hold the last forward's o, lse) */
+    bench_profile pr = {0};
+    for (int r = 0; r < n && profile && s->runs > 0; r++)
+        for (int c = 0; c < BENCH_PROFILE_CALLS && rows[r].t.algo == FA_ALGO_FLASH && rows[r].step == 0 &&
+                        !rows[r].t.oom; c++)
+            if (bench_profile_call(ctx, &b.fwd, &b.bwd, &pr) != 0) {
+                buffers_free(&b);
+                return CLI_EXIT_FAIL;
+            }
     buffers_free(&b);
 
     /* Each pass against standard's same pass. */
@@ -164,7 +176,7 @@ int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak
     const char *isa = fa_context_isa(ctx);
     if (json) {
         for (int r = 0; r < n; r++)
-            print_row_json(s, isa, &rows[r], peak);
+            print_row_json(s, isa, &rows[r], peak, rows[r].t.algo == FA_ALGO_FLASH && rows[r].step == 0 ? &pr : NULL);
         return CLI_EXIT_OK;
     }
     char note[128];
@@ -177,6 +189,8 @@ int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak
            bwd_flops * 1e-9, (fwd_flops + bwd_flops) * 1e-9);
     cli_print_peak_line(peak, isa, cli_resolved_threads(s->threads));
     print_rows_table(s, isa, rows, n, peak);
+    if (pr.ran)
+        bench_profile_text(&pr, peak);
     for (int r = 0; r < n; r++)
         if (rows[r].t.oom && rows[r].t.algo == FA_ALGO_STANDARD) {
             printf("# standard materialises P, dP and dS per head: out of memory at this "

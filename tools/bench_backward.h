@@ -16,9 +16,10 @@
 #include "shape.h"
 
 /* One shape: flash and standard (or only --algo), a "backward" and a
- * "fwd+bwd" row each. A CLI_EXIT_* status. */
+ * "fwd+bwd" row each; with profile, the flash backward's phases (bench_profile.h).
+ * A CLI_EXIT_* status. */
 int bench_backward(fa_context *ctx, const cli_shape *s, int json, const cli_peak *peak,
-                   cli_flush *flush);
+                   cli_flush *flush, int profile);
 
 /* --seqs: shapes[0..n) (Sq = Sk = N each), flash against standard backward,
  * one table row (or JSON object) per N. A CLI_EXIT_* status. */

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "bench_backward.h"
+#include "bench_profile.h"
 #include "bench_blockmask.h"
 #include "bench_modes.h"
 #include "flashattn.h"
@@ -82,7 +83,9 @@ static void bench_usage(FILE *f)
                "                     and each phase's products (GFLOP/s per thread) as %%\n"
                "                     of the probed peak per thread; JSON: profile_wall_ms,\n"
                "                     phase_{S,X,P,M,pack,rest}_{ms,share},\n"
-               "                     phase_{S,X,P,M}_{gflop,pct_peak} on the flash row\n"
+               "                     phase_{S,X,P,M}_{gflop,pct_peak} on the flash row;\n"
+               "                     with --backward the flash backward's phases (S, X,\n"
+               "                     dP, dS, dV, dK, dQ) on its \"backward\" row\n"
                "  --model-only       print the traffic model of flash and standard for the\n"
                "                     shape (or each --seqs N) without timing: flash runs\n"
                "                     once, untimed, to learn its tiles and scratch size\n"
@@ -161,118 +164,6 @@ static int buffers_make(const cli_shape *s, bench_buffers *b)
 
 /* ------------------------------------------------------------- one shape */
 
-/* --profile: PROFILE_CALLS flash calls more, after the timed ones, with FA_PARAM_PROFILE
- * on (so the timed calls run with the phase clocks off); the one of the shortest wall
- * time (the least disturbed on a shared machine) gives its wall time and the library's
- * phase read-outs. */
-enum { PROFILE_CALLS = 3 };
-typedef struct bench_profile {
-    int ran;
-    double wall_s;
-    int64_t threads, pack_us;
-    int64_t us[FA_PHASES], flop[FA_PHASES];
-} bench_profile;
-
-enum { FWD_PHASES = 4 }; /* the forward's phases: S, X, P, M (FA_PARAM_LAST_PHASE_US) */
-static const char *const fwd_phase[FWD_PHASES] = {"S", "X", "P", "M"};
-
-static int profile_call(fa_context *ctx, const fa_forward_args *args, bench_profile *pr)
-{
-    fa_status st = fa_context_set(ctx, FA_PARAM_ALGO, FA_ALGO_FLASH);
-    if (st == FA_OK)
-        st = fa_context_set(ctx, FA_PARAM_PROFILE, 1);
-    const double t0 = cli_now();
-    if (st == FA_OK)
-        st = fa_forward(ctx, args);
-    const double wall_s = cli_now() - t0;
-    fa_context_set(ctx, FA_PARAM_PROFILE, 0);
-    if (st == FA_OK && pr->ran && wall_s >= pr->wall_s)
-        return 0; /* an earlier call was less disturbed */
-    pr->wall_s = wall_s;
-    if (st != FA_OK) {
-        fprintf(stderr, "bench: the --profile call failed: %s\n", fa_context_error(ctx));
-        return -1;
-    }
-    for (int k = 0; k < FA_PHASES; k++) {
-        fa_context_get(ctx, (fa_param)(FA_PARAM_LAST_PHASE_US + k), &pr->us[k]);
-        fa_context_get(ctx, (fa_param)(FA_PARAM_LAST_PHASE_FLOP + k), &pr->flop[k]);
-    }
-    fa_context_get(ctx, FA_PARAM_LAST_THREADS, &pr->threads);
-    fa_context_get(ctx, FA_PARAM_LAST_KV_PACK_US, &pr->pack_us);
-    pr->ran = 1;
-    return 0;
-}
-
-/* A phase's share of the call's threads x wall time, and its products' rate per thread
- * against the probed peak's per-thread share (NAN where it ran none, or no peak). */
-static double profile_share(const bench_profile *pr, int64_t us)
-{
-    const double cap = (double)pr->threads * pr->wall_s;
-    return cap > 0 ? 100.0 * (double)us * 1e-6 / cap : NAN;
-}
-
-static double profile_pct_peak(const bench_profile *pr, int k, const cli_peak *peak)
-{
-    if (pr->flop[k] <= 0 || pr->us[k] <= 0 || !peak || peak->gflops <= 0 || pr->threads <= 0)
-        return NAN;
-    const double per_thread = (double)pr->flop[k] / ((double)pr->us[k] * 1e-6) * 1e-9;
-    return 100.0 * per_thread / (peak->gflops / (double)pr->threads);
-}
-
-/* What the phases and the packing leave of threads x wall: waits, the threads' start,
- * the plan, Q's and the output's conversion outside the phases. */
-static int64_t profile_rest_us(const bench_profile *pr)
-{
-    int64_t used = pr->pack_us;
-    for (int k = 0; k < FWD_PHASES; k++)
-        used += pr->us[k];
-    return (int64_t)((double)pr->threads * pr->wall_s * 1e6) - used;
-}
-
-static void profile_json(FILE *f, const bench_profile *pr, const cli_peak *peak)
-{
-    fputs(",\"profile_wall_ms\":", f);
-    cli_json_number(f, pr->wall_s * 1e3);
-    for (int k = 0; k < FWD_PHASES; k++) {
-        fprintf(f, ",\"phase_%s_ms\":", fwd_phase[k]);
-        cli_json_number(f, (double)pr->us[k] * 1e-3);
-        fprintf(f, ",\"phase_%s_share\":", fwd_phase[k]);
-        cli_json_number(f, profile_share(pr, pr->us[k]));
-        fprintf(f, ",\"phase_%s_gflop\":", fwd_phase[k]);
-        cli_json_number(f, (double)pr->flop[k] * 1e-9);
-        fprintf(f, ",\"phase_%s_pct_peak\":", fwd_phase[k]);
-        cli_json_number(f, profile_pct_peak(pr, k, peak));
-    }
-    fputs(",\"phase_pack_ms\":", f);
-    cli_json_number(f, (double)pr->pack_us * 1e-3);
-    fputs(",\"phase_pack_share\":", f);
-    cli_json_number(f, profile_share(pr, pr->pack_us));
-    fputs(",\"phase_rest_ms\":", f);
-    cli_json_number(f, (double)profile_rest_us(pr) * 1e-3);
-    fputs(",\"phase_rest_share\":", f);
-    cli_json_number(f, profile_share(pr, profile_rest_us(pr)));
-}
-
-static void profile_text(const bench_profile *pr, const cli_peak *peak)
-{
-    printf("# flash profile (the fastest of %d more calls, %lld threads x %.3f ms; thread time, share of that; "
-           "the phases' products as %% of the %s peak per thread):\n",
-           PROFILE_CALLS, (long long)pr->threads, pr->wall_s * 1e3, peak && peak->gflops > 0 ? peak->kind : "(unprobed)");
-    for (int k = 0; k < FWD_PHASES; k++) {
-        printf("#   %-4s %9.3f ms %5.1f%%", fwd_phase[k], (double)pr->us[k] * 1e-3, profile_share(pr, pr->us[k]));
-        const double pct = profile_pct_peak(pr, k, peak);
-        if (pr->flop[k] > 0)
-            printf("  %.4g GFLOP, %.1f GFLOP/s per thread", (double)pr->flop[k] * 1e-9,
-                   (double)pr->flop[k] / ((double)pr->us[k] * 1e-6 > 0 ? (double)pr->us[k] * 1e-6 : NAN) * 1e-9);
-        if (pct == pct)
-            printf(", %.1f%% of peak", pct);
-        printf("\n");
-    }
-    printf("#   %-4s %9.3f ms %5.1f%%\n", "pack", (double)pr->pack_us * 1e-3, profile_share(pr, pr->pack_us));
-    printf("#   %-4s %9.3f ms %5.1f%%  (waits, the threads' start, the rest)\n", "rest",
-           (double)profile_rest_us(pr) * 1e-3, profile_share(pr, profile_rest_us(pr)));
-}
-
 static void print_json(const cli_shape *s, const char *isa, const cli_timing *t, double flops,
                        double standard_s, const cli_peak *peak, const bench_profile *pr)
 {
@@ -284,7 +175,7 @@ static void print_json(const cli_shape *s, const char *isa, const cli_timing *t,
     /* The reference runs fp64 on one thread: a share of the threads' fp32 peak means nothing. */
     cli_json_peak(f, peak, t->algo == FA_ALGO_REFERENCE ? NAN : cli_pct_peak(gflops, peak));
     if (pr && pr->ran && t->algo == FA_ALGO_FLASH)
-        profile_json(f, pr, peak);
+        bench_profile_json(f, pr, peak);
     if (t->oom)
         fputs(",\"error\":\"out of memory\"", f);
     fputs("}\n", f);
@@ -353,8 +244,8 @@ static int bench_single(fa_context *ctx, const cli_shape *s, int json, const cli
     }
     bench_profile pr = {0};
     for (int a = 0; a < n_algos && profile && s->runs > 0; a++)
-        for (int c = 0; c < PROFILE_CALLS && rows[a].algo == FA_ALGO_FLASH && !rows[a].oom; c++)
-            if (profile_call(ctx, &b.args, &pr) != 0) {
+        for (int c = 0; c < BENCH_PROFILE_CALLS && rows[a].algo == FA_ALGO_FLASH && !rows[a].oom; c++)
+            if (bench_profile_call(ctx, &b.args, NULL, &pr) != 0) {
                 cli_timed_io_free(&b.io);
                 return CLI_EXIT_FAIL;
             }
@@ -384,7 +275,7 @@ static int bench_single(fa_context *ctx, const cli_shape *s, int json, const cli
                flops * 1e-9, REFERENCE_MAX_FLOPS * 1e-9);
     print_table(s, isa, rows, n_algos, flops, standard_s, peak);
     if (pr.ran)
-        profile_text(&pr, peak);
+        bench_profile_text(&pr, peak);
     return CLI_EXIT_OK;
 }
 
@@ -807,7 +698,7 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
                 shapes[r] = rows[r].shape;
             status = bench_backward_seqs(ctx, shapes, n_rows, json, &peak, fl);
         } else if (backward) {
-            status = bench_backward(ctx, &s, json, &peak, fl);
+            status = bench_backward(ctx, &s, json, &peak, fl, profile);
         } else {
             status = n_seqs > 0 ? bench_seqs(ctx, rows, n_rows, json, &peak, fl)
                                 : bench_single(ctx, &s, json, &peak, fl, profile);

@@ -120,6 +120,25 @@ expect_json "bench --profile bf16" "$profile_check" \
     "$bin" bench --seq 200 --heads 4 --runs 1 --algo flash --json --no-probe --dtype bf16 --profile
 expect_json "bench --profile bf16 causal" "$profile_check" \
     "$bin" bench --seq 96 --heads 2 --runs 1 --algo flash --json --no-probe --dtype bf16 --causal --profile
+# --backward --profile: the flash backward row carries the backward's phases; on one
+# thread (one fused walk) with D = Dv their products are the row's credited FLOPs
+# (2 per kept pair and dimension of S, dP, dV, dK, dQ: 10 D = 2.5 x the forward's 4 D)
+bwd_profile_check='
+ph = ("S", "X", "dP", "dS", "dV", "dK", "dQ")
+keys = ["profile_wall_ms"] + ["phase_%s_%s" % (k, f) for k in ph for f in ("ms", "share", "gflop", "pct_peak")]
+o = [x for x in objs if x["algo"] == "flash" and x["pass"] == "backward"][0]
+assert all(k in o for k in keys) and all("profile_wall_ms" not in x for x in objs if x is not o), objs
+assert abs(sum(o["phase_%s_gflop" % k] for k in ph) * 1e9 - o["flops"]) <= 1e-6 * o["flops"], o
+slack = 100 * 9e-3 / (o["threads"] * o["profile_wall_ms"]) + 0.01
+assert abs(sum(o["phase_%s_share" % k] for k in ph + ("pack", "rest")) - 100) < slack, o
+'
+expect_json "bench --backward --profile f32 causal" "$bwd_profile_check" \
+    "$bin" bench --backward --seq 100 --heads 2 --runs 1 --algo flash --json --causal --threads 1 --profile
+expect_json "bench --backward --profile bf16" "$bwd_profile_check" \
+    "$bin" bench --backward --seq 130 --heads 2 --runs 1 --algo flash --json --no-probe --dtype bf16 --threads 1 --profile
+expect_text "bench --backward --profile table" '
+assert "# flash backward profile" in text and "#   dQ " in text and "#   rest" in text, text
+' "$bin" bench --backward --seq 64 --heads 2 --runs 1 --algo flash --no-probe --threads 1 --profile
 expect_text "bench --profile table" '
 assert "# flash profile" in text and "#   P " in text and "#   rest" in text, text
 ' "$bin" bench --seq 64 --heads 2 --runs 1 --algo flash --no-probe --profile

@@ -216,24 +216,6 @@ static int stacked_band(const fa_problem *s, int elementwise, int64_t i0, int64_
     return 1;
 }
 
-/* The profile's FLOPs of a tile's products (profile.h, fa_phase_flops): `dim` (2 D for the
- * scores, 2 Dv for P V) per pair of its `rows` rows and `cols` columns that the rows'
- * bands keep (tlo NULL: every pair); 0 with the profile off, so the loops pay nothing. */
-static int64_t tile_flops(const fa_phases *ph, int64_t dim, int64_t rows, int64_t cols, const int32_t *tlo,
-                          const int32_t *thi)
-{
-    if (!ph->on) return 0;
-    int64_t pairs = rows * cols;
-    if (tlo) {
-        pairs = 0;
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t a = tlo[r] < 0 ? 0 : tlo[r], z = thi[r] >= cols ? cols - 1 : thi[r];
-            pairs += z >= a ? z - a + 1 : 0;
-        }
-    }
-    return dim * pairs;
-}
-
 /* A block-masked tile whose kept pairs are one run of columns per row (a causal
  * diagonal block, a document's edge): the runs as the softmax kernel's bounds, cut
  * by the band's (*tlo != NULL), so no -inf is written and exponentiated, and the
@@ -433,7 +415,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             else
                 kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
             t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
-            fa_phase_flops(job->phases, FA_PH_S, tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
+            fa_phase_flops(job->phases, FA_PH_S, fa_tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
             if (elementwise)
                 for (int64_t g = 0; g < ng; g++)
                     fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n * lds, 1, lds);
@@ -453,7 +435,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
                 pk->pv_small(rows, cols, Dv, sc->st, lds, vrow, kvt, s->quant ? vscale : NULL, STACK_ALPHA(k),
                              STACK_ACC(k), ldacc);
             fa_phase_mark(job->phases, FA_PH_P, t0);
-            fa_phase_flops(job->phases, FA_PH_P, tile_flops(job->phases, 2 * Dv, rows, cols, tlo, thi));
+            fa_phase_flops(job->phases, FA_PH_P, fa_tile_flops(job->phases, 2 * Dv, rows, cols, tlo, thi));
         }
     }
     for (int64_t k = 0; k < nkv; k++)
@@ -602,7 +584,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t c = 0; c < cols; c++) sc->wst[r * lds + c] += sc->wqc[r];
         t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
-        fa_phase_flops(job->phases, FA_PH_S, tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
+        fa_phase_flops(job->phases, FA_PH_S, fa_tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
         /* 2-5 */
         if (elementwise)
             for (int64_t g = 0; g < ng; g++) fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->wst + g * n * lds, 1, lds);
@@ -625,7 +607,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
                 pk->pv_small(nr, cols, Dv, st, lds, vrow, vkt, vscale, alpha, acc, ldacc);
         }
         fa_phase_mark(job->phases, FA_PH_P, t0);
-        fa_phase_flops(job->phases, FA_PH_P, tile_flops(job->phases, 2 * Dv, rows, cols, tlo, thi));
+        fa_phase_flops(job->phases, FA_PH_P, fa_tile_flops(job->phases, 2 * Dv, rows, cols, tlo, thi));
     }
     finish_rows(job, s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
 }
@@ -1055,7 +1037,7 @@ run:
     kern->fwd_bf16(&t);
     *t0 = fa_phase_mark(job->phases, FA_PH_P, *t0);
     /* both products, interleaved with the softmax in the one call: all in P */
-    fa_phase_flops(job->phases, FA_PH_P, tile_flops(job->phases, 2 * (D + Dv), w->rows, cols, tlo, thi));
+    fa_phase_flops(job->phases, FA_PH_P, fa_tile_flops(job->phases, 2 * (D + Dv), w->rows, cols, tlo, thi));
     return 1;
 }
 
@@ -1359,7 +1341,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         if (fused && fused_tile(job, sc, &w, unit0, j0, cols, partial, tlo, thi, bm_bits, &t0, &qt2_ready)) continue;
         /* trimmed where the band ends inside the tile for its first rows (a window's
          * left edge alone leaves nothing to trim) */
-        const int64_t pair_flops = tile_flops(job->phases, 2, rows, cols, tlo, thi); /* 2 per pair and dim */
+        const int64_t pair_flops = fa_tile_flops(job->phases, 2, rows, cols, tlo, thi); /* 2 per pair and dim */
         if (tlo && thi[0] + 1 < cols && !bm_bits && job->path->trims && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
             t0 = wide_trimmed(job, sc, &w, j0, cols, tlo, thi, t0);
             fa_phase_flops(job->phases, FA_PH_S, pair_flops * p->D);

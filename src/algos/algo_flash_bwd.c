@@ -589,6 +589,8 @@ static int bwd_block_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_p
     };
     job->kern->bwd_bf16(&bt);
     fa_phase_mark(job->phases, FA_PH_BS, t0); /* the whole tile: S, P, dP, dS and the three products */
+    const int64_t dims = p->D * (1 + (dq_rows != NULL) + (bt.dkt != NULL)) + p->Dv * (1 + (bt.dvt != NULL));
+    fa_phase_flops(job->phases, FA_PH_BS, fa_tile_flops(job->phases, 2 * dims, n, cols, bt.lo, bt.hi));
     return 1;
 }
 
@@ -673,6 +675,13 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     const bwd_grads_in in = {.rw = &rw, .t = t, .n = n, .cols = cols, .want_dv = want_dv, .want_dk = want_dk,
                              .kq = kq, .kx = kx, .dq_rows = dq_rows, .ldq_acc = ldq_acc};
     job->path->grads(job, sc, &in, t0);
+    /* the products' FLOPs by phase: 2 per kept pair and dimension of each product */
+    const int64_t pair2 = fa_tile_flops(job->phases, 2, n, cols, tlo, thi);
+    fa_phase_flops(job->phases, FA_PH_BS, pair2 * p->D);
+    fa_phase_flops(job->phases, FA_PH_DP, pair2 * Dv);
+    if (want_dv) fa_phase_flops(job->phases, FA_PH_DV, pair2 * Dv);
+    if (want_dk) fa_phase_flops(job->phases, FA_PH_DK, pair2 * p->D);
+    if (dq_rows) fa_phase_flops(job->phases, FA_PH_DQ, pair2 * p->D);
 }
 
 /* Whether the block mask keeps a pair of the (query block, key tile) of head h (1

@@ -33,6 +33,24 @@ static inline void fa_phase_flops(fa_phases *ph, int phase, int64_t flops)
 {
     if (ph->on) atomic_fetch_add_explicit(&ph->flop[phase], flops, memory_order_relaxed);
 }
+/* The FLOPs of a tile's products for fa_phase_flops: `dim` (2 D for the scores, 2 Dv
+ * for P V) per pair of its `rows` rows and `cols` columns that the rows' bands
+ * [tlo[r], thi[r]] keep (tlo NULL: every pair); 0 with the profile off, so the loops
+ * pay nothing. */
+static inline int64_t fa_tile_flops(const fa_phases *ph, int64_t dim, int64_t rows, int64_t cols, const int32_t *tlo,
+                                    const int32_t *thi)
+{
+    if (!ph->on) return 0;
+    int64_t pairs = rows * cols;
+    if (tlo) {
+        pairs = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t a = tlo[r] < 0 ? 0 : tlo[r], z = thi[r] >= cols ? cols - 1 : thi[r];
+            pairs += z >= a ? z - a + 1 : 0;
+        }
+    }
+    return dim * pairs;
+}
 /* The phases' microseconds into us[FA_PHASES_MAX], their FLOPs into flop[FA_PHASES_MAX]. */
 void fa_phases_read(const fa_phases *ph, int64_t *us, int64_t *flop);
 
