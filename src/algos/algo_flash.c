@@ -376,7 +376,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
                 for (int64_t x = 0; x < D; x++) STACK_Q(k)[(g * n + r) * D + x] = p->scale * q[r * ldq + x];
         }
         for (int64_t r = 0; q8 && r < rows; r++)
-            sc->q8s[k * FA_SMALL_ROWS + r] = fa_quant_row_i8(STACK_Q(k) + r * D, D, q8, STACK_Q8(k) + r * q8 * ldq8);
+            sc->q8s[k * FA_SMALL_ROWS + r] = kern->quant_row_i8(STACK_Q(k) + r * D, D, q8, STACK_Q8(k) + r * q8 * ldq8);
         for (int64_t r = 0; r < rows; r++) {
             STACK_M(k)[r] = -INFINITY;
             STACK_L(k)[r] = 0.0f;
