@@ -182,11 +182,8 @@ static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
 #define FA_KT_QUADS(d) FA_RUP16(((d) + 3) / 4)
 
 /* bytes of scratch fwd_bf16 needs for a tile of cols keys (any table, either mode). */
-/* rows of one strip of fwd_bf16: up to FA_FWD_STRIPS x 32, which share each key block */
-#define FA_FWD_STRIPS 4
 #define FA_FWD_BF16_SCRATCH(cols, dv)                                                                             \
-    (64 * 10 +                                                                                                    \
-     32 * FA_FWD_STRIPS * (2 * 64 * 4 + 2 * (FA_RUP32(cols) + 32) * 2 + 16 * 4 + 4 * 2) +                         \
+    (64 * 10 + 2 * 32 * 64 * 4 + 2 * 32 * (FA_RUP32(cols) + 32) * 2 + 32 * 16 * 4 + 32 * 4 * 2 +                  \
      3 * 16 * FA_RUP16(dv) * 4)
 
 /*

@@ -608,8 +608,7 @@ double FA_AMX_FN(probe_tile)(int64_t iters)
 
 /*
  * The fused forward on one key tile (kernels.h, fa_fwd_tile), in strips of 32 query
- * rows (two A tiles; for a large d, strips of up to FA_FWD_STRIPS such sub-strips that
- * share each block: fwd_order). Per strip, blocks of FWD_BLOCK keys:
+ * rows (two A tiles). Per strip, blocks of FWD_BLOCK keys:
  *   S = Q K^T   A = Q rows (the strip's, natural layout), B = K^T pairs (1 KB blocks);
  *               2 x 2 C tiles per 32 keys, stored row-major into S (fp32, unscaled); the
  *               next block's steps run between this block's softmax rows, into the
@@ -861,54 +860,41 @@ static float fwd_row_max(const float *s, int nv, const uint16_t *keep, float sca
     return scale < 0.0f ? lo[0] * scale : hi[0] * scale;
 }
 
-/* S (rows x FWD_BLOCK fp32, row-major, unscaled) of one block, as a sequence of steps the
+/* S (32 x FWD_BLOCK fp32, row-major, unscaled) of one block, as a sequence of steps the
  * caller interleaves with the softmax of the block before: nkb <= 4 blocks of 16 keys
- * from kt (ldkt dwords per 16 keys, 1 KB per B tile), the strip's nsub sub-strips of 32
- * rows (two A tiles; the last one or two). Per 32 keys, the d steps go in chunks of dch,
- * each chunk over every sub-strip, so that a chunk of K^T stays in L1 while the
- * sub-strips use it; a sub-strip's C tiles go to S between chunks and come back (fp32
- * or int32 exactly), so every score is the same sum in the same order as in one run. */
+ * from kt (ldkt dwords per 16 keys, 1 KB per B tile), the strip's one or two A tiles. */
 typedef struct {
     const char *q;   /* the strip's first A row; 64 bytes of each row per step */
     int64_t ldq, nxc, ldkt; /* ldq in bytes */
     const uint32_t *kt;
-    int nsub, two_r, dch, nkb, i8; /* two_r: the last sub-strip's; i8: int8 codes, int32 sums (fwd_i8) */
+    int two_r, nkb, i8; /* i8: int8 codes, int32 sums (fwd_i8) */
     float *S;
-    int step, steps; /* done so far, in all: (nkb / 2 rounded up) halves x nxc x nsub */
+    int step, steps; /* done so far, in all: (nkb / 2 rounded up) halves x nxc */
 } fwd_qk_job;
 
-static void fwd_qk_begin(fwd_qk_job *j, const char *q, int64_t ldq, int nsub, int two_r, int dch, int64_t nxc,
-                         const uint32_t *kt, int64_t ldkt, int nkb, int i8, float *S)
+static void fwd_qk_begin(fwd_qk_job *j, const char *q, int64_t ldq, int two_r, int64_t nxc, const uint32_t *kt,
+                         int64_t ldkt, int nkb, int i8, float *S)
 {
-    *j = (fwd_qk_job){q, ldq, nxc, ldkt, kt, nsub, two_r, dch, nkb, i8, S, 0, (int)((nkb + 1) / 2 * nxc * nsub)};
+    *j = (fwd_qk_job){q, ldq, nxc, ldkt, kt, two_r, nkb, i8, S, 0, (int)((nkb + 1) / 2 * nxc)};
 }
 
 /* Runs the job's steps up to `until` (at most its steps). */
 static void fwd_qk_run(fwd_qk_job *j, int until)
 {
-    const int64_t per_h = j->nxc * j->nsub;
     for (; j->step < until && j->step < j->steps; j->step++) {
-        const int h = (int)(j->step / per_h);
-        const int64_t rem = j->step % per_h, x0 = rem / (j->dch * j->nsub) * j->dch;
-        const int64_t len = MIN64(j->dch, j->nxc - x0), sub = (rem - x0 * j->nsub) / len;
-        const int64_t xc = x0 + (rem - x0 * j->nsub) % len;
-        const int two_c = 2 * h + 1 < j->nkb, two_r = sub + 1 < j->nsub || j->two_r;
-        const char *q = j->q + 32 * sub * j->ldq;
-        float *d = j->S + 32 * sub * FWD_BLOCK + 32 * h;
+        const int h = (int)(j->step / j->nxc);
+        const int64_t xc = j->step % j->nxc;
+        const int two_c = 2 * h + 1 < j->nkb, two_r = j->two_r;
         if (xc == 0) {
             FA_TILE_ZERO(TC0);
             if (two_c) FA_TILE_ZERO(TC1);
             if (two_r) FA_TILE_ZERO(TC2);
             if (two_r && two_c) FA_TILE_ZERO(TC3);
-        } else if (xc == x0) {
-            FA_TILE_LOAD(TC0, d, 4 * FWD_BLOCK);
-            if (two_c) FA_TILE_LOAD(TC1, d + 16, 4 * FWD_BLOCK);
-            if (two_r) FA_TILE_LOAD(TC2, d + 16 * FWD_BLOCK, 4 * FWD_BLOCK);
-            if (two_r && two_c) FA_TILE_LOAD(TC3, d + 16 * FWD_BLOCK + 16, 4 * FWD_BLOCK);
         }
         const uint32_t *b = j->kt + 2 * h * j->ldkt + 256 * xc;
-        step_2x2(q + 64 * xc, q + 16 * j->ldq + 64 * xc, (size_t)j->ldq, b, b + j->ldkt, 64, two_r, two_c, j->i8);
-        if (xc == x0 + len - 1) {
+        step_2x2(j->q + 64 * xc, j->q + 16 * j->ldq + 64 * xc, (size_t)j->ldq, b, b + j->ldkt, 64, two_r, two_c, j->i8);
+        if (xc == j->nxc - 1) {
+            float *d = j->S + 32 * h;
             FA_TILE_STORE(TC0, d, 4 * FWD_BLOCK);
             if (two_c) FA_TILE_STORE(TC1, d + 16, 4 * FWD_BLOCK);
             if (two_r) FA_TILE_STORE(TC2, d + 16 * FWD_BLOCK, 4 * FWD_BLOCK);
@@ -920,54 +906,46 @@ static void fwd_qk_run(fwd_qk_job *j, int until)
 /* Scratch parts of fwd_bf16 (64-byte aligned, within FA_FWD_BF16_SCRATCH), and the
  * tile's shape as its strips use it. */
 typedef struct {
-    float *S[2];     /* [R][FWD_BLOCK] each (R = 32 FA_FWD_STRIPS): the block the softmax reads, the next one's scores */
-    uint16_t *P;     /* [R][ldp] */
-    uint16_t *Pl;    /* [R][ldp] the bf16x3 mode's residuals of P, else NULL */
-    float *L;        /* [R][16] lane sums */
-    float *alpha;    /* [R] */
-    float *mlog;     /* [R] */
+    float *S[2];     /* [32][FWD_BLOCK] each: the block the softmax reads, the next one's scores */
+    uint16_t *P;     /* [32][ldp] */
+    uint16_t *Pl;    /* [32][ldp] the bf16x3 mode's residuals of P, else NULL */
+    float *L;        /* [32][16] lane sums */
+    float *alpha;    /* [32] */
+    float *mlog;     /* [32] */
     uint32_t *vtail; /* [16][ep] the last, partial 32-key chunk of V pairs */
     uint32_t *vtail_lo; /* [16][ep] the same of V's lo pairs (bf16x3 mode) */
     float *atail;    /* [16][ep] a partial 16-row block of acc */
     int64_t ep, ldp, nxc, full_c, ldkt;
-    int nsub, dch;   /* sub-strips of 32 rows per strip, d steps per chunk of Q K^T (fwd_qk_job) */
     float scale, c2; /* the scores' scale (1 for fwd_i8, whose scores are final), scale log2(e) */
     int i8;          /* fwd_i8: S holds int32 sums, made scores row by row (fwd_i8_row) */
 } fwd_scratch;
 
-/* One strip of up to 32 nsub rows, in sub-strips of 32 (the last one's second A tile
- * two_r): its acc rows in blocks of 16 (in place, or a partial block through atail) and
- * the P columns [pend, ..) whose product is still to come. */
-typedef struct {
-    int64_t r0, nr;
-    int nsub, two_r;
-    float *c[2 * FA_FWD_STRIPS];
-    int64_t ldc[2 * FA_FWD_STRIPS];
-    int64_t pend;
-} fwd_strip;
-
-/* acc += P V over P's 32-key chunks [k0, k1) for the strip's row blocks (the bf16x3
- * mode: + P Vlo + Pl V); per 32 columns of V, every sub-strip, so that V's chunk is
- * read once from L2. */
-static void fwd_pv(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_strip *st, int64_t k0, int64_t k1)
+/* acc += P V over P's 32-key chunks [k0, k1) for the strip's row blocks c[0], c[1]
+ * (the bf16x3 mode: + P Vlo + Pl V). */
+static void fwd_pv(const fa_fwd_tile *t, const fwd_scratch *w, int two_r, int64_t k0, int64_t k1, float *const c[2],
+                   const int64_t ldc[2])
 {
     const int64_t neb = w->ep / 16, ldp = w->ldp, ldvp = t->ldvp;
-    const int64_t nfull = w->full_c > k0 ? w->full_c - k0 : 0;
+    const uint16_t *a[2] = {w->P + 32 * k0, w->P + 16 * ldp + 32 * k0};
+    /* the residual's rows (bf16x3 mode only: no offset from a NULL Pl) */
+    const uint16_t *al[2] = {w->Pl ? w->Pl + 32 * k0 : NULL, w->Pl ? w->Pl + 16 * ldp + 32 * k0 : NULL};
     for (int64_t eb = 0; eb < neb; eb += 2) {
-        const int64_t off = 16 * k0 * ldvp + 16 * eb;
-        for (int sub = 0; sub < st->nsub; sub++) {
-            const uint16_t *P = w->P + 32 * sub * ldp;
-            const uint16_t *a[2] = {P + 32 * k0, P + 16 * ldp + 32 * k0};
-            /* the residual's rows (bf16x3 mode only: no offset from a NULL Pl) */
-            const uint16_t *Pl = w->Pl ? w->Pl + 32 * sub * ldp : NULL;
-            const uint16_t *al[2] = {Pl ? Pl + 32 * k0 : NULL, Pl ? Pl + 16 * ldp + 32 * k0 : NULL};
-            float *cc[2] = {st->c[2 * sub] + 16 * eb, st->c[2 * sub + 1] + 16 * eb};
-            mul_2x2_terms(sub + 1 < st->nsub || st->two_r, eb + 1 < neb, cc, st->ldc + 2 * sub, a, al, ldp,
-                          t->vp + off, t->vlo ? t->vlo + off : NULL, ldvp, nfull, w->vtail + 16 * eb,
-                          w->vtail_lo + 16 * eb, w->ep, k1 - k0);
-        }
+        float *cc[2] = {c[0] + 16 * eb, c[1] + 16 * eb};
+        const int64_t nfull = w->full_c > k0 ? w->full_c - k0 : 0, off = 16 * k0 * ldvp + 16 * eb;
+        mul_2x2_terms(two_r, eb + 1 < neb, cc, ldc, a, al, ldp, t->vp + off, t->vlo ? t->vlo + off : NULL, ldvp, nfull,
+                      w->vtail + 16 * eb, w->vtail_lo + 16 * eb, w->ep, k1 - k0);
     }
 }
+
+/* One strip of up to 32 rows: its acc rows (in place, or a partial block through atail)
+ * and the P columns [pend, ..) whose product is still to come. */
+typedef struct {
+    int64_t r0, nr;
+    int two_r;
+    float *c[2];
+    int64_t ldc[2];
+    int64_t pend;
+} fwd_strip;
 
 /* The partial key chunk after full_c whole ones of V pairs vp into tail, zero past
  * cols (a masked p = 0 must never meet garbage). */
@@ -986,24 +964,6 @@ static void fwd_vtail(const uint32_t *vp, int64_t ldvp, int64_t cols, int64_t fu
     }
 }
 
-/*
- * The loop order, by shape, in this one place. With a small d a strip's Q rows and a
- * block of K^T both stay in L1, and strips of 32 rows run one after the other. With a
- * large d (MLA's 576) they do not: strips of up to FA_FWD_STRIPS x 32 rows share each
- * block, its K^T in chunks of FWD_DCHUNK d steps over all sub-strips, and each V chunk
- * over all sub-strips. Every row's operations are the same in either order (its own
- * max, lane sums, P and acc, each sum in the same order); blocks inside the strip's
- * band but outside a row's are masked for it (p = 0, V finite: they add exactly 0).
- */
-#define FWD_WIDE_D 256
-#define FWD_DCHUNK 6
-static void fwd_order(const fa_fwd_tile *t, fwd_scratch *w)
-{
-    const int wide = t->d >= FWD_WIDE_D && t->rows > 32;
-    w->nsub = wide ? FA_FWD_STRIPS : 1;
-    w->dch = wide ? (int)MIN64(FWD_DCHUNK, w->nxc) : (int)w->nxc;
-}
-
 /* The scratch's parts, and the partial key chunks of V. */
 static void fwd_scratch_init(const fa_fwd_tile *t, int i8, fwd_scratch *w)
 {
@@ -1013,16 +973,14 @@ static void fwd_scratch_init(const fa_fwd_tile *t, int i8, fwd_scratch *w)
     w->ldkt = 16 * (i8 ? FA_KT_QUADS(t->d) : FA_KT_PAIRS(t->d));
     w->scale = i8 ? 1.0f : t->scale;
     w->c2 = w->scale * FWD_LOG2E;
-    fwd_order(t, w);
-    const int64_t R = 32 * FA_FWD_STRIPS;
     w->S[0] = ALIGN64(t->scratch);
-    w->S[1] = w->S[0] + R * FWD_BLOCK;
-    w->P = ALIGN64(w->S[1] + R * FWD_BLOCK);
-    w->Pl = t->vlo ? ALIGN64(w->P + R * ldp) : NULL;
-    w->L = ALIGN64(w->P + 2 * R * ldp);
-    w->alpha = ALIGN64(w->L + R * 16);
-    w->mlog = ALIGN64(w->alpha + R);
-    w->vtail = ALIGN64(w->mlog + R);
+    w->S[1] = w->S[0] + 32 * FWD_BLOCK;
+    w->P = ALIGN64(w->S[1] + 32 * FWD_BLOCK);
+    w->Pl = t->vlo ? ALIGN64(w->P + 32 * ldp) : NULL;
+    w->L = ALIGN64(w->P + 2 * 32 * ldp);
+    w->alpha = ALIGN64(w->L + 32 * 16);
+    w->mlog = ALIGN64(w->alpha + 32);
+    w->vtail = ALIGN64(w->mlog + 32);
     w->vtail_lo = ALIGN64(w->vtail + 16 * ep);
     w->atail = ALIGN64(w->vtail_lo + 16 * ep);
     if (w->full_c == (cols + 31) / 32) return;
@@ -1051,12 +1009,12 @@ static int fwd_strip_columns(const fa_fwd_tile *t, const fwd_strip *st, int64_t 
 static void fwd_strip_begin(const fa_fwd_tile *t, const fwd_scratch *w, fwd_strip *st)
 {
     const int64_t rows = t->rows, dv = t->dv, ep = w->ep;
-    for (int i = 0; i < 2 * st->nsub; i++) {
+    for (int i = 0; i < 2; i++) {
         const int64_t rb = st->r0 + 16 * i;
         const int tail = rb + 16 > rows;
         st->c[i] = tail ? w->atail : t->acc + rb * t->ldacc;
         st->ldc[i] = tail ? ep : t->ldacc;
-        if (tail && rb < rows) /* the one partial block of the tile's rows */
+        if (tail && rb < rows && (i == 0 || st->two_r))
             for (int64_t r = 0; r < 16; r++) {
                 float *dst = w->atail + r * ep;
                 if (rb + r < rows) {
@@ -1079,7 +1037,7 @@ static void fwd_qk_block(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_s
                          fwd_qk_job *qj)
 {
     const char *q = w->i8 ? (const char *)(t->q8 + st->r0 * t->ldq8) : (const char *)(t->q + st->r0 * t->ldq);
-    fwd_qk_begin(qj, q, w->i8 ? t->ldq8 : 2 * t->ldq, st->nsub, st->two_r, w->dch, w->nxc, t->kt + c0 / 16 * w->ldkt, w->ldkt,
+    fwd_qk_begin(qj, q, w->i8 ? t->ldq8 : 2 * t->ldq, st->two_r, w->nxc, t->kt + c0 / 16 * w->ldkt, w->ldkt,
                  (int)((MIN64(t->cols - c0, FWD_BLOCK) + 15) / 16), w->i8, S);
 }
 
@@ -1155,7 +1113,7 @@ static int fwd_block_rows(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_
 static void fwd_strip_pv(const fa_fwd_tile *t, const fwd_scratch *w, fwd_strip *st, int64_t c_end)
 {
     if (st->pend < c_end)
-        fwd_pv(t, w, st, st->pend / 32, (c_end + 31) / 32);
+        fwd_pv(t, w, st->two_r, st->pend / 32, (c_end + 31) / 32, st->c, st->ldc);
     st->pend = c_end;
 }
 
@@ -1184,7 +1142,7 @@ static void fwd_strip_end(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_
         h[0] += h[2], h[1] += h[3];
         t->l[st->r0 + r] += h[0] + h[1];
     }
-    for (int i = 0; i < 2 * st->nsub; i++)
+    for (int i = 0; i < 1 + st->two_r; i++)
         if (st->c[i] == w->atail)
             for (int64_t r = 0; r < 16 && st->r0 + 16 * i + r < t->rows; r++)
                 memcpy(t->acc + (st->r0 + 16 * i + r) * t->ldacc, w->atail + r * w->ep, (size_t)t->dv * 4);
@@ -1210,7 +1168,7 @@ static void fwd_strip_run(const fa_fwd_tile *t, const fwd_scratch *w, fwd_strip 
         else qj.steps = 0;
         const int rescale = fwd_block_rows(t, w, st, S, c0, (int)((nc + 15) / 16), &qj);
         fwd_qk_run(&qj, qj.steps); /* before any product below reuses the tiles */
-        for (int64_t r = st->nr; r < 32 * (st->nsub - 1) + (st->two_r ? 32 : 16); r++) {
+        for (int64_t r = st->nr; r < (st->two_r ? 32 : 16); r++) {
             memset(w->P + r * w->ldp + c0, 0, (size_t)FA_RUP32(nc) * 2);
             if (w->Pl) memset(w->Pl + r * w->ldp + c0, 0, (size_t)FA_RUP32(nc) * 2);
         }
@@ -1225,10 +1183,9 @@ static void fwd_tile(const fa_fwd_tile *t, int i8)
     tiles_on();
     fwd_scratch w;
     fwd_scratch_init(t, i8, &w);
-    for (int64_t r0 = 0; r0 < t->rows; r0 += 32 * w.nsub) {
-        fwd_strip st = {.r0 = r0, .nr = MIN64(t->rows - r0, 32 * w.nsub)};
-        st.nsub = (int)((st.nr + 31) / 32);
-        st.two_r = st.nr - 32 * (st.nsub - 1) > 16;
+    for (int64_t r0 = 0; r0 < t->rows; r0 += 32) {
+        fwd_strip st = {.r0 = r0, .nr = t->rows - r0 < 32 ? t->rows - r0 : 32};
+        st.two_r = st.nr > 16;
         fwd_strip_run(t, &w, &st);
     }
 }
