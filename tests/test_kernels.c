@@ -2650,7 +2650,7 @@ static void test_fwd_i8(void) {
         static const int64_t shapes[][6] = {/* rows cols tiles d dv band */
                                             {32, 64, 4, 128, 128, 0}, {1, 1, 1, 1, 1, 0},      {17, 33, 3, 31, 7, 1},
                                             {48, 100, 3, 64, 96, 2},  {5, 256, 2, 130, 64, 1}, {70, 64, 5, 32, 32, 2},
-                                            {64, 512, 2, 128, 128, 1}};
+                                            {64, 512, 2, 128, 128, 1}, {100, 80, 2, 576, 72, 1}, {140, 48, 2, 320, 40, 2}};
         for (size_t i = 0; i < NELEM(shapes); i++) {
             if (quick && i % 2) continue;
             case_fwd(kt, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], (int)shapes[i][5],
@@ -2695,7 +2695,9 @@ static void test_fwd_bf16(void) {
         static const int64_t shapes[][6] = {/* rows cols tiles d dv band */
                                             {32, 64, 4, 128, 128, 0}, {1, 1, 1, 1, 1, 0},     {17, 33, 3, 31, 7, 1},
                                             {48, 100, 3, 64, 96, 2},  {5, 256, 2, 130, 64, 1}, {70, 64, 5, 32, 32, 2},
-                                            {33, 17, 6, 16, 130, 1},  {16, 96, 2, 256, 16, 0}};
+                                            {33, 17, 6, 16, 130, 1},  {16, 96, 2, 256, 16, 0},
+                                            /* a large d: strips of several 32-row sub-strips */
+                                            {100, 80, 2, 576, 72, 1}, {140, 48, 3, 300, 40, 2}};
         for (size_t i = 0; i < NELEM(shapes); i++) {
             if (quick && i % 2) continue;
             const double amp = i % 3 == 0 ? 3.0 : i % 3 == 1 ? 1.0 : 0.3;
@@ -3467,7 +3469,8 @@ static void test_amx_agreement(void) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) agree_case(hw, md, shapes[i][0], shapes[i][1], shapes[i][2], &a);
     /* the fused forward over several tiles: m, l and acc after each shape */
     static const int64_t fshapes[][6] = {{32, 64, 4, 128, 128, 0}, {17, 33, 3, 31, 7, 1}, {48, 100, 3, 64, 96, 2},
-                                         {70, 256, 2, 32, 40, 1},  {1, 1, 1, 1, 1, 0}};
+                                         {70, 256, 2, 32, 40, 1},  {1, 1, 1, 1, 1, 0},     {100, 80, 2, 576, 72, 1},
+                                         {140, 48, 2, 300, 40, 2}};
     for (size_t i = 0; i < sizeof fshapes / sizeof fshapes[0]; i++) {
         const int64_t rows = fshapes[i][0], cols = fshapes[i][1], nt = fshapes[i][2], d = fshapes[i][3],
                       dv = fshapes[i][4], nk = cols * nt;

@@ -485,6 +485,13 @@ static const spec cases[] = {
     {"cache_fp8_e5m2", DECODE(F32, FA_DTYPE_F8E5M2), .cache = 2},
     {"cache_mla_latent", .dtype = BF16, .B = 2, .Sq = 1, .Sk = 200, .Hq = 16, .Hk = 1, .D = 96, .Dv = 64, .lse = 1,
      .cache = 1, .cache_dtype = BF16, .snew = 1, .latent = 1},
+    /* a large d: the fused kernel's strips of several 32-row sub-strips */
+    {"cache_mla_latent_d576", .dtype = BF16, .B = 1, .Sq = 1, .Sk = 300, .Hq = 128, .Hk = 1, .D = 576, .Dv = 512,
+     .lse = 1, .cache = 1, .cache_dtype = BF16, .snew = 1, .latent = 1},
+    {"cache_mla_latent_d576_prefill", .dtype = BF16, .B = 1, .Sq = 2, .Sk = 200, .Hq = 50, .Hk = 1, .D = 576,
+     .Dv = 512, .lse = 1, .cache = 1, .cache_dtype = BF16, .snew = 2, .latent = 1, .causal = BR},
+    {"fwd_bf16_d320_causal", .dtype = BF16, .B = 1, .Sq = 300, .Sk = 300, .Hq = 1, .Hk = 1, .D = 320, .Dv = 256,
+     .lse = 1, .causal = BR},
     {"cache_mla_latent_paged_i8", .dtype = BF16, .B = 2, .Sq = 1, .Sk = 200, .Hq = 16, .Hk = 1, .D = 96, .Dv = 64,
      .lse = 1, .cache = 2, .cache_dtype = FA_DTYPE_I8, .snew = 1, .latent = 1},
     {"cache_long_split_planned", DECODE(BF16, BF16), .Sk = 2100, .B = 1},
