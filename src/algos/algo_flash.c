@@ -183,7 +183,7 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->q16, b16 ? fa_bytes3(mm ? T * bp : br, D, 2) : 0},
         {(void **)&sc->qt2, b16 ? fa_bytes3((T * D + 1) / 2 * 2, bp, 2) : 0},
         /* a pack step may take one row more than a tile (kv.h: its rows start even) */
-        {(void **)&sc->k16, b16 ? fa_bytes3(T * (bc + 1), D, 2) : 0},
+        {(void **)&sc->k16, b16 || job->wide_digits ? fa_bytes3(T * (bc + 1), D, 2) : 0}, /* int8: kbar's bf16 rows */
         {(void **)&sc->v16, b16 ? fa_bytes3(T2 * (bc + 1), Dv, 2) : 0},
         {(void **)&sc->v_pairs, b16 ? fa_bytes3(T2 * ((bc + 2) / 2), fa_packed_ld(Dv), 4) : 0},
         {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, Dv) : 0},
@@ -467,13 +467,14 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
 }
 
 /* kbar: the mean of every key of s's kv head hk, into sc->wkbar (sums in sc->wsum, each
- * channel's in key order); whether it is finite (else no smoothing). bf16: K's rows are
- * bf16 as stored (the fused path's), summed by the table's sum_rows_bf16 as they are
- * rather than through an f32 tile (the same bits: the widening is exact). */
-static int q8_key_mean(const flash_job *job, const flash_scratch *sc, const fa_problem *s, int64_t hk, int bf16)
+ * channel's in key order); whether it is finite (else no smoothing). bf16 K rows are
+ * summed by the table's sum_rows_bf16 as they are stored rather than through an f32
+ * tile (the same bits: the widening is exact). */
+static int q8_key_mean(const flash_job *job, const flash_scratch *sc, const fa_problem *s, int64_t hk)
 {
     const fa_kernels *kern = job->kern;
     const int64_t D = job->p->D;
+    const int bf16 = s->k.dtype == FA_DTYPE_BF16 && s->kv->tile_u16;
     double *sum = sc->wsum;
     for (int64_t x = 0; x < D; x++) sum[x] = 0.0;
     for (int64_t j0 = 0; j0 < s->Sk; j0 += job->plan.bc) {
@@ -554,7 +555,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
     /* kbar over every key of the (sequence, kv head); none for an int8 cache, or where
      * it is not finite */
     const double tq = fa_phase_start(job->phases);
-    const int smooth = !cache8 && q8_key_mean(job, sc, s, hk, 0);
+    const int smooth = !cache8 && q8_key_mean(job, sc, s, hk);
     q8_quantise_q(job, sc, s, i0, n, ng, h0, smooth, kd, ld8);
     for (int64_t r = 0; r < rows; r++) {
         sc->m[r] = -INFINITY;
@@ -566,16 +567,15 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
     int64_t lo, hi;
     fa_task_columns(s, it, i0, n, &lo, &hi);
     const void *const *vrow = sc->vp;
-    const int vkt = s->v_in_k ? kvt : fa_kv_type(s->v.dtype);
+    const int vkt = fa_kv_type(s->v.dtype);
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
         const int32_t *tlo, *thi;
         const int partial = stacked_band(s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
         double t0 = fa_phase_start(job->phases);
-        /* V rows (a latent V: K's own rows, before K is requantised below) */
-        fa_kv_row_ptrs(s, s->v_in_k ? 0 : 1, j0, cols, hk, sc->vp, sc->vs);
-        if ((s->v_in_k ? s->k : s->v).stride[3] != 1)
-            fa_kv_gather_strided(s->v_in_k ? &s->k : &s->v, sc->vp, cols, Dv, sc->v);
+        /* V rows (a latent V's view: K's own rows, read before K is requantised below) */
+        fa_kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
+        if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
         /* 1. K codes: an int8 cache's rows, or the tile smoothed and quantised */
         if (cache8) {
             fa_kv_row_ptrs(s, 0, j0, cols, hk, sc->kp, sc->ks);
@@ -1107,7 +1107,7 @@ static void q8_keys_worker(void *arg, int ith, int nth)
         fa_problem s;
         fa_seq_view(p, b, &s);
         const int64_t slot0 = job->keys.off[b] + hk * (FA_RUP16(s.Sk) + 16);
-        const int smooth = s.Sk > 0 && q8_key_mean(job, &sc, &s, hk, 1);
+        const int smooth = s.Sk > 0 && q8_key_mean(job, &sc, &s, hk);
         job->keys.smooth[u] = smooth;
         memcpy(job->keys.kbar + u * D, sc.wkbar, (size_t)D * sizeof(float));
         for (int64_t j0 = 0; j0 < s.Sk; j0 += job->plan.bc) {
@@ -1119,9 +1119,8 @@ static void q8_keys_worker(void *arg, int ith, int nth)
                 job->keys.ks[slot0 + j0 + c] = job->kern->quant_row_i8(sc.wy, D, 1, sc.wk8);
                 fa_pack_kt_i8(1, D, sc.wk8, ld8, job->keys.kt + slot0 * nq, j0 + c);
             }
-            int64_t ldv; /* a latent V: the K rows */
-            const uint16_t *v = s.v_in_k ? fa_kv_tile_u16(&s, 0, j0, cols, hk, D, sc.k16, &ldv)
-                                         : fa_kv_tile_u16(&s, 1, j0, cols, hk, p->Dv, sc.v16, &ldv);
+            int64_t ldv;
+            const uint16_t *v = fa_kv_tile_u16(&s, 1, j0, cols, hk, p->Dv, sc.v16, &ldv);
             job->kern->pack_pairs_bf16(cols, p->Dv, v, ldv, job->keys.vp + (slot0 + j0) / 2 * ldvp, ldvp);
         }
         /* the spare slots: zero codes and scales (read, never kept) */
@@ -1182,8 +1181,7 @@ static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const f
         const uint32_t *vp = job->keys.vp + (slot0 + j0) / 2 * ldvp;
         if (j0 & 1) { /* pairs from an odd key (a window's or a chunk's first tile) */
             int64_t ldv;
-            const uint16_t *v = s->v_in_k ? fa_kv_tile_u16(s, 0, j0, cols, hk, D, sc->k16, &ldv)
-                                          : fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
+            const uint16_t *v = fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
             kern->pack_pairs_bf16(cols, Dv, v, ldv, sc->v_pairs, ldvp);
             vp = sc->v_pairs;
         }
