@@ -48,6 +48,7 @@
 
 
 typedef struct wide_path wide_path;
+typedef struct wide_task wide_task;
 
 /* The fused int8 forward's K (fwd_i8, flash_task_i8): every key of each (sequence, kv
  * head) smoothed, quantised and packed once per call (q8_keys_worker), in key slots:
@@ -66,7 +67,7 @@ typedef struct {
     const fa_problem *p;
     const fa_kernels *kern;
     fa_plan plan;
-    const wide_path *path; /* the wide tasks' operand path (wide_paths), chosen once in flash_plan */
+    const wide_path *path; /* the wide tasks' operand path (wide_paths), chosen once (wide_path_of) */
     int bf16_dot;       /* bf16 inputs multiplied as bf16 pairs by the ISA */
     int fused;          /* the bf16 pair tiles (or f32 as bf16 products) take the table's fused forward (fwd_bf16) */
     int decode_tiles;   /* decoding on the tile unit: a kv head's group in one task (decode_tiles) */
@@ -78,8 +79,7 @@ typedef struct {
     int digits;         /* small-row path, int8 K/V: FA_PARAM_QUANT_MATMUL's int8 digits (1 i8, 2 i8x2) where
                          * the table has the kernels, else 0 (exact) */
     int wide_digits;    /* the wide path, float or int8 K: the same (wide_q8), else 0 */
-    int fused_i8;       /* the wide int8 tasks take the table's fused forward (fwd_i8, flash_task_i8) */
-    q8_keys keys;       /* its K, once per call */
+    q8_keys keys;       /* the fused int8 route's K, once per call (wide_path's keys) */
     fa_task *items;     /* tasks, most expensive first */
     int64_t n_items;
     int64_t *merges;    /* indices into items of split 0 of every split unit */
@@ -130,6 +130,31 @@ typedef struct {
     uint16_t *row16;
     float *rowf;
 } flash_scratch;
+
+/*
+ * The operand paths of the wide tasks, one per job (wide_path_of): how Q, K and V meet
+ * the kernels in steps 1 and 9. bf16: bf16 q and K/V rows the pair kernels read (dense or
+ * contiguous caches; not pages, not codes) as bf16 pairs (FA_PARAM_BF16_DOT), the fused
+ * kernel a variant of it; split: f32 as bf16 products (FA_PARAM_F32_MATMUL); f32:
+ * everything else, rows widened to f32; q8 and i8: int8 products (FA_PARAM_QUANT_MATMUL)
+ * on the small-row kernels or the fused forward, each a task loop of its own (row-major
+ * scores, q and K quantised once), reading K and V where they are. A new operand path is
+ * one row here.
+ */
+struct wide_path {
+    /* a task loop of its own (never packed, a task's only step); NULL: flash_task's
+     * tile loop with the three hooks below */
+    void (*task)(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it);
+    void (*q_rows)(const flash_job *job, const flash_scratch *sc, wide_task *w);
+    const float *(*scores)(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0, int64_t cols,
+                           int64_t *ldv);
+    void (*pv)(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0, int64_t cols,
+               int partial, const float *v, int64_t ldv);
+    int pairs; /* reads the bf16 or split packing (kv.h), not the f32 one */
+    int trims; /* takes a band's diagonal tiles in row blocks (wide_trimmed) */
+    int fuses; /* has the fused forward (fwd_bf16) as a variant, where the job allows it */
+    int keys;  /* K quantised and packed once per call (q8_keys_worker); the fused kernel's scratch */
+};
 
 static int64_t round16(int64_t x) { return fa_round_up(x, FA_ROW_ALIGN); }
 
@@ -189,8 +214,8 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, Dv) : 0},
         /* (f32 as bf16 products: rows of T * D) */
         {(void **)&sc->qa, job->fused ? fa_bytes3(bp, FA_RUP32(T * D), 2) : 0},
-        {(void **)&sc->kt, job->fused || job->fused_i8 ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(T * D), 4) : 0},
-        {(void **)&sc->fwd_scratch, job->fused || job->fused_i8 ? FA_FWD_BF16_SCRATCH(bc, Dv) : 0},
+        {(void **)&sc->kt, job->fused || job->path->keys ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(T * D), 4) : 0},
+        {(void **)&sc->fwd_scratch, job->fused || job->path->keys ? FA_FWD_BF16_SCRATCH(bc, Dv) : 0},
         {(void **)&sc->row16, mm ? fa_bytes3(row_max, 2, 1) : 0},
         {(void **)&sc->rowf, mm ? fa_bytes3(row_max, 8, 1) : 0},
     };
@@ -631,7 +656,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
 }
 
 /* A wide task's fixed facts, shared by its steps below. */
-typedef struct {
+struct wide_task {
     const fa_problem *s; /* its sequence as a dense B = 1 problem */
     int64_t i0, n;       /* first row and rows per head */
     int64_t ng, rows;    /* heads stacked from h0, and so rows n * ng */
@@ -642,7 +667,7 @@ typedef struct {
     int64_t ldk16;       /* latent V (v_in_k) is their first Dv columns */
     const uint16_t *qa;  /* the fused forward: Q rows as its kernel reads them, ldqa apart */
     int64_t ldqa;
-} wide_task;
+};
 
 /* The fused forward's Q: rows bf16 in whole tiles (FA_RUP32(D) columns, FA_RUP16(rows)
  * rows): the rows where they are when they are whole tiles already, else copied and
@@ -1216,28 +1241,13 @@ static int wide_fused_i8(const fa_context *ctx, const fa_problem *p, const flash
     return job->wide_digits == 1 && job->fused && (ctx->kernels->flags & FA_KERNELS_FWD_I8) && bf16_rows(p, job, 1);
 }
 
-/*
- * The operand paths of the wide loop, one per job (flash_plan): how Q, K and V meet the
- * kernels in steps 1 and 9. bf16: bf16 q and K/V rows the pair kernels read (dense or
- * contiguous caches; not pages, not codes) as bf16 pairs (FA_PARAM_BF16_DOT), the fused
- * kernel a variant of it; split: f32 as bf16 products (FA_PARAM_F32_MATMUL); f32:
- * everything else, rows widened to f32. A new operand path (int8 products on the wide
- * tiles, say) is one row here.
- */
-struct wide_path {
-    void (*q_rows)(const flash_job *job, const flash_scratch *sc, wide_task *w);
-    const float *(*scores)(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0, int64_t cols,
-                           int64_t *ldv);
-    void (*pv)(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0, int64_t cols,
-               int partial, const float *v, int64_t ldv);
-    int pairs; /* reads the bf16 or split packing (kv.h), not the f32 one */
-    int trims; /* takes a band's diagonal tiles in row blocks (wide_trimmed) */
-};
-enum { WIDE_F32, WIDE_BF16, WIDE_SPLIT };
+enum { WIDE_F32, WIDE_BF16, WIDE_SPLIT, WIDE_Q8, WIDE_I8 };
 static const wide_path wide_paths[] = {
-    [WIDE_F32] = {q_rows_f32, scores_f32, wide_pv_f32, 0, 1},
-    [WIDE_BF16] = {q_rows_bf16, scores_bf16, wide_pv_bf16, 1, 0},
-    [WIDE_SPLIT] = {q_rows_split, scores_split, wide_pv_split, 1, 0},
+    [WIDE_F32] = {NULL, q_rows_f32, scores_f32, wide_pv_f32, 0, 1, 0, 0},
+    [WIDE_BF16] = {NULL, q_rows_bf16, scores_bf16, wide_pv_bf16, 1, 0, 1, 0},
+    [WIDE_SPLIT] = {NULL, q_rows_split, scores_split, wide_pv_split, 1, 0, 1, 0},
+    [WIDE_Q8] = {flash_task_q8, NULL, NULL, NULL, 0, 0, 0, 0},
+    [WIDE_I8] = {flash_task_i8, NULL, NULL, NULL, 0, 0, 0, 1},
 };
 
 /* Before step 1: the Q rows of every stacked head in the path's form; with `clear`,
@@ -1310,9 +1320,8 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         flash_task_small(job, sc0, &s, it);
         return;
     }
-    if (job->wide_digits) { /* int8 products: never packed, one step */
-        if (job->fused_i8) flash_task_i8(job, sc0, &s, it);
-        else flash_task_q8(job, sc0, &s, it);
+    if (job->path->task) { /* a path with a task loop of its own: never packed, one step */
+        job->path->task(job, sc0, &s, it);
         return;
     }
     const int64_t Dv = p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
@@ -1479,16 +1488,14 @@ enum { DECODE_TILE_SPLIT_KEYS = 2048 };
 static int decode_tiles(const fa_context *ctx, const fa_problem *p, const flash_job *job)
 {
     const fa_tensor *k = p->cache ? &p->kc : &p->k, *v = p->cache ? &p->vc : &p->v;
-    const int paged = p->pages || p->block_table;
     int64_t rows;
-    if (!(ctx->kernels->flags & FA_KERNELS_TILES) || !job->bf16_dot || p->drop.on || p->bm.on || p->quant ||
-        p->quant_matmul ||
-        p->group < 2 || !fa_mul_ok(p->Sq, p->group, &rows))
+    /* the bf16 path's rows, pages allowed */
+    if (!(ctx->kernels->flags & FA_KERNELS_TILES) || !bf16_rows(p, job, 1) || p->drop.on || p->bm.on ||
+        p->quant_matmul || p->group < 2 || !fa_mul_ok(p->Sq, p->group, &rows))
         return 0;
-    /* a page pool's rows are gathered whole (kv.h, fa_kv_tile_u16) */
-    if (paged && (k->stride[3] != 1 || v->stride[3] != 1)) return 0;
-    return p->q.dtype == FA_DTYPE_BF16 && k->dtype == FA_DTYPE_BF16 && v->dtype == FA_DTYPE_BF16 &&
-           rows >= DECODE_TILE_ROWS_MIN && rows <= DECODE_TILE_ROWS_MAX;
+    /* a page pool's rows are taken whole where they lie (kv.h, fa_kv_tile_u16) */
+    if (p->block_table && (k->stride[3] != 1 || v->stride[3] != 1)) return 0;
+    return rows >= DECODE_TILE_ROWS_MIN && rows <= DECODE_TILE_ROWS_MAX;
 }
 
 static void decode_tiles_plan(const fa_problem *p, flash_job *job)
@@ -1512,6 +1519,17 @@ static int wide_q8(const fa_context *ctx, const fa_problem *p, const flash_job *
     if (p->quant && p->kc.dtype != FA_DTYPE_I8) return 0;
     const int64_t d_max = p->quant || p->quant_matmul == 1 ? FA_QUANT_D_MAX : FA_QUANT_D_MAX / 2;
     return p->D <= d_max ? p->quant_matmul : 0;
+}
+
+/* The wide tasks' operand path, chosen once per job: int8 products where wide_q8 grants
+ * them (the fused forward's route where wide_fused_i8 does), bf16 pairs where q and the
+ * K/V rows the kernels read are bf16 rows they pair (no pages but on the decode-tile
+ * route, no codes), else f32 as bf16 products where set, else f32. */
+static const wide_path *wide_path_of(const fa_context *ctx, const fa_problem *p, const flash_job *job)
+{
+    if (job->wide_digits) return &wide_paths[wide_fused_i8(ctx, p, job) ? WIDE_I8 : WIDE_Q8];
+    if (bf16_rows(p, job, job->decode_tiles)) return &wide_paths[WIDE_BF16];
+    return &wide_paths[job->mm_terms ? WIDE_SPLIT : WIDE_F32];
 }
 
 /* The job's tiles, paths and per-thread scratch, from the shapes and the context. */
@@ -1553,34 +1571,29 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
                       ? p->quant_matmul
                       : 0;
     job->wide_digits = wide_q8(ctx, p, job);
-    job->fused_i8 = wide_fused_i8(ctx, p, job);
-    if (job->wide_digits) job->fused = 0;
+    job->path = wide_path_of(ctx, p, job);
+    /* the fused kernel is a variant of the bf16 and split paths: a call whose rows take
+     * another one (pages, codes, int8 products) never runs it, so it neither reserves its
+     * scratch nor reports it */
+    job->fused = job->fused && job->path->fuses;
     /* stacks one small-row task may hold: their Q rows, accumulators and softmax
      * state within 256 KiB, a share of L2 */
     job->stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job->ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
     if (job->stacks_max > p->Hq) job->stacks_max = p->Hq;
     if (job->stacks_max < 1) job->stacks_max = 1;
-    /* the wide tasks' operand path: bf16 pairs where q and the K/V rows the kernels read
-     * are bf16 rows they pair (no pages but on the decode-tile route, no codes), else f32
-     * as bf16 products where set */
-    const int pairs = bf16_rows(p, job, job->decode_tiles);
-    job->path = &wide_paths[pairs ? WIDE_BF16 : job->mm_terms ? WIDE_SPLIT : WIDE_F32];
-    /* the fused kernel is a variant of the bf16 and split paths: a call whose rows take the
-     * f32 one (pages, codes) never runs it, so it neither reserves its scratch nor reports it */
-    job->fused = job->fused && job->path != &wide_paths[WIDE_F32];
     job->per_thread = scratch_layout(job, NULL, NULL);
 }
 
 /* The verbose trace's name of the path the job's tasks take: the wide tasks' operand
- * path (wide_paths, the fused kernel its bf16 variant), or int8 products where the
- * wide tasks (wide_q8) or the small-row ones (digits) take them; never a path the job
- * only could have taken (bf16 q over pages or codes runs the f32 one). */
+ * path (wide_paths, the fused kernel a variant of bf16 and split), or int8 products where
+ * the small-row tasks take them (digits) on an f32 job; never a path the job only could
+ * have taken (bf16 q over pages or codes runs the f32 one). */
 static const char *path_name(const flash_job *job)
 {
     const int digits = job->wide_digits ? job->wide_digits : job->digits;
-    if (job->fused_i8) return "i8-fused";
-    if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_BF16]) return job->fused ? "bf16-fused" : "bf16-dot";
-    if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_SPLIT])
+    if (job->path == &wide_paths[WIDE_I8]) return "i8-fused";
+    if (job->path == &wide_paths[WIDE_BF16]) return job->fused ? "bf16-fused" : "bf16-dot";
+    if (job->path == &wide_paths[WIDE_SPLIT])
         return job->mm_terms == 3 ? (job->fused ? "bf16x3-fused" : "bf16x3") : job->fused ? "bf16-of-f32-fused" : "bf16-of-f32";
     return digits == 2 ? "i8x2" : digits == 1 ? "i8" : "f32";
 }
@@ -1608,7 +1621,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     /* packed K/V are planned from the tasks, into a second workspace; here only the
      * per-unit counts that plan needs */
     int form = fa_kv_packing_form(p, job.bf16_dot, job.mm_terms, ctx->set.kv_pack);
-    if (job.wide_digits) form = -1; /* flash_task_q8 reads K and V where they are */
+    if (job.path->task) form = -1; /* a task loop of its own reads K and V where they are */
     if (form == 1 && job.fused) form = FA_KV_FORM_KT; /* the fused kernel reads K^T */
     if (form == FA_KV_FORM_SPLIT(job.mm_terms) && job.mm_terms && job.fused) form = FA_KV_FORM_KT_SPLIT(job.mm_terms);
     if (job.decode_tiles && ctx->set.kv_pack != 2) form = -1; /* unless asked to pack always */
@@ -1618,7 +1631,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
         {(void **)&merges, fa_bytes3(counts.units, (int64_t)sizeof(int64_t), 1)},
         {(void **)&job.slots, fa_bytes3(counts.slots, job.slot_floats, 4)},
         {(void **)&units, form < 0 ? 0 : fa_bytes3(p->B, p->Hk, 6 * 8)},
-        {(void **)&keys, job.fused_i8 ? q8_keys_layout(p, &job.keys, NULL) : 0},
+        {(void **)&keys, job.path->keys ? q8_keys_layout(p, &job.keys, NULL) : 0},
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
     if (bytes < 0) return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: the workspace size overflows 64 bits");
@@ -1626,7 +1639,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     if (!ws)
         return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "flash: cannot allocate %lld bytes of workspace", (long long)bytes);
     fa_ws_layout(parts, sizeof parts / sizeof parts[0], ws);
-    if (job.fused_i8) q8_keys_layout(p, &job.keys, keys);
+    if (job.path->keys) q8_keys_layout(p, &job.keys, keys);
     job.workspace = scratch;
     job.merges = merges;
 
@@ -1656,7 +1669,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     fa_phases_init(&phases, ctx->set.verbose || ctx->set.profile);
     job.phases = &phases;
     atomic_init(&job.next, 0);
-    if (job.fused_i8 && job.n_items > 0) fa_pool_run(ctx->pool, nth, q8_keys_worker, &job);
+    if (job.path->keys && job.n_items > 0) fa_pool_run(ctx->pool, nth, q8_keys_worker, &job);
     if (job.n_items > 0) fa_pool_run(ctx->pool, nth, flash_worker, &job);
     atomic_init(&job.next, 0);
     if (job.n_merges > 0) fa_pool_run(ctx->pool, nth, merge_worker, &job);
