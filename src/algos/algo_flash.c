@@ -702,27 +702,34 @@ static void stack_rows(void *dst, const void *q, int64_t ldq, int64_t n, int64_t
     for (int64_t r = 0; r < n; r++) memcpy((char *)dst + r * D * e, (const char *)q + r * ldq * e, (size_t)(D * e));
 }
 
+/* The Q rows of the stacked heads h0 .. h0+ng as one block of w->rows rows, bf16 as
+ * stored or f32: a single head's where the row reader leaves them (*ldq apart), else
+ * each head's n rows one after another in buf (D apart). */
+static const void *stacked_q(const flash_job *job, const wide_task *w, void *buf, int bf16, int64_t *ldq)
+{
+    const fa_problem *s = w->s;
+    const int64_t D = s->D, n = w->n;
+    const size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
+    for (int64_t g = 0; g < w->ng; g++) {
+        void *dst = (char *)buf + g * n * D * (int64_t)es;
+        const void *q = bf16 ? (const void *)fa_rows_u16(&s->q, 0, w->i0, n, w->h0 + g, D, dst, ldq)
+                             : (const void *)fa_rows_f32(&s->q, job->kern, 0, w->i0, n, w->h0 + g, D, dst, ldq);
+        if (w->ng == 1) return q;
+        stack_rows(dst, q, *ldq, n, D, es); /* an MLA or GQA group on one K */
+    }
+    *ldq = D;
+    return buf;
+}
+
 /* Before step 1, on the bf16 path: the Q rows of every stacked head as bf16, as Q^T
  * pairs (qk_bf16 scales) or the fused kernel's rows. */
 static void q_rows_bf16(const flash_job *job, const flash_scratch *sc, wide_task *w)
 {
-    const fa_problem *s = w->s;
-    const fa_kernels *kern = job->kern;
-    const int64_t D = s->D, bp = job->plan.br_pad, n = w->n;
+    const int64_t D = w->s->D;
     int64_t ldq;
-    if (w->ng == 1) {
-        const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0, D, sc->q16, &ldq);
-        if (job->fused) fused_q(sc, w, q, ldq, n, D);
-        else kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
-    } else { /* stacked heads (an MLA or GQA group on one K): their rows one after another */
-        for (int64_t g = 0; g < w->ng; g++) {
-            uint16_t *dst = sc->q16 + g * n * D;
-            const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
-            stack_rows(dst, q, ldq, n, D, sizeof *dst);
-        }
-        if (job->fused) fused_q(sc, w, sc->q16, D, w->rows, D);
-        else kern->pack_qt_bf16(w->rows, D, sc->q16, D, sc->qt2, 2 * bp);
-    }
+    const uint16_t *q = stacked_q(job, w, sc->q16, 1, &ldq);
+    if (job->fused) fused_q(sc, w, q, ldq, w->rows, D);
+    else job->kern->pack_qt_bf16(w->rows, D, q, ldq, sc->qt2, 2 * job->plan.br_pad);
 }
 
 /* ... on the split path: each f32 row as mm_terms bf16 terms, unscaled (qk_bf16 scales),
@@ -748,21 +755,9 @@ static void q_rows_split(const flash_job *job, const flash_scratch *sc, wide_tas
 /* ... on the f32 path: transposed and scaled. */
 static void q_rows_f32(const flash_job *job, const flash_scratch *sc, wide_task *w)
 {
-    const fa_problem *s = w->s;
-    const fa_kernels *kern = job->kern;
-    const int64_t D = s->D, bp = job->plan.br_pad, n = w->n;
     int64_t ldq;
-    if (w->ng == 1) {
-        const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0, D, sc->q, &ldq);
-        kern->pack_qt(n, D, q, ldq, s->scale, sc->qt, bp);
-        return;
-    }
-    for (int64_t g = 0; g < w->ng; g++) {
-        float *dst = sc->q + g * n * D;
-        const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
-        stack_rows(dst, q, ldq, n, D, sizeof *dst);
-    }
-    kern->pack_qt(w->rows, D, sc->q, D, s->scale, sc->qt, bp);
+    const float *q = stacked_q(job, w, sc->q, 0, &ldq);
+    job->kern->pack_qt(w->rows, w->s->D, q, ldq, w->s->scale, sc->qt, job->plan.br_pad);
 }
 
 /* The f32 K and V rows of keys j0 .. j0+cols-1: packed in the unit, in place, or
