@@ -16,6 +16,7 @@
  *             windows, softcap, sinks, split-KV; bitwise the same on 1 and 2 threads;
  *             where the path has the kernels the mode changes the bits, elsewhere it is
  *             ignored (the exact bits)
+ *   strides   a paged bf16 cache with an inner stride: the unit stride's bits, every mode
  */
 #include "harness.h"
 
@@ -705,6 +706,43 @@ static void test_prefill(void)
     }
 }
 
+/* A paged bf16 cache whose rows have an inner stride (every other element) gives the
+ * bits of the same values at a unit stride, in every mode: the path depends on shapes,
+ * never on strides (the fused int8 forward once read such pages as if unit-strided). */
+static void test_page_strides(void)
+{
+    const int64_t Sq = 64, Sk = 100, Hq = 2, Hk = 2, D = 64, page = 16, pages = 8; /* no decode tiles (group 1) */
+    h_case("paged bf16 cache, inner stride 2, prefill");
+    h_rng r;
+    h_rng_seed(&r, 31);
+    fa_tensor q = h_alloc(FA_DTYPE_BF16, 1, Sq, Hq, D), o[2], k[2], v[2];
+    h_fill_normal(&q, &r, 1.0);
+    int32_t table[8], seqlens[1] = {(int32_t)Sk};
+    for (int64_t p = 0; p < pages; p++) table[p] = (int32_t)(pages - 1 - p);
+    for (int s = 0; s < 2; s++) {
+        o[s] = h_alloc(FA_DTYPE_F32, 1, Sq, Hq, D);
+        k[s] = h_alloc(FA_DTYPE_BF16, pages, page, Hk, (s + 1) * D), v[s] = h_alloc(FA_DTYPE_BF16, pages, page, Hk, (s + 1) * D);
+        if (s) k[s].shape[3] = v[s].shape[3] = D, k[s].stride[3] = v[s].stride[3] = 2;
+    }
+    h_fill_normal(&k[0], &r, 1.0);
+    h_fill_normal(&v[0], &r, 1.0);
+    h_copy(&k[1], &k[0]);
+    h_copy(&v[1], &v[0]);
+    for (int mode = 0; mode < 3; mode++) {
+        for (int s = 0; s < 2; s++) {
+            fa_forward_args a = FA_FORWARD_ARGS_INIT;
+            fa_kv_cache c = FA_KV_CACHE_INIT;
+            c.k = k[s], c.v = v[s], c.seqlens = seqlens, c.block_table = table, c.max_pages = pages;
+            a.q = q, a.o = o[s], a.kv_cache = &c, a.quant_matmul = mode;
+            const fa_status st = h_run(g_ctx, FA_ALGO_AUTO, 2, &a);
+            CHECK(st == FA_OK, "mode %d, stride %d: %s", mode, s + 1, fa_context_error(g_ctx));
+        }
+        CHECK(h_same_bytes(&o[0], &o[1]), "mode %d: the strided pages' o differs from the unit stride's", mode);
+    }
+    free(q.data);
+    for (int s = 0; s < 2; s++) free(o[s].data), free(k[s].data), free(v[s].data);
+}
+
 int main(void)
 {
     CHECK(h_context_create(&g_ctx) == FA_OK, "context");
@@ -714,6 +752,7 @@ int main(void)
     test_accuracy();
     test_forms();
     test_prefill();
+    test_page_strides();
     fa_context_free(g_ctx);
     return h_summary();
 }

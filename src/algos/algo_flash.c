@@ -48,6 +48,7 @@
 
 
 typedef struct wide_path wide_path;
+typedef struct wide_task wide_task;
 
 /* The fused int8 forward's K (fwd_i8, flash_task_i8): every key of each (sequence, kv
  * head) smoothed, quantised and packed once per call (q8_keys_worker), in key slots:
@@ -66,7 +67,7 @@ typedef struct {
     const fa_problem *p;
     const fa_kernels *kern;
     fa_plan plan;
-    const wide_path *path; /* the wide tasks' operand path (wide_paths), chosen once in flash_plan */
+    const wide_path *path; /* the wide tasks' operand path (wide_paths), chosen once (wide_path_of) */
     int bf16_dot;       /* bf16 inputs multiplied as bf16 pairs by the ISA */
     int fused;          /* the bf16 pair tiles (or f32 as bf16 products) take the table's fused forward (fwd_bf16) */
     int decode_tiles;   /* decoding on the tile unit: a kv head's group in one task (decode_tiles) */
@@ -78,8 +79,7 @@ typedef struct {
     int digits;         /* small-row path, int8 K/V: FA_PARAM_QUANT_MATMUL's int8 digits (1 i8, 2 i8x2) where
                          * the table has the kernels, else 0 (exact) */
     int wide_digits;    /* the wide path, float or int8 K: the same (wide_q8), else 0 */
-    int fused_i8;       /* the wide int8 tasks take the table's fused forward (fwd_i8, flash_task_i8) */
-    q8_keys keys;       /* its K, once per call */
+    q8_keys keys;       /* the fused int8 route's K, once per call (wide_path's keys) */
     fa_task *items;     /* tasks, most expensive first */
     int64_t n_items;
     int64_t *merges;    /* indices into items of split 0 of every split unit */
@@ -130,6 +130,31 @@ typedef struct {
     uint16_t *row16;
     float *rowf;
 } flash_scratch;
+
+/*
+ * The operand paths of the wide tasks, one per job (wide_path_of): how Q, K and V meet
+ * the kernels in steps 1 and 9. bf16: bf16 q and K/V rows the pair kernels read (dense or
+ * contiguous caches; not pages, not codes) as bf16 pairs (FA_PARAM_BF16_DOT), the fused
+ * kernel a variant of it; split: f32 as bf16 products (FA_PARAM_F32_MATMUL); f32:
+ * everything else, rows widened to f32; q8 and i8: int8 products (FA_PARAM_QUANT_MATMUL)
+ * on the small-row kernels or the fused forward, each a task loop of its own (row-major
+ * scores, q and K quantised once), reading K and V where they are. A new operand path is
+ * one row here.
+ */
+struct wide_path {
+    /* a task loop of its own (never packed, a task's only step); NULL: flash_task's
+     * tile loop with the three hooks below */
+    void (*task)(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it);
+    void (*q_rows)(const flash_job *job, const flash_scratch *sc, wide_task *w);
+    const float *(*scores)(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0, int64_t cols,
+                           int64_t *ldv);
+    void (*pv)(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0, int64_t cols,
+               int partial, const float *v, int64_t ldv);
+    int pairs; /* reads the bf16 or split packing (kv.h), not the f32 one */
+    int trims; /* takes a band's diagonal tiles in row blocks (wide_trimmed) */
+    int fuses; /* has the fused forward (fwd_bf16) as a variant, where the job allows it */
+    int keys;  /* K quantised and packed once per call (q8_keys_worker); the fused kernel's scratch */
+};
 
 static int64_t round16(int64_t x) { return fa_round_up(x, FA_ROW_ALIGN); }
 
@@ -183,14 +208,14 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->q16, b16 ? fa_bytes3(mm ? T * bp : br, D, 2) : 0},
         {(void **)&sc->qt2, b16 ? fa_bytes3((T * D + 1) / 2 * 2, bp, 2) : 0},
         /* a pack step may take one row more than a tile (kv.h: its rows start even) */
-        {(void **)&sc->k16, b16 ? fa_bytes3(T * (bc + 1), D, 2) : 0},
+        {(void **)&sc->k16, b16 || job->wide_digits ? fa_bytes3(T * (bc + 1), D, 2) : 0}, /* int8: kbar's bf16 rows */
         {(void **)&sc->v16, b16 ? fa_bytes3(T2 * (bc + 1), Dv, 2) : 0},
         {(void **)&sc->v_pairs, b16 ? fa_bytes3(T2 * ((bc + 2) / 2), fa_packed_ld(Dv), 4) : 0},
         {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, Dv) : 0},
         /* (f32 as bf16 products: rows of T * D) */
         {(void **)&sc->qa, job->fused ? fa_bytes3(bp, FA_RUP32(T * D), 2) : 0},
-        {(void **)&sc->kt, job->fused || job->fused_i8 ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(T * D), 4) : 0},
-        {(void **)&sc->fwd_scratch, job->fused || job->fused_i8 ? FA_FWD_BF16_SCRATCH(bc, Dv) : 0},
+        {(void **)&sc->kt, job->fused || job->path->keys ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(T * D), 4) : 0},
+        {(void **)&sc->fwd_scratch, job->fused || job->path->keys ? FA_FWD_BF16_SCRATCH(bc, Dv) : 0},
         {(void **)&sc->row16, mm ? fa_bytes3(row_max, 2, 1) : 0},
         {(void **)&sc->rowf, mm ? fa_bytes3(row_max, 8, 1) : 0},
     };
@@ -449,13 +474,14 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
 }
 
 /* kbar: the mean of every key of s's kv head hk, into sc->wkbar (sums in sc->wsum, each
- * channel's in key order); whether it is finite (else no smoothing). bf16: K's rows are
- * bf16 as stored (the fused path's), summed by the table's sum_rows_bf16 as they are
- * rather than through an f32 tile (the same bits: the widening is exact). */
-static int q8_key_mean(const flash_job *job, const flash_scratch *sc, const fa_problem *s, int64_t hk, int bf16)
+ * channel's in key order); whether it is finite (else no smoothing). bf16 K rows are
+ * summed by the table's sum_rows_bf16 as they are stored rather than through an f32
+ * tile (the same bits: the widening is exact). */
+static int q8_key_mean(const flash_job *job, const flash_scratch *sc, const fa_problem *s, int64_t hk)
 {
     const fa_kernels *kern = job->kern;
     const int64_t D = job->p->D;
+    const int bf16 = s->k.dtype == FA_DTYPE_BF16 && s->kv->tile_u16;
     double *sum = sc->wsum;
     for (int64_t x = 0; x < D; x++) sum[x] = 0.0;
     for (int64_t j0 = 0; j0 < s->Sk; j0 += job->plan.bc) {
@@ -536,7 +562,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
     /* kbar over every key of the (sequence, kv head); none for an int8 cache, or where
      * it is not finite */
     const double tq = fa_phase_start(job->phases);
-    const int smooth = !cache8 && q8_key_mean(job, sc, s, hk, 0);
+    const int smooth = !cache8 && q8_key_mean(job, sc, s, hk);
     q8_quantise_q(job, sc, s, i0, n, ng, h0, smooth, kd, ld8);
     for (int64_t r = 0; r < rows; r++) {
         sc->m[r] = -INFINITY;
@@ -548,16 +574,15 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
     int64_t lo, hi;
     fa_task_columns(s, it, i0, n, &lo, &hi);
     const void *const *vrow = sc->vp;
-    const int vkt = s->v_in_k ? kvt : fa_kv_type(s->v.dtype);
+    const int vkt = fa_kv_type(s->v.dtype);
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
         const int32_t *tlo, *thi;
         const int partial = stacked_band(s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
         double t0 = fa_phase_start(job->phases);
-        /* V rows (a latent V: K's own rows, before K is requantised below) */
-        fa_kv_row_ptrs(s, s->v_in_k ? 0 : 1, j0, cols, hk, sc->vp, sc->vs);
-        if ((s->v_in_k ? s->k : s->v).stride[3] != 1)
-            fa_kv_gather_strided(s->v_in_k ? &s->k : &s->v, sc->vp, cols, Dv, sc->v);
+        /* V rows (a latent V's view: K's own rows, read before K is requantised below) */
+        fa_kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
+        if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
         /* 1. K codes: an int8 cache's rows, or the tile smoothed and quantised */
         if (cache8) {
             fa_kv_row_ptrs(s, 0, j0, cols, hk, sc->kp, sc->ks);
@@ -613,7 +638,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
 }
 
 /* A wide task's fixed facts, shared by its steps below. */
-typedef struct {
+struct wide_task {
     const fa_problem *s; /* its sequence as a dense B = 1 problem */
     int64_t i0, n;       /* first row and rows per head */
     int64_t ng, rows;    /* heads stacked from h0, and so rows n * ng */
@@ -624,7 +649,7 @@ typedef struct {
     int64_t ldk16;       /* latent V (v_in_k) is their first Dv columns */
     const uint16_t *qa;  /* the fused forward: Q rows as its kernel reads them, ldqa apart */
     int64_t ldqa;
-} wide_task;
+};
 
 /* The fused forward's Q: rows bf16 in whole tiles (FA_RUP32(D) columns, FA_RUP16(rows)
  * rows): the rows where they are when they are whole tiles already, else copied and
@@ -659,27 +684,34 @@ static void stack_rows(void *dst, const void *q, int64_t ldq, int64_t n, int64_t
     for (int64_t r = 0; r < n; r++) memcpy((char *)dst + r * D * e, (const char *)q + r * ldq * e, (size_t)(D * e));
 }
 
+/* The Q rows of the stacked heads h0 .. h0+ng as one block of w->rows rows, bf16 as
+ * stored or f32: a single head's where the row reader leaves them (*ldq apart), else
+ * each head's n rows one after another in buf (D apart). */
+static const void *stacked_q(const flash_job *job, const wide_task *w, void *buf, int bf16, int64_t *ldq)
+{
+    const fa_problem *s = w->s;
+    const int64_t D = s->D, n = w->n;
+    const size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
+    for (int64_t g = 0; g < w->ng; g++) {
+        void *dst = (char *)buf + g * n * D * (int64_t)es;
+        const void *q = bf16 ? (const void *)fa_rows_u16(&s->q, 0, w->i0, n, w->h0 + g, D, dst, ldq)
+                             : (const void *)fa_rows_f32(&s->q, job->kern, 0, w->i0, n, w->h0 + g, D, dst, ldq);
+        if (w->ng == 1) return q;
+        stack_rows(dst, q, *ldq, n, D, es); /* an MLA or GQA group on one K */
+    }
+    *ldq = D;
+    return buf;
+}
+
 /* Before step 1, on the bf16 path: the Q rows of every stacked head as bf16, as Q^T
  * pairs (qk_bf16 scales) or the fused kernel's rows. */
 static void q_rows_bf16(const flash_job *job, const flash_scratch *sc, wide_task *w)
 {
-    const fa_problem *s = w->s;
-    const fa_kernels *kern = job->kern;
-    const int64_t D = s->D, bp = job->plan.br_pad, n = w->n;
+    const int64_t D = w->s->D;
     int64_t ldq;
-    if (w->ng == 1) {
-        const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0, D, sc->q16, &ldq);
-        if (job->fused) fused_q(sc, w, q, ldq, n, D);
-        else kern->pack_qt_bf16(n, D, q, ldq, sc->qt2, 2 * bp);
-    } else { /* stacked heads (an MLA or GQA group on one K): their rows one after another */
-        for (int64_t g = 0; g < w->ng; g++) {
-            uint16_t *dst = sc->q16 + g * n * D;
-            const uint16_t *q = fa_rows_u16(&s->q, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
-            stack_rows(dst, q, ldq, n, D, sizeof *dst);
-        }
-        if (job->fused) fused_q(sc, w, sc->q16, D, w->rows, D);
-        else kern->pack_qt_bf16(w->rows, D, sc->q16, D, sc->qt2, 2 * bp);
-    }
+    const uint16_t *q = stacked_q(job, w, sc->q16, 1, &ldq);
+    if (job->fused) fused_q(sc, w, q, ldq, w->rows, D);
+    else job->kern->pack_qt_bf16(w->rows, D, q, ldq, sc->qt2, 2 * job->plan.br_pad);
 }
 
 /* ... on the split path: each f32 row as mm_terms bf16 terms, unscaled (qk_bf16 scales),
@@ -705,21 +737,9 @@ static void q_rows_split(const flash_job *job, const flash_scratch *sc, wide_tas
 /* ... on the f32 path: transposed and scaled. */
 static void q_rows_f32(const flash_job *job, const flash_scratch *sc, wide_task *w)
 {
-    const fa_problem *s = w->s;
-    const fa_kernels *kern = job->kern;
-    const int64_t D = s->D, bp = job->plan.br_pad, n = w->n;
     int64_t ldq;
-    if (w->ng == 1) {
-        const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0, D, sc->q, &ldq);
-        kern->pack_qt(n, D, q, ldq, s->scale, sc->qt, bp);
-        return;
-    }
-    for (int64_t g = 0; g < w->ng; g++) {
-        float *dst = sc->q + g * n * D;
-        const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0 + g, D, dst, &ldq);
-        stack_rows(dst, q, ldq, n, D, sizeof *dst);
-    }
-    kern->pack_qt(w->rows, D, sc->q, D, s->scale, sc->qt, bp);
+    const float *q = stacked_q(job, w, sc->q, 0, &ldq);
+    job->kern->pack_qt(w->rows, w->s->D, q, ldq, w->s->scale, sc->qt, job->plan.br_pad);
 }
 
 /* The f32 K and V rows of keys j0 .. j0+cols-1: packed in the unit, in place, or
@@ -1089,7 +1109,7 @@ static void q8_keys_worker(void *arg, int ith, int nth)
         fa_problem s;
         fa_seq_view(p, b, &s);
         const int64_t slot0 = job->keys.off[b] + hk * (FA_RUP16(s.Sk) + 16);
-        const int smooth = s.Sk > 0 && q8_key_mean(job, &sc, &s, hk, 1);
+        const int smooth = s.Sk > 0 && q8_key_mean(job, &sc, &s, hk);
         job->keys.smooth[u] = smooth;
         memcpy(job->keys.kbar + u * D, sc.wkbar, (size_t)D * sizeof(float));
         for (int64_t j0 = 0; j0 < s.Sk; j0 += job->plan.bc) {
@@ -1101,9 +1121,8 @@ static void q8_keys_worker(void *arg, int ith, int nth)
                 job->keys.ks[slot0 + j0 + c] = job->kern->quant_row_i8(sc.wy, D, 1, sc.wk8);
                 fa_pack_kt_i8(1, D, sc.wk8, ld8, job->keys.kt + slot0 * nq, j0 + c);
             }
-            int64_t ldv; /* a latent V: the K rows */
-            const uint16_t *v = s.v_in_k ? fa_kv_tile_u16(&s, 0, j0, cols, hk, D, sc.k16, &ldv)
-                                         : fa_kv_tile_u16(&s, 1, j0, cols, hk, p->Dv, sc.v16, &ldv);
+            int64_t ldv;
+            const uint16_t *v = fa_kv_tile_u16(&s, 1, j0, cols, hk, p->Dv, sc.v16, &ldv);
             job->kern->pack_pairs_bf16(cols, p->Dv, v, ldv, job->keys.vp + (slot0 + j0) / 2 * ldvp, ldvp);
         }
         /* the spare slots: zero codes and scales (read, never kept) */
@@ -1164,8 +1183,7 @@ static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const f
         const uint32_t *vp = job->keys.vp + (slot0 + j0) / 2 * ldvp;
         if (j0 & 1) { /* pairs from an odd key (a window's or a chunk's first tile) */
             int64_t ldv;
-            const uint16_t *v = s->v_in_k ? fa_kv_tile_u16(s, 0, j0, cols, hk, D, sc->k16, &ldv)
-                                          : fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
+            const uint16_t *v = fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
             kern->pack_pairs_bf16(cols, Dv, v, ldv, sc->v_pairs, ldvp);
             vp = sc->v_pairs;
         }
@@ -1200,28 +1218,13 @@ static int wide_fused_i8(const fa_context *ctx, const fa_problem *p, const flash
     return job->wide_digits == 1 && job->fused && (ctx->kernels->flags & FA_KERNELS_FWD_I8) && bf16_rows(p, job, 1);
 }
 
-/*
- * The operand paths of the wide loop, one per job (flash_plan): how Q, K and V meet the
- * kernels in steps 1 and 9. bf16: bf16 q and K/V rows the pair kernels read (dense or
- * contiguous caches; not pages, not codes) as bf16 pairs (FA_PARAM_BF16_DOT), the fused
- * kernel a variant of it; split: f32 as bf16 products (FA_PARAM_F32_MATMUL); f32:
- * everything else, rows widened to f32. A new operand path (int8 products on the wide
- * tiles, say) is one row here.
- */
-struct wide_path {
-    void (*q_rows)(const flash_job *job, const flash_scratch *sc, wide_task *w);
-    const float *(*scores)(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0, int64_t cols,
-                           int64_t *ldv);
-    void (*pv)(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0, int64_t cols,
-               int partial, const float *v, int64_t ldv);
-    int pairs; /* reads the bf16 or split packing (kv.h), not the f32 one */
-    int trims; /* takes a band's diagonal tiles in row blocks (wide_trimmed) */
-};
-enum { WIDE_F32, WIDE_BF16, WIDE_SPLIT };
+enum { WIDE_F32, WIDE_BF16, WIDE_SPLIT, WIDE_Q8, WIDE_I8 };
 static const wide_path wide_paths[] = {
-    [WIDE_F32] = {q_rows_f32, scores_f32, wide_pv_f32, 0, 1},
-    [WIDE_BF16] = {q_rows_bf16, scores_bf16, wide_pv_bf16, 1, 0},
-    [WIDE_SPLIT] = {q_rows_split, scores_split, wide_pv_split, 1, 0},
+    [WIDE_F32] = {NULL, q_rows_f32, scores_f32, wide_pv_f32, 0, 1, 0, 0},
+    [WIDE_BF16] = {NULL, q_rows_bf16, scores_bf16, wide_pv_bf16, 1, 0, 1, 0},
+    [WIDE_SPLIT] = {NULL, q_rows_split, scores_split, wide_pv_split, 1, 0, 1, 0},
+    [WIDE_Q8] = {flash_task_q8, NULL, NULL, NULL, 0, 0, 0, 0},
+    [WIDE_I8] = {flash_task_i8, NULL, NULL, NULL, 0, 0, 0, 1},
 };
 
 /* Before step 1: the Q rows of every stacked head in the path's form; with `clear`,
@@ -1294,9 +1297,8 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         flash_task_small(job, sc0, &s, it);
         return;
     }
-    if (job->wide_digits) { /* int8 products: never packed, one step */
-        if (job->fused_i8) flash_task_i8(job, sc0, &s, it);
-        else flash_task_q8(job, sc0, &s, it);
+    if (job->path->task) { /* a path with a task loop of its own: never packed, one step */
+        job->path->task(job, sc0, &s, it);
         return;
     }
     const int64_t Dv = p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
@@ -1463,16 +1465,14 @@ enum { DECODE_TILE_SPLIT_KEYS = 2048 };
 static int decode_tiles(const fa_context *ctx, const fa_problem *p, const flash_job *job)
 {
     const fa_tensor *k = p->cache ? &p->kc : &p->k, *v = p->cache ? &p->vc : &p->v;
-    const int paged = p->pages || p->block_table;
     int64_t rows;
-    if (!(ctx->kernels->flags & FA_KERNELS_TILES) || !job->bf16_dot || p->drop.on || p->bm.on || p->quant ||
-        p->quant_matmul ||
-        p->group < 2 || !fa_mul_ok(p->Sq, p->group, &rows))
+    /* the bf16 path's rows, pages allowed */
+    if (!(ctx->kernels->flags & FA_KERNELS_TILES) || !bf16_rows(p, job, 1) || p->drop.on || p->bm.on ||
+        p->quant_matmul || p->group < 2 || !fa_mul_ok(p->Sq, p->group, &rows))
         return 0;
-    /* a page pool's rows are gathered whole (kv.h, fa_kv_tile_u16) */
-    if (paged && (k->stride[3] != 1 || v->stride[3] != 1)) return 0;
-    return p->q.dtype == FA_DTYPE_BF16 && k->dtype == FA_DTYPE_BF16 && v->dtype == FA_DTYPE_BF16 &&
-           rows >= DECODE_TILE_ROWS_MIN && rows <= DECODE_TILE_ROWS_MAX;
+    /* a page pool's rows are taken whole where they lie (kv.h, fa_kv_tile_u16) */
+    if (p->block_table && (k->stride[3] != 1 || v->stride[3] != 1)) return 0;
+    return rows >= DECODE_TILE_ROWS_MIN && rows <= DECODE_TILE_ROWS_MAX;
 }
 
 static void decode_tiles_plan(const fa_problem *p, flash_job *job)
@@ -1496,6 +1496,17 @@ static int wide_q8(const fa_context *ctx, const fa_problem *p, const flash_job *
     if (p->quant && p->kc.dtype != FA_DTYPE_I8) return 0;
     const int64_t d_max = p->quant || p->quant_matmul == 1 ? FA_QUANT_D_MAX : FA_QUANT_D_MAX / 2;
     return p->D <= d_max ? p->quant_matmul : 0;
+}
+
+/* The wide tasks' operand path, chosen once per job: int8 products where wide_q8 grants
+ * them (the fused forward's route where wide_fused_i8 does), bf16 pairs where q and the
+ * K/V rows the kernels read are bf16 rows they pair (no pages but on the decode-tile
+ * route, no codes), else f32 as bf16 products where set, else f32. */
+static const wide_path *wide_path_of(const fa_context *ctx, const fa_problem *p, const flash_job *job)
+{
+    if (job->wide_digits) return &wide_paths[wide_fused_i8(ctx, p, job) ? WIDE_I8 : WIDE_Q8];
+    if (bf16_rows(p, job, job->decode_tiles)) return &wide_paths[WIDE_BF16];
+    return &wide_paths[job->mm_terms ? WIDE_SPLIT : WIDE_F32];
 }
 
 /* The job's tiles, paths and per-thread scratch, from the shapes and the context. */
@@ -1537,34 +1548,29 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
                       ? p->quant_matmul
                       : 0;
     job->wide_digits = wide_q8(ctx, p, job);
-    job->fused_i8 = wide_fused_i8(ctx, p, job);
-    if (job->wide_digits) job->fused = 0;
+    job->path = wide_path_of(ctx, p, job);
+    /* the fused kernel is a variant of the bf16 and split paths: a call whose rows take
+     * another one (pages, codes, int8 products) never runs it, so it neither reserves its
+     * scratch nor reports it */
+    job->fused = job->fused && job->path->fuses;
     /* stacks one small-row task may hold: their Q rows, accumulators and softmax
      * state within 256 KiB, a share of L2 */
     job->stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job->ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
     if (job->stacks_max > p->Hq) job->stacks_max = p->Hq;
     if (job->stacks_max < 1) job->stacks_max = 1;
-    /* the wide tasks' operand path: bf16 pairs where q and the K/V rows the kernels read
-     * are bf16 rows they pair (no pages but on the decode-tile route, no codes), else f32
-     * as bf16 products where set */
-    const int pairs = bf16_rows(p, job, job->decode_tiles);
-    job->path = &wide_paths[pairs ? WIDE_BF16 : job->mm_terms ? WIDE_SPLIT : WIDE_F32];
-    /* the fused kernel is a variant of the bf16 and split paths: a call whose rows take the
-     * f32 one (pages, codes) never runs it, so it neither reserves its scratch nor reports it */
-    job->fused = job->fused && job->path != &wide_paths[WIDE_F32];
     job->per_thread = scratch_layout(job, NULL, NULL);
 }
 
 /* The verbose trace's name of the path the job's tasks take: the wide tasks' operand
- * path (wide_paths, the fused kernel its bf16 variant), or int8 products where the
- * wide tasks (wide_q8) or the small-row ones (digits) take them; never a path the job
- * only could have taken (bf16 q over pages or codes runs the f32 one). */
+ * path (wide_paths, the fused kernel a variant of bf16 and split), or int8 products where
+ * the small-row tasks take them (digits) on an f32 job; never a path the job only could
+ * have taken (bf16 q over pages or codes runs the f32 one). */
 static const char *path_name(const flash_job *job)
 {
     const int digits = job->wide_digits ? job->wide_digits : job->digits;
-    if (job->fused_i8) return "i8-fused";
-    if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_BF16]) return job->fused ? "bf16-fused" : "bf16-dot";
-    if (job->wide_digits == 0 && job->path == &wide_paths[WIDE_SPLIT])
+    if (job->path == &wide_paths[WIDE_I8]) return "i8-fused";
+    if (job->path == &wide_paths[WIDE_BF16]) return job->fused ? "bf16-fused" : "bf16-dot";
+    if (job->path == &wide_paths[WIDE_SPLIT])
         return job->mm_terms == 3 ? (job->fused ? "bf16x3-fused" : "bf16x3") : job->fused ? "bf16-of-f32-fused" : "bf16-of-f32";
     return digits == 2 ? "i8x2" : digits == 1 ? "i8" : "f32";
 }
@@ -1592,7 +1598,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     /* packed K/V are planned from the tasks, into a second workspace; here only the
      * per-unit counts that plan needs */
     int form = fa_kv_packing_form(p, job.bf16_dot, job.mm_terms, ctx->set.kv_pack);
-    if (job.wide_digits) form = -1; /* flash_task_q8 reads K and V where they are */
+    if (job.path->task) form = -1; /* a task loop of its own reads K and V where they are */
     if (form == 1 && job.fused) form = FA_KV_FORM_KT; /* the fused kernel reads K^T */
     if (form == FA_KV_FORM_SPLIT(job.mm_terms) && job.mm_terms && job.fused) form = FA_KV_FORM_KT_SPLIT(job.mm_terms);
     if (job.decode_tiles && ctx->set.kv_pack != 2) form = -1; /* unless asked to pack always */
@@ -1602,7 +1608,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
         {(void **)&merges, fa_bytes3(counts.units, (int64_t)sizeof(int64_t), 1)},
         {(void **)&job.slots, fa_bytes3(counts.slots, job.slot_floats, 4)},
         {(void **)&units, form < 0 ? 0 : fa_bytes3(p->B, p->Hk, 6 * 8)},
-        {(void **)&keys, job.fused_i8 ? q8_keys_layout(p, &job.keys, NULL) : 0},
+        {(void **)&keys, job.path->keys ? q8_keys_layout(p, &job.keys, NULL) : 0},
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
     if (bytes < 0) return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: the workspace size overflows 64 bits");
@@ -1610,7 +1616,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     if (!ws)
         return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "flash: cannot allocate %lld bytes of workspace", (long long)bytes);
     fa_ws_layout(parts, sizeof parts / sizeof parts[0], ws);
-    if (job.fused_i8) q8_keys_layout(p, &job.keys, keys);
+    if (job.path->keys) q8_keys_layout(p, &job.keys, keys);
     job.workspace = scratch;
     job.merges = merges;
 
@@ -1640,7 +1646,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     fa_phases_init(&phases, ctx->set.verbose || ctx->set.profile);
     job.phases = &phases;
     atomic_init(&job.next, 0);
-    if (job.fused_i8 && job.n_items > 0) fa_pool_run(ctx->pool, nth, q8_keys_worker, &job);
+    if (job.path->keys && job.n_items > 0) fa_pool_run(ctx->pool, nth, q8_keys_worker, &job);
     if (job.n_items > 0) fa_pool_run(ctx->pool, nth, flash_worker, &job);
     atomic_init(&job.next, 0);
     if (job.n_merges > 0) fa_pool_run(ctx->pool, nth, merge_worker, &job);

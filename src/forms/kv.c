@@ -116,18 +116,23 @@ static const uint16_t *tile_u16_dense(const fa_problem *s, int which, int64_t j0
     return fa_rows_u16(which ? &s->v : &s->k, 0, j0, cols, hk, dim, scratch, ld);
 }
 
-/* A page pool's bf16 rows (unit inner stride): in place where the tile lies in one
- * page, else copied row by row. */
+/* A page pool's bf16 rows: in place where the tile lies in one page and the rows have a
+ * unit inner stride, else copied row by row (element by element across a stride). */
 static const uint16_t *tile_u16_paged(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk,
                                       int64_t dim, uint16_t *scratch, int64_t *ld)
 {
-    if (fa_cache_one_block(s->pages, s->page_size, j0, cols)) {
+    const int64_t step = (which ? &s->v : &s->k)->stride[3];
+    if (step == 1 && fa_cache_one_block(s->pages, s->page_size, j0, cols)) {
         *ld = (which ? &s->v : &s->k)->stride[1];
         return fa_kv_row(s, which, j0, hk, NULL);
     }
     *ld = dim;
-    for (int64_t c = 0; c < cols; c++)
-        memcpy(scratch + c * dim, fa_kv_row(s, which, j0 + c, hk, NULL), (size_t)dim * sizeof *scratch);
+    for (int64_t c = 0; c < cols; c++) {
+        const uint16_t *row = fa_kv_row(s, which, j0 + c, hk, NULL);
+        if (step == 1) memcpy(scratch + c * dim, row, (size_t)dim * sizeof *scratch);
+        else
+            for (int64_t e = 0; e < dim; e++) scratch[c * dim + e] = row[e * step];
+    }
     return scratch;
 }
 

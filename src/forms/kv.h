@@ -28,7 +28,7 @@ struct fa_kv_source {
                              int64_t hk, int64_t dim, float *scratch, int64_t *ld);
     /* the rows as bf16 for the pair kernels, in place where they are evenly spaced, else
      * gathered into scratch (cols * dim), dim apart; *ld in elements. Float sources of
-     * bf16 rows with a unit inner stride only (a paged source's); NULL for codes. */
+     * bf16 rows only; NULL for codes. */
     const uint16_t *(*tile_u16)(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, int64_t dim,
                                 uint16_t *scratch, int64_t *ld);
 };

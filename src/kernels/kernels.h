@@ -229,14 +229,20 @@ static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
  */
 typedef struct fa_fwd_tile {
     int64_t rows, cols, d, dv;
-    const uint16_t *q;
-    int64_t ldq;
-    float scale;
-    const int8_t *q8; /* fwd_i8 only: Q codes, their scales and smoothing terms, K's scales */
-    int64_t ldq8;
-    const float *qs, *qc, *ks;
+    struct { /* fwd_bf16's scores (and its bf16x3 mode's V lo pairs); fwd_i8 leaves vlo NULL */
+        const uint16_t *q;
+        int64_t ldq;
+        float scale;
+        const uint32_t *vlo;
+    };
+    struct { /* fwd_i8's scores: Q codes, their scales and smoothing terms, K's scales */
+        const int8_t *q8;
+        int64_t ldq8;
+        const float *qs, *qc, *ks;
+    };
+    /* both: K^T (pairs or codes), V pairs, the band, the softmax state and the output */
     const uint32_t *kt;
-    const uint32_t *vp, *vlo;
+    const uint32_t *vp;
     int64_t ldvp;
     const int32_t *lo, *hi;
     float *m, *l, *acc;
