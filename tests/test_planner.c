@@ -19,7 +19,12 @@
  *    ordered most expensive first;
  *  - the tile plan (fa_plan_from) of the fused forward: keys that fit one tile take
  *    one, causal or not, with query blocks as tall as leave 16 tasks; longer keys and
- *    windows plan as a trimmed loop does; tuned and set tiles still win.
+ *    windows plan as a trimmed loop does; tuned and set tiles still win;
+ *  - the tile plan under a block mask (fa_bmask_plan_tiles): a causal staircase of
+ *    blocks (diagonal blocks partial, each row one run) takes tiles of several blocks
+ *    where the loop trims them (fused, trimmed) and the blocks themselves where it does
+ *    not (plain), as does a staircase whose diagonal rows are not runs or scattered
+ *    blocks; a mask of every block takes whole tiles on every loop.
  * Internal functions: this program links the library's objects and sees src/.
  */
 #include "harness.h"
@@ -473,6 +478,71 @@ static void test_fused_plan(void)
     }
 }
 
+/* A block mask of nb x nb blocks of blk (broadcast over batch and heads): "stair" keeps
+ * kv blocks 0 .. qb of q block qb, the diagonal one partial with element rows
+ * `diag` (c <= r, or with gaps: not runs); "scatter" one full block per row,
+ * (3 qb + 1) mod nb; "all" every block, full. */
+enum { BM_NB = 8, BM_BLK = 128 };
+typedef struct {
+    int64_t offsets[BM_NB + 1], partial[BM_NB * BM_NB];
+    int32_t idx[BM_NB * BM_NB];
+    uint8_t bits[BM_BLK * BM_BLK / 8];
+} bm_store;
+
+static void bm_build(bm_store *st, fa_bmask *m, const char *shape, int gaps)
+{
+    memset(st, 0, sizeof *st);
+    int64_t n = 0;
+    for (int64_t qb = 0; qb < BM_NB; qb++) {
+        st->offsets[qb] = n;
+        if (!strcmp(shape, "scatter")) {
+            st->idx[n] = (int32_t)((3 * qb + 1) % BM_NB), st->partial[n++] = -1;
+            continue;
+        }
+        const int64_t kb1 = !strcmp(shape, "all") ? BM_NB : qb + 1;
+        for (int64_t kb = 0; kb < kb1; kb++)
+            st->idx[n] = (int32_t)kb, st->partial[n++] = kb == qb && !strcmp(shape, "stair") ? 0 : -1;
+    }
+    st->offsets[BM_NB] = n;
+    for (int64_t r = 0; r < BM_BLK; r++)
+        for (int64_t c = 0; c <= r; c++)
+            if (!gaps || c % 3 != 1 || c == r) st->bits[r * (BM_BLK / 8) + c / 8] |= (uint8_t)(1u << (c % 8));
+    *m = (fa_bmask){.on = 1, .bq = BM_BLK, .bk = BM_BLK, .nqb = BM_NB, .nkb = BM_NB, .offsets = st->offsets,
+                    .idx = st->idx, .partial = st->partial, .bits = st->bits, .row_bytes = BM_BLK / 8,
+                    .block_bytes = BM_BLK * BM_BLK / 8};
+}
+
+/* fa_plan_from under block masks, per loop, with tiles of 2 x 2 blocks set: what each
+ * loop computes of them decides (plan.h, FA_PLAN_*). */
+static void test_bmask_plan(void)
+{
+    static const struct {
+        const char *shape;
+        int gaps;
+        int64_t tile[3]; /* FA_PLAN_PLAIN, _TRIMMED, _FUSED: tiles of 1 or 2 blocks a side */
+    } cases[] = {
+        {"stair", 0, {1, 2, 2}}, /* the trimmed loops skip the diagonal tile's upper block */
+        {"stair", 1, {1, 1, 1}}, /* rows that are no runs: the diagonal tile is computed whole */
+        {"scatter", 0, {1, 1, 1}},
+        {"all", 0, {2, 2, 2}},
+    };
+    const fa_plan_inputs in = {.kernels = &fa_kernels_ref, .set_q = 2 * BM_BLK, .set_kv = 2 * BM_BLK};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int loop = FA_PLAN_PLAIN; loop <= FA_PLAN_FUSED; loop++) {
+            h_case("block mask plan: %s%s, loop %d", cases[i].shape, cases[i].gaps ? " (gaps)" : "", loop);
+            bm_store st;
+            fa_problem p;
+            memset(&p, 0, sizeof p);
+            p.B = 1, p.Hq = p.Hk = 4, p.group = 1, p.Sq = p.Sk = BM_NB * BM_BLK, p.D = p.Dv = 128;
+            bm_build(&st, &p.bm, cases[i].shape, cases[i].gaps);
+            fa_plan plan;
+            fa_plan_from(&in, &p, loop, &plan);
+            const int64_t want = cases[i].tile[loop] * BM_BLK;
+            CHECK(plan.br == want && plan.bc == want, "%lldx%lld, want %lldx%lld", (long long)plan.br,
+                  (long long)plan.bc, (long long)want, (long long)want);
+        }
+}
+
 int main(void)
 {
     h_rng r;
@@ -482,5 +552,6 @@ int main(void)
     test_steps(&r);
     test_bwd_tasks(&r);
     test_fused_plan();
+    test_bmask_plan();
     return h_summary();
 }

@@ -6,6 +6,7 @@
  * scale is already in the scores: the Q panel is packed pre-scaled.
  */
 #include "problem.h"
+#include "plan.h"
 #include "convert.h"
 #include "arith.h"
 
@@ -466,53 +467,131 @@ void fa_bmask_fit_tiles(const fa_problem *p, int64_t *br, int64_t *bc)
 }
 
 enum { GROW_TILES_MAX = 4096 }; /* kv tiles of a mask row the count below follows */
+enum { RUN_ROWS = 64 };         /* rows per fa_bmask_runs call of the count's run test */
 
-/* The blocks that tiles of fq x fk blocks compute (a tile meeting a listed block
- * computes all of its blocks), over every mask row; the kv tiles of a q tile start
- * at its first listed block, as the tasks walk them (fa_bmask_columns). -1 when a
- * row has more kv tiles than the count follows. */
-static int64_t tiled_blocks(const fa_problem *p, int64_t fq, int64_t fk)
+/* One kv tile of the q tile being counted (tiled_blocks): the blocks the q tile's
+ * q blocks list in it, block by block (qstamp: the q block they are of), and what
+ * the tile computes when its loop trims it to the runs. */
+typedef struct {
+    int64_t stamp, qstamp; /* the q tile, the q block that touched it last */
+    int64_t lo, hi, n;     /* the q block's first and last listed kv block in it, their count */
+    int64_t trimmed;       /* blocks computed when trimmed to the runs */
+    uint64_t used;         /* the kv blocks of the tile some q block lists, bit by bit */
+    int64_t rows;          /* the q blocks that list some */
+    int partial, runs;     /* an element mask among them; every row one run so far */
+} kv_tile;
+
+/* Whether each row of q block qb of (b, h) keeps one run of columns over kv blocks
+ * [lo, hi] (fa_bmask_runs, RUN_ROWS rows at a time), within the problem's lengths
+ * where the blocks reach them (a block past them: its whole size). */
+static int block_runs(const fa_problem *p, int64_t b, int64_t h, int64_t qb, int64_t lo, int64_t hi, int64_t *status)
 {
     const fa_bmask *m = &p->bm;
-    if ((m->nkb + fk - 1) / fk > GROW_TILES_MAX) return -1;
-    int64_t seen[GROW_TILES_MAX], stamp = 0;
-    int64_t blocks = 0;
-    for (int64_t k = 0; k < GROW_TILES_MAX; k++) seen[k] = -1;
+    const int64_t i0 = qb * m->bq, j0 = lo * m->bk;
+    const int64_t rows = i0 < p->Sq && p->Sq - i0 < m->bq ? p->Sq - i0 : m->bq;
+    const int64_t cols = j0 < p->Sk && p->Sk - j0 < (hi - lo + 1) * m->bk ? p->Sk - j0 : (hi - lo + 1) * m->bk;
+    int32_t rlo[RUN_ROWS], rhi[RUN_ROWS];
+    for (int64_t r = 0; r < rows; r += RUN_ROWS)
+        if (!fa_bmask_runs(p, b, h, i0 + r, rows - r < RUN_ROWS ? rows - r : RUN_ROWS, j0, cols, 0, rlo, rhi, status))
+            return 0;
+    return 1;
+}
+
+/* The blocks that tiles of fq x fk blocks compute, over every mask row; the kv tiles
+ * of a q tile start at its first listed block, as the tasks walk them
+ * (fa_bmask_columns), and end at its last. A tile meeting a listed block computes all
+ * of its blocks, unless the loop trims (fa_plan_from's `loop`), the pairs each of its
+ * rows keeps are one run, and every q block of it lists some of its kv blocks and every
+ * kv block is listed (a tile's K, V and Q are packed and walked whole, which in a
+ * tile mostly left out costs about what its trimmed blocks save): then its
+ * kernels compute a q block's columns from its first listed block (FA_PLAN_FUSED;
+ * FA_PLAN_TRIMMED from the tile's start) to its last, and FA_PLAN_TRIMMED trims nothing
+ * when its first rows' run reaches the tile's end (wide_trimmed, fwd_bf16). -1 when a
+ * row has more kv tiles than the count follows, or on no memory. */
+static int64_t tiled_blocks(const fa_problem *p, int64_t fq, int64_t fk, int loop)
+{
+    const fa_bmask *m = &p->bm;
+    const int64_t nkt = (m->nkb + fk - 1) / fk;
+    if (nkt > GROW_TILES_MAX) return -1;
+    kv_tile *kv = malloc((size_t)nkt * sizeof *kv);
+    int64_t *touched = malloc((size_t)(2 * nkt + fk + 2) * sizeof *touched);
+    if (!kv || !touched) {
+        free(kv);
+        free(touched);
+        return -1;
+    }
+    int64_t *in_qb = touched + nkt, *status = in_qb + nkt; /* kv tiles of the q tile, of the q block; scratch */
+    int64_t stamp = 0, blocks = 0;
+    for (int64_t k = 0; k < nkt; k++) kv[k].stamp = kv[k].qstamp = -1;
     for (int64_t b = 0; b < (m->row_b ? p->B : 1); b++)
         for (int64_t h = 0; h < (m->row_h ? p->Hq : 1); h++)
             for (int64_t q0 = 0; q0 < m->nqb; q0 += fq, stamp++) {
                 const int64_t q1 = q0 + fq < m->nqb ? q0 + fq : m->nqb;
-                int64_t first = INT64_MAX, e0, e1;
-                for (int64_t qb = q0; qb < q1; qb++) {
-                    bmask_row(m, b, h, qb, &e0, &e1);
-                    for (int64_t e = e0; e < e1; e++) first = m->idx[e] < first ? m->idx[e] : first;
-                }
+                int64_t first = INT64_MAX, last = -1, e0, e1, nt = 0;
                 for (int64_t qb = q0; qb < q1; qb++) {
                     bmask_row(m, b, h, qb, &e0, &e1);
                     for (int64_t e = e0; e < e1; e++) {
-                        const int64_t kt = (m->idx[e] - first) / fk;
-                        if (seen[kt] != stamp) seen[kt] = stamp, blocks += fq * fk;
+                        first = m->idx[e] < first ? m->idx[e] : first;
+                        last = m->idx[e] > last ? m->idx[e] : last;
                     }
                 }
+                for (int64_t qb = q0; qb < q1; qb++) {
+                    int64_t nq = 0;
+                    bmask_row(m, b, h, qb, &e0, &e1);
+                    for (int64_t e = e0; e < e1; e++) {
+                        const int64_t kb = m->idx[e];
+                        kv_tile *t = kv + (kb - first) / fk;
+                        if (t->stamp != stamp) {
+                            *t = (kv_tile){.stamp = stamp, .qstamp = -1, .runs = fk <= 64};
+                            touched[nt++] = t - kv;
+                        }
+                        if (t->qstamp != qb) {
+                            t->qstamp = qb, t->lo = t->hi = kb, t->n = 0, t->partial = 0, t->rows++;
+                            in_qb[nq++] = t - kv;
+                        }
+                        t->lo = kb < t->lo ? kb : t->lo;
+                        t->hi = kb > t->hi ? kb : t->hi;
+                        t->n++;
+                        t->partial |= bmask_entry(m, e) != FA_BM_FULL;
+                    }
+                    for (int64_t k = 0; loop != FA_PLAN_PLAIN && k < nq; k++) {
+                        kv_tile *t = kv + in_qb[k];
+                        const int64_t start = first + in_qb[k] * fk, end = start + fk - 1;
+                        if (!t->runs) continue;
+                        t->runs = t->n == t->hi - t->lo + 1 &&
+                                  (!t->partial || block_runs(p, b, h, qb, t->lo, t->hi, status)) &&
+                                  !(loop == FA_PLAN_TRIMMED && qb == q0 && t->hi >= end);
+                        t->trimmed += t->hi - (loop == FA_PLAN_FUSED ? t->lo : start) + 1;
+                        for (int64_t kb = t->lo; kb <= t->hi; kb++) t->used |= (uint64_t)1 << (kb - start);
+                    }
+                }
+                for (int64_t k = 0; k < nt; k++) {
+                    const kv_tile *t = kv + touched[k];
+                    const int64_t start = first + touched[k] * fk, end = start + fk - 1 < last ? start + fk - 1 : last;
+                    const int whole = t->runs && t->rows == q1 - q0 && t->used == ~(uint64_t)0 >> (63 - (end - start));
+                    blocks += loop != FA_PLAN_PLAIN && whole ? t->trimmed : fq * fk;
+                }
             }
+    free(kv);
+    free(touched);
     return blocks;
 }
 
-void fa_bmask_plan_tiles(const fa_problem *p, int64_t *br, int64_t *bc)
+void fa_bmask_plan_tiles(const fa_problem *p, int loop, int64_t *br, int64_t *bc)
 {
     if (!p->bm.on) return;
     const fa_bmask *m = &p->bm;
     /* tiles of whole blocks, as many as the plan wants, while they compute at most
      * 1/32 more blocks than the mask lists: fewer, larger tiles where the kept blocks
-     * come in aligned groups (documents, every block, a long causal staircase), the
-     * blocks themselves where they are scattered (random) or a short staircase's
-     * diagonal would be computed whole (bf16 has no trimmed path) */
+     * come in aligned groups (documents, every block) or where the loop trims a tile to
+     * rows' runs (a causal staircase's diagonal), the blocks themselves where they are
+     * scattered (random) */
     const int64_t tq = *br < p->Sq ? *br : fa_round_up(p->Sq, m->bq), tk = *bc < p->Sk ? *bc : fa_round_up(p->Sk, m->bk);
     int64_t fq = tq > m->bq && tq % m->bq == 0 ? tq / m->bq : 1;
     int64_t fk = tk > m->bk && tk % m->bk == 0 ? tk / m->bk : 1;
-    const int64_t listed = tiled_blocks(p, 1, 1);
+    const int64_t listed = tiled_blocks(p, 1, 1, FA_PLAN_PLAIN);
     while (listed >= 0 && fq * fk > 1) {
-        const int64_t blocks = tiled_blocks(p, fq, fk);
+        const int64_t blocks = tiled_blocks(p, fq, fk, loop);
         if (blocks >= 0 && blocks - listed <= listed / 32) {
             *br = fq * m->bq;
             *bc = fk * m->bk;

@@ -291,8 +291,9 @@ int64_t fa_heads_kept_pairs(const fa_problem *s, int64_t h0, int64_t ng, int64_t
 /* The largest divisor of block not above *tile (tiles that never cross a block). */
 void fa_bmask_fit_tiles(const fa_problem *p, int64_t *br, int64_t *bc);
 /* The forward's tiles: whole multiples of the blocks where the mask's kept blocks
- * come in groups that such tiles cover with little more, else fa_bmask_fit_tiles. */
-void fa_bmask_plan_tiles(const fa_problem *p, int64_t *br, int64_t *bc);
+ * come in groups that such tiles cover with little more, counting what the loop
+ * (fa_plan_from's, plan.h) trims of a tile whose rows keep runs; else fa_bmask_fit_tiles. */
+void fa_bmask_plan_tiles(const fa_problem *p, int loop, int64_t *br, int64_t *bc);
 
 /* The backward's checks: fwd as the forward validates it (p), plus lse, o and the
  * gradient tensors (g). */

@@ -111,8 +111,8 @@ void fa_plan_from(const fa_plan_inputs *in, const fa_problem *p, int loop, fa_pl
         plan->src_kv = FA_TILES_OVERRIDE;
     }
     /* tiles inside the block mask's blocks, so that a skipped block is never computed,
-     * or of whole blocks where that computes little more */
-    fa_bmask_plan_tiles(p, &br, &bc);
+     * or of whole blocks where that computes little more (or the loop trims it away) */
+    fa_bmask_plan_tiles(p, loop, &br, &bc);
     plan->br = br < p->Sq ? br : p->Sq;
     plan->bc = bc < p->Sk ? bc : p->Sk;
     plan->br_pad = fa_panel_ld(plan->br);
