@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_profile.h"
 #include "measure.h"
 #include "traffic.h"
 
@@ -643,7 +644,7 @@ static double measure_read_bw(fa_context *ctx, int skip, char *why, size_t n)
 }
 
 int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, int json,
-                 int no_probe, int64_t cold_bytes)
+                 int no_probe, int64_t cold_bytes, int profile)
 {
     const int64_t B = s->batch;
     int status = CLI_EXIT_FAIL;
@@ -731,6 +732,14 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
     if (cli_time_algo(ctx, s, s->algo, &args, times, o->warm ? NULL : &flush, &t, "bench") != 0)
         goto done;
     const int64_t splits = last_param(ctx, FA_PARAM_LAST_KV_SPLITS);
+    /* The profiled calls start from the timed calls' cache state: flushed unless --warm. */
+    bench_profile pr = {0};
+    for (int call = 0; call < BENCH_PROFILE_CALLS && profile && s->runs > 0 && t.algo == FA_ALGO_FLASH && !t.oom; call++) {
+        if (!o->warm)
+            cli_flush_run(&flush);
+        if (bench_profile_call(ctx, &args, NULL, &pr) != 0)
+            goto done;
+    }
     const double gbps = t.oom ? NAN : kv_bytes / t.median_s * 1e-9;
     const double gflops = t.oom ? NAN : flops / t.median_s * 1e-9;
     const double pct = read_bw > 0 && isfinite(gbps) ? 100.0 * gbps / read_bw : NAN;
@@ -780,6 +789,8 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
         cli_json_int(f, o->kv_splits, o->kv_splits_given && o->kv_splits > 0);
         fputs(",\"extra_bytes\":", f);
         cli_json_int(f, t.extra_bytes, !t.oom);
+        if (pr.ran)
+            bench_profile_json(f, &pr, &peak);
         if (t.oom)
             fputs(",\"error\":\"out of memory\"", f);
         fputs("}\n", f);
@@ -868,6 +879,8 @@ int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, 
             snprintf(cells[13], CLI_CELL, "-");
     }
     print_cells(COLS, head, right, 1, cells);
+    if (pr.ran)
+        bench_profile_text(&pr, &peak);
     status = CLI_EXIT_OK;
 done:
     cli_flush_free(&flush);

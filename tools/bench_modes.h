@@ -64,9 +64,10 @@ void bench_mode_usage(FILE *f);
 int bench_mode_finish(bench_mode_opts *o, cli_shape *s, int seq_given);
 
 /* The runs, each returning a CLI_EXIT_* status. cold_bytes: --cold=BYTES or
- * 0 (decode flushes twice the last-level cache unless --warm). */
+ * 0 (decode flushes twice the last-level cache unless --warm). profile: --profile, the
+ * phases of a flash call (bench_profile.h), each profiled call flushed as the timed ones. */
 int bench_decode(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, int json,
-                 int no_probe, int64_t cold_bytes);
+                 int no_probe, int64_t cold_bytes, int profile);
 int bench_varlen(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, int json,
                  int no_probe);
 int bench_mixed(fa_context *ctx, const cli_shape *s, const bench_mode_opts *o, int json);

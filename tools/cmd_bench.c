@@ -85,7 +85,9 @@ static void bench_usage(FILE *f)
                "                     phase_{S,X,P,M,pack,rest}_{ms,share},\n"
                "                     phase_{S,X,P,M}_{gflop,pct_peak} on the flash row;\n"
                "                     with --backward the flash backward's phases (S, X,\n"
-               "                     dP, dS, dV, dK, dQ) on its \"backward\" row\n"
+               "                     dP, dS, dV, dK, dQ) on its \"backward\" row; with\n"
+               "                     --decode the decode call's, each profiled call after\n"
+               "                     the same flush as the timed ones (unless --warm)\n"
                "  --model-only       print the traffic model of flash and standard for the\n"
                "                     shape (or each --seqs N) without timing: flash runs\n"
                "                     once, untimed, to learn its tiles and scratch size\n"
@@ -614,6 +616,13 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
                         "--cold\n");
         return CLI_EXIT_USAGE;
     }
+    if (profile && (m->varlen_given || m->mixed || block_mask || n_seqs > 0 || model_only || warmup_only)) {
+        fprintf(stderr, "flashattn bench: --profile splits one timed shape's flash call (the one-shape bench, "
+                        "--backward or --decode); it does not combine with %s\n",
+                m->varlen_given ? "--varlen" : m->mixed ? "--mixed" : block_mask ? "--block-mask"
+                : n_seqs > 0 ? "--seqs" : model_only ? "--model-only" : "--warmup-only");
+        return CLI_EXIT_USAGE;
+    }
     if (bench_mode_finish(m, &s, seq_given) != 0)
         return CLI_EXIT_USAGE;
     if (n_seqs > 0 && !s.runs_given)
@@ -644,7 +653,7 @@ static int bench_main(int argc, char **argv, bench_mode_opts *m)
         } else if (m->mixed) {
             status = bench_mixed(sctx, &s, m, json);
         } else if (m->decode) {
-            status = bench_decode(sctx, &s, m, json, no_probe, cold_bytes < 0 ? 0 : cold_bytes);
+            status = bench_decode(sctx, &s, m, json, no_probe, cold_bytes < 0 ? 0 : cold_bytes, profile);
         } else {
             status = bench_varlen(sctx, &s, m, json, no_probe);
         }

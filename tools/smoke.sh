@@ -211,6 +211,20 @@ assert o["kv_bytes"] == 2 * 200 * 1 * 64 * 2, o
 assert o["kv_splits_forced"] == 3 and o["kv_splits"] == 3, o
 ' "$bin" bench --decode --batch 2 --cache-len 200 --q-rows 4 --causal --page-size 5 --kv-dtype bf16 --kv-splits 3 --heads 4 --kv-heads 1 --dim 32 --runs 1 --no-probe --warm --json
 expect 0 "bench --decode f32 cache" "$bin" bench --decode --cache-len 100 --kv-dtype f32 --heads 2 --dim 16 --runs 1 --no-probe --cold=65536
+# --decode --profile: the decode row carries the phases of one profiled call (split-KV:
+# M holds the merge); the same sums as the one-shape bench's profile_check
+expect_json "bench --decode --profile i8 forced splits" "$profile_check" \
+    "$bin" bench --decode --cache-len 700 --kv-dtype i8 --heads 4 --kv-heads 1 --dim 32 --kv-splits 3 --runs 1 --no-probe --cold=65536 --json --profile
+expect_json "bench --decode --profile bf16 warm" "$profile_check" \
+    "$bin" bench --decode --batch 2 --cache-len 200 --q-rows 4 --causal --kv-dtype bf16 --heads 4 --kv-heads 2 --dim 32 --runs 1 --no-probe --warm --json --profile
+expect_text "bench --decode --profile table" '
+assert "# flash profile" in text and "#   M " in text and "#   rest" in text, text
+' "$bin" bench --decode --cache-len 300 --heads 4 --kv-heads 2 --dim 32 --runs 1 --no-probe --warm --profile
+# --profile splits one timed shape: refused where no single flash call is timed
+expect 2 "bench --profile with --seqs" "$bin" bench --seqs 32,64 --heads 2 --runs 1 --no-probe --profile
+expect 2 "bench --profile with --varlen" "$bin" bench --varlen 16,32 --heads 2 --runs 1 --no-probe --profile
+expect 2 "bench --profile with --block-mask" "$bin" bench --block-mask full --seq 32 --heads 2 --runs 1 --no-probe --profile
+expect 2 "bench --profile with --model-only" "$bin" bench --model-only --seq 32 --profile
 
 # --varlen: packed sequences, then a dense batch of (nearly) the same kept pairs.
 expect_json "bench --varlen --json" '
