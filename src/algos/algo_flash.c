@@ -14,8 +14,9 @@
  * Work is split into tasks handed out by an atomic counter, most expensive first
  * (causal blocks and ragged sequences differ in cost), so threads finish together.
  * A task is (sequence, query heads, q block, key chunk):
- *  - each sequence is a dense problem of its own (fa_seq_view), so varlen batches
- *    and KV caches run this same loop;
+ *  - each sequence is a view of its own (fa_seq_view: its lengths and tensors, the
+ *    call's fields beside it in job->p), so varlen batches and KV caches run this
+ *    same loop;
  *  - query heads that share a kv head are stacked into one task when the q block
  *    is short (decoding), so K and V stream once per kv head, not once per head;
  *  - stacks of at most FA_SMALL_ROWS rows take the small-row kernels, which run

@@ -1,9 +1,9 @@
 /*
  * sequences.c: the inference forms (docs/semantics.md, section 8) as views of
  * dense problems. Variable-length batches and KV caches reduce to one idea: each
- * sequence is a dense B = 1 problem of its own lengths whose tensors are views into
- * the packed or cached data (fa_seq_view), so the flash engine, the masks and the
- * band logic see the shapes they always saw. This file validates the varlen fields,
+ * sequence is a B = 1 view (fa_view) of its own lengths whose tensors are views into
+ * the packed or cached data (fa_seq_view), which the flash engine, the masks and the
+ * band logic take beside the call, so they see the shapes they always saw. This file validates the varlen fields,
  * finds each sequence's lengths and first rows once per call (the sequence table,
  * fa_seq_table_fill, which validation keeps in fa_problem.seqs) and cuts the views of
  * q, o, lse and packed k, v at them; the cache (its validation, its
