@@ -1061,7 +1061,7 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
 run:
     *t0 = fa_phase_mark(job->phases, FA_PH_S, *t0);
     const fa_fwd_tile t = {.rows = w->rows, .cols = cols, .d = (job->mm_terms ? job->mm_terms : 1) * D, .dv = Dv,
-                           .q = w->qa, .ldq = w->ldqa, .scale = p->scale, .kt = kt, .vp = vp, .vlo = vlo,
+                           .bf16 = {.q = w->qa, .ldq = w->ldqa, .scale = p->scale, .vlo = vlo}, .kt = kt, .vp = vp,
                            .ldvp = ldvp, .lo = tlo, .hi = thi,
                            .m = sc->m, .l = sc->l, .acc = sc->acc, .ldacc = job->ldacc, .scratch = sc->fwd_scratch};
     kern->fwd_bf16(&t);
@@ -1198,8 +1198,9 @@ static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const f
             vp = sc->v_pairs;
         }
         const fa_kernels *fk = partial && !pairs_finite(vp, ldvp, cols, Dv) ? &fa_kernels_ref : kern;
-        const fa_fwd_tile t = {.rows = rows, .cols = cols, .d = D, .dv = Dv, .q8 = sc->wq8, .ldq8 = ld8,
-                               .qs = sc->wq8s, .qc = smooth ? sc->wqc : NULL, .ks = job->keys.ks + slot0 + j0,
+        const fa_fwd_tile t = {.rows = rows, .cols = cols, .d = D, .dv = Dv,
+                               .i8 = {.q8 = sc->wq8, .ldq8 = ld8, .qs = sc->wq8s, .qc = smooth ? sc->wqc : NULL,
+                                      .ks = job->keys.ks + slot0 + j0},
                                .kt = q8_tile_kt(sc, job->keys.kt + slot0 * nq, nq, j0, cols), .vp = vp,
                                .ldvp = ldvp, .lo = tlo, .hi = thi, .m = sc->m, .l = sc->l, .acc = sc->acc,
                                .ldacc = job->ldacc, .scratch = sc->fwd_scratch};
