@@ -375,6 +375,31 @@ static void small_prefetch_next(const flash_job *job, const fa_view *s, const fa
     if ((!last && hn != hk) || (last && jn <= hi)) small_prefetch_start(job->p, s, 0, jn, hi, hn, job->p->D);
 }
 
+/* A small-row tile's K and V rows: pointers, and their scales where the cache is
+ * quantised (NULL otherwise, as the kernels take it). A latent V's rows and scales are
+ * K's: read once, and P V finds them in cache after Q K. */
+typedef struct {
+    const void *const *k, *const *v;
+    const float *ks, *vs;
+} small_rows;
+
+/* Keys j0 .. j0+cols-1 of kv head hk in sc's row pointers and scales, rows of a
+ * non-unit inner stride gathered (the path depends on shapes only, never on strides:
+ * layouts give identical bits). */
+static small_rows small_kv_rows(const flash_job *job, const flash_scratch *sc, const fa_view *s, int64_t j0,
+                                int64_t cols, int64_t hk)
+{
+    const fa_problem *p = job->p;
+    fa_kv_row_ptrs(p, s, 0, j0, cols, hk, sc->kp, sc->ks);
+    if (s->k.stride[3] != 1) fa_kv_gather_strided(&s->k, sc->kp, cols, p->D, sc->k);
+    if (!p->v_in_k) {
+        fa_kv_row_ptrs(p, s, 1, j0, cols, hk, sc->vp, sc->vs);
+        if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, p->Dv, sc->v);
+    }
+    const float *vs = p->v_in_k ? sc->ks : sc->vs;
+    return (small_rows){sc->kp, p->v_in_k ? sc->kp : sc->vp, p->quant ? sc->ks : NULL, p->quant ? vs : NULL};
+}
+
 static void flash_task_small(const flash_job *job, const flash_scratch *sc, const fa_view *s, const fa_task *it)
 {
     const fa_problem *p = job->p;
@@ -419,29 +444,19 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
         /* a band-only tile passes its bounds to the kernel, the same for every head */
         const int32_t *tlo, *thi;
         const int partial = stacked_band(p, s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        small_rows kv = {0};
         for (int64_t k = 0; k < nkv; k++) {
             const int64_t h0 = it->h0 + k * ng, hk = h0 / p->group;
-            if (k == 0 || hk != (h0 - ng) / p->group) {
-                fa_kv_row_ptrs(p, s, 0, j0, cols, hk, sc->kp, sc->ks);
-                /* the path depends on shapes only, never on strides: layouts give identical bits */
-                if (s->k.stride[3] != 1) fa_kv_gather_strided(&s->k, sc->kp, cols, D, sc->k);
-                if (!p->v_in_k) {
-                    fa_kv_row_ptrs(p, s, 1, j0, cols, hk, sc->vp, sc->vs);
-                    if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
-                }
-            }
-            /* a latent V row is its K row (and scale): PV finds it in cache after QK */
-            const void *const *vrow = p->v_in_k ? sc->kp : sc->vp;
-            const float *vscale = p->v_in_k ? sc->ks : sc->vs;
+            if (k == 0 || hk != (h0 - ng) / p->group) kv = small_kv_rows(job, sc, s, j0, cols, hk);
             const int bm = p->bm.on ? small_bmask(p, s, sc, h0, ng, i0, n, j0, cols, NULL, lds) : 1;
             if (bm == 0) continue; /* the block mask removes the tile for the whole stack */
             if (Dv > 0 && !p->v_in_k) small_prefetch_start(p, s, 1, j0, hi, hk, Dv);
             double t0 = fa_phase_start(job->phases);
             if (q8)
-                kern->qk_small_i8(rows, cols, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, sc->kp, sc->ks,
-                                  sc->st, lds);
+                kern->qk_small_i8(rows, cols, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, kv.k, kv.ks, sc->st,
+                                  lds);
             else
-                kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, p->quant ? sc->ks : NULL, sc->st, lds);
+                kern->qk_small(rows, cols, D, STACK_Q(k), D, kv.k, kvt, kv.ks, sc->st, lds);
             t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
             fa_phase_flops(job->phases, FA_PH_S, fa_tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
             if (elementwise)
@@ -455,13 +470,12 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
              * row would leak into rows that never see it, so such tiles take the
              * reference kernel, which skips p == 0 */
             const fa_kernels *pk =
-                (partial || bm == 2) && kern != &fa_kernels_ref && !fa_kv_rows_finite(vrow, kvt, vscale, cols, Dv) ? &fa_kernels_ref
+                (partial || bm == 2) && kern != &fa_kernels_ref && !fa_kv_rows_finite(kv.v, kvt, kv.vs, cols, Dv) ? &fa_kernels_ref
                                                                                                  : kern;
             if (Dv > 0 && q8)
-                pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, vrow, vscale, STACK_ALPHA(k), STACK_ACC(k), ldacc);
+                pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, kv.v, kv.vs, STACK_ALPHA(k), STACK_ACC(k), ldacc);
             else if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
-                pk->pv_small(rows, cols, Dv, sc->st, lds, vrow, kvt, p->quant ? vscale : NULL, STACK_ALPHA(k),
-                             STACK_ACC(k), ldacc);
+                pk->pv_small(rows, cols, Dv, sc->st, lds, kv.v, kvt, kv.vs, STACK_ALPHA(k), STACK_ACC(k), ldacc);
             fa_phase_mark(job->phases, FA_PH_P, t0);
             fa_phase_flops(job->phases, FA_PH_P, fa_tile_flops(job->phases, 2 * Dv, rows, cols, tlo, thi));
         }
