@@ -2437,11 +2437,12 @@ static fwd_state fwd_run(const fa_kernels *kt, int64_t rows, int64_t cols, int64
             z = z > cols - 1 ? cols - 1 : z < -1 ? -1 : z;
             lo[r] = (int32_t)a, hi[r] = (int32_t)z;
         }
-        const fa_fwd_tile tile = {.rows = rows, .cols = cols, .d = d, .dv = dv, .q = qa, .ldq = ldq, .scale = scale,
-                                  .kt = ktb, .vp = vp, .vlo = vlp, .ldvp = ldvp, .lo = blo ? lo : NULL,
-                                  .hi = blo ? hi : NULL, .m = st.m, .l = st.l, .acc = st.acc, .ldacc = st.ldacc,
-                                  .scratch = scratch, .q8 = q8, .ldq8 = ldq8, .qs = i8 ? i8->qs : NULL,
-                                  .qc = i8 ? i8->qc : NULL, .ks = ks};
+        const fa_fwd_tile tile = {.rows = rows, .cols = cols, .d = d, .dv = dv,
+                                  .bf16 = {.q = qa, .ldq = ldq, .scale = scale, .vlo = vlp}, .kt = ktb, .vp = vp,
+                                  .ldvp = ldvp, .lo = blo ? lo : NULL, .hi = blo ? hi : NULL, .m = st.m, .l = st.l,
+                                  .acc = st.acc, .ldacc = st.ldacc, .scratch = scratch,
+                                  .i8 = {.q8 = q8, .ldq8 = ldq8, .qs = i8 ? i8->qs : NULL, .qc = i8 ? i8->qc : NULL,
+                                         .ks = ks}};
         if (i8) kt->fwd_i8(&tile);
         else kt->fwd_bf16(&tile);
     }

@@ -53,7 +53,7 @@ static void random_band(h_rng *r, fa_problem *p)
 static int row_sees(const fa_problem *p, int64_t i, int64_t j0, int64_t j1)
 {
     int64_t lo, hi;
-    fa_row_band(p, i, &lo, &hi);
+    fa_row_band(p, &p->view, i, &lo, &hi);
     if (lo < j0) lo = j0;
     if (hi > j1) hi = j1;
     return lo <= hi;
@@ -72,7 +72,7 @@ static void test_band_questions(h_rng *r)
                 want_hi = i;
             }
         int64_t ilo, ihi;
-        fa_key_block_rows(&p, j0, j1, &ilo, &ihi);
+        fa_key_block_rows(&p, &p.view, j0, j1, &ilo, &ihi);
         h_case("key block [%lld, %lld] Sq=%lld Sk=%lld causal=%d window=(%lld,%lld) pos=(%lld,%lld)", (long long)j0,
                (long long)j1, (long long)p.Sq, (long long)p.Sk, (int)p.causal, (long long)p.window_left,
                (long long)p.window_right, (long long)p.q_start, (long long)p.k_start);
@@ -90,11 +90,11 @@ static void test_band_questions(h_rng *r)
         const int64_t i0 = h_rng_int(r, 0, p.Sq - 1), n = h_rng_int(r, 1, p.Sq - i0);
         const fa_task task = {.split = 0, .nsplit = 1};
         int64_t lo, hi;
-        fa_task_columns(&p, &task, i0, n, &lo, &hi);
+        fa_task_columns(&p, &p.view, &task, i0, n, &lo, &hi);
         int64_t wlo = p.Sk, whi = -1;
         for (int64_t i = i0; i < i0 + n; i++) {
             int64_t a, b;
-            fa_row_band(&p, i, &a, &b);
+            fa_row_band(&p, &p.view, i, &a, &b);
             if (a > b) continue;
             if (a < wlo) wlo = a;
             if (b > whi) whi = b;
@@ -139,7 +139,7 @@ static void test_plan_coverage(h_rng *r)
             for (int64_t h = tk->h0; h < tk->h0 + heads; h++)
                 for (int64_t i = i0; i < i0 + n; i++) {
                     int64_t lo, hi;
-                    fa_row_band(&p, i, &lo, &hi);
+                    fa_row_band(&p, &p.view, i, &lo, &hi);
                     for (int64_t j = lo > ca ? lo : ca; j <= hi && j < cb; j++) seen[(h * p.Sq + i) * p.Sk + j]++;
                 }
         }
@@ -147,7 +147,7 @@ static void test_plan_coverage(h_rng *r)
         for (int64_t h = 0; h < p.Hq; h++)
             for (int64_t i = 0; i < p.Sq; i++) {
                 int64_t lo, hi;
-                fa_row_band(&p, i, &lo, &hi);
+                fa_row_band(&p, &p.view, i, &lo, &hi);
                 for (int64_t j = 0; j < p.Sk; j++) bad += seen[(h * p.Sq + i) * p.Sk + j] != (j >= lo && j <= hi);
             }
         h_case("plan Hq=%lld group=%lld Sq=%lld Sk=%lld br=%lld small=%d splits=%lld", (long long)p.Hq,
@@ -262,11 +262,11 @@ static void check_steps(const fa_problem *p, const fa_task *tasks, int64_t n_tas
         /* readers of a piece in the tasks' order */
         bad_order += last_piece_task[s.piece] >= s.task;
         last_piece_task[s.piece] = s.task;
-        fa_problem v;
+        fa_view v;
         fa_seq_view(p, it->b, &v);
         const int64_t i0 = (int64_t)it->qb * pr->br, n = v.Sq - i0 < pr->br ? v.Sq - i0 : pr->br;
         int64_t lo, hi;
-        fa_task_columns(&v, it, i0, n, &lo, &hi);
+        fa_task_columns(p, &v, it, i0, n, &lo, &hi);
         const int first = cursor[s.task] < 0;
         if (first) cursor[s.task] = lo;
         bad_tiles += s.begin != first || ends[s.task] > 0;

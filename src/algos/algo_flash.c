@@ -14,8 +14,9 @@
  * Work is split into tasks handed out by an atomic counter, most expensive first
  * (causal blocks and ragged sequences differ in cost), so threads finish together.
  * A task is (sequence, query heads, q block, key chunk):
- *  - each sequence is a dense problem of its own (fa_seq_view), so varlen batches
- *    and KV caches run this same loop;
+ *  - each sequence is a view of its own (fa_seq_view: its lengths and tensors, the
+ *    call's fields beside it in job->p), so varlen batches and KV caches run this
+ *    same loop;
  *  - query heads that share a kv head are stacked into one task when the q block
  *    is short (decoding), so K and V stream once per kv head, not once per head;
  *  - stacks of at most FA_SMALL_ROWS rows take the small-row kernels, which run
@@ -144,7 +145,7 @@ typedef struct {
 struct wide_path {
     /* a task loop of its own (never packed, a task's only step); NULL: flash_task's
      * tile loop with the three hooks below */
-    void (*task)(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it);
+    void (*task)(const flash_job *job, const flash_scratch *sc, const fa_view *s, const fa_task *it);
     void (*q_rows)(const flash_job *job, const flash_scratch *sc, wide_task *w);
     const float *(*scores)(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0, int64_t cols,
                            int64_t *ldv);
@@ -226,12 +227,12 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
  * (the same rows i0.. for every head): returns 1 when the tile is partly masked;
  * *tlo, *thi are then the per-row bounds, or NULL where element-wise rules (which
  * wrote -inf into the scores themselves) leave every column to the kernel. */
-static int stacked_band(const fa_problem *s, int elementwise, int64_t i0, int64_t n, int64_t ng, int64_t j0,
-                        int64_t cols, int32_t *lo, int32_t *hi, const int32_t **tlo, const int32_t **thi)
+static int stacked_band(const fa_problem *p, const fa_view *s, int elementwise, int64_t i0, int64_t n, int64_t ng,
+                        int64_t j0, int64_t cols, int32_t *lo, int32_t *hi, const int32_t **tlo, const int32_t **thi)
 {
     *tlo = *thi = NULL;
     if (elementwise) return 1;
-    if (fa_tile_band(s, i0, n, j0, cols, lo, hi)) return 0;
+    if (fa_tile_band(p, s, i0, n, j0, cols, lo, hi)) return 0;
     for (int64_t g = 1; g < ng; g++) {
         memcpy(lo + g * n, lo, (size_t)n * sizeof *lo);
         memcpy(hi + g * n, hi, (size_t)n * sizeof *hi);
@@ -246,13 +247,13 @@ static int stacked_band(const fa_problem *s, int elementwise, int64_t i0, int64_
  * by the band's (*tlo != NULL), so no -inf is written and exponentiated, and the
  * trimmed path may take it as it takes the band; 1 then. Else 0, and the band's
  * bounds as they were. */
-static int bmask_bounds(const fa_problem *s, const flash_scratch *sc, int64_t i0, int64_t n, int64_t ng, int64_t h0,
-                        int64_t j0, int64_t cols, const int32_t **tlo, const int32_t **thi)
+static int bmask_bounds(const fa_problem *p, const fa_view *s, const flash_scratch *sc, int64_t i0, int64_t n,
+                        int64_t ng, int64_t h0, int64_t j0, int64_t cols, const int32_t **tlo, const int32_t **thi)
 {
     const int band = *tlo != NULL;
     for (int64_t g = 0; g < ng; g++)
-        if (!fa_bmask_runs(s, 0, h0 + g, i0, n, j0, cols, band, sc->lo + g * n, sc->hi + g * n, sc->bms)) {
-            if (band) stacked_band(s, 0, i0, n, ng, j0, cols, sc->lo, sc->hi, tlo, thi);
+        if (!fa_bmask_runs(p, s, 0, h0 + g, i0, n, j0, cols, band, sc->lo + g * n, sc->hi + g * n, sc->bms)) {
+            if (band) stacked_band(p, s, 0, i0, n, ng, j0, cols, sc->lo, sc->hi, tlo, thi);
             return 0;
         }
     *tlo = sc->lo;
@@ -265,10 +266,10 @@ static int bmask_bounds(const fa_problem *s, const flash_scratch *sc, int64_t i0
  * band, as the fused kernel's bounds in sc->lo, sc->hi, and 1; *keeps: 0 when no row
  * keeps a pair, 1 when some do, 2 when every row keeps every column (no bounds then).
  * Else 0: the careful path applies the mask score by score. */
-static int mask_bounds(const fa_problem *s, const flash_scratch *sc, int64_t i0, int64_t n, int64_t ng, int64_t h0,
-                       int64_t j0, int64_t cols, int *keeps)
+static int mask_bounds(const fa_problem *p, const fa_view *s, const flash_scratch *sc, int64_t i0, int64_t n,
+                       int64_t ng, int64_t h0, int64_t j0, int64_t cols, int *keeps)
 {
-    const int band = !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
+    const int band = !fa_tile_band(p, s, i0, n, j0, cols, sc->lo, sc->hi);
     for (int64_t g = 1; band && g < ng; g++) {
         memcpy(sc->lo + g * n, sc->lo, (size_t)n * sizeof *sc->lo);
         memcpy(sc->hi + g * n, sc->hi, (size_t)n * sizeof *sc->hi);
@@ -296,15 +297,16 @@ static int fused_mask(const fa_problem *p)
  * merge, a whole row straight to o, its head's sink then added (fa_row_norm; a key
  * chunk's rows take theirs after the merge, so it enters once). slot_row0: the
  * stack's first row in the slot. */
-static void finish_rows(const flash_job *job, const fa_problem *s, const fa_task *it, int64_t h0, int64_t i0,
+static void finish_rows(const flash_job *job, const fa_view *s, const fa_task *it, int64_t h0, int64_t i0,
                         int64_t n, int64_t ng, const float *m, const float *l, float *acc, int64_t slot_row0)
 {
-    const int64_t Dv = s->Dv, ldacc = job->ldacc, rows = n * ng;
+    const fa_problem *p = job->p;
+    const int64_t Dv = p->Dv, ldacc = job->ldacc, rows = n * ng;
     float *slot = it->nsplit > 1 ? job->slots + (it->slot + it->split) * job->slot_floats : NULL;
     for (int64_t r = 0; r < rows; r++) {
         float *ar = acc + r * ldacc;
         float lse;
-        const float f = fa_row_norm(m[r], l[r], slot ? -INFINITY : fa_sink(s, h0 + r / n), &lse);
+        const float f = fa_row_norm(m[r], l[r], slot ? -INFINITY : fa_sink(p, h0 + r / n), &lse);
         if (m[r] == -INFINITY)
             memset(ar, 0, (size_t)Dv * sizeof *ar);
         else
@@ -312,7 +314,7 @@ static void finish_rows(const flash_job *job, const fa_problem *s, const fa_task
         if (slot) {
             memcpy(slot + (slot_row0 + r) * ldacc, ar, (size_t)Dv * sizeof *ar);
             slot[job->slot_lse + slot_row0 + r] = lse;
-        } else if (s->has_lse) {
+        } else if (p->has_lse) {
             float *out = s->lse.data;
             out[(h0 + r / n) * s->lse.stride[1] + (i0 + r % n) * s->lse.stride[2]] = lse;
         }
@@ -331,15 +333,15 @@ static void finish_rows(const flash_job *job, const fa_problem *s, const fa_task
 /* What the block mask leaves of one small-row stack's tile (heads h0 .. h0+ng-1, n
  * rows each): 0 nothing, 1 every pair, 2 some (some head's); with `st`, it removes
  * the pairs it does not keep from the stack's (rows, lds) scores. */
-static int small_bmask(const fa_problem *s, const flash_scratch *sc, int64_t h0, int64_t ng, int64_t i0, int64_t n,
-                       int64_t j0, int64_t cols, float *st, int64_t lds)
+static int small_bmask(const fa_problem *p, const fa_view *s, const flash_scratch *sc, int64_t h0, int64_t ng,
+                       int64_t i0, int64_t n, int64_t j0, int64_t cols, float *st, int64_t lds)
 {
     int any = 0, bits = 0;
     for (int64_t g = 0; g < ng; g++) {
-        const int kind = fa_bmask_tile(s, 0, h0 + g, i0, n, j0, cols, sc->bms);
+        const int kind = fa_bmask_tile(p, s, 0, h0 + g, i0, n, j0, cols, sc->bms);
         any |= kind != 0;
         bits |= kind != 1; /* a head it removes the tile for, among others it does not */
-        if (st && kind != 1) fa_bmask_apply(s, 0, h0 + g, i0, n, j0, cols, st + g * n * lds, 1, lds, sc->bms);
+        if (st && kind != 1) fa_bmask_apply(p, s, 0, h0 + g, i0, n, j0, cols, st + g * n * lds, 1, lds, sc->bms);
     }
     return !any ? 0 : bits ? 2 : 1;
 }
@@ -349,13 +351,14 @@ static int small_bmask(const fa_problem *s, const flash_scratch *sc, int64_t h0,
  * every call would arrive with the whole memory latency; issued one call early they do
  * not. A hint only (rows past hi are left alone). */
 enum { SMALL_PF_ROWS = 32 };
-static void small_prefetch_start(const fa_problem *s, int which, int64_t j0, int64_t hi, int64_t hk, int64_t dim)
+static void small_prefetch_start(const fa_problem *p, const fa_view *s, int which, int64_t j0, int64_t hi, int64_t hk,
+                                 int64_t dim)
 {
     const fa_tensor *t = which ? &s->v : &s->k;
     if (t->stride[3] != 1) return;
     const int64_t bytes = dim * (int64_t)fa_dtype_size(t->dtype);
     for (int64_t j = j0; j <= hi && j < j0 + SMALL_PF_ROWS; j++) {
-        const char *row = fa_kv_row(s, which, j, hk, NULL);
+        const char *row = fa_kv_row(p, s, which, j, hk, NULL);
         const char *end = row + bytes;
         for (const char *b = (const char *)((uintptr_t)row & ~(uintptr_t)63); b < end; b += 64) __builtin_prefetch(b, 0, 3);
     }
@@ -363,16 +366,41 @@ static void small_prefetch_start(const fa_problem *s, int which, int64_t j0, int
 
 /* Before stack k's P V on the tile at j0: the next call's first keys, the next stack's
  * (when it reads another kv head) or the next tile's. */
-static void small_prefetch_next(const flash_job *job, const fa_problem *s, const fa_task *it, int64_t k, int64_t j0,
+static void small_prefetch_next(const flash_job *job, const fa_view *s, const fa_task *it, int64_t k, int64_t j0,
                                 int64_t hi)
 {
     const int64_t group = job->p->group, ng = it->ng, h0 = it->h0 + k * ng, hk = h0 / group;
     const int last = k + 1 == it->nkv;
     const int64_t hn = last ? it->h0 / group : (h0 + ng) / group, jn = last ? j0 + job->plan.bc : j0;
-    if ((!last && hn != hk) || (last && jn <= hi)) small_prefetch_start(s, 0, jn, hi, hn, job->p->D);
+    if ((!last && hn != hk) || (last && jn <= hi)) small_prefetch_start(job->p, s, 0, jn, hi, hn, job->p->D);
 }
 
-static void flash_task_small(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
+/* A small-row tile's K and V rows: pointers, and their scales where the cache is
+ * quantised (NULL otherwise, as the kernels take it). A latent V's rows and scales are
+ * K's: read once, and P V finds them in cache after Q K. */
+typedef struct {
+    const void *const *k, *const *v;
+    const float *ks, *vs;
+} small_rows;
+
+/* Keys j0 .. j0+cols-1 of kv head hk in sc's row pointers and scales, rows of a
+ * non-unit inner stride gathered (the path depends on shapes only, never on strides:
+ * layouts give identical bits). */
+static small_rows small_kv_rows(const flash_job *job, const flash_scratch *sc, const fa_view *s, int64_t j0,
+                                int64_t cols, int64_t hk)
+{
+    const fa_problem *p = job->p;
+    fa_kv_row_ptrs(p, s, 0, j0, cols, hk, sc->kp, sc->ks);
+    if (s->k.stride[3] != 1) fa_kv_gather_strided(&s->k, sc->kp, cols, p->D, sc->k);
+    if (!p->v_in_k) {
+        fa_kv_row_ptrs(p, s, 1, j0, cols, hk, sc->vp, sc->vs);
+        if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, p->Dv, sc->v);
+    }
+    const float *vs = p->v_in_k ? sc->ks : sc->vs;
+    return (small_rows){sc->kp, p->v_in_k ? sc->kp : sc->vp, p->quant ? sc->ks : NULL, p->quant ? vs : NULL};
+}
+
+static void flash_task_small(const flash_job *job, const flash_scratch *sc, const fa_view *s, const fa_task *it)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
@@ -380,7 +408,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
     const int64_t i0 = (int64_t)it->qb * job->plan.br;
     const int64_t n = s->Sq - i0 < job->plan.br ? s->Sq - i0 : job->plan.br;
     const int64_t ng = it->ng, rows = n * ng, nkv = it->nkv;
-    const int elementwise = fa_problem_has_elementwise(s);
+    const int elementwise = fa_problem_has_elementwise(p);
     const int kvt = fa_kv_type(s->k.dtype);
     /* FA_PARAM_QUANT_MATMUL (docs/semantics.md, 11): both products on int8 digits */
     const int q8 = kvt == FA_KV_I8 ? job->digits : 0;
@@ -410,41 +438,31 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
     }
 
     int64_t lo, hi;
-    fa_task_columns(s, it, i0, n, &lo, &hi);
+    fa_task_columns(p, s, it, i0, n, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
         /* a band-only tile passes its bounds to the kernel, the same for every head */
         const int32_t *tlo, *thi;
-        const int partial = stacked_band(s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        const int partial = stacked_band(p, s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        small_rows kv = {0};
         for (int64_t k = 0; k < nkv; k++) {
             const int64_t h0 = it->h0 + k * ng, hk = h0 / p->group;
-            if (k == 0 || hk != (h0 - ng) / p->group) {
-                fa_kv_row_ptrs(s, 0, j0, cols, hk, sc->kp, sc->ks);
-                /* the path depends on shapes only, never on strides: layouts give identical bits */
-                if (s->k.stride[3] != 1) fa_kv_gather_strided(&s->k, sc->kp, cols, D, sc->k);
-                if (!s->v_in_k) {
-                    fa_kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
-                    if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
-                }
-            }
-            /* a latent V row is its K row (and scale): PV finds it in cache after QK */
-            const void *const *vrow = s->v_in_k ? sc->kp : sc->vp;
-            const float *vscale = s->v_in_k ? sc->ks : sc->vs;
-            const int bm = s->bm.on ? small_bmask(s, sc, h0, ng, i0, n, j0, cols, NULL, lds) : 1;
+            if (k == 0 || hk != (h0 - ng) / p->group) kv = small_kv_rows(job, sc, s, j0, cols, hk);
+            const int bm = p->bm.on ? small_bmask(p, s, sc, h0, ng, i0, n, j0, cols, NULL, lds) : 1;
             if (bm == 0) continue; /* the block mask removes the tile for the whole stack */
-            if (Dv > 0 && !s->v_in_k) small_prefetch_start(s, 1, j0, hi, hk, Dv);
+            if (Dv > 0 && !p->v_in_k) small_prefetch_start(p, s, 1, j0, hi, hk, Dv);
             double t0 = fa_phase_start(job->phases);
             if (q8)
-                kern->qk_small_i8(rows, cols, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, sc->kp, sc->ks,
-                                  sc->st, lds);
+                kern->qk_small_i8(rows, cols, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, kv.k, kv.ks, sc->st,
+                                  lds);
             else
-                kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
+                kern->qk_small(rows, cols, D, STACK_Q(k), D, kv.k, kvt, kv.ks, sc->st, lds);
             t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
             fa_phase_flops(job->phases, FA_PH_S, fa_tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
             if (elementwise)
                 for (int64_t g = 0; g < ng; g++)
-                    fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n * lds, 1, lds);
-            if (bm == 2) small_bmask(s, sc, h0, ng, i0, n, j0, cols, sc->st, lds);
+                    fa_scores_finish(p, s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n * lds, 1, lds);
+            if (bm == 2) small_bmask(p, s, sc, h0, ng, i0, n, j0, cols, sc->st, lds);
             kern->softmax_small(rows, cols, sc->st, lds, tlo, thi, STACK_M(k), STACK_L(k), STACK_ALPHA(k));
             t0 = fa_phase_mark(job->phases, FA_PH_X, t0);
             small_prefetch_next(job, s, it, k, j0, hi);
@@ -452,13 +470,12 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
              * row would leak into rows that never see it, so such tiles take the
              * reference kernel, which skips p == 0 */
             const fa_kernels *pk =
-                (partial || bm == 2) && kern != &fa_kernels_ref && !fa_kv_rows_finite(vrow, kvt, vscale, cols, Dv) ? &fa_kernels_ref
+                (partial || bm == 2) && kern != &fa_kernels_ref && !fa_kv_rows_finite(kv.v, kvt, kv.vs, cols, Dv) ? &fa_kernels_ref
                                                                                                  : kern;
             if (Dv > 0 && q8)
-                pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, vrow, vscale, STACK_ALPHA(k), STACK_ACC(k), ldacc);
+                pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, kv.v, kv.vs, STACK_ALPHA(k), STACK_ACC(k), ldacc);
             else if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
-                pk->pv_small(rows, cols, Dv, sc->st, lds, vrow, kvt, s->quant ? vscale : NULL, STACK_ALPHA(k),
-                             STACK_ACC(k), ldacc);
+                pk->pv_small(rows, cols, Dv, sc->st, lds, kv.v, kvt, kv.vs, STACK_ALPHA(k), STACK_ACC(k), ldacc);
             fa_phase_mark(job->phases, FA_PH_P, t0);
             fa_phase_flops(job->phases, FA_PH_P, fa_tile_flops(job->phases, 2 * Dv, rows, cols, tlo, thi));
         }
@@ -477,22 +494,23 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
  * channel's in key order); whether it is finite (else no smoothing). bf16 K rows are
  * summed by the table's sum_rows_bf16 as they are stored rather than through an f32
  * tile (the same bits: the widening is exact). */
-static int q8_key_mean(const flash_job *job, const flash_scratch *sc, const fa_problem *s, int64_t hk)
+static int q8_key_mean(const flash_job *job, const flash_scratch *sc, const fa_view *s, int64_t hk)
 {
+    const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
     const int64_t D = job->p->D;
-    const int bf16 = s->k.dtype == FA_DTYPE_BF16 && s->kv->tile_u16;
+    const int bf16 = s->k.dtype == FA_DTYPE_BF16 && p->kv->tile_u16;
     double *sum = sc->wsum;
     for (int64_t x = 0; x < D; x++) sum[x] = 0.0;
     for (int64_t j0 = 0; j0 < s->Sk; j0 += job->plan.bc) {
         const int64_t cols = s->Sk - j0 < job->plan.bc ? s->Sk - j0 : job->plan.bc;
         int64_t ldk;
         if (bf16) {
-            const uint16_t *k16 = fa_kv_tile_u16(s, 0, j0, cols, hk, D, sc->k16, &ldk);
+            const uint16_t *k16 = fa_kv_tile_u16(p, s, 0, j0, cols, hk, D, sc->k16, &ldk);
             kern->sum_rows_bf16(cols, D, k16, ldk, sum);
             continue;
         }
-        const float *k = fa_kv_tile_f32(s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
+        const float *k = fa_kv_tile_f32(p, s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
         for (int64_t c = 0; c < cols; c++)
             for (int64_t x = 0; x < D; x++) sum[x] += k[c * ldk + x];
     }
@@ -504,7 +522,7 @@ static int q8_key_mean(const flash_job *job, const flash_scratch *sc, const fa_p
 
 /* flash_task_q8's q rows i0..i0+n of heads h0..h0+ng: x = scale q (sc->qt), its codes
  * (digit rows of ld8; kd, K's digits) and scale, c = x . kbar when smooth */
-static void q8_quantise_q(const flash_job *job, const flash_scratch *sc, const fa_problem *s, int64_t i0, int64_t n,
+static void q8_quantise_q(const flash_job *job, const flash_scratch *sc, const fa_view *s, int64_t i0, int64_t n,
                           int64_t ng, int64_t h0, int smooth, int kd, int64_t ld8)
 {
     const fa_problem *p = job->p;
@@ -548,7 +566,7 @@ static void q8_quantise_q(const flash_job *job, const flash_scratch *sc, const f
  * along the reduction: K rows [kh | kl], q's digit rows [a | 0] and [b | a], so
  * qk_small_i8's A and B are the contract's. A task's only step (wide_q8 jobs pack no K/V).
  */
-static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
+static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const fa_view *s, const fa_task *it)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
@@ -558,7 +576,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
     const int kvt = fa_kv_type(s->k.dtype), cache8 = kvt == FA_KV_I8, digits = job->wide_digits;
     const int kd = cache8 ? 1 : digits;                   /* K's digits */
     const int64_t dk = kd == 2 ? 2 * D : D, ld8 = fa_q8_ld(dk), ldd = fa_q8_ld(D);
-    const int elementwise = fa_problem_has_elementwise(s);
+    const int elementwise = fa_problem_has_elementwise(p);
     /* kbar over every key of the (sequence, kv head); none for an int8 cache, or where
      * it is not finite */
     const double tq = fa_phase_start(job->phases);
@@ -572,24 +590,24 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
     fa_phase_mark(job->phases, FA_PH_X, tq); /* the task's prologue: kbar and q's codes */
 
     int64_t lo, hi;
-    fa_task_columns(s, it, i0, n, &lo, &hi);
+    fa_task_columns(p, s, it, i0, n, &lo, &hi);
     const void *const *vrow = sc->vp;
     const int vkt = fa_kv_type(s->v.dtype);
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
         const int32_t *tlo, *thi;
-        const int partial = stacked_band(s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        const int partial = stacked_band(p, s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
         double t0 = fa_phase_start(job->phases);
         /* V rows (a latent V's view: K's own rows, read before K is requantised below) */
-        fa_kv_row_ptrs(s, 1, j0, cols, hk, sc->vp, sc->vs);
+        fa_kv_row_ptrs(p, s, 1, j0, cols, hk, sc->vp, sc->vs);
         if (s->v.stride[3] != 1) fa_kv_gather_strided(&s->v, sc->vp, cols, Dv, sc->v);
         /* 1. K codes: an int8 cache's rows, or the tile smoothed and quantised */
         if (cache8) {
-            fa_kv_row_ptrs(s, 0, j0, cols, hk, sc->kp, sc->ks);
+            fa_kv_row_ptrs(p, s, 0, j0, cols, hk, sc->kp, sc->ks);
             if (s->k.stride[3] != 1) fa_kv_gather_strided(&s->k, sc->kp, cols, D, sc->k);
         } else {
             int64_t ldk;
-            const float *k = fa_kv_tile_f32(s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
+            const float *k = fa_kv_tile_f32(p, s, 0, kern, j0, cols, hk, D, sc->k, &ldk);
             float *y = sc->wy;
             int8_t *tmp = sc->wk8 + job->plan.bc * ld8;
             for (int64_t c = 0; c < cols; c++) {
@@ -612,9 +630,10 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
         fa_phase_flops(job->phases, FA_PH_S, fa_tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
         /* 2-5 */
         if (elementwise)
-            for (int64_t g = 0; g < ng; g++) fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->wst + g * n * lds, 1, lds);
+            for (int64_t g = 0; g < ng; g++)
+                fa_scores_finish(p, s, 0, h0 + g, i0, n, j0, cols, sc->wst + g * n * lds, 1, lds);
         /* 6-7, then 9, stack by stack (their state copied to aligned rows, as the kernels take it) */
-        const float *vscale = s->quant ? sc->vs : NULL;
+        const float *vscale = p->quant ? sc->vs : NULL;
         const fa_kernels *pk =
             partial && kern != &fa_kernels_ref && !fa_kv_rows_finite(vrow, vkt, vscale, cols, Dv) ? &fa_kernels_ref : kern;
         for (int64_t r0 = 0; r0 < rows; r0 += FA_SMALL_ROWS) {
@@ -639,7 +658,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
 
 /* A wide task's fixed facts, shared by its steps below. */
 struct wide_task {
-    const fa_problem *s; /* its sequence as a dense B = 1 problem */
+    const fa_view *s;    /* its sequence's view (B = 1; the call is job->p) */
     int64_t i0, n;       /* first row and rows per head */
     int64_t ng, rows;    /* heads stacked from h0, and so rows n * ng */
     int64_t h0, hk;
@@ -689,8 +708,9 @@ static void stack_rows(void *dst, const void *q, int64_t ldq, int64_t n, int64_t
  * each head's n rows one after another in buf (D apart). */
 static const void *stacked_q(const flash_job *job, const wide_task *w, void *buf, int bf16, int64_t *ldq)
 {
-    const fa_problem *s = w->s;
-    const int64_t D = s->D, n = w->n;
+    const fa_view *s = w->s;
+    const fa_problem *p = job->p;
+    const int64_t D = p->D, n = w->n;
     const size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
     for (int64_t g = 0; g < w->ng; g++) {
         void *dst = (char *)buf + g * n * D * (int64_t)es;
@@ -707,7 +727,7 @@ static const void *stacked_q(const flash_job *job, const wide_task *w, void *buf
  * pairs (qk_bf16 scales) or the fused kernel's rows. */
 static void q_rows_bf16(const flash_job *job, const flash_scratch *sc, wide_task *w)
 {
-    const int64_t D = w->s->D;
+    const int64_t D = job->p->D;
     int64_t ldq;
     const uint16_t *q = stacked_q(job, w, sc->q16, 1, &ldq);
     if (job->fused) fused_q(sc, w, q, ldq, w->rows, D);
@@ -718,9 +738,10 @@ static void q_rows_bf16(const flash_job *job, const flash_scratch *sc, wide_task
  * as Q^T pairs or the fused kernel's rows. */
 static void q_rows_split(const flash_job *job, const flash_scratch *sc, wide_task *w)
 {
-    const fa_problem *s = w->s;
+    const fa_view *s = w->s;
+    const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
-    const int64_t D = s->D, bp = job->plan.br_pad, n = w->n, TD = job->mm_terms * D;
+    const int64_t D = p->D, bp = job->plan.br_pad, n = w->n, TD = job->mm_terms * D;
     int64_t ldq;
     for (int64_t g = 0; g < w->ng; g++) {
         const float *q = fa_rows_f32(&s->q, kern, 0, w->i0, n, w->h0 + g, D, sc->q, &ldq);
@@ -739,7 +760,7 @@ static void q_rows_f32(const flash_job *job, const flash_scratch *sc, wide_task 
 {
     int64_t ldq;
     const float *q = stacked_q(job, w, sc->q, 0, &ldq);
-    job->kern->pack_qt(w->rows, w->s->D, q, ldq, w->s->scale, sc->qt, job->plan.br_pad);
+    job->kern->pack_qt(w->rows, job->p->D, q, ldq, job->p->scale, sc->qt, job->plan.br_pad);
 }
 
 /* The f32 K and V rows of keys j0 .. j0+cols-1: packed in the unit, in place, or
@@ -747,7 +768,8 @@ static void q_rows_f32(const flash_job *job, const flash_scratch *sc, wide_task 
 static const float *wide_kv_f32(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0,
                                 int64_t cols, int64_t *ldk, const float **v, int64_t *ldv)
 {
-    const fa_problem *s = w->s;
+    const fa_view *s = w->s;
+    const fa_problem *p = job->p;
     const fa_kv_packing *pk = &job->steps.pack;
     if (w->unit) {
         *ldk = pk->ldk;
@@ -755,9 +777,9 @@ static const float *wide_kv_f32(const flash_job *job, const flash_scratch *sc, c
         *v = (const float *)(w->unit + pk->v_offset) + (j0 - w->key0) * *ldv;
         return (const float *)w->unit + (j0 - w->key0) * *ldk;
     }
-    const float *k = fa_kv_tile_f32(s, 0, job->kern, j0, cols, w->hk, s->D, sc->k, ldk);
+    const float *k = fa_kv_tile_f32(p, s, 0, job->kern, j0, cols, w->hk, p->D, sc->k, ldk);
     /* a latent V is the K tile's first Dv columns: read and converted once */
-    *v = s->v_in_k ? (*ldv = *ldk, k) : fa_kv_tile_f32(s, 1, job->kern, j0, cols, w->hk, s->Dv, sc->v, ldv);
+    *v = p->v_in_k ? (*ldv = *ldk, k) : fa_kv_tile_f32(p, s, 1, job->kern, j0, cols, w->hk, p->Dv, sc->v, ldv);
     return k;
 }
 
@@ -767,14 +789,15 @@ static const float *wide_kv_f32(const flash_job *job, const flash_scratch *sc, c
 static const float *scores_bf16(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0,
                                 int64_t cols, int64_t *ldv)
 {
-    const fa_problem *s = w->s;
+    const fa_view *s = w->s;
+    const fa_problem *p = job->p;
     const fa_kv_packing *pk = &job->steps.pack;
-    const int64_t D = s->D, bp = job->plan.br_pad;
+    const int64_t D = p->D, bp = job->plan.br_pad;
     int64_t ldk;
     (void)ldv;
     const uint16_t *k = w->unit ? (const uint16_t *)w->unit + (j0 - w->key0) * (ldk = pk->ldk)
-                                : fa_kv_tile_u16(s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
-    job->kern->qk_bf16(w->rows, cols, D, sc->qt2, 2 * bp, k, ldk, s->scale, sc->st, bp);
+                                : fa_kv_tile_u16(p, s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
+    job->kern->qk_bf16(w->rows, cols, D, sc->qt2, 2 * bp, k, ldk, p->scale, sc->st, bp);
     w->k16 = k;
     w->ldk16 = ldk;
     return NULL;
@@ -783,20 +806,19 @@ static const float *scores_bf16(const flash_job *job, const flash_scratch *sc, w
 static const float *scores_split(const flash_job *job, const flash_scratch *sc, wide_task *w, int64_t j0,
                                  int64_t cols, int64_t *ldv)
 {
-    const fa_problem *s = w->s;
     const fa_kernels *kern = job->kern;
     const fa_kv_packing *pk = &job->steps.pack;
-    const int64_t D = s->D, bp = job->plan.br_pad, TD = job->mm_terms * D;
+    const int64_t D = job->p->D, bp = job->plan.br_pad, TD = job->mm_terms * D;
     int64_t ldk;
     if (w->unit) { /* the split form: V waits for step 9 */
         kern->qk_bf16(w->rows, cols, TD, sc->qt2, 2 * bp, (const uint16_t *)w->unit + (j0 - w->key0) * pk->ldk, pk->ldk,
-                      s->scale, sc->st, bp);
+                      job->p->scale, sc->st, bp);
         return NULL;
     }
     const float *v;
     const float *k = wide_kv_f32(job, sc, w, j0, cols, &ldk, &v, ldv);
     for (int64_t c = 0; c < cols; c++) fa_split_row(kern, job->mm_terms, 1, k + c * ldk, D, sc->k16 + c * TD, sc->rowf);
-    kern->qk_bf16(w->rows, cols, TD, sc->qt2, 2 * bp, sc->k16, TD, s->scale, sc->st, bp);
+    kern->qk_bf16(w->rows, cols, TD, sc->qt2, 2 * bp, sc->k16, TD, job->p->scale, sc->st, bp);
     return v;
 }
 
@@ -807,7 +829,7 @@ static const float *scores_f32(const flash_job *job, const flash_scratch *sc, wi
     int64_t ldk;
     const float *v;
     const float *k = wide_kv_f32(job, sc, w, j0, cols, &ldk, &v, ldv);
-    job->kern->qk(w->rows, cols, w->s->D, sc->qt, bp, k, ldk, sc->st, bp);
+    job->kern->qk(w->rows, cols, job->p->D, sc->qt, bp, k, ldk, sc->st, bp);
     return v;
 }
 
@@ -821,8 +843,8 @@ static const uint32_t *tile_pairs(const flash_job *job, const flash_scratch *sc,
         *ldvp = pk->ldv;
         return (const uint32_t *)(w->unit + pk->v_offset) + (j0 - w->key0) / 2 * pk->ldv;
     }
-    *ldvp = fa_packed_ld(w->s->Dv);
-    job->kern->pack_pairs_bf16(cols, w->s->Dv, v16, ldv, sc->v_pairs, *ldvp);
+    *ldvp = fa_packed_ld(job->p->Dv);
+    job->kern->pack_pairs_bf16(cols, job->p->Dv, v16, ldv, sc->v_pairs, *ldvp);
     return sc->v_pairs;
 }
 
@@ -835,16 +857,16 @@ static void wide_pv_bf16(const flash_job *job, const flash_scratch *sc, const wi
 {
     const fa_kernels *kern = job->kern;
     (void)v_f32, (void)ldv_f32;
-    const int64_t Dv = w->s->Dv, bp = job->plan.br_pad;
+    const int64_t Dv = job->p->Dv, bp = job->plan.br_pad;
     /* the natural rows only where they are needed: a partial tile's check, or
      * pairs of a tile at an odd key (a window's or a chunk's first) */
     const uint16_t *v16 = NULL;
     int64_t ldv = 0;
-    if (w->s->v_in_k) { /* a latent V: the K rows step 1 read (packed or not), not read again */
+    if (job->p->v_in_k) { /* a latent V: the K rows step 1 read (packed or not), not read again */
         v16 = w->k16;
         ldv = w->ldk16;
     } else if (!w->unit || partial || (j0 & 1)) {
-        v16 = fa_kv_tile_u16(w->s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
+        v16 = fa_kv_tile_u16(job->p, w->s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
     }
     if (!partial || fa_rows_finite16(v16, ldv, cols, Dv, 0x7f80u)) {
         int64_t ldvp;
@@ -865,7 +887,7 @@ static const uint32_t *split_v_pairs(const flash_job *job, const flash_scratch *
 {
     const fa_kernels *kern = job->kern;
     const fa_kv_packing *pk = &job->steps.pack;
-    const int64_t Dv = w->s->Dv;
+    const int64_t Dv = job->p->Dv;
     if (!v) {
         *ldvp = pk->ldv;
         *vlo = (const uint32_t *)(w->unit + pk->vlo_offset) + (j0 - w->key0) / 2 * *ldvp;
@@ -888,10 +910,10 @@ static void wide_pv_split(const flash_job *job, const flash_scratch *sc, const w
                           int partial, const float *v, int64_t ldv)
 {
     const fa_kernels *kern = job->kern;
-    const int64_t Dv = w->s->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
+    const int64_t Dv = job->p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
     const int T = job->mm_terms;
     const int packed = w->unit && !(j0 & 1);
-    if (!v && (!packed || partial)) v = fa_kv_tile_f32(w->s, 1, kern, j0, cols, w->hk, Dv, sc->v, &ldv);
+    if (!v && (!packed || partial)) v = fa_kv_tile_f32(job->p, w->s, 1, kern, j0, cols, w->hk, Dv, sc->v, &ldv);
     if (partial && !fa_rows_finite(v, ldv, cols, Dv)) {
         fa_kernels_ref.pv(w->rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
         return;
@@ -921,7 +943,7 @@ static void wide_pv_f32(const flash_job *job, const flash_scratch *sc, const wid
                         int partial, const float *v, int64_t ldv)
 {
     const fa_kernels *kern = job->kern;
-    const int64_t Dv = w->s->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
+    const int64_t Dv = job->p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc;
     (void)j0;
     if (partial && kern != &fa_kernels_ref && !fa_rows_finite(v, ldv, cols, Dv))
         fa_kernels_ref.pv(w->rows, cols, Dv, sc->st, bp, v, ldv, sc->alpha, sc->acc, ldacc);
@@ -945,7 +967,7 @@ static double wide_trimmed(const flash_job *job, const flash_scratch *sc, const 
                            int64_t cols, const int32_t *lo, const int32_t *hi, double t0)
 {
     const fa_kernels *kern = job->kern;
-    const int64_t D = w->s->D, Dv = w->s->Dv, bp = job->plan.br_pad, ldacc = job->ldacc, rows = w->rows;
+    const int64_t D = job->p->D, Dv = job->p->Dv, bp = job->plan.br_pad, ldacc = job->ldacc, rows = w->rows;
     int64_t ldk, ldv;
     const float *v;
     const float *k = wide_kv_f32(job, sc, w, j0, cols, &ldk, &v, &ldv);
@@ -992,9 +1014,9 @@ static int fused_split_kv(const flash_job *job, const flash_scratch *sc, const w
                           int64_t cols, int partial, const uint32_t **kt, const uint32_t **vp, const uint32_t **vlo,
                           int64_t *ldvp)
 {
-    const fa_problem *s = w->s;
+    const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
-    const int64_t TD = job->mm_terms * s->D;
+    const int64_t TD = job->mm_terms * p->D;
     const int unit_k = w->unit && (j0 - w->key0) % 16 == 0, unit_v = w->unit && !(j0 & 1);
     const float *k = NULL, *v = NULL;
     int64_t ldk = 0, ldv = 0;
@@ -1007,12 +1029,13 @@ static int fused_split_kv(const flash_job *job, const flash_scratch *sc, const w
     if (job->mm_terms == 1) *vlo = NULL;
     /* V's hi parts are finite where V is (or where V is near FLT_MAX, which rounds to
      * inf: the careful path then, correct as well) */
-    if (partial && !pairs_finite(*vp, *ldvp, cols, s->Dv)) return 0;
+    if (partial && !pairs_finite(*vp, *ldvp, cols, p->Dv)) return 0;
     if (unit_k) {
         *kt = (const uint32_t *)w->unit + (j0 - w->key0) / 16 * job->steps.pack.ldk;
         return 1;
     }
-    for (int64_t c = 0; c < cols; c++) fa_split_row(kern, job->mm_terms, 1, k + c * ldk, s->D, sc->k16 + c * TD, sc->rowf);
+    for (int64_t c = 0; c < cols; c++)
+        fa_split_row(kern, job->mm_terms, 1, k + c * ldk, p->D, sc->k16 + c * TD, sc->rowf);
     kern->pack_kt_bf16(cols, TD, sc->k16, TD, sc->kt, 0);
     *kt = sc->kt;
     return 1;
@@ -1025,10 +1048,11 @@ static int fused_split_kv(const flash_job *job, const flash_scratch *sc, const w
 static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_task *w, int64_t j0, int64_t cols,
                       int partial, const int32_t *tlo, const int32_t *thi, double *t0)
 {
-    const fa_problem *s = w->s;
+    const fa_view *s = w->s;
+    const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
     const fa_kv_packing *pk = &job->steps.pack;
-    const int64_t D = s->D, Dv = s->Dv;
+    const int64_t D = p->D, Dv = p->Dv;
     const uint16_t *k16 = NULL, *v = NULL;
     int64_t ldk = 0, ldv = 0, ldvp;
     const uint32_t *vp, *vlo = NULL, *kt = sc->kt;
@@ -1037,21 +1061,21 @@ static int wide_fused(const flash_job *job, const flash_scratch *sc, const wide_
         goto run;
     }
     if (!w->unit || (j0 & 1)) { /* V rows to pair (a latent V: the K rows, read once for both) */
-        if (s->v_in_k) v = k16 = fa_kv_tile_u16(s, 0, j0, cols, w->hk, D, sc->k16, &ldk), ldv = ldk;
-        else v = fa_kv_tile_u16(s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
+        if (p->v_in_k) v = k16 = fa_kv_tile_u16(p, s, 0, j0, cols, w->hk, D, sc->k16, &ldk), ldv = ldk;
+        else v = fa_kv_tile_u16(p, s, 1, j0, cols, w->hk, Dv, sc->v16, &ldv);
     }
     vp = tile_pairs(job, sc, w, j0, cols, v, ldv, &ldvp);
     if (partial && !pairs_finite(vp, ldvp, cols, Dv)) return 0;
     if (w->unit && (j0 - w->key0) % 16 == 0) { /* a tile from a block's start (a window's may not be) */
         kt = (const uint32_t *)w->unit + (j0 - w->key0) / 16 * pk->ldk;
     } else {
-        if (!k16) k16 = fa_kv_tile_u16(s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
+        if (!k16) k16 = fa_kv_tile_u16(p, s, 0, j0, cols, w->hk, D, sc->k16, &ldk);
         kern->pack_kt_bf16(cols, D, k16, ldk, sc->kt, 0);
     }
 run:
     *t0 = fa_phase_mark(job->phases, FA_PH_S, *t0);
     const fa_fwd_tile t = {.rows = w->rows, .cols = cols, .d = (job->mm_terms ? job->mm_terms : 1) * D, .dv = Dv,
-                           .q = w->qa, .ldq = w->ldqa, .scale = s->scale, .kt = kt, .vp = vp, .vlo = vlo,
+                           .bf16 = {.q = w->qa, .ldq = w->ldqa, .scale = p->scale, .vlo = vlo}, .kt = kt, .vp = vp,
                            .ldvp = ldvp, .lo = tlo, .hi = thi,
                            .m = sc->m, .l = sc->l, .acc = sc->acc, .ldacc = job->ldacc, .scratch = sc->fwd_scratch};
     kern->fwd_bf16(&t);
@@ -1069,7 +1093,7 @@ static int64_t q8_keys_layout(const fa_problem *p, q8_keys *k, char *base)
 {
     int64_t slots = 0;
     for (int64_t b = 0; b < p->B; b++) {
-        fa_problem s;
+        fa_view s;
         fa_seq_view(p, b, &s);
         int64_t n;
         if (!fa_mul_ok(FA_RUP16(s.Sk) + 16, p->Hk, &n) || slots > INT64_MAX / 2 - n) return -1;
@@ -1085,7 +1109,7 @@ static int64_t q8_keys_layout(const fa_problem *p, q8_keys *k, char *base)
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], base);
     for (int64_t b = 0, at = 0; base && b < p->B; b++) {
-        fa_problem s;
+        fa_view s;
         fa_seq_view(p, b, &s);
         k->off[b] = at;
         at += (FA_RUP16(s.Sk) + 16) * p->Hk;
@@ -1106,7 +1130,7 @@ static void q8_keys_worker(void *arg, int ith, int nth)
     const double t0 = fa_phase_start(job->phases);
     for (int64_t u; (u = atomic_fetch_add(&job->next, 1)) < p->B * p->Hk;) {
         const int64_t b = u / p->Hk, hk = u % p->Hk;
-        fa_problem s;
+        fa_view s;
         fa_seq_view(p, b, &s);
         const int64_t slot0 = job->keys.off[b] + hk * (FA_RUP16(s.Sk) + 16);
         const int smooth = s.Sk > 0 && q8_key_mean(job, &sc, &s, hk);
@@ -1115,14 +1139,14 @@ static void q8_keys_worker(void *arg, int ith, int nth)
         for (int64_t j0 = 0; j0 < s.Sk; j0 += job->plan.bc) {
             const int64_t cols = s.Sk - j0 < job->plan.bc ? s.Sk - j0 : job->plan.bc;
             int64_t ldk;
-            const float *k = fa_kv_tile_f32(&s, 0, job->kern, j0, cols, hk, D, sc.k, &ldk);
+            const float *k = fa_kv_tile_f32(p, &s, 0, job->kern, j0, cols, hk, D, sc.k, &ldk);
             for (int64_t c = 0; c < cols; c++) {
                 for (int64_t e = 0; e < D; e++) sc.wy[e] = smooth ? k[c * ldk + e] - sc.wkbar[e] : k[c * ldk + e];
                 job->keys.ks[slot0 + j0 + c] = job->kern->quant_row_i8(sc.wy, D, 1, sc.wk8);
                 fa_pack_kt_i8(1, D, sc.wk8, ld8, job->keys.kt + slot0 * nq, j0 + c);
             }
             int64_t ldv;
-            const uint16_t *v = fa_kv_tile_u16(&s, 1, j0, cols, hk, p->Dv, sc.v16, &ldv);
+            const uint16_t *v = fa_kv_tile_u16(p, &s, 1, j0, cols, hk, p->Dv, sc.v16, &ldv);
             job->kern->pack_pairs_bf16(cols, p->Dv, v, ldv, job->keys.vp + (slot0 + j0) / 2 * ldvp, ldvp);
         }
         /* the spare slots: zero codes and scales (read, never kept) */
@@ -1153,7 +1177,7 @@ static const uint32_t *q8_tile_kt(const flash_scratch *sc, const uint32_t *kt0, 
  * and 11). A partly masked tile with a non-finite V row takes the reference's fwd_i8,
  * which never reads a masked key's V. A task's only step.
  */
-static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
+static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const fa_view *s, const fa_task *it)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
@@ -1174,22 +1198,23 @@ static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const f
     double t0 = fa_phase_mark(job->phases, FA_PH_X, tq);
 
     int64_t lo, hi;
-    fa_task_columns(s, it, i0, n, &lo, &hi);
+    fa_task_columns(p, s, it, i0, n, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc;
         const int32_t *tlo, *thi;
-        const int partial = stacked_band(s, 0, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        const int partial = stacked_band(p, s, 0, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
         const int64_t ldvp = fa_packed_ld(Dv);
         const uint32_t *vp = job->keys.vp + (slot0 + j0) / 2 * ldvp;
         if (j0 & 1) { /* pairs from an odd key (a window's or a chunk's first tile) */
             int64_t ldv;
-            const uint16_t *v = fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
+            const uint16_t *v = fa_kv_tile_u16(p, s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
             kern->pack_pairs_bf16(cols, Dv, v, ldv, sc->v_pairs, ldvp);
             vp = sc->v_pairs;
         }
         const fa_kernels *fk = partial && !pairs_finite(vp, ldvp, cols, Dv) ? &fa_kernels_ref : kern;
-        const fa_fwd_tile t = {.rows = rows, .cols = cols, .d = D, .dv = Dv, .q8 = sc->wq8, .ldq8 = ld8,
-                               .qs = sc->wq8s, .qc = smooth ? sc->wqc : NULL, .ks = job->keys.ks + slot0 + j0,
+        const fa_fwd_tile t = {.rows = rows, .cols = cols, .d = D, .dv = Dv,
+                               .i8 = {.q8 = sc->wq8, .ldq8 = ld8, .qs = sc->wq8s, .qc = smooth ? sc->wqc : NULL,
+                                      .ks = job->keys.ks + slot0 + j0},
                                .kt = q8_tile_kt(sc, job->keys.kt + slot0 * nq, nq, j0, cols), .vp = vp,
                                .ldvp = ldvp, .lo = tlo, .hi = thi, .m = sc->m, .l = sc->l, .acc = sc->acc,
                                .ldacc = job->ldacc, .scratch = sc->fwd_scratch};
@@ -1242,13 +1267,13 @@ static void wide_begin(const flash_job *job, const flash_scratch *sc, wide_task 
 
 /* The block mask over a tile's stacked heads h0..h0+ng: whether any head keeps some of it,
  * and in *bits whether some head's blocks are not all full (element work); 1, 0 without a mask */
-static int stacked_bmask(const fa_problem *s, const flash_scratch *sc, int64_t i0, int64_t n, int64_t ng, int64_t h0,
-                         int64_t j0, int64_t cols, int *bits)
+static int stacked_bmask(const fa_problem *p, const fa_view *s, const flash_scratch *sc, int64_t i0, int64_t n,
+                         int64_t ng, int64_t h0, int64_t j0, int64_t cols, int *bits)
 {
-    int any = !s->bm.on;
+    int any = !p->bm.on;
     *bits = 0;
-    for (int64_t g = 0; s->bm.on && g < ng; g++) {
-        const int kind = fa_bmask_tile(s, 0, h0 + g, i0, n, j0, cols, sc->bms);
+    for (int64_t g = 0; p->bm.on && g < ng; g++) {
+        const int kind = fa_bmask_tile(p, s, 0, h0 + g, i0, n, j0, cols, sc->bms);
         any |= kind != 0;
         *bits |= kind != 1;
     }
@@ -1268,11 +1293,12 @@ static int fused_tile(const flash_job *job, const flash_scratch *sc, wide_task *
                       int64_t cols, int partial, const int32_t *tlo, const int32_t *thi, int bm_bits, double *t0,
                       int *qt2_ready)
 {
-    const fa_problem *s = w->s;
+    const fa_view *s = w->s;
+    const fa_problem *p = job->p;
     w->unit = unit0;
-    if (!bm_bits && !s->has_mask && wide_fused(job, sc, w, j0, cols, partial, tlo, thi, t0)) return 1;
+    if (!bm_bits && !p->has_mask && wide_fused(job, sc, w, j0, cols, partial, tlo, thi, t0)) return 1;
     int keeps = 1;
-    if (!bm_bits && s->has_mask && mask_bounds(s, sc, w->i0, w->n, w->ng, w->h0, j0, cols, &keeps)) {
+    if (!bm_bits && p->has_mask && mask_bounds(p, s, sc, w->i0, w->n, w->ng, w->h0, j0, cols, &keeps)) {
         if (!keeps) return 1; /* the kernel would leave the state as it is */
         const int some = keeps == 1;
         if (wide_fused(job, sc, w, j0, cols, some, some ? sc->lo : NULL, some ? sc->hi : NULL, t0)) return 1;
@@ -1291,7 +1317,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
-    fa_problem s; /* this sequence as a dense B = 1 problem */
+    fa_view s; /* this sequence's view (B = 1) */
     fa_seq_view(p, it->b, &s);
     if (it->nkv > 0) { /* never packed: one step */
         flash_task_small(job, sc0, &s, it);
@@ -1313,7 +1339,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     w.n = s.Sq - w.i0 < job->plan.br ? s.Sq - w.i0 : job->plan.br;
     w.rows = w.n * w.ng;
     if (unit && job->steps.pack.bf16 != job->path->pairs) w.unit = NULL; /* a task off the pack's path (another dtype) reads in place */
-    const int elementwise = fa_problem_has_elementwise(&s);
+    const int elementwise = fa_problem_has_elementwise(p);
     const int fused = job->fused; /* flash_plan cleared it off the bf16 and split paths */
     const int64_t i0 = w.i0, n = w.n, ng = w.ng, rows = w.rows, h0 = w.h0;
     wide_begin(job, sc, &w, step->begin);
@@ -1323,7 +1349,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
     /* the tiles of the whole task start at lo, lo + bc, ..; this step runs those that
      * start in its range, so its steps together run them all in the same order */
     int64_t lo, hi;
-    fa_task_columns(&s, it, i0, n, &lo, &hi);
+    fa_task_columns(p, &s, it, i0, n, &lo, &hi);
     const int64_t bc = job->plan.bc, ta = step->j0, tb = step->j0 + step->cols;
     const int64_t first = ta > lo ? lo + (ta - lo + bc - 1) / bc * bc : lo;
     double t0 = fa_phase_start(job->phases);
@@ -1333,18 +1359,18 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
         /* the block mask: a tile it removes for every stacked head is skipped, a tile
          * inside full blocks takes no element work (bm_bits: some head's does) */
         int bm_bits;
-        if (!stacked_bmask(&s, sc, i0, n, ng, h0, j0, cols, &bm_bits)) continue;
+        if (!stacked_bmask(p, &s, sc, i0, n, ng, h0, j0, cols, &bm_bits)) continue;
         /* the band of the tile (from positions only): a band-only tile passes its bounds
          * to the kernels (the same for every stacked head) */
         const int32_t *tlo, *thi;
-        int partial = stacked_band(&s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi) || bm_bits;
-        if (bm_bits && !elementwise && bmask_bounds(&s, sc, i0, n, ng, h0, j0, cols, &tlo, &thi))
+        int partial = stacked_band(p, &s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi) || bm_bits;
+        if (bm_bits && !elementwise && bmask_bounds(p, &s, sc, i0, n, ng, h0, j0, cols, &tlo, &thi))
             bm_bits = 0; /* its runs are the tile's bounds now */
         if (fused && fused_tile(job, sc, &w, unit0, j0, cols, partial, tlo, thi, bm_bits, &t0, &qt2_ready)) continue;
         /* trimmed where the band ends inside the tile for its first rows (a window's
          * left edge alone leaves nothing to trim) */
         const int64_t pair_flops = fa_tile_flops(job->phases, 2, rows, cols, tlo, thi); /* 2 per pair and dim */
-        if (tlo && thi[0] + 1 < cols && !bm_bits && job->path->trims && !s.drop.on && Dv > 0 && rows > TRIM_ROWS) {
+        if (tlo && thi[0] + 1 < cols && !bm_bits && job->path->trims && !p->drop.on && Dv > 0 && rows > TRIM_ROWS) {
             t0 = wide_trimmed(job, sc, &w, j0, cols, tlo, thi, t0);
             fa_phase_flops(job->phases, FA_PH_S, pair_flops * p->D);
             fa_phase_flops(job->phases, FA_PH_P, pair_flops * Dv);
@@ -1357,16 +1383,17 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
 
         /* 2-5. softcap, bias, ALiBi and masks, head by head */
         if (elementwise)
-            for (int64_t g = 0; g < ng; g++) fa_scores_finish(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1);
+            for (int64_t g = 0; g < ng; g++) fa_scores_finish(p, &s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1);
         if (bm_bits)
-            for (int64_t g = 0; g < ng; g++) fa_bmask_apply(&s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1, sc->bms);
+            for (int64_t g = 0; g < ng; g++)
+                fa_bmask_apply(p, &s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1, sc->bms);
 
         /* 6-7. online softmax: new max, P = exp(S - m), alpha = exp(m_old - m_new) */
         kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
         /* 8. dropout scales P after the running sum took it: the lse stays the undropped row's */
-        if (s.drop.on)
+        if (p->drop.on)
             for (int64_t g = 0; g < ng; g++)
-                fa_dropout_tile_t(&s.drop, it->b, h0 + g, p->Hq, s.q_start + i0, n, s.k_start + j0, cols,
+                fa_dropout_tile_t(&p->drop, it->b, h0 + g, p->Hq, p->q_start + i0, n, p->k_start + j0, cols,
                                   sc->st + g * n, bp);
         t0 = fa_phase_mark(job->phases, FA_PH_X, t0);
 
@@ -1384,7 +1411,7 @@ static void flash_task(const flash_job *job, const flash_scratch *sc0, const fa_
 static void merge_unit(const flash_job *job, const flash_scratch *sc, const fa_task *it)
 {
     const fa_problem *p = job->p;
-    fa_problem s;
+    fa_view s;
     fa_seq_view(p, it->b, &s);
     const int64_t ldacc = job->ldacc, i0 = (int64_t)it->qb * job->plan.br;
     const int64_t n = s.Sq - i0 < job->plan.br ? s.Sq - i0 : job->plan.br;
@@ -1400,13 +1427,13 @@ static void merge_unit(const flash_job *job, const flash_scratch *sc, const fa_t
         float lse;
         fa_merge_rows(it->nsplit, parts, lses, p->Dv, sc->acc, &lse);
         const int64_t h = it->h0 + r / n, i = i0 + r % n;
-        if (s.sinks) { /* the row is whole now: its sink enters here, once (fa_row_norm) */
-            const float merged = lse, f = fa_row_norm(merged, 1.0f, fa_sink(&s, h), &lse);
+        if (p->sinks) { /* the row is whole now: its sink enters here, once (fa_row_norm) */
+            const float merged = lse, f = fa_row_norm(merged, 1.0f, fa_sink(p, h), &lse);
             if (merged != -INFINITY) /* an empty row stays 0 */
                 for (int64_t e = 0; e < p->Dv; e++) sc->acc[e] *= f;
         }
         fa_store_rows(&s.o, job->kern, 0, i, 1, h, p->Dv, sc->acc, ldacc);
-        if (s.has_lse) ((float *)s.lse.data)[h * s.lse.stride[1] + i * s.lse.stride[2]] = lse;
+        if (p->has_lse) ((float *)s.lse.data)[h * s.lse.stride[1] + i * s.lse.stride[2]] = lse;
     }
 }
 
@@ -1423,9 +1450,9 @@ static void flash_worker(void *arg, int ith, int nth)
             flash_task(job, &sc, &job->items[st.task], &st, unit, fa_steps_state(&job->steps, &st));
         } else {
             const double t0 = fa_now_s();
-            fa_problem s;
+            fa_view s;
             fa_seq_view(job->p, st.b, &s);
-            fa_kv_pack_rows(&s, job->kern, &job->steps.pack, st.hk, st.j0, st.cols, st.key0, unit, sc.k16,
+            fa_kv_pack_rows(job->p, &s, job->kern, &job->steps.pack, st.hk, st.j0, st.cols, st.key0, unit, sc.k16,
                             sc.v16, sc.rowf);
             atomic_fetch_add_explicit(&job->pack_ns, (long long)((fa_now_s() - t0) * 1e9), memory_order_relaxed);
         }

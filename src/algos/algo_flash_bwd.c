@@ -216,7 +216,7 @@ static void dvec_worker(void *arg, int ith, int nth)
     for (int64_t h; (h = atomic_fetch_add(&job->next, 1)) < p->Hq;) {
         double sum = 0.0;
         for (int64_t b = 0; b < p->B; b++) {
-            fa_problem s;
+            fa_view s;
             fa_grads gs;
             fa_seq_view(p, b, &s);
             fa_seq_grads(p, job->g, b, &gs);
@@ -301,7 +301,7 @@ static const float *block_rows(const fa_kernels *kern, const fa_tensor *t, int64
 
 /* Rows i0 .. i0+n-1 of head h as the bf16 path takes them: bf16 rows and pair panels
  * (qk_bf16 applies the scale itself). */
-static void rows_bf16(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t h,
+static void rows_bf16(const bwd_job *job, const bwd_scratch *sc, const fa_view *s, const fa_grads *gs, int64_t h,
                       int64_t i0, int64_t n, bwd_rows *rw)
 {
     const fa_problem *p = job->p;
@@ -312,7 +312,7 @@ static void rows_bf16(const bwd_job *job, const bwd_scratch *sc, const fa_proble
 
 /* ... the fused tile's (bwd_bf16): bf16 rows as its A tiles, Q^T and dO^T (FA_RUP32(br)
  * apart); the pair panels only where a pair falls back (rows_panels). */
-static void rows_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t h,
+static void rows_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_view *s, const fa_grads *gs, int64_t h,
                        int64_t i0, int64_t n, bwd_rows *rw)
 {
     const fa_problem *p = job->p;
@@ -328,7 +328,7 @@ static void rows_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_probl
 }
 
 /* ... the f32 path: f32 rows, Q transposed and scaled, dO transposed. */
-static void rows_f32(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t h,
+static void rows_f32(const bwd_job *job, const bwd_scratch *sc, const fa_view *s, const fa_grads *gs, int64_t h,
                      int64_t i0, int64_t n, bwd_rows *rw)
 {
     const fa_problem *p = job->p;
@@ -354,7 +354,7 @@ typedef struct {
 } bwd_tile;
 
 /* A key tile's rows on the bf16 path: bf16 rows, and K as row pairs for dQ. */
-static void tile_bf16(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
+static void tile_bf16(const bwd_job *job, const bwd_tile_scratch *sc, const fa_view *s, int64_t hk, int64_t j0,
                       int64_t cols, bwd_tile *t)
 {
     const int64_t D = job->p->D, Dv = job->p->Dv;
@@ -370,7 +370,7 @@ static void tile_bf16(const bwd_job *job, const bwd_tile_scratch *sc, const fa_p
 
 /* ... on the fused tile's path: K^T, V^T blocks (the last one's missing keys 0), and K
  * pairs to 32 keys for dQ (the other kernels' too, should a pair fall back). */
-static void tile_tiles(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
+static void tile_tiles(const bwd_job *job, const bwd_tile_scratch *sc, const fa_view *s, int64_t hk, int64_t j0,
                        int64_t cols, bwd_tile *t)
 {
     const int64_t D = job->p->D, Dv = job->p->Dv;
@@ -395,20 +395,21 @@ static void tile_tiles(const bwd_job *job, const bwd_tile_scratch *sc, const fa_
 }
 
 /* ... on the f32 path: packed (job->kv_pack), in place or converted. */
-static void tile_f32(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
+static void tile_f32(const bwd_job *job, const bwd_tile_scratch *sc, const fa_view *s, int64_t hk, int64_t j0,
                      int64_t cols, bwd_tile *t)
 {
+    const fa_problem *p = job->p;
     const int64_t D = job->p->D, Dv = job->p->Dv;
     if (job->kv_pack) {
-        fa_kv_pack_rows(s, job->kern, &job->kv_layout, hk, j0, cols, j0, sc->kv, NULL, NULL, NULL);
+        fa_kv_pack_rows(p, s, job->kern, &job->kv_layout, hk, j0, cols, j0, sc->kv, NULL, NULL, NULL);
         t->k = (const float *)sc->kv;
         t->v = (const float *)(sc->kv + job->kv_layout.v_offset);
         t->ldk = job->kv_layout.ldk;
         t->ldv = job->kv_layout.ldv;
         t->kv_finite = fa_rows_finite(t->k, t->ldk, cols, D);
     } else {
-        t->k = fa_kv_tile_f32(s, 0, job->kern, j0, cols, hk, D, sc->k, &t->ldk);
-        t->v = fa_kv_tile_f32(s, 1, job->kern, j0, cols, hk, Dv, sc->v, &t->ldv);
+        t->k = fa_kv_tile_f32(p, s, 0, job->kern, j0, cols, hk, D, sc->k, &t->ldk);
+        t->v = fa_kv_tile_f32(p, s, 1, job->kern, j0, cols, hk, Dv, sc->v, &t->ldv);
         t->kv_finite = fa_rows_finite(t->k, t->ldk, cols, D);
     }
 }
@@ -497,9 +498,9 @@ static void grads_f32(const bwd_job *job, const bwd_scratch *sc, const bwd_grads
  * block's rows, a key tile's rows, S^T, dP^T and the gradients' products.
  */
 struct bwd_path {
-    void (*rows)(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t h,
+    void (*rows)(const bwd_job *job, const bwd_scratch *sc, const fa_view *s, const fa_grads *gs, int64_t h,
                  int64_t i0, int64_t n, bwd_rows *rw);
-    void (*tile)(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
+    void (*tile)(const bwd_job *job, const bwd_tile_scratch *sc, const fa_view *s, int64_t hk, int64_t j0,
                  int64_t cols, bwd_tile *t);
     void (*scores)(const bwd_job *job, const bwd_scratch *sc, const bwd_tile *t, int64_t n, int64_t cols);
     void (*dp)(const bwd_job *job, const bwd_scratch *sc, const bwd_tile *t, int64_t n, int64_t cols);
@@ -516,7 +517,7 @@ static const bwd_path bwd_paths[] = {
 
 /* Rows i0 .. i0+n-1 of head h: Q (natural and transposed-scaled), dO (both), the
  * forward's lse, and D_i, for every key tile that sees the block. */
-static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t b,
+static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_view *s, const fa_grads *gs, int64_t b,
                       int64_t h, int64_t i0, int64_t n, bwd_rows *rw)
 {
     const fa_problem *p = job->p;
@@ -531,7 +532,7 @@ static void load_rows(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     }
 }
 
-static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_problem *s, int64_t hk, int64_t j0,
+static void load_tile(const bwd_job *job, const bwd_tile_scratch *sc, const fa_view *s, int64_t hk, int64_t j0,
                       int64_t cols, bwd_tile *t)
 {
     memset(t, 0, sizeof *t);
@@ -561,14 +562,14 @@ static int tile_kv_finite(const bwd_job *job, bwd_tile *t)
     return t->kv_finite;
 }
 
-static int bwd_block_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs,
+static int bwd_block_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_view *s, const fa_grads *gs,
                            int64_t h, int64_t i0, int64_t n, int64_t j0, int64_t cols, bwd_rows *rw,
                            bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
 {
     const fa_problem *p = job->p;
-    int band = !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
-    if (s->bm.on && fa_bmask_tile(s, 0, h, i0, n, j0, cols, sc->bms) != 1) {
-        if (!fa_bmask_runs(s, 0, h, i0, n, j0, cols, band, sc->lo, sc->hi, sc->bms)) return 0;
+    int band = !fa_tile_band(p, s, i0, n, j0, cols, sc->lo, sc->hi);
+    if (p->bm.on && fa_bmask_tile(p, s, 0, h, i0, n, j0, cols, sc->bms) != 1) {
+        if (!fa_bmask_runs(p, s, 0, h, i0, n, j0, cols, band, sc->lo, sc->hi, sc->bms)) return 0;
         band = 1;
     }
     if (band && rw->finite < 0)
@@ -594,7 +595,7 @@ static int bwd_block_tiles(const bwd_job *job, const bwd_scratch *sc, const fa_p
     return 1;
 }
 
-static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs, int64_t b,
+static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_view *s, const fa_grads *gs, int64_t b,
                       int64_t h, int64_t i0, int64_t n, int64_t j0, int64_t cols, bwd_rows *rwp,
                       bwd_tile *t, int kv, float *dq_rows, int64_t ldq_acc)
 {
@@ -611,7 +612,7 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
     const int64_t Dv = p->Dv, bp = job->bp;
-    const int elementwise = fa_problem_has_elementwise(s);
+    const int elementwise = fa_problem_has_elementwise(p);
     const bwd_rows rw = *rwp;
     /* the softmax step below runs with m = lse and may move m: each tile starts anew */
     memcpy(sc->m, sc->lse, (size_t)bp * sizeof(float));
@@ -621,20 +622,20 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
     /* forward 1-5: S^T, then softcap, bias, ALiBi and masks (x kept for the softcap) */
     job->path->scores(job, sc, t, n, cols);
     if (p->softcap > 0.0f) memcpy(sc->xt, sc->st, (size_t)(cols * bp) * sizeof(float));
-    if (elementwise) fa_scores_finish(s, 0, h, i0, n, j0, cols, sc->st, bp, 1);
+    if (elementwise) fa_scores_finish(p, s, 0, h, i0, n, j0, cols, sc->st, bp, 1);
     /* the block mask where the pair's kv blocks are not all full: one run of keys per
      * row goes to the softmax as bounds (as the forward's, algo_flash.c), else its
      * bits become -inf */
-    int bm_bits = s->bm.on && fa_bmask_tile(s, 0, h, i0, n, j0, cols, sc->bms) != 1;
+    int bm_bits = p->bm.on && fa_bmask_tile(p, s, 0, h, i0, n, j0, cols, sc->bms) != 1;
     const int32_t *tlo = NULL, *thi = NULL;
-    int band = !elementwise && !fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
+    int band = !elementwise && !fa_tile_band(p, s, i0, n, j0, cols, sc->lo, sc->hi);
     if (bm_bits && !elementwise) {
-        if (fa_bmask_runs(s, 0, h, i0, n, j0, cols, band, sc->lo, sc->hi, sc->bms))
+        if (fa_bmask_runs(p, s, 0, h, i0, n, j0, cols, band, sc->lo, sc->hi, sc->bms))
             bm_bits = 0, band = 1;
         else if (band)
-            fa_tile_band(s, i0, n, j0, cols, sc->lo, sc->hi);
+            fa_tile_band(p, s, i0, n, j0, cols, sc->lo, sc->hi);
     }
-    if (bm_bits) fa_bmask_apply(s, 0, h, i0, n, j0, cols, sc->st, bp, 1, sc->bms);
+    if (bm_bits) fa_bmask_apply(p, s, 0, h, i0, n, j0, cols, sc->st, bp, 1, sc->bms);
     if (band) tlo = sc->lo, thi = sc->hi;
     const int partial = elementwise || band || bm_bits;
     t0 = fa_phase_mark(job->phases, FA_PH_BS, t0);
@@ -650,7 +651,7 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
         memset(sc->dpt, 0, (size_t)(cols * bp) * sizeof(float));
     else
         job->path->dp(job, sc, t, n, cols);
-    if (s->drop.on) fa_dropout_tile_t(&s->drop, b, h, p->Hq, s->q_start + i0, n, s->k_start + j0, cols, sc->dpt, bp);
+    if (p->drop.on) fa_dropout_tile_t(&p->drop, b, h, p->Hq, p->q_start + i0, n, p->k_start + j0, cols, sc->dpt, bp);
     t0 = fa_phase_mark(job->phases, FA_PH_DP, t0);
 
     /* backward of 7 (the softmax): dS = P (dP - D); of 2 (softcap): x (1 - tanh^2) */
@@ -665,8 +666,8 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
 
     /* backward of 9: dV += P~^T dO, with P~ the dropped probabilities */
     const int want_dv = kv && gs->has_dv, want_dk = kv && gs->has_dk;
-    if (s->drop.on && want_dv)
-        fa_dropout_tile_t(&s->drop, b, h, p->Hq, s->q_start + i0, n, s->k_start + j0, cols, sc->st, bp);
+    if (p->drop.on && want_dv)
+        fa_dropout_tile_t(&p->drop, b, h, p->Hq, p->q_start + i0, n, p->k_start + j0, cols, sc->st, bp);
     /* a vector kernel multiplies p = 0 by x too: masked rows that are not
      * finite take the reference kernels, which skip zeros */
     const fa_kernels *kq = partial && !t->kv_finite ? &fa_kernels_ref : kern;
@@ -686,19 +687,20 @@ static void bwd_block(const bwd_job *job, const bwd_scratch *sc, const fa_proble
 
 /* Whether the block mask keeps a pair of the (query block, key tile) of head h (1
  * without one): a pair it removes whole is skipped, as the forward skips its tile. */
-static int bmask_meets(const fa_problem *s, const bwd_scratch *sc, int64_t h, int64_t i0, int64_t n, int64_t j0,
-                       int64_t cols)
+static int bmask_meets(const fa_problem *p, const fa_view *s, const bwd_scratch *sc, int64_t h, int64_t i0, int64_t n,
+                       int64_t j0, int64_t cols)
 {
-    return !s->bm.on || fa_bmask_tile(s, 0, h, i0, n, j0, cols, sc->bms) != 0;
+    return !p->bm.on || fa_bmask_tile(p, s, 0, h, i0, n, j0, cols, sc->bms) != 0;
 }
 
 /* The query blocks (aligned to br from row 0, as the forward cuts them) that see key
  * tile j0: [*first, *last]; empty when *first > *last. */
-static void tile_blocks(const bwd_job *job, const fa_problem *s, int64_t j0, int64_t cols, int64_t *first,
+static void tile_blocks(const bwd_job *job, const fa_view *s, int64_t j0, int64_t cols, int64_t *first,
                         int64_t *last)
 {
+    const fa_problem *p = job->p;
     int64_t ilo, ihi;
-    fa_key_block_rows(s, j0, j0 + cols - 1, &ilo, &ihi);
+    fa_key_block_rows(p, s, j0, j0 + cols - 1, &ilo, &ihi);
     *first = ilo <= ihi ? ilo / job->br * job->br : 1;
     *last = ilo <= ihi ? ihi : 0;
 }
@@ -725,7 +727,7 @@ static void tile_grads_add(const bwd_job *job, const bwd_tile_scratch *t, int64_
  * those blocks into dq (NULL: not here), head h's rows at dq + (h - h0) * hstride +
  * row * ldq_acc. Each query block's rows are loaded once for all the tiles that
  * see it, which it meets in key order, as one tile at a time would. */
-static void key_group_run(const bwd_job *job, const bwd_scratch *sc, const fa_problem *s, const fa_grads *gs,
+static void key_group_run(const bwd_job *job, const bwd_scratch *sc, const fa_view *s, const fa_grads *gs,
                           int64_t b, int64_t hk, int64_t j0, int64_t nt, float *dq, int64_t ldq_acc, int64_t hstride)
 {
     const fa_problem *p = job->p;
@@ -758,7 +760,7 @@ static void key_group_run(const bwd_job *job, const bwd_scratch *sc, const fa_pr
             bwd_rows rw;
             int loaded = 0;
             for (int64_t k = 0; k < nt; k++) {
-                if (i0 < first[k] || i0 > last[k] || !bmask_meets(s, sc, h, i0, n, j0 + k * bc, cols[k])) continue;
+                if (i0 < first[k] || i0 > last[k] || !bmask_meets(p, s, sc, h, i0, n, j0 + k * bc, cols[k])) continue;
                 if (!loaded) load_rows(job, sc, s, gs, b, h, i0, n, &rw);
                 loaded = 1;
                 bwd_block(job, sc, s, gs, b, h, i0, n, j0 + k * bc, cols[k], &rw, &t[k], kv,
@@ -824,7 +826,7 @@ static void dq_rows_finish(const bwd_job *job, const fa_grads *gs, float *dq, in
 static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const fa_bwd_task *t)
 {
     const fa_problem *p = job->p;
-    fa_problem s;
+    fa_view s;
     fa_grads gs;
     fa_seq_view(p, t->b, &s);
     fa_seq_grads(p, job->g, t->b, &gs);
@@ -852,7 +854,8 @@ static void bwd_task_run(const bwd_job *job, const bwd_scratch *sc, const fa_bwd
             const int64_t cols = s.Sk - j0 < job->bc ? s.Sk - j0 : job->bc;
             int64_t first, last;
             tile_blocks(job, &s, j0, cols, &first, &last);
-            if (i0 < first || i0 > last || !bmask_meets(&s, sc, h, i0, n, j0, cols)) continue; /* the fused walk's test */
+            if (i0 < first || i0 > last || !bmask_meets(p, &s, sc, h, i0, n, j0, cols))
+                continue; /* the fused walk's test */
             if (!loaded) load_rows(job, sc, &s, &gs, t->b, h, i0, n, &rw);
             loaded = 1;
             bwd_tile kt;

@@ -18,14 +18,14 @@
  * (NaN if a score is NaN). Forward and backward both read the scores from here. */
 static double score_row(const fa_problem *p, int64_t b, int64_t h, int64_t i, double *s, double *x)
 {
-    const int64_t hk = h / p->group, diag = fa_diag(p, i);
+    const int64_t hk = h / p->group, diag = fa_diag(p, &p->view, i);
     int64_t lo, hi;
-    fa_row_band(p, i, &lo, &hi);
+    fa_row_band(p, &p->view, i, &lo, &hi);
     double m = -INFINITY;
     for (int64_t j = 0; j < p->Sk; j++) {
         int keep = j >= lo && j <= hi;
         if (p->has_mask && fa_load(&p->mask, b, h, i, j) == 0.0f) keep = 0;
-        if (keep && p->bm.on && !fa_bmask_keeps(p, b, h, i, j)) keep = 0;
+        if (keep && p->bm.on && !fa_bmask_keeps(p, &p->view, b, h, i, j)) keep = 0;
         if (!keep) {
             s[j] = -INFINITY;
             continue;

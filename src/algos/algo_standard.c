@@ -76,13 +76,13 @@ static void standard_head(const standard_job *job, const standard_scratch *sc, i
     kern->qk(Sq, Sk, D, sc->qt, sp, k, ldk, sc->st, sp);
     const int32_t *lo = NULL, *hi = NULL;
     if (fa_problem_has_elementwise(p)) {
-        fa_scores_finish(p, b, h, 0, Sq, 0, Sk, sc->st, sp, 1);
-    } else if (!fa_tile_band(p, 0, Sq, 0, Sk, sc->lo, sc->hi)) {
+        fa_scores_finish(p, &p->view, b, h, 0, Sq, 0, Sk, sc->st, sp, 1);
+    } else if (!fa_tile_band(p, &p->view, 0, Sq, 0, Sk, sc->lo, sc->hi)) {
         lo = sc->lo;
         hi = sc->hi;
     }
 
-    if (p->bm.on) fa_bmask_apply(p, b, h, 0, Sq, 0, Sk, sc->st, sp, 1, sc->bms);
+    if (p->bm.on) fa_bmask_apply(p, &p->view, b, h, 0, Sq, 0, Sk, sc->st, sp, 1, sc->bms);
 
     /* 6-7. P = softmax(S): one online step over the whole row is the exact softmax;
      * then normalise P itself, as torch.softmax does (the sink's term in the sum, by

@@ -14,16 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+void fa_scores_finish(const fa_problem *p, const fa_view *v, int64_t b, int64_t h, int64_t i0, int64_t rows,
                       int64_t j0, int64_t cols, float *st, int64_t ldc, int64_t ldr)
 {
     const float cap = p->softcap;
-    const float slope = p->alibi ? p->alibi[b * p->alibi_stride_b + h] : 0.0f;
+    const float slope = v->alibi ? v->alibi[b * v->alibi_stride_b + h] : 0.0f;
 
     /* c outer, r inner: st is walked along its rows, which matters when it is the
      * standard algorithm's whole Sk x Sq matrix */
     if (p->has_mask && !(cap > 0.0f) && !p->has_bias && !p->alibi) { /* a boolean mask alone: its bytes read */
-        const fa_tensor *m = &p->mask;
+        const fa_tensor *m = &v->mask;
         const unsigned char *mb = (const unsigned char *)m->data + b * m->stride[0] + h * m->stride[1];
         const int banded = p->causal != FA_CAUSAL_NONE || p->window_left >= 0 || p->window_right >= 0;
         for (int64_t c = 0; c < cols; c++) {
@@ -31,8 +31,8 @@ void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int
             const unsigned char *mc = mb + j * m->stride[3] + i0 * m->stride[2];
             float *sc = st + c * ldc;
             for (int64_t r = 0; r < rows; r++) { /* no branch on a random mask's bit */
-                int64_t lo = 0, hi = p->Sk - 1;
-                if (banded) fa_row_band(p, i0 + r, &lo, &hi);
+                int64_t lo = 0, hi = v->Sk - 1;
+                if (banded) fa_row_band(p, v, i0 + r, &lo, &hi);
                 const uint32_t keep = (uint32_t)0 - (uint32_t)((j >= lo) & (j <= hi) & (mc[r * m->stride[2]] != 0));
                 uint32_t x;
                 memcpy(&x, sc + r * ldr, 4);
@@ -48,15 +48,15 @@ void fa_scores_finish(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int
         for (int64_t r = 0; r < rows; r++) {
             const int64_t i = i0 + r;
             int64_t lo, hi;
-            fa_row_band(p, i, &lo, &hi);
-            if (j < lo || j > hi || (p->has_mask && fa_load(&p->mask, b, h, i, j) == 0.0f)) {
+            fa_row_band(p, v, i, &lo, &hi);
+            if (j < lo || j > hi || (p->has_mask && fa_load(&v->mask, b, h, i, j) == 0.0f)) {
                 sc[r * ldr] = -INFINITY;
                 continue;
             }
             float x = sc[r * ldr];
             if (cap > 0.0f) x = cap * tanhf(x / cap);
-            if (p->has_bias) x += fa_load(&p->bias, b, h, i, j);
-            if (p->alibi) x -= slope * (float)llabs(fa_diag(p, i) - j);
+            if (p->has_bias) x += fa_load(&v->bias, b, h, i, j);
+            if (v->alibi) x -= slope * (float)llabs(fa_diag(p, v, i) - j);
             sc[r * ldr] = x;
         }
     }
@@ -105,10 +105,10 @@ static void mask_row_run(const unsigned char *row, int64_t sd, int64_t n, int64_
         }
 }
 
-int fa_mask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+int fa_mask_runs(const fa_view *v, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                  int band, int32_t *lo, int32_t *hi)
 {
-    const fa_tensor *m = &p->mask;
+    const fa_tensor *m = &v->mask;
     for (int64_t r = 0; r < rows; r++) {
         const unsigned char *row = (const unsigned char *)m->data + b * m->stride[0] + h * m->stride[1] +
                                    (i0 + r) * m->stride[2] + j0 * m->stride[3];
@@ -122,17 +122,17 @@ int fa_mask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t 
 /* Tile-relative band per row for the softmax kernel: lo[r] >= 0, hi[r] <= cols-1,
  * lo[r] > hi[r] for a row that keeps nothing here. Returns 1 when every row keeps
  * every column, so no bounds are needed at all. */
-int fa_tile_band(const fa_problem *p, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+int fa_tile_band(const fa_problem *p, const fa_view *v, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                  int32_t *lo, int32_t *hi)
 {
     int64_t first_lo, first_hi, last_lo, last_hi;
-    fa_row_band(p, i0, &first_lo, &first_hi);
-    fa_row_band(p, i0 + rows - 1, &last_lo, &last_hi);
+    fa_row_band(p, v, i0, &first_lo, &first_hi);
+    fa_row_band(p, v, i0 + rows - 1, &last_lo, &last_hi);
     /* both ends grow with i: the last row has the largest lo, the first the smallest hi */
     if (last_lo <= j0 && first_hi >= j0 + cols - 1) return 1;
     for (int64_t r = 0; r < rows; r++) {
         int64_t a, z;
-        fa_row_band(p, i0 + r, &a, &z);
+        fa_row_band(p, v, i0 + r, &a, &z);
         a -= j0;
         z -= j0;
         if (a < 0) a = 0;
@@ -159,14 +159,14 @@ static int64_t sum_positive(int s, int64_t t, int64_t x0, int64_t x1)
     return n % 2 == 0 ? n / 2 * (f + l) : n * ((f + l) / 2);
 }
 
-int64_t fa_kept_pairs(const fa_problem *p, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+int64_t fa_kept_pairs(const fa_problem *p, const fa_view *v, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 {
     /* Row i keeps [max(J0, i + A), min(J1, i + H)]: the key range, clipped by two
      * lines of slope one (fa_row_band's ends: the window's left side at A, the least
      * of the right side and the causal diagonals at H; absent sides never bind). */
-    const int64_t J0 = j0 > 0 ? j0 : 0, J1 = j1 - 1 < p->Sk - 1 ? j1 - 1 : p->Sk - 1;
+    const int64_t J0 = j0 > 0 ? j0 : 0, J1 = j1 - 1 < v->Sk - 1 ? j1 - 1 : v->Sk - 1;
     if (i0 >= i1 || J0 > J1) return 0;
-    const int64_t c = fa_diag(p, 0), ct = fa_diag_top_left(p, 0);
+    const int64_t c = fa_diag(p, v, 0), ct = fa_diag_top_left(p, 0);
     const int has_a = p->window_left >= 0;
     const int64_t A = has_a ? c - p->window_left : 0;
     int has_h = 0;
@@ -191,22 +191,24 @@ int64_t fa_kept_pairs(const fa_problem *p, int64_t i0, int64_t i1, int64_t j0, i
 
 /* ------------------------------------------------------------ block mask */
 
-/* Mask row (b, h, qb)'s entries [*e0, *e1). */
-static void bmask_row(const fa_bmask *m, int64_t b, int64_t h, int64_t qb, int64_t *e0, int64_t *e1)
+/* Mask row (b, h, qb)'s entries [*e0, *e1) in view v (its bm_row0). */
+static void bmask_row(const fa_bmask *m, const fa_view *v, int64_t b, int64_t h, int64_t qb, int64_t *e0,
+                      int64_t *e1)
 {
-    const int64_t r = m->row0 + b * m->row_b + h * m->row_h + qb;
+    const int64_t r = v->bm_row0 + b * m->row_b + h * m->row_h + qb;
     *e0 = m->offsets[r];
     *e1 = m->offsets[r + 1];
 }
 
 static int64_t bmask_entry(const fa_bmask *m, int64_t e) { return m->partial ? m->partial[e] : FA_BM_FULL; }
 
-void fa_bmask_status(const fa_problem *p, int64_t b, int64_t h, int64_t qb, int64_t kb0, int64_t n, int64_t *status)
+void fa_bmask_status(const fa_problem *p, const fa_view *v, int64_t b, int64_t h, int64_t qb, int64_t kb0, int64_t n,
+                     int64_t *status)
 {
     const fa_bmask *m = &p->bm;
     for (int64_t k = 0; k < n; k++) status[k] = FA_BM_ABSENT;
     int64_t e0, e1;
-    bmask_row(m, b, h, qb, &e0, &e1);
+    bmask_row(m, v, b, h, qb, &e0, &e1);
     for (int64_t e = e0; e < e1; e++) {
         const int64_t kb = m->idx[e];
         if (kb >= kb0 && kb < kb0 + n) status[kb - kb0] = bmask_entry(m, e);
@@ -224,17 +226,18 @@ static int bmask_bit(const fa_bmask *m, int64_t id, int64_t r, int64_t c)
  * [kblock_start, kblock_end). Written once for fa_bmask_tile, _apply and _runs. */
 typedef struct {
     const fa_problem *p;
+    const fa_view *v;
     const fa_bmask *m;
     int64_t b, h, i0, rows, j0, cols, kb0, nk;
     int64_t qb, r0, r1;
     int64_t *status;
 } bmask_walk;
 
-static void walk_begin(bmask_walk *w, const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                       int64_t j0, int64_t cols, int64_t *status)
+static void walk_begin(bmask_walk *w, const fa_problem *p, const fa_view *v, int64_t b, int64_t h, int64_t i0,
+                       int64_t rows, int64_t j0, int64_t cols, int64_t *status)
 {
     const fa_bmask *m = &p->bm;
-    *w = (bmask_walk){.p = p, .m = m, .b = b, .h = h, .i0 = i0, .rows = rows, .j0 = j0, .cols = cols,
+    *w = (bmask_walk){.p = p, .v = v, .m = m, .b = b, .h = h, .i0 = i0, .rows = rows, .j0 = j0, .cols = cols,
                       .kb0 = j0 / m->bk, .nk = (j0 + cols - 1) / m->bk - j0 / m->bk + 1, .qb = i0 / m->bq - 1,
                       .status = status};
 }
@@ -246,7 +249,7 @@ static int walk_next(bmask_walk *w)
     if (++w->qb > (w->i0 + w->rows - 1) / m->bq) return 0;
     w->r0 = w->qb * m->bq > w->i0 ? w->qb * m->bq - w->i0 : 0;
     w->r1 = (w->qb + 1) * m->bq - w->i0 < w->rows ? (w->qb + 1) * m->bq - w->i0 : w->rows;
-    fa_bmask_status(w->p, w->b, w->h, w->qb, w->kb0, w->nk, w->status);
+    fa_bmask_status(w->p, w->v, w->b, w->h, w->qb, w->kb0, w->nk, w->status);
     return 1;
 }
 
@@ -274,11 +277,11 @@ static int64_t walk_x0(const bmask_walk *w, int64_t k)
     return w->j0 + kblock_start(w, k) - (w->kb0 + k) * w->m->bk;
 }
 
-int fa_bmask_tile(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-                  int64_t *status)
+int fa_bmask_tile(const fa_problem *p, const fa_view *v, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+                  int64_t cols, int64_t *status)
 {
     bmask_walk w;
-    walk_begin(&w, p, b, h, i0, rows, j0, cols, status);
+    walk_begin(&w, p, v, b, h, i0, rows, j0, cols, status);
     int any = 0, all = 1;
     while (walk_next(&w))
         for (int64_t k = 0; k < w.nk; k++) {
@@ -288,11 +291,11 @@ int fa_bmask_tile(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t
     return !any ? 0 : all ? 1 : 2;
 }
 
-void fa_bmask_apply(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-                    float *st, int64_t ldc, int64_t ldr, int64_t *status)
+void fa_bmask_apply(const fa_problem *p, const fa_view *v, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+                    int64_t cols, float *st, int64_t ldc, int64_t ldr, int64_t *status)
 {
     bmask_walk w;
-    walk_begin(&w, p, b, h, i0, rows, j0, cols, status);
+    walk_begin(&w, p, v, b, h, i0, rows, j0, cols, status);
     while (walk_next(&w))
         for (int64_t k = 0; k < w.nk; k++) {
             const int64_t s = status[k], c1 = kblock_end(&w, k);
@@ -338,11 +341,11 @@ static void run_add(const uint8_t *bits, int64_t row_bytes, int64_t x0, int64_t 
     }
 }
 
-int fa_bmask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-                  int band, int32_t *lo, int32_t *hi, int64_t *status)
+int fa_bmask_runs(const fa_problem *p, const fa_view *v, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+                  int64_t cols, int band, int32_t *lo, int32_t *hi, int64_t *status)
 {
     bmask_walk w;
-    walk_begin(&w, p, b, h, i0, rows, j0, cols, status);
+    walk_begin(&w, p, v, b, h, i0, rows, j0, cols, status);
     while (walk_next(&w))
         for (int64_t r = w.r0; r < w.r1; r++) {
             int64_t first = -1, last = -1, count = 0;
@@ -357,11 +360,11 @@ int fa_bmask_runs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t
     return 1;
 }
 
-int fa_bmask_keeps(const fa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+int fa_bmask_keeps(const fa_problem *p, const fa_view *v, int64_t b, int64_t h, int64_t i, int64_t j)
 {
     const fa_bmask *m = &p->bm;
     int64_t e0, e1;
-    bmask_row(m, b, h, i / m->bq, &e0, &e1);
+    bmask_row(m, v, b, h, i / m->bq, &e0, &e1);
     for (int64_t e = e0; e < e1; e++)
         if (m->idx[e] == j / m->bk) {
             const int64_t s = bmask_entry(m, e);
@@ -378,29 +381,29 @@ static int64_t bmask_row_bits(const fa_bmask *m, int64_t id, int64_t r, int64_t 
     return n;
 }
 
-int64_t fa_bmask_kept_pairs(const fa_problem *p, int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t j0,
-                            int64_t j1, int exact)
+int64_t fa_bmask_kept_pairs(const fa_problem *p, const fa_view *v, int64_t b, int64_t h, int64_t i0, int64_t i1,
+                            int64_t j0, int64_t j1, int exact)
 {
     const fa_bmask *m = &p->bm;
-    if (j1 > p->Sk) j1 = p->Sk;
+    if (j1 > v->Sk) j1 = v->Sk;
     if (j0 < 0) j0 = 0;
-    if (i1 > p->Sq) i1 = p->Sq;
+    if (i1 > v->Sq) i1 = v->Sq;
     int64_t kept = 0;
     for (int64_t qb = i0 / m->bq; i0 < i1 && qb <= (i1 - 1) / m->bq; qb++) {
         const int64_t r0 = qb * m->bq > i0 ? qb * m->bq : i0, r1 = (qb + 1) * m->bq < i1 ? (qb + 1) * m->bq : i1;
         int64_t e0, e1;
-        bmask_row(m, b, h, qb, &e0, &e1);
+        bmask_row(m, v, b, h, qb, &e0, &e1);
         for (int64_t e = e0; e < e1; e++) {
             const int64_t k0 = m->idx[e] * m->bk, c0 = k0 > j0 ? k0 : j0, c1 = k0 + m->bk < j1 ? k0 + m->bk : j1;
             if (c0 >= c1) continue;
             const int64_t s = bmask_entry(m, e);
             if (!exact || s == FA_BM_FULL) {
-                kept += fa_kept_pairs(p, r0, r1, c0, c1);
+                kept += fa_kept_pairs(p, v, r0, r1, c0, c1);
                 continue;
             }
             for (int64_t i = r0; i < r1; i++) {
                 int64_t lo, hi;
-                fa_row_band(p, i, &lo, &hi);
+                fa_row_band(p, v, i, &lo, &hi);
                 if (lo < c0) lo = c0;
                 if (hi > c1 - 1) hi = c1 - 1;
                 if (lo <= hi) kept += bmask_row_bits(m, s, i - qb * m->bq, lo - k0, hi - k0);
@@ -410,14 +413,15 @@ int64_t fa_bmask_kept_pairs(const fa_problem *p, int64_t b, int64_t h, int64_t i
     return kept;
 }
 
-void fa_bmask_columns(const fa_problem *s, int64_t h0, int64_t nh, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi)
+void fa_bmask_columns(const fa_problem *p, const fa_view *s, int64_t h0, int64_t nh, int64_t i0, int64_t i1,
+                      int64_t *lo, int64_t *hi)
 {
-    const fa_bmask *m = &s->bm;
+    const fa_bmask *m = &p->bm;
     int64_t kb_lo = INT64_MAX, kb_hi = -1;
     for (int64_t h = h0; h < h0 + nh; h++)
         for (int64_t qb = i0 / m->bq; i0 < i1 && qb <= (i1 - 1) / m->bq; qb++) {
             int64_t e0, e1;
-            bmask_row(m, 0, h, qb, &e0, &e1);
+            bmask_row(m, s, 0, h, qb, &e0, &e1);
             for (int64_t e = e0; e < e1; e++) {
                 if (m->idx[e] < kb_lo) kb_lo = m->idx[e];
                 if (m->idx[e] > kb_hi) kb_hi = m->idx[e];
@@ -431,12 +435,12 @@ void fa_bmask_columns(const fa_problem *s, int64_t h0, int64_t nh, int64_t i0, i
     if (*hi > (kb_hi + 1) * m->bk - 1) *hi = (kb_hi + 1) * m->bk - 1;
 }
 
-int64_t fa_heads_kept_pairs(const fa_problem *s, int64_t h0, int64_t ng, int64_t i0, int64_t i1, int64_t j0,
-                            int64_t j1)
+int64_t fa_heads_kept_pairs(const fa_problem *p, const fa_view *s, int64_t h0, int64_t ng, int64_t i0, int64_t i1,
+                            int64_t j0, int64_t j1)
 {
-    if (!s->bm.on) return fa_kept_pairs(s, i0, i1, j0, j1) * ng;
+    if (!p->bm.on) return fa_kept_pairs(p, s, i0, i1, j0, j1) * ng;
     int64_t kept = 0;
-    for (int64_t h = h0; h < h0 + ng; h++) kept += fa_bmask_kept_pairs(s, 0, h, i0, i1, j0, j1, 0);
+    for (int64_t h = h0; h < h0 + ng; h++) kept += fa_bmask_kept_pairs(p, s, 0, h, i0, i1, j0, j1, 0);
     return kept;
 }
 
@@ -492,7 +496,8 @@ static int block_runs(const fa_problem *p, int64_t b, int64_t h, int64_t qb, int
     const int64_t cols = j0 < p->Sk && p->Sk - j0 < (hi - lo + 1) * m->bk ? p->Sk - j0 : (hi - lo + 1) * m->bk;
     int32_t rlo[RUN_ROWS], rhi[RUN_ROWS];
     for (int64_t r = 0; r < rows; r += RUN_ROWS)
-        if (!fa_bmask_runs(p, b, h, i0 + r, rows - r < RUN_ROWS ? rows - r : RUN_ROWS, j0, cols, 0, rlo, rhi, status))
+        if (!fa_bmask_runs(p, &p->view, b, h, i0 + r, rows - r < RUN_ROWS ? rows - r : RUN_ROWS, j0, cols, 0, rlo, rhi,
+                           status))
             return 0;
     return 1;
 }
@@ -529,7 +534,7 @@ static int64_t tiled_blocks(const fa_problem *p, int64_t fq, int64_t fk, int loo
                 const int64_t q1 = q0 + fq < m->nqb ? q0 + fq : m->nqb;
                 int64_t first = INT64_MAX, last = -1, e0, e1, nt = 0;
                 for (int64_t qb = q0; qb < q1; qb++) {
-                    bmask_row(m, b, h, qb, &e0, &e1);
+                    bmask_row(m, &p->view, b, h, qb, &e0, &e1);
                     for (int64_t e = e0; e < e1; e++) {
                         first = m->idx[e] < first ? m->idx[e] : first;
                         last = m->idx[e] > last ? m->idx[e] : last;
@@ -537,7 +542,7 @@ static int64_t tiled_blocks(const fa_problem *p, int64_t fq, int64_t fk, int loo
                 }
                 for (int64_t qb = q0; qb < q1; qb++) {
                     int64_t nq = 0;
-                    bmask_row(m, b, h, qb, &e0, &e1);
+                    bmask_row(m, &p->view, b, h, qb, &e0, &e1);
                     for (int64_t e = e0; e < e1; e++) {
                         const int64_t kb = m->idx[e];
                         kv_tile *t = kv + (kb - first) / fk;
@@ -586,7 +591,8 @@ void fa_bmask_plan_tiles(const fa_problem *p, int loop, int64_t *br, int64_t *bc
      * come in aligned groups (documents, every block) or where the loop trims a tile to
      * rows' runs (a causal staircase's diagonal), the blocks themselves where they are
      * scattered (random) */
-    const int64_t tq = *br < p->Sq ? *br : fa_round_up(p->Sq, m->bq), tk = *bc < p->Sk ? *bc : fa_round_up(p->Sk, m->bk);
+    const int64_t tq = *br < p->Sq ? *br : fa_round_up(p->Sq,
+                                                       m->bq), tk = *bc < p->Sk ? *bc : fa_round_up(p->Sk, m->bk);
     int64_t fq = tq > m->bq && tq % m->bq == 0 ? tq / m->bq : 1;
     int64_t fk = tk > m->bk && tk % m->bk == 0 ? tk / m->bk : 1;
     const int64_t listed = tiled_blocks(p, 1, 1, FA_PLAN_PLAIN);

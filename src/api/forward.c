@@ -148,22 +148,22 @@ fa_status fa_forward_check(fa_context *ctx, const fa_forward_args *args)
 static int64_t problem_pairs(const fa_problem *p)
 {
     if (p->Hq == 0) return 0;
-    fa_problem s = *p;
+    fa_view s = p->view;
     if (p->bm.on) { /* the pairs it keeps: each mask row once, times the sequences or heads it serves */
         const int each = p->bm.row_b || fa_problem_is_form(p); /* sequences of their own rows or lengths */
         const int64_t nb = each ? p->B : (p->B > 0), nh = p->bm.row_h ? p->Hq : 1;
         int64_t pairs = 0;
         for (int64_t b = 0; b < nb; b++) {
             fa_seq_view(p, b, &s);
-            for (int64_t h = 0; h < nh; h++) pairs += fa_bmask_kept_pairs(&s, 0, h, 0, s.Sq, 0, s.Sk, 1);
+            for (int64_t h = 0; h < nh; h++) pairs += fa_bmask_kept_pairs(p, &s, 0, h, 0, s.Sq, 0, s.Sk, 1);
         }
         return pairs * (each ? 1 : p->B) * (p->bm.row_h ? 1 : p->Hq);
     }
-    if (!fa_problem_is_form(p)) return p->B == 0 ? 0 : fa_kept_pairs(p, 0, p->Sq, 0, p->Sk) * p->B * p->Hq;
+    if (!fa_problem_is_form(p)) return p->B == 0 ? 0 : fa_kept_pairs(p, &p->view, 0, p->Sq, 0, p->Sk) * p->B * p->Hq;
     int64_t pairs = 0;
     for (int64_t b = 0; b < p->B; b++) {
         fa_seq_lengths(p, b, &s.Sq, &s.Sk);
-        pairs += fa_kept_pairs(&s, 0, s.Sq, 0, s.Sk);
+        pairs += fa_kept_pairs(p, &s, 0, s.Sq, 0, s.Sk);
     }
     return pairs * p->Hq;
 }
@@ -214,12 +214,12 @@ static fa_status forward_band_call(fa_context *ctx, const void *args, void *out)
     if (st != FA_OK) return st;
     if (bq->seq < 0 || bq->seq >= p.B)
         return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "sequence %lld of a call of %lld", (long long)bq->seq, (long long)p.B);
-    fa_problem s = p; /* the band reads the lengths and the band's fields only */
+    fa_view s = p.view; /* the band reads the view's lengths only */
     if (fa_problem_is_form(&p)) fa_seq_lengths(&p, bq->seq, &s.Sq, &s.Sk);
     if (bq->row < 0 || bq->row >= s.Sq)
         return fa_fail(ctx, FA_ERR_OUT_OF_RANGE, "row %lld of a sequence of %lld query rows", (long long)bq->row,
                        (long long)s.Sq);
-    fa_row_band(&s, bq->row, bq->lo, bq->hi);
+    fa_row_band(&p, &s, bq->row, bq->lo, bq->hi);
     return FA_OK;
 }
 

@@ -18,10 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-void fa_cache_view(const fa_problem *p, int64_t b, const fa_seq *q, fa_problem *s)
+void fa_cache_view(const fa_problem *p, int64_t b, const fa_seq *q, fa_view *s)
 {
-    s->append = 0;
-    s->cache = 0;
     if (p->block_table) {
         s->k = p->kc;
         s->v = p->vc;

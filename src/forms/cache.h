@@ -60,10 +60,10 @@ static inline int64_t fa_cache_new_rows(const fa_problem *p, int64_t b)
  * included, and fills p's cache fields (p holds B, Hq and varlen's cu_q already). */
 fa_status fa_cache_validate(fa_context *ctx, const fa_forward_args *a, fa_problem *p);
 
-/* Sequence b's keys and values in s (a copy of p made by fa_seq_view; q its table
+/* Sequence b's keys and values in s (its view as fa_seq_view cuts it; q its table
  * entry): s->k, s->v (and the int8 scales) become the cache as this sequence sees it,
  * a (1, Sk, ..) view of its cache row, or the page pool with s->pages its block_table row. */
-void fa_cache_view(const fa_problem *p, int64_t b, const fa_seq *q, fa_problem *s);
+void fa_cache_view(const fa_problem *p, int64_t b, const fa_seq *q, fa_view *s);
 
 /*
  * The append: new rows written into their slots before any algorithm runs. The

@@ -59,76 +59,78 @@ static void row_to_f32(const fa_kernels *kern, const void *row, fa_dtype dt, int
 
 /* Rows one by one through the slot rule, each converted with its scale: pages that a
  * tile crosses, and codes (whose scales differ by row). */
-static const float *tile_f32_rows(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
-                                  int64_t hk, int64_t dim, float *scratch, int64_t *ld)
+static const float *tile_f32_rows(const fa_problem *p, const fa_view *s, int which, const fa_kernels *kern, int64_t j0,
+                                  int64_t cols, int64_t hk, int64_t dim, float *scratch, int64_t *ld)
 {
     const fa_tensor *t = which ? &s->v : &s->k;
     *ld = dim;
     for (int64_t c = 0; c < cols; c++) {
         float scale;
-        const void *row = fa_kv_row(s, which, j0 + c, hk, &scale);
+        const void *row = fa_kv_row(p, s, which, j0 + c, hk, &scale);
         row_to_f32(kern, row, t->dtype, t->stride[3], scale, dim, scratch + c * dim);
     }
     return scratch;
 }
 
 /* Dense float rows: one strided block from row j0. */
-static const float *tile_f32_dense(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
-                                   int64_t hk, int64_t dim, float *scratch, int64_t *ld)
+static const float *tile_f32_dense(const fa_problem *p, const fa_view *s, int which, const fa_kernels *kern,
+                                   int64_t j0, int64_t cols, int64_t hk, int64_t dim, float *scratch, int64_t *ld)
 {
+    (void)p;
     return fa_rows_f32(which ? &s->v : &s->k, kern, 0, j0, cols, hk, dim, scratch, ld);
 }
 
 /* Paged float rows: one strided block where the tile lies in one page, else row by row. */
-static const float *tile_f32_paged(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
-                                   int64_t hk, int64_t dim, float *scratch, int64_t *ld)
+static const float *tile_f32_paged(const fa_problem *p, const fa_view *s, int which, const fa_kernels *kern, int64_t j0,
+                                   int64_t cols, int64_t hk, int64_t dim, float *scratch, int64_t *ld)
 {
-    if (!fa_cache_one_block(s->pages, s->page_size, j0, cols))
-        return tile_f32_rows(s, which, kern, j0, cols, hk, dim, scratch, ld);
-    const fa_slot at = fa_cache_slot(s->pages, s->page_size, 0, j0);
+    if (!fa_cache_one_block(s->pages, p->page_size, j0, cols))
+        return tile_f32_rows(p, s, which, kern, j0, cols, hk, dim, scratch, ld);
+    const fa_slot at = fa_cache_slot(s->pages, p->page_size, 0, j0);
     return fa_rows_f32(which ? &s->v : &s->k, kern, at.blk, at.row, cols, hk, dim, scratch, ld);
 }
 
 /* Rows evenly spaced from row j0 (a dense view), their scales too when scaled. */
-static void row_ptrs_dense(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
-                           float *scale)
+static void row_ptrs_dense(const fa_problem *p, const fa_view *s, int which, int64_t j0, int64_t cols, int64_t hk,
+                           const void **ptr, float *scale)
 {
     const fa_tensor *t = which ? &s->v : &s->k;
-    const char *row = fa_kv_row(s, which, j0, hk, NULL);
+    const char *row = fa_kv_row(p, s, which, j0, hk, NULL);
     const int64_t step = t->stride[1] * (int64_t)fa_dtype_size(t->dtype);
     for (int64_t c = 0; c < cols; c++) ptr[c] = row + c * step;
-    if (!s->kv->scaled) return;
+    if (!p->kv->scaled) return;
     const fa_tensor *st = which ? &s->v_scale : &s->k_scale;
     const float *sc = (const float *)st->data + j0 * st->stride[1] + hk * st->stride[2];
     for (int64_t c = 0; c < cols; c++) scale[c] = sc[c * st->stride[1]];
 }
 
 /* Rows (and scales) one by one through the block table. */
-static void row_ptrs_paged(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
-                           float *scale)
+static void row_ptrs_paged(const fa_problem *p, const fa_view *s, int which, int64_t j0, int64_t cols, int64_t hk,
+                           const void **ptr, float *scale)
 {
-    for (int64_t c = 0; c < cols; c++) ptr[c] = fa_kv_row(s, which, j0 + c, hk, &scale[c]);
+    for (int64_t c = 0; c < cols; c++) ptr[c] = fa_kv_row(p, s, which, j0 + c, hk, &scale[c]);
 }
 
-static const uint16_t *tile_u16_dense(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk,
-                                      int64_t dim, uint16_t *scratch, int64_t *ld)
+static const uint16_t *tile_u16_dense(const fa_problem *p, const fa_view *s, int which, int64_t j0, int64_t cols,
+                                      int64_t hk, int64_t dim, uint16_t *scratch, int64_t *ld)
 {
+    (void)p;
     return fa_rows_u16(which ? &s->v : &s->k, 0, j0, cols, hk, dim, scratch, ld);
 }
 
 /* A page pool's bf16 rows: in place where the tile lies in one page and the rows have a
  * unit inner stride, else copied row by row (element by element across a stride). */
-static const uint16_t *tile_u16_paged(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk,
-                                      int64_t dim, uint16_t *scratch, int64_t *ld)
+static const uint16_t *tile_u16_paged(const fa_problem *p, const fa_view *s, int which, int64_t j0, int64_t cols,
+                                      int64_t hk, int64_t dim, uint16_t *scratch, int64_t *ld)
 {
     const int64_t step = (which ? &s->v : &s->k)->stride[3];
-    if (step == 1 && fa_cache_one_block(s->pages, s->page_size, j0, cols)) {
+    if (step == 1 && fa_cache_one_block(s->pages, p->page_size, j0, cols)) {
         *ld = (which ? &s->v : &s->k)->stride[1];
-        return fa_kv_row(s, which, j0, hk, NULL);
+        return fa_kv_row(p, s, which, j0, hk, NULL);
     }
     *ld = dim;
     for (int64_t c = 0; c < cols; c++) {
-        const uint16_t *row = fa_kv_row(s, which, j0 + c, hk, NULL);
+        const uint16_t *row = fa_kv_row(p, s, which, j0 + c, hk, NULL);
         if (step == 1) memcpy(scratch + c * dim, row, (size_t)dim * sizeof *scratch);
         else
             for (int64_t e = 0; e < dim; e++) scratch[c * dim + e] = row[e * step];
@@ -242,16 +244,16 @@ int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, int v_in_k, 
 }
 
 /* Row j of K (which 0) or V (1) fetched ahead (convert.h, fa_prefetch_row). */
-static void prefetch_row(const fa_problem *s, int which, int64_t j, int64_t hk, int64_t bytes)
+static void prefetch_row(const fa_problem *p, const fa_view *s, int which, int64_t j, int64_t hk, int64_t bytes)
 {
     float scale;
-    fa_prefetch_row(fa_kv_row(s, which, j, hk, &scale), bytes);
+    fa_prefetch_row(fa_kv_row(p, s, which, j, hk, &scale), bytes);
 }
 
-void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
-                     int64_t cols, int64_t key0, char *unit, uint16_t *k16, uint16_t *v16, float *tmp)
+void fa_kv_pack_rows(const fa_problem *p, const fa_view *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk,
+                     int64_t j0, int64_t cols, int64_t key0, char *unit, uint16_t *k16, uint16_t *v16, float *tmp)
 {
-    const int64_t D = s->D, Dv = s->Dv;
+    const int64_t D = p->D, Dv = p->Dv;
     if (pk->terms) { /* any source: rows to f32 one by one, then split */
         const int T = pk->terms;
         /* the K^T split form: the split rows into k16 (T * D apart), then transposed */
@@ -261,19 +263,19 @@ void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_pa
         const int64_t kbytes = D * (int64_t)fa_dtype_size(s->k.dtype), vbytes = Dv * (int64_t)fa_dtype_size(s->v.dtype);
         for (int64_t c = 0; c < cols; c++) {
             float scale;
-            if (c + FA_SPLIT_PREFETCH_ROWS < cols) prefetch_row(s, 0, j0 + c + FA_SPLIT_PREFETCH_ROWS, hk, kbytes);
-            const void *row = fa_kv_row(s, 0, j0 + c, hk, &scale);
+            if (c + FA_SPLIT_PREFETCH_ROWS < cols) prefetch_row(p, s, 0, j0 + c + FA_SPLIT_PREFETCH_ROWS, hk, kbytes);
+            const void *row = fa_kv_row(p, s, 0, j0 + c, hk, &scale);
             row_to_f32(kern, row, s->k.dtype, s->k.stride[3], scale, D, tmp);
             fa_split_row(kern, T, 1, tmp, D, kd + c * ldkd, tmp + dmax);
             memset(kd + c * ldkd + T * D, 0, (size_t)(ldkd - T * D) * sizeof *kd);
             /* a latent V: the same converted row's first Dv values, not read again */
-            if (s->v_in_k) fa_split_vrows(kern, T, tmp, Dv, 1, Dv, v16 + c * Dv, v16 + (cols + c) * Dv, tmp + dmax);
+            if (p->v_in_k) fa_split_vrows(kern, T, tmp, Dv, 1, Dv, v16 + c * Dv, v16 + (cols + c) * Dv, tmp + dmax);
         }
         uint16_t *lo = v16 + cols * Dv;
-        for (int64_t c = 0; c < cols && !s->v_in_k; c++) {
+        for (int64_t c = 0; c < cols && !p->v_in_k; c++) {
             float scale;
-            if (c + FA_SPLIT_PREFETCH_ROWS < cols) prefetch_row(s, 1, j0 + c + FA_SPLIT_PREFETCH_ROWS, hk, vbytes);
-            const void *row = fa_kv_row(s, 1, j0 + c, hk, &scale);
+            if (c + FA_SPLIT_PREFETCH_ROWS < cols) prefetch_row(p, s, 1, j0 + c + FA_SPLIT_PREFETCH_ROWS, hk, vbytes);
+            const void *row = fa_kv_row(p, s, 1, j0 + c, hk, &scale);
             row_to_f32(kern, row, s->v.dtype, s->v.stride[3], scale, Dv, tmp);
             fa_split_vrows(kern, T, tmp, Dv, 1, Dv, v16 + c * Dv, lo + c * Dv, tmp + dmax);
         }
@@ -288,7 +290,7 @@ void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_pa
         const uint16_t *k = fa_rows_u16(&s->k, 0, j0, cols, hk, D, k16, &ld);
         kern->pack_kt_bf16(cols, D, k, ld, (uint32_t *)unit, j0 - key0);
         /* a latent V pairs the K rows just read, not the source again */
-        const uint16_t *v = s->v_in_k ? k : fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, v16, &ld);
+        const uint16_t *v = p->v_in_k ? k : fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, v16, &ld);
         kern->pack_pairs_bf16(cols, Dv, v, ld, (uint32_t *)(unit + pk->v_offset) + (j0 - key0) / 2 * pk->ldv,
                               pk->ldv);
         return;
@@ -302,19 +304,19 @@ void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_pa
             memset(kd + c * pk->ldk + D, 0, (size_t)(pk->ldk - D) * sizeof *kd);
         }
         /* a latent V pairs the packed K rows' first Dv columns, not the source again */
-        const uint16_t *v = s->v_in_k ? kd : fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, v16, &ld);
-        if (s->v_in_k) ld = pk->ldk;
+        const uint16_t *v = p->v_in_k ? kd : fa_rows_u16(&s->v, 0, j0, cols, hk, Dv, v16, &ld);
+        if (p->v_in_k) ld = pk->ldk;
         kern->pack_pairs_bf16(cols, Dv, v, ld, (uint32_t *)(unit + pk->v_offset) + (j0 - key0) / 2 * pk->ldv,
                               pk->ldv);
         return;
     }
-    for (int which = 0; which < 2 - s->v_in_k; which++) { /* a latent V views the packed K rows */
+    for (int which = 0; which < 2 - p->v_in_k; which++) { /* a latent V views the packed K rows */
         const fa_tensor *t = which ? &s->v : &s->k;
         const int64_t dim = which ? Dv : D, ldp = which ? pk->ldv : pk->ldk;
         float *dst = (float *)(unit + (which ? pk->v_offset : 0)) + (j0 - key0) * ldp;
         for (int64_t c = 0; c < cols; c++) {
             float scale;
-            const void *row = fa_kv_row(s, which, j0 + c, hk, &scale);
+            const void *row = fa_kv_row(p, s, which, j0 + c, hk, &scale);
             row_to_f32(kern, row, t->dtype, t->stride[3], scale, dim, dst + c * ldp);
         }
     }

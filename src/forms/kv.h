@@ -21,16 +21,16 @@ struct fa_kv_source {
     const char *name;
     int scaled; /* rows are int8 or fp8 codes, each with a scale (fa_dtype_is_quant) */
     /* pointers to the rows, and their scales (scaled sources only; others leave them) */
-    void (*row_ptrs)(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, const void **ptr,
-                     float *scale);
+    void (*row_ptrs)(const fa_problem *p, const fa_view *s, int which, int64_t j0, int64_t cols, int64_t hk,
+                     const void **ptr, float *scale);
     /* the rows as f32, dim floats each (see fa_kv_tile_f32) */
-    const float *(*tile_f32)(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0, int64_t cols,
-                             int64_t hk, int64_t dim, float *scratch, int64_t *ld);
+    const float *(*tile_f32)(const fa_problem *p, const fa_view *s, int which, const fa_kernels *kern, int64_t j0,
+                             int64_t cols, int64_t hk, int64_t dim, float *scratch, int64_t *ld);
     /* the rows as bf16 for the pair kernels, in place where they are evenly spaced, else
      * gathered into scratch (cols * dim), dim apart; *ld in elements. Float sources of
      * bf16 rows only; NULL for codes. */
-    const uint16_t *(*tile_u16)(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk, int64_t dim,
-                                uint16_t *scratch, int64_t *ld);
+    const uint16_t *(*tile_u16)(const fa_problem *p, const fa_view *s, int which, int64_t j0, int64_t cols, int64_t hk,
+                                int64_t dim, uint16_t *scratch, int64_t *ld);
 };
 /* The source of problem p's K/V views: paged when it has a block table, scaled when
  * its cache is quantised, else dense. */
@@ -38,14 +38,15 @@ const fa_kv_source *fa_kv_source_of(const fa_problem *p);
 
 /* K (which = 0) or V (1) row j of kv head hk in a dense or per-sequence view, and its
  * int8 scale (1 when not quantised; scale may be NULL). */
-static inline const void *fa_kv_row(const fa_problem *s, int which, int64_t j, int64_t hk, float *scale)
+static inline const void *fa_kv_row(const fa_problem *p, const fa_view *s, int which, int64_t j, int64_t hk,
+                                    float *scale)
 {
     const fa_tensor *t = which ? &s->v : &s->k;
-    const fa_slot at = fa_cache_slot(s->pages, s->page_size, 0, j); /* a view's rows start at block 0 */
+    const fa_slot at = fa_cache_slot(s->pages, p->page_size, 0, j); /* a view's rows start at block 0 */
     const int64_t off = at.blk * t->stride[0] + at.row * t->stride[1] + hk * t->stride[2];
     if (scale) {
         const fa_tensor *st = which ? &s->v_scale : &s->k_scale;
-        *scale = s->quant
+        *scale = p->quant
                      ? ((const float *)st->data)[at.blk * st->stride[0] + at.row * st->stride[1] + hk * st->stride[2]]
                      : 1.0f;
     }
@@ -58,25 +59,26 @@ int fa_kv_type(fa_dtype d);
 /* K (which 0) or V (1) rows j0 .. j0+cols-1 of kv head hk as f32 for the wide kernels:
  * zero-copy where the rows are f32 and evenly spaced, else converted into scratch
  * (cols * dim floats). *ld receives the row distance in floats. */
-static inline const float *fa_kv_tile_f32(const fa_problem *s, int which, const fa_kernels *kern, int64_t j0,
-                                          int64_t cols, int64_t hk, int64_t dim, float *scratch, int64_t *ld)
+static inline const float *fa_kv_tile_f32(const fa_problem *p, const fa_view *s, int which, const fa_kernels *kern,
+                                          int64_t j0, int64_t cols, int64_t hk, int64_t dim, float *scratch,
+                                          int64_t *ld)
 {
-    return s->kv->tile_f32(s, which, kern, j0, cols, hk, dim, scratch, ld);
+    return p->kv->tile_f32(p, s, which, kern, j0, cols, hk, dim, scratch, ld);
 }
 
 /* Pointers to K (which 0) or V (1) rows j0 .. j0+cols-1 of kv head hk, and their
  * int8 scales, for the small-row kernels. */
-static inline void fa_kv_row_ptrs(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk,
-                                  const void **ptr, float *scale)
+static inline void fa_kv_row_ptrs(const fa_problem *p, const fa_view *s, int which, int64_t j0, int64_t cols,
+                                  int64_t hk, const void **ptr, float *scale)
 {
-    s->kv->row_ptrs(s, which, j0, cols, hk, ptr, scale);
+    p->kv->row_ptrs(p, s, which, j0, cols, hk, ptr, scale);
 }
 
 /* ... as bf16 rows for the pair kernels (the source's tile_u16). */
-static inline const uint16_t *fa_kv_tile_u16(const fa_problem *s, int which, int64_t j0, int64_t cols, int64_t hk,
-                                             int64_t dim, uint16_t *scratch, int64_t *ld)
+static inline const uint16_t *fa_kv_tile_u16(const fa_problem *p, const fa_view *s, int which, int64_t j0, int64_t cols,
+                                             int64_t hk, int64_t dim, uint16_t *scratch, int64_t *ld)
 {
-    return s->kv->tile_u16(s, which, j0, cols, hk, dim, scratch, ld);
+    return p->kv->tile_u16(p, s, which, j0, cols, hk, dim, scratch, ld);
 }
 
 /* Rows with a non-unit inner stride copied, element for element in their own
@@ -135,8 +137,8 @@ int fa_kv_packing_plan(int form, int64_t sk, int64_t D, int64_t Dv, int v_in_k, 
  * bf16 form may gather strided rows into k16, v16 (room for cols * D and cols * Dv
  * uint16; T times that in the split forms, which also take tmp: 2 * max(D, Dv)
  * floats, and whose K^T form splits K's rows into k16 before the transpose). */
-void fa_kv_pack_rows(const fa_problem *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk, int64_t j0,
-                     int64_t cols, int64_t key0, char *unit, uint16_t *k16, uint16_t *v16, float *tmp);
+void fa_kv_pack_rows(const fa_problem *p, const fa_view *s, const fa_kernels *kern, const fa_kv_packing *pk, int64_t hk,
+                     int64_t j0, int64_t cols, int64_t key0, char *unit, uint16_t *k16, uint16_t *v16, float *tmp);
 
 /* 1 when none of the rows (or the scales of i8 and fp8 rows) holds inf or NaN. */
 int fa_kv_rows_finite(const void *const *rows, int kv, const float *scales, int64_t cols, int64_t dim);

@@ -1,9 +1,9 @@
 /*
  * sequences.c: the inference forms (docs/semantics.md, section 8) as views of
  * dense problems. Variable-length batches and KV caches reduce to one idea: each
- * sequence is a dense B = 1 problem of its own lengths whose tensors are views into
- * the packed or cached data (fa_seq_view), so the flash engine, the masks and the
- * band logic see the shapes they always saw. This file validates the varlen fields,
+ * sequence is a B = 1 view (fa_view) of its own lengths whose tensors are views into
+ * the packed or cached data (fa_seq_view), which the flash engine, the masks and the
+ * band logic take beside the call, so they see the shapes they always saw. This file validates the varlen fields,
  * finds each sequence's lengths and first rows once per call (the sequence table,
  * fa_seq_table_fill, which validation keeps in fa_problem.seqs) and cuts the views of
  * q, o, lse and packed k, v at them; the cache (its validation, its
@@ -43,14 +43,13 @@ void fa_seq_table_fill(const fa_problem *p, fa_seq *out)
     for (int64_t b = 0; b < p->B; b++) out[b] = seq_find(p, b);
 }
 
-void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *s)
+void fa_seq_view(const fa_problem *p, int64_t b, fa_view *s)
 {
     const fa_seq q = fa_seq_at(p, b);
-    *s = *p;
+    *s = p->view;
     s->Sq = q.Sq;
     s->Sk = q.Sk;
     s->B = 1;
-    s->seqs = NULL; /* a view is its own (dense) sequence */
     s->q = fa_seq_tensor(&p->q, q.qb, q.q0, s->Sq);
     s->o = fa_seq_tensor(&p->o, q.qb, q.q0, s->Sq);
     if (p->has_lse && s->Sq > 0) { /* (B, Hq, Sq, 1): its seq axis is axis 2 */
@@ -64,9 +63,7 @@ void fa_seq_view(const fa_problem *p, int64_t b, fa_problem *s)
     }
     if (p->has_bias) s->bias = fa_seq_tensor(&p->bias, b, 0, p->bias.shape[1]); /* dense calls only */
     if (p->has_mask) s->mask = fa_seq_tensor(&p->mask, b, 0, p->mask.shape[1]);
-    s->bm.row0 = p->bm.row0 + b * p->bm.row_b; /* the sequence's mask rows, indexed with b = 0 */
-    s->varlen = 0;
-    s->cu_q = s->cu_k = NULL;
+    s->bm_row0 = p->bm_row0 + b * p->bm.row_b; /* the sequence's mask rows, indexed with b = 0 */
     if (!p->cache) {
         s->k = fa_seq_tensor(&p->k, q.kb, q.k0, s->Sk);
         s->v = fa_seq_tensor(&p->v, q.kb, q.k0, s->Sk);

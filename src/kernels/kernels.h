@@ -218,7 +218,7 @@ static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
 #define FA_FWD_LAZY_LOG2 8.0f
 /*
  * fwd_i8: the same tile with the scores of int8 codes (docs/semantics.md, 11, one digit),
- * all else as fwd_bf16 with scale 1 (the softmax scale is in q's codes; t->scale unread):
+ * all else as fwd_bf16 with scale 1 (the softmax scale is in q's codes; t->bf16 unread):
  *   s[r][c] = float(A) * (qs[r] * ks[c]) (+ qc[r] where qc is not NULL), each step
  *             rounded to nearest as written, A = sum_{x < d} q8[r][x] kcode_c[x] (int32),
  *   q8   rows of int8 codes, ldq8 bytes apart, zero from d to fa_q8_ld(d) and in the rows
@@ -229,17 +229,17 @@ static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
  */
 typedef struct fa_fwd_tile {
     int64_t rows, cols, d, dv;
-    struct { /* fwd_bf16's scores (and its bf16x3 mode's V lo pairs); fwd_i8 leaves vlo NULL */
+    struct { /* fwd_bf16's scores (and its bf16x3 mode's V lo pairs); fwd_i8 leaves it 0 */
         const uint16_t *q;
         int64_t ldq;
         float scale;
         const uint32_t *vlo;
-    };
+    } bf16;
     struct { /* fwd_i8's scores: Q codes, their scales and smoothing terms, K's scales */
         const int8_t *q8;
         int64_t ldq8;
         const float *qs, *qc, *ks;
-    };
+    } i8;
     /* both: K^T (pairs or codes), V pairs, the band, the softmax state and the output */
     const uint32_t *kt;
     const uint32_t *vp;

@@ -20,21 +20,22 @@ void fa_chunk_range(int64_t sk, int64_t split, int64_t nsplit, int64_t *ca, int6
     *cb = sk * (split + 1) / nsplit;
 }
 
-void fa_task_columns(const fa_problem *s, const fa_task *t, int64_t i0, int64_t n, int64_t *lo, int64_t *hi)
+void fa_task_columns(const fa_problem *p, const fa_view *s, const fa_task *t, int64_t i0, int64_t n, int64_t *lo,
+                     int64_t *hi)
 {
     /* the band ends are monotone in i, so tiles outside the first row's lo and the
      * last row's hi are never touched */
     int64_t unused, ca, cb;
-    fa_row_band(s, i0, lo, &unused);
-    fa_row_band(s, i0 + n - 1, &unused, hi);
+    fa_row_band(p, s, i0, lo, &unused);
+    fa_row_band(p, s, i0 + n - 1, &unused, hi);
     fa_chunk_range(s->Sk, t->split, t->nsplit, &ca, &cb);
     if (*lo < ca) *lo = ca;
     if (*hi > cb - 1) *hi = cb - 1;
     /* a block mask's tasks walk from their first listed block to their last */
-    if (s->bm.on) fa_bmask_columns(s, t->h0, (int64_t)t->ng * (t->nkv > 0 ? t->nkv : 1), i0, i0 + n, lo, hi);
+    if (p->bm.on) fa_bmask_columns(p, s, t->h0, (int64_t)t->ng * (t->nkv > 0 ? t->nkv : 1), i0, i0 + n, lo, hi);
 }
 
-void fa_key_block_rows(const fa_problem *s, int64_t j0, int64_t j1, int64_t *ilo, int64_t *ihi)
+void fa_key_block_rows(const fa_problem *p, const fa_view *s, int64_t j0, int64_t j1, int64_t *ilo, int64_t *ihi)
 {
     /* first row whose hi reaches j0, and last row whose lo is still <= j1: two
      * binary searches over non-decreasing band ends */
@@ -42,7 +43,7 @@ void fa_key_block_rows(const fa_problem *s, int64_t j0, int64_t j1, int64_t *ilo
     while (a < z) {
         const int64_t mid = a + (z - a) / 2;
         int64_t lo, hi;
-        fa_row_band(s, mid, &lo, &hi);
+        fa_row_band(p, s, mid, &lo, &hi);
         if (hi >= j0) z = mid;
         else a = mid + 1;
     }
@@ -52,7 +53,7 @@ void fa_key_block_rows(const fa_problem *s, int64_t j0, int64_t j1, int64_t *ilo
     while (a < z) {
         const int64_t mid = a + (z - a) / 2;
         int64_t lo, hi;
-        fa_row_band(s, mid, &lo, &hi);
+        fa_row_band(p, s, mid, &lo, &hi);
         if (lo <= j1) a = mid + 1;
         else z = mid;
     }
@@ -60,13 +61,13 @@ void fa_key_block_rows(const fa_problem *s, int64_t j0, int64_t j1, int64_t *ilo
     /* a row between them may still keep nothing (lo > hi where the band is empty) */
     while (*ilo <= *ihi) {
         int64_t lo, hi;
-        fa_row_band(s, *ilo, &lo, &hi);
+        fa_row_band(p, s, *ilo, &lo, &hi);
         if (lo <= hi && lo <= j1 && hi >= j0) break;
         ++*ilo;
     }
     while (*ihi >= *ilo) {
         int64_t lo, hi;
-        fa_row_band(s, *ihi, &lo, &hi);
+        fa_row_band(p, s, *ihi, &lo, &hi);
         if (lo <= hi && lo <= j1 && hi >= j0) break;
         --*ihi;
     }
@@ -149,7 +150,7 @@ static void walk(const fa_problem *p, const fa_task_rules *r, int64_t forced_spl
         const int64_t step = small ? nkv * ng : ng;
         const int64_t ns = plan_splits(forced_splits, units_all, sk, r->split_keys);
         if (ns > c->max_split) c->max_split = ns;
-        fa_problem s;
+        fa_view s;
         if (out) fa_seq_view(p, b, &s);
         for (int64_t qb = 0; qb < qblocks; qb++) {
             const int64_t i0 = qb * br, n = sq - i0 < br ? sq - i0 : br;
@@ -170,7 +171,7 @@ static void walk(const fa_problem *p, const fa_task_rules *r, int64_t forced_spl
                     t->split = (int32_t)k;
                     t->nsplit = (int32_t)ns;
                     t->slot = ns > 1 ? c->slots : -1;
-                    t->cost = fa_heads_kept_pairs(&s, h0, ng * stacks, i0, i0 + n, ca, cb) + 1;
+                    t->cost = fa_heads_kept_pairs(p, &s, h0, ng * stacks, i0, i0 + n, ca, cb) + 1;
                 }
                 if (ns > 1) c->slots += ns;
             }
@@ -239,11 +240,11 @@ static int64_t pack_chunk(const fa_steps *st, const fa_pack_rules *r) { return r
  * forward's loop walks them: from the band's first key in steps of bc. */
 static void task_tiles(const fa_problem *p, const fa_pack_rules *r, const fa_task *t, int64_t *lo, int64_t *last)
 {
-    fa_problem s;
+    fa_view s;
     fa_seq_view(p, t->b, &s);
     const int64_t i0 = (int64_t)t->qb * r->br, n = s.Sq - i0 < r->br ? s.Sq - i0 : r->br;
     int64_t hi;
-    fa_task_columns(&s, t, i0, n, lo, &hi);
+    fa_task_columns(p, &s, t, i0, n, lo, &hi);
     *last = *lo <= hi ? *lo + (hi - *lo) / r->bc * r->bc : -1;
 }
 
@@ -686,13 +687,14 @@ void fa_steps_done(fa_steps *st, const fa_step *step)
 
 /* Sequence b's kept (i, j) pairs, for rows [i0, i1) and keys [j0, j1): exact for the
  * whole sequence, about right for a block (the band's mean width at its two ends). */
-static int64_t kept_pairs(const fa_problem *s, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int exact)
+static int64_t kept_pairs(const fa_problem *p, const fa_view *s, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                          int exact)
 {
     int64_t cost = 0;
-    if (exact) return fa_kept_pairs(s, i0, i1, j0, j1);
+    if (exact) return fa_kept_pairs(p, s, i0, i1, j0, j1);
     for (int e = 0; e < 2; e++) {
         int64_t lo, hi;
-        fa_row_band(s, e ? i1 - 1 : i0, &lo, &hi);
+        fa_row_band(p, s, e ? i1 - 1 : i0, &lo, &hi);
         lo = lo > j0 ? lo : j0, hi = hi < j1 - 1 ? hi : j1 - 1;
         if (hi >= lo) cost += hi - lo + 1;
     }
@@ -720,10 +722,10 @@ static int two_pass_pays(int threads, int64_t n, double total, double max_cost, 
 }
 
 /* A fused task's cost: the kept pairs of the (sequence, kv head)'s group of heads. */
-static int64_t fused_cost(const fa_problem *p, const fa_problem *s, int64_t hk)
+static int64_t fused_cost(const fa_problem *p, const fa_view *s, int64_t hk)
 {
-    if (!s->bm.on) return kept_pairs(s, 0, s->Sq, 0, s->Sk, 1) * p->group + 1;
-    return fa_heads_kept_pairs(s, hk * p->group, p->group, 0, s->Sq, 0, s->Sk) + 1;
+    if (!p->bm.on) return kept_pairs(p, s, 0, s->Sq, 0, s->Sk, 1) * p->group + 1;
+    return fa_heads_kept_pairs(p, s, hk * p->group, p->group, 0, s->Sq, 0, s->Sk) + 1;
 }
 
 int fa_bwd_tasks_count(const fa_problem *p, const fa_bwd_rules *r, fa_bwd_counts *c)
@@ -737,7 +739,7 @@ int fa_bwd_tasks_count(const fa_problem *p, const fa_bwd_rules *r, fa_bwd_counts
     memset(c, 0, sizeof *c);
     if (!fa_mul_ok(p->B, p->Hk, &n_fused)) return 0;
     for (int64_t b = 0; b < p->B; b++) {
-        fa_problem s;
+        fa_view s;
         fa_seq_view(p, b, &s);
         if (s.Sq > c->sq_max) c->sq_max = s.Sq;
         tiles += (s.Sk + r->bc - 1) / r->bc, blocks += (s.Sq + r->br - 1) / r->br; /* <= the packed lengths */
@@ -746,7 +748,7 @@ int fa_bwd_tasks_count(const fa_problem *p, const fa_bwd_rules *r, fa_bwd_counts
             total += cost;
             if (cost > max_cost) max_cost = cost;
             if (min_cost < 0.0 || cost < min_cost) min_cost = cost;
-            if (!s.bm.on) {
+            if (!p->bm.on) {
                 total += cost * (double)(p->Hk - 1);
                 break;
             }
@@ -765,25 +767,27 @@ static int64_t fill_two_pass(const fa_problem *p, const fa_bwd_rules *r, fa_bwd_
 {
     int64_t t = 0;
     for (int64_t b = 0; b < p->B; b++) {
-        fa_problem s;
+        fa_view s;
         fa_seq_view(p, b, &s);
         if (r->kv)
             for (int64_t j0 = 0; j0 < s.Sk; j0 += r->bc) {
                 const int64_t j1 = s.Sk - j0 < r->bc ? s.Sk : j0 + r->bc;
                 int64_t ilo, ihi;
-                fa_key_block_rows(&s, j0, j1 - 1, &ilo, &ihi);
-                const int64_t c = ilo <= ihi ? kept_pairs(&s, ilo, ihi + 1, j0, j1, 0) * p->group : 0;
+                fa_key_block_rows(p, &s, j0, j1 - 1, &ilo, &ihi);
+                const int64_t c = ilo <= ihi ? kept_pairs(p, &s, ilo, ihi + 1, j0, j1, 0) * p->group : 0;
                 for (int64_t hk = 0; hk < p->Hk; hk++) {
-                    const int64_t ch = s.bm.on && ilo <= ihi ? fa_heads_kept_pairs(&s, hk * p->group, p->group, ilo, ihi + 1, j0, j1) : c;
+                    const int64_t ch = p->bm.on && ilo <= ihi
+                                           ? fa_heads_kept_pairs(p, &s, hk * p->group, p->group, ilo, ihi + 1, j0, j1)
+                                           : c;
                     tasks[t++] = (fa_bwd_task){(int32_t)b, (int32_t)hk, FA_BWD_KEY_TILE, j0, 4 * ch + 1};
                 }
             }
         if (r->dq)
             for (int64_t i0 = 0; i0 < s.Sq; i0 += r->br) {
                 const int64_t i1 = s.Sq - i0 < r->br ? s.Sq : i0 + r->br;
-                const int64_t c = s.Sk > 0 ? kept_pairs(&s, i0, i1, 0, s.Sk, 0) : 0;
+                const int64_t c = s.Sk > 0 ? kept_pairs(p, &s, i0, i1, 0, s.Sk, 0) : 0;
                 for (int64_t h = 0; h < p->Hq; h++) {
-                    const int64_t ch = s.bm.on && s.Sk > 0 ? fa_heads_kept_pairs(&s, h, 1, i0, i1, 0, s.Sk) : c;
+                    const int64_t ch = p->bm.on && s.Sk > 0 ? fa_heads_kept_pairs(p, &s, h, 1, i0, i1, 0, s.Sk) : c;
                     tasks[t++] = (fa_bwd_task){(int32_t)b, (int32_t)h, FA_BWD_QUERY_BLOCK, i0, 3 * ch + 1};
                 }
             }
@@ -805,7 +809,7 @@ void fa_bwd_tasks_fill(const fa_problem *p, const fa_bwd_rules *r, const fa_bwd_
         n = fill_two_pass(p, r, tasks);
     } else {
         for (int64_t b = 0; b < p->B; b++) {
-            fa_problem s;
+            fa_view s;
             fa_seq_view(p, b, &s);
             for (int64_t hk = 0; hk < p->Hk; hk++, n++)
                 tasks[n] = (fa_bwd_task){(int32_t)b, (int32_t)hk, FA_BWD_FUSED, 0, fused_cost(p, &s, hk)};

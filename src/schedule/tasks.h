@@ -68,10 +68,11 @@ int64_t fa_tasks_merges(const fa_task *tasks, int64_t n_tasks, int64_t *merges);
 void fa_chunk_range(int64_t sk, int64_t split, int64_t nsplit, int64_t *ca, int64_t *cb);
 /* The keys [*lo, *hi] rows i0 .. i0+n-1 of sequence view s keep within the task's
  * chunk, cut to the block mask's listed blocks (empty when *lo > *hi). */
-void fa_task_columns(const fa_problem *s, const fa_task *t, int64_t i0, int64_t n, int64_t *lo, int64_t *hi);
+void fa_task_columns(const fa_problem *p, const fa_view *s, const fa_task *t, int64_t i0, int64_t n, int64_t *lo,
+                     int64_t *hi);
 /* The inverse: the query rows [*ilo, *ihi] of s (empty when *ilo > *ihi) whose band
  * meets keys j0 .. j1. Exact for band-shaped masks, since both band ends grow with i. */
-void fa_key_block_rows(const fa_problem *s, int64_t j0, int64_t j1, int64_t *ilo, int64_t *ihi);
+void fa_key_block_rows(const fa_problem *p, const fa_view *s, int64_t j0, int64_t j1, int64_t *ilo, int64_t *ihi);
 
 /* ------------------------------------------------ the forward's steps */
 

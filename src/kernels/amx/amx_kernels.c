@@ -932,8 +932,8 @@ static void fwd_pv(const fa_fwd_tile *t, const fwd_scratch *w, int two_r, int64_
     for (int64_t eb = 0; eb < neb; eb += 2) {
         float *cc[2] = {c[0] + 16 * eb, c[1] + 16 * eb};
         const int64_t nfull = w->full_c > k0 ? w->full_c - k0 : 0, off = 16 * k0 * ldvp + 16 * eb;
-        mul_2x2_terms(two_r, eb + 1 < neb, cc, ldc, a, al, ldp, t->vp + off, t->vlo ? t->vlo + off : NULL, ldvp, nfull,
-                      w->vtail + 16 * eb, w->vtail_lo + 16 * eb, w->ep, k1 - k0);
+        mul_2x2_terms(two_r, eb + 1 < neb, cc, ldc, a, al, ldp, t->vp + off, t->bf16.vlo ? t->bf16.vlo + off : NULL, ldvp,
+                      nfull, w->vtail + 16 * eb, w->vtail_lo + 16 * eb, w->ep, k1 - k0);
     }
 }
 
@@ -971,12 +971,12 @@ static void fwd_scratch_init(const fa_fwd_tile *t, int i8, fwd_scratch *w)
     w->ep = ep, w->ldp = ldp, w->full_c = cols / 32, w->i8 = i8;
     w->nxc = i8 ? (t->d + 63) / 64 : (t->d + 31) / 32; /* 64 bytes of each A row per step */
     w->ldkt = 16 * (i8 ? FA_KT_QUADS(t->d) : FA_KT_PAIRS(t->d));
-    w->scale = i8 ? 1.0f : t->scale;
+    w->scale = i8 ? 1.0f : t->bf16.scale;
     w->c2 = w->scale * FWD_LOG2E;
     w->S[0] = ALIGN64(t->scratch);
     w->S[1] = w->S[0] + 32 * FWD_BLOCK;
     w->P = ALIGN64(w->S[1] + 32 * FWD_BLOCK);
-    w->Pl = t->vlo ? ALIGN64(w->P + 32 * ldp) : NULL;
+    w->Pl = t->bf16.vlo ? ALIGN64(w->P + 32 * ldp) : NULL;
     w->L = ALIGN64(w->P + 2 * 32 * ldp);
     w->alpha = ALIGN64(w->L + 32 * 16);
     w->mlog = ALIGN64(w->alpha + 32);
@@ -985,7 +985,7 @@ static void fwd_scratch_init(const fa_fwd_tile *t, int i8, fwd_scratch *w)
     w->atail = ALIGN64(w->vtail_lo + 16 * ep);
     if (w->full_c == (cols + 31) / 32) return;
     fwd_vtail(t->vp, t->ldvp, cols, w->full_c, ep, w->vtail);
-    if (t->vlo) fwd_vtail(t->vlo, t->ldvp, cols, w->full_c, ep, w->vtail_lo);
+    if (t->bf16.vlo) fwd_vtail(t->bf16.vlo, t->ldvp, cols, w->full_c, ep, w->vtail_lo);
 }
 
 /* The strip's columns [*cs, *ce): the union of its rows' bands; 0 when none is kept. */
@@ -1036,8 +1036,9 @@ static void fwd_strip_begin(const fa_fwd_tile *t, const fwd_scratch *w, fwd_stri
 static void fwd_qk_block(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_strip *st, int64_t c0, float *S,
                          fwd_qk_job *qj)
 {
-    const char *q = w->i8 ? (const char *)(t->q8 + st->r0 * t->ldq8) : (const char *)(t->q + st->r0 * t->ldq);
-    fwd_qk_begin(qj, q, w->i8 ? t->ldq8 : 2 * t->ldq, st->two_r, w->nxc, t->kt + c0 / 16 * w->ldkt, w->ldkt,
+    const char *q = w->i8 ? (const char *)(t->i8.q8 + st->r0 * t->i8.ldq8)
+                          : (const char *)(t->bf16.q + st->r0 * t->bf16.ldq);
+    fwd_qk_begin(qj, q, w->i8 ? t->i8.ldq8 : 2 * t->bf16.ldq, st->two_r, w->nxc, t->kt + c0 / 16 * w->ldkt, w->ldkt,
                  (int)((MIN64(t->cols - c0, FWD_BLOCK) + 15) / 16), w->i8, S);
 }
 
@@ -1045,19 +1046,19 @@ static void fwd_qk_block(const fa_fwd_tile *t, const fwd_scratch *w, const fwd_s
  * each step rounded as written (vcvtdq2ps, vmulps, vaddps), into out. */
 static const float *fwd_i8_row(const fa_fwd_tile *t, const int32_t *A, int64_t row, int64_t c0, int nkb, float *out)
 {
-    const float qs = t->qs[row], qc = t->qc ? t->qc[row] : 0.0f;
+    const float qs = t->i8.qs[row], qc = t->i8.qc ? t->i8.qc[row] : 0.0f;
 #if defined(FA_AMX_HW)
     const __m512 vqs = _mm512_set1_ps(qs), vqc = _mm512_set1_ps(qc);
     for (int v = 0; v < nkb; v++) {
-        const __m512 sc = _mm512_mul_ps(vqs, _mm512_loadu_ps(t->ks + c0 + 16 * v));
+        const __m512 sc = _mm512_mul_ps(vqs, _mm512_loadu_ps(t->i8.ks + c0 + 16 * v));
         __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(A + 16 * v))), sc);
-        if (t->qc) x = _mm512_add_ps(x, vqc);
+        if (t->i8.qc) x = _mm512_add_ps(x, vqc);
         _mm512_store_ps(out + 16 * v, x);
     }
 #else
     for (int64_t i = 0; i < 16 * nkb; i++) {
-        const float x = (float)A[i] * (qs * t->ks[c0 + i]);
-        out[i] = t->qc ? x + qc : x;
+        const float x = (float)A[i] * (qs * t->i8.ks[c0 + i]);
+        out[i] = t->i8.qc ? x + qc : x;
     }
 #endif
     return out;

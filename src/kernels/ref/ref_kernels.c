@@ -445,22 +445,22 @@ static void ref_pack_kt_bf16(int64_t cols, int64_t d, const uint16_t *k, int64_t
 static float ref_fwd_score(const fa_fwd_tile *t, int i8, int64_t r, int64_t c)
 {
     if (i8) {
-        const int8_t *q = t->q8 + r * t->ldq8;
+        const int8_t *q = t->i8.q8 + r * t->i8.ldq8;
         int32_t a = 0;
         for (int64_t x = 0; x < t->d; x++) {
             const uint32_t quad = t->kt[c / 16 * 16 * FA_KT_QUADS(t->d) + 16 * (x / 4) + c % 16];
             a += (int32_t)q[x] * (int32_t)(int8_t)(uint8_t)(quad >> (x & 3) * 8);
         }
-        const float s = (float)a * (t->qs[r] * t->ks[c]);
-        return t->qc ? s + t->qc[r] : s;
+        const float s = (float)a * (t->i8.qs[r] * t->i8.ks[c]);
+        return t->i8.qc ? s + t->i8.qc[r] : s;
     }
-    const uint16_t *q = t->q + r * t->ldq;
+    const uint16_t *q = t->bf16.q + r * t->bf16.ldq;
     float acc = 0.0f;
     for (int64_t x = 0; x < t->d; x++) {
         const uint32_t pair = t->kt[c / 16 * 16 * FA_KT_PAIRS(t->d) + 16 * (x / 2) + c % 16];
         acc += fa_bf16_to_f32(q[x]) * fa_bf16_to_f32((uint16_t)(pair >> (x & 1) * 16));
     }
-    return t->scale * acc;
+    return t->bf16.scale * acc;
 }
 
 static void ref_fwd_tile(const fa_fwd_tile *t, int i8)
@@ -489,11 +489,11 @@ static void ref_fwd_tile(const fa_fwd_tile *t, int i8)
             const int64_t off = (c / 2) * t->ldvp, sh = (c & 1) * 16;
             const uint32_t *pair = t->vp + off;
             /* the bf16x3 mode: p vh + p vl + pl vh, pl = bf16(x - p) */
-            const float wl = t->vlo ? fa_bf16_to_f32(fa_f32_to_bf16(x - w)) : 0.0f;
+            const float wl = t->bf16.vlo ? fa_bf16_to_f32(fa_f32_to_bf16(x - w)) : 0.0f;
             for (int64_t e = 0; e < t->dv; e++) {
                 const float vh = fa_bf16_to_f32((uint16_t)(pair[e] >> sh));
                 ar[e] += w * vh;
-                if (t->vlo) ar[e] += w * fa_bf16_to_f32((uint16_t)(t->vlo[off + e] >> sh)) + wl * vh;
+                if (t->bf16.vlo) ar[e] += w * fa_bf16_to_f32((uint16_t)(t->bf16.vlo[off + e] >> sh)) + wl * vh;
             }
         }
     }
