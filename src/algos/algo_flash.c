@@ -372,6 +372,33 @@ static void small_prefetch_next(const flash_job *job, const fa_problem *s, const
     if ((!last && hn != hk) || (last && jn <= hi)) small_prefetch_start(s, 0, jn, hi, hn, job->p->D);
 }
 
+/* While stack k computes on the tile at j0: the next stack's K and V rows of the same
+ * tile (another kv head's), or after the last stack the first one's of the next tile,
+ * towards L2. The kernels' own prefetches (towards L1, a few rows ahead) then find
+ * them there, not in DRAM: one stack ahead keeps the whole tile's misses in flight
+ * while the compute runs, where the kernels alone keep only a few rows' worth. Farther
+ * ahead evicts what is still to be used; L1 has too few miss buffers for a stack's
+ * worth. A hint only. */
+static void small_prefetch_ahead(const flash_job *job, const fa_problem *s, const fa_task *it, int64_t k, int64_t j0,
+                                 int64_t hi)
+{
+    const int64_t group = job->p->group, ng = it->ng, hk = (it->h0 + k * ng) / group;
+    const int last = k + 1 == it->nkv;
+    const int64_t hn = last ? it->h0 / group : (it->h0 + (k + 1) * ng) / group, jn = last ? j0 + job->plan.bc : j0;
+    if ((!last && hn == hk) || jn > hi) return;
+    const int64_t end = jn + job->plan.bc <= hi + 1 ? jn + job->plan.bc : hi + 1;
+    for (int which = 0; which < 2; which++) {
+        const fa_tensor *t = which ? &s->v : &s->k;
+        if (t->stride[3] != 1 || (which && s->v_in_k)) continue;
+        const int64_t bytes = (which ? job->p->Dv : job->p->D) * (int64_t)fa_dtype_size(t->dtype);
+        for (int64_t j = jn; j < end; j++) {
+            const char *row = fa_kv_row(s, which, j, hn, NULL);
+            for (const char *b = (const char *)((uintptr_t)row & ~(uintptr_t)63); b < row + bytes; b += 64)
+                __builtin_prefetch(b, 0, 2);
+        }
+    }
+}
+
 static void flash_task_small(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
 {
     const fa_problem *p = job->p;
@@ -433,6 +460,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             const int bm = s->bm.on ? small_bmask(s, sc, h0, ng, i0, n, j0, cols, NULL, lds) : 1;
             if (bm == 0) continue; /* the block mask removes the tile for the whole stack */
             if (Dv > 0 && !s->v_in_k) small_prefetch_start(s, 1, j0, hi, hk, Dv);
+            small_prefetch_ahead(job, s, it, k, j0, hi);
             double t0 = fa_phase_start(job->phases);
             if (q8)
                 kern->qk_small_i8(rows, cols, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, sc->kp, sc->ks,
