@@ -348,7 +348,8 @@ static int small_bmask(const fa_problem *s, const flash_scratch *sc, int64_t h0,
  * L1: the kernels prefetch each row a few keys ahead of its use, so the first rows of
  * every call would arrive with the whole memory latency; issued one call early they do
  * not. A hint only (rows past hi are left alone). */
-enum { SMALL_PF_ROWS = 32 };
+/* SMALL_QK_PIECE: a multiple of 16 keys, so every piece's scores start 64-byte aligned */
+enum { SMALL_PF_ROWS = 32, SMALL_QK_PIECE = 64 };
 static void small_prefetch_start(const fa_problem *s, int which, int64_t j0, int64_t hi, int64_t hk, int64_t dim)
 {
     const fa_tensor *t = which ? &s->v : &s->k;
@@ -374,24 +375,25 @@ static void small_prefetch_next(const flash_job *job, const fa_problem *s, const
 
 /* While stack k computes on the tile at j0: the next stack's K and V rows of the same
  * tile (another kv head's), or after the last stack the first one's of the next tile,
- * towards L2. The kernels' own prefetches (towards L1, a few rows ahead) then find
- * them there, not in DRAM: one stack ahead keeps the whole tile's misses in flight
+ * towards L2; the share [c, c + cc) / cols of them, so that the pieces of stack k's QK
+ * issue them in step with its compute. The kernels' own prefetches (towards L1, a few
+ * rows ahead) then find them in L2, not in DRAM: one stack ahead keeps misses in flight
  * while the compute runs, where the kernels alone keep only a few rows' worth. Farther
  * ahead evicts what is still to be used; L1 has too few miss buffers for a stack's
  * worth. A hint only. */
 static void small_prefetch_ahead(const flash_job *job, const fa_problem *s, const fa_task *it, int64_t k, int64_t j0,
-                                 int64_t hi)
+                                 int64_t hi, int64_t c, int64_t cc, int64_t cols)
 {
     const int64_t group = job->p->group, ng = it->ng, hk = (it->h0 + k * ng) / group;
     const int last = k + 1 == it->nkv;
     const int64_t hn = last ? it->h0 / group : (it->h0 + (k + 1) * ng) / group, jn = last ? j0 + job->plan.bc : j0;
     if ((!last && hn == hk) || jn > hi) return;
-    const int64_t end = jn + job->plan.bc <= hi + 1 ? jn + job->plan.bc : hi + 1;
+    const int64_t nn = jn + job->plan.bc <= hi + 1 ? job->plan.bc : hi + 1 - jn; /* the next tile's rows */
     for (int which = 0; which < 2; which++) {
         const fa_tensor *t = which ? &s->v : &s->k;
         if (t->stride[3] != 1 || (which && s->v_in_k)) continue;
         const int64_t bytes = (which ? job->p->Dv : job->p->D) * (int64_t)fa_dtype_size(t->dtype);
-        for (int64_t j = jn; j < end; j++) {
+        for (int64_t j = jn + c * nn / cols; j < jn + (c + cc) * nn / cols; j++) {
             const char *row = fa_kv_row(s, which, j, hn, NULL);
             for (const char *b = (const char *)((uintptr_t)row & ~(uintptr_t)63); b < row + bytes; b += 64)
                 __builtin_prefetch(b, 0, 2);
@@ -460,13 +462,19 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             const int bm = s->bm.on ? small_bmask(s, sc, h0, ng, i0, n, j0, cols, NULL, lds) : 1;
             if (bm == 0) continue; /* the block mask removes the tile for the whole stack */
             if (Dv > 0 && !s->v_in_k) small_prefetch_start(s, 1, j0, hi, hk, Dv);
-            small_prefetch_ahead(job, s, it, k, j0, hi);
             double t0 = fa_phase_start(job->phases);
-            if (q8)
-                kern->qk_small_i8(rows, cols, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, sc->kp, sc->ks,
-                                  sc->st, lds);
-            else
-                kern->qk_small(rows, cols, D, STACK_Q(k), D, sc->kp, kvt, s->quant ? sc->ks : NULL, sc->st, lds);
+            /* QK in pieces with the next stack's prefetches between them: a score depends
+             * on its own key only, so the pieces give the whole call's bits */
+            for (int64_t c = 0; c < cols; c += SMALL_QK_PIECE) {
+                const int64_t cc = cols - c < SMALL_QK_PIECE ? cols - c : SMALL_QK_PIECE;
+                if (q8)
+                    kern->qk_small_i8(rows, cc, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, sc->kp + c,
+                                      sc->ks + c, sc->st + c, lds);
+                else
+                    kern->qk_small(rows, cc, D, STACK_Q(k), D, sc->kp + c, kvt, s->quant ? sc->ks + c : NULL, sc->st + c,
+                                   lds);
+                small_prefetch_ahead(job, s, it, k, j0, hi, c, cc, cols);
+            }
             t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
             fa_phase_flops(job->phases, FA_PH_S, fa_tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
             if (elementwise)
