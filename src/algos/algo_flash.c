@@ -393,8 +393,13 @@ static void small_prefetch_ahead(const flash_job *job, const fa_problem *s, cons
         const fa_tensor *t = which ? &s->v : &s->k;
         if (t->stride[3] != 1 || (which && s->v_in_k)) continue;
         const int64_t bytes = (which ? job->p->Dv : job->p->D) * (int64_t)fa_dtype_size(t->dtype);
-        for (int64_t j = jn + c * nn / cols; j < jn + (c + cc) * nn / cols; j++) {
-            const char *row = fa_kv_row(s, which, j, hn, NULL);
+        const int64_t ja = jn + c * nn / cols, jb = jn + (c + cc) * nn / cols;
+        if (ja >= jb) continue;
+        /* evenly spaced rows (one cache row or page) step by the row stride */
+        const int64_t step = fa_cache_one_block(s->pages, s->page_size, ja, jb - ja) ? t->stride[1] * (int64_t)fa_dtype_size(t->dtype) : 0;
+        const char *row = fa_kv_row(s, which, ja, hn, NULL);
+        for (int64_t j = ja; j < jb; j++, row += step) {
+            if (!step) row = fa_kv_row(s, which, j, hn, NULL);
             for (const char *b = (const char *)((uintptr_t)row & ~(uintptr_t)63); b < row + bytes; b += 64)
                 __builtin_prefetch(b, 0, 2);
         }
