@@ -373,30 +373,43 @@ static void small_prefetch_next(const flash_job *job, const fa_problem *s, const
     if ((!last && hn != hk) || (last && jn <= hi)) small_prefetch_start(s, 0, jn, hi, hn, job->p->D);
 }
 
-/* While stack k computes on the tile at j0: the next stack's K and V rows of the same
- * tile (another kv head's), or after the last stack the first one's of the next tile,
- * towards L2; the share [c, c + cc) / cols of them, so that the pieces of stack k's QK
- * issue them in step with its compute. The kernels' own prefetches (towards L1, a few
- * rows ahead) then find them in L2, not in DRAM: one stack ahead keeps misses in flight
- * while the compute runs, where the kernels alone keep only a few rows' worth. Farther
- * ahead evicts what is still to be used; L1 has too few miss buffers for a stack's
- * worth. A hint only. */
-static void small_prefetch_ahead(const flash_job *job, const fa_problem *s, const fa_task *it, int64_t k, int64_t j0,
-                                 int64_t hi, int64_t c, int64_t cc, int64_t cols)
+/* The rows after stack k's on the tile at j0: the next stack's (another kv head's, of
+ * the same tile), or after the last stack the first one's of the next tile; kv head *hn,
+ * keys *jn .. *jn + *nn - 1. 0 when there are none, or when the next stack reads stack
+ * k's kv head, whose rows stack k brings in itself. */
+static int small_next(const flash_job *job, const fa_task *it, int64_t k, int64_t j0, int64_t hi, int64_t *hn,
+                      int64_t *jn, int64_t *nn)
 {
     const int64_t group = job->p->group, ng = it->ng, hk = (it->h0 + k * ng) / group;
     const int last = k + 1 == it->nkv;
-    const int64_t hn = last ? it->h0 / group : (it->h0 + (k + 1) * ng) / group, jn = last ? j0 + job->plan.bc : j0;
-    if ((!last && hn == hk) || jn > hi) return;
-    const int64_t nn = jn + job->plan.bc <= hi + 1 ? job->plan.bc : hi + 1 - jn; /* the next tile's rows */
-    for (int which = 0; which < 2; which++) {
+    *hn = last ? it->h0 / group : (it->h0 + (k + 1) * ng) / group;
+    *jn = last ? j0 + job->plan.bc : j0;
+    if ((!last && *hn == hk) || *jn > hi) return 0;
+    *nn = *jn + job->plan.bc <= hi + 1 ? job->plan.bc : hi + 1 - *jn;
+    return 1;
+}
+
+/* While stack k computes on the tile at j0: small_next's K rows, and V's unless `v` is 0
+ * (a kernel that prefetches them itself, fa_rows_ahead), towards L2; the share
+ * [c, c + cc) / cols of them, so that the pieces of stack k's QK issue them in step with
+ * its compute. The kernels' own prefetches (towards L1, a few rows ahead) then find them
+ * in L2, not in DRAM: one stack ahead keeps misses in flight while the compute runs,
+ * where the kernels alone keep only a few rows' worth. Farther ahead evicts what is
+ * still to be used; L1 has too few miss buffers for a stack's worth. A hint only. */
+static void small_prefetch_ahead(const flash_job *job, const fa_problem *s, const fa_task *it, int64_t k, int64_t j0,
+                                 int64_t hi, int64_t c, int64_t cc, int64_t cols, int v)
+{
+    int64_t hn, jn, nn;
+    if (!small_next(job, it, k, j0, hi, &hn, &jn, &nn)) return;
+    for (int which = 0; which < 1 + v; which++) {
         const fa_tensor *t = which ? &s->v : &s->k;
         if (t->stride[3] != 1 || (which && s->v_in_k)) continue;
         const int64_t bytes = (which ? job->p->Dv : job->p->D) * (int64_t)fa_dtype_size(t->dtype);
         const int64_t ja = jn + c * nn / cols, jb = jn + (c + cc) * nn / cols;
         if (ja >= jb) continue;
         /* evenly spaced rows (one cache row or page) step by the row stride */
-        const int64_t step = fa_cache_one_block(s->pages, s->page_size, ja, jb - ja) ? t->stride[1] * (int64_t)fa_dtype_size(t->dtype) : 0;
+        const int64_t step =
+            fa_cache_one_block(s->pages, s->page_size, ja, jb - ja) ? t->stride[1] * (int64_t)fa_dtype_size(t->dtype) : 0;
         const char *row = fa_kv_row(s, which, ja, hn, NULL);
         for (int64_t j = ja; j < jb; j++, row += step) {
             if (!step) row = fa_kv_row(s, which, j, hn, NULL);
@@ -478,7 +491,7 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
                 else
                     kern->qk_small(rows, cc, D, STACK_Q(k), D, sc->kp + c, kvt, s->quant ? sc->ks + c : NULL, sc->st + c,
                                    lds);
-                small_prefetch_ahead(job, s, it, k, j0, hi, c, cc, cols);
+                small_prefetch_ahead(job, s, it, k, j0, hi, c, cc, cols, !q8);
             }
             t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
             fa_phase_flops(job->phases, FA_PH_S, fa_tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
@@ -495,8 +508,17 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             const fa_kernels *pk =
                 (partial || bm == 2) && kern != &fa_kernels_ref && !fa_kv_rows_finite(vrow, kvt, vscale, cols, Dv) ? &fa_kernels_ref
                                                                                                  : kern;
-            if (Dv > 0 && q8)
-                pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, vrow, vscale, STACK_ALPHA(k), STACK_ACC(k), ldacc);
+            if (Dv > 0 && q8) {
+                /* the next stack's V rows, which the kernel prefetches in step with its loop */
+                const void *nvp[FA_SMALL_COLS];
+                float nvs[FA_SMALL_COLS];
+                int64_t hn, jn, nn = 0;
+                if (!s->v_in_k && s->v.stride[3] == 1 && small_next(job, it, k, j0, hi, &hn, &jn, &nn))
+                    fa_kv_row_ptrs(s, 1, jn, nn, hn, nvp, nvs);
+                const fa_rows_ahead ahead = {nvp, nn, Dv * (int64_t)fa_dtype_size(s->v.dtype)};
+                pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, vrow, vscale, STACK_ALPHA(k), STACK_ACC(k), ldacc,
+                                nn ? &ahead : NULL);
+            }
             else if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
                 pk->pv_small(rows, cols, Dv, sc->st, lds, vrow, kvt, s->quant ? vscale : NULL, STACK_ALPHA(k),
                              STACK_ACC(k), ldacc);
@@ -668,7 +690,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
             memcpy(sc->m + r0, m, (size_t)nr * sizeof *m);
             memcpy(sc->l + r0, l, (size_t)nr * sizeof *l);
             if (Dv > 0 && cache8)
-                pk->pv_small_i8(nr, cols, Dv, digits, st, lds, vrow, vscale, alpha, acc, ldacc);
+                pk->pv_small_i8(nr, cols, Dv, digits, st, lds, vrow, vscale, alpha, acc, ldacc, NULL);
             else if (Dv > 0)
                 pk->pv_small(nr, cols, Dv, st, lds, vrow, vkt, vscale, alpha, acc, ldacc);
         }
