@@ -76,6 +76,7 @@ typedef struct {
     int64_t lds;        /* small-row score tiles: round_up(bc, FA_ROW_ALIGN) */
     int small;          /* the kernels have the small-row path and tiles fit it */
     int64_t stacks_max; /* small-row path: head stacks one task may hold */
+    int small_ahead;    /* small-row path: prefetch the next stack's rows (small_prefetch_ahead) */
     int digits;         /* small-row path, int8 K/V: FA_PARAM_QUANT_MATMUL's int8 digits (1 i8, 2 i8x2) where
                          * the table has the kernels, else 0 (exact) */
     int wide_digits;    /* the wide path, float or int8 K: the same (wide_q8), else 0 */
@@ -350,6 +351,7 @@ static int small_bmask(const fa_problem *s, const flash_scratch *sc, int64_t h0,
  * not. A hint only (rows past hi are left alone). */
 /* SMALL_QK_PIECE: a multiple of 16 keys, so every piece's scores start 64-byte aligned */
 enum { SMALL_PF_ROWS = 32, SMALL_QK_PIECE = 64 };
+#define SMALL_AHEAD_BYTES ((int64_t)32 << 20)
 static void small_prefetch_start(const fa_problem *s, int which, int64_t j0, int64_t hi, int64_t hk, int64_t dim)
 {
     const fa_tensor *t = which ? &s->v : &s->k;
@@ -400,7 +402,7 @@ static void small_prefetch_ahead(const flash_job *job, const fa_problem *s, cons
                                  int64_t hi, int64_t c, int64_t cc, int64_t cols, int v)
 {
     int64_t hn, jn, nn;
-    if (!small_next(job, it, k, j0, hi, &hn, &jn, &nn)) return;
+    if (!job->small_ahead || !small_next(job, it, k, j0, hi, &hn, &jn, &nn)) return;
     for (int which = 0; which < 1 + v; which++) {
         const fa_tensor *t = which ? &s->v : &s->k;
         if (t->stride[3] != 1 || (which && s->v_in_k)) continue;
@@ -481,10 +483,11 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             if (bm == 0) continue; /* the block mask removes the tile for the whole stack */
             if (Dv > 0 && !s->v_in_k) small_prefetch_start(s, 1, j0, hi, hk, Dv);
             double t0 = fa_phase_start(job->phases);
-            /* QK in pieces with the next stack's prefetches between them: a score depends
-             * on its own key only, so the pieces give the whole call's bits */
-            for (int64_t c = 0; c < cols; c += SMALL_QK_PIECE) {
-                const int64_t cc = cols - c < SMALL_QK_PIECE ? cols - c : SMALL_QK_PIECE;
+            /* QK in pieces with the next stack's prefetches between them (one without): a
+             * score depends on its own key only, so the pieces give the whole call's bits */
+            const int64_t piece = job->small_ahead ? SMALL_QK_PIECE : cols;
+            for (int64_t c = 0; c < cols; c += piece) {
+                const int64_t cc = cols - c < piece ? cols - c : piece;
                 if (q8)
                     kern->qk_small_i8(rows, cc, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, sc->kp + c,
                                       sc->ks + c, sc->st + c, lds);
@@ -513,13 +516,13 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
                 const void *nvp[FA_SMALL_COLS];
                 float nvs[FA_SMALL_COLS];
                 int64_t hn, jn, nn = 0;
-                if (!s->v_in_k && s->v.stride[3] == 1 && small_next(job, it, k, j0, hi, &hn, &jn, &nn))
+                if (job->small_ahead && !s->v_in_k && s->v.stride[3] == 1 &&
+                    small_next(job, it, k, j0, hi, &hn, &jn, &nn))
                     fa_kv_row_ptrs(s, 1, jn, nn, hn, nvp, nvs);
                 const fa_rows_ahead ahead = {nvp, nn, Dv * (int64_t)fa_dtype_size(s->v.dtype)};
                 pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, vrow, vscale, STACK_ALPHA(k), STACK_ACC(k), ldacc,
                                 nn ? &ahead : NULL);
-            }
-            else if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
+            } else if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
                 pk->pv_small(rows, cols, Dv, sc->st, lds, vrow, kvt, s->quant ? vscale : NULL, STACK_ALPHA(k),
                              STACK_ACC(k), ldacc);
             fa_phase_mark(job->phases, FA_PH_P, t0);
@@ -1621,6 +1624,14 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     job->stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job->ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
     if (job->stacks_max > p->Hq) job->stacks_max = p->Hq;
     if (job->stacks_max < 1) job->stacks_max = 1;
+    /* K/V beyond SMALL_AHEAD_BYTES (more than the L3 share of a few cores) come from
+     * DRAM, where the next stack's prefetches hide latency; smaller ones may be cached,
+     * where the hints only cost issue slots. A size rule: the L3 size a VM reports can
+     * be the host's. */
+    const fa_tensor *kt = p->cache ? &p->kc : &p->k, *vt = p->cache ? &p->vc : &p->v;
+    const int64_t kv_bytes =
+        p->B * p->Sk * p->Hk * (p->D * (int64_t)fa_dtype_size(kt->dtype) + p->Dv * (int64_t)fa_dtype_size(vt->dtype));
+    job->small_ahead = kv_bytes > SMALL_AHEAD_BYTES;
     job->per_thread = scratch_layout(job, NULL, NULL);
 }
 
