@@ -1882,12 +1882,16 @@ static void case_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits,
     for (int t = 0; t < g_ntab; t++) {
         const fa_kernels *kt = g_tab[t].k;
         h_case("pv_small_i8 isa=%s rows=%lld cols=%lld dv=%lld digits=%d lds=%lld ldacc=%lld alpha=%s special=%d "
-               "V %s, columns %s",
+               "V %s, columns %s, ahead %s",
                kt->name, (long long)rows, (long long)cols, (long long)dv, digits, (long long)lds, (long long)ldacc,
-               alpha0 ? "given" : "NULL", special, KV_LAYOUT_STR[layout], KV_MAP_STR[mapping]);
+               alpha0 ? "given" : "NULL", special, KV_LAYOUT_STR[layout], KV_MAP_STR[mapping],
+               (rows + cols) % 2 ? "V's rows" : "none");
         obuf acc = ob_alloc((size_t)(rows * ldacc) * 4);
         memcpy(acc.p, acc0, (size_t)(rows * ldacc) * 4);
-        kt->pv_small_i8(rows, cols, dv, digits, pb.p, lds, kvp_ptrs(&v), vs, alpha0 ? ab.p : NULL, obf(&acc), ldacc);
+        /* every other case with rows to prefetch (V's own): a hint, the bits stay the contract's */
+        const fa_rows_ahead ahead = {kvp_ptrs(&v), cols, dv};
+        kt->pv_small_i8(rows, cols, dv, digits, pb.p, lds, kvp_ptrs(&v), vs, alpha0 ? ab.p : NULL, obf(&acc), ldacc,
+                        (rows + cols) % 2 ? &ahead : NULL);
         int64_t bad = 0;
         for (int64_t r = 0; r < rows; r++)
             for (int64_t e = 0; e < ldacc; e++) {

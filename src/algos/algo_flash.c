@@ -77,6 +77,7 @@ typedef struct {
     int64_t lds;        /* small-row score tiles: round_up(bc, FA_ROW_ALIGN) */
     int small;          /* the kernels have the small-row path and tiles fit it */
     int64_t stacks_max; /* small-row path: head stacks one task may hold */
+    int small_ahead;    /* small-row path: prefetch the next stack's rows (small_prefetch_ahead) */
     int digits;         /* small-row path, int8 K/V: FA_PARAM_QUANT_MATMUL's int8 digits (1 i8, 2 i8x2) where
                          * the table has the kernels, else 0 (exact) */
     int wide_digits;    /* the wide path, float or int8 K: the same (wide_q8), else 0 */
@@ -350,7 +351,9 @@ static int small_bmask(const fa_problem *p, const fa_view *s, const flash_scratc
  * L1: the kernels prefetch each row a few keys ahead of its use, so the first rows of
  * every call would arrive with the whole memory latency; issued one call early they do
  * not. A hint only (rows past hi are left alone). */
-enum { SMALL_PF_ROWS = 32 };
+/* SMALL_QK_PIECE: a multiple of 16 keys, so every piece's scores start 64-byte aligned */
+enum { SMALL_PF_ROWS = 32, SMALL_QK_PIECE = 64 };
+#define SMALL_AHEAD_BYTES ((int64_t)32 << 20)
 static void small_prefetch_start(const fa_problem *p, const fa_view *s, int which, int64_t j0, int64_t hi, int64_t hk,
                                  int64_t dim)
 {
@@ -374,6 +377,54 @@ static void small_prefetch_next(const flash_job *job, const fa_view *s, const fa
     const int64_t hn = last ? it->h0 / group : (h0 + ng) / group, jn = last ? j0 + job->plan.bc : j0;
     if ((!last && hn != hk) || (last && jn <= hi)) small_prefetch_start(job->p, s, 0, jn, hi, hn, job->p->D);
 }
+
+/* The rows after stack k's on the tile at j0: the next stack's (another kv head's, of
+ * the same tile), or after the last stack the first one's of the next tile; kv head *hn,
+ * keys *jn .. *jn + *nn - 1. 0 when there are none, or when the next stack reads stack
+ * k's kv head, whose rows stack k brings in itself. */
+static int small_next(const flash_job *job, const fa_task *it, int64_t k, int64_t j0, int64_t hi, int64_t *hn,
+                      int64_t *jn, int64_t *nn)
+{
+    const int64_t group = job->p->group, ng = it->ng, hk = (it->h0 + k * ng) / group;
+    const int last = k + 1 == it->nkv;
+    *hn = last ? it->h0 / group : (it->h0 + (k + 1) * ng) / group;
+    *jn = last ? j0 + job->plan.bc : j0;
+    if ((!last && *hn == hk) || *jn > hi) return 0;
+    *nn = *jn + job->plan.bc <= hi + 1 ? job->plan.bc : hi + 1 - *jn;
+    return 1;
+}
+
+/* While stack k computes on the tile at j0: small_next's K rows, and V's unless `v` is 0
+ * (a kernel that prefetches them itself, fa_rows_ahead), towards L2; the share
+ * [c, c + cc) / cols of them, so that the pieces of stack k's QK issue them in step with
+ * its compute. The kernels' own prefetches (towards L1, a few rows ahead) then find them
+ * in L2, not in DRAM: one stack ahead keeps misses in flight while the compute runs,
+ * where the kernels alone keep only a few rows' worth. Farther ahead evicts what is
+ * still to be used; L1 has too few miss buffers for a stack's worth. A hint only. */
+static void small_prefetch_ahead(const flash_job *job, const fa_view *s, const fa_task *it, int64_t k, int64_t j0,
+                                 int64_t hi, int64_t c, int64_t cc, int64_t cols, int v)
+{
+    const fa_problem *p = job->p;
+    int64_t hn, jn, nn;
+    if (!job->small_ahead || !small_next(job, it, k, j0, hi, &hn, &jn, &nn)) return;
+    for (int which = 0; which < 1 + v; which++) {
+        const fa_tensor *t = which ? &s->v : &s->k;
+        if (t->stride[3] != 1 || (which && p->v_in_k)) continue;
+        const int64_t bytes = (which ? p->Dv : p->D) * (int64_t)fa_dtype_size(t->dtype);
+        const int64_t ja = jn + c * nn / cols, jb = jn + (c + cc) * nn / cols;
+        if (ja >= jb) continue;
+        /* evenly spaced rows (one cache row or page) step by the row stride */
+        const int64_t step =
+            fa_cache_one_block(s->pages, p->page_size, ja, jb - ja) ? t->stride[1] * (int64_t)fa_dtype_size(t->dtype) : 0;
+        const char *row = fa_kv_row(p, s, which, ja, hn, NULL);
+        for (int64_t j = ja; j < jb; j++, row += step) {
+            if (!step) row = fa_kv_row(p, s, which, j, hn, NULL);
+            for (const char *b = (const char *)((uintptr_t)row & ~(uintptr_t)63); b < row + bytes; b += 64)
+                __builtin_prefetch(b, 0, 2);
+        }
+    }
+}
+
 
 /* A small-row tile's K and V rows: pointers, and their scales where the cache is
  * quantised (NULL otherwise, as the kernels take it). A latent V's rows and scales are
@@ -452,11 +503,19 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             if (bm == 0) continue; /* the block mask removes the tile for the whole stack */
             if (Dv > 0 && !p->v_in_k) small_prefetch_start(p, s, 1, j0, hi, hk, Dv);
             double t0 = fa_phase_start(job->phases);
-            if (q8)
-                kern->qk_small_i8(rows, cols, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, kv.k, kv.ks, sc->st,
-                                  lds);
-            else
-                kern->qk_small(rows, cols, D, STACK_Q(k), D, kv.k, kvt, kv.ks, sc->st, lds);
+            /* QK in pieces with the next stack's prefetches between them (one without): a
+             * score depends on its own key only, so the pieces give the whole call's bits */
+            const int64_t piece = job->small_ahead ? SMALL_QK_PIECE : cols;
+            for (int64_t c = 0; c < cols; c += piece) {
+                const int64_t cc = cols - c < piece ? cols - c : piece;
+                const float *ks = kv.ks ? kv.ks + c : NULL;
+                if (q8)
+                    kern->qk_small_i8(rows, cc, D, q8, STACK_Q8(k), ldq8, sc->q8s + k * FA_SMALL_ROWS, kv.k + c, ks,
+                                      sc->st + c, lds);
+                else
+                    kern->qk_small(rows, cc, D, STACK_Q(k), D, kv.k + c, kvt, ks, sc->st + c, lds);
+                small_prefetch_ahead(job, s, it, k, j0, hi, c, cc, cols, !q8);
+            }
             t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
             fa_phase_flops(job->phases, FA_PH_S, fa_tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
             if (elementwise)
@@ -472,9 +531,18 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             const fa_kernels *pk =
                 (partial || bm == 2) && kern != &fa_kernels_ref && !fa_kv_rows_finite(kv.v, kvt, kv.vs, cols, Dv) ? &fa_kernels_ref
                                                                                                  : kern;
-            if (Dv > 0 && q8)
-                pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, kv.v, kv.vs, STACK_ALPHA(k), STACK_ACC(k), ldacc);
-            else if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
+            if (Dv > 0 && q8) {
+                /* the next stack's V rows, which the kernel prefetches in step with its loop */
+                const void *nvp[FA_SMALL_COLS];
+                float nvs[FA_SMALL_COLS];
+                int64_t hn, jn, nn = 0;
+                if (job->small_ahead && !p->v_in_k && s->v.stride[3] == 1 &&
+                    small_next(job, it, k, j0, hi, &hn, &jn, &nn))
+                    fa_kv_row_ptrs(p, s, 1, jn, nn, hn, nvp, nvs);
+                const fa_rows_ahead ahead = {nvp, nn, Dv * (int64_t)fa_dtype_size(s->v.dtype)};
+                pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, kv.v, kv.vs, STACK_ALPHA(k), STACK_ACC(k), ldacc,
+                                nn ? &ahead : NULL);
+            } else if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
                 pk->pv_small(rows, cols, Dv, sc->st, lds, kv.v, kvt, kv.vs, STACK_ALPHA(k), STACK_ACC(k), ldacc);
             fa_phase_mark(job->phases, FA_PH_P, t0);
             fa_phase_flops(job->phases, FA_PH_P, fa_tile_flops(job->phases, 2 * Dv, rows, cols, tlo, thi));
@@ -646,7 +714,7 @@ static void flash_task_q8(const flash_job *job, const flash_scratch *sc, const f
             memcpy(sc->m + r0, m, (size_t)nr * sizeof *m);
             memcpy(sc->l + r0, l, (size_t)nr * sizeof *l);
             if (Dv > 0 && cache8)
-                pk->pv_small_i8(nr, cols, Dv, digits, st, lds, vrow, vscale, alpha, acc, ldacc);
+                pk->pv_small_i8(nr, cols, Dv, digits, st, lds, vrow, vscale, alpha, acc, ldacc, NULL);
             else if (Dv > 0)
                 pk->pv_small(nr, cols, Dv, st, lds, vrow, vkt, vscale, alpha, acc, ldacc);
         }
@@ -1585,6 +1653,14 @@ static void flash_plan(fa_context *ctx, const fa_problem *p, flash_job *job)
     job->stacks_max = (256 << 10) / ((FA_SMALL_ROWS * (job->ldacc + p->D) + 3 * FA_ROW_ALIGN) * 4);
     if (job->stacks_max > p->Hq) job->stacks_max = p->Hq;
     if (job->stacks_max < 1) job->stacks_max = 1;
+    /* K/V beyond SMALL_AHEAD_BYTES (more than the L3 share of a few cores) come from
+     * DRAM, where the next stack's prefetches hide latency; smaller ones may be cached,
+     * where the hints only cost issue slots. A size rule: the L3 size a VM reports can
+     * be the host's. */
+    const fa_tensor *kt = p->cache ? &p->kc : &p->k, *vt = p->cache ? &p->vc : &p->v;
+    const int64_t kv_bytes =
+        p->B * p->Sk * p->Hk * (p->D * (int64_t)fa_dtype_size(kt->dtype) + p->Dv * (int64_t)fa_dtype_size(vt->dtype));
+    job->small_ahead = kv_bytes > SMALL_AHEAD_BYTES;
     job->per_thread = scratch_layout(job, NULL, NULL);
 }
 

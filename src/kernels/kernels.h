@@ -340,6 +340,14 @@ typedef void fa_pv_small_fn(int64_t rows, int64_t cols, int64_t dv, const float 
 /* probe_fma, probe_bf16, probe_tile: FLOPs done in `iters` iterations */
 typedef double fa_probe_fn(int64_t iters);
 
+/* Rows another call will read next (the decode loop's next stack's V rows, `bytes`
+ * each), which a kernel taking them prefetches towards L2 in step with its own loop:
+ * the misses stay in flight while it computes instead of coming as a burst before it. */
+typedef struct fa_rows_ahead {
+    const void *const *row;
+    int64_t n, bytes;
+} fa_rows_ahead;
+
 typedef struct fa_kernels {
     const char *name;   /* what FLASHATTN_ARCH and fa_context_isa() call it */
     const char *parent; /* the name of the table this one starts from; NULL for ref, the root */
@@ -505,13 +513,14 @@ typedef struct fa_kernels {
      *     only scales. A row whose w_c are not all finite and >= 0, or whose wmax is below
      *     FA_PV_I8_WMIN (where 255 / wmax would lose range), is computed by the reference's
      *     pv_small (f32, p = 0 skipped), so non-finite values propagate as the exact mode's
-     *     do. Any 1 <= rows <= FA_SMALL_ROWS, cols <= FA_SMALL_COLS.
+     *     do. Any 1 <= rows <= FA_SMALL_ROWS, cols <= FA_SMALL_COLS. `ahead` (NULL: none):
+     *     rows the kernel prefetches while it runs, a hint that changes no output.
      */
     void (*qk_small_i8)(int64_t rows, int64_t cols, int64_t d, int digits, const int8_t *q8, int64_t ldq8,
                         const float *qscale, const void *const *krow, const float *kscale, float *s, int64_t lds);
     void (*pv_small_i8)(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
                         const void *const *vrow, const float *vscale, const float *alpha, float *acc,
-                        int64_t ldacc);
+                        int64_t ldacc, const fa_rows_ahead *ahead);
     /* quant_row_i8: fa_quant_row_i8 (below) on the table's vectors, the same bits (the
      * wide int8 path quantises every q row and key with it). */
     float (*quant_row_i8)(const float *x, int64_t n, int digits, int8_t *code);

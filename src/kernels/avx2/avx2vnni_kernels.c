@@ -248,8 +248,9 @@ static void add_row_sums(int64_t ne, int64_t nep, int digits, int kind, const in
 
 void fa_avx2vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
                              const void *const *vrow, const float *vscale, const float *alpha, float *acc,
-                             int64_t ldacc)
+                             int64_t ldacc, const fa_rows_ahead *ahead)
 {
+    (void)ahead; /* a hint this table leaves alone */
     _Alignas(32) uint8_t u[2][FA_SMALL_ROWS][PV_LDU];
     _Alignas(32) int32_t vp[AV_CHUNK / 4][AV_EBIG_LD];
     _Alignas(32) int32_t isum[2][FA_SMALL_ROWS][AV_EBIG_LD];

@@ -47,6 +47,6 @@ void fa_avx512vnni_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits
                                int64_t lds);
 void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
                                const void *const *vrow, const float *vscale, const float *alpha, float *acc,
-                               int64_t ldacc);
+                               int64_t ldacc, const fa_rows_ahead *ahead);
 
 #endif

@@ -271,7 +271,7 @@ static void add_row_sums(int64_t ne, int64_t nep, int digits, int kind, const in
 
 void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
                                const void *const *vrow, const float *vscale, const float *alpha, float *acc,
-                               int64_t ldacc)
+                               int64_t ldacc, const fa_rows_ahead *ahead)
 {
     _Alignas(64) uint8_t u[2][FA_SMALL_ROWS][PV_LDU]; /* the weights' digits */
     _Alignas(64) int32_t vp[PV_CHUNK / 4][PV_EBIG_LD];
@@ -293,6 +293,12 @@ void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digit
              * row of heads or a page apart); one chunk ahead came too late from DRAM */
             for (int64_t c = c0 ? c0 + PV_PF : PV_CHUNK; c < c0 + PV_PF + PV_CHUNK && c < cols; c++)
                 for (int64_t e = 0; e < ne; e += 64) _mm_prefetch((const char *)vrow[c] + e0 + e, _MM_HINT_T0);
+            /* the share of `ahead` that falls to this chunk, towards L2 (with the first e block) */
+            if (ahead && e0 == 0)
+                for (int64_t j = c0 * ahead->n / cols; j < (c0 + PV_CHUNK) * ahead->n / cols && j < ahead->n; j++)
+                    for (const char *b = (const char *)((uintptr_t)ahead->row[j] & ~(uintptr_t)63);
+                         b < (const char *)ahead->row[j] + ahead->bytes; b += 64)
+                        _mm_prefetch(b, _MM_HINT_T1);
             pair_v_chunk(vrow, c0, cols, nq, e0, ne, nep, vp);
             for (int t = 0; t < digits; t++)
                 for (int64_t r = 0; r < rows; r += 4)

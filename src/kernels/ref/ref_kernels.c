@@ -319,8 +319,9 @@ static void ref_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, c
 
 static void ref_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
                             const void *const *vrow, const float *vscale, const float *alpha, float *acc,
-                            int64_t ldacc)
+                            int64_t ldacc, const fa_rows_ahead *ahead)
 {
+    (void)ahead; /* a hint only */
     uint8_t u[2][FA_SMALL_COLS];
     for (int64_t r = 0; r < rows; r++) {
         const float *sr = s + r * lds;
