@@ -19,7 +19,7 @@
  *   qk_i8_64x6   the wide tiles' step 1 (kernels.h's qk_i8), qk_bf16's register block on
  *                codes: vectors of 16 query rows of Q^T quads (q + 128, the unsigned
  *                operand), each key's dword of four codes broadcast (the signed one), 64
- *                rows x 6 keys of int32 accumulators; 128 * ksum[c] comes off each sum.
+ *                rows x 6 keys of int32 accumulators, each starting at -128 * ksum[c].
  *   pv_small_i8  the reduction runs along keys, so V is taken four keys at a time and
  *                byte-interleaved (vpunpck: each dword holds the four keys' bytes of one
  *                e), into a buffer of 32 keys (8 quads) x dv that stays in L1; then each
@@ -128,9 +128,12 @@ FA_AVX512_INLINE void qki_tile(const int nv, const int nc, int64_t valid, int64_
     const int8_t *kc[QKI_NC];
     FA_AVX512_UNROLL
     for (int j = 0; j < nc; j++) {
-        kc[j] = k + MIN64(j, valid - 1) * ldk;
+        const int64_t c = MIN64(j, valid - 1);
+        kc[j] = k + c * ldk;
+        /* the sums start at -128 ksum: what q's +128 adds (int32 wraps, the end is exact) */
+        const __m512i corr = _mm512_set1_epi32((int32_t)(-128 * (int64_t)ksum[c]));
         FA_AVX512_UNROLL
-        for (int i = 0; i < nv; i++) acc[j][i] = _mm512_setzero_si512();
+        for (int i = 0; i < nv; i++) acc[j][i] = corr;
     }
     for (int64_t p = 0; p < nq; p++) {
         const uint32_t *qp = qt + p * ld32;
@@ -155,11 +158,10 @@ FA_AVX512_INLINE void qki_tile(const int nv, const int nc, int64_t valid, int64_
     FA_AVX512_UNROLL
     for (int j = 0; j < nc; j++) {
         if (j >= valid) break;
-        const __m512i corr = _mm512_set1_epi32(128 * ksum[j]);
         const __m512 kv = _mm512_set1_ps(ks[j]);
         FA_AVX512_UNROLL
         for (int i = 0; i < nv; i++) {
-            const __m512 dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[j][i], corr));
+            const __m512 dot = _mm512_cvtepi32_ps(acc[j][i]);
             __m512 sv = _mm512_mul_ps(dot, _mm512_mul_ps(qsv[i], kv));
             if (qc) sv = _mm512_add_ps(sv, qcv[i]);
             _mm512_store_ps(st + j * ldst + 16 * i, sv);
