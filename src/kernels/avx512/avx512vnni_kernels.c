@@ -116,6 +116,19 @@ FA_I8_QK_ENTRY(qk_i8_body, fa_avx512vnni_qk_small_i8)
 
 enum { QKI_NV = 4, QKI_NC = 6 };
 
+/* acc + the dot products of u8 and s8 quads: vpdpbusd with its accumulator tied to the
+ * output. GCC's builtin (12) leaves the accumulator untied, and in a block of 24 of them
+ * the copies and spills it then makes outnumber the products. */
+FA_AVX512_INLINE __m512i dpbusd_tied(__m512i acc, __m512i u8, __m512i s8)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, u8, s8);
+#endif
+}
+
 #define MIN64(a, b) ((a) < (b) ? (a) : (b))
 
 /* st[c][16i..] = the scores of keys c < valid <= nc (a padded tile repeats its last key
@@ -146,7 +159,7 @@ FA_AVX512_INLINE void qki_tile(const int nv, const int nc, int64_t valid, int64_
             memcpy(&w, kc[j] + 4 * p, sizeof w);
             const __m512i kb = _mm512_set1_epi32(w);
             FA_AVX512_UNROLL
-            for (int i = 0; i < nv; i++) acc[j][i] = _mm512_dpbusd_epi32(acc[j][i], qv[i], kb);
+            for (int i = 0; i < nv; i++) acc[j][i] = dpbusd_tied(acc[j][i], qv[i], kb);
         }
     }
     __m512 qsv[QKI_NV], qcv[QKI_NV];
