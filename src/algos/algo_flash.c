@@ -1287,14 +1287,15 @@ static void flash_task_i8p(const flash_job *job, const flash_scratch *sc, const 
         const uint32_t *vp = job->keys.vp + j / 2 * ldvp;
         const uint16_t *v16 = NULL;
         int64_t ldv = 0;
-        if (j0 & 1 || partial) v16 = fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
         if (j0 & 1) {
+            v16 = fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
             kern->pack_pairs_bf16(cols, Dv, v16, ldv, sc->v_pairs, ldvp);
             vp = sc->v_pairs;
         }
         if (!partial || pairs_finite(vp, ldvp, cols, Dv)) {
             kern->pv_bf16(rows, cols, Dv, sc->st, bp, vp, ldvp, sc->alpha, sc->acc, job->ldacc, sc->pv_scratch);
         } else { /* rare: widen the tile and take the careful path */
+            if (!v16) v16 = fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
             for (int64_t c = 0; c < cols; c++) kern->bf16_to_f32(v16 + c * ldv, sc->v + c * Dv, Dv);
             fa_kernels_ref.pv(rows, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, job->ldacc);
         }
