@@ -307,12 +307,15 @@ void fa_pack_qt_u8(int64_t rows, int64_t d, const int8_t *q8, int64_t ldq8, uint
     const int64_t rp = round_rows(rows);
     for (int64_t p = 0; p < FA_QT4_QUADS(d); p++)
         for (int64_t r = 0; r < rp; r++) {
+            /* code + 128 as a byte is the code with its top bit flipped */
             uint32_t w = 0;
-            for (int64_t b = 0; b < 4; b++) {
-                const int32_t code = r < rows && 4 * p + b < d ? q8[r * ldq8 + 4 * p + b] : 0;
-                w |= (uint32_t)(code + 128) << 8 * b;
-            }
-            qt4[p * ldqt4 + r] = w;
+            const uint8_t *c = r < rows ? (const uint8_t *)q8 + r * ldq8 + 4 * p : NULL;
+            if (c && 4 * p + 4 <= d) /* four byte loads a dword (one load, where bytes are in order) */
+                w = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24;
+            else
+                for (int64_t b = 0; c && b < 4; b++)
+                    if (4 * p + b < d) w |= (uint32_t)c[b] << 8 * b;
+            qt4[p * ldqt4 + r] = w ^ 0x80808080u;
         }
 }
 
