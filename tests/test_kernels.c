@@ -1911,6 +1911,91 @@ static void case_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits,
     kvp_free(&v);
 }
 
+/*
+ * qk_i8 (kernels.h; docs/semantics.md, 11) on every table against the contract's score
+ * computed here (the integer sum in int64, then the f32 steps in the written order), bit
+ * for bit (a NaN matches any NaN), for every row of the padded row block, with the columns
+ * past cols and the rows past it in st untouched; its Q operand as fa_pack_qt_u8 packs it,
+ * which is itself checked against the layout written out here.
+ */
+static void case_qk_i8(int64_t rows, int64_t cols, int64_t d, int smooth, int extreme) {
+    const int64_t rp = round16(rows), nq = FA_QT4_QUADS(d), ldq8 = d + h_rng_int(&g_rng, 0, 9);
+    const int64_t ldqt4 = rp + 16 * h_rng_int(&g_rng, 0, 2), ldk8 = (d + 3) / 4 * 4 + h_rng_int(&g_rng, 0, 7);
+    const int64_t ldst = rp + 16 * h_rng_int(&g_rng, 0, 2);
+    int8_t *q8 = xmalloc((size_t)(rows * ldq8)), *k8 = xmalloc((size_t)(cols * ldk8));
+    for (int64_t i = 0; i < rows * ldq8; i++) q8[i] = (int8_t)(extreme ? -127 : h_rng_int(&g_rng, -127, 127));
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t x = 0; x < ldk8; x++)
+            k8[c * ldk8 + x] = x >= (d + 3) / 4 * 4 ? 77 /* past the quads: never read */
+                               : x >= d               ? 0
+                               : extreme              ? -128
+                                                      : (int8_t)h_rng_int(&g_rng, -128, 127);
+    float *qs = xaligned(4 * (size_t)rp), *qc = xaligned(4 * (size_t)rp), *ks = xmalloc(4 * (size_t)cols);
+    int32_t *ksum = xmalloc(4 * (size_t)cols);
+    for (int64_t r = 0; r < rp; r++) {
+        const double u = h_rng_uniform(&g_rng);
+        qs[r] = u < 0.05 ? 0.0f : u < 0.08 ? NAN : (float)ldexp(h_rng_range(&g_rng, 0.5, 1.0), (int)h_rng_int(&g_rng, -20, 3));
+        qc[r] = (float)(8.0 * h_rng_normal(&g_rng));
+    }
+    for (int64_t c = 0; c < cols; c++) {
+        ks[c] = h_rng_uniform(&g_rng) < 0.05 ? 0.0f : (float)ldexp(h_rng_range(&g_rng, 0.5, 1.0), (int)h_rng_int(&g_rng, -20, 3));
+        ksum[c] = 0;
+        for (int64_t x = 0; x < d; x++) ksum[c] += k8[c * ldk8 + x];
+    }
+    /* the Q^T quads, from the layout */
+    uint32_t *qt4 = xaligned(4 * (size_t)(nq * ldqt4)), *want4 = xmalloc(4 * (size_t)(nq * ldqt4));
+    for (int64_t i = 0; i < nq * ldqt4; i++) qt4[i] = want4[i] = 0xdeadbeefu;
+    for (int64_t p = 0; p < nq; p++)
+        for (int64_t r = 0; r < rp; r++) {
+            uint32_t w = 0;
+            for (int b = 0; b < 4; b++) w |= (uint32_t)((r < rows && 4 * p + b < d ? q8[r * ldq8 + 4 * p + b] : 0) + 128) << 8 * b;
+            want4[p * ldqt4 + r] = w;
+        }
+    h_case("fa_pack_qt_u8 rows=%lld d=%lld ldq8=%lld ldqt4=%lld", (long long)rows, (long long)d, (long long)ldq8,
+           (long long)ldqt4);
+    fa_pack_qt_u8(rows, d, q8, ldq8, qt4, ldqt4);
+    CHECK(memcmp(qt4, want4, 4 * (size_t)(nq * ldqt4)) == 0, "Q^T quads differ from the layout (or written past it)");
+    for (int t = 0; t < g_ntab; t++) {
+        const fa_kernels *kt = g_tab[t].k;
+        h_case("qk_i8 isa=%s rows=%lld cols=%lld d=%lld smooth=%d extreme=%d ldqt4=%lld ldk8=%lld ldst=%lld", kt->name,
+               (long long)rows, (long long)cols, (long long)d, smooth, extreme, (long long)ldqt4, (long long)ldk8,
+               (long long)ldst);
+        obuf st = ob_alloc((size_t)(cols * ldst) * 4);
+        tiles_begin(kt);
+        kt->qk_i8(rows, cols, d, qt4, ldqt4, qs, smooth ? qc : NULL, k8, ldk8, ks, ksum, obf(&st), ldst);
+        tiles_end(kt);
+        int64_t bad = 0, touched = 0;
+        for (int64_t c = 0; c < cols; c++) {
+            for (int64_t r = 0; r < rp; r++) {
+                int64_t a = 0;
+                for (int64_t x = 0; x < d && r < rows; x++) a += (int64_t)q8[r * ldq8 + x] * k8[c * ldk8 + x];
+                float want = (float)a * (qs[r] * ks[c]);
+                if (smooth) want += qc[r];
+                const float got = obf(&st)[c * ldst + r];
+                if (!same_or_nan(got, want) && bad++ < 3)
+                    printf("  (r %lld, c %lld): got %a want %a\n", (long long)r, (long long)c, (double)got, (double)want);
+            }
+            for (int64_t r = rp; r < ldst; r++) touched += fbits(obf(&st)[c * ldst + r]) != SENT32;
+        }
+        CHECK(bad == 0, "%lld scores differ from the contract's bits", (long long)bad);
+        CHECK(touched == 0 && ob_guards_ok(&st), "writes past the padded rows or outside st");
+        free(st.raw);
+    }
+    free(q8), free(k8), free(qs), free(qc), free(ks), free(ksum), free(qt4), free(want4);
+}
+
+static void test_qk_i8(void) {
+    static const int64_t dims[] = {1, 3, 4, 17, 63, 64, 65, 128, 130, 256, 577};
+    for (int di = 0; di < NELEM(dims); di++)
+        for (int64_t rows = 1; rows <= 150; rows += 1 + rows / 2) {
+            if (h_rng_uniform(&g_rng) >= h_test_scale()) continue;
+            const int64_t cols = h_rng_int(&g_rng, 1, 40) + (rows % 3 == 0 ? 100 : 0);
+            case_qk_i8(rows, cols, dims[di], (int)(rows + di) % 2, 0);
+        }
+    case_qk_i8(64, 37, 2000, 1, 1); /* the largest sums: every q code -127, every k code -128 */
+    case_qk_i8(70, 6, 128, 0, 0);
+}
+
 static void test_small_i8(void) {
     for (int64_t n = 1; n <= 300; n += (n < 20 ? 1 : 37))
         for (int kind = 0; kind < 4; kind++)
@@ -3024,7 +3109,8 @@ static const struct {
     KERNEL_ENTRY(f16_to_f32),    KERNEL_ENTRY(bf16_to_f32), KERNEL_ENTRY(f32_to_f16), KERNEL_ENTRY(f32_to_bf16),
     KERNEL_ENTRY(pack_qt_bf16), KERNEL_ENTRY(qk_bf16),
     KERNEL_ENTRY(pack_pairs_bf16), KERNEL_ENTRY(pv_bf16),  KERNEL_ENTRY(stx_bf16),
-    KERNEL_ENTRY(pack_kt_bf16),  KERNEL_ENTRY(fwd_bf16),  KERNEL_ENTRY(fwd_i8),      KERNEL_ENTRY(pack_t_bf16),
+    KERNEL_ENTRY(pack_kt_bf16),  KERNEL_ENTRY(fwd_bf16),  KERNEL_ENTRY(fwd_i8),      KERNEL_ENTRY(qk_i8),
+    KERNEL_ENTRY(pack_t_bf16),
     KERNEL_ENTRY(bwd_bf16),
     KERNEL_ENTRY(qk_small),      KERNEL_ENTRY(softmax_small), KERNEL_ENTRY(pv_small),
     KERNEL_ENTRY(qk_small_i8),   KERNEL_ENTRY(pv_small_i8), KERNEL_ENTRY(quant_row_i8),
@@ -3057,8 +3143,8 @@ static const struct {
     {"avx2vnni", "avx2", "qk_small_i8 pv_small_i8", FA_KERNELS_SMALL_ROWS | FA_KERNELS_I8_DOT},
     {"avx512", "avx2", FP32_KERNELS " f32_to_f16 f32_to_bf16 sum_rows_bf16 dot_rows_f64", FA_KERNELS_SMALL_ROWS},
     {"avx512bf16", "avx512",
-     "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16 qk_small_i8 pv_small_i8 quant_row_i8",
-     FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT | FA_KERNELS_I8_DOT},
+     "pack_qt_bf16 qk_bf16 pack_pairs_bf16 pv_bf16 stx_bf16 probe_bf16 qk_small_i8 pv_small_i8 quant_row_i8 qk_i8",
+     FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT | FA_KERNELS_I8_DOT | FA_KERNELS_QK_I8},
     {"neon", "ref", FP32_KERNELS, FA_KERNELS_SMALL_ROWS},
     {"amx", "avx512bf16", TILE_KERNELS " pack_kt_bf16 pack_t_bf16", FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_I8_DOT},
     {"amx-model", "ref", TILE_KERNELS, FA_KERNELS_SMALL_ROWS | TILE_FLAGS | FA_KERNELS_EXPLICIT | FA_KERNELS_I8_DOT},
@@ -3103,7 +3189,8 @@ static void test_tables(void) {
               (int)k->pv_block.rows, (int)k->pv_block.cols);
         CHECK((k->flags & ~(unsigned)(FA_KERNELS_BF16_DOT | FA_KERNELS_SMALL_ROWS | FA_KERNELS_BF16_DOT_FAST |
                                       FA_KERNELS_TILES | FA_KERNELS_EXPLICIT | FA_KERNELS_I8_DOT |
-                                      FA_KERNELS_FWD_BF16 | FA_KERNELS_BWD_BF16 | FA_KERNELS_FWD_I8)) == 0,
+                                      FA_KERNELS_FWD_BF16 | FA_KERNELS_BWD_BF16 | FA_KERNELS_FWD_I8 |
+                                      FA_KERNELS_QK_I8)) == 0,
               "unknown flags 0x%x", k->flags);
         CHECK(!(k->flags & (FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES)) || (k->flags & FA_KERNELS_BF16_DOT),
               "flags 0x%x: a fast bf16 dot product or a tile unit without FA_KERNELS_BF16_DOT", k->flags);
@@ -3556,6 +3643,7 @@ int main(void) {
     test_stx_bf16();
     test_small();
     test_small_i8();
+    test_qk_i8();
     test_fwd_bf16();
     test_fwd_i8();
     test_bwd_bf16();

@@ -603,16 +603,21 @@ static void run_prefill(const pcase *pc, uint64_t seed, qresult *res)
         res->lse_err[mode] = lerr;
     }
     /* i8 with the fused forward flipped (fwd_i8 against flash_task_q8's small-row kernels
-     * on a table with both; elsewhere the same path): the same scores bit for bit, so the
-     * lse differs only by the exps' rounding (fwd_bf16's, section 5), far below the
-     * quantisation error the bounds above allow. A wrong key code or scale shows here. */
+     * on a table with both; elsewhere the same path), and with the bf16 dot products off
+     * (bf16 inputs: qk_i8's route, flash_task_i8p, against the small-row kernels on a
+     * table with qk_i8; elsewhere the same path): the same scores bit for bit, so the
+     * lse differs only by the exps' rounding (fwd_bf16's, section 5; the wide softmax's
+     * against the small-row one's), far below the quantisation error the bounds above
+     * allow. A wrong key code, sum or scale shows here. */
     res->fused_lse = 0;
-    int64_t fused = 1;
+    int64_t fused = 1, dot = 0;
     CHECK(fa_context_get(g_ctx, FA_PARAM_BF16_FUSED, &fused) == FA_OK, "FA_PARAM_BF16_FUSED");
+    CHECK(fa_context_get(g_ctx, FA_PARAM_BF16_DOT, &dot) == FA_OK, "FA_PARAM_BF16_DOT");
     a.quant_matmul = 1;
     float *lse2 = malloc(sizeof(float) * (size_t)(copies * Sq * Hq));
-    for (int flip = 0; flip < 2; flip++) {
-        CHECK(fa_context_set(g_ctx, FA_PARAM_BF16_FUSED, flip ? !fused : fused) == FA_OK, "FA_PARAM_BF16_FUSED");
+    for (int flip = 0; flip < 3; flip++) {
+        CHECK(fa_context_set(g_ctx, FA_PARAM_BF16_FUSED, flip == 1 ? !fused : fused) == FA_OK, "FA_PARAM_BF16_FUSED");
+        CHECK(fa_context_set(g_ctx, FA_PARAM_BF16_DOT, flip == 2 ? 2 : dot) == FA_OK, "FA_PARAM_BF16_DOT");
         CHECK(h_run(g_ctx, FA_ALGO_AUTO, 2, &a) == FA_OK, "i8: %s", fa_context_error(g_ctx));
         for (int64_t h = 0; h < Hq; h++)
             for (int64_t i = 0; i < copies * Sq; i++) {
@@ -624,6 +629,7 @@ static void run_prefill(const pcase *pc, uint64_t seed, qresult *res)
             }
     }
     CHECK(fa_context_set(g_ctx, FA_PARAM_BF16_FUSED, fused) == FA_OK, "FA_PARAM_BF16_FUSED");
+    CHECK(fa_context_set(g_ctx, FA_PARAM_BF16_DOT, dot) == FA_OK, "FA_PARAM_BF16_DOT");
     free(lse2);
     free(q), free(kd), free(vd), free(table), free(sinks), free(oref), free(obf), free(lref), free(o0), free(om);
     free(a.q.data), free(a.o.data), free(a.lse.data), free(kt.data), free(vt.data), free(ksc.data), free(vsc.data);
@@ -652,7 +658,7 @@ static void check_prefill(const pcase *pc, const qresult *q, const char *what)
               q->lse_err[m], P_LSE[m]);
     }
     CHECK(q->err[2] <= 4 * q->bf16_err, "%s: i8x2 error %.3g, 4x bf16 P's %.3g", what, q->err[2], 4 * q->bf16_err);
-    CHECK(q->fused_lse <= 0x1p-17, "%s: i8's lse fused and unfused differ by %.3g relative", what, q->fused_lse);
+    CHECK(q->fused_lse <= 0x1p-17, "%s: i8's lse fused and unfused (or bf16 dot products off) differ by %.3g relative", what, q->fused_lse);
     CHECK(q->float_err[0] == 0 || q->err[2] <= 4 * q->float_err[0], "%s: i8x2 error %.3g, 4x the bf16 path's %.3g",
           what, q->err[2], 4 * q->float_err[0]);
     /* N(0,1) inputs: i8 too within 4x the exact bf16 path's error (the target) */

@@ -51,12 +51,16 @@
 typedef struct wide_path wide_path;
 typedef struct wide_task wide_task;
 
-/* The fused int8 forward's K (fwd_i8, flash_task_i8): every key of each (sequence, kv
- * head) smoothed, quantised and packed once per call (q8_keys_worker), in key slots:
- * (b, hk)'s keys from slot off[b] + hk * (FA_RUP16(Sk_b) + 16), 16-key blocks aligned,
- * 16 spare slots for a tile's readable tail. */
+/* The K of the int8 routes with K once per call (wide_path's keys): every key of each
+ * (sequence, kv head) smoothed, quantised and packed once per call (q8_keys_worker), in key
+ * slots: (b, hk)'s keys from slot off[b] + hk * (FA_RUP16(Sk_b) + 16), 16-key blocks
+ * aligned, 16 spare slots for a tile's readable tail. The fused forward (fwd_i8,
+ * flash_task_i8) reads K's codes as kt's blocks, qk_i8 (flash_task_i8p) as rows k8 with
+ * their sums. */
 typedef struct {
-    uint32_t *kt;   /* FA_KT_QUADS(D) dwords per key slot, fa_pack_kt_i8's blocks */
+    uint32_t *kt;   /* Q8_KEYS_KT: FA_KT_QUADS(D) dwords per key slot, fa_pack_kt_i8's blocks */
+    int8_t *k8;     /* Q8_KEYS_ROWS: fa_q8_ld(D) codes per key slot (zero from D on) */
+    int32_t *ksum;  /* Q8_KEYS_ROWS: each slot's code sum (qk_i8's ksum) */
     uint32_t *vp;   /* V as pairs of key slots (pack_pairs_bf16), fa_packed_ld(Dv) dwords each */
     float *ks;      /* one scale per key slot */
     float *kbar;    /* (B, Hk, D) the mean key (docs/semantics.md, 11), where smooth */
@@ -128,6 +132,7 @@ typedef struct {
     uint16_t *qa;
     uint32_t *kt;
     void *fwd_scratch;
+    uint32_t *qt4; /* qk_i8's route only: the Q block's codes as Q^T quads (FA_QT4_QUADS(D), br_pad) */
     /* f32 as bf16 products only: one row's bf16 high part, and its residual in f32 */
     uint16_t *row16;
     float *rowf;
@@ -155,8 +160,10 @@ struct wide_path {
     int pairs; /* reads the bf16 or split packing (kv.h), not the f32 one */
     int trims; /* takes a band's diagonal tiles in row blocks (wide_trimmed) */
     int fuses; /* has the fused forward (fwd_bf16) as a variant, where the job allows it */
-    int keys;  /* K quantised and packed once per call (q8_keys_worker); the fused kernel's scratch */
+    int keys;  /* K quantised and packed once per call (q8_keys_worker) in the form Q8_KEYS_*, or 0 */
 };
+
+enum { Q8_KEYS_KT = 1, Q8_KEYS_ROWS = 2 }; /* wide_path's keys: fwd_i8's blocks (and its scratch), qk_i8's rows */
 
 static int64_t round16(int64_t x) { return fa_round_up(x, FA_ROW_ALIGN); }
 
@@ -216,8 +223,9 @@ static int64_t scratch_layout(const flash_job *job, flash_scratch *sc, char *bas
         {(void **)&sc->pv_scratch, b16 ? 4 * FA_PV_BF16_SCRATCH(bp, bc, Dv) : 0},
         /* (f32 as bf16 products: rows of T * D) */
         {(void **)&sc->qa, job->fused ? fa_bytes3(bp, FA_RUP32(T * D), 2) : 0},
-        {(void **)&sc->kt, job->fused || job->path->keys ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(T * D), 4) : 0},
-        {(void **)&sc->fwd_scratch, job->fused || job->path->keys ? FA_FWD_BF16_SCRATCH(bc, Dv) : 0},
+        {(void **)&sc->kt, job->fused || job->path->keys == Q8_KEYS_KT ? fa_bytes3((bc + 15) / 16, 16 * FA_KT_PAIRS(T * D), 4) : 0},
+        {(void **)&sc->fwd_scratch, job->fused || job->path->keys == Q8_KEYS_KT ? FA_FWD_BF16_SCRATCH(bc, Dv) : 0},
+        {(void **)&sc->qt4, job->path->keys == Q8_KEYS_ROWS ? fa_bytes3(FA_QT4_QUADS(D), bp, 4) : 0},
         {(void **)&sc->row16, mm ? fa_bytes3(row_max, 2, 1) : 0},
         {(void **)&sc->rowf, mm ? fa_bytes3(row_max, 8, 1) : 0},
     };
@@ -1157,7 +1165,7 @@ run:
 
 /* The key slots of q8_keys: their count (base NULL) or the parts laid out from base;
  * -1 when a size overflows. */
-static int64_t q8_keys_layout(const fa_problem *p, q8_keys *k, char *base)
+static int64_t q8_keys_layout(const fa_problem *p, int form, q8_keys *k, char *base)
 {
     int64_t slots = 0;
     for (int64_t b = 0; b < p->B; b++) {
@@ -1168,7 +1176,9 @@ static int64_t q8_keys_layout(const fa_problem *p, q8_keys *k, char *base)
         slots += n;
     }
     const fa_ws_part parts[] = {
-        {(void **)&k->kt, fa_bytes3(slots, 4 * FA_KT_QUADS(p->D), 1)},
+        {(void **)&k->kt, form == Q8_KEYS_KT ? fa_bytes3(slots, 4 * FA_KT_QUADS(p->D), 1) : 0},
+        {(void **)&k->k8, form == Q8_KEYS_ROWS ? fa_bytes3(slots, fa_q8_ld(p->D), 1) : 0},
+        {(void **)&k->ksum, form == Q8_KEYS_ROWS ? fa_bytes3(slots, 4, 1) : 0},
         {(void **)&k->vp, fa_bytes3(slots / 2, fa_packed_ld(p->Dv), 4)},
         {(void **)&k->ks, fa_bytes3(slots, 4, 1)},
         {(void **)&k->kbar, fa_bytes3(p->B * p->Hk, p->D, 4)},
@@ -1185,14 +1195,24 @@ static int64_t q8_keys_layout(const fa_problem *p, q8_keys *k, char *base)
     return bytes;
 }
 
+/* The sum of a key's n codes (qk_i8's ksum): exact in int32 (127 n < 2^31). */
+static int32_t q8_code_sum(const int8_t *k8, int64_t n)
+{
+    int32_t sum = 0;
+    for (int64_t x = 0; x < n; x++) sum += k8[x];
+    return sum;
+}
+
 /* q8_keys for each (sequence, kv head) a thread takes: kbar (flash_task_q8's), then each
- * key smoothed and quantised as flash_task_q8 quantises it, and packed; V's pairs. */
+ * key smoothed and quantised as flash_task_q8 quantises it, and packed (or, as rows, kept
+ * where quantise_row writes it, with its code sum); V's pairs. */
 static void q8_keys_worker(void *arg, int ith, int nth)
 {
     (void)nth;
     flash_job *job = arg;
     const fa_problem *p = job->p;
     const int64_t D = p->D, ld8 = fa_q8_ld(D), nq = FA_KT_QUADS(D), ldvp = fa_packed_ld(p->Dv);
+    const int rows = job->path->keys == Q8_KEYS_ROWS;
     flash_scratch sc;
     scratch_layout(job, &sc, job->workspace + (int64_t)ith * job->per_thread);
     const double t0 = fa_phase_start(job->phases);
@@ -1209,9 +1229,12 @@ static void q8_keys_worker(void *arg, int ith, int nth)
             int64_t ldk;
             const float *k = fa_kv_tile_f32(p, &s, 0, job->kern, j0, cols, hk, D, sc.k, &ldk);
             for (int64_t c = 0; c < cols; c++) {
+                const int64_t j = slot0 + j0 + c;
+                int8_t *k8 = rows ? job->keys.k8 + j * ld8 : sc.wk8;
                 for (int64_t e = 0; e < D; e++) sc.wy[e] = smooth ? k[c * ldk + e] - sc.wkbar[e] : k[c * ldk + e];
-                job->keys.ks[slot0 + j0 + c] = job->kern->quant_row_i8(sc.wy, D, 1, sc.wk8);
-                fa_pack_kt_i8(1, D, sc.wk8, ld8, job->keys.kt + slot0 * nq, j0 + c);
+                job->keys.ks[j] = job->kern->quant_row_i8(sc.wy, D, 1, k8);
+                if (rows) job->keys.ksum[j] = q8_code_sum(k8, D);
+                else fa_pack_kt_i8(1, D, k8, ld8, job->keys.kt + slot0 * nq, j0 + c);
             }
             int64_t ldv;
             const uint16_t *v = fa_kv_tile_u16(p, &s, 1, j0, cols, hk, p->Dv, sc.v16, &ldv);
@@ -1221,7 +1244,12 @@ static void q8_keys_worker(void *arg, int ith, int nth)
         memset(sc.wk8, 0, (size_t)ld8);
         for (int64_t j = s.Sk; j < FA_RUP16(s.Sk) + 16; j++) {
             job->keys.ks[slot0 + j] = 0.0f;
-            fa_pack_kt_i8(1, D, sc.wk8, ld8, job->keys.kt + slot0 * nq, j);
+            if (rows) {
+                memset(job->keys.k8 + (slot0 + j) * ld8, 0, (size_t)ld8);
+                job->keys.ksum[slot0 + j] = 0;
+            } else {
+                fa_pack_kt_i8(1, D, sc.wk8, ld8, job->keys.kt + slot0 * nq, j);
+            }
         }
     }
     fa_phase_mark(job->phases, FA_PH_X, t0);
@@ -1238,6 +1266,27 @@ static const uint32_t *q8_tile_kt(const flash_scratch *sc, const uint32_t *kt0, 
     return sc->kt;
 }
 
+/* The prologue of a task on q8_keys (flash_task_i8, flash_task_i8p), n rows per head: its
+ * unit's kbar, q's codes (q8_quantise_q, one digit), the softmax state and accumulator
+ * cleared. Returns whether the unit's K is smoothed; *slot0: the unit's first key slot. */
+static int q8_keys_task_begin(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it,
+                              int64_t n, int64_t *slot0)
+{
+    const fa_problem *p = job->p;
+    const int64_t D = p->D, i0 = (int64_t)it->qb * job->plan.br, hk = it->h0 / p->group, rows = n * it->ng;
+    const int64_t u = (int64_t)it->b * p->Hk + hk;
+    *slot0 = job->keys.off[it->b] + hk * (FA_RUP16(s->Sk) + 16);
+    const int smooth = job->keys.smooth[u];
+    memcpy(sc->wkbar, job->keys.kbar + u * D, (size_t)D * sizeof(float));
+    q8_quantise_q(job, sc, s, i0, n, it->ng, it->h0, smooth, 1, fa_q8_ld(D));
+    for (int64_t r = 0; r < rows; r++) {
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0.0f;
+    }
+    memset(sc->acc, 0, (size_t)(rows * job->ldacc) * sizeof(float));
+    return smooth;
+}
+
 /*
  * The wide path on int8 products with the table's fused forward (fwd_i8): flash_task_q8's
  * q codes and kbar, K's codes and V's pairs from q8_keys, and each tile's scores, softmax and P V in
@@ -1252,17 +1301,10 @@ static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const f
     const int64_t D = p->D, Dv = p->Dv, ld8 = fa_q8_ld(D), nq = FA_KT_QUADS(D);
     const int64_t i0 = (int64_t)it->qb * job->plan.br, ng = it->ng, h0 = it->h0, hk = h0 / p->group;
     const int64_t n = s->Sq - i0 < job->plan.br ? s->Sq - i0 : job->plan.br, rows = n * ng;
-    const int64_t u = (int64_t)it->b * p->Hk + hk, slot0 = job->keys.off[it->b] + hk * (FA_RUP16(s->Sk) + 16);
     const double tq = fa_phase_start(job->phases);
-    const int smooth = job->keys.smooth[u];
-    memcpy(sc->wkbar, job->keys.kbar + u * D, (size_t)D * sizeof(float));
-    q8_quantise_q(job, sc, s, i0, n, ng, h0, smooth, 1, ld8);
+    int64_t slot0;
+    const int smooth = q8_keys_task_begin(job, sc, s, it, n, &slot0);
     memset(sc->wq8 + rows * ld8, 0, (size_t)((FA_RUP16(rows) - rows) * ld8)); /* whole A tiles */
-    for (int64_t r = 0; r < rows; r++) {
-        sc->m[r] = -INFINITY;
-        sc->l[r] = 0.0f;
-    }
-    memset(sc->acc, 0, (size_t)(rows * job->ldacc) * sizeof(float));
     double t0 = fa_phase_mark(job->phases, FA_PH_X, tq);
 
     int64_t lo, hi;
@@ -1293,6 +1335,69 @@ static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const f
     finish_rows(job, s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
 }
 
+/*
+ * The wide path on int8 products on the vector units (qk_i8; docs/semantics.md, 11): q's
+ * codes as flash_task_q8's, once per task, as Q^T quads; K's codes, sums and V's pairs from
+ * q8_keys; step 1 by qk_i8 into the transposed score tile, then steps 2 to 9 as the bf16
+ * path takes them (fa_scores_finish, softmax, pv_bf16 on V's pairs: P rounded to bf16). A
+ * partly masked tile with a non-finite V row takes the reference's pv on V widened (see
+ * wide_pv_bf16). A task's only step.
+ */
+static void flash_task_i8p(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
+{
+    const fa_problem *p = job->p;
+    const fa_kernels *kern = job->kern;
+    const int64_t D = p->D, Dv = p->Dv, ld8 = fa_q8_ld(D), bp = job->plan.br_pad, ldvp = fa_packed_ld(Dv);
+    const int64_t i0 = (int64_t)it->qb * job->plan.br, ng = it->ng, h0 = it->h0, hk = h0 / p->group;
+    const int64_t n = s->Sq - i0 < job->plan.br ? s->Sq - i0 : job->plan.br, rows = n * ng;
+    const int elementwise = fa_problem_has_elementwise(s);
+    const double tq = fa_phase_start(job->phases);
+    int64_t slot0;
+    const int smooth = q8_keys_task_begin(job, sc, s, it, n, &slot0);
+    for (int64_t r = rows; r < round16(rows); r++) sc->wq8s[r] = sc->wqc[r] = 0.0f; /* qk_i8 reads whole row blocks */
+    fa_pack_qt_u8(rows, D, sc->wq8, ld8, sc->qt4, bp);
+    double t0 = fa_phase_mark(job->phases, FA_PH_X, tq);
+
+    int64_t lo, hi;
+    fa_task_columns(s, it, i0, n, &lo, &hi);
+    for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
+        const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc, j = slot0 + j0;
+        const int32_t *tlo, *thi;
+        const int partial = stacked_band(s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        /* 1. scores (the softmax scale is in q's codes) */
+        kern->qk_i8(rows, cols, D, sc->qt4, bp, sc->wq8s, smooth ? sc->wqc : NULL, job->keys.k8 + j * ld8, ld8,
+                    job->keys.ks + j, job->keys.ksum + j, sc->st, bp);
+        t0 = fa_phase_mark(job->phases, FA_PH_S, t0);
+        fa_phase_flops(job->phases, FA_PH_S, fa_tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
+        /* 2-5. softcap, bias, ALiBi and masks, head by head */
+        if (elementwise)
+            for (int64_t g = 0; g < ng; g++) fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1);
+        /* 6-7. online softmax */
+        kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
+        t0 = fa_phase_mark(job->phases, FA_PH_X, t0);
+        if (Dv == 0) continue; /* the lse is all there is to compute */
+        /* 9. acc = alpha * acc + P V, V's pairs from q8_keys (from an odd key: paired here) */
+        const uint32_t *vp = job->keys.vp + j / 2 * ldvp;
+        const uint16_t *v16 = NULL;
+        int64_t ldv = 0;
+        if (j0 & 1) {
+            v16 = fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
+            kern->pack_pairs_bf16(cols, Dv, v16, ldv, sc->v_pairs, ldvp);
+            vp = sc->v_pairs;
+        }
+        if (!partial || pairs_finite(vp, ldvp, cols, Dv)) {
+            kern->pv_bf16(rows, cols, Dv, sc->st, bp, vp, ldvp, sc->alpha, sc->acc, job->ldacc, sc->pv_scratch);
+        } else { /* rare: widen the tile and take the careful path */
+            if (!v16) v16 = fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
+            for (int64_t c = 0; c < cols; c++) kern->bf16_to_f32(v16 + c * ldv, sc->v + c * Dv, Dv);
+            fa_kernels_ref.pv(rows, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, job->ldacc);
+        }
+        t0 = fa_phase_mark(job->phases, FA_PH_P, t0);
+        fa_phase_flops(job->phases, FA_PH_P, fa_tile_flops(job->phases, 2 * Dv, rows, cols, tlo, thi));
+    }
+    finish_rows(job, s, it, h0, i0, n, ng, sc->m, sc->l, sc->acc, 0);
+}
+
 /* Whether the wide tasks' rows are bf16 pairs (the bf16 path): bf16 q and K/V rows the
  * pair kernels read (no codes; pages only where pages_ok: the decode-tile route, the
  * int8 route's V). */
@@ -1311,13 +1416,21 @@ static int wide_fused_i8(const fa_context *ctx, const fa_problem *p, const flash
     return job->wide_digits == 1 && job->fused && (ctx->kernels->flags & FA_KERNELS_FWD_I8) && bf16_rows(p, job, 1);
 }
 
-enum { WIDE_F32, WIDE_BF16, WIDE_SPLIT, WIDE_Q8, WIDE_I8 };
+/* Whether the wide int8 tasks take qk_i8 and the bf16 path's steps 6 to 9: one digit over
+ * float bf16 K/V, on a table with qk_i8 of its own, where the fused forward is not taken. */
+static int wide_i8_pairs(const fa_context *ctx, const fa_problem *p, const flash_job *job)
+{
+    return job->wide_digits == 1 && (ctx->kernels->flags & FA_KERNELS_QK_I8) && bf16_rows(p, job, 1);
+}
+
+enum { WIDE_F32, WIDE_BF16, WIDE_SPLIT, WIDE_Q8, WIDE_I8, WIDE_I8P };
 static const wide_path wide_paths[] = {
     [WIDE_F32] = {NULL, q_rows_f32, scores_f32, wide_pv_f32, 0, 1, 0, 0},
     [WIDE_BF16] = {NULL, q_rows_bf16, scores_bf16, wide_pv_bf16, 1, 0, 1, 0},
     [WIDE_SPLIT] = {NULL, q_rows_split, scores_split, wide_pv_split, 1, 0, 1, 0},
     [WIDE_Q8] = {flash_task_q8, NULL, NULL, NULL, 0, 0, 0, 0},
-    [WIDE_I8] = {flash_task_i8, NULL, NULL, NULL, 0, 0, 0, 1},
+    [WIDE_I8] = {flash_task_i8, NULL, NULL, NULL, 0, 0, 0, Q8_KEYS_KT},
+    [WIDE_I8P] = {flash_task_i8p, NULL, NULL, NULL, 0, 0, 0, Q8_KEYS_ROWS},
 };
 
 /* Before step 1: the Q rows of every stacked head in the path's form; with `clear`,
@@ -1599,7 +1712,8 @@ static int wide_q8(const fa_context *ctx, const fa_problem *p, const flash_job *
  * route, no codes), else f32 as bf16 products where set, else f32. */
 static const wide_path *wide_path_of(const fa_context *ctx, const fa_problem *p, const flash_job *job)
 {
-    if (job->wide_digits) return &wide_paths[wide_fused_i8(ctx, p, job) ? WIDE_I8 : WIDE_Q8];
+    if (job->wide_digits)
+        return &wide_paths[wide_fused_i8(ctx, p, job) ? WIDE_I8 : wide_i8_pairs(ctx, p, job) ? WIDE_I8P : WIDE_Q8];
     if (bf16_rows(p, job, job->decode_tiles)) return &wide_paths[WIDE_BF16];
     return &wide_paths[job->mm_terms ? WIDE_SPLIT : WIDE_F32];
 }
@@ -1672,6 +1786,7 @@ static const char *path_name(const flash_job *job)
 {
     const int digits = job->wide_digits ? job->wide_digits : job->digits;
     if (job->path == &wide_paths[WIDE_I8]) return "i8-fused";
+    if (job->path == &wide_paths[WIDE_I8P]) return "i8-pairs";
     if (job->path == &wide_paths[WIDE_BF16]) return job->fused ? "bf16-fused" : "bf16-dot";
     if (job->path == &wide_paths[WIDE_SPLIT])
         return job->mm_terms == 3 ? (job->fused ? "bf16x3-fused" : "bf16x3") : job->fused ? "bf16-of-f32-fused" : "bf16-of-f32";
@@ -1711,7 +1826,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
         {(void **)&merges, fa_bytes3(counts.units, (int64_t)sizeof(int64_t), 1)},
         {(void **)&job.slots, fa_bytes3(counts.slots, job.slot_floats, 4)},
         {(void **)&units, form < 0 ? 0 : fa_bytes3(p->B, p->Hk, 6 * 8)},
-        {(void **)&keys, job.path->keys ? q8_keys_layout(p, &job.keys, NULL) : 0},
+        {(void **)&keys, job.path->keys ? q8_keys_layout(p, job.path->keys, &job.keys, NULL) : 0},
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);
     if (bytes < 0) return fa_fail(ctx, FA_ERR_OVERFLOW, "flash: the workspace size overflows 64 bits");
@@ -1719,7 +1834,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
     if (!ws)
         return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "flash: cannot allocate %lld bytes of workspace", (long long)bytes);
     fa_ws_layout(parts, sizeof parts / sizeof parts[0], ws);
-    if (job.path->keys) q8_keys_layout(p, &job.keys, keys);
+    if (job.path->keys) q8_keys_layout(p, job.path->keys, &job.keys, keys);
     job.workspace = scratch;
     job.merges = merges;
 

@@ -156,6 +156,11 @@ enum {
      * where fwd_bf16 would be taken. Without it the table's fwd_i8 is the reference's,
      * correct but never chosen. */
     FA_KERNELS_FWD_I8 = 1u << 8,
+    /* qk_i8 is this table's own (integer dot products on vectors along rows): FA_PARAM_QUANT_MATMUL's
+     * wide bf16 tiles take it for step 1 and the bf16 path's kernels for steps 6 to 9 (docs/semantics.md,
+     * 11), where no fused int8 forward (FA_KERNELS_FWD_I8) is taken. Without it the table's qk_i8 is the
+     * reference's, correct but never chosen. */
+    FA_KERNELS_QK_I8 = 1u << 9,
 };
 
 /* The head dims up to which FA_PARAM_QUANT_MATMUL applies: int32 sums of D products of
@@ -180,6 +185,16 @@ static inline int64_t fa_q8_ld(int64_t d) { return (d + 63) / 64 * 64; }
  * FA_KT_QUADS(d) rows of 16 dwords, dword p of key c its codes 4p .. 4p+3 (whole chunks of
  * 64 d, zero past d), so that one B tile is 1 KB of contiguous memory, as K^T pairs are. */
 #define FA_KT_QUADS(d) FA_RUP16(((d) + 3) / 4)
+
+/*
+ * qk_i8's Q operand, transposed as qk's and qk_bf16's are (vectors along rows): Q^T quads,
+ * qt4[p * ldqt4 + r] = the dword of the u8 bytes q8[r][4p + b] + 128 (b = 0..3, lowest
+ * byte first; codes past d count as 0) for p < FA_QT4_QUADS(d) and r < round_up(rows,
+ * FA_ROW_ALIGN) (padding rows as codes 0); ldqt4 a multiple of FA_ROW_ALIGN, 64-byte aligned.
+ * The +128 makes q the unsigned operand of vpdpbusd; K's code sums take it off again.
+ */
+#define FA_QT4_QUADS(d) (((d) + 3) / 4)
+void fa_pack_qt_u8(int64_t rows, int64_t d, const int8_t *q8, int64_t ldq8, uint32_t *qt4, int64_t ldqt4);
 
 /* bytes of scratch fwd_bf16 needs for a tile of cols keys (any table, either mode). */
 #define FA_FWD_BF16_SCRATCH(cols, dv)                                                                             \
@@ -457,6 +472,19 @@ typedef struct fa_kernels {
     void (*pack_kt_bf16)(int64_t cols, int64_t d, const uint16_t *k, int64_t ldk, uint32_t *kt, int64_t j0);
     void (*fwd_bf16)(const fa_fwd_tile *t);
     void (*fwd_i8)(const fa_fwd_tile *t); /* above, fa_fwd_tile */
+    /*
+     * qk_i8: step 1 of FA_PARAM_QUANT_MATMUL's i8 mode on the transposed tiles (docs/semantics.md,
+     * 11, one digit), for c < cols and r < round_up(rows, FA_ROW_ALIGN):
+     *   st[c][r] = float(A) * (qs[r] * ks[c]) (+ qc[r] where qc is not NULL), each step rounded
+     *              to nearest as written, A = sum_{x < d} q8[r][x] k8[c][x] (exact int32)
+     *   qt4      Q codes as Q^T quads (fa_pack_qt_u8); qs, qc read for round_up(rows, 16) rows
+     *   k8       K codes, rows ldk8 bytes apart (any alignment), zero from d to round_up(d, 4)
+     *   ksum[c]  sum_x k8[c][x] (what q's +128 adds, 128 ksum[c], comes off A with it)
+     * So a score is qk_small_i8's with one digit, bit for bit (plus qc[r], one f32 add).
+     */
+    void (*qk_i8)(int64_t rows, int64_t cols, int64_t d, const uint32_t *qt4, int64_t ldqt4, const float *qs,
+                  const float *qc, const int8_t *k8, int64_t ldk8, const float *ks, const int32_t *ksum, float *st,
+                  int64_t ldst);
     /* pack_t_bf16: dst[x][r] = src[r][x] for x < len, r < rows, zero for rows <= r <
      * FA_RUP32(rows) (the rows x of dst, lddst >= FA_RUP32(rows) uint16 apart; src any ld).
      * bwd_bf16's Q^T and dO^T. bwd_bf16: above. */

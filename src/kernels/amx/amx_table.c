@@ -51,6 +51,8 @@
     do {                                                                                                         \
         (k)->flags |= FA_KERNELS_BF16_DOT | FA_KERNELS_BF16_DOT_FAST | FA_KERNELS_TILES | FA_KERNELS_FWD_BF16 |    \
                       FA_KERNELS_BWD_BF16 | FA_KERNELS_FWD_I8;                                                    \
+        /* int8 products take the fused forward's route (fwd_i8), not the vector qk_i8's */                    \
+        (k)->flags &= ~(unsigned)FA_KERNELS_QK_I8;                                                                \
         (k)->row_align = FA_ROW_ALIGN;                                                                           \
         (k)->qk_block = (fa_kernel_block){32, 32};                                                               \
         (k)->pv_block = (fa_kernel_block){32, 32};                                                               \

@@ -40,11 +40,14 @@ fa_pv_bf16_fn fa_avx512bf16_pv_6x64;
 fa_stx_bf16_fn fa_avx512bf16_stx_6x64;
 fa_probe_fn fa_avx512bf16_probe;
 
-/* avx512vnni_kernels.c (vpdpbusd; in the avx512bf16 table): kernels.h's qk_small_i8, pv_small_i8, quant_row_i8. */
+/* avx512vnni_kernels.c (vpdpbusd; in the avx512bf16 table): kernels.h's qk_small_i8, pv_small_i8, quant_row_i8, qk_i8. */
 float fa_avx512vnni_quant_row_i8(const float *x, int64_t n, int digits, int8_t *code);
 void fa_avx512vnni_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, const int8_t *q8, int64_t ldq8,
                                const float *qscale, const void *const *krow, const float *kscale, float *s,
                                int64_t lds);
+void fa_avx512vnni_qk_i8_64x6(int64_t rows, int64_t cols, int64_t d, const uint32_t *qt4, int64_t ldqt4,
+                              const float *qs, const float *qc, const int8_t *k8, int64_t ldk8, const float *ks,
+                              const int32_t *ksum, float *st, int64_t ldst);
 void fa_avx512vnni_pv_small_i8(int64_t rows, int64_t cols, int64_t dv, int digits, const float *s, int64_t lds,
                                const void *const *vrow, const float *vscale, const float *alpha, float *acc,
                                int64_t ldacc, const fa_rows_ahead *ahead);

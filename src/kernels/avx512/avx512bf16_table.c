@@ -24,7 +24,7 @@ void fa_kernels_init_avx512bf16(fa_kernels *k)
     fa_kernels_init_avx512(k);
     k->name = "avx512bf16";
     k->parent = "avx512";
-    k->flags |= FA_KERNELS_BF16_DOT | FA_KERNELS_I8_DOT;
+    k->flags |= FA_KERNELS_BF16_DOT | FA_KERNELS_I8_DOT | FA_KERNELS_QK_I8;
     k->pack_qt_bf16 = fa_avx512bf16_pack_qt;
     k->qk_bf16 = fa_avx512bf16_qk_64x6;
     k->pack_pairs_bf16 = fa_avx512bf16_pack_pairs;
@@ -34,4 +34,5 @@ void fa_kernels_init_avx512bf16(fa_kernels *k)
     k->qk_small_i8 = fa_avx512vnni_qk_small_i8;
     k->pv_small_i8 = fa_avx512vnni_pv_small_i8;
     k->quant_row_i8 = fa_avx512vnni_quant_row_i8;
+    k->qk_i8 = fa_avx512vnni_qk_i8_64x6;
 }

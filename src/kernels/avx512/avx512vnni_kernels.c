@@ -16,6 +16,10 @@
  *                may pass 2^31 for large d; the result is exact). The transpose (4 shuffles
  *                per key and 64 bytes) is shared by the rows; it replaced per-(row, key)
  *                accumulators summed by an add tree, which cost ~3 uops per score.
+ *   qk_i8_64x6   the wide tiles' step 1 (kernels.h's qk_i8), qk_bf16's register block on
+ *                codes: vectors of 16 query rows of Q^T quads (q + 128, the unsigned
+ *                operand), each key's dword of four codes broadcast (the signed one), 64
+ *                rows x 6 keys of int32 accumulators, each starting at -128 * ksum[c].
  *   pv_small_i8  the reduction runs along keys, so V is taken four keys at a time and
  *                byte-interleaved (vpunpck: each dword holds the four keys' bytes of one
  *                e), into a buffer of 32 keys (8 quads) x dv that stays in L1; then each
@@ -107,6 +111,121 @@ FA_AVX512_INLINE void qk_i8_body(const int R, const int T, int64_t cols, int64_t
 
 _Static_assert(FA_SMALL_ROWS == 8, "i8_rows.h makes one function per row count 1..8");
 FA_I8_QK_ENTRY(qk_i8_body, fa_avx512vnni_qk_small_i8)
+
+/* -------------------------------------------------------- q . k, wide tiles */
+
+enum { QKI_NV = 4, QKI_NC = 6 };
+
+/* acc + the dot products of u8 and s8 quads: vpdpbusd with its accumulator tied to the
+ * output. GCC's builtin (12) leaves the accumulator untied, and in a block of 24 of them
+ * the copies and spills it then makes outnumber the products. */
+FA_AVX512_INLINE __m512i dpbusd_tied(__m512i acc, __m512i u8, __m512i s8)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, u8, s8);
+#endif
+}
+
+#define MIN64(a, b) ((a) < (b) ? (a) : (b))
+
+/* st[c][16i..] = the scores of keys c < valid <= nc (a padded tile repeats its last key
+ * and never stores it) for row vectors i < nv, over the nq quads of d. */
+FA_AVX512_INLINE void qki_tile(const int nv, const int nc, int64_t valid, int64_t nq, const uint32_t *qt, int64_t ld32,
+                               const int8_t *k, int64_t ldk, const float *qs, const float *qc, const float *ks,
+                               const int32_t *ksum, float *st, int64_t ldst)
+{
+    __m512i acc[QKI_NC][QKI_NV];
+    const int8_t *kc[QKI_NC];
+    FA_AVX512_UNROLL
+    for (int j = 0; j < nc; j++) {
+        const int64_t c = MIN64(j, valid - 1);
+        kc[j] = k + c * ldk;
+        /* the sums start at -128 ksum: what q's +128 adds (int32 wraps, the end is exact) */
+        const __m512i corr = _mm512_set1_epi32((int32_t)(-128 * (int64_t)ksum[c]));
+        FA_AVX512_UNROLL
+        for (int i = 0; i < nv; i++) acc[j][i] = corr;
+    }
+    for (int64_t p = 0; p < nq; p++) {
+        const uint32_t *qp = qt + p * ld32;
+        __m512i qv[QKI_NV];
+        FA_AVX512_UNROLL
+        for (int i = 0; i < nv; i++) qv[i] = _mm512_load_si512(qp + 16 * i);
+        FA_AVX512_UNROLL
+        for (int j = 0; j < nc; j++) {
+            int32_t w;
+            memcpy(&w, kc[j] + 4 * p, sizeof w);
+            const __m512i kb = _mm512_set1_epi32(w);
+            FA_AVX512_UNROLL
+            for (int i = 0; i < nv; i++) acc[j][i] = dpbusd_tied(acc[j][i], qv[i], kb);
+        }
+    }
+    __m512 qsv[QKI_NV], qcv[QKI_NV];
+    FA_AVX512_UNROLL
+    for (int i = 0; i < nv; i++) {
+        qsv[i] = _mm512_load_ps(qs + 16 * i);
+        qcv[i] = qc ? _mm512_load_ps(qc + 16 * i) : _mm512_setzero_ps();
+    }
+    FA_AVX512_UNROLL
+    for (int j = 0; j < nc; j++) {
+        if (j >= valid) break;
+        const __m512 kv = _mm512_set1_ps(ks[j]);
+        FA_AVX512_UNROLL
+        for (int i = 0; i < nv; i++) {
+            const __m512 dot = _mm512_cvtepi32_ps(acc[j][i]);
+            __m512 sv = _mm512_mul_ps(dot, _mm512_mul_ps(qsv[i], kv));
+            if (qc) sv = _mm512_add_ps(sv, qcv[i]);
+            _mm512_store_ps(st + j * ldst + 16 * i, sv);
+        }
+    }
+}
+
+typedef struct {
+    int64_t nq, cols;
+    const uint32_t *qt;
+    int64_t ld32;
+    const int8_t *k;
+    int64_t ldk;
+    const float *qs, *qc, *ks;
+    const int32_t *ksum;
+    float *st;
+    int64_t ldst;
+} qki_args;
+
+/* 6-key tiles, then 5-key ones (fa_avx512_split65) */
+FA_AVX512_INLINE void qki_panel(const int nv, const qki_args *a)
+{
+    const int64_t c6 = fa_avx512_split65(a->cols);
+    for (int64_t c = 0; c < c6; c += QKI_NC)
+        qki_tile(nv, QKI_NC, MIN64(QKI_NC, c6 - c), a->nq, a->qt, a->ld32, a->k + c * a->ldk, a->ldk, a->qs, a->qc,
+                 a->ks + c, a->ksum + c, a->st + c * a->ldst, a->ldst);
+    for (int64_t c = c6; c < a->cols; c += QKI_NC - 1)
+        qki_tile(nv, QKI_NC - 1, QKI_NC - 1, a->nq, a->qt, a->ld32, a->k + c * a->ldk, a->ldk, a->qs, a->qc,
+                 a->ks + c, a->ksum + c, a->st + c * a->ldst, a->ldst);
+}
+
+/* One function per panel height, as the other register-blocked kernels. */
+static void qki_panel4(const qki_args *a) { qki_panel(4, a); }
+static void qki_panel3(const qki_args *a) { qki_panel(3, a); }
+static void qki_panel2(const qki_args *a) { qki_panel(2, a); }
+static void qki_panel1(const qki_args *a) { qki_panel(1, a); }
+
+void fa_avx512vnni_qk_i8_64x6(int64_t rows, int64_t cols, int64_t d, const uint32_t *qt4, int64_t ldqt4,
+                              const float *qs, const float *qc, const int8_t *k8, int64_t ldk8, const float *ks,
+                              const int32_t *ksum, float *st, int64_t ldst)
+{
+    static void (*const panel[QKI_NV + 1])(const qki_args *) = {NULL, qki_panel1, qki_panel2, qki_panel3,
+                                                                qki_panel4};
+    const int64_t nvec = (rows + 15) / 16;
+    for (int64_t v0 = 0; v0 < nvec; v0 += QKI_NV) {
+        const int64_t nv = MIN64(QKI_NV, nvec - v0);
+        const qki_args a = {FA_QT4_QUADS(d), cols, qt4 + 16 * v0, ldqt4, k8, ldk8, qs + 16 * v0,
+                            qc ? qc + 16 * v0 : NULL, ks, ksum, st + 16 * v0, ldst};
+        panel[nv](&a);
+    }
+}
 
 /* ------------------------------------------------------------------- p . v */
 

@@ -302,6 +302,39 @@ void fa_pack_kt_i8(int64_t cols, int64_t d, const int8_t *k8, int64_t ldk8, uint
     }
 }
 
+void fa_pack_qt_u8(int64_t rows, int64_t d, const int8_t *q8, int64_t ldq8, uint32_t *qt4, int64_t ldqt4)
+{
+    const int64_t rp = round_rows(rows);
+    for (int64_t p = 0; p < FA_QT4_QUADS(d); p++)
+        for (int64_t r = 0; r < rp; r++) {
+            /* code + 128 as a byte is the code with its top bit flipped */
+            uint32_t w = 0;
+            const uint8_t *c = r < rows ? (const uint8_t *)q8 + r * ldq8 + 4 * p : NULL;
+            if (c && 4 * p + 4 <= d) /* four byte loads a dword (one load, where bytes are in order) */
+                w = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24;
+            else
+                for (int64_t b = 0; c && b < 4; b++)
+                    if (4 * p + b < d) w |= (uint32_t)c[b] << 8 * b;
+            qt4[p * ldqt4 + r] = w ^ 0x80808080u;
+        }
+}
+
+static void ref_qk_i8(int64_t rows, int64_t cols, int64_t d, const uint32_t *qt4, int64_t ldqt4, const float *qs,
+                      const float *qc, const int8_t *k8, int64_t ldk8, const float *ks, const int32_t *ksum, float *st,
+                      int64_t ldst)
+{
+    const int64_t rp = round_rows(rows);
+    (void)ksum; /* the codes themselves: q's byte minus 128 */
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rp; r++) {
+            int32_t a = 0; /* |a| <= 127^2 d < 2^31 for d <= FA_QUANT_D_MAX */
+            for (int64_t x = 0; x < d; x++)
+                a += ((int32_t)(qt4[x / 4 * ldqt4 + r] >> 8 * (x % 4) & 0xffu) - 128) * (int32_t)k8[c * ldk8 + x];
+            const float s = (float)a * (qs[r] * ks[c]);
+            st[c * ldst + r] = qc ? s + qc[r] : s;
+        }
+}
+
 static void ref_qk_small_i8(int64_t rows, int64_t cols, int64_t d, int digits, const int8_t *q8, int64_t ldq8,
                             const float *qscale, const void *const *krow, const float *kscale, float *s, int64_t lds)
 {
@@ -617,6 +650,7 @@ const fa_kernels fa_kernels_ref = {
     .pack_kt_bf16 = ref_pack_kt_bf16,
     .fwd_bf16 = ref_fwd_bf16,
     .fwd_i8 = ref_fwd_i8,
+    .qk_i8 = ref_qk_i8,
     .quant_row_i8 = fa_quant_row_i8,
     .sum_rows_bf16 = ref_sum_rows_bf16,
     .dot_rows_f64 = ref_dot_rows_f64,
