@@ -1269,7 +1269,7 @@ static const uint32_t *q8_tile_kt(const flash_scratch *sc, const uint32_t *kt0, 
 /* The prologue of a task on q8_keys (flash_task_i8, flash_task_i8p), n rows per head: its
  * unit's kbar, q's codes (q8_quantise_q, one digit), the softmax state and accumulator
  * cleared. Returns whether the unit's K is smoothed; *slot0: the unit's first key slot. */
-static int q8_keys_task_begin(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it,
+static int q8_keys_task_begin(const flash_job *job, const flash_scratch *sc, const fa_view *s, const fa_task *it,
                               int64_t n, int64_t *slot0)
 {
     const fa_problem *p = job->p;
@@ -1343,14 +1343,14 @@ static void flash_task_i8(const flash_job *job, const flash_scratch *sc, const f
  * partly masked tile with a non-finite V row takes the reference's pv on V widened (see
  * wide_pv_bf16). A task's only step.
  */
-static void flash_task_i8p(const flash_job *job, const flash_scratch *sc, const fa_problem *s, const fa_task *it)
+static void flash_task_i8p(const flash_job *job, const flash_scratch *sc, const fa_view *s, const fa_task *it)
 {
     const fa_problem *p = job->p;
     const fa_kernels *kern = job->kern;
     const int64_t D = p->D, Dv = p->Dv, ld8 = fa_q8_ld(D), bp = job->plan.br_pad, ldvp = fa_packed_ld(Dv);
     const int64_t i0 = (int64_t)it->qb * job->plan.br, ng = it->ng, h0 = it->h0, hk = h0 / p->group;
     const int64_t n = s->Sq - i0 < job->plan.br ? s->Sq - i0 : job->plan.br, rows = n * ng;
-    const int elementwise = fa_problem_has_elementwise(s);
+    const int elementwise = fa_problem_has_elementwise(p);
     const double tq = fa_phase_start(job->phases);
     int64_t slot0;
     const int smooth = q8_keys_task_begin(job, sc, s, it, n, &slot0);
@@ -1359,11 +1359,11 @@ static void flash_task_i8p(const flash_job *job, const flash_scratch *sc, const 
     double t0 = fa_phase_mark(job->phases, FA_PH_X, tq);
 
     int64_t lo, hi;
-    fa_task_columns(s, it, i0, n, &lo, &hi);
+    fa_task_columns(p, s, it, i0, n, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += job->plan.bc) {
         const int64_t cols = hi - j0 + 1 < job->plan.bc ? hi - j0 + 1 : job->plan.bc, j = slot0 + j0;
         const int32_t *tlo, *thi;
-        const int partial = stacked_band(s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
+        const int partial = stacked_band(p, s, elementwise, i0, n, ng, j0, cols, sc->lo, sc->hi, &tlo, &thi);
         /* 1. scores (the softmax scale is in q's codes) */
         kern->qk_i8(rows, cols, D, sc->qt4, bp, sc->wq8s, smooth ? sc->wqc : NULL, job->keys.k8 + j * ld8, ld8,
                     job->keys.ks + j, job->keys.ksum + j, sc->st, bp);
@@ -1371,7 +1371,7 @@ static void flash_task_i8p(const flash_job *job, const flash_scratch *sc, const 
         fa_phase_flops(job->phases, FA_PH_S, fa_tile_flops(job->phases, 2 * D, rows, cols, tlo, thi));
         /* 2-5. softcap, bias, ALiBi and masks, head by head */
         if (elementwise)
-            for (int64_t g = 0; g < ng; g++) fa_scores_finish(s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1);
+            for (int64_t g = 0; g < ng; g++) fa_scores_finish(p, s, 0, h0 + g, i0, n, j0, cols, sc->st + g * n, bp, 1);
         /* 6-7. online softmax */
         kern->softmax(rows, cols, sc->st, bp, tlo, thi, sc->m, sc->l, sc->alpha);
         t0 = fa_phase_mark(job->phases, FA_PH_X, t0);
@@ -1381,14 +1381,14 @@ static void flash_task_i8p(const flash_job *job, const flash_scratch *sc, const 
         const uint16_t *v16 = NULL;
         int64_t ldv = 0;
         if (j0 & 1) {
-            v16 = fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
+            v16 = fa_kv_tile_u16(p, s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
             kern->pack_pairs_bf16(cols, Dv, v16, ldv, sc->v_pairs, ldvp);
             vp = sc->v_pairs;
         }
         if (!partial || pairs_finite(vp, ldvp, cols, Dv)) {
             kern->pv_bf16(rows, cols, Dv, sc->st, bp, vp, ldvp, sc->alpha, sc->acc, job->ldacc, sc->pv_scratch);
         } else { /* rare: widen the tile and take the careful path */
-            if (!v16) v16 = fa_kv_tile_u16(s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
+            if (!v16) v16 = fa_kv_tile_u16(p, s, 1, j0, cols, hk, Dv, sc->v16, &ldv);
             for (int64_t c = 0; c < cols; c++) kern->bf16_to_f32(v16 + c * ldv, sc->v + c * Dv, Dv);
             fa_kernels_ref.pv(rows, cols, Dv, sc->st, bp, sc->v, Dv, sc->alpha, sc->acc, job->ldacc);
         }
