@@ -149,8 +149,10 @@ enum { BM_MAX_ROWS = 4 };
 typedef struct {
     const char *name;
     fa_forward_args args;
-    double *times;
+    double *times, *cpu;               /* per round: wall seconds, the process's CPU seconds */
     double median_s;
+    double vs_dense, vs_none, vs_twin; /* medians of the per-round ratios of wall time */
+    double cpu_vs_none, cpu_vs_twin;   /* and of CPU time (cli_cpu_seconds) */
     int64_t extra_bytes, tile_q, tile_kv;
 } bm_row;
 
@@ -158,6 +160,16 @@ static int cmp_double(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The median over the rounds of a's time over b's in the same round: a round's two calls
+ * share the machine's load of that moment, so their ratio moves less than either time. */
+static double median_round_ratio(const double *a, const double *b, int64_t runs, double *scratch)
+{
+    if (runs <= 0) return NAN;
+    for (int64_t r = 0; r < runs; r++) scratch[r] = a[r] / b[r];
+    qsort(scratch, (size_t)runs, sizeof(double), cmp_double);
+    return scratch[runs / 2];
 }
 
 int bench_block_mask(fa_context *ctx, const cli_shape *s, const char *spec, int64_t block, int json, int no_probe)
@@ -233,14 +245,20 @@ int bench_block_mask(fa_context *ctx, const cli_shape *s, const char *spec, int6
     fa_status st = fa_forward_work(ctx, &rows[0].args, &w);
     for (int r = 0; r < n_rows && st == FA_OK; r++) {
         rows[r].times = calloc((size_t)(s->runs > 0 ? s->runs : 1), sizeof(double));
+        rows[r].cpu = calloc((size_t)(s->runs > 0 ? s->runs : 1), sizeof(double));
         st = fa_context_set(ctx, FA_PARAM_ALGO, s->algo_given ? s->algo : FA_ALGO_FLASH);
+        if (st == FA_OK && (!rows[r].times || !rows[r].cpu)) {
+            fprintf(stderr, "flashattn bench: out of memory\n");
+            goto done;
+        }
         if (st == FA_OK) st = fa_forward(ctx, &rows[r].args); /* the warm-up */
     }
     for (int64_t run = 0; run < s->runs && st == FA_OK; run++)
         for (int r = 0; r < n_rows && st == FA_OK; r++) {
-            const double t0 = cli_now();
+            const double c0 = cli_cpu_seconds(), t0 = cli_now();
             st = fa_forward(ctx, &rows[r].args);
             rows[r].times[run] = cli_now() - t0;
+            rows[r].cpu[run] = cli_cpu_seconds() - c0;
             int64_t v = 0;
             fa_context_get(ctx, FA_PARAM_LAST_EXTRA_BYTES, &v);
             rows[r].extra_bytes = v > rows[r].extra_bytes ? v : rows[r].extra_bytes;
@@ -251,6 +269,20 @@ int bench_block_mask(fa_context *ctx, const cli_shape *s, const char *spec, int6
         fprintf(stderr, "flashattn bench --block-mask: %s: %s\n", fa_status_string(st), fa_context_error(ctx));
         goto done;
     }
+    const int twin = n_rows == 4 ? 2 : none; /* the call that needs no mask for it, else no mask */
+    double *scratch = calloc((size_t)(s->runs > 0 ? s->runs : 1), sizeof(double));
+    if (!scratch) {
+        fprintf(stderr, "flashattn bench: out of memory\n");
+        goto done;
+    }
+    for (int r = 0; r < n_rows; r++) {
+        rows[r].vs_dense = median_round_ratio(rows[r].times, rows[1].times, s->runs, scratch);
+        rows[r].vs_none = median_round_ratio(rows[r].times, rows[none].times, s->runs, scratch);
+        rows[r].vs_twin = median_round_ratio(rows[r].times, rows[twin].times, s->runs, scratch);
+        rows[r].cpu_vs_none = median_round_ratio(rows[r].cpu, rows[none].cpu, s->runs, scratch);
+        rows[r].cpu_vs_twin = median_round_ratio(rows[r].cpu, rows[twin].cpu, s->runs, scratch);
+    }
+    free(scratch);
     for (int r = 0; r < n_rows; r++) {
         qsort(rows[r].times, (size_t)s->runs, sizeof(double), cmp_double);
         rows[r].median_s = s->runs > 0 ? rows[r].times[s->runs / 2] : NAN;
@@ -273,12 +305,21 @@ int bench_block_mask(fa_context *ctx, const cli_shape *s, const char *spec, int6
                    (long long)sq, (long long)sk, (long long)s->dim, (long long)s->dim_v, (long long)bs,
                    (long long)cli_resolved_threads(s->threads), kept, (long long)bm.entries, (long long)bm.n_partial);
             cli_json_number(stdout, rows[r].median_s * 1e3);
-            printf(",\"gflops\":");
-            cli_json_number(stdout, gf);
-            printf(",\"vs_dense\":");
-            cli_json_number(stdout, rows[r].median_s / rows[1].median_s);
-            printf(",\"vs_no_mask\":");
-            cli_json_number(stdout, rows[r].median_s / rows[none].median_s);
+            printf(",\"vs_twin\":");
+            cli_json_string(stdout, rows[twin].name);
+            const struct {
+                const char *key;
+                double value;
+            } nums[] = {{"gflops", gf},
+                        {"vs_dense", rows[r].vs_dense},
+                        {"vs_no_mask", rows[r].vs_none},
+                        {"vs_twin_ratio", rows[r].vs_twin},
+                        {"cpu_vs_no_mask", rows[r].cpu_vs_none},
+                        {"cpu_vs_twin", rows[r].cpu_vs_twin}};
+            for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) {
+                printf(",\"%s\":", nums[k].key);
+                cli_json_number(stdout, nums[k].value);
+            }
             printf(",\"extra_bytes\":%lld,\"tile_q\":%lld,\"tile_kv\":%lld", (long long)rows[r].extra_bytes,
                    (long long)rows[r].tile_q, (long long)rows[r].tile_kv);
             cli_json_peak(stdout, &peak, cli_pct_peak(gf, &peak));
@@ -296,10 +337,13 @@ int bench_block_mask(fa_context *ctx, const cli_shape *s, const char *spec, int6
            "the mask's kept pairs (\"no mask\" too, which computes them all): GFLOP/s = 2*(D+Dv)*kept(i,j)/time\n",
            kept, (long long)bm.entries, (long long)(nqb * nkb), (long long)bm.n_partial);
     cli_print_peak_line(&peak, isa, cli_resolved_threads(s->threads));
-    enum { COLS = 7 };
-    static const char *const head[COLS] = {"call", "median ms", "GFLOP/s", "% peak", "time / dense", "time / no mask",
-                                           "tiles"};
-    static const int right[COLS] = {0, 1, 1, 1, 1, 1, 1};
+    enum { COLS = 10 };
+    char twin_head[48], cpu_twin_head[48];
+    snprintf(twin_head, sizeof twin_head, "time / %s", rows[twin].name);
+    snprintf(cpu_twin_head, sizeof cpu_twin_head, "cpu / %s", rows[twin].name);
+    const char *const head[COLS] = {"call", "median ms", "GFLOP/s", "% peak", "time / dense", "time / no mask",
+                                    twin_head, "cpu / no mask", cpu_twin_head, "tiles"};
+    static const int right[COLS] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     char cells[BM_MAX_ROWS * COLS * CLI_CELL];
     for (int r = 0; r < n_rows; r++) {
         const double gf = w.flops / rows[r].median_s * 1e-9, pct = cli_pct_peak(gf, &peak);
@@ -307,14 +351,17 @@ int bench_block_mask(fa_context *ctx, const cli_shape *s, const char *spec, int6
         snprintf(cli_cell(cells, COLS, r, 1), CLI_CELL, "%.3f", rows[r].median_s * 1e3);
         snprintf(cli_cell(cells, COLS, r, 2), CLI_CELL, "%.1f", gf);
         snprintf(cli_cell(cells, COLS, r, 3), CLI_CELL, isfinite(pct) ? "%.1f" : "-", pct);
-        snprintf(cli_cell(cells, COLS, r, 4), CLI_CELL, "%.3f", rows[r].median_s / rows[1].median_s);
-        snprintf(cli_cell(cells, COLS, r, 5), CLI_CELL, "%.3f", rows[r].median_s / rows[none].median_s);
-        snprintf(cli_cell(cells, COLS, r, 6), CLI_CELL, "%lldx%lld", (long long)rows[r].tile_q, (long long)rows[r].tile_kv);
+        snprintf(cli_cell(cells, COLS, r, 4), CLI_CELL, "%.3f", rows[r].vs_dense);
+        snprintf(cli_cell(cells, COLS, r, 5), CLI_CELL, "%.3f", rows[r].vs_none);
+        snprintf(cli_cell(cells, COLS, r, 6), CLI_CELL, "%.3f", rows[r].vs_twin);
+        snprintf(cli_cell(cells, COLS, r, 7), CLI_CELL, "%.3f", rows[r].cpu_vs_none);
+        snprintf(cli_cell(cells, COLS, r, 8), CLI_CELL, "%.3f", rows[r].cpu_vs_twin);
+        snprintf(cli_cell(cells, COLS, r, 9), CLI_CELL, "%lldx%lld", (long long)rows[r].tile_q, (long long)rows[r].tile_kv);
     }
     cli_print_table(stdout, COLS, head, right, n_rows, cells);
     status = CLI_EXIT_OK;
 done:
-    for (int r = 0; r < BM_MAX_ROWS; r++) free(rows[r].times);
+    for (int r = 0; r < BM_MAX_ROWS; r++) free(rows[r].times), free(rows[r].cpu);
     built_free(&bm);
     cli_free(o);
     cli_inputs_free(&in);

@@ -16,7 +16,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "measure.h"
 
@@ -137,22 +136,13 @@ static int mixed_make(mixed_bench *m, const cli_shape *s, const bench_mode_opts 
     return 0;
 }
 
-/* The process's CPU seconds (user + system, every thread) so far. */
-static double cpu_seconds(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return 0.0;
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
 /* One run of variant v: its seconds, or a negative value after a failed call; *cpu
  * its CPU seconds over all threads (what a loaded machine's wall time hides: the
  * work, not the balance). */
 static double mixed_run(fa_context *ctx, const mixed_bench *m, int v, double *cpu)
 {
     fa_status st = FA_OK;
-    const double c0 = cpu_seconds(), t0 = cli_now();
+    const double c0 = cli_cpu_seconds(), t0 = cli_now();
     if (v == 0) {
         st = fa_forward(ctx, &m->mixed);
     } else if (v == 1) {
@@ -165,7 +155,7 @@ static double mixed_run(fa_context *ctx, const mixed_bench *m, int v, double *cp
             st = fa_forward(ctx, &m->seq[b]);
     }
     const double dt = cli_now() - t0;
-    *cpu = cpu_seconds() - c0;
+    *cpu = cli_cpu_seconds() - c0;
     if (st != FA_OK) {
         fprintf(stderr, "flashattn bench: %s call: %s: %s\n", variant_names[v], fa_status_string(st),
                 fa_context_error(ctx));

@@ -175,4 +175,8 @@ float cli_bf16_to_f32(uint16_t b);
 /* CLOCK_MONOTONIC in seconds. */
 double cli_now(void);
 
+/* The process's CPU seconds (user + system, every thread) so far: what a loaded
+ * machine's wall time hides, the work a call does rather than the share it got. */
+double cli_cpu_seconds(void);
+
 #endif /* FLASHATTN_TOOLS_SHAPE_H */

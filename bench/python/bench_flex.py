@@ -103,7 +103,7 @@ def run(args):
                 fns["flashattn kvcache tree_mask"] = lambda: flashattn.flash_attn_with_kvcache(
                     qb, kc, vc, kn, vn, cache_seqlens=lens, tree_mask=tree_bool)
             with torch.no_grad():
-                med = interleaved(fns, args.runs, inner=1)
+                med = interleaved(fns, args.runs, inner=1, warmup=args.warmup)
             rows.append((name, dtype, "fwd", density, med, "flashattn flex"))
             if name == "tree" or args.no_backward:
                 continue
@@ -122,14 +122,16 @@ def run(args):
                 "flashattn dense mask": fb(lambda: fat.scaled_dot_product_attention(qg, kg, vg, attn_mask=dense)),
                 "torch sdpa dense mask": fb(lambda: F.scaled_dot_product_attention(qg, kg, vg, attn_mask=dense)),
             }
-            med = interleaved(fns, args.runs, inner=1)
+            if args.no_dense:
+                del fns["flashattn dense mask"]
+            med = interleaved(fns, args.runs, inner=1, warmup=args.warmup)
             rows.append((name, dtype, "fwd+bwd", density, med, "flashattn flex"))
     return rows
 
 
 def table(rows, args):
     print(f"# bench_flex: B=1 H={args.heads} N={args.seq} D={args.dim}, {args.threads} threads, medians of "
-          f"{args.runs} interleaved runs; load: {os.getloadavg()[0]:.2f}")
+          f"{args.runs} interleaved runs after {args.warmup} warm-up(s) each; load: {os.getloadavg()[0]:.2f}")
     print("| mask | dtype | pass | density | variant | ms | / flashattn flex |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, dtype, what, density, med, base in rows:
@@ -145,10 +147,11 @@ def main():
     p.add_argument("--tree", type=int, default=64, help="draft tokens of the tree case")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls of each variant first")
     p.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
     p.add_argument("--only", nargs="*", help="mask names to run (document8 prefix_lm random10 ...)")
     p.add_argument("--no-backward", action="store_true")
-    p.add_argument("--no-dense", action="store_true", help="leave out the forward's dense-mask call (long N)")
+    p.add_argument("--no-dense", action="store_true", help="leave out flashattn's dense-mask calls, forward and backward (long N)")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, two runs")
     args = p.parse_args()
     if args.smoke:
