@@ -434,6 +434,20 @@ static void small_prefetch_ahead(const flash_job *job, const fa_view *s, const f
 }
 
 
+/* The next stack's V rows (small_next's) for pv_small_i8 to prefetch in step with its
+ * loop, in *ahead over the caller's nvp and nvs; NULL where there are none to take. */
+static const fa_rows_ahead *small_v_ahead(const flash_job *job, const fa_view *s, const fa_task *it, int64_t k,
+                                          int64_t j0, int64_t hi, const void **nvp, float *nvs, fa_rows_ahead *ahead)
+{
+    const fa_problem *p = job->p;
+    int64_t hn, jn, nn;
+    if (!job->small_ahead || p->v_in_k || s->v.stride[3] != 1 || !small_next(job, it, k, j0, hi, &hn, &jn, &nn))
+        return NULL;
+    fa_kv_row_ptrs(p, s, 1, jn, nn, hn, nvp, nvs);
+    *ahead = (fa_rows_ahead){nvp, nn, p->Dv * (int64_t)fa_dtype_size(s->v.dtype)};
+    return ahead;
+}
+
 /* A small-row tile's K and V rows: pointers, and their scales where the cache is
  * quantised (NULL otherwise, as the kernels take it). A latent V's rows and scales are
  * K's: read once, and P V finds them in cache after Q K. */
@@ -536,20 +550,14 @@ static void flash_task_small(const flash_job *job, const flash_scratch *sc, cons
             /* a vector kernel multiplies a masked p = 0 by v too: a NaN/inf in a masked V
              * row would leak into rows that never see it, so such tiles take the
              * reference kernel, which skips p == 0 */
-            const fa_kernels *pk =
-                (partial || bm == 2) && kern != &fa_kernels_ref && !fa_kv_rows_finite(kv.v, kvt, kv.vs, cols, Dv) ? &fa_kernels_ref
-                                                                                                 : kern;
+            const int careful = (partial || bm == 2) && !fa_kv_rows_finite(kv.v, kvt, kv.vs, cols, Dv);
+            const fa_kernels *pk = careful ? &fa_kernels_ref : kern;
             if (Dv > 0 && q8) {
-                /* the next stack's V rows, which the kernel prefetches in step with its loop */
                 const void *nvp[FA_SMALL_COLS];
                 float nvs[FA_SMALL_COLS];
-                int64_t hn, jn, nn = 0;
-                if (job->small_ahead && !p->v_in_k && s->v.stride[3] == 1 &&
-                    small_next(job, it, k, j0, hi, &hn, &jn, &nn))
-                    fa_kv_row_ptrs(p, s, 1, jn, nn, hn, nvp, nvs);
-                const fa_rows_ahead ahead = {nvp, nn, Dv * (int64_t)fa_dtype_size(s->v.dtype)};
+                fa_rows_ahead ahead;
                 pk->pv_small_i8(rows, cols, Dv, q8, sc->st, lds, kv.v, kv.vs, STACK_ALPHA(k), STACK_ACC(k), ldacc,
-                                nn ? &ahead : NULL);
+                                small_v_ahead(job, s, it, k, j0, hi, nvp, nvs, &ahead));
             } else if (Dv > 0) /* Dv = 0: the lse is all there is to compute */
                 pk->pv_small(rows, cols, Dv, sc->st, lds, kv.v, kvt, kv.vs, STACK_ALPHA(k), STACK_ACC(k), ldacc);
             fa_phase_mark(job->phases, FA_PH_P, t0);
