@@ -45,6 +45,19 @@ enum { I8_PF = 32, PV_CHUNK = 32, PV_PF = 2 * PV_CHUNK, PV_EBIG = 512, PV_EBIG_L
 
 /* ------------------------------------------------------------------- q . k */
 
+/* acc + the dot products of u8 and s8 quads: vpdpbusd with its accumulator tied to the
+ * output. GCC's builtin (12) leaves the accumulator untied, and in a block of 24 of them
+ * the copies and spills it then makes outnumber the products. */
+FA_AVX512_INLINE __m512i dpbusd_tied(__m512i acc, __m512i u8, __m512i s8)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, u8, s8);
+#endif
+}
+
 FA_AVX512_INLINE void qk_i8_body(const int R, const int T, int64_t cols, int64_t d, const int8_t *q8, int64_t ldq8,
                                  const float *qscale, const void *const *krow, const float *kscale, float *s,
                                  int64_t lds)
@@ -91,7 +104,7 @@ FA_AVX512_INLINE void qk_i8_body(const int R, const int T, int64_t cols, int64_t
                     for (int t = 0; t < T; t++) {
                         int32_t qd;
                         memcpy(&qd, q8 + (r * T + t) * ldq8 + 64 * v + 4 * jj, 4);
-                        acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], ku, _mm512_set1_epi32(qd));
+                        acc[r][t] = dpbusd_tied(acc[r][t], ku, _mm512_set1_epi32(qd));
                     }
             }
         }
@@ -115,19 +128,6 @@ FA_I8_QK_ENTRY(qk_i8_body, fa_avx512vnni_qk_small_i8)
 /* -------------------------------------------------------- q . k, wide tiles */
 
 enum { QKI_NV = 4, QKI_NC = 6 };
-
-/* acc + the dot products of u8 and s8 quads: vpdpbusd with its accumulator tied to the
- * output. GCC's builtin (12) leaves the accumulator untied, and in a block of 24 of them
- * the copies and spills it then makes outnumber the products. */
-FA_AVX512_INLINE __m512i dpbusd_tied(__m512i acc, __m512i u8, __m512i s8)
-{
-#if defined(__GNUC__) && !defined(__clang__)
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
-    return acc;
-#else
-    return _mm512_dpbusd_epi32(acc, u8, s8);
-#endif
-}
 
 #define MIN64(a, b) ((a) < (b) ? (a) : (b))
 
