@@ -609,9 +609,10 @@ void fa_avx512_sum_rows_bf16(int64_t rows, int64_t d, const uint16_t *x, int64_t
 }
 
 /* dot_rows_f64 (kernels.h): a row per double lane, 16 rows at a time in two chains, each
- * lane's sum in the reference's order (element e of 8 rows gathered; the products are
- * exact, so the fma rounds as the reference's addition does); the rows left, and rows
- * too far apart for 32-bit gather offsets, as the reference sums them. */
+ * lane's sum in the reference's order (16 rows' 16 elements loaded and transposed, the
+ * elements past the last 16 gathered; the products are exact, so the fma rounds as the
+ * reference's addition does); the rows left, and rows too far apart for 32-bit gather
+ * offsets, as the reference sums them. */
 void fa_avx512_dot_rows_f64(int64_t rows, int64_t d, const float *x, int64_t ldx, const float *y, float *out)
 {
     int64_t r = 0;
@@ -620,7 +621,19 @@ void fa_avx512_dot_rows_f64(int64_t rows, int64_t d, const float *x, int64_t ldx
         for (; r + 16 <= rows; r += 16) {
             const float *x0 = x + r * ldx, *x1 = x0 + 8 * ldx;
             __m512d c0 = _mm512_setzero_pd(), c1 = _mm512_setzero_pd();
-            for (int64_t e = 0; e < d; e++) {
+            int64_t e = 0;
+            for (; e + 16 <= d; e += 16) {
+                __m512 t[16];
+                for (int i = 0; i < 16; i++) t[i] = _mm512_loadu_ps(x0 + i * ldx + e);
+                fa_avx512_transpose16(t);
+                for (int j = 0; j < 16; j++) {
+                    const __m512d ye = _mm512_set1_pd((double)y[e + j]);
+                    c0 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(t[j])), ye, c0);
+                    c1 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t[j]), 1))),
+                                         ye, c1);
+                }
+            }
+            for (; e < d; e++) {
                 const __m512d ye = _mm512_set1_pd((double)y[e]);
                 c0 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_i32gather_ps(x0 + e, idx, 4)), ye, c0);
                 c1 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_i32gather_ps(x1 + e, idx, 4)), ye, c1);
