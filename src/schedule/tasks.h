@@ -193,7 +193,7 @@ typedef struct fa_steps {
 /* Steps that run the tasks in order, nothing packed. */
 void fa_steps_init(fa_steps *st, const fa_task *tasks, int64_t n_tasks);
 /* Plans the packing of p's K/V for st's tasks: which units enough tasks read, the
- * pieces and the waves. units: 6 * (p->B * p->Hk) scratch that fa_steps_fill reads
+ * pieces and the waves. units: 7 * (p->B * p->Hk) scratch that fa_steps_fill reads
  * next. Returns the bytes fa_steps_fill needs (0: nothing to pack, st stays
  * unpacked), -1 on overflow. */
 int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, int64_t *units);
