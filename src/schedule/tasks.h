@@ -119,6 +119,9 @@ typedef struct fa_pack_rules {
  * read by each task of the group for its tiles that start in the chunk, and holds
  * the chunk's keys and the bc after them (a tile may run past the chunk's end).
  * A group's pieces are its chunks from the first any of its tasks reaches to the last.
+ * A ranged unit (a block mask's, each task's tiles within a slot: count_readers in
+ * tasks.c) is cut by its readers instead: runs of them in the tasks' order, each one
+ * piece (group -1) of the keys its tasks' tiles cover, each reader one step on it.
  */
 typedef struct fa_piece {
     int64_t unit;          /* b * Hk + hk */
