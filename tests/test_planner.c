@@ -336,7 +336,7 @@ static void test_steps(h_rng *r)
                                   .state_bytes = (int64_t)1 << h_rng_int(r, 16, 21), .unit_max = unit_max};
         fa_steps st;
         fa_steps_init(&st, tasks, counts.tasks);
-        int64_t *units = malloc((size_t)(6 * p.B * p.Hk) * sizeof *units);
+        int64_t *units = malloc((size_t)(7 * p.B * p.Hk) * sizeof *units);
         const int64_t bytes = fa_steps_plan(&st, &p, &pr, units);
         h_case("steps B=%lld Hk=%lld group=%lld tasks=%lld form=%d mode=%d threads=%d br=%lld bc=%lld unit_max=%lld "
                "state=%lld",
@@ -495,6 +495,10 @@ static void bm_build(bm_store *st, fa_bmask *m, const char *shape, int gaps)
     int64_t n = 0;
     for (int64_t qb = 0; qb < BM_NB; qb++) {
         st->offsets[qb] = n;
+        if (!strcmp(shape, "docs")) { /* documents of one block each */
+            st->idx[n] = (int32_t)qb, st->partial[n++] = -1;
+            continue;
+        }
         if (!strcmp(shape, "scatter")) {
             st->idx[n] = (int32_t)((3 * qb + 1) % BM_NB), st->partial[n++] = -1;
             continue;
@@ -543,6 +547,59 @@ static void test_bmask_plan(void)
         }
 }
 
+/* The packing of a block mask's unit over unit_max whose tasks each read a part of
+ * it: documents are packed, each document's keys once, each task one step on them;
+ * scattered blocks, whose readers would each take keys of their own, are read in
+ * place. */
+static void test_bmask_pack(void)
+{
+    static const struct {
+        const char *shape;
+        int64_t br;
+        int packed; /* 1: each key packed once, one step per task */
+    } cases[] = {{"docs", BM_BLK / 2, 1}, {"scatter", BM_BLK, 0}}; /* 2 and 1 readers a key */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        h_case("block mask packing: %s", cases[i].shape);
+        bm_store bs;
+        fa_problem p;
+        memset(&p, 0, sizeof p);
+        p.B = 1, p.Hq = p.Hk = 2, p.group = 1, p.Sq = p.Sk = BM_NB * BM_BLK, p.D = p.Dv = 32;
+        p.window_left = p.window_right = -1;
+        bm_build(&bs, &p.bm, cases[i].shape, 0);
+        const fa_task_rules rules = {.br = cases[i].br, .stacks_max = 1, .kv_splits = 1};
+        fa_task_counts counts;
+        fa_tasks_count(&p, &rules, &counts);
+        fa_task *tasks = malloc((size_t)counts.tasks * sizeof *tasks);
+        fa_tasks_fill(&p, &rules, &counts, tasks);
+        /* f32, D = 32: 256 bytes a key; units of 1024 keys (256 KiB) over 128 KiB, cut
+         * in slots of 256 keys; forced packing takes a unit two tasks share */
+        const fa_pack_rules pr = {.form = 0, .mode = 2, .threads = 2, .br = cases[i].br, .bc = BM_BLK,
+                                  .state_bytes = 1 << 16, .unit_max = 128 << 10};
+        fa_steps st;
+        fa_steps_init(&st, tasks, counts.tasks);
+        int64_t *units = malloc((size_t)(7 * p.B * p.Hk) * sizeof *units);
+        const int64_t bytes = fa_steps_plan(&st, &p, &pr, units);
+        char *ws = bytes > 0 ? aligned_alloc(FA_CACHE_LINE, (size_t)fa_round_up(bytes, FA_CACHE_LINE)) : NULL;
+        int64_t chunked_runs = 0;
+        if (ws) {
+            fa_steps_fill(&st, &p, &pr, units, ws);
+            check_steps(&p, tasks, counts.tasks, &pr, &st, &chunked_runs);
+        }
+        if (cases[i].packed)
+            CHECK(st.packed == p.Hk && st.chunk_keys > 0 && st.pack_steps == p.Hk * BM_NB &&
+                      st.n_steps == st.pack_steps + counts.tasks && chunked_runs == 0,
+                  "%lld units packed (chunks of %lld keys), %lld pack steps, %lld steps for %lld tasks, "
+                  "%lld in states: want %lld, each block packed once, each task one step",
+                  (long long)st.packed, (long long)st.chunk_keys, (long long)st.pack_steps, (long long)st.n_steps,
+                  (long long)counts.tasks, (long long)chunked_runs, (long long)p.Hk);
+        else
+            CHECK(st.packed == 0, "%lld units packed, want them read in place", (long long)st.packed);
+        free(ws);
+        free(units);
+        free(tasks);
+    }
+}
+
 int main(void)
 {
     h_rng r;
@@ -553,5 +610,6 @@ int main(void)
     test_bwd_tasks(&r);
     test_fused_plan();
     test_bmask_plan();
+    test_bmask_pack();
     return h_summary();
 }

@@ -1833,7 +1833,7 @@ fa_status fa_run_flash(fa_context *ctx, const fa_problem *p, fa_run_info *info)
         {(void **)&job.items, fa_bytes3(counts.tasks, (int64_t)sizeof(fa_task), 1)},
         {(void **)&merges, fa_bytes3(counts.units, (int64_t)sizeof(int64_t), 1)},
         {(void **)&job.slots, fa_bytes3(counts.slots, job.slot_floats, 4)},
-        {(void **)&units, form < 0 ? 0 : fa_bytes3(p->B, p->Hk, 6 * 8)},
+        {(void **)&units, form < 0 ? 0 : fa_bytes3(p->B, p->Hk, 7 * 8)},
         {(void **)&keys, job.path->keys ? q8_keys_layout(p, job.path->keys, &job.keys, NULL) : 0},
     };
     const int64_t bytes = fa_ws_layout(parts, sizeof parts / sizeof parts[0], NULL);

@@ -281,6 +281,51 @@ static int64_t groups_of(const fa_steps *st, int64_t n) { return (n + st->group 
 /* Whether a packed unit of sk keys is cut into chunks (it exceeds a slot). */
 static int chunked(const fa_steps *st, int64_t sk) { return st->chunk_keys > 0 && sk > st->chunk_keys + st->pc; }
 
+/* The keys of a chunk when units over unit_max are cut (a slot holds them and a pack
+ * step more), 0 when the form has no size for them. */
+static int64_t chunk_keys_of(const fa_steps *st, const fa_problem *p, const fa_pack_rules *rules)
+{
+    const int64_t unit_max = rules->unit_max > 0 ? rules->unit_max : FA_PACK_UNIT_MAX;
+    fa_kv_packing step;
+    if (!fa_kv_packing_plan(rules->form, st->pc, p->D, p->Dv, p->v_in_k, &step) || step.unit_bytes == 0) return 0;
+    const int64_t steps = unit_max / 2 / step.unit_bytes - 1;
+    return (steps > 1 ? steps : 1) * st->pc;
+}
+
+/* A ranged unit's piece: the keys its run of readers reads, tile starts lo .. last
+ * (last < 0: no tiles), from a pack step's multiple; *fits is whether a slot of
+ * slot_keys holds them. */
+static void range_piece(const fa_steps *st, int64_t sk, int64_t lo, int64_t last, int64_t slot_keys, fa_piece *pc,
+                        int *fits)
+{
+    pc->c0 = last < 0 ? 0 : lo / st->pc * st->pc;
+    pc->c1 = last < 0 ? pc->c0 : last + 1;
+    /* whole pack steps to the end of the tile from last (bc <= pc keys) */
+    const int64_t k1 = pc->c0 + (last + 2 * st->pc - 1 - pc->c0) / st->pc * st->pc;
+    pc->k1 = last < 0 ? pc->c0 : k1 < sk ? k1 : sk;
+    pc->packs = (pc->k1 - pc->c0 + st->pc - 1) / st->pc;
+    *fits = pc->k1 - pc->c0 <= slot_keys;
+}
+
+/* Whether a ranged unit's run of readers (tile starts *lo .. *last) takes a reader
+ * whose tiles start at lo .. last: it does when a slot still holds the run's keys;
+ * else the run is a piece and the reader begins the next. */
+static int range_takes(const fa_steps *st, int64_t sk, int64_t slot_keys, int64_t *rlo, int64_t *rlast, int64_t lo,
+                       int64_t last)
+{
+    int64_t nlo = *rlo, nlast = *rlast;
+    if (last >= 0) {
+        if (nlast < 0 || lo < nlo) nlo = lo;
+        if (last > nlast) nlast = last;
+    }
+    fa_piece pc;
+    int fits;
+    range_piece(st, sk, nlo, nlast, slot_keys, &pc, &fits);
+    if (!fits) return 0;
+    *rlo = nlo, *rlast = nlast;
+    return 1;
+}
+
 /* The packing's workspace as one table (fa_ws_layout): the wave buffers (one when
  * there is one wave), the pieces, the tasks' order, the state slots, the per-wave and
  * per-group totals and counters, and three per-unit arrays for the fill. */
@@ -330,6 +375,16 @@ static void close_group(fa_steps *st, int64_t sk, int64_t *gn, const int64_t *gl
     *gn = 0;
 }
 
+/* Closes a ranged unit's run (tile starts *lo .. *last) in the plan's counts. */
+static void close_range(fa_steps *st, int64_t sk, const int64_t *lo, const int64_t *last)
+{
+    fa_piece pc;
+    int fits;
+    range_piece(st, sk, *lo, *last, st->chunk_keys + st->pc, &pc, &fits);
+    st->pack_steps += pc.packs;
+    st->n_pieces++;
+}
+
 /*
  * Which units to pack, from the tasks: those enough tasks read; then their pieces.
  * On return units[u] >= 0 counts the readers of an unpacked unit and -2 - order
@@ -338,17 +393,23 @@ static void close_group(fa_steps *st, int64_t sk, int64_t *gn, const int64_t *gl
  */
 /* The readers of each unit (units[u], and a copy in total[u]). Under a block mask a
  * task reads only its kept blocks' keys, so what decides the packing (units[u]) is
- * how often a key is read: the unit's keys read by its tasks (a task's kept pairs per
- * head and row, from its cost) over its keys, rounded up; and a unit packed in chunks
- * whose tasks read less than a quarter of it each (documents) is read in place: its
- * tasks would straddle chunks, each taking a step, its Q packed again, per chunk,
- * while a document's keys stay in cache between its tasks. */
+ * how often a packed key is read: the unit's keys read by its tasks (a task's kept
+ * pairs per head and row, from its cost) over the keys packed, rounded up. A unit
+ * packed in chunks whose tasks read less than a quarter of it each (documents) is
+ * ranged (ranged[u] = 1) when each task's tiles fit a slot: its readers, in the
+ * tasks' order, go in runs whose keys a slot holds, each run one piece of its keys,
+ * each reader one step (so a document's keys are packed once for its tasks, and no
+ * task straddles chunks, taking a step and its Q packed again per chunk). Else such
+ * a unit is read in place: scattered blocks span the unit, and a key's few readers
+ * find it in cache. rs: 3 * units scratch. */
 static void count_readers(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, int64_t *units,
-                          int64_t *total)
+                          int64_t *total, int64_t *ranged, int64_t *rs)
 {
     const int64_t nu = p->B * p->Hk;
+    int64_t *rlo = rs, *rlast = rs + nu, *packed_keys = rs + 2 * nu;
     memset(units, 0, (size_t)nu * sizeof *units);
     memset(total, 0, (size_t)nu * sizeof *total);
+    memset(ranged, 0, (size_t)nu * sizeof *ranged);
     for (int64_t t = 0; t < st->n_tasks; t++) {
         const fa_task *it = &st->tasks[t];
         const int64_t u = task_unit(p, it);
@@ -360,17 +421,53 @@ static void count_readers(fa_steps *st, const fa_problem *p, const fa_pack_rules
         const int64_t i0 = (int64_t)it->qb * rules->br, n = sq - i0 < rules->br ? sq - i0 : rules->br;
         if (n > 0 && it->ng > 0) units[u] += (it->cost - 1) / ((int64_t)it->ng * n);
     }
+    if (!p->bm.on) {
+        memcpy(units, total, (size_t)nu * sizeof *units);
+        return;
+    }
     const int64_t unit_max = rules->unit_max > 0 ? rules->unit_max : FA_PACK_UNIT_MAX;
-    for (int64_t u = 0; u < nu && p->bm.on; u++) {
+    const int64_t slot_keys = chunk_keys_of(st, p, rules) + st->pc;
+    for (int64_t u = 0; u < nu; u++) {
         int64_t sq, sk;
         fa_seq_lengths(p, u / p->Hk, &sq, &sk);
         fa_kv_packing whole;
         const int64_t per_task = total[u] > 0 ? units[u] / total[u] : 0;
-        const int narrow = per_task < sk / 4 && fa_kv_packing_plan(rules->form, sk, p->D, p->Dv, p->v_in_k, &whole) &&
-                           whole.unit_bytes > unit_max;
-        units[u] = narrow || sk == 0 ? 0 : (units[u] + sk - 1) / sk;
+        ranged[u] = per_task < sk / 4 && fa_kv_packing_plan(rules->form, sk, p->D, p->Dv, p->v_in_k, &whole) &&
+                    whole.unit_bytes > unit_max && slot_keys > st->pc;
+        rlo[u] = 0, rlast[u] = -1, packed_keys[u] = 0;
     }
-    if (!p->bm.on) memcpy(units, total, (size_t)nu * sizeof *units);
+    /* the ranged units' runs, as count_steps and fa_steps_fill make them */
+    for (int64_t t = 0; t < st->n_tasks; t++) {
+        const int64_t u = task_unit(p, &st->tasks[t]);
+        if (u < 0 || ranged[u] != 1) continue;
+        int64_t sq, sk, lo, last;
+        fa_seq_lengths(p, u / p->Hk, &sq, &sk);
+        task_tiles(p, rules, &st->tasks[t], &lo, &last);
+        fa_piece pc;
+        int fits;
+        range_piece(st, sk, lo, last, slot_keys, &pc, &fits);
+        if (!fits) {
+            ranged[u] = -1; /* a task's own tiles span more than a slot: in place */
+            continue;
+        }
+        if (range_takes(st, sk, slot_keys, &rlo[u], &rlast[u], lo, last)) continue;
+        range_piece(st, sk, rlo[u], rlast[u], slot_keys, &pc, &fits);
+        packed_keys[u] += pc.k1 - pc.c0;
+        rlo[u] = lo, rlast[u] = last;
+    }
+    for (int64_t u = 0; u < nu; u++) {
+        int64_t sq, sk;
+        fa_seq_lengths(p, u / p->Hk, &sq, &sk);
+        int64_t keys = ranged[u] < 0 ? 0 : sk;
+        if (ranged[u] > 0) {
+            fa_piece pc;
+            int fits;
+            range_piece(st, sk, rlo[u], rlast[u], slot_keys, &pc, &fits);
+            keys = packed_keys[u] + pc.k1 - pc.c0;
+        }
+        if (ranged[u] < 0) ranged[u] = 0;
+        units[u] = keys == 0 ? 0 : (units[u] + keys - 1) / keys;
+    }
 }
 
 /* Marks the units worth packing (units[u] = -2 - order, in the tasks' order) and
@@ -419,10 +516,8 @@ static int plan_slots(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
     int64_t slot_keys = sk_max;
     if (!fa_kv_packing_plan(rules->form, sk_max, p->D, p->Dv, p->v_in_k, &st->pack)) return 0;
     if (st->pack.unit_bytes > unit_max) {
-        if (!fa_kv_packing_plan(rules->form, st->pc, p->D, p->Dv, p->v_in_k, &st->pack) || st->pack.unit_bytes == 0)
-            return 0;
-        const int64_t steps = unit_max / 2 / st->pack.unit_bytes - 1;
-        st->chunk_keys = (steps > 1 ? steps : 1) * st->pc;
+        st->chunk_keys = chunk_keys_of(st, p, rules);
+        if (st->chunk_keys == 0) return 0;
         if (st->chunk_keys + st->pc < slot_keys) slot_keys = st->chunk_keys + st->pc;
         else st->chunk_keys = 0; /* a slot holds the longest unit after all */
     }
@@ -443,7 +538,7 @@ static int plan_slots(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
 /* The pieces, their pack steps and the task steps of the packed units (a chunked
  * unit's groups in the tasks' order); returns the task steps. */
 static int64_t count_steps(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, const int64_t *units,
-                           int64_t *scratch)
+                           const int64_t *ranged, int64_t *scratch)
 {
     const int64_t nu = p->B * p->Hk;
     int64_t *gn = scratch, *glo = scratch + nu, *ghi = scratch + 2 * nu, *total = scratch + 3 * nu,
@@ -458,6 +553,17 @@ static int64_t count_steps(fa_steps *st, const fa_problem *p, const fa_pack_rule
         if (!chunked(st, sk)) continue;
         int64_t lo, last;
         task_tiles(p, rules, &st->tasks[t], &lo, &last);
+        if (ranged[u]) { /* its runs: a piece each, a step per reader */
+            if (gn[u] == 0) glo[u] = 0, ghi[u] = -1;
+            if (!range_takes(st, sk, st->chunk_keys + st->pc, &glo[u], &ghi[u], lo, last)) {
+                close_range(st, sk, &glo[u], &ghi[u]);
+                glo[u] = 0, ghi[u] = -1; /* an empty run takes any reader of a ranged unit */
+                range_takes(st, sk, st->chunk_keys + st->pc, &glo[u], &ghi[u], lo, last);
+            }
+            gn[u]++;
+            task_steps++;
+            continue;
+        }
         if (gn[u] == 0) glo[u] = INT64_MAX, ghi[u] = -1;
         if (last >= 0 && lo < glo[u]) glo[u] = lo;
         if (last > ghi[u]) ghi[u] = last;
@@ -470,7 +576,9 @@ static int64_t count_steps(fa_steps *st, const fa_problem *p, const fa_pack_rule
         if (units[u] > -2) continue;
         int64_t sq, sk;
         fa_seq_lengths(p, u / p->Hk, &sq, &sk);
-        if (chunked(st, sk)) {
+        if (chunked(st, sk) && ranged[u]) {
+            if (gn[u] > 0) close_range(st, sk, &glo[u], &ghi[u]);
+        } else if (chunked(st, sk)) {
             if (gn[u] > 0) close_group(st, sk, &gn[u], &glo[u], &ghi[u], &task_steps);
         } else {
             st->n_pieces++;
@@ -510,12 +618,13 @@ int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *ru
     st->hk_count = p->Hk;
     st->pack.bf16 = rules->form;
     st->pc = pack_chunk(st, rules);
-    /* units[nu ..]: the scratch of count_steps (gn, glo, ghi, total, seen) */
-    count_readers(st, p, rules, units, units + 4 * nu);
+    /* units[nu ..]: the ranged units, then the scratch of count_steps (gn, glo, ghi,
+     * total, seen) */
+    count_readers(st, p, rules, units, units + 5 * nu, units + nu, units + 2 * nu);
     const int64_t sk_max = choose_packed(st, p, rules, units);
     if (st->packed == 0) return 0;
     if (!plan_slots(st, p, rules, sk_max)) return st->packed = 0;
-    const int64_t task_steps = count_steps(st, p, rules, units, units + nu);
+    const int64_t task_steps = count_steps(st, p, rules, units, units + nu, units + 2 * nu);
     plan_waves(st, rules, task_steps);
     st->n_steps = st->unpacked + st->pack_steps + task_steps;
     return steps_layout(st, NULL, NULL);
@@ -562,6 +671,22 @@ void fa_steps_fill(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules
         if (!chunked(st, sk)) {
             st->pieces[i++] = (fa_piece){.unit = u, .c0 = 0, .c1 = sk, .k1 = sk, .first = first, .n = n,
                                          .group = -1, .packs = (sk + st->pc - 1) / st->pc, .begin = 1, .end = 1};
+            continue;
+        }
+        if (units[p->B * p->Hk + u]) { /* ranged: a piece per run of its readers */
+            const int64_t slot_keys = st->chunk_keys + st->pc;
+            int64_t lo0 = 0, last0 = -1, k0 = 0;
+            for (int64_t k = 0; k <= n; k++) {
+                int64_t lo = 0, last = -1;
+                if (k < n) task_tiles(p, rules, &st->tasks[st->order[first + k]], &lo, &last);
+                if (k < n && range_takes(st, sk, slot_keys, &lo0, &last0, lo, last)) continue; /* an empty run takes any */
+                fa_piece *pc = &st->pieces[i++];
+                int fits;
+                *pc = (fa_piece){.unit = u, .first = first + k0, .n = k - k0, .group = -1, .begin = 1, .end = 1};
+                range_piece(st, sk, lo0, last0, slot_keys, pc, &fits);
+                lo0 = 0, last0 = -1, k0 = k;
+                range_takes(st, sk, slot_keys, &lo0, &last0, lo, last);
+            }
             continue;
         }
         for (int64_t k = 0, ng = groups_of(st, n); k < ng; k++, g++) {

@@ -119,6 +119,9 @@ typedef struct fa_pack_rules {
  * read by each task of the group for its tiles that start in the chunk, and holds
  * the chunk's keys and the bc after them (a tile may run past the chunk's end).
  * A group's pieces are its chunks from the first any of its tasks reaches to the last.
+ * A ranged unit (a block mask's, each task's tiles within a slot: count_readers in
+ * tasks.c) is cut by its readers instead: runs of them in the tasks' order, each one
+ * piece (group -1) of the keys its tasks' tiles cover, each reader one step on it.
  */
 typedef struct fa_piece {
     int64_t unit;          /* b * Hk + hk */
@@ -193,7 +196,7 @@ typedef struct fa_steps {
 /* Steps that run the tasks in order, nothing packed. */
 void fa_steps_init(fa_steps *st, const fa_task *tasks, int64_t n_tasks);
 /* Plans the packing of p's K/V for st's tasks: which units enough tasks read, the
- * pieces and the waves. units: 6 * (p->B * p->Hk) scratch that fa_steps_fill reads
+ * pieces and the waves. units: 7 * (p->B * p->Hk) scratch that fa_steps_fill reads
  * next. Returns the bytes fa_steps_fill needs (0: nothing to pack, st stays
  * unpacked), -1 on overflow. */
 int64_t fa_steps_plan(fa_steps *st, const fa_problem *p, const fa_pack_rules *rules, int64_t *units);

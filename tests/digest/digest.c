@@ -151,7 +151,7 @@ typedef struct spec {
     int latent, leftpad, batch_idx;  /* MLA v_in_k; leftpad; batch_idx (contiguous) */
     int64_t snew;                    /* new rows appended to the cache */
     int backward;
-    int block_mask;
+    int block_mask;                  /* 1 random blocks; N > 1: N documents of 128-row blocks */
     int algo;                        /* 0 auto */
     int64_t kv_splits, kv_pack, f32_matmul, quant_matmul; /* context settings; 0 = leave */
     int64_t call_splits;             /* fa_forward_args.kv_splits (headers with the field table) */
@@ -175,6 +175,22 @@ static fa_block_mask *make_block_mask(const spec *s, int64_t Sq, int64_t Sk)
     m->block_k = 32;
     m->q_blocks = (Sq + 15) / 16;
     m->heads = s->Hq;
+    if (s->block_mask > 1) { /* documents: a long unit read in pieces of its readers' keys */
+        m->block_q = m->block_k = 128;
+        m->q_blocks = (Sq + 127) / 128;
+        const int64_t nb = (Sk + 127) / 128, per = (nb + s->block_mask - 1) / s->block_mask, rows = m->heads * m->q_blocks;
+        int64_t *off = alloc_buf((size_t)(rows + 1) * sizeof *off), e = 0;
+        int32_t *idx = alloc_buf((size_t)(rows * per + 1) * sizeof *idx);
+        for (int64_t r = 0; r < rows; r++) {
+            off[r] = e;
+            const int64_t d0 = r % m->q_blocks / per * per;
+            for (int64_t j = d0; j < d0 + per && j < nb; j++) idx[e++] = (int32_t)j;
+        }
+        off[rows] = e;
+        m->offsets = off;
+        m->kv_blocks = idx;
+        return m;
+    }
     int64_t kb = (Sk + 31) / 32, rows = m->heads * m->q_blocks;
     int64_t *off = alloc_buf((size_t)(rows + 1) * sizeof *off);
     int32_t *idx = alloc_buf((size_t)(rows * kb + 1) * sizeof *idx);
@@ -514,6 +530,11 @@ static const spec cases[] = {
     {"bmask_varlen_f32", DENSE(F32), .block_mask = 1, .varlen = 1},
     {"bmask_cache_bf16", DECODE(BF16, BF16), .block_mask = 1, .Sq = 4, .snew = 4},
     {"bmask_bwd_f32", DENSE(F32), .block_mask = 1, .backward = 1},
+    /* a unit over the packing's size (FA_PACK_UNIT_MAX) whose tasks each read a document */
+    {"bmask_docs_f32", .dtype = F32, .B = 1, .Sq = 4096, .Sk = 4096, .Hq = 1, .Hk = 1, .D = 128, .Dv = 128,
+     .lse = 1, .block_mask = 8, .kv_pack = 2}, /* dense f32 rows: packed when asked */
+    {"bmask_docs_bf16", .dtype = BF16, .B = 1, .Sq = 8192, .Sk = 8192, .Hq = 1, .Hk = 1, .D = 128, .Dv = 128,
+     .lse = 1, .block_mask = 16},
     {"bmask_bwd_bf16_sinks", DENSE(BF16), .block_mask = 1, .backward = 1, .sinks = 1},
 };
 
